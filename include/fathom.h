@@ -1,0 +1,408 @@
+/*
+ * libfathom — per-query read depth for sparse decoding over offloaded KV caches.
+ *
+ * One public header. Every function that can fail returns an int status:
+ * FATHOM_OK (0) or a negative fathom_status; fathom_last_error() then holds a
+ * message for the calling thread. Sizes and offsets are 64-bit. Nothing here
+ * calls exit() or abort().
+ *
+ * Conventions
+ *   dim         channels of one key/query head (d).
+ *   group       query heads sharing one KV head (G); query head h belongs to
+ *               KV head h / G.
+ *   Matrices are row-major float32 unless stated: keys [n x dim].
+ *   Bits per token are per token per KV head per layer, counting code bits
+ *   plus 16 bits of fp16 scale per 64 tokens for every channel read (§4).
+ *
+ * Module sections, in dependency order: status, fp16, basis, store,
+ * landmarks, plan, select, attend, methods, source (capture + synthetic),
+ * eval, gguf, tokenizer, model. The CUDA backend has its own header,
+ * fathom_cuda.h.
+ */
+#ifndef FATHOM_H
+#define FATHOM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FATHOM_VERSION_MAJOR 0
+#define FATHOM_VERSION_MINOR 1
+#define FATHOM_VERSION_PATCH 0
+
+/* ===================================================================== *
+ * status
+ * ===================================================================== */
+
+typedef enum fathom_status {
+    FATHOM_OK = 0,
+    FATHOM_ERR_INVALID_ARG = -1, /* a NULL pointer, zero size, out-of-range value */
+    FATHOM_ERR_NOMEM = -2,       /* allocation failed or size overflowed */
+    FATHOM_ERR_IO = -3,          /* open/read/write/mmap failed */
+    FATHOM_ERR_FORMAT = -4,      /* a file is malformed (capture, GGUF) */
+    FATHOM_ERR_NONFINITE = -5,   /* NaN or infinity in an input that needs finite values */
+    FATHOM_ERR_UNSUPPORTED = -6, /* valid but not handled (dtype, quant type, ...) */
+    FATHOM_ERR_NUMERIC = -7,     /* LAPACK or another numeric routine failed */
+    FATHOM_ERR_STATE = -8        /* the object is not in a state that allows the call */
+} fathom_status;
+
+/* Fixed name of a status code, e.g. "invalid argument". Never NULL. */
+const char *fathom_status_name(int status);
+
+/* The message of the last failure on this thread ("" if none). The pointer
+ * stays valid until the next failing call on this thread. */
+const char *fathom_last_error(void);
+
+/* ===================================================================== *
+ * fp16 (IEEE binary16), round to nearest even; used for scales and dtypes
+ * ===================================================================== */
+
+uint16_t fathom_f32_to_f16(float x);
+float fathom_f16_to_f32(uint16_t h);
+uint16_t fathom_f32_to_bf16(float x); /* round to nearest even; NaN stays NaN */
+float fathom_bf16_to_f32(uint16_t h);
+
+/* ===================================================================== *
+ * basis — the KLT of calibration keys (§3.5), used by fathom-klt and loki
+ * ===================================================================== */
+
+/* A rotation k' = (k - mean) V. Column c of V (vectors[i + c*dim]) is the
+ * eigenvector of the calibration key covariance that becomes stored
+ * coordinate c; eigenvalues[c] is its variance on the calibration keys.
+ * Columns are ordered by calibration score variance
+ * eigenvalues[c] * mean_q((q V)_c^2), largest first (by eigenvalue when no
+ * queries are given). */
+typedef struct fathom_basis fathom_basis;
+
+/* Fit from n_keys calibration keys [n_keys x dim] and optional calibration
+ * queries [n_queries x dim] (NULL/0: order by eigenvalue). Uses LAPACK
+ * (dsyev). Needs n_keys >= 2 and finite inputs. */
+int fathom_basis_fit(fathom_basis **out, uint32_t dim, const float *keys, uint64_t n_keys,
+                     const float *queries, uint64_t n_queries);
+/* Build from explicit parts (copied). vectors is dim x dim column-major as above. */
+int fathom_basis_create(fathom_basis **out, uint32_t dim, const float *mean, const float *vectors,
+                        const float *eigenvalues);
+void fathom_basis_free(fathom_basis *basis); /* NULL is fine */
+uint32_t fathom_basis_dim(const fathom_basis *basis);
+const float *fathom_basis_mean(const fathom_basis *basis);        /* [dim] */
+const float *fathom_basis_vectors(const fathom_basis *basis);     /* [dim*dim], column-major */
+const float *fathom_basis_eigenvalues(const fathom_basis *basis); /* [dim] */
+/* out[c] = sum_i (x[i] - mean[i]) V[i,c]: a key into stored coordinates. */
+int fathom_basis_rotate_key(const fathom_basis *basis, const float *key, float *out);
+/* out[c] = sum_i q[i] V[i,c]: a query into stored coordinates (no centering;
+ * q.k = qV.(k-mean)V + q.mean, and the last term is the same for every key). */
+int fathom_basis_rotate_query(const fathom_basis *basis, const float *query, float *out);
+
+/* ===================================================================== *
+ * store — the bit-plane K store (§3.2)
+ * ===================================================================== */
+
+#define FATHOM_BLOCK_TOKENS 64
+#define FATHOM_PLANES 4
+#define FATHOM_DEFAULT_SEGMENT_BLOCKS 1024 /* 65,536 tokens per segment */
+
+/*
+ * Layout. Tokens are grouped in blocks of 64. For block b and channel j the
+ * scale a = fp16(max_i |k_ij|) is stored as fp16 and quantization uses that
+ * rounded value, so decoding is exact against what is stored. With s = a/8
+ * the code is c = clip(floor(k/s) + 8, 0, 15) (code 8 is zero, the MSB is the
+ * sign; an all-zero block has a = 0 and every code 8). Bit p (0 = MSB) of
+ * the 64 codes is one uint64 word: bit i of the word is token i of the block.
+ *
+ * Blocks are grouped in segments of segment_blocks blocks (S). Inside a
+ * segment the words are channel-major, [channel j][plane p][block b], so the
+ * first t planes of channel j over a full segment are ONE contiguous run of
+ * t*S*8 bytes (t runs of nb*8 bytes for a partly filled segment). Scales are
+ * [channel j][block b] fp16. A segment is allocated whole when the first
+ * token reaches it and never moves or shrinks: a pointer from
+ * fathom_store_segment() stays valid until fathom_store_free(). Capacity
+ * grows by adding segments; nothing is copied.
+ *
+ * Streaming: the last block may be open (fewer than 64 tokens). The store
+ * keeps its raw float rows and re-quantizes the whole block on every append,
+ * so appending token by token gives the same bytes as one bulk append,
+ * including the open block, whose scale can grow as tokens arrive. Bits of
+ * tokens not yet appended are 0 in every plane. Memory: exactly
+ * dim/2 + dim/32 bytes per token (68 at dim 128) for closed blocks, plus
+ * 64*dim floats for the open block, rounded up to whole segments.
+ *
+ * Rotated store: created with a basis, the store keeps the planes of
+ * (k - mean)V and every function below speaks of those stored coordinates.
+ *
+ * The store also keeps per-channel running sums of the stored coordinates
+ * (double), so it knows its keys' variance without calibration (App. D).
+ */
+typedef struct fathom_store fathom_store;
+
+/* segment_blocks 0 means FATHOM_DEFAULT_SEGMENT_BLOCKS. basis may be NULL
+ * (raw channels); if given it must have the same dim and outlive the store. */
+int fathom_store_create(fathom_store **out, uint32_t dim, uint32_t segment_blocks,
+                        const fathom_basis *basis);
+void fathom_store_free(fathom_store *store); /* NULL is fine */
+
+/* Append count key rows [count x dim] (original coordinates). All values must
+ * be finite (else FATHOM_ERR_NONFINITE and nothing is appended). A scale above
+ * the largest finite fp16 (65504) saturates there and codes clip; see docs. */
+int fathom_store_append(fathom_store *store, const float *keys, uint64_t count);
+
+uint64_t fathom_store_length(const fathom_store *store); /* tokens appended */
+uint32_t fathom_store_dim(const fathom_store *store);
+uint32_t fathom_store_segment_blocks(const fathom_store *store);
+uint32_t fathom_store_segment_count(const fathom_store *store);
+const fathom_basis *fathom_store_basis(const fathom_store *store); /* NULL if raw */
+
+/* Bytes of plane words and scales for the blocks in use (n rounded up to 64
+ * tokens); exactly 68 per token at dim 128 when n is a multiple of 64. */
+uint64_t fathom_store_index_bytes(const fathom_store *store);
+/* Bytes allocated: whole segments plus the open-block buffer. */
+uint64_t fathom_store_allocated_bytes(const fathom_store *store);
+
+typedef struct fathom_segment_view {
+    const uint64_t *planes; /* [dim][4][segment_blocks] */
+    const uint16_t *scales; /* [dim][segment_blocks], fp16 */
+    uint64_t first_token;   /* absolute index of the segment's first token */
+    uint32_t blocks;        /* blocks in use, the open one included */
+    uint32_t tokens;        /* tokens in use */
+} fathom_segment_view;
+
+/* View of segment seg (< fathom_store_segment_count()). */
+int fathom_store_segment(const fathom_store *store, uint32_t seg, fathom_segment_view *out);
+
+/* Word of plane p for channel j and absolute block index b, and that block's
+ * fp16 scale. For tests and tools; the scan reads segments directly. */
+int fathom_store_word(const fathom_store *store, uint32_t channel, uint32_t plane, uint64_t block,
+                      uint64_t *word, uint16_t *scale);
+
+/* Decode tokens [first, first+count) at per-channel depth depths[dim]
+ * (0..4) into out [count x dim], stored coordinates. A channel read to t
+ * planes decodes to (c>>(4-t) + 0.5 - 2^(t-1)) * a / 2^(t-1), the t-bit
+ * mid-rise quantizer of [-a, a); t = 0 gives 0. */
+int fathom_store_decode(const fathom_store *store, uint64_t first, uint64_t count,
+                        const uint8_t *depths, float *out);
+
+/* Population variance of each stored coordinate over every appended token,
+ * from the running sums. out[dim]. Needs length >= 1. */
+int fathom_store_variance(const fathom_store *store, float *out);
+
+/* Approximate scores of the first n tokens for `group` queries
+ * [group x dim] (stored coordinates): scores[h*n + i] = sum_j q_hj khat_ij,
+ * khat at depths[j]. Reads only planes p < depths[j] and scales of channels
+ * with depths[j] > 0. bytes_read (may be NULL) gets the plane and scale bytes
+ * it touched: sum over active channels of ceil(n/64)*(8*t_j + 2). */
+int fathom_store_scan(const fathom_store *store, const uint8_t *depths, const float *queries,
+                      uint32_t group, uint64_t n, float *scores, uint64_t *bytes_read);
+
+/* ===================================================================== *
+ * landmarks — fp16 mean key of each 8-token block (ShadowKV-style baseline)
+ * ===================================================================== */
+
+#define FATHOM_LANDMARK_TOKENS 8
+
+typedef struct fathom_landmarks fathom_landmarks;
+int fathom_landmarks_create(fathom_landmarks **out, uint32_t dim);
+void fathom_landmarks_free(fathom_landmarks *lm);
+/* Append key rows; an open last block's mean is over the tokens it has. */
+int fathom_landmarks_append(fathom_landmarks *lm, const float *keys, uint64_t count);
+uint64_t fathom_landmarks_length(const fathom_landmarks *lm);
+/* scores[h*n + i] = q_h . mean(block of i) for the first n tokens. */
+int fathom_landmarks_scan(const fathom_landmarks *lm, const float *queries, uint32_t group,
+                          uint64_t n, float *scores, uint64_t *bytes_read);
+
+/* ===================================================================== *
+ * plan — channel importance and reverse water-filling (§3.3, §3.4)
+ * ===================================================================== */
+
+#define FATHOM_MAX_DEPTH 4
+#define FATHOM_BISECT_STEPS 30
+
+/* g[j] = sum_h q_hj^2 * var[j] over the group's queries [group x dim]. For the
+ * rotated store pass rotated queries and the basis eigenvalues as var. */
+int fathom_importance(uint32_t dim, uint32_t group, const float *queries, const float *var,
+                      double *g);
+
+/* t_j(theta) = clip(round(log4(g_j/theta)), 0, 4), round half up; g_j <= 0
+ * gives 0. theta must be > 0. */
+int fathom_depths_at(uint32_t dim, const double *g, double theta, uint8_t *depths);
+
+/* Depths for the smallest water line theta with sum_j t_j <= budget. The sum
+ * is a step function of theta, so the depths are those just above the first
+ * breakpoint that would exceed the budget; *theta (may be NULL) gets that
+ * breakpoint (0 when every positive channel fits at depth 4). Exact search
+ * over the breakpoints g_j / 4^(m - 1/2), m = 1..4; tied breakpoints enter
+ * together. */
+int fathom_water_fill(uint32_t dim, const double *g, uint32_t budget, uint8_t *depths,
+                      double *theta);
+/* The paper's procedure: 30 steps of bisection on log(theta). Same depths as
+ * fathom_water_fill unless two breakpoints lie within the final bracket. */
+int fathom_water_fill_bisect(uint32_t dim, const double *g, uint32_t budget, uint8_t *depths,
+                             double *theta);
+
+/* Code bits plus scale bits per token for a depth vector:
+ * sum_j t_j + (16/64) * #{j : t_j > 0}. */
+double fathom_depth_bits(uint32_t dim, const uint8_t *depths);
+
+/* Greedy per-layer budget (§3.4). err[l*n_levels + i] is the calibration
+ * error of layer l at budget levels[i] (ascending). Every layer starts at
+ * levels[0]; while the total allows, one step moves a layer to its next level,
+ * choosing the largest error drop per bit. Mean of budgets_out <= target. */
+int fathom_greedy_layer_budgets(uint32_t layers, const uint32_t *levels, uint32_t n_levels,
+                                const double *err, double target_mean, uint32_t *budgets_out);
+
+/* ===================================================================== *
+ * select — sink + local + top-k per query head (§2)
+ * ===================================================================== */
+
+#define FATHOM_SINK_TOKENS 4
+#define FATHOM_LOCAL_TOKENS 32
+
+/* Select for one query head that sees keys [0, n_visible): the first `sink`
+ * and last `local` positions always, plus the highest-scoring of the rest
+ * until k are chosen (all of them when n_visible <= k). Ties go to the lower
+ * index; NaN scores rank lowest. idx_out (capacity min(k, n_visible)) gets the
+ * chosen positions in ascending order, *count their number. work must hold
+ * n_visible uint64 (fathom_select_work_size). Allocates nothing. */
+int fathom_select(const float *scores, uint64_t n_visible, uint32_t k, uint32_t sink,
+                  uint32_t local, uint64_t *work, uint32_t *idx_out, uint32_t *count);
+size_t fathom_select_work_size(uint64_t n_visible); /* in bytes */
+
+/* Size of the union of `sets` sorted index lists (the rows a fetch moves). */
+int fathom_union_size(uint32_t n_sets, const uint32_t *const *sets, const uint32_t *counts,
+                      uint32_t *union_count);
+
+/* ===================================================================== *
+ * attend — exact softmax attention, scale 1/sqrt(dim)
+ * ===================================================================== */
+
+/* out[dim] = softmax(q.K_S / sqrt(dim)) V_S over rows S = idx[0..count) of
+ * keys/values [n x dim] (idx NULL: rows 0..count-1, dense). Accumulates in
+ * double. */
+int fathom_attend(uint32_t dim, const float *query, const float *keys, const float *values,
+                  const uint32_t *idx, uint64_t count, float *out);
+
+/* ||a - b|| / ||b||; 0 if both are zero. */
+double fathom_rel_l2(uint32_t dim, const float *a, const float *b);
+
+/* ===================================================================== *
+ * methods — every scan under one protocol and byte accounting (§4)
+ * ===================================================================== */
+
+typedef enum fathom_method_kind {
+    FATHOM_METHOD_FATHOM = 0, /* fathom:B      raw planes, per-query depths, budget B code bits */
+    FATHOM_METHOD_FATHOM_KLT, /* fathom-klt:B  rotated planes */
+    FATHOM_METHOD_SPARQ,      /* sparq:r       top-r channels by sum_h |q_j|, 4 bits */
+    FATHOM_METHOD_DS,         /* ds:c          Double Sparsity: c offline channels, 4 bits */
+    FATHOM_METHOD_LOKI,       /* loki:r        first r KLT coordinates, 4 bits */
+    FATHOM_METHOD_THUMB,      /* thumb         all channels, 2 planes */
+    FATHOM_METHOD_LANDMARK,   /* landmark      fp16 mean key per 8 tokens */
+    FATHOM_METHOD_FULL4,      /* full4         all channels, 4 planes */
+    FATHOM_METHOD_ORACLE,     /* oracle        exact scores */
+    FATHOM_METHOD_DENSE       /* dense         no selection */
+} fathom_method_kind;
+
+typedef struct fathom_method {
+    fathom_method_kind kind;
+    uint32_t param;  /* B, r or c; 0 for methods without one */
+    char name[32];   /* the spec as given, e.g. "fathom:48" */
+} fathom_method;
+
+/* Parse one spec ("fathom:48", "sparq:16", "thumb", ...). */
+int fathom_method_parse(const char *spec, fathom_method *out);
+/* Parse a comma-separated list into out[cap]; *count gets the number. */
+int fathom_method_parse_list(const char *list, fathom_method *out, uint32_t cap, uint32_t *count);
+/* Bits per token of a fixed-depth method at this dim (sparq, ds, loki,
+ * thumb, landmark, full4: 68/136/136/288/256/544 at dim 128, r=c=16/32);
+ * oracle reads bf16 keys (16*dim); dense scans nothing (0). For fathom and
+ * fathom-klt the bits depend on the plan: returns -1. */
+double fathom_method_fixed_bits(const fathom_method *method, uint32_t dim);
+
+/* ===================================================================== *
+ * source — where keys, values and queries come from: a capture file
+ * (safetensors, docs/capture-format.md) or the built-in synthetic generator
+ * ===================================================================== */
+
+typedef struct fathom_source fathom_source;
+
+typedef struct fathom_source_info {
+    char model[64];
+    uint32_t layers;
+    uint32_t q_heads;     /* Hq */
+    uint32_t kv_heads;    /* Hkv; Hq is a multiple of it */
+    uint32_t dim;         /* head dimension d */
+    uint64_t tokens;      /* n: keys/values per layer and head */
+    uint32_t positions;   /* P: queries per head, for the last P positions */
+    uint64_t first_query; /* absolute position of the first query (n - P for a capture of one window) */
+} fathom_source_info;
+
+/* Open a capture file (mapped, every length/offset/shape/dtype checked). */
+int fathom_capture_open(fathom_source **out, const char *path);
+/* Synthetic generator, seeded and deterministic. preset: "qwen3-8b",
+ * "llama-3.1-8b", "smollm2-135m". See docs/synthetic.md. */
+int fathom_synth_open(fathom_source **out, const char *preset, uint64_t context, uint32_t positions,
+                      uint64_t seed);
+void fathom_source_free(fathom_source *src);
+int fathom_source_get_info(const fathom_source *src, fathom_source_info *info);
+/* One layer as float32: q [Hq x P x d], k and v [Hkv x n x d]; any may be
+ * NULL to skip it. Thread-safe for distinct output buffers. */
+int fathom_source_layer(const fathom_source *src, uint32_t layer, float *q, float *k, float *v);
+/* Extra metadata string of a capture ("" for none/synthetic). */
+int fathom_source_metadata(const fathom_source *src, const char *key, const char **value);
+
+typedef enum fathom_dtype { FATHOM_DTYPE_F32 = 0, FATHOM_DTYPE_F16, FATHOM_DTYPE_BF16 } fathom_dtype;
+
+/* Write src (every layer) to a capture file in the given dtype. */
+int fathom_capture_write(const fathom_source *src, const char *path, fathom_dtype dtype);
+
+/* Streaming writer, for producers such as the model's capture. */
+typedef struct fathom_capture_writer fathom_capture_writer;
+int fathom_capture_writer_open(fathom_capture_writer **out, const char *path,
+                               const fathom_source_info *info, fathom_dtype dtype);
+/* Extra __metadata__ entry (before the first layer). */
+int fathom_capture_writer_meta(fathom_capture_writer *w, const char *key, const char *value);
+/* Layers in order 0..layers-1, shapes as fathom_source_layer. */
+int fathom_capture_writer_layer(fathom_capture_writer *w, uint32_t layer, const float *q,
+                                const float *k, const float *v);
+/* Writes the header and closes; frees w in every case. */
+int fathom_capture_writer_close(fathom_capture_writer *w);
+
+/* ===================================================================== *
+ * eval — the fidelity harness (§4)
+ * ===================================================================== */
+
+typedef enum fathom_layer_budget { FATHOM_BUDGET_FLAT = 0, FATHOM_BUDGET_GREEDY } fathom_layer_budget;
+
+typedef void (*fathom_progress_fn)(void *user, uint64_t done, uint64_t total);
+
+typedef struct fathom_eval_config {
+    uint32_t k;                       /* selection size per query head (sink + local included) */
+    const fathom_source *calib;       /* NULL: statistics from the evaluated window itself */
+    fathom_layer_budget layer_budget; /* for fathom and fathom-klt */
+    uint32_t threads;                 /* 0: one per core */
+    uint32_t max_positions;           /* 0: all of the source's positions, else the last this many */
+    fathom_progress_fn progress;      /* may be NULL */
+    void *progress_user;
+} fathom_eval_config;
+
+typedef struct fathom_method_result {
+    char name[32];
+    double bits_per_token;       /* mean over query groups */
+    double scan_bytes_per_step;  /* all layers and KV heads, one decode step */
+    double row_bytes_per_step;   /* union of the group's winners, K and V rows in bf16 */
+    double rel_error;            /* mean relative L2 error vs dense attention */
+    double rel_error_stderr;     /* standard error of that mean over (layer, head, position) */
+    double selection_ratio;      /* mean |selected| / n_visible */
+} fathom_method_result;
+
+/* Evaluate each method on src: index built once over the whole window, for
+ * every queried position, layer and query head: select, attend exactly over
+ * the selection, compare with dense attention. results[n_methods]. */
+int fathom_eval_run(const fathom_source *src, const fathom_method *methods, uint32_t n_methods,
+                    const fathom_eval_config *config, fathom_method_result *results);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FATHOM_H */

@@ -1,0 +1,4 @@
+/* PLACEHOLDER during initial development: replaced by the real subcommand. */
+#include "cli.h"
+#include <stdio.h>
+int cmd_synth(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "fathom synth: not built yet\n"); return 1; }

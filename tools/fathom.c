@@ -1,0 +1,50 @@
+/* fathom — command-line front end of libfathom. */
+#include "cli.h"
+#include "fathom.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"eval", cmd_eval, "fidelity of every method against dense attention (paper §4)"},
+    {"plan", cmd_plan, "show one query group's importance, water line and depths"},
+    {"info", cmd_info, "describe a capture file"},
+    {"synth", cmd_synth, "write a synthetic capture file"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: fathom <command> [options]   (fathom <command> --help for its options)\n\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nlibfathom %d.%d.%d\n", FATHOM_VERSION_MAJOR, FATHOM_VERSION_MINOR,
+            FATHOM_VERSION_PATCH);
+}
+
+int cli_fail(const char *cmd, const char *what, int status) {
+    const char *msg = fathom_last_error();
+    fprintf(stderr, "fathom %s: %s: %s%s%s\n", cmd, what, fathom_status_name(status),
+            msg[0] ? ": " : "", msg);
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "fathom: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
