@@ -1,0 +1,716 @@
+/* The fidelity harness (§4): for every queried position, layer and query
+ * head, select sink + local + top-k by each method's scores, attend exactly
+ * over the selection and compare with dense attention. The index (store,
+ * rotated store, landmarks) is built once per layer and KV head over the
+ * whole window, as in the paper's fidelity protocol; each query sees only
+ * keys at positions <= its own (causal).
+ *
+ * Work is split into (KV head, chunk of positions) items that worker threads
+ * take from a shared counter; every item writes its own accumulator slot,
+ * and slots are summed in a fixed order, so results do not depend on the
+ * thread count. */
+#include "internal.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define POSITION_CHUNK 8
+#define BASIS_MAX_KEYS 16384 /* calibration keys used for a KLT fit (evenly strided) */
+
+/* Greedy per-layer budgets (§3.4): levels B_l in {24, 32, ..., 128}. */
+static const uint32_t greedy_levels[] = {24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128};
+#define GREEDY_LEVELS (sizeof greedy_levels / sizeof greedy_levels[0])
+#define GREEDY_CALIB_POSITIONS 32
+
+/* Sums for one method over one work item. */
+typedef struct accum {
+    double bits;       /* sum over (position) of bits per token */
+    double scan_bytes; /* sum over (position) of bits * n_visible / 8 */
+    double row_bytes;  /* sum over (position) of union rows * 2 * dim * 2 */
+    double err;        /* sum over (position, head) of relative error */
+    double err_sq;
+    double ratio;      /* sum over (position, head) of |selected| / n_visible */
+    uint64_t groups;   /* positions counted (per KV head) */
+    uint64_t heads;    /* (position, head) pairs counted */
+} accum;
+
+/* Everything fixed for one (layer, KV head): statistics and indexes. */
+typedef struct head_state {
+    const float *keys;   /* [n x dim] */
+    const float *values; /* [n x dim] */
+    fathom_store *store;         /* raw planes, or NULL when no method needs them */
+    fathom_store *rotated;       /* planes of (k - mean)V, or NULL */
+    fathom_basis *basis;         /* for rotated and loki */
+    fathom_landmarks *landmarks; /* or NULL */
+    float *var;                  /* [dim] channel variance for fathom's plan */
+    uint8_t *ds_depths;          /* [dim] Double Sparsity's fixed channels at depth 4 */
+} head_state;
+
+typedef struct layer_job {
+    /* inputs */
+    const fathom_method *methods;
+    uint32_t n_methods;
+    const uint32_t *budgets; /* [n_methods] budget for fathom methods in this layer */
+    uint32_t dim, group, kv_heads, k;
+    uint64_t n;                /* keys per head */
+    uint32_t positions;        /* queries per head in q */
+    uint32_t pos_begin;        /* first evaluated position index (within q's P) */
+    uint64_t first_query;      /* absolute position of q's position 0 */
+    const float *q;            /* [Hq x P x dim] */
+    head_state *heads;         /* [kv_heads] */
+    /* work split */
+    uint32_t chunks_per_head;
+    uint32_t n_items;
+    atomic_uint next_item;
+    atomic_int status;
+    accum *acc; /* [n_items x n_methods] */
+    /* progress */
+    const fathom_eval_config *config;
+    atomic_ullong *done;
+    uint64_t total;
+} layer_job;
+
+static bool method_needs_raw(fathom_method_kind kind) {
+    return kind == FATHOM_METHOD_FATHOM || kind == FATHOM_METHOD_SPARQ || kind == FATHOM_METHOD_DS ||
+           kind == FATHOM_METHOD_THUMB || kind == FATHOM_METHOD_FULL4;
+}
+
+static bool method_needs_rotated(fathom_method_kind kind) {
+    return kind == FATHOM_METHOD_FATHOM_KLT || kind == FATHOM_METHOD_LOKI;
+}
+
+static void head_state_free(head_state *hs) {
+    fathom_store_free(hs->store);
+    fathom_store_free(hs->rotated);
+    fathom_basis_free(hs->basis);
+    fathom_landmarks_free(hs->landmarks);
+    free(hs->var);
+    free(hs->ds_depths);
+    memset(hs, 0, sizeof *hs);
+}
+
+/* Indices of the `count` largest values (ties to the lower index). */
+static void top_channels(uint32_t dim, const double *value, uint32_t count, uint8_t *depths,
+                         uint8_t depth) {
+    memset(depths, 0, dim);
+    for (uint32_t c = 0; c < count && c < dim; c++) {
+        int64_t best = -1;
+        for (uint32_t j = 0; j < dim; j++)
+            if (!depths[j] && (best < 0 || value[j] > value[best])) best = j;
+        depths[best] = depth;
+    }
+}
+
+/* Population variance of each channel of rows [n x dim] (two passes, double). */
+static void channel_variance(uint32_t dim, const float *rows, uint64_t n, float *var) {
+    for (uint32_t j = 0; j < dim; j++) {
+        double mean = 0, m2 = 0;
+        for (uint64_t i = 0; i < n; i++) mean += rows[i * dim + j];
+        mean /= (double)n;
+        for (uint64_t i = 0; i < n; i++) {
+            double x = rows[i * dim + j] - mean;
+            m2 += x * x;
+        }
+        var[j] = (float)(m2 / (double)n);
+    }
+}
+
+/* Statistics of one KV head from calibration data: keys [n x dim] and the
+ * group's queries [q_rows x dim]. */
+typedef struct calib_view {
+    const float *keys;
+    uint64_t n;
+    const float *queries;
+    uint64_t q_rows;
+} calib_view;
+
+static int head_state_build(head_state *hs, const fathom_method *methods, uint32_t n_methods,
+                            uint32_t dim, const float *keys, const float *values, uint64_t n,
+                            const calib_view *cal, bool calib_given) {
+    bool raw = false, rotated = false, landmark = false;
+    uint32_t ds_channels = 0;
+    for (uint32_t m = 0; m < n_methods; m++) {
+        raw |= method_needs_raw(methods[m].kind);
+        rotated |= method_needs_rotated(methods[m].kind);
+        landmark |= methods[m].kind == FATHOM_METHOD_LANDMARK;
+        if (methods[m].kind == FATHOM_METHOD_DS) ds_channels = methods[m].param;
+    }
+    hs->keys = keys;
+    hs->values = values;
+    hs->var = fathom_alloc_array(dim, sizeof(float));
+    hs->ds_depths = fathom_calloc_array(dim, 1);
+    if (!hs->var || !hs->ds_depths) return fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory");
+
+    if (raw) {
+        FATHOM_TRY(fathom_store_create(&hs->store, dim, 0, NULL));
+        FATHOM_TRY(fathom_store_append(hs->store, keys, n));
+        /* fathom's Var: calibration keys with --calib (the paper), else the
+         * store's own running sums (the calibration-free variant). */
+        if (calib_given)
+            channel_variance(dim, cal->keys, cal->n, hs->var);
+        else
+            FATHOM_TRY(fathom_store_variance(hs->store, hs->var));
+    }
+    if (ds_channels) {
+        /* Double Sparsity: channels by mean|q| * mean|k| on calibration data. */
+        double *stat = fathom_calloc_array(dim, sizeof(double));
+        if (!stat) return fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory");
+        for (uint32_t j = 0; j < dim; j++) {
+            double mq = 0, mk = 0;
+            for (uint64_t r = 0; r < cal->q_rows; r++) mq += fabs(cal->queries[r * dim + j]);
+            for (uint64_t i = 0; i < cal->n; i++) mk += fabs(cal->keys[i * dim + j]);
+            stat[j] = (mq / (double)cal->q_rows) * (mk / (double)cal->n);
+        }
+        /* Only one ds:c is honoured per run; the harness checks that. */
+        top_channels(dim, stat, ds_channels, hs->ds_depths, FATHOM_MAX_DEPTH);
+        free(stat);
+    }
+    if (rotated) {
+        uint64_t stride = cal->n > BASIS_MAX_KEYS ? (cal->n + BASIS_MAX_KEYS - 1) / BASIS_MAX_KEYS : 1;
+        uint64_t m = (cal->n + stride - 1) / stride;
+        float *sub = fathom_alloc_array(m, (uint64_t)dim * sizeof(float));
+        if (!sub) return fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory");
+        for (uint64_t i = 0; i < m; i++) memcpy(sub + i * dim, cal->keys + i * stride * dim, dim * sizeof(float));
+        int st = fathom_basis_fit(&hs->basis, dim, sub, m, cal->queries, cal->q_rows);
+        free(sub);
+        FATHOM_TRY(st);
+        FATHOM_TRY(fathom_store_create(&hs->rotated, dim, 0, hs->basis));
+        FATHOM_TRY(fathom_store_append(hs->rotated, keys, n));
+    }
+    if (landmark) {
+        FATHOM_TRY(fathom_landmarks_create(&hs->landmarks, dim));
+        FATHOM_TRY(fathom_landmarks_append(hs->landmarks, keys, n));
+    }
+    return FATHOM_OK;
+}
+
+/* Per-thread scratch. */
+typedef struct scratch {
+    float *qg;        /* [G x dim] the group's queries at one position */
+    float *qrot;      /* [G x dim] rotated */
+    float *scores;    /* [G x n] */
+    float *dense_out; /* [G x dim] */
+    float *out;       /* [dim] */
+    uint64_t *work;   /* [n] */
+    uint32_t *idx;    /* [G x k] */
+    uint32_t *counts; /* [G] */
+    const uint32_t **sets;
+    double *g;        /* [dim] */
+    uint8_t *depths;  /* [dim] */
+} scratch;
+
+static void scratch_free(scratch *s) {
+    free(s->qg);
+    free(s->qrot);
+    free(s->scores);
+    free(s->dense_out);
+    free(s->out);
+    free(s->work);
+    free(s->idx);
+    free(s->counts);
+    free(s->sets);
+    free(s->g);
+    free(s->depths);
+}
+
+static int scratch_init(scratch *s, uint32_t dim, uint32_t group, uint64_t n, uint32_t k) {
+    memset(s, 0, sizeof *s);
+    s->qg = fathom_alloc_array((uint64_t)group * dim, sizeof(float));
+    s->qrot = fathom_alloc_array((uint64_t)group * dim, sizeof(float));
+    s->scores = fathom_alloc_array((uint64_t)group * n, sizeof(float));
+    s->dense_out = fathom_alloc_array((uint64_t)group * dim, sizeof(float));
+    s->out = fathom_alloc_array(dim, sizeof(float));
+    s->work = fathom_alloc_array(n, sizeof(uint64_t));
+    s->idx = fathom_alloc_array((uint64_t)group * k, sizeof(uint32_t));
+    s->counts = fathom_alloc_array(group, sizeof(uint32_t));
+    s->sets = fathom_alloc_array(group, sizeof(*s->sets));
+    s->g = fathom_alloc_array(dim, sizeof(double));
+    s->depths = fathom_alloc_array(dim, 1);
+    if (!s->qg || !s->qrot || !s->scores || !s->dense_out || !s->out || !s->work || !s->idx ||
+        !s->counts || !s->sets || !s->g || !s->depths) {
+        scratch_free(s);
+        return fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory for scratch buffers");
+    }
+    return FATHOM_OK;
+}
+
+/* Scores of the group at one position for one method; *bits gets the
+ * method's bits per token. Dense is handled by the caller. */
+static int method_scores(const layer_job *job, const head_state *hs, const fathom_method *m,
+                         uint32_t budget, scratch *s, uint64_t n_vis, double *bits) {
+    const uint32_t dim = job->dim, G = job->group;
+    switch (m->kind) {
+    case FATHOM_METHOD_FATHOM:
+        FATHOM_TRY(fathom_importance(dim, G, s->qg, hs->var, s->g));
+        FATHOM_TRY(fathom_water_fill(dim, s->g, budget, s->depths, NULL));
+        *bits = fathom_depth_bits(dim, s->depths);
+        return fathom_store_scan(hs->store, s->depths, s->qg, G, n_vis, s->scores, NULL);
+    case FATHOM_METHOD_FATHOM_KLT:
+        for (uint32_t h = 0; h < G; h++)
+            FATHOM_TRY(fathom_basis_rotate_query(hs->basis, s->qg + h * dim, s->qrot + h * dim));
+        FATHOM_TRY(fathom_importance(dim, G, s->qrot, fathom_basis_eigenvalues(hs->basis), s->g));
+        FATHOM_TRY(fathom_water_fill(dim, s->g, budget, s->depths, NULL));
+        *bits = fathom_depth_bits(dim, s->depths);
+        return fathom_store_scan(hs->rotated, s->depths, s->qrot, G, n_vis, s->scores, NULL);
+    case FATHOM_METHOD_SPARQ:
+        /* SparQ's GQA rule: channels with the largest sum_h |q_j| (§2). */
+        for (uint32_t j = 0; j < dim; j++) {
+            double a = 0;
+            for (uint32_t h = 0; h < G; h++) a += fabs(s->qg[h * dim + j]);
+            s->g[j] = a;
+        }
+        top_channels(dim, s->g, m->param, s->depths, FATHOM_MAX_DEPTH);
+        *bits = fathom_depth_bits(dim, s->depths);
+        return fathom_store_scan(hs->store, s->depths, s->qg, G, n_vis, s->scores, NULL);
+    case FATHOM_METHOD_DS:
+        *bits = fathom_depth_bits(dim, hs->ds_depths);
+        return fathom_store_scan(hs->store, hs->ds_depths, s->qg, G, n_vis, s->scores, NULL);
+    case FATHOM_METHOD_LOKI:
+        for (uint32_t h = 0; h < G; h++)
+            FATHOM_TRY(fathom_basis_rotate_query(hs->basis, s->qg + h * dim, s->qrot + h * dim));
+        for (uint32_t j = 0; j < dim; j++) s->depths[j] = j < m->param ? FATHOM_MAX_DEPTH : 0;
+        *bits = fathom_depth_bits(dim, s->depths);
+        return fathom_store_scan(hs->rotated, s->depths, s->qrot, G, n_vis, s->scores, NULL);
+    case FATHOM_METHOD_THUMB:
+    case FATHOM_METHOD_FULL4:
+        memset(s->depths, m->kind == FATHOM_METHOD_THUMB ? 2 : FATHOM_MAX_DEPTH, dim);
+        *bits = fathom_depth_bits(dim, s->depths);
+        return fathom_store_scan(hs->store, s->depths, s->qg, G, n_vis, s->scores, NULL);
+    case FATHOM_METHOD_LANDMARK:
+        *bits = fathom_method_fixed_bits(m, dim);
+        return fathom_landmarks_scan(hs->landmarks, s->qg, G, n_vis, s->scores, NULL);
+    case FATHOM_METHOD_ORACLE:
+        *bits = fathom_method_fixed_bits(m, dim);
+        for (uint32_t h = 0; h < G; h++) {
+            const float *q = s->qg + h * dim;
+            float *sc = s->scores + h * n_vis;
+            for (uint64_t i = 0; i < n_vis; i++) {
+                const float *key = hs->keys + i * dim;
+                float acc = 0;
+                for (uint32_t j = 0; j < dim; j++) acc += q[j] * key[j];
+                sc[i] = acc;
+            }
+        }
+        return FATHOM_OK;
+    case FATHOM_METHOD_DENSE:
+        break;
+    }
+    return fathom_fail(FATHOM_ERR_INVALID_ARG, "eval: method %s has no scorer", m->name);
+}
+
+static int run_item(layer_job *job, uint32_t item, scratch *s) {
+    const uint32_t dim = job->dim, G = job->group;
+    const uint32_t head = item / job->chunks_per_head;
+    const uint32_t chunk = item % job->chunks_per_head;
+    const uint32_t p0 = job->pos_begin + chunk * POSITION_CHUNK;
+    uint32_t p1 = p0 + POSITION_CHUNK;
+    if (p1 > job->positions) p1 = job->positions;
+    const head_state *hs = &job->heads[head];
+    accum *acc = job->acc + (uint64_t)item * job->n_methods;
+
+    for (uint32_t p = p0; p < p1; p++) {
+        const uint64_t n_vis = job->first_query + p + 1;
+        for (uint32_t h = 0; h < G; h++) {
+            const float *q = job->q + ((uint64_t)(head * G + h) * job->positions + p) * dim;
+            memcpy(s->qg + h * dim, q, dim * sizeof(float));
+            FATHOM_TRY(fathom_attend(dim, q, hs->keys, hs->values, NULL, n_vis, s->dense_out + h * dim));
+        }
+        for (uint32_t mi = 0; mi < job->n_methods; mi++) {
+            const fathom_method *m = &job->methods[mi];
+            accum *a = &acc[mi];
+            uint64_t union_rows;
+            double bits = 0;
+            if (m->kind == FATHOM_METHOD_DENSE) {
+                union_rows = n_vis;
+                a->heads += G;
+                a->ratio += G;
+            } else {
+                FATHOM_TRY(method_scores(job, hs, m, job->budgets[mi], s, n_vis, &bits));
+                for (uint32_t h = 0; h < G; h++) {
+                    uint32_t *idx = s->idx + (uint64_t)h * job->k;
+                    FATHOM_TRY(fathom_select(s->scores + h * n_vis, n_vis, job->k, FATHOM_SINK_TOKENS,
+                                             FATHOM_LOCAL_TOKENS, s->work, idx, &s->counts[h]));
+                    FATHOM_TRY(fathom_attend(dim, s->qg + h * dim, hs->keys, hs->values, idx,
+                                             s->counts[h], s->out));
+                    double e = fathom_rel_l2(dim, s->out, s->dense_out + h * dim);
+                    a->err += e;
+                    a->err_sq += e * e;
+                    a->ratio += (double)s->counts[h] / (double)n_vis;
+                    a->heads++;
+                    s->sets[h] = idx;
+                }
+                uint32_t u;
+                FATHOM_TRY(fathom_union_size(G, s->sets, s->counts, &u));
+                union_rows = u;
+            }
+            a->bits += bits;
+            a->scan_bytes += bits * (double)n_vis / 8.0;
+            a->row_bytes += (double)union_rows * 2.0 * dim * 2.0; /* K and V rows, bf16 */
+            a->groups++;
+        }
+        if (job->done) {
+            uint64_t d = atomic_fetch_add(job->done, 1) + 1;
+            if (job->config && job->config->progress)
+                job->config->progress(job->config->progress_user, d, job->total);
+        }
+    }
+    return FATHOM_OK;
+}
+
+/* The first worker failure's message, handed back to the calling thread. */
+static char eval_error[512];
+static pthread_mutex_t eval_error_lock = PTHREAD_MUTEX_INITIALIZER;
+static void note_error(const char *msg) {
+    pthread_mutex_lock(&eval_error_lock);
+    strncpy(eval_error, msg, sizeof eval_error - 1);
+    eval_error[sizeof eval_error - 1] = 0;
+    pthread_mutex_unlock(&eval_error_lock);
+}
+
+typedef struct worker_arg {
+    layer_job *job;
+    uint64_t n;
+    uint32_t k;
+} worker_arg;
+
+static void *worker(void *arg_) {
+    worker_arg *arg = arg_;
+    layer_job *job = arg->job;
+    scratch s;
+    int st = scratch_init(&s, job->dim, job->group, arg->n, arg->k);
+    if (st < 0) {
+        atomic_store(&job->status, st);
+        return NULL;
+    }
+    for (;;) {
+        if (atomic_load(&job->status) < 0) break;
+        uint32_t item = atomic_fetch_add(&job->next_item, 1);
+        if (item >= job->n_items) break;
+        st = run_item(job, item, &s);
+        if (st < 0) {
+            int expected = 0;
+            /* keep the first failure; its message is on this thread */
+            if (atomic_compare_exchange_strong(&job->status, &expected, st)) note_error(fathom_last_error());
+            break;
+        }
+    }
+    scratch_free(&s);
+    return NULL;
+}
+
+static int run_layer_job(layer_job *job, uint32_t threads) {
+    if (threads > job->n_items) threads = job->n_items;
+    if (threads < 1) threads = 1;
+    worker_arg arg = {job, job->n, job->k};
+    pthread_t tid[256];
+    uint32_t started = 0;
+    for (uint32_t t = 1; t < threads; t++) {
+        if (pthread_create(&tid[started], NULL, worker, &arg) != 0) break;
+        started++;
+    }
+    worker(&arg);
+    for (uint32_t t = 0; t < started; t++) pthread_join(tid[t], NULL);
+    int st = atomic_load(&job->status);
+    if (st < 0) {
+        pthread_mutex_lock(&eval_error_lock);
+        fathom_fail(st, "%s", eval_error);
+        pthread_mutex_unlock(&eval_error_lock);
+    }
+    return st;
+}
+
+/* One layer: build every head's state, then run the (head, chunk) items.
+ * acc_out [n_methods] gets the layer's sums. */
+typedef struct layer_input {
+    const float *q, *k, *v;      /* the evaluated window */
+    const float *cq, *ck;        /* calibration (or the window itself) */
+    uint64_t cn;                 /* calibration keys per head */
+    uint32_t cpositions;         /* calibration queries per head */
+    bool calib_given;
+} layer_input;
+
+static int eval_layer(const fathom_source_info *info, const layer_input *in, const fathom_method *methods,
+                      uint32_t n_methods, const uint32_t *budgets, uint32_t k, uint32_t pos_begin,
+                      uint32_t threads, const fathom_eval_config *config, atomic_ullong *done,
+                      uint64_t total, accum *acc_out) {
+    const uint32_t dim = info->dim, G = info->q_heads / info->kv_heads, H = info->kv_heads;
+    const uint64_t n = info->tokens;
+    int st = FATHOM_OK;
+    head_state *heads = fathom_calloc_array(H, sizeof(head_state));
+    if (!heads) {
+        return fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory");
+    }
+    for (uint32_t g = 0; g < H && st == FATHOM_OK; g++) {
+        /* the group's calibration queries are contiguous: heads g*G..g*G+G-1 */
+        calib_view cal = {in->ck + (uint64_t)g * in->cn * dim, in->cn,
+                          in->cq + (uint64_t)g * G * in->cpositions * dim, (uint64_t)G * in->cpositions};
+        st = head_state_build(&heads[g], methods, n_methods, dim, in->k + (uint64_t)g * n * dim,
+                              in->v + (uint64_t)g * n * dim, n, &cal, in->calib_given);
+    }
+    if (st == FATHOM_OK) {
+        layer_job job;
+        memset(&job, 0, sizeof job);
+        job.methods = methods;
+        job.n_methods = n_methods;
+        job.budgets = budgets;
+        job.dim = dim;
+        job.group = G;
+        job.kv_heads = H;
+        job.k = k;
+        job.n = n;
+        job.positions = info->positions;
+        job.pos_begin = pos_begin;
+        job.first_query = info->first_query;
+        job.q = in->q;
+        job.heads = heads;
+        job.chunks_per_head = (info->positions - pos_begin + POSITION_CHUNK - 1) / POSITION_CHUNK;
+        job.n_items = job.chunks_per_head * H;
+        atomic_init(&job.next_item, 0);
+        atomic_init(&job.status, 0);
+        job.acc = fathom_calloc_array((uint64_t)job.n_items * n_methods, sizeof(accum));
+        job.config = config;
+        job.done = done;
+        job.total = total;
+        if (!job.acc) {
+            st = fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory");
+        } else {
+            st = run_layer_job(&job, threads);
+            for (uint32_t it = 0; it < job.n_items && st == FATHOM_OK; it++)
+                for (uint32_t m = 0; m < n_methods; m++) {
+                    const accum *a = &job.acc[(uint64_t)it * n_methods + m];
+                    accum *o = &acc_out[m];
+                    o->bits += a->bits;
+                    o->scan_bytes += a->scan_bytes;
+                    o->row_bytes += a->row_bytes;
+                    o->err += a->err;
+                    o->err_sq += a->err_sq;
+                    o->ratio += a->ratio;
+                    o->groups += a->groups;
+                    o->heads += a->heads;
+                }
+            free(job.acc);
+        }
+    }
+    for (uint32_t g = 0; g < H; g++) head_state_free(&heads[g]);
+    free(heads);
+    return st;
+}
+
+/* Buffers for one layer of a source. */
+typedef struct layer_buffers {
+    float *q, *k, *v;
+} layer_buffers;
+
+static void layer_buffers_free(layer_buffers *b) {
+    free(b->q);
+    free(b->k);
+    free(b->v);
+    memset(b, 0, sizeof *b);
+}
+
+static int layer_buffers_alloc(layer_buffers *b, const fathom_source_info *info, bool values) {
+    uint64_t qn = (uint64_t)info->q_heads * info->positions * info->dim;
+    uint64_t kn = (uint64_t)info->kv_heads * info->tokens * info->dim;
+    b->q = fathom_alloc_array(qn, sizeof(float));
+    b->k = fathom_alloc_array(kn, sizeof(float));
+    b->v = values ? fathom_alloc_array(kn, sizeof(float)) : NULL;
+    if (!b->q || !b->k || (values && !b->v)) {
+        layer_buffers_free(b);
+        return fathom_fail(FATHOM_ERR_NOMEM, "eval: cannot allocate a layer (%llu keys per head)",
+                           (unsigned long long)info->tokens);
+    }
+    return FATHOM_OK;
+}
+
+static int check_config(const fathom_source_info *info, const fathom_method *methods, uint32_t n_methods,
+                        const fathom_eval_config *config, const fathom_source_info *cinfo) {
+    FATHOM_CHECK_ARG(n_methods > 0, "eval: no methods");
+    FATHOM_CHECK_ARG(config->k > 0, "eval: k must be positive");
+    FATHOM_CHECK_ARG(info->dim > 0 && info->kv_heads > 0 && info->q_heads % info->kv_heads == 0,
+                     "eval: bad source shape");
+    FATHOM_CHECK_ARG(info->first_query + info->positions <= info->tokens,
+                     "eval: queries reach past the keys (first_query %llu + P %u > n %llu)",
+                     (unsigned long long)info->first_query, info->positions,
+                     (unsigned long long)info->tokens);
+    FATHOM_CHECK_ARG(info->tokens <= UINT32_MAX, "eval: more than 2^32 tokens per head");
+    uint32_t ds_param = 0;
+    for (uint32_t m = 0; m < n_methods; m++) {
+        const fathom_method *me = &methods[m];
+        FATHOM_CHECK_ARG((uint32_t)me->kind <= FATHOM_METHOD_DENSE, "eval: method %u has a bad kind", m);
+        if (me->kind == FATHOM_METHOD_FATHOM || me->kind == FATHOM_METHOD_FATHOM_KLT)
+            FATHOM_CHECK_ARG(me->param >= 1 && me->param <= FATHOM_MAX_DEPTH * info->dim,
+                             "eval: %s: budget must be 1..%u code bits at dim %u", me->name,
+                             FATHOM_MAX_DEPTH * info->dim, info->dim);
+        if (me->kind == FATHOM_METHOD_SPARQ || me->kind == FATHOM_METHOD_DS || me->kind == FATHOM_METHOD_LOKI)
+            FATHOM_CHECK_ARG(me->param >= 1 && me->param <= info->dim, "eval: %s: needs 1..%u channels",
+                             me->name, info->dim);
+        if (me->kind == FATHOM_METHOD_DS) {
+            FATHOM_CHECK_ARG(ds_param == 0 || ds_param == me->param,
+                             "eval: only one ds:c per run (got ds:%u and ds:%u)", ds_param, me->param);
+            ds_param = me->param;
+        }
+    }
+    if (cinfo) {
+        FATHOM_CHECK_ARG(cinfo->layers == info->layers && cinfo->q_heads == info->q_heads &&
+                             cinfo->kv_heads == info->kv_heads && cinfo->dim == info->dim,
+                         "eval: calibration shape (%u layers, %u/%u heads, dim %u) differs from the "
+                         "evaluated one (%u layers, %u/%u heads, dim %u)",
+                         cinfo->layers, cinfo->q_heads, cinfo->kv_heads, cinfo->dim, info->layers,
+                         info->q_heads, info->kv_heads, info->dim);
+    }
+    return FATHOM_OK;
+}
+
+/* Greedy per-layer budgets for every fathom method: the calibration error of
+ * each layer at each level, then fathom_greedy_layer_budgets (§3.4). The
+ * calibration source is evaluated against its own statistics. */
+static int greedy_budgets(const fathom_source *calib, const fathom_source_info *cinfo,
+                          const fathom_method *methods, uint32_t n_methods, uint32_t k, uint32_t threads,
+                          uint32_t *budgets /* [layers x n_methods] */) {
+    /* One calibration method per fathom method and level. */
+    uint32_t n_cal = 0;
+    fathom_method *cal = fathom_alloc_array((uint64_t)n_methods * GREEDY_LEVELS, sizeof(fathom_method));
+    uint32_t *cal_budget = fathom_alloc_array((uint64_t)n_methods * GREEDY_LEVELS, sizeof(uint32_t));
+    double *err = NULL;
+    accum *acc = NULL;
+    layer_buffers b = {0};
+    int st = FATHOM_OK;
+    if (!cal || !cal_budget) {
+        st = fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory");
+        goto done;
+    }
+    for (uint32_t m = 0; m < n_methods; m++) {
+        if (methods[m].kind != FATHOM_METHOD_FATHOM && methods[m].kind != FATHOM_METHOD_FATHOM_KLT) continue;
+        for (uint32_t i = 0; i < GREEDY_LEVELS; i++) {
+            cal[n_cal] = methods[m];
+            cal_budget[n_cal] = greedy_levels[i];
+            n_cal++;
+        }
+    }
+    if (n_cal == 0) goto done;
+    err = fathom_calloc_array((uint64_t)n_cal * cinfo->layers, sizeof(double));
+    acc = fathom_alloc_array(n_cal, sizeof(accum));
+    if (!err || !acc) {
+        st = fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory");
+        goto done;
+    }
+    if ((st = layer_buffers_alloc(&b, cinfo, true)) < 0) goto done;
+    uint32_t pos_begin = cinfo->positions > GREEDY_CALIB_POSITIONS ? cinfo->positions - GREEDY_CALIB_POSITIONS : 0;
+    for (uint32_t L = 0; L < cinfo->layers; L++) {
+        if ((st = fathom_source_layer(calib, L, b.q, b.k, b.v)) < 0) goto done;
+        layer_input in = {b.q, b.k, b.v, b.q, b.k, cinfo->tokens, cinfo->positions, true};
+        memset(acc, 0, n_cal * sizeof(accum));
+        if ((st = eval_layer(cinfo, &in, cal, n_cal, cal_budget, k, pos_begin, threads, NULL, NULL, 0, acc)) < 0)
+            goto done;
+        for (uint32_t c = 0; c < n_cal; c++) err[(uint64_t)c * cinfo->layers + L] = acc[c].err / (double)acc[c].heads;
+    }
+    /* Per fathom method: err table [layers x levels] and the greedy plan. */
+    double *table = fathom_alloc_array((uint64_t)cinfo->layers * GREEDY_LEVELS, sizeof(double));
+    uint32_t *plan = fathom_alloc_array(cinfo->layers, sizeof(uint32_t));
+    if (!table || !plan) {
+        free(table);
+        free(plan);
+        st = fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory");
+        goto done;
+    }
+    uint32_t c0 = 0;
+    for (uint32_t m = 0; m < n_methods && st == FATHOM_OK; m++) {
+        if (methods[m].kind != FATHOM_METHOD_FATHOM && methods[m].kind != FATHOM_METHOD_FATHOM_KLT) continue;
+        for (uint32_t L = 0; L < cinfo->layers; L++)
+            for (uint32_t i = 0; i < GREEDY_LEVELS; i++)
+                table[(uint64_t)L * GREEDY_LEVELS + i] = err[(uint64_t)(c0 + i) * cinfo->layers + L];
+        st = fathom_greedy_layer_budgets(cinfo->layers, greedy_levels, GREEDY_LEVELS, table,
+                                         (double)methods[m].param, plan);
+        for (uint32_t L = 0; L < cinfo->layers && st == FATHOM_OK; L++)
+            budgets[(uint64_t)L * n_methods + m] = plan[L];
+        c0 += GREEDY_LEVELS;
+    }
+    free(table);
+    free(plan);
+done:
+    layer_buffers_free(&b);
+    free(cal);
+    free(cal_budget);
+    free(err);
+    free(acc);
+    return st;
+}
+
+int fathom_eval_run(const fathom_source *src, const fathom_method *methods, uint32_t n_methods,
+                    const fathom_eval_config *config, fathom_method_result *results) {
+    FATHOM_CHECK_ARG(src && methods && config && results, "fathom_eval_run: NULL argument");
+    fathom_source_info info, cinfo;
+    FATHOM_TRY(fathom_source_get_info(src, &info));
+    if (config->calib) FATHOM_TRY(fathom_source_get_info(config->calib, &cinfo));
+    FATHOM_TRY(check_config(&info, methods, n_methods, config, config->calib ? &cinfo : NULL));
+    FATHOM_CHECK_ARG(config->layer_budget == FATHOM_BUDGET_FLAT || config->layer_budget == FATHOM_BUDGET_GREEDY,
+                     "fathom_eval_run: bad layer_budget %d", (int)config->layer_budget);
+    FATHOM_CHECK_ARG(config->layer_budget == FATHOM_BUDGET_FLAT || config->calib,
+                     "fathom_eval_run: the greedy layer budget needs calibration data (--calib)");
+
+    const uint32_t threads = config->threads ? config->threads : fathom_default_threads();
+    const uint32_t P = info.positions;
+    const uint32_t pos_begin = config->max_positions && config->max_positions < P ? P - config->max_positions : 0;
+    const fathom_source_info *cal_info = config->calib ? &cinfo : &info;
+
+    int st = FATHOM_OK;
+    uint32_t *budgets = fathom_alloc_array((uint64_t)info.layers * n_methods, sizeof(uint32_t));
+    accum *acc = fathom_calloc_array(n_methods, sizeof(accum));
+    layer_buffers b = {0}, cb = {0};
+    if (!budgets || !acc) {
+        st = fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory");
+        goto done;
+    }
+    for (uint32_t L = 0; L < info.layers; L++)
+        for (uint32_t m = 0; m < n_methods; m++) budgets[(uint64_t)L * n_methods + m] = methods[m].param;
+    if (config->layer_budget == FATHOM_BUDGET_GREEDY &&
+        (st = greedy_budgets(config->calib, &cinfo, methods, n_methods, config->k, threads, budgets)) < 0)
+        goto done;
+
+    if ((st = layer_buffers_alloc(&b, &info, true)) < 0) goto done;
+    if (config->calib && (st = layer_buffers_alloc(&cb, &cinfo, false)) < 0) goto done;
+
+    atomic_ullong done_count;
+    atomic_init(&done_count, 0);
+    const uint64_t total = (uint64_t)info.layers * info.kv_heads * (P - pos_begin);
+    for (uint32_t L = 0; L < info.layers; L++) {
+        if ((st = fathom_source_layer(src, L, b.q, b.k, b.v)) < 0) goto done;
+        layer_input in = {b.q, b.k, b.v, b.q, b.k, info.tokens, P, false};
+        if (config->calib) {
+            if ((st = fathom_source_layer(config->calib, L, cb.q, cb.k, NULL)) < 0) goto done;
+            in.cq = cb.q;
+            in.ck = cb.k;
+            in.cn = cal_info->tokens;
+            in.cpositions = cal_info->positions;
+            in.calib_given = true;
+        }
+        if ((st = eval_layer(&info, &in, methods, n_methods, budgets + (uint64_t)L * n_methods, config->k,
+                             pos_begin, threads, config, &done_count, total, acc)) < 0)
+            goto done;
+    }
+    for (uint32_t m = 0; m < n_methods; m++) {
+        fathom_method_result *r = &results[m];
+        const accum *a = &acc[m];
+        memset(r, 0, sizeof *r);
+        memcpy(r->name, methods[m].name, sizeof r->name);
+        r->name[sizeof r->name - 1] = 0;
+        const double positions = (double)(P - pos_begin);
+        r->bits_per_token = a->groups ? a->bits / (double)a->groups : 0;
+        r->scan_bytes_per_step = a->scan_bytes / positions;
+        r->row_bytes_per_step = a->row_bytes / positions;
+        const double nh = (double)a->heads;
+        r->rel_error = nh ? a->err / nh : 0;
+        double var = nh > 1 ? (a->err_sq - nh * r->rel_error * r->rel_error) / (nh - 1) : 0;
+        r->rel_error_stderr = var > 0 ? sqrt(var / nh) : 0;
+        r->selection_ratio = nh ? a->ratio / nh : 0;
+    }
+done:
+    layer_buffers_free(&b);
+    layer_buffers_free(&cb);
+    free(budgets);
+    free(acc);
+    return st;
+}
