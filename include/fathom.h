@@ -469,6 +469,10 @@ void fathom_tokenizer_free(fathom_tokenizer *tok); /* NULL is fine */
  *      splits what lies between (PCRE2, UTF + UCP);
  *   3. byte-level BPE on each piece: the lowest-ranked merge first, ties to
  *      the left.
+ * Whitespace in step 2 is Unicode White_Space (as Oniguruma's \s in HF; not
+ * PCRE2's, which adds U+180E). \p{L} and \p{N} come from the system PCRE2's
+ * tables (Unicode 14 in 10.42): characters assigned since (Unicode 15/16,
+ * e.g. Garay, Kawi, CJK ext. H) may split differently from a newer HF build.
  * Text need not be valid UTF-8: each maximal run of invalid bytes becomes a
  * piece of its own and is encoded byte-level like any other, so decode
  * returns the exact bytes when the vocabulary has them all (HF cannot take
