@@ -49,8 +49,7 @@ int fathom_importance(uint32_t dim, uint32_t group, const float *queries, const 
             q2 += q * q;
         }
         /* A round-off negative eigenvalue gives g <= 0: that channel is never read. */
-        g[j] = q2 * (double)var[j];
-        FATHOM_CHECK(!isfinite(g[j]), FATHOM_ERR_NONFINITE, "fathom_importance: g[%u] overflows", j);
+        g[j] = q2 * (double)var[j]; /* finite: float^3 * group stays far below DBL_MAX */
     }
     return FATHOM_OK;
 }
