@@ -4,6 +4,10 @@
  * parameter (fathom:B, fathom-klt:B, sparq:r, ds:c, loki:r). Bits per token
  * follow the paper's one convention: code bits plus 16 bits of fp16 scale per
  * 64 tokens for every channel read, i.e. t + 1/4 bits per channel at depth t.
+ *
+ * Specs are exact: lowercase names, no spaces, a parameter of 1..4096 in
+ * plain decimal digits on exactly the methods that take one. Lists trim
+ * blanks around items; duplicates are allowed (the caller decides).
  */
 #include "internal.h"
 

@@ -8,6 +8,12 @@
  * the chosen set is exactly {keys >= the m-th largest key}; one quickselect
  * finds that threshold in the caller's work array and one ascending pass
  * writes the output in order, with no sort and no allocation.
+ *
+ * Edge cases, in order: n_visible <= k keeps everything. Sink and local may
+ * overlap (short prefixes); their union is the forced set. If the forced set
+ * alone reaches k (only possible when sink + local >= k) it is cut to k: the
+ * sink positions first, then the most recent ones, and nothing is scored.
+ * n_visible == 0 and k == 0 are invalid arguments (softmax over nothing).
  */
 #include "internal.h"
 
