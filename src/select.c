@@ -2,12 +2,11 @@
  * `local` positions always, the highest-scoring of the rest up to k.
  *
  * The scored part is a top-m selection over the middle positions. Each
- * candidate becomes one unique uint64 key, order-preserving float bits in
- * the high half and (0xffffffff - position) in the low half, so a larger key
- * is a higher score, or an equal score at a lower position. With unique keys
- * the chosen set is exactly {keys >= the m-th largest key}; one quickselect
- * finds that threshold in the caller's work array and one ascending pass
- * writes the output in order, with no sort and no allocation.
+ * score becomes an order-preserving 32-bit key (NaN lowest, -0 == +0); a
+ * radix select finds the m-th largest key T and how many keys equal to T
+ * are taken, and one ascending pass writes the output: keys above T, and
+ * the lowest positions among keys equal to T (ties go to the lower index).
+ * No sort and no allocation: the keys live in the caller's work array.
  *
  * Edge cases, in order: n_visible <= k keeps everything. Sink and local may
  * overlap (short prefixes); their union is the forced set. If the forced set
@@ -31,80 +30,36 @@ static uint32_t score_order(float s) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-static uint64_t select_key(float score, uint64_t pos) {
-    return ((uint64_t)score_order(score) << 32) | (0xffffffffu - (uint32_t)pos);
-}
-
-static void swap_u64(uint64_t *a, uint64_t *b) {
-    uint64_t t = *a;
-    *a = *b;
-    *b = t;
-}
-
-/* Min-heap sift-down on v[0..n) (used only by the worst-case fallback). */
-static void sift_down_min(uint64_t *v, uint64_t n, uint64_t i) {
-    for (;;) {
-        uint64_t c = 2 * i + 1;
-        if (c >= n) return;
-        if (c + 1 < n && v[c + 1] < v[c]) c++;
-        if (v[i] <= v[c]) return;
-        swap_u64(&v[i], &v[c]);
-        i = c;
-    }
-}
-
-/* Heapsort descending, in place: the fallback that keeps quickselect
- * O(n log n) on inputs its deterministic pivot handles badly. */
-static void sort_descending(uint64_t *v, uint64_t n) {
-    if (n < 2) return;
-    for (uint64_t i = n / 2; i-- > 0;) sift_down_min(v, n, i);
-    for (uint64_t end = n - 1; end > 0; end--) {
-        swap_u64(&v[0], &v[end]); /* smallest goes last */
-        sift_down_min(v, end, 0);
-    }
-}
-
-static uint64_t median3(uint64_t a, uint64_t b, uint64_t c) {
-    if (a < b) {
-        if (b < c) return b;
-        return a < c ? c : a;
-    }
-    if (a < c) return a;
-    return b < c ? c : b;
-}
-
-/* Reorder v[0..n) (unique keys) so that v[m-1] is the m-th largest and
- * v[0..m-1) are larger; returns v[m-1]. 1 <= m <= n. Introselect: median of
- * three pivots, heapsort once the range has not shrunk enough. */
-static uint64_t kth_largest(uint64_t *v, uint64_t n, uint64_t m) {
-    uint64_t lo = 0, hi = n, target = m - 1;
-    int budget = 2;
-    for (uint64_t s = n; s > 1; s >>= 1) budget += 2;
-    while (hi - lo > 1) {
-        if (budget-- == 0) {
-            sort_descending(v + lo, hi - lo);
-            return v[target];
+/* The value T of the m-th largest of keys[0..n) and how many keys equal to
+ * T belong to the top m (*take_equal >= 1). Radix select, most significant
+ * digit first (11 + 11 + 10 bits): each level histograms the keys that share
+ * the prefix found so far, so the whole selection is four linear passes
+ * (three here, one for the output) and needs no sort. 1 <= m <= n. */
+static uint32_t radix_threshold(const uint32_t *keys, uint64_t n, uint64_t m, uint64_t *take_equal) {
+    static const unsigned shifts[3] = {21, 10, 0};
+    static const unsigned widths[3] = {11, 11, 10};
+    uint32_t prefix = 0, mask = 0;
+    uint64_t need = m;
+    for (int level = 0; level < 3; level++) {
+        const unsigned shift = shifts[level], bins = 1u << widths[level];
+        uint32_t hist[2048];
+        memset(hist, 0, bins * sizeof hist[0]);
+        if (level == 0) {
+            for (uint64_t i = 0; i < n; i++) hist[keys[i] >> shift]++;
+        } else {
+            for (uint64_t i = 0; i < n; i++)
+                if ((keys[i] & mask) == prefix) hist[(keys[i] >> shift) & (bins - 1)]++;
         }
-        uint64_t pivot = median3(v[lo], v[lo + (hi - lo) / 2], v[hi - 1]);
-        /* Partition [lo, hi) into > pivot | == pivot | < pivot (keys are unique,
-         * so the middle is the pivot alone). */
-        uint64_t gt = lo, i = lo, lt = hi;
-        while (i < lt) {
-            if (v[i] > pivot)
-                swap_u64(&v[gt++], &v[i++]);
-            else if (v[i] < pivot)
-                swap_u64(&v[i], &v[--lt]);
-            else
-                i++;
+        uint32_t b = bins;
+        while (b-- > 0) {
+            if (need <= hist[b]) break;
+            need -= hist[b];
         }
-        if (target < gt)
-            hi = gt;
-        else if (target >= lt)
-            lo = lt;
-        else
-            return pivot;
+        prefix |= b << shift;
+        mask |= (bins - 1) << shift;
     }
-    return v[target];
+    *take_equal = need;
+    return prefix;
 }
 
 int fathom_select(const float *scores, uint64_t n_visible, uint32_t k, uint32_t sink,
@@ -141,17 +96,25 @@ int fathom_select(const float *scores, uint64_t n_visible, uint32_t k, uint32_t 
     }
 
     /* forced < k < n, so the middle [sink_end, local_begin) is non-empty and
-     * m = k - forced of its positions are chosen, 1 <= m < middle. */
+     * m = k - forced of its positions are chosen, 1 <= m < middle. The
+     * caller's work array (n uint64) holds the middle's 32-bit score keys. */
     const uint64_t middle = local_begin - sink_end;
     const uint64_t m = k - forced;
-    for (uint64_t i = 0; i < middle; i++)
-        work[i] = select_key(scores[sink_end + i], sink_end + i);
-    const uint64_t threshold = kth_largest(work, middle, m);
+    uint32_t *keys = (uint32_t *)work;
+    for (uint64_t i = 0; i < middle; i++) keys[i] = score_order(scores[sink_end + i]);
+    uint64_t take_equal;
+    const uint32_t threshold = radix_threshold(keys, middle, m, &take_equal);
 
+    /* Ascending output; among scores equal to the threshold the lower
+     * positions come first, which is the tie rule. */
     uint32_t c = 0;
-    for (uint64_t i = 0; i < n; i++)
-        if (i < sink_end || i >= local_begin || select_key(scores[i], i) >= threshold)
-            idx_out[c++] = (uint32_t)i;
+    for (uint64_t i = 0; i < sink_end; i++) idx_out[c++] = (uint32_t)i;
+    for (uint64_t i = 0; i < middle; i++) {
+        const uint32_t key = keys[i];
+        if (key > threshold || (key == threshold && take_equal > 0 && take_equal--))
+            idx_out[c++] = (uint32_t)(sink_end + i);
+    }
+    for (uint64_t i = local_begin; i < n; i++) idx_out[c++] = (uint32_t)i;
     *count = c;
     return FATHOM_OK;
 }
