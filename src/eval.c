@@ -18,6 +18,9 @@
 #include <string.h>
 
 #define POSITION_CHUNK 8
+#define EXACT_BLOCK 64 /* keys per block of the exact-score pass */
+#define MAX_GROUP 64   /* query heads per KV head */
+#define G_MAX_ROWS (MAX_GROUP * POSITION_CHUNK)
 #define BASIS_MAX_KEYS 16384 /* calibration keys used for a KLT fit (evenly strided) */
 
 /* Greedy per-layer budgets (§3.4): levels B_l in {24, 32, ..., 128}. */
@@ -189,10 +192,14 @@ static int head_state_build(head_state *hs, const fathom_method *methods, uint32
 
 /* Per-thread scratch. */
 typedef struct scratch {
+    float *exact;     /* [G*POSITION_CHUNK x n] exact scores of a chunk's queries */
+    float *kt;        /* [dim x EXACT_BLOCK] a transposed key block */
+    double *acc;      /* [G*POSITION_CHUNK x dim] dense output accumulators */
     float *qg;        /* [G x dim] the group's queries at one position */
     float *qrot;      /* [G x dim] rotated */
     float *scores;    /* [G x n] */
-    float *dense_out; /* [G x dim] */
+    float *dense_out; /* [G*POSITION_CHUNK x dim] dense outputs of the chunk */
+    float *qchunk;    /* [G*POSITION_CHUNK x dim] the chunk's queries */
     float *out;       /* [dim] */
     uint64_t *work;   /* [n] */
     uint32_t *idx;    /* [G x k] */
@@ -200,13 +207,19 @@ typedef struct scratch {
     const uint32_t **sets;
     double *g;        /* [dim] */
     uint8_t *depths;  /* [dim] */
+    uint32_t row0;         /* row of the current position's first head in exact */
+    uint64_t exact_stride; /* floats per row of exact */
 } scratch;
 
 static void scratch_free(scratch *s) {
+    free(s->exact);
+    free(s->kt);
+    free(s->acc);
     free(s->qg);
     free(s->qrot);
     free(s->scores);
     free(s->dense_out);
+    free(s->qchunk);
     free(s->out);
     free(s->work);
     free(s->idx);
@@ -218,10 +231,14 @@ static void scratch_free(scratch *s) {
 
 static int scratch_init(scratch *s, uint32_t dim, uint32_t group, uint64_t n, uint32_t k) {
     memset(s, 0, sizeof *s);
+    s->exact = fathom_alloc_array((uint64_t)group * POSITION_CHUNK * n, sizeof(float));
+    s->kt = fathom_alloc_array((uint64_t)dim * EXACT_BLOCK, sizeof(float));
+    s->acc = fathom_alloc_array((uint64_t)group * POSITION_CHUNK * dim, sizeof(double));
     s->qg = fathom_alloc_array((uint64_t)group * dim, sizeof(float));
     s->qrot = fathom_alloc_array((uint64_t)group * dim, sizeof(float));
     s->scores = fathom_alloc_array((uint64_t)group * n, sizeof(float));
-    s->dense_out = fathom_alloc_array((uint64_t)group * dim, sizeof(float));
+    s->dense_out = fathom_alloc_array((uint64_t)group * POSITION_CHUNK * dim, sizeof(float));
+    s->qchunk = fathom_alloc_array((uint64_t)group * POSITION_CHUNK * dim, sizeof(float));
     s->out = fathom_alloc_array(dim, sizeof(float));
     s->work = fathom_alloc_array(n, sizeof(uint64_t));
     s->idx = fathom_alloc_array((uint64_t)group * k, sizeof(uint32_t));
@@ -229,7 +246,7 @@ static int scratch_init(scratch *s, uint32_t dim, uint32_t group, uint64_t n, ui
     s->sets = fathom_alloc_array(group, sizeof(*s->sets));
     s->g = fathom_alloc_array(dim, sizeof(double));
     s->depths = fathom_alloc_array(dim, 1);
-    if (!s->qg || !s->qrot || !s->scores || !s->dense_out || !s->out || !s->work || !s->idx ||
+    if (!s->exact || !s->kt || !s->acc || !s->qg || !s->qrot || !s->scores || !s->dense_out || !s->qchunk || !s->out || !s->work || !s->idx ||
         !s->counts || !s->sets || !s->g || !s->depths) {
         scratch_free(s);
         return fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory for scratch buffers");
@@ -283,22 +300,68 @@ static int method_scores(const layer_job *job, const head_state *hs, const fatho
         *bits = fathom_method_fixed_bits(m, dim);
         return fathom_landmarks_scan(hs->landmarks, s->qg, G, n_vis, s->scores, NULL);
     case FATHOM_METHOD_ORACLE:
+        /* exact scores were computed for the whole chunk (exact_scores) */
         *bits = fathom_method_fixed_bits(m, dim);
-        for (uint32_t h = 0; h < G; h++) {
-            const float *q = s->qg + h * dim;
-            float *sc = s->scores + h * n_vis;
-            for (uint64_t i = 0; i < n_vis; i++) {
-                const float *key = hs->keys + i * dim;
-                float acc = 0;
-                for (uint32_t j = 0; j < dim; j++) acc += q[j] * key[j];
-                sc[i] = acc;
-            }
-        }
+        for (uint32_t h = 0; h < G; h++)
+            memcpy(s->scores + h * n_vis, s->exact + ((uint64_t)s->row0 + h) * s->exact_stride, n_vis * sizeof(float));
         return FATHOM_OK;
     case FATHOM_METHOD_DENSE:
         break;
     }
     return fathom_fail(FATHOM_ERR_INVALID_ARG, "eval: method %s has no scorer", m->name);
+}
+
+/* Exact scores of R query rows against keys [0, n): S[r*n + i] = q_r . k_i.
+ * Keys are read once per chunk in blocks, transposed so that the inner loop
+ * runs over keys and vectorizes without reassociating any sum. */
+static void exact_scores(uint32_t dim, const float *Q, uint32_t R, const float *keys, uint64_t n, float *S,
+                         float *kt) {
+    for (uint64_t i0 = 0; i0 < n; i0 += EXACT_BLOCK) {
+        uint32_t nb = n - i0 < EXACT_BLOCK ? (uint32_t)(n - i0) : EXACT_BLOCK;
+        for (uint32_t i = 0; i < nb; i++)
+            for (uint32_t j = 0; j < dim; j++) kt[(uint64_t)j * EXACT_BLOCK + i] = keys[(i0 + i) * dim + j];
+        for (uint32_t r = 0; r < R; r++) {
+            float acc[EXACT_BLOCK] = {0};
+            const float *q = Q + (uint64_t)r * dim;
+            for (uint32_t j = 0; j < dim; j++) {
+                const float qj = q[j];
+                const float *row = kt + (uint64_t)j * EXACT_BLOCK;
+                for (uint32_t i = 0; i < EXACT_BLOCK; i++) acc[i] += qj * row[i];
+            }
+            memcpy(S + (uint64_t)r * n + i0, acc, nb * sizeof(float));
+        }
+    }
+}
+
+/* Dense attention outputs of R rows from their exact scores: row r sees keys
+ * [0, visible[r]). Softmax in double with the row maximum subtracted; values
+ * are read once, in row order. */
+static void dense_outputs(uint32_t dim, const float *S, uint64_t stride, uint32_t R, const uint64_t *visible,
+                          const float *values, double *acc, float *out) {
+    const double scale = 1.0 / sqrt((double)dim);
+    double mx[G_MAX_ROWS], sum[G_MAX_ROWS];
+    uint64_t nmax = 0;
+    for (uint32_t r = 0; r < R; r++) {
+        const float *s = S + (uint64_t)r * stride;
+        float m = s[0];
+        for (uint64_t i = 1; i < visible[r]; i++) m = s[i] > m ? s[i] : m;
+        mx[r] = m;
+        sum[r] = 0;
+        if (visible[r] > nmax) nmax = visible[r];
+    }
+    memset(acc, 0, (size_t)R * dim * sizeof(double));
+    for (uint64_t i = 0; i < nmax; i++) {
+        const float *v = values + i * dim;
+        for (uint32_t r = 0; r < R; r++) {
+            if (i >= visible[r]) continue;
+            double w = exp(((double)S[(uint64_t)r * stride + i] - mx[r]) * scale);
+            sum[r] += w;
+            double *a = acc + (uint64_t)r * dim;
+            for (uint32_t j = 0; j < dim; j++) a[j] += w * v[j];
+        }
+    }
+    for (uint32_t r = 0; r < R; r++)
+        for (uint32_t j = 0; j < dim; j++) out[(uint64_t)r * dim + j] = (float)(acc[(uint64_t)r * dim + j] / sum[r]);
 }
 
 static int run_item(layer_job *job, uint32_t item, scratch *s) {
@@ -311,13 +374,27 @@ static int run_item(layer_job *job, uint32_t item, scratch *s) {
     const head_state *hs = &job->heads[head];
     accum *acc = job->acc + (uint64_t)item * job->n_methods;
 
+    /* The chunk's queries as rows r = (p - p0) * G + h: exact scores and
+     * dense outputs for all of them in one pass over the keys and values. */
+    const uint32_t R = (p1 - p0) * G;
+    const uint64_t n_max = job->first_query + p1;
+    uint64_t visible[G_MAX_ROWS];
+    for (uint32_t p = p0; p < p1; p++)
+        for (uint32_t h = 0; h < G; h++) {
+            uint32_t r = (p - p0) * G + h;
+            memcpy(s->qchunk + (uint64_t)r * dim, job->q + ((uint64_t)(head * G + h) * job->positions + p) * dim,
+                   dim * sizeof(float));
+            visible[r] = job->first_query + p + 1;
+        }
+    s->exact_stride = n_max;
+    exact_scores(dim, s->qchunk, R, hs->keys, n_max, s->exact, s->kt);
+    dense_outputs(dim, s->exact, n_max, R, visible, hs->values, s->acc, s->dense_out);
+
     for (uint32_t p = p0; p < p1; p++) {
         const uint64_t n_vis = job->first_query + p + 1;
-        for (uint32_t h = 0; h < G; h++) {
-            const float *q = job->q + ((uint64_t)(head * G + h) * job->positions + p) * dim;
-            memcpy(s->qg + h * dim, q, dim * sizeof(float));
-            FATHOM_TRY(fathom_attend(dim, q, hs->keys, hs->values, NULL, n_vis, s->dense_out + h * dim));
-        }
+        const float *dense_out = s->dense_out + (uint64_t)(p - p0) * G * dim;
+        s->row0 = (p - p0) * G;
+        memcpy(s->qg, s->qchunk + (uint64_t)s->row0 * dim, (uint64_t)G * dim * sizeof(float));
         for (uint32_t mi = 0; mi < job->n_methods; mi++) {
             const fathom_method *m = &job->methods[mi];
             accum *a = &acc[mi];
@@ -335,7 +412,7 @@ static int run_item(layer_job *job, uint32_t item, scratch *s) {
                                              FATHOM_LOCAL_TOKENS, s->work, idx, &s->counts[h]));
                     FATHOM_TRY(fathom_attend(dim, s->qg + h * dim, hs->keys, hs->values, idx,
                                              s->counts[h], s->out));
-                    double e = fathom_rel_l2(dim, s->out, s->dense_out + h * dim);
+                    double e = fathom_rel_l2(dim, s->out, dense_out + h * dim);
                     a->err += e;
                     a->err_sq += e * e;
                     a->ratio += (double)s->counts[h] / (double)n_vis;
@@ -536,6 +613,8 @@ static int check_config(const fathom_source_info *info, const fathom_method *met
                      (unsigned long long)info->first_query, info->positions,
                      (unsigned long long)info->tokens);
     FATHOM_CHECK_ARG(info->tokens <= UINT32_MAX, "eval: more than 2^32 tokens per head");
+    FATHOM_CHECK_ARG(info->q_heads / info->kv_heads <= MAX_GROUP, "eval: more than %d query heads per KV head",
+                     MAX_GROUP);
     uint32_t ds_param = 0;
     for (uint32_t m = 0; m < n_methods; m++) {
         const fathom_method *me = &methods[m];

@@ -1,4 +1,187 @@
-/* PLACEHOLDER during initial development: replaced by the real subcommand. */
+/* fathom plan — one query group's channel importance, water line and read
+ * depths (§3.3), from variances and queries given on the command line. */
 #include "cli.h"
+#include "fathom.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
-int cmd_plan(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "fathom plan: not built yet\n"); return 1; }
+#include <stdlib.h>
+#include <string.h>
+
+#define PLAN_MAX_DIM 65536
+#define PLAN_MAX_QUERIES 256
+
+static void plan_usage(FILE *f) {
+    fprintf(f,
+            "usage: fathom plan --var v1,v2,... --query q1,q2,... [--query ...]\n"
+            "                   (--budget B [--bisect] | --theta T) [--json]\n\n"
+            "  --var LIST     per-channel key variance (sets dim)\n"
+            "  --query LIST   one query head of the group (repeat for each head)\n"
+            "  --budget B     code bits per token; depths by exact water-filling\n"
+            "  --bisect       find the water line by 30 log-bisection steps (paper)\n"
+            "  --theta T      depths at water line T > 0 instead of a budget\n"
+            "  --json         print one JSON object {theta, importance, depths}\n");
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "fathom plan: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(fathom plan --help for usage)\n");
+    return 2;
+}
+
+/* Parse "a,b,c" into finite floats; returns the count, 0 on any error. */
+static uint32_t parse_floats(const char *s, float *out, uint32_t cap) {
+    uint32_t n = 0;
+    const char *p = s;
+    for (;;) {
+        char *end;
+        errno = 0;
+        double v = strtod(p, &end);
+        if (end == p || errno == ERANGE || !isfinite(v) || fabs(v) > 3.4028234663852886e38)
+            return 0;
+        while (*end == ' ') end++;
+        if (n == cap) return 0;
+        out[n++] = (float)v;
+        if (*end == '\0') return n;
+        if (*end != ',') return 0;
+        p = end + 1;
+    }
+}
+
+static int parse_u32(const char *s, uint32_t *out) {
+    if (!s || *s < '0' || *s > '9') return 0;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end || errno == ERANGE || v > UINT32_MAX) return 0;
+    *out = (uint32_t)v;
+    return 1;
+}
+
+int cmd_plan(int argc, char **argv) {
+    const char *var_arg = NULL, *query_args[PLAN_MAX_QUERIES];
+    uint32_t n_queries = 0, budget = 0;
+    int have_budget = 0, have_theta = 0, bisect = 0, json = 0;
+    double theta = 0.0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            plan_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--bisect")) {
+            bisect = 1;
+            continue;
+        }
+        if (!strcmp(a, "--json")) {
+            json = 1;
+            continue;
+        }
+        if (strcmp(a, "--var") && strcmp(a, "--query") && strcmp(a, "--budget") &&
+            strcmp(a, "--theta"))
+            return usage_error("unknown option '%s'", a);
+        if (i + 1 >= argc) return usage_error("%s needs a value", a);
+        const char *v = argv[++i];
+        if (!strcmp(a, "--var")) {
+            if (var_arg) return usage_error("%s given twice", a);
+            var_arg = v;
+        } else if (!strcmp(a, "--query")) {
+            if (n_queries == PLAN_MAX_QUERIES) return usage_error("more than 256 %s", a);
+            query_args[n_queries++] = v;
+        } else if (!strcmp(a, "--budget")) {
+            if (have_budget) return usage_error("%s given twice", a);
+            if (!parse_u32(v, &budget)) return usage_error("bad --budget '%s' (a bit count)", v);
+            have_budget = 1;
+        } else {
+            if (have_theta) return usage_error("%s given twice", a);
+            char *end;
+            errno = 0;
+            theta = strtod(v, &end);
+            if (end == v || *end || errno == ERANGE || !isfinite(theta) || !(theta > 0.0))
+                return usage_error("bad --theta '%s' (a number > 0)", v);
+            have_theta = 1;
+        }
+    }
+    if (!var_arg) return usage_error("%s", "missing --var");
+    if (n_queries == 0) return usage_error("%s", "missing --query");
+    if (have_budget == have_theta) return usage_error("%s", "give exactly one of --budget and --theta");
+    if (bisect && !have_budget) return usage_error("%s", "--bisect needs --budget");
+
+    int rc = 1;
+    float *var = malloc(PLAN_MAX_DIM * sizeof *var);
+    /* + 1: the parse of the last query may read one value past dim to detect excess */
+    float *queries = malloc(((size_t)n_queries * PLAN_MAX_DIM + 1) * sizeof *queries);
+    double *g = malloc(PLAN_MAX_DIM * sizeof *g);
+    uint8_t *depths = malloc(PLAN_MAX_DIM);
+    if (!var || !queries || !g || !depths) {
+        fprintf(stderr, "fathom plan: out of memory\n");
+        goto done;
+    }
+    uint32_t dim = parse_floats(var_arg, var, PLAN_MAX_DIM);
+    if (dim == 0) {
+        rc = usage_error("bad --var '%s' (finite numbers separated by commas)", var_arg);
+        goto done;
+    }
+    for (uint32_t h = 0; h < n_queries; h++) {
+        uint32_t n = parse_floats(query_args[h], queries + (size_t)h * dim, dim + 1);
+        if (n == 0) {
+            rc = usage_error("bad --query '%s' (finite numbers separated by commas)", query_args[h]);
+            goto done;
+        }
+        if (n != dim) {
+            fprintf(stderr, "fathom plan: --query '%s' has %s values than --var (%u)\n",
+                    query_args[h], n < dim ? "fewer" : "more", dim);
+            rc = 2;
+            goto done;
+        }
+    }
+
+    int st = fathom_importance(dim, n_queries, queries, var, g);
+    if (st < 0) {
+        rc = cli_fail("plan", "importance", st);
+        goto done;
+    }
+    if (have_theta)
+        st = fathom_depths_at(dim, g, theta, depths);
+    else if (bisect)
+        st = fathom_water_fill_bisect(dim, g, budget, depths, &theta);
+    else
+        st = fathom_water_fill(dim, g, budget, depths, &theta);
+    if (st < 0) {
+        rc = cli_fail("plan", "water-filling", st);
+        goto done;
+    }
+
+    if (json) {
+        printf("{\"theta\":%.17g,\"importance\":[", theta);
+        for (uint32_t j = 0; j < dim; j++) printf("%s%.17g", j ? "," : "", g[j]);
+        printf("],\"depths\":[");
+        for (uint32_t j = 0; j < dim; j++) printf("%s%u", j ? "," : "", depths[j]);
+        printf("]}\n");
+    } else {
+        uint64_t code = 0, active = 0;
+        printf("channel  importance      depth\n");
+        for (uint32_t j = 0; j < dim; j++) {
+            printf("%7u  %-14.6g  %u\n", j, g[j], depths[j]);
+            code += depths[j];
+            active += depths[j] > 0;
+        }
+        printf("theta %.9g%s\n", theta,
+               have_theta ? " (given)" : theta == 0.0 ? " (every channel fits at depth 4)" : "");
+        if (have_budget) printf("budget %u code bits (%s)\n", budget, bisect ? "bisection" : "exact");
+        printf("code bits %llu, active channels %llu, total bits %.2f per token "
+               "(+16 bits of fp16 scale per 64 tokens per active channel)\n",
+               (unsigned long long)code, (unsigned long long)active, fathom_depth_bits(dim, depths));
+    }
+    rc = 0;
+done:
+    free(var);
+    free(queries);
+    free(g);
+    free(depths);
+    return rc;
+}

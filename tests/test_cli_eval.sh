@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# fathom eval from the command line: JSON shape and names, the human table,
+# sweeps, the plot, and usage errors. $1 = build directory.
+set -u
+fathom="$1/fathom"
+pass=0; fail=0
+ok() { pass=$((pass+1)); }
+bad() { fail=$((fail+1)); echo "FAIL: $*" >&2; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+"$fathom" eval --synthetic smollm2-135m --context 1024 --positions 8 --k 64 --quiet \
+  --methods 'fathom:48, sparq:16,dense' --json >"$tmp/out.json" 2>"$tmp/err" || bad "eval --json failed: $(cat "$tmp/err")"
+python3 - "$tmp/out.json" <<'PY' && ok || bad "json content"
+import json, sys
+o = json.load(open(sys.argv[1]))
+names = [m["name"] for m in o["methods"]]
+assert names == ["fathom:48", "sparq:16", "dense"], names
+for m in o["methods"]:
+    for key in ("bits_per_token", "scan_bytes_per_step", "row_bytes_per_step", "rel_error"):
+        assert isinstance(m[key], (int, float)), key
+d = o["methods"][2]
+assert d["rel_error"] == 0 and d["scan_bytes_per_step"] == 0
+s = o["methods"][1]
+assert abs(s["bits_per_token"] - (4 * 16 + 16 / 4)) < 1e-9
+assert 0 < o["methods"][0]["rel_error"] < 1
+PY
+
+"$fathom" eval --synthetic smollm2-135m --context 1024 --positions 8 --quiet \
+  --methods fathom:32,ds:16,oracle --match --sweep-budgets 8,16,32,64,128 --plot "$tmp/p.svg" >"$tmp/table" 2>"$tmp/err" \
+  || bad "eval table failed: $(cat "$tmp/err")"
+grep -q "^fathom:32 " "$tmp/table" && ok || bad "table lacks fathom:32"
+grep -q "budget sweep" "$tmp/table" && ok || bad "table lacks the sweep"
+grep -q "matches" "$tmp/table" && ok || bad "table lacks the match section"
+grep -q "<svg" "$tmp/p.svg" && grep -q "polyline" "$tmp/p.svg" && ok || bad "plot"
+
+"$fathom" eval --synthetic smollm2-135m --context 512 --positions 4 --quiet --methods oracle,dense \
+  --sweep-k 48,96 --json >"$tmp/k.json" 2>"$tmp/err" || bad "sweep-k failed: $(cat "$tmp/err")"
+python3 -c 'import json,sys; o=json.load(open(sys.argv[1])); assert [x["k"] for x in o["k_sweep"]]==[48,96]' "$tmp/k.json" && ok || bad "k sweep json"
+
+for args in "--k" "--k 0" "--methods bogus:1" "--layer-budget steep" "--kv x --synthetic qwen3-8b" "--frobnicate"; do
+  "$fathom" eval $args >/dev/null 2>&1; rc=$?
+  [ $rc -eq 2 ] && ok || bad "'eval $args' exited $rc, expected 2"
+done
+"$fathom" eval --kv /nonexistent/file.safetensors >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "nonexistent" "$tmp/err" && ok || bad "missing capture: rc $rc, $(cat "$tmp/err")"
+"$fathom" eval --help | grep -q "usage: fathom eval" && ok || bad "help"
+
+echo "test_cli_eval: $pass passed, $fail failed"
+[ $fail -eq 0 ]
