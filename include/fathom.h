@@ -687,6 +687,115 @@ int32_t fathom_tokenizer_eos(const fathom_tokenizer *tok);         /* -1: none *
 /* The fathom_token_type of id, or FATHOM_ERR_INVALID_ARG. */
 int fathom_tokenizer_token_type(const fathom_tokenizer *tok, int32_t id);
 
+/* ===================================================================== *
+ * model — a Llama-family decoder (SmolLM2; Qwen3 with QK-norm) from a
+ * GGUF file, run on the CPU in plain C
+ * ===================================================================== */
+
+/*
+ * Weights are dequantized once at load to float32 (SmolLM2-135M: 540 MB)
+ * and never touched again; every hyper-parameter comes from the GGUF
+ * metadata and every tensor's shape is checked against them. Architectures:
+ * "llama" (RoPE on adjacent pairs (2i, 2i+1): GGUF stores Q/K rows permuted
+ * for it) and "qwen3" (QK-norm, RoPE on pairs (i, i + d/2) as llama.cpp's
+ * NEOX mode). Biases, RoPE scaling and unknown tensors are
+ * FATHOM_ERR_UNSUPPORTED, not silently ignored.
+ */
+typedef struct fathom_model fathom_model;
+
+typedef struct fathom_model_info {
+    char arch[16];            /* general.architecture */
+    char name[64];            /* general.name ("" if absent) */
+    uint32_t layers;          /* <arch>.block_count */
+    uint32_t embed;           /* <arch>.embedding_length */
+    uint32_t ffn;             /* <arch>.feed_forward_length */
+    uint32_t q_heads;         /* <arch>.attention.head_count */
+    uint32_t kv_heads;        /* <arch>.attention.head_count_kv */
+    uint32_t head_dim;        /* <arch>.attention.key_length, else embed / q_heads */
+    uint32_t vocab;           /* rows of token_embd (<arch>.vocab_size must agree) */
+    uint32_t context_length;  /* <arch>.context_length */
+    float rope_base;          /* <arch>.rope.freq_base (10000 if absent) */
+    float rms_eps;            /* <arch>.attention.layer_norm_rms_epsilon */
+    int rope_neox;            /* 1: pairs (i, i + d/2); 0: adjacent pairs */
+    int qk_norm;              /* 1: per-head RMSNorm of q and k before RoPE */
+    int tied_output;          /* 1: output.weight absent, token_embd reused */
+    uint64_t params;          /* weights held, in floats (tied output counted once) */
+} fathom_model_info;
+
+/* Open, validate and dequantize a GGUF model. FATHOM_ERR_IO / _FORMAT for a
+ * bad file (the message names the key or tensor), _UNSUPPORTED for an
+ * architecture, tensor type or feature this code does not run. */
+int fathom_model_open(fathom_model **out, const char *path);
+void fathom_model_free(fathom_model *model); /* NULL is fine */
+int fathom_model_get_info(const fathom_model *model, fathom_model_info *info);
+
+/* A tokenizer built from the GGUF metadata tokenizer.ggml.* (free it with
+ * fathom_tokenizer_free). */
+int fathom_tokenizer_from_gguf(fathom_tokenizer **out, const fathom_gguf *gguf);
+int fathom_model_tokenizer(const fathom_model *model, fathom_tokenizer **out);
+
+/*
+ * A decoding context: the KV cache (float32, [layer][kv head][position][d],
+ * keys after RoPE / QK-norm, as attention sees them) and the position.
+ * Matmuls run on `threads` threads over rows (0: one per core); results do
+ * not depend on the thread count or on how tokens are split between prefill
+ * calls and steps (every dot product sums in the same order).
+ */
+typedef struct fathom_ctx fathom_ctx;
+
+/* n_ctx: capacity in positions (0: the model's context_length). */
+int fathom_ctx_create(fathom_ctx **out, const fathom_model *model, uint32_t n_ctx,
+                      uint32_t threads);
+void fathom_ctx_free(fathom_ctx *ctx); /* NULL is fine */
+uint64_t fathom_ctx_length(const fathom_ctx *ctx);   /* positions filled */
+uint64_t fathom_ctx_capacity(const fathom_ctx *ctx);
+/* Forget every position (the attention method stays, its index is emptied). */
+int fathom_ctx_reset(fathom_ctx *ctx);
+
+/* Run n tokens (ids < vocab) at the next positions with dense causal
+ * attention. logits_out [vocab] (may be NULL) gets the last token's logits.
+ * FATHOM_ERR_STATE if the tokens do not fit in the capacity. */
+int fathom_ctx_prefill(fathom_ctx *ctx, const int32_t *tokens, uint64_t n, float *logits_out);
+/* One decode step: the token at the next position, attention by the method
+ * set with fathom_ctx_set_attention (dense by default). */
+int fathom_ctx_step(fathom_ctx *ctx, int32_t token, float *logits_out);
+
+/*
+ * Attention of decode steps. method NULL or dense: exact dense attention.
+ * Otherwise, per layer and KV head, an index over the cached keys (a
+ * fathom_store, grown by fathom_store_append as tokens arrive; landmarks for
+ * "landmark") is scanned for the group's queries, fathom_select keeps sink 4
+ * + local 32 + top-k per query head (k in total) and fathom_attend attends
+ * exactly over the selection. oracle scores with exact q.k. fathom's plan
+ * uses the store's running channel variance, or the calibration keys' when
+ * calib is given. fathom-klt, ds and loki need calib (a capture of this
+ * model: same layers, heads and dim), else FATHOM_ERR_UNSUPPORTED. calib is
+ * read during this call only. May be called at any time; prefill stays dense.
+ */
+int fathom_ctx_set_attention(fathom_ctx *ctx, const fathom_method *method, uint32_t k,
+                             const fathom_source *calib);
+
+typedef struct fathom_ctx_stats {
+    uint64_t prefill_tokens, decode_steps;
+    uint64_t sparse_steps;     /* decode steps that used the sparse path */
+    double scan_bytes;         /* index bytes the scans touched, all layers and heads */
+    double selected_rows;      /* sum over steps, layers, query heads of |selection| */
+    double visible_rows;       /* sum of the visible positions of those selections */
+} fathom_ctx_stats;
+int fathom_ctx_get_stats(const fathom_ctx *ctx, fathom_ctx_stats *stats);
+
+/* Record the queries (after RoPE / QK-norm) of positions [first, first+count)
+ * as they are computed, into the caller's buffer [layers x q_heads x count x d]
+ * (the capture layout), which must stay valid while positions in that range
+ * are run. buffer NULL stops recording. */
+int fathom_ctx_record_queries(fathom_ctx *ctx, uint64_t first, uint32_t count, float *buffer);
+/* The cached keys and values of one layer and KV head: rows
+ * [0, fathom_ctx_length) of d floats; valid until the next call on ctx. */
+int fathom_ctx_kv(const fathom_ctx *ctx, uint32_t layer, uint32_t kv_head, const float **keys,
+                  const float **values);
+/* Called during prefill with (tokens done, tokens of this call). */
+int fathom_ctx_set_progress(fathom_ctx *ctx, fathom_progress_fn fn, void *user);
+
 #ifdef __cplusplus
 }
 #endif
