@@ -16,6 +16,8 @@ static const command commands[] = {
     {"plan", cmd_plan, "show one query group's importance, water line and depths"},
     {"info", cmd_info, "describe a capture file"},
     {"synth", cmd_synth, "write a synthetic capture file"},
+    {"generate", cmd_generate, "greedy decoding with a GGUF model, dense or sparse attention"},
+    {"capture", cmd_capture, "run a text through a GGUF model and write a capture file"},
 };
 
 static void usage(FILE *f) {

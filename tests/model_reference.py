@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Independent numpy forward pass of a GGUF Llama model, to check libfathom's C
+model (src/model.c) against.
+
+Written apart from the C code on purpose:
+  * tensors are read and dequantized by the `gguf` Python package (not by
+    libfathom's reader);
+  * everything is computed in float64, one whole sequence at a time (causal
+    mask), not token by token;
+  * RoPE is applied the Hugging Face way: the Q/K rows that convert_hf_to_gguf
+    permuted for llama.cpp's adjacent-pair rotation are permuted back, and
+    rotate_half pairs channel i with i + d/2. If the C code's adjacent-pair
+    convention were wrong, the two would disagree.
+
+Usage:
+  model_reference.py MODEL --prompt-ids 1,2,3 --gen-ids 4,5,... --c-logits FILE [--prompt-ids ... ...]
+For each prompt: teacher-forces prompt + the C model's generated ids, compares
+the C logits (float32 [n_gen x vocab], the logits that chose each generated
+token) with the reference's at the same positions, and checks that the
+reference's greedy choice (argmax) equals the C model's token at every step,
+i.e. that greedy decoding by the reference yields the same sequence.
+Prints one line per prompt and exits 1 on a mismatch or a tolerance failure.
+"""
+import argparse
+import sys
+
+import numpy as np
+
+try:
+    import gguf
+except ImportError:  # pragma: no cover
+    print("model_reference.py: the Python package 'gguf' is missing (pip install gguf)", file=sys.stderr)
+    sys.exit(77)
+
+
+def field(reader, key, default=None):
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    return f.contents()
+
+
+class Reference:
+    def __init__(self, path):
+        r = gguf.GGUFReader(path)
+        arch = field(r, "general.architecture")
+        if arch != "llama":
+            raise SystemExit(f"model_reference.py: only llama GGUFs are handled, not {arch}")
+        self.n_layers = int(field(r, "llama.block_count"))
+        self.embed = int(field(r, "llama.embedding_length"))
+        self.n_heads = int(field(r, "llama.attention.head_count"))
+        self.n_kv = int(field(r, "llama.attention.head_count_kv"))
+        self.head_dim = self.embed // self.n_heads
+        self.base = float(field(r, "llama.rope.freq_base", 10000.0))
+        self.eps = float(field(r, "llama.attention.layer_norm_rms_epsilon"))
+        self.t = {}
+        for t in r.tensors:
+            # dequantize returns the logical shape, rows first: [out, in].
+            w = gguf.quants.dequantize(t.data, t.tensor_type)
+            self.t[t.name] = np.asarray(w, dtype=np.float64)
+        self.out_w = self.t.get("output.weight", self.t["token_embd.weight"])
+        # Undo convert_hf_to_gguf's permute of Q and K rows (per head, the
+        # rows (0..d/2-1, d/2..d-1) were interleaved into adjacent pairs).
+        for l in range(self.n_layers):
+            for name, heads in (("attn_q", self.n_heads), ("attn_k", self.n_kv)):
+                key = f"blk.{l}.{name}.weight"
+                w = self.t[key]
+                d = w.shape[0] // heads
+                self.t[key] = w.reshape(heads, d // 2, 2, w.shape[1]).swapaxes(1, 2).reshape(w.shape)
+
+    def rmsnorm(self, x, w):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
+
+    def rope_hf(self, x, pos):
+        # x: [seq, heads, d]; Hugging Face rotate_half convention.
+        d = x.shape[-1]
+        inv = self.base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+        ang = pos[:, None] * inv[None, :]
+        cos = np.concatenate([np.cos(ang), np.cos(ang)], axis=-1)[:, None, :]
+        sin = np.concatenate([np.sin(ang), np.sin(ang)], axis=-1)[:, None, :]
+        rot = np.concatenate([-x[..., d // 2:], x[..., : d // 2]], axis=-1)
+        return x * cos + rot * sin
+
+    def logits(self, ids):
+        """Logits [seq x vocab] at every position of ids."""
+        n = len(ids)
+        D, H, Hk = self.head_dim, self.n_heads, self.n_kv
+        x = self.t["token_embd.weight"][np.asarray(ids)]
+        pos = np.arange(n, dtype=np.float64)
+        mask = np.triu(np.full((n, n), -np.inf), k=1)
+        for l in range(self.n_layers):
+            p = f"blk.{l}."
+            h = self.rmsnorm(x, self.t[p + "attn_norm.weight"])
+            q = (h @ self.t[p + "attn_q.weight"].T).reshape(n, H, D)
+            k = (h @ self.t[p + "attn_k.weight"].T).reshape(n, Hk, D)
+            v = (h @ self.t[p + "attn_v.weight"].T).reshape(n, Hk, D)
+            q, k = self.rope_hf(q, pos), self.rope_hf(k, pos)
+            out = np.empty((n, H, D))
+            for hh in range(H):
+                kv = hh // (H // Hk)
+                s = q[:, hh, :] @ k[:, kv, :].T / np.sqrt(D) + mask
+                s = np.exp(s - s.max(axis=1, keepdims=True))
+                s /= s.sum(axis=1, keepdims=True)
+                out[:, hh, :] = s @ v[:, kv, :]
+            x = x + out.reshape(n, H * D) @ self.t[p + "attn_output.weight"].T
+            h = self.rmsnorm(x, self.t[p + "ffn_norm.weight"])
+            g = h @ self.t[p + "ffn_gate.weight"].T
+            u = h @ self.t[p + "ffn_up.weight"].T
+            x = x + (g / (1.0 + np.exp(-g)) * u) @ self.t[p + "ffn_down.weight"].T
+        return self.rmsnorm(x, self.t["output_norm.weight"]) @ self.out_w.T
+
+
+def parse_ids(s):
+    return [int(v) for v in s.split(",") if v]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--case", nargs=3, action="append", metavar=("PROMPT_IDS", "GEN_IDS", "C_LOGITS"),
+                    required=True, help="prompt ids, the C model's generated ids, its logits file")
+    ap.add_argument("--rel-tol", type=float, default=1e-3,
+                    help="max |C - ref| / max |ref| allowed per step (default 1e-3)")
+    a = ap.parse_args()
+    ref = Reference(a.model)
+    vocab = ref.out_w.shape[0]
+    failed = False
+    worst = 0.0
+    for prompt_s, gen_s, path in a.case:
+        prompt, gen = parse_ids(prompt_s), parse_ids(gen_s)
+        c = np.fromfile(path, dtype=np.float32)
+        if c.size != len(gen) * vocab:
+            print(f"FAIL {path}: {c.size} floats, expected {len(gen)} x {vocab}")
+            failed = True
+            continue
+        c = c.reshape(len(gen), vocab).astype(np.float64)
+        seq = prompt + gen[:-1]
+        r = ref.logits(seq)[len(prompt) - 1:]  # the rows that chose gen[0..]
+        rel = np.abs(c - r).max(axis=1) / np.abs(r).max(axis=1)
+        greedy = r.argmax(axis=1)
+        mism = [i for i in range(len(gen)) if greedy[i] != gen[i]]
+        top2 = np.sort(r, axis=1)[:, -2:]
+        margin = (top2[:, 1] - top2[:, 0]).min()
+        worst = max(worst, rel.max())
+        status = "ok"
+        if mism or rel.max() > a.rel_tol:
+            status = "FAIL"
+            failed = True
+        print(f"{status} prompt {len(prompt)} tokens, {len(gen)} generated: max|dC|/max|ref| "
+              f"{rel.max():.3e} (mean {rel.mean():.3e}), max abs diff {np.abs(c - r).max():.3e}, "
+              f"greedy mismatches {len(mism)}{' at ' + str(mism[:5]) if mism else ''}, "
+              f"smallest top-2 margin {margin:.3g}")
+    print(f"worst relative logit difference {worst:.3e} (tolerance {a.rel_tol:g})")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
