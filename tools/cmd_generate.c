@@ -36,7 +36,8 @@ static void usage(FILE *f) {
             "  --k K               selected keys per query head (default 256)\n"
             "  --calib FILE        a capture of this model (fathom's Var, ds, KLT basis)\n"
             "  --ignore-eos        do not stop at the end-of-sequence token\n"
-            "  --ids               print the generated token ids (one line) after the text\n"
+            "  --ids               print the generated token ids (one line) after the text,\n"
+            "                      and the prompt's on stderr\n"
             "  --dump-logits FILE  write the logits that chose each token: float32 [N x vocab]\n"
             "  --ctx N             context capacity (default: prompt + tokens)\n"
             "  --threads N         threads (default: one per core)\n"
@@ -251,6 +252,11 @@ static int run(const gen_options *o) {
             rc = cli_fail("generate", "encode", st);
             goto done;
         }
+    }
+    if (o->ids) {
+        fprintf(stderr, "prompt ids (%zu): ", n_prompt);
+        for (size_t i = 0; i < n_prompt; i++) fprintf(stderr, "%s%d", i ? "," : "", prompt[i]);
+        fprintf(stderr, "\n");
     }
     if (n_prompt == 0) {
         fprintf(stderr, "fathom generate: the prompt is empty\n");
