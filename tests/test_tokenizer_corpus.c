@@ -75,7 +75,8 @@ static void show(const char *what, const int32_t *ids, size_t n) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        printf("test_tokenizer_corpus: needs VOCAB.bin CASES.bin (run by test_tokenizer_model.sh); skipped\n");
+        printf("test_tokenizer_corpus: needs VOCAB.bin CASES.bin (run by test_tokenizer_model.sh); "
+               "skipped\n");
         return 77;
     }
     size_t vlen, clen;
@@ -113,10 +114,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "test_tokenizer_corpus: %s is truncated\n", argv[1]);
         return 1;
     }
-    fathom_tokenizer_spec spec = {.model = model, .pre = pre, .n_tokens = n_tokens,
-                                  .tokens = tokens, .token_lens = token_lens, .token_types = types,
-                                  .n_merges = n_merges, .merges = merges, .merge_lens = merge_lens,
-                                  .bos_id = bos, .eos_id = eos, .add_bos = add_bos};
+    fathom_tokenizer_spec spec = {.model = model,
+                                  .pre = pre,
+                                  .n_tokens = n_tokens,
+                                  .tokens = tokens,
+                                  .token_lens = token_lens,
+                                  .token_types = types,
+                                  .n_merges = n_merges,
+                                  .merges = merges,
+                                  .merge_lens = merge_lens,
+                                  .bos_id = bos,
+                                  .eos_id = eos,
+                                  .add_bos = add_bos};
     fathom_tokenizer *tok = NULL;
     CHECK_OK(fathom_tokenizer_create(&tok, &spec));
     if (!tok) return check_summary("test_tokenizer_corpus");
@@ -151,8 +160,10 @@ int main(int argc, char **argv) {
         int same = st == FATHOM_OK && n == n_want && memcmp(ids, want, n * sizeof *ids) == 0;
         enc_match += same;
         if (!same && shown++ < 10) {
-            fprintf(stderr, "case %u (parse_special %d, %u bytes): encode differs (status %d)\n  text: %.*s\n",
-                    c, parse_special, text_len, st, (int)(text_len < 200 ? text_len : 200), text);
+            fprintf(
+                stderr,
+                "case %u (parse_special %d, %u bytes): encode differs (status %d)\n  text: %.*s\n",
+                c, parse_special, text_len, st, (int)(text_len < 200 ? text_len : 200), text);
             show("want", want, n_want);
             show("got ", ids, n);
         }

@@ -61,7 +61,7 @@ def corpus(corpus_dir):
         "don't I'll we've they're she's he'd you'll I'M DON'T", "'s 't 're 've 'm 'll 'd",
         "''s ' s", "rock'n'roll", "a  b   c\n\n\n  d", "line\r\nnext\r\n", "\n\n\n", " \n \n ",
         "end with spaces   ", "   start with spaces", "tabs\t\t\tand\tmore\t", "\u00a0\u00a0x",
-        "a\u2028b\u2029c\u0085d", "x\u180ey", "x\u200by\u200dz", "\u3000\u3000全角", "\x00nul\x01", "ctl\x04\x06(\x13(\x1d end", "\x04",
+        "a\u2028b\u2029c\u0085d", "x\u180ey", "a\u180e\u180e!", " \u180e.", ".\u180e \u180e  x", "\u180e\n", "x\u200by\u200dz", "\u3000\u3000全角", "\x00nul\x01", "ctl\x04\x06(\x13(\x1d end", "\x04",
         "é e\u0301 ñ n\u0303", "👍🏽 👨\u200d👩\u200d👧", "🇯🇵🇫🇷", "日本語テキスト", "한국어",
         "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|im_start|>user\nhi<|im_end|>\n",
         "<|im_start|<|im_start|>>", "<|im_start|><|im_start|>", "text<|endoftext|>text",
