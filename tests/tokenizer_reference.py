@@ -66,6 +66,8 @@ def corpus(corpus_dir):
         "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|im_start|>user\nhi<|im_end|>\n",
         "<|im_start|<|im_start|>>", "<|im_start|><|im_start|>", "text<|endoftext|>text",
         " <|im_end|> ", "<reponame><repo_name>", "<|im_", "im_start|>",
+        " " * 300, "\n" * 100 + "x", "\t " * 50, "a" * 500, "ab" * 300, "1234567890" * 20,
+        "=" * 200, "-" * 99 + ">", "\u00e9" * 100, "\u4e2d" * 100, "\U0001F600" * 50,
     ]
     for text in picked:
         cases.append((text, True))
@@ -80,7 +82,7 @@ def corpus(corpus_dir):
         "١٢٣٤٥٦٧٨٩٠०१२३", "½¾²³Ⅻⅷ①⑩", "😀🎉👍🏽👨‍👩🇫🇷❤️🤖", "→∑∞≠√∀∃", "𝔸𝔹ℂ𝟘𝟙𝟚",
     ]
     specials = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<file_sep>"]
-    for i in range(400):
+    for i in range(2000):
         parts = []
         for _ in range(rng.randint(1, 40)):
             if rng.random() < 0.03:
