@@ -401,6 +401,112 @@ typedef struct fathom_method_result {
 int fathom_eval_run(const fathom_source *src, const fathom_method *methods, uint32_t n_methods,
                     const fathom_eval_config *config, fathom_method_result *results);
 
+/* ===================================================================== *
+ * tokenizer — GPT-2 style byte-level BPE (SmolLM2 and kin)
+ * ===================================================================== */
+
+/* Token types, with the values of GGUF tokenizer.ggml.token_type. */
+typedef enum fathom_token_type {
+    FATHOM_TOKEN_NORMAL = 1,
+    FATHOM_TOKEN_UNKNOWN = 2,
+    FATHOM_TOKEN_CONTROL = 3,      /* <|im_start|>, <|endoftext|>, ... */
+    FATHOM_TOKEN_USER_DEFINED = 4,
+    FATHOM_TOKEN_UNUSED = 5,
+    FATHOM_TOKEN_BYTE = 6
+} fathom_token_type;
+
+/*
+ * What a tokenizer is built from; every field maps to one GGUF key.
+ * Strings are (pointer, byte length) pairs; a NULL length array means the
+ * strings are NUL-terminated. Everything is copied: the spec may be freed
+ * after fathom_tokenizer_create().
+ *
+ * Tokens are in the byte-level alphabet (GPT-2 bytes_to_unicode: byte 0x20
+ * is "\u0120", ...), valid UTF-8, no two alike (empty ones are allowed and
+ * never produced). Merge i is "left right" (split at the first space after
+ * the first byte) with rank i; left, right and their concatenation must be
+ * tokens. A repeated pair keeps its first rank. A byte with no single-byte
+ * token is dropped by encode, as HF tokenizers (no unk token) and llama.cpp
+ * drop it: SmolLM2 lacks 21 (0x04 0x06 0x13 0x14 0x16 0x1d 0xc0 0xc1 0xf1
+ * 0xf2 0xf5-0xff), so only text without those bytes round-trips exactly.
+ */
+typedef struct fathom_tokenizer_spec {
+    const char *model;            /* tokenizer.ggml.model: only "gpt2" */
+    const char *pre;              /* tokenizer.ggml.pre: "smollm" (or a llama.cpp alias
+                                     with the same split: "starcoder", "refact",
+                                     "command-r", "codeshell", "exaone", "minerva")
+                                     or "gpt2" */
+    uint64_t n_tokens;            /* 256 .. INT32_MAX */
+    const char *const *tokens;    /* [n_tokens] tokenizer.ggml.tokens */
+    const uint64_t *token_lens;   /* [n_tokens] or NULL */
+    const int32_t *token_types;   /* [n_tokens] fathom_token_type, or NULL: all normal */
+    uint64_t n_merges;
+    const char *const *merges;    /* [n_merges] tokenizer.ggml.merges (NULL if none) */
+    const uint64_t *merge_lens;   /* [n_merges] or NULL */
+    int32_t bos_id;               /* tokenizer.ggml.bos_token_id, -1: none */
+    int32_t eos_id;               /* tokenizer.ggml.eos_token_id, -1: none */
+    int add_bos;                  /* tokenizer.ggml.add_bos_token: prepend bos_id */
+} fathom_tokenizer_spec;
+
+typedef struct fathom_tokenizer fathom_tokenizer;
+
+/* Build a tokenizer (immutable afterwards; encode/decode are thread-safe).
+ * FATHOM_ERR_UNSUPPORTED for another model or pre-tokenizer,
+ * FATHOM_ERR_FORMAT for a malformed vocabulary (invalid UTF-8, duplicate
+ * token, a merge not "left right" or naming a string not in the vocabulary,
+ * unknown token type). */
+int fathom_tokenizer_create(fathom_tokenizer **out, const fathom_tokenizer_spec *spec);
+void fathom_tokenizer_free(fathom_tokenizer *tok); /* NULL is fine */
+
+/*
+ * Encode len bytes of text (NULL is fine when len is 0) into ids[cap].
+ * Pipeline, as HF tokenizers / llama.cpp for the "smollm" pre-tokenizer:
+ *   1. special tokens: with parse_special, control (and unknown) tokens are
+ *      cut out of the text, leftmost-longest, and emitted whole;
+ *      user-defined tokens are always cut out. Without it they are text.
+ *   2. every Unicode number character (\p{N}) is a piece of its own
+ *      ("smollm" only), then the GPT-2 regex
+ *      's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *      splits what lies between (PCRE2, UTF + UCP);
+ *   3. byte-level BPE on each piece: the lowest-ranked merge first, ties to
+ *      the left.
+ * Whitespace in step 2 is Unicode White_Space (as Oniguruma's \s in HF; not
+ * PCRE2's, which adds U+180E). \p{L} and \p{N} come from the system PCRE2's
+ * tables (Unicode 14 in 10.42): characters assigned since (Unicode 15/16,
+ * e.g. Garay, Kawi, CJK ext. H) may split differently from a newer HF build.
+ * Text need not be valid UTF-8: each maximal run of invalid bytes becomes a
+ * piece of its own and is encoded byte-level like any other, so decode
+ * returns the exact bytes when the vocabulary has them all (HF cannot take
+ * such input; llama.cpp would turn each bad byte into U+FFFD). The bos
+ * token is prepended if the spec asked.
+ * *n_out gets the number of ids the text needs; if that exceeds cap,
+ * FATHOM_ERR_INVALID_ARG ("buffer too small, need N") and ids holds the
+ * first cap of them. cap 0 (ids NULL) is thus a size query.
+ */
+int fathom_tokenizer_encode(const fathom_tokenizer *tok, const char *text, size_t len,
+                            int parse_special, int32_t *ids, size_t cap, size_t *n_out);
+
+/* The bytes of n ids concatenated into out[cap] (no NUL terminator added).
+ * Normal tokens map back through the byte-level alphabet; control,
+ * user-defined and unknown tokens give their text verbatim. The bytes may be
+ * invalid UTF-8 when ids cut a character (HF would print U+FFFD there).
+ * *len_out gets the bytes needed; more than cap: FATHOM_ERR_INVALID_ARG as
+ * for encode. An id out of range: FATHOM_ERR_INVALID_ARG. */
+int fathom_tokenizer_decode(const fathom_tokenizer *tok, const int32_t *ids, size_t n, char *out,
+                            size_t cap, size_t *len_out);
+/* The bytes of one token, as decode. */
+int fathom_tokenizer_token_to_piece(const fathom_tokenizer *tok, int32_t id, char *out, size_t cap,
+                                    size_t *len_out);
+/* The id of the token whose vocabulary string is exactly text[len]
+ * (e.g. "<|im_end|>"), or -1 in *id if there is none. */
+int fathom_tokenizer_find(const fathom_tokenizer *tok, const char *text, size_t len, int32_t *id);
+
+uint32_t fathom_tokenizer_vocab_size(const fathom_tokenizer *tok); /* 0 for NULL */
+int32_t fathom_tokenizer_bos(const fathom_tokenizer *tok);         /* -1: none */
+int32_t fathom_tokenizer_eos(const fathom_tokenizer *tok);         /* -1: none */
+/* The fathom_token_type of id, or FATHOM_ERR_INVALID_ARG. */
+int fathom_tokenizer_token_type(const fathom_tokenizer *tok, int32_t id);
+
 #ifdef __cplusplus
 }
 #endif
