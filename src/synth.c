@@ -261,7 +261,6 @@ static void calibrate_query(const synth_preset *p, head_model *hm, uint32_t h) {
     double rms = p->qk_norm ? sqrt(a * a * qt.bg_energy + qt.fixed_energy) : 1.0;
     double gap = a * qt.m1 + b;
     hm->q_bg[h] = (float)a;
-    if (getenv("SYNTH_DEBUG")) fprintf(stderr, "h%u a=%.3f m1=%.3f m2=%.3f m3=%.3f m4=%.3f f=%.3f rms=%.3f topic_amp=%.3f c=%.3f\n", h, a, qt.m1, qt.m2, qt.m3, qt.m4, qt.f, rms, hm->topic_amp, p->topic_logit * rms / gap);
     hm->q_mult[h] = gap > 1e-9 ? (float)(p->topic_logit * rms / gap) : 1.0f;
 }
 
