@@ -36,8 +36,8 @@ typedef struct synth_preset {
 
 static const synth_preset presets[] = {
     {"qwen3-8b", 36, 8, 4, 128, 1e6, true, 1.0f, 0.9f, 0.5f, 12.0f, 1.2f, 7.0f, 10.0f},
-    {"llama-3.1-8b", 32, 8, 4, 128, 5e5, false, 2.5f, 1.1f, 4.0f, 0.0f, 1.2f, 7.0f, 10.0f},
-    {"smollm2-135m", 30, 3, 3, 64, 1e5, false, 2.0f, 1.0f, 4.0f, 0.0f, 1.2f, 7.0f, 10.0f},
+    {"llama-3.1-8b", 32, 8, 4, 128, 5e5, false, 2.5f, 1.1f, 4.0f, 0.0f, 1.2f, 6.5f, 10.0f},
+    {"smollm2-135m", 30, 3, 3, 64, 1e5, false, 2.0f, 1.0f, 4.0f, 0.0f, 1.2f, 6.0f, 10.0f},
 };
 
 #define SYNTH_MAX_DIM 128
@@ -347,15 +347,15 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         hm->v_scale[j] = expf(0.5f * normal_at(s, base, c++));
         hm->v_mean[j] = 0.1f * hm->v_scale[j] * normal_at(s, base, c++);
     }
-    /* 2-4 outlier channels in the slowest quarter of pairs: much larger scale
+    /* 2-4 outlier channels in the slowest eighth of pairs: much larger scale
      * and a nonzero mean that RoPE barely rotates. */
     uint32_t outliers = 2 + (uint32_t)(draw(base, c++) % 3), outlier_channel[4];
     for (uint32_t o = 0; o < outliers; o++) {
-        uint32_t quarter = hm->half / 4 ? hm->half / 4 : 1;
-        uint32_t pair = hm->half - 1 - (uint32_t)(draw(base, c++) % quarter);
+        uint32_t eighth = hm->half / 8 ? hm->half / 8 : 1;
+        uint32_t pair = hm->half - 1 - (uint32_t)(draw(base, c++) % eighth);
         uint32_t j = pair + (draw(base, c++) & 1 ? hm->half : 0);
         float boost = p->qk_norm ? 5.0f : 8.0f;
-        hm->k_mean[j] = (draw(base, c++) & 1 ? 3.0f : -3.0f) * hm->k_scale[j] * boost * 0.5f;
+        hm->k_mean[j] = (draw(base, c++) & 1 ? 2.5f : -2.5f) * hm->k_scale[j] * boost;
         hm->k_scale[j] *= boost;
         outlier_channel[o] = j;
     }
