@@ -98,7 +98,7 @@ static bool parse_tensor_name(const char *name, uint32_t *layer, int *role) {
         if (value >= FATHOM_CAPTURE_MAX_LAYERS) return false;
         p++;
     }
-    if (p[0] != '.' || p[2] != '\0') return false;
+    if (p[0] != '.' || p[1] == '\0' || p[2] != '\0') return false;
     for (int r = 0; r < ROLES; r++) {
         if (p[1] == role_char[r]) {
             *layer = value;

@@ -429,7 +429,7 @@ static void test_malformed(void) {
     CHECK_SPEC(s, NULL, FATHOM_ERR_FORMAT, "layer 1");
     s = valid_spec(), s.t[s.nt] = s.t[0], s.nt++; /* l0.q twice */
     CHECK_SPEC(s, NULL, FATHOM_ERR_FORMAT, "duplicate");
-    const char *bad_names[] = {"l0.x", "foo", "l01.q", "l.q", "L0.q", "l0.qq", "l-1.q", "l4096.q", "l99999999999.q"};
+    const char *bad_names[] = {"l0.x", "foo", "l01.q", "l.q", "L0.q", "l0.qq", "l-1.q", "l4096.q", "l99999999999.q", "l0.", "l0", "l"};
     for (size_t i = 0; i < sizeof bad_names / sizeof bad_names[0]; i++) {
         s = valid_spec();
         snprintf(s.t[s.nt].name, 16, "%s", bad_names[i]);
