@@ -46,7 +46,7 @@ static const synth_preset presets[] = {
 #define SYNTH_QUERY_TOPICS 3 /* topics one query mixes */
 #define SYNTH_SINKS 4        /* tokens that can act as attention sinks */
 #define SYNTH_CHUNK 24       /* tokens per topic run (not a multiple of 8 on purpose) */
-#define SYNTH_TILE 128       /* tokens per RoPE table tile */
+#define SYNTH_TILE 256       /* tokens per RoPE table, shared by the KV heads */
 
 /* ===================================================================== *
  * counter-based random numbers
@@ -474,14 +474,15 @@ static void token_topic(const synth *s, const head_model *hm, uint64_t tok_base,
     *strength = u_strong < 0.04 ? 1.0f + 0.5f * g : 0.2f * g;
 }
 
-static void gen_keys(const synth *s, const head_model *hm, uint32_t layer, uint32_t kv_head,
-                     uint64_t n, float *k) {
+/* Keys of tokens [t0, t1) of one KV head into k (the head's [n x d] rows);
+ * cs/sn hold the RoPE table of those tokens, [t1 - t0][d/2]. */
+static void gen_keys(const synth *s, const head_model *hm, uint32_t layer, uint32_t kv_head, uint64_t t0,
+                     uint64_t t1, const float *cs, const float *sn, float *k) {
     const uint32_t d = hm->dim, words = d / 4;
     uint64_t noise_base = stream_base(s->seed, S_KEY_NOISE, layer, kv_head);
     uint64_t tok_base = stream_base(s->seed, S_TOKEN, layer, kv_head);
     uint64_t chunk_base = stream_base(s->seed, S_CHUNK, layer, kv_head);
-    float cs[SYNTH_MAX_DIM / 2], sn[SYNTH_MAX_DIM / 2];
-    for (uint64_t t = 0; t < n; t++) {
+    for (uint64_t t = t0; t < t1; t++) {
         float *x = k + t * d;
         for (uint32_t w = 0; w < words; w++) {
             uint64_t r = draw(noise_base, t * words + w);
@@ -502,8 +503,7 @@ static void gen_keys(const synth *s, const head_model *hm, uint32_t layer, uint3
             for (uint32_t j = 0; j < d; j++) x[j] += sa * hm->sink_dir[j];
         }
         if (s->preset->qk_norm) qk_norm(x, hm->k_gain, d);
-        rope_table(hm, t, cs, sn);
-        rope(x, cs, sn, hm->half);
+        rope(x, cs + (t - t0) * hm->half, sn + (t - t0) * hm->half, hm->half);
     }
 }
 
@@ -557,21 +557,31 @@ static void gen_query(const synth *s, const head_model *hm, uint32_t layer, uint
 static int synth_layer(const fathom_source *src, uint32_t layer, float *q, float *k, float *v) {
     const synth *s = src->impl;
     const fathom_source_info *in = &src->info;
-    head_model *hm = malloc(sizeof *hm);
-    FATHOM_CHECK(!hm, FATHOM_ERR_NOMEM, "out of memory for synthetic head parameters");
     const uint64_t kv_stride = in->tokens * in->dim, q_stride = (uint64_t)in->positions * in->dim;
-    const uint32_t group = in->q_heads / in->kv_heads;
+    const uint32_t group = in->q_heads / in->kv_heads, half = in->dim / 2;
+    head_model *hms = fathom_alloc_array(in->kv_heads, sizeof *hms);
+    float *cs = fathom_alloc_array((uint64_t)SYNTH_TILE * half, sizeof *cs);
+    float *sn = fathom_alloc_array((uint64_t)SYNTH_TILE * half, sizeof *sn);
+    if (!hms || !cs || !sn) {
+        free(hms), free(cs), free(sn);
+        return fathom_fail(FATHOM_ERR_NOMEM, "out of memory for synthetic head parameters");
+    }
+    for (uint32_t g = 0; g < in->kv_heads; g++) head_model_build(s, layer, g, &hms[g]);
+    /* keys tile by tile, so every KV head reuses one RoPE table */
+    for (uint64_t t0 = 0; k && t0 < in->tokens; t0 += SYNTH_TILE) {
+        uint64_t t1 = in->tokens - t0 < SYNTH_TILE ? in->tokens : t0 + SYNTH_TILE;
+        for (uint64_t t = t0; t < t1; t++) rope_table(&hms[0], t, cs + (t - t0) * half, sn + (t - t0) * half);
+        for (uint32_t g = 0; g < in->kv_heads; g++) gen_keys(s, &hms[g], layer, g, t0, t1, cs, sn, k + g * kv_stride);
+    }
     for (uint32_t g = 0; g < in->kv_heads; g++) {
-        head_model_build(s, layer, g, hm);
-        if (k) gen_keys(s, hm, layer, g, in->tokens, k + g * kv_stride);
-        if (v) gen_values(s, hm, layer, g, in->tokens, v + g * kv_stride);
+        if (v) gen_values(s, &hms[g], layer, g, in->tokens, v + g * kv_stride);
         for (uint32_t h = 0; q && h < group; h++) {
             uint32_t qh = g * group + h;
             for (uint32_t i = 0; i < in->positions; i++)
-                gen_query(s, hm, layer, qh, h, in->first_query + i, q + qh * q_stride + (uint64_t)i * in->dim);
+                gen_query(s, &hms[g], layer, qh, h, in->first_query + i, q + qh * q_stride + (uint64_t)i * in->dim);
         }
     }
-    free(hm);
+    free(hms), free(cs), free(sn);
     return FATHOM_OK;
 }
 
