@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -625,16 +626,34 @@ static int writer_header(fathom_capture_writer *w) {
     return FATHOM_OK;
 }
 
-static int writer_tensor(fathom_capture_writer *w, const float *x, uint64_t count) {
+/* Convert and write one tensor. A finite value that the dtype cannot hold
+ * (above 65504 in F16) is an error rather than a silent infinity; NaN and
+ * infinities pass through (the reader reports them). */
+static int writer_tensor(fathom_capture_writer *w, const float *x, uint64_t count, uint32_t layer, int role) {
     uint64_t esize = dtype_size(w->dtype);
     for (uint64_t i = 0; i < count; i += WRITER_CHUNK) {
         uint64_t m = count - i < WRITER_CHUNK ? count - i : WRITER_CHUNK;
         unsigned char *p = w->chunk;
         for (uint64_t j = 0; j < m; j++, p += esize) {
+            float value = x[i + j];
             uint32_t u;
-            if (w->dtype == FATHOM_DTYPE_F32) memcpy(&u, &x[i + j], sizeof u);
-            else if (w->dtype == FATHOM_DTYPE_F16) u = fathom_f32_to_f16(x[i + j]);
-            else u = fathom_f32_to_bf16(x[i + j]);
+            bool overflow = false;
+            if (w->dtype == FATHOM_DTYPE_F32) {
+                memcpy(&u, &value, sizeof u);
+            } else if (w->dtype == FATHOM_DTYPE_F16) {
+                u = fathom_f32_to_f16(value);
+                overflow = (u & 0x7c00u) == 0x7c00u && isfinite(value);
+            } else {
+                u = fathom_f32_to_bf16(value);
+                overflow = (u & 0x7f80u) == 0x7f80u && isfinite(value);
+            }
+            if (overflow) {
+                char name[32];
+                tensor_name(name, sizeof name, layer, role);
+                return fathom_fail(FATHOM_ERR_INVALID_ARG, "%s: value %g at element %llu of '%s' overflows %s",
+                                   w->path, (double)value, (unsigned long long)(i + j), name,
+                                   dtype_name(w->dtype));
+            }
             for (uint64_t b = 0; b < esize; b++) p[b] = (unsigned char)(u >> (8 * b));
         }
         FATHOM_CHECK(fwrite(w->chunk, (size_t)esize, (size_t)m, w->file) != m, FATHOM_ERR_IO,
@@ -654,9 +673,9 @@ int fathom_capture_writer_layer(fathom_capture_writer *w, uint32_t layer, const 
     uint64_t q_elems, kv_elems;
     FATHOM_TRY(fathom_source_layer_sizes(&w->info, &q_elems, &kv_elems));
     int status = w->header_written ? FATHOM_OK : writer_header(w);
-    if (status >= 0) status = writer_tensor(w, q, q_elems);
-    if (status >= 0) status = writer_tensor(w, k, kv_elems);
-    if (status >= 0) status = writer_tensor(w, v, kv_elems);
+    if (status >= 0) status = writer_tensor(w, q, q_elems, layer, ROLE_Q);
+    if (status >= 0) status = writer_tensor(w, k, kv_elems, layer, ROLE_K);
+    if (status >= 0) status = writer_tensor(w, v, kv_elems, layer, ROLE_V);
     if (status < 0) {
         w->failed = true;
         return status;

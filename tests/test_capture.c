@@ -655,6 +655,32 @@ static void test_bad_arguments(void) {
     CHECK_OK(fathom_capture_writer_open(&w, path, &two, FATHOM_DTYPE_BF16));
     CHECK_STATUS(fathom_capture_writer_close(w), FATHOM_ERR_STATE);
     CHECK(!file_exists(path));
+
+    /* a finite value the dtype cannot hold is refused, the writer is then
+     * unusable and the file removed; NaN passes through (the reader flags it) */
+    q[3] = 70000.0f;
+    CHECK_OK(fathom_capture_writer_open(&w, path, &good, FATHOM_DTYPE_F16));
+    CHECK_STATUS(fathom_capture_writer_layer(w, 0, q, k, v), FATHOM_ERR_INVALID_ARG);
+    CHECK(strstr(fathom_last_error(), "l0.q") && strstr(fathom_last_error(), "element 3"));
+    CHECK_STATUS(fathom_capture_writer_layer(w, 0, q, k, v), FATHOM_ERR_STATE);
+    CHECK_STATUS(fathom_capture_writer_close(w), FATHOM_ERR_STATE);
+    CHECK(!file_exists(path));
+    CHECK_OK(fathom_capture_writer_open(&w, path, &good, FATHOM_DTYPE_BF16)); /* 7e4 fits bf16 */
+    v[5] = 3.4e38f;                                                           /* rounds past FLT_MAX */
+    CHECK_STATUS(fathom_capture_writer_layer(w, 0, q, k, v), FATHOM_ERR_INVALID_ARG);
+    CHECK(strstr(fathom_last_error(), "l0.v") != NULL);
+    CHECK_STATUS(fathom_capture_writer_close(w), FATHOM_ERR_STATE);
+    v[5] = NAN;
+    q[3] = 4.0f;
+    CHECK_OK(fathom_capture_writer_open(&w, path, &good, FATHOM_DTYPE_F16));
+    CHECK_OK(fathom_capture_writer_layer(w, 0, q, k, v));
+    CHECK_OK(fathom_capture_writer_close(w));
+    CHECK_OK(fathom_capture_open(&src, path));
+    if (src) {
+        CHECK_STATUS(fathom_source_layer(src, 0, NULL, NULL, v), FATHOM_ERR_NONFINITE);
+        fathom_source_free(src);
+    }
+    remove(path);
 }
 
 int main(void) {
