@@ -135,13 +135,15 @@ static int parse_tensor(const char *name, const json_t *entry, uint64_t data_siz
     FATHOM_CHECK(json_array_size(shape) != 3, FATHOM_ERR_FORMAT,
                  "tensor '%s': shape has rank %zu, expected 3", name, json_array_size(shape));
     uint64_t bytes = dtype_size(t->dtype);
+    bool is_query = name[strlen(name) - 1] == 'q';
     for (size_t i = 0; i < 3; i++) {
         FATHOM_TRY(parse_u64_field(json_array_get(shape, i), name, "a shape dimension", &t->shape[i]));
         FATHOM_CHECK(t->shape[i] == 0, FATHOM_ERR_FORMAT, "tensor '%s': shape dimension %zu is 0",
                      name, i);
-        /* heads, positions and dim are 32-bit in the API; n is 64-bit */
-        FATHOM_CHECK(t->shape[i] > UINT32_MAX && !(i == 1 && name[strlen(name) - 1] != 'q'),
-                     FATHOM_ERR_FORMAT, "tensor '%s': shape dimension %zu is too large (%llu)", name, i,
+        /* heads, positions and dim are 32-bit in the API; only n (dim 1 of k, v) is 64-bit */
+        bool wide = i == 1 && !is_query;
+        FATHOM_CHECK(!wide && t->shape[i] > UINT32_MAX, FATHOM_ERR_FORMAT,
+                     "tensor '%s': shape dimension %zu is too large (%llu)", name, i,
                      (unsigned long long)t->shape[i]);
         FATHOM_CHECK(!fathom_mul_u64(bytes, t->shape[i], &bytes), FATHOM_ERR_FORMAT,
                      "tensor '%s': byte size overflows", name);
