@@ -137,6 +137,7 @@ typedef struct head_model {
     float q_sink_amp[SYNTH_MAX_GROUP]; /* query component along sink_dir */
     float q_bg[SYNTH_MAX_GROUP];   /* multiplier of the query's mean and noise */
     float q_mult[SYNTH_MAX_GROUP]; /* overall query multiplier (softmax temperature) */
+    float q_rms[SYNTH_MAX_GROUP];  /* expected RMS QK-norm divides the query by (1 without) */
     float sink_key_amp[SYNTH_SINKS]; /* key amplitude of each sink token along sink_dir */
 } head_model;
 
@@ -261,6 +262,7 @@ static void calibrate_query(const synth_preset *p, head_model *hm, uint32_t h) {
     double rms = p->qk_norm ? sqrt(a * a * qt.bg_energy + qt.fixed_energy) : 1.0;
     double gap = a * qt.m1 + b;
     hm->q_bg[h] = (float)a;
+    hm->q_rms[h] = (float)rms;
     hm->q_mult[h] = gap > 1e-9 ? (float)(p->topic_logit * rms / gap) : 1.0f;
 }
 
@@ -272,19 +274,15 @@ static double sink_gap(const synth_preset *p, const head_model *hm, float amp) {
     key_hat(p, hm, hm->sink_dir, amp, sink, NULL);
     double gap = 0;
     for (uint32_t h = 0; h < p->group; h++) {
-        double q2 = 0, dot = 0;
+        double dot = 0;
         for (uint32_t j = 0; j < d; j++) {
             float g = p->qk_norm ? hm->q_gain[h][j] : 1.0f;
-            /* expected query: the mean part only (topics average out over positions) */
+            /* expected query: topics average out over positions */
             double qj = g * (hm->q_bg[h] * hm->q_mean[h][j] + hm->q_recency_amp * hm->recency[j] +
                              hm->q_sink_amp[h] * hm->sink_dir[j]);
             dot += qj * (sink[j] - plain[j]);
-            q2 += (double)hm->q_bg[h] * hm->q_bg[h] *
-                      ((double)hm->q_mean[h][j] * hm->q_mean[h][j] + (double)hm->q_scale[h][j] * hm->q_scale[h][j]) +
-                  (double)hm->q_topic_amp * hm->q_topic_amp / d +
-                  (double)hm->q_sink_amp[h] * hm->q_sink_amp[h] * hm->sink_dir[j] * hm->sink_dir[j];
         }
-        double rms = p->qk_norm ? sqrt(q2 / d) : 1.0;
+        double rms = hm->q_rms[h];
         gap += hm->q_mult[h] * dot / (rms * sqrt((double)d));
     }
     return gap / p->group;
