@@ -400,15 +400,60 @@ int fathom_store_scan_reference(const fathom_store *st, const uint8_t *depths,
     return FATHOM_OK;
 }
 
-/* The fast kernel. For one channel and a run of blocks it decodes the 64
- * codes of each block from its t plane words (each token's bit picked with
- * a shift; two 32-token halves so the shifts are 32-bit and vectorize), then
- * adds q_h * value into each head's scores. The channel loop is inside a
- * tile of SCAN_TILE_BLOCKS blocks, so the tile's scores stay in L1 while
- * each channel's words are read as short contiguous runs. The body is
- * compiled once per ISA below; `fma` selects fused multiply-adds where the
- * ISA has them (ISO C mode does not contract a*b+c by itself). */
-#define SCAN_TILE_BLOCKS 16
+/* ---------------------------------------------------------------------- *
+ * fast scan kernels
+ *
+ * Every kernel decodes a channel's value at depth t as
+ *     v = a (2^-t - 1) + sum_{p < t} bit_p * a 2^-p,
+ * which is the reference value (c_t + 1/2 - 2^(t-1)) a / 2^(t-1) rewritten
+ * plane by plane. Every partial sum is a multiple of a 2^-t of at most 5
+ * bits, so each step is exact in float and the kernels' decoded values are
+ * bit-identical to decode_value(); only the order of the q * v sums differs.
+ * The kernels then add q_h * v into every head's scores: G multiply-adds per
+ * active channel and token, plus t cheap decode steps.
+ *
+ * Bit i of a plane word is token i. The kernels expand 8 bits at a time to
+ * 8 floats 0/1 through bit_expand (portable, AVX2), or use 16 bits directly
+ * as an AVX-512 lane mask.
+ * ---------------------------------------------------------------------- */
+
+#define EXPAND_ROW(x)                                                                              \
+    {(float)((x) & 1), (float)(((x) >> 1) & 1), (float)(((x) >> 2) & 1), (float)(((x) >> 3) & 1),   \
+     (float)(((x) >> 4) & 1), (float)(((x) >> 5) & 1), (float)(((x) >> 6) & 1),                    \
+     (float)(((x) >> 7) & 1)}
+#define EXPAND_4(x) EXPAND_ROW(x), EXPAND_ROW((x) + 1), EXPAND_ROW((x) + 2), EXPAND_ROW((x) + 3)
+#define EXPAND_16(x) EXPAND_4(x), EXPAND_4((x) + 4), EXPAND_4((x) + 8), EXPAND_4((x) + 12)
+#define EXPAND_64(x) EXPAND_16(x), EXPAND_16((x) + 16), EXPAND_16((x) + 32), EXPAND_16((x) + 48)
+
+/* bit_expand[b][l] = bit l of byte b, as a float. 8 KiB, stays in L1. */
+static const float bit_expand[256][8] __attribute__((aligned(32))) = {
+    EXPAND_64(0), EXPAND_64(64), EXPAND_64(128), EXPAND_64(192)};
+
+/* Channels handled per pass: per-pass tables have a fixed size. */
+#define SCAN_PASS_CHANNELS 256
+
+/* One pass of the scan: up to SCAN_PASS_CHANNELS active channels, sorted by
+ * depth so that each kernel runs four loops of constant depth (no
+ * data-dependent loop exits to mispredict). Channels of depth t are
+ * [first[t-1], first[t]). */
+typedef struct scan_job {
+    uint64_t S;
+    uint32_t dim;
+    uint32_t group;
+    uint64_t n;
+    const float *queries;
+    float *scores;
+    uint32_t count;                        /* active channels in this pass */
+    uint32_t first[FATHOM_PLANES + 1];     /* first[0] = 0, first[4] = count */
+    uint32_t channels[SCAN_PASS_CHANNELS]; /* their indices, by depth */
+} scan_job;
+
+/* Per block: the decode constants of every active channel of the pass.
+ * coef[k][0] = a (2^-t - 1); coef[k][1 + p] = a 2^-p. */
+typedef struct scan_block {
+    float coef[SCAN_PASS_CHANNELS][1 + FATHOM_PLANES];
+    const uint64_t *words[SCAN_PASS_CHANNELS]; /* plane 0 word of the block; plane p at +p*S */
+} scan_block;
 
 #if defined(__GNUC__)
 #define SCAN_INLINE static inline __attribute__((always_inline))
@@ -416,107 +461,262 @@ int fathom_store_scan_reference(const fathom_store *st, const uint8_t *depths,
 #define SCAN_INLINE static inline
 #endif
 
-SCAN_INLINE void decode_half(float *vals, const uint32_t *w, uint32_t t, float off, float scale) {
-    for (uint32_t i = 0; i < 32; i++) {
-        uint32_t c = 0;
-        for (uint32_t p = 0; p < t; p++) c = (c << 1) | ((w[p] >> i) & 1u);
-        vals[i] = ((float)(int32_t)c + off) * scale;
-    }
+/* Fill blk for block b (segment-relative) with F16_TO_F32 for the scale. */
+#define SCAN_PREPARE_BLOCK(job, view, b, blk, F16_TO_F32)                                          \
+    do {                                                                                           \
+        for (uint32_t t_ = 1; t_ <= FATHOM_PLANES; t_++) {                                         \
+            for (uint32_t k_ = (job)->first[t_ - 1]; k_ < (job)->first[t_]; k_++) {                \
+                uint64_t j_ = (job)->channels[k_];                                                 \
+                float a_ = F16_TO_F32((view)->scales[j_ * (job)->S + (b)]);                        \
+                (blk)->words[k_] = (view)->planes + j_ * FATHOM_PLANES * (job)->S + (b);           \
+                (blk)->coef[k_][0] = a_ * (1.0f / (float)(1u << t_) - 1.0f);                       \
+                for (uint32_t p_ = 0; p_ < FATHOM_PLANES; p_++)                                    \
+                    (blk)->coef[k_][1 + p_] = a_ * (1.0f / (float)(1u << p_));                     \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
+/* Calls BODY(T) for each depth with T a constant. */
+#define SCAN_FOR_EACH_DEPTH(BODY)                                                                  \
+    do {                                                                                           \
+        BODY(1);                                                                                   \
+        BODY(2);                                                                                   \
+        BODY(3);                                                                                   \
+        BODY(4);                                                                                   \
+    } while (0)
+
+/* Calls FN(..., HC) with HC = min(4, heads left) as a constant, so that a
+ * kernel's accumulators for HC heads can live in registers. */
+#define SCAN_HEAD_CHUNK(hc, CALL)                                                                  \
+    do {                                                                                           \
+        switch (hc) {                                                                              \
+        case 4: CALL(4); break;                                                                    \
+        case 3: CALL(3); break;                                                                    \
+        case 2: CALL(2); break;                                                                    \
+        default: CALL(1); break;                                                                   \
+        }                                                                                          \
+    } while (0)
+
+/* Add acc[0..count) to scores row s (count < 64 only at the end of n). */
+SCAN_INLINE void add_scores(float *s, const float *acc, uint32_t count) {
+    for (uint32_t i = 0; i < count; i++) s[i] += acc[i];
 }
 
-/* Decode one block of one channel at depth t (a compile-time constant after
- * inlining into the switch below). */
-SCAN_INLINE void decode_block(float *vals, const uint64_t *planes, uint64_t S, uint32_t t,
-                              float a) {
-    uint32_t lo[FATHOM_PLANES], hi[FATHOM_PLANES];
-    for (uint32_t p = 0; p < t; p++) {
-        uint64_t w = planes[p * S];
-        lo[p] = (uint32_t)w;
-        hi[p] = (uint32_t)(w >> 32);
-    }
-    float half = (float)(1u << (t - 1));
-    float off = 0.5f - half, scale = a / half;
-    decode_half(vals, lo, t, off, scale);
-    decode_half(vals + 32, hi, t, off, scale);
-}
+/* ---- portable: plain C that compilers vectorize for the baseline ISA ---- */
 
-SCAN_INLINE void scan_tile_body(const fathom_segment_view *view, uint64_t S, uint32_t dim,
-                                const uint8_t *depths, const float *queries, uint32_t group,
-                                uint64_t n, uint32_t b0, uint32_t blocks, uint64_t tile_first,
-                                uint64_t tile_tokens, float *scores, int fma) {
+SCAN_INLINE void portable_channels(const scan_job *job, const scan_block *blk, const uint32_t T,
+                                   uint32_t h0, uint32_t hc, float acc[4][FATHOM_BLOCK_TOKENS]) {
     float vals[FATHOM_BLOCK_TOKENS];
-    for (uint32_t j = 0; j < dim; j++) {
-        uint32_t t = depths[j];
-        if (!t) continue;
-        const uint64_t *planes = view->planes + (uint64_t)j * FATHOM_PLANES * S + b0;
-        const uint16_t *scales = view->scales + (uint64_t)j * S + b0;
-        for (uint32_t b = 0; b < blocks; b++) {
-            float a = fathom_f16_to_f32(scales[b]);
-            switch (t) {
-            case 1: decode_block(vals, planes + b, S, 1, a); break;
-            case 2: decode_block(vals, planes + b, S, 2, a); break;
-            case 3: decode_block(vals, planes + b, S, 3, a); break;
-            default: decode_block(vals, planes + b, S, 4, a); break;
+    for (uint32_t k = job->first[T - 1]; k < job->first[T]; k++) {
+        const float *coef = blk->coef[k];
+        for (uint32_t i = 0; i < FATHOM_BLOCK_TOKENS; i++) vals[i] = coef[0];
+        for (uint32_t p = 0; p < T; p++) {
+            uint64_t w = blk->words[k][p * job->S];
+            float wp = coef[1 + p];
+            for (uint32_t g = 0; g < 8; g++) {
+                const float *e = bit_expand[(w >> (8 * g)) & 0xffu];
+                for (uint32_t l = 0; l < 8; l++) vals[8 * g + l] += e[l] * wp;
             }
-            uint64_t off = (uint64_t)b * FATHOM_BLOCK_TOKENS;
-            uint64_t left = tile_tokens - off;
-            uint32_t count = left < FATHOM_BLOCK_TOKENS ? (uint32_t)left : FATHOM_BLOCK_TOKENS;
-            for (uint32_t h = 0; h < group; h++) {
-                float q = queries[(uint64_t)h * dim + j];
-                float *s = scores + (uint64_t)h * n + tile_first + off;
-                if (count == FATHOM_BLOCK_TOKENS) {
-                    if (fma)
-                        for (uint32_t i = 0; i < FATHOM_BLOCK_TOKENS; i++) s[i] = fmaf(q, vals[i], s[i]);
-                    else
-                        for (uint32_t i = 0; i < FATHOM_BLOCK_TOKENS; i++) s[i] += q * vals[i];
-                } else {
-                    for (uint32_t i = 0; i < count; i++) s[i] += q * vals[i];
-                }
+        }
+        const float *q = job->queries + (uint64_t)h0 * job->dim + job->channels[k];
+        for (uint32_t h = 0; h < hc; h++) {
+            float qh = q[(uint64_t)h * job->dim];
+            for (uint32_t i = 0; i < FATHOM_BLOCK_TOKENS; i++) acc[h][i] += qh * vals[i];
+        }
+    }
+}
+
+static void scan_segment_portable(const scan_job *job, scan_block *blk,
+                                  const fathom_segment_view *view, uint64_t seg_n) {
+    float acc[4][FATHOM_BLOCK_TOKENS];
+    const uint32_t blocks = (uint32_t)blocks_for(seg_n);
+    for (uint32_t b = 0; b < blocks; b++) {
+        SCAN_PREPARE_BLOCK(job, view, b, blk, fathom_f16_to_f32);
+        uint64_t first = view->first_token + (uint64_t)b * FATHOM_BLOCK_TOKENS;
+        uint64_t left = seg_n - (uint64_t)b * FATHOM_BLOCK_TOKENS;
+        uint32_t valid = left < FATHOM_BLOCK_TOKENS ? (uint32_t)left : FATHOM_BLOCK_TOKENS;
+        for (uint32_t h0 = 0; h0 < job->group; h0 += 4) {
+            uint32_t hc = job->group - h0 < 4 ? job->group - h0 : 4;
+            memset(acc, 0, sizeof acc);
+#define PORTABLE_DEPTH(T) portable_channels(job, blk, T, h0, hc, acc)
+            SCAN_FOR_EACH_DEPTH(PORTABLE_DEPTH);
+#undef PORTABLE_DEPTH
+            for (uint32_t h = 0; h < hc; h++)
+                add_scores(job->scores + (uint64_t)(h0 + h) * job->n + first, acc[h], valid);
+        }
+    }
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#define FATHOM_HAVE_X86_KERNELS 1
+#include <immintrin.h>
+
+/* ---- AVX2 + FMA: 16 tokens x up to 4 heads of accumulators in registers ---- */
+
+#define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+
+AVX2_TARGET SCAN_INLINE void avx2_channels(const scan_job *job, const scan_block *blk,
+                                           const uint32_t T, uint32_t h0, const uint32_t HC,
+                                           uint32_t quarter, __m256 acc[4][2]) {
+    const uint64_t S = job->S;
+    for (uint32_t k = job->first[T - 1]; k < job->first[T]; k++) {
+        const float *coef = blk->coef[k];
+        __m256 v0 = _mm256_broadcast_ss(&coef[0]), v1 = v0;
+        for (uint32_t p = 0; p < T; p++) {
+            /* bytes 2*quarter, 2*quarter+1 of the word: tokens 16q .. 16q+15 (little endian) */
+            const uint8_t *bytes = (const uint8_t *)&blk->words[k][p * S];
+            __m256 wp = _mm256_broadcast_ss(&coef[1 + p]);
+            v0 = _mm256_fmadd_ps(_mm256_load_ps(bit_expand[bytes[2 * quarter]]), wp, v0);
+            v1 = _mm256_fmadd_ps(_mm256_load_ps(bit_expand[bytes[2 * quarter + 1]]), wp, v1);
+        }
+        const float *q = job->queries + (uint64_t)h0 * job->dim + job->channels[k];
+        for (uint32_t h = 0; h < HC; h++) {
+            __m256 qh = _mm256_broadcast_ss(q + (uint64_t)h * job->dim);
+            acc[h][0] = _mm256_fmadd_ps(qh, v0, acc[h][0]);
+            acc[h][1] = _mm256_fmadd_ps(qh, v1, acc[h][1]);
+        }
+    }
+}
+
+AVX2_TARGET SCAN_INLINE void avx2_quarter(const scan_job *job, const scan_block *blk, uint32_t h0,
+                                          const uint32_t HC, uint32_t quarter, float *out) {
+    __m256 acc[4][2];
+    for (uint32_t h = 0; h < HC; h++) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
+#define AVX2_DEPTH(T) avx2_channels(job, blk, T, h0, HC, quarter, acc)
+    SCAN_FOR_EACH_DEPTH(AVX2_DEPTH);
+#undef AVX2_DEPTH
+    for (uint32_t h = 0; h < HC; h++) {
+        _mm256_storeu_ps(out + h * 16, acc[h][0]);
+        _mm256_storeu_ps(out + h * 16 + 8, acc[h][1]);
+    }
+}
+
+AVX2_TARGET static void scan_segment_avx2(const scan_job *job, scan_block *blk,
+                                          const fathom_segment_view *view, uint64_t seg_n) {
+    float out[4 * 16];
+    const uint32_t blocks = (uint32_t)blocks_for(seg_n);
+    for (uint32_t b = 0; b < blocks; b++) {
+        SCAN_PREPARE_BLOCK(job, view, b, blk, _cvtsh_ss);
+        uint64_t first = view->first_token + (uint64_t)b * FATHOM_BLOCK_TOKENS;
+        uint64_t left = seg_n - (uint64_t)b * FATHOM_BLOCK_TOKENS;
+        uint32_t valid = left < FATHOM_BLOCK_TOKENS ? (uint32_t)left : FATHOM_BLOCK_TOKENS;
+        for (uint32_t quarter = 0; quarter * 16 < valid; quarter++) {
+            uint32_t count = valid - quarter * 16 < 16 ? valid - quarter * 16 : 16;
+            for (uint32_t h0 = 0; h0 < job->group; h0 += 4) {
+                uint32_t hc = job->group - h0 < 4 ? job->group - h0 : 4;
+#define AVX2_QUARTER(HC) avx2_quarter(job, blk, h0, HC, quarter, out)
+                SCAN_HEAD_CHUNK(hc, AVX2_QUARTER);
+#undef AVX2_QUARTER
+                for (uint32_t h = 0; h < hc; h++)
+                    add_scores(job->scores + (uint64_t)(h0 + h) * job->n + first + quarter * 16,
+                               out + h * 16, count);
             }
         }
     }
 }
 
-typedef void (*scan_tile_fn)(const fathom_segment_view *, uint64_t, uint32_t, const uint8_t *,
-                             const float *, uint32_t, uint64_t, uint32_t, uint32_t, uint64_t,
-                             uint64_t, float *);
+/* ---- AVX-512: a whole block (4 x 16 tokens) per head; plane bits are masks ---- */
 
-static void scan_tile_portable(const fathom_segment_view *view, uint64_t S, uint32_t dim,
-                               const uint8_t *depths, const float *queries, uint32_t group,
-                               uint64_t n, uint32_t b0, uint32_t blocks, uint64_t tile_first,
-                               uint64_t tile_tokens, float *scores) {
-    scan_tile_body(view, S, dim, depths, queries, group, n, b0, blocks, tile_first, tile_tokens,
-                   scores, 0);
+#define AVX512_TARGET __attribute__((target("avx512f,fma,f16c")))
+
+AVX512_TARGET SCAN_INLINE void avx512_channels(const scan_job *job, const scan_block *blk,
+                                               const uint32_t T, uint32_t h0, const uint32_t HC,
+                                               __m512 acc[4][4]) {
+    const uint64_t S = job->S;
+    for (uint32_t k = job->first[T - 1]; k < job->first[T]; k++) {
+        const float *coef = blk->coef[k];
+        __m512 v[4];
+        v[0] = v[1] = v[2] = v[3] = _mm512_set1_ps(coef[0]);
+        for (uint32_t p = 0; p < T; p++) {
+            uint64_t w = blk->words[k][p * S];
+            __m512 wp = _mm512_set1_ps(coef[1 + p]);
+            for (uint32_t g = 0; g < 4; g++)
+                v[g] = _mm512_mask_add_ps(v[g], (__mmask16)(w >> (16 * g)), v[g], wp);
+        }
+        const float *q = job->queries + (uint64_t)h0 * job->dim + job->channels[k];
+        for (uint32_t h = 0; h < HC; h++) {
+            __m512 qh = _mm512_set1_ps(q[(uint64_t)h * job->dim]);
+            for (uint32_t g = 0; g < 4; g++) acc[h][g] = _mm512_fmadd_ps(qh, v[g], acc[h][g]);
+        }
+    }
 }
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#define FATHOM_HAVE_AVX2_KERNEL 1
-__attribute__((target("avx2,fma"))) static void
-scan_tile_avx2(const fathom_segment_view *view, uint64_t S, uint32_t dim, const uint8_t *depths,
-               const float *queries, uint32_t group, uint64_t n, uint32_t b0, uint32_t blocks,
-               uint64_t tile_first, uint64_t tile_tokens, float *scores) {
-    scan_tile_body(view, S, dim, depths, queries, group, n, b0, blocks, tile_first, tile_tokens,
-                   scores, 1);
+AVX512_TARGET SCAN_INLINE void avx512_block(const scan_job *job, const scan_block *blk,
+                                            uint32_t h0, const uint32_t HC, float *out) {
+    __m512 acc[4][4];
+    for (uint32_t h = 0; h < HC; h++)
+        for (uint32_t g = 0; g < 4; g++) acc[h][g] = _mm512_setzero_ps();
+#define AVX512_DEPTH(T) avx512_channels(job, blk, T, h0, HC, acc)
+    SCAN_FOR_EACH_DEPTH(AVX512_DEPTH);
+#undef AVX512_DEPTH
+    for (uint32_t h = 0; h < HC; h++)
+        for (uint32_t g = 0; g < 4; g++) _mm512_storeu_ps(out + h * 64 + g * 16, acc[h][g]);
+}
+
+AVX512_TARGET static void scan_segment_avx512(const scan_job *job, scan_block *blk,
+                                              const fathom_segment_view *view, uint64_t seg_n) {
+    float out[4 * 64];
+    const uint32_t blocks = (uint32_t)blocks_for(seg_n);
+    for (uint32_t b = 0; b < blocks; b++) {
+        SCAN_PREPARE_BLOCK(job, view, b, blk, _cvtsh_ss);
+        uint64_t first = view->first_token + (uint64_t)b * FATHOM_BLOCK_TOKENS;
+        uint64_t left = seg_n - (uint64_t)b * FATHOM_BLOCK_TOKENS;
+        uint32_t valid = left < FATHOM_BLOCK_TOKENS ? (uint32_t)left : FATHOM_BLOCK_TOKENS;
+        for (uint32_t h0 = 0; h0 < job->group; h0 += 4) {
+            uint32_t hc = job->group - h0 < 4 ? job->group - h0 : 4;
+#define AVX512_BLOCK(HC) avx512_block(job, blk, h0, HC, out)
+            SCAN_HEAD_CHUNK(hc, AVX512_BLOCK);
+#undef AVX512_BLOCK
+            for (uint32_t h = 0; h < hc; h++)
+                add_scores(job->scores + (uint64_t)(h0 + h) * job->n + first, out + h * 64, valid);
+        }
+    }
 }
 
 static int cpu_has_avx2(void) {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
 }
-#endif
+static int cpu_has_avx512(void) {
+    return __builtin_cpu_supports("avx512f") && cpu_has_avx2();
+}
+#endif /* x86-64 kernels */
 
 int fathom_scan_kernel_available(fathom_scan_kernel kernel) {
     switch (kernel) {
     case FATHOM_SCAN_AUTO:
     case FATHOM_SCAN_REFERENCE:
     case FATHOM_SCAN_PORTABLE: return 1;
-    case FATHOM_SCAN_AVX2:
-#ifdef FATHOM_HAVE_AVX2_KERNEL
-        return cpu_has_avx2();
+#ifdef FATHOM_HAVE_X86_KERNELS
+    case FATHOM_SCAN_AVX2: return cpu_has_avx2();
+    case FATHOM_SCAN_AVX512: return cpu_has_avx512();
 #else
-        return 0;
+    case FATHOM_SCAN_AVX2:
+    case FATHOM_SCAN_AVX512: return 0;
 #endif
     }
     return 0;
+}
+
+typedef void (*scan_segment_fn)(const scan_job *, scan_block *, const fathom_segment_view *,
+                                uint64_t);
+
+/* What one scan call allocates: the pass's channel list and block tables
+ * (about 8 KiB, kept off the stack of the caller's thread). */
+typedef struct scan_work {
+    scan_job job;
+    scan_block block;
+} scan_work;
+
+static scan_segment_fn pick_kernel(fathom_scan_kernel kernel) {
+#ifdef FATHOM_HAVE_X86_KERNELS
+    if (kernel == FATHOM_SCAN_AVX512 || (kernel == FATHOM_SCAN_AUTO && cpu_has_avx512()))
+        return scan_segment_avx512;
+    if (kernel == FATHOM_SCAN_AVX2 || (kernel == FATHOM_SCAN_AUTO && cpu_has_avx2()))
+        return scan_segment_avx2;
+#endif
+    (void)kernel;
+    return scan_segment_portable;
 }
 
 int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st,
@@ -525,36 +725,50 @@ int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st,
     if (kernel == FATHOM_SCAN_REFERENCE)
         return fathom_store_scan_reference(st, depths, queries, group, n, scores, bytes_read);
     FATHOM_CHECK_ARG(kernel == FATHOM_SCAN_AUTO || kernel == FATHOM_SCAN_PORTABLE ||
-                         kernel == FATHOM_SCAN_AVX2,
+                         kernel == FATHOM_SCAN_AVX2 || kernel == FATHOM_SCAN_AVX512,
                      "store_scan: unknown kernel %d", (int)kernel);
     FATHOM_CHECK(!fathom_scan_kernel_available(kernel), FATHOM_ERR_UNSUPPORTED,
                  "store_scan: kernel %d is not available on this CPU", (int)kernel);
     uint64_t bytes;
     FATHOM_TRY(check_scan_args(st, depths, queries, group, n, scores, &bytes));
-
-    scan_tile_fn tile_fn = scan_tile_portable;
-#ifdef FATHOM_HAVE_AVX2_KERNEL
-    if (kernel == FATHOM_SCAN_AVX2 || (kernel == FATHOM_SCAN_AUTO && cpu_has_avx2()))
-        tile_fn = scan_tile_avx2;
-#endif
+    scan_work *work = malloc(sizeof *work);
+    FATHOM_CHECK(!work, FATHOM_ERR_NOMEM, "store_scan: out of memory");
+    scan_job *job = &work->job;
+    scan_segment_fn segment_fn = pick_kernel(kernel);
     memset(scores, 0, (size_t)(group * n) * sizeof(float));
-    const uint64_t S = st->segment_blocks;
-    const uint64_t seg_tokens = S * FATHOM_BLOCK_TOKENS;
-    for (uint32_t seg = 0; (uint64_t)seg * seg_tokens < n; seg++) {
-        fathom_segment_view view;
-        FATHOM_TRY(fathom_store_segment(st, seg, &view));
-        uint64_t seg_n = n - view.first_token < view.tokens ? n - view.first_token : view.tokens;
-        uint32_t seg_blocks = (uint32_t)blocks_for(seg_n);
-        for (uint32_t b0 = 0; b0 < seg_blocks; b0 += SCAN_TILE_BLOCKS) {
-            uint32_t blocks = seg_blocks - b0 < SCAN_TILE_BLOCKS ? seg_blocks - b0 : SCAN_TILE_BLOCKS;
-            uint64_t tile_first = view.first_token + (uint64_t)b0 * FATHOM_BLOCK_TOKENS;
-            uint64_t tile_tokens = n - tile_first < (uint64_t)blocks * FATHOM_BLOCK_TOKENS
-                                       ? n - tile_first
-                                       : (uint64_t)blocks * FATHOM_BLOCK_TOKENS;
-            tile_fn(&view, S, st->dim, depths, queries, group, n, b0, blocks, tile_first,
-                    tile_tokens, scores);
+    job->S = st->segment_blocks;
+    job->dim = st->dim;
+    job->group = group;
+    job->n = n;
+    job->queries = queries;
+    job->scores = scores;
+    const uint64_t seg_tokens = (uint64_t)st->segment_blocks * FATHOM_BLOCK_TOKENS;
+    /* Passes of up to SCAN_PASS_CHANNELS active channels; each adds into scores. */
+    for (uint32_t j = 0; j < st->dim;) {
+        /* the next up to SCAN_PASS_CHANNELS active channels, bucketed by depth */
+        uint32_t per_depth[FATHOM_PLANES + 1] = {0}, end = j, count = 0;
+        for (; end < st->dim && count < SCAN_PASS_CHANNELS; end++)
+            if (depths[end]) per_depth[depths[end]]++, count++;
+        if (!count) break;
+        job->count = count;
+        job->first[0] = 0;
+        for (uint32_t t = 1; t <= FATHOM_PLANES; t++) job->first[t] = job->first[t - 1] + per_depth[t];
+        uint32_t fill[FATHOM_PLANES];
+        for (uint32_t t = 0; t < FATHOM_PLANES; t++) fill[t] = job->first[t];
+        for (; j < end; j++)
+            if (depths[j]) job->channels[fill[depths[j] - 1]++] = j;
+        for (uint32_t seg = 0; (uint64_t)seg * seg_tokens < n; seg++) {
+            fathom_segment_view view;
+            int status = fathom_store_segment(st, seg, &view);
+            if (status < 0) {
+                free(work);
+                return status;
+            }
+            uint64_t seg_n = n - view.first_token < view.tokens ? n - view.first_token : view.tokens;
+            segment_fn(job, &work->block, &view, seg_n);
         }
     }
+    free(work);
     if (bytes_read) *bytes_read = bytes;
     return FATHOM_OK;
 }

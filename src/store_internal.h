@@ -9,7 +9,8 @@ typedef enum fathom_scan_kernel {
     FATHOM_SCAN_AUTO = 0,  /* what fathom_store_scan uses: the fastest this CPU supports */
     FATHOM_SCAN_REFERENCE, /* plain per-token loop, double accumulation: the one to read */
     FATHOM_SCAN_PORTABLE,  /* the fast kernel compiled for the baseline ISA */
-    FATHOM_SCAN_AVX2       /* the fast kernel compiled for AVX2+FMA (x86-64 only) */
+    FATHOM_SCAN_AVX2,      /* AVX2+FMA+F16C intrinsics (x86-64 only) */
+    FATHOM_SCAN_AVX512     /* AVX-512F intrinsics (x86-64 only) */
 } fathom_scan_kernel;
 
 /* 1 when this build and CPU can run the kernel, else 0. */

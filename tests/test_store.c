@@ -411,8 +411,8 @@ static void test_scan(void) {
     float *scores = malloc(sizeof(float) * group * len);
     double *want = malloc(sizeof(double) * group * len), *mag = malloc(sizeof(double) * group * len);
     const uint64_t ns[7] = {1, 35, 63, 64, 65, 64 * 4 + 1, len};
-    const fathom_scan_kernel kernels[4] = {FATHOM_SCAN_AUTO, FATHOM_SCAN_REFERENCE, FATHOM_SCAN_PORTABLE,
-                                           FATHOM_SCAN_AVX2};
+    const fathom_scan_kernel kernels[5] = {FATHOM_SCAN_AUTO, FATHOM_SCAN_REFERENCE, FATHOM_SCAN_PORTABLE,
+                                           FATHOM_SCAN_AVX2, FATHOM_SCAN_AVX512};
     int kernels_run = 0;
     for (int pattern = 0; pattern < 9; pattern++) {
         uint8_t depths[40];
@@ -428,7 +428,7 @@ static void test_scan(void) {
         for (int ni = 0; ni < 7; ni++) {
             uint64_t n = ns[ni];
             decode_scores(st, depths, q, group, n, want, mag);
-            for (int k = 0; k < 4; k++) {
+            for (int k = 0; k < 5; k++) {
                 if (!fathom_scan_kernel_available(kernels[k])) continue;
                 kernels_run++;
                 uint64_t bytes = 12345;
@@ -581,9 +581,9 @@ static void test_bad_args(void) {
     CHECK_STATUS(fathom_store_variance(NULL, var), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_store_variance(st, NULL), FATHOM_ERR_INVALID_ARG);
 
-    const fathom_scan_kernel kernels[4] = {FATHOM_SCAN_AUTO, FATHOM_SCAN_REFERENCE, FATHOM_SCAN_PORTABLE,
-                                           FATHOM_SCAN_AVX2};
-    for (int k = 0; k < 4; k++) {
+    const fathom_scan_kernel kernels[5] = {FATHOM_SCAN_AUTO, FATHOM_SCAN_REFERENCE, FATHOM_SCAN_PORTABLE,
+                                           FATHOM_SCAN_AVX2, FATHOM_SCAN_AVX512};
+    for (int k = 0; k < 5; k++) {
         if (!fathom_scan_kernel_available(kernels[k])) continue;
         fathom_scan_kernel K = kernels[k];
         CHECK_STATUS(fathom_store_scan_with(K, NULL, depths, q, 2, 100, scores, NULL), FATHOM_ERR_INVALID_ARG);
@@ -599,9 +599,10 @@ static void test_bad_args(void) {
     CHECK_STATUS(fathom_store_scan_with((fathom_scan_kernel)99, st, depths, q, 2, 100, scores, NULL),
                  FATHOM_ERR_INVALID_ARG);
     CHECK(fathom_scan_kernel_available((fathom_scan_kernel)99) == 0);
-    if (!fathom_scan_kernel_available(FATHOM_SCAN_AVX2))
-        CHECK_STATUS(fathom_store_scan_with(FATHOM_SCAN_AVX2, st, depths, q, 2, 100, scores, NULL),
-                     FATHOM_ERR_UNSUPPORTED);
+    for (int k = 3; k < 5; k++)
+        if (!fathom_scan_kernel_available(kernels[k]))
+            CHECK_STATUS(fathom_store_scan_with(kernels[k], st, depths, q, 2, 100, scores, NULL),
+                         FATHOM_ERR_UNSUPPORTED);
     /* failing calls leave a message */
     CHECK_STATUS(fathom_store_scan(st, depths, q, 2, 101, scores, NULL), FATHOM_ERR_INVALID_ARG);
     CHECK(strlen(fathom_last_error()) > 0);
