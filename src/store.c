@@ -429,8 +429,9 @@ int fathom_store_scan_reference(const fathom_store *st, const uint8_t *depths,
 static const float bit_expand[256][8] __attribute__((aligned(32))) = {
     EXPAND_64(0), EXPAND_64(64), EXPAND_64(128), EXPAND_64(192)};
 
-/* Channels handled per pass: per-pass tables have a fixed size. */
-#define SCAN_PASS_CHANNELS 256
+/* Channels handled per pass: the per-pass tables (about 4 KiB) live on the
+ * stack, so a scan allocates nothing. */
+#define SCAN_PASS_CHANNELS 128
 
 /* One pass of the scan: up to SCAN_PASS_CHANNELS active channels, sorted by
  * depth so that each kernel runs four loops of constant depth (no
@@ -674,6 +675,7 @@ AVX512_TARGET static void scan_segment_avx512(const scan_job *job, scan_block *b
 }
 
 static int cpu_has_avx2(void) {
+    __builtin_cpu_init(); /* idempotent; needed if called before libgcc's constructor */
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
            __builtin_cpu_supports("f16c");
 }
@@ -701,8 +703,7 @@ int fathom_scan_kernel_available(fathom_scan_kernel kernel) {
 typedef void (*scan_segment_fn)(const scan_job *, scan_block *, const fathom_segment_view *,
                                 uint64_t);
 
-/* What one scan call allocates: the pass's channel list and block tables
- * (about 8 KiB, kept off the stack of the caller's thread). */
+/* A scan call's working tables. */
 typedef struct scan_work {
     scan_job job;
     scan_block block;
@@ -731,9 +732,8 @@ int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st,
                  "store_scan: kernel %d is not available on this CPU", (int)kernel);
     uint64_t bytes;
     FATHOM_TRY(check_scan_args(st, depths, queries, group, n, scores, &bytes));
-    scan_work *work = malloc(sizeof *work);
-    FATHOM_CHECK(!work, FATHOM_ERR_NOMEM, "store_scan: out of memory");
-    scan_job *job = &work->job;
+    scan_work work;
+    scan_job *job = &work.job;
     scan_segment_fn segment_fn = pick_kernel(kernel);
     memset(scores, 0, (size_t)(group * n) * sizeof(float));
     job->S = st->segment_blocks;
@@ -760,15 +760,11 @@ int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st,
         for (uint32_t seg = 0; (uint64_t)seg * seg_tokens < n; seg++) {
             fathom_segment_view view;
             int status = fathom_store_segment(st, seg, &view);
-            if (status < 0) {
-                free(work);
-                return status;
-            }
+            if (status < 0) return status;
             uint64_t seg_n = n - view.first_token < view.tokens ? n - view.first_token : view.tokens;
-            segment_fn(job, &work->block, &view, seg_n);
+            segment_fn(job, &work.block, &view, seg_n);
         }
     }
-    free(work);
     if (bytes_read) *bytes_read = bytes;
     return FATHOM_OK;
 }

@@ -469,6 +469,41 @@ static void test_scan(void) {
     free(keys);
 }
 
+/* More active channels than one kernel pass holds (256) and head counts
+ * that do not divide into the kernels' chunks of 4. */
+static void test_scan_wide(void) {
+    const uint32_t dim = 300;
+    const uint64_t len = 64 * 3 + 5;
+    float *keys = random_keys(len, dim);
+    float *q = malloc(sizeof(float) * 7 * dim);
+    for (uint32_t i = 0; i < 7 * dim; i++) q[i] = rng_normal();
+    fathom_store *st = make_store(dim, 1, NULL, keys, len);
+    float *scores = malloc(sizeof(float) * 7 * len);
+    double *want = malloc(sizeof(double) * 7 * len), *mag = malloc(sizeof(double) * 7 * len);
+    uint8_t depths[300];
+    for (uint32_t j = 0; j < dim; j++) depths[j] = (uint8_t)(j < 290 ? 1 + rng_below(4) : 0);
+    const fathom_scan_kernel kernels[4] = {FATHOM_SCAN_AUTO, FATHOM_SCAN_PORTABLE, FATHOM_SCAN_AVX2,
+                                           FATHOM_SCAN_AVX512};
+    for (uint32_t group = 1; group <= 7; group += 2) {
+        decode_scores(st, depths, q, group, len, want, mag);
+        for (int k = 0; k < 4; k++) {
+            if (!fathom_scan_kernel_available(kernels[k])) continue;
+            for (uint64_t i = 0; i < group * len; i++) scores[i] = NAN;
+            CHECK_OK(fathom_store_scan_with(kernels[k], st, depths, q, group, len, scores, NULL));
+            int bad = 0;
+            for (uint64_t i = 0; i < group * len; i++)
+                if (!(fabs(scores[i] - want[i]) <= 2e-6 * mag[i] + 1e-30)) bad++;
+            CHECK(bad == 0);
+        }
+    }
+    free(scores);
+    free(want);
+    free(mag);
+    free(q);
+    fathom_store_free(st);
+    free(keys);
+}
+
 static void test_edges(void) {
     /* all-zero block: scale 0, every code 8, decodes to 0 */
     float zeros[10 * 4] = {0};
@@ -617,6 +652,7 @@ int main(void) {
     test_variance();
     test_rotated_store();
     test_scan();
+    test_scan_wide();
     test_edges();
     test_bad_args();
     return check_summary("test_store");
