@@ -550,7 +550,9 @@ static void scan_segment_portable(const scan_job *job, scan_block *blk,
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #define FATHOM_HAVE_X86_KERNELS 1
+#include <cpuid.h>
 #include <immintrin.h>
+#include <stdatomic.h>
 
 /* ---- AVX2 + FMA: 16 tokens x up to 4 heads of accumulators in registers ---- */
 
@@ -674,14 +676,39 @@ AVX512_TARGET static void scan_segment_avx512(const scan_job *job, scan_block *b
     }
 }
 
-static int cpu_has_avx2(void) {
-    __builtin_cpu_init(); /* idempotent; needed if called before libgcc's constructor */
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+/* CPU features from cpuid, with the OS's xgetbv check that it saves the
+ * wider registers. Computed once (cpuid can trap to a hypervisor). */
+enum { CPU_AVX2 = 1, CPU_AVX512 = 2, CPU_KNOWN = 4 };
+
+static int cpu_detect(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return CPU_KNOWN;
+    int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
+    if (!osxsave || !avx || !fma || !f16c || __get_cpuid_max(0, NULL) < 7) return CPU_KNOWN;
+    unsigned xcr0_lo, xcr0_hi;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    (void)xcr0_hi;
+    if ((xcr0_lo & 0x6u) != 0x6u) return CPU_KNOWN; /* XMM and YMM state */
+    __cpuid_count(7, 0, a, b, c, d);
+    int flags = CPU_KNOWN;
+    if ((b >> 5) & 1) flags |= CPU_AVX2;
+    /* AVX-512F, and opmask + ZMM state saved by the OS */
+    if ((flags & CPU_AVX2) && ((b >> 16) & 1) && (xcr0_lo & 0xe0u) == 0xe0u) flags |= CPU_AVX512;
+    return flags;
 }
-static int cpu_has_avx512(void) {
-    return __builtin_cpu_supports("avx512f") && cpu_has_avx2();
+
+static int cpu_flags(void) {
+    static atomic_int cached; /* 0 until detected; racing threads store the same value */
+    int flags = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (!flags) {
+        flags = cpu_detect();
+        atomic_store_explicit(&cached, flags, memory_order_relaxed);
+    }
+    return flags;
 }
+
+static int cpu_has_avx2(void) { return (cpu_flags() & CPU_AVX2) != 0; }
+static int cpu_has_avx512(void) { return (cpu_flags() & CPU_AVX512) != 0; }
 #endif /* x86-64 kernels */
 
 int fathom_scan_kernel_available(fathom_scan_kernel kernel) {
