@@ -429,14 +429,15 @@ int fathom_store_scan_reference(const fathom_store *st, const uint8_t *depths,
 static const float bit_expand[256][8] __attribute__((aligned(32))) = {
     EXPAND_64(0), EXPAND_64(64), EXPAND_64(128), EXPAND_64(192)};
 
-/* Channels handled per pass: the per-pass tables (about 4 KiB) live on the
- * stack, so a scan allocates nothing. */
-#define SCAN_PASS_CHANNELS 128
+/* Channels handled per pass and blocks per staged tile. The tile tables
+ * (about 13 KiB) live on the stack, so a scan allocates nothing. */
+#define SCAN_PASS_CHANNELS 64
+#define SCAN_TILE_BLOCKS 4
 
 /* One pass of the scan: up to SCAN_PASS_CHANNELS active channels, sorted by
  * depth so that each kernel runs four loops of constant depth (no
  * data-dependent loop exits to mispredict). Channels of depth t are
- * [first[t-1], first[t]). */
+ * k in [first[t-1], first[t]); their staged plane rows start at row[t]. */
 typedef struct scan_job {
     uint64_t S;
     uint32_t dim;
@@ -446,15 +447,21 @@ typedef struct scan_job {
     float *scores;
     uint32_t count;                        /* active channels in this pass */
     uint32_t first[FATHOM_PLANES + 1];     /* first[0] = 0, first[4] = count */
+    uint32_t row[FATHOM_PLANES + 1];       /* first staged row of each depth's channels */
     uint32_t channels[SCAN_PASS_CHANNELS]; /* their indices, by depth */
 } scan_job;
 
-/* Per block: the decode constants of every active channel of the pass.
- * coef[k][0] = a (2^-t - 1); coef[k][1 + p] = a 2^-p. */
-typedef struct scan_block {
-    float coef[SCAN_PASS_CHANNELS][1 + FATHOM_PLANES];
-    const uint64_t *words[SCAN_PASS_CHANNELS]; /* plane 0 word of the block; plane p at +p*S */
-} scan_block;
+/* A tile of up to SCAN_TILE_BLOCKS blocks, staged (§3.6): the plane words
+ * of the active channels copied into one small contiguous buffer. Read in
+ * place, the words of one block lie 8*S bytes apart per plane, and with S a
+ * power of two every one of them falls in the same L1 set; staging turns
+ * that into short sequential copies. Channel k of depth t has rows
+ * row[t] + (k - first[t-1]) * t + p for p < t.
+ * coef[k][b][0] = a (2^-t - 1); coef[k][b][1 + p] = a 2^-p. */
+typedef struct scan_tile {
+    uint64_t words[SCAN_PASS_CHANNELS * FATHOM_PLANES][SCAN_TILE_BLOCKS];
+    float coef[SCAN_PASS_CHANNELS][SCAN_TILE_BLOCKS][1 + FATHOM_PLANES];
+} scan_tile;
 
 #if defined(__GNUC__)
 #define SCAN_INLINE static inline __attribute__((always_inline))
@@ -462,17 +469,25 @@ typedef struct scan_block {
 #define SCAN_INLINE static inline
 #endif
 
-/* Fill blk for block b (segment-relative) with F16_TO_F32 for the scale. */
-#define SCAN_PREPARE_BLOCK(job, view, b, blk, F16_TO_F32)                                          \
+/* Stage blocks [b0, b0+nb) (segment-relative) of the pass's channels into
+ * tile, with F16_TO_F32 converting the scales. */
+#define SCAN_STAGE_TILE(job, view, b0, nb, tile, F16_TO_F32)                                       \
     do {                                                                                           \
         for (uint32_t t_ = 1; t_ <= FATHOM_PLANES; t_++) {                                         \
+            uint32_t r_ = (job)->row[t_];                                                          \
             for (uint32_t k_ = (job)->first[t_ - 1]; k_ < (job)->first[t_]; k_++) {                \
                 uint64_t j_ = (job)->channels[k_];                                                 \
-                float a_ = F16_TO_F32((view)->scales[j_ * (job)->S + (b)]);                        \
-                (blk)->words[k_] = (view)->planes + j_ * FATHOM_PLANES * (job)->S + (b);           \
-                (blk)->coef[k_][0] = a_ * (1.0f / (float)(1u << t_) - 1.0f);                       \
-                for (uint32_t p_ = 0; p_ < FATHOM_PLANES; p_++)                                    \
-                    (blk)->coef[k_][1 + p_] = a_ * (1.0f / (float)(1u << p_));                     \
+                for (uint32_t p_ = 0; p_ < t_; p_++, r_++) {                                       \
+                    const uint64_t *src_ = (view)->planes + (j_ * FATHOM_PLANES + p_) * (job)->S + (b0); \
+                    for (uint32_t b_ = 0; b_ < (nb); b_++) (tile)->words[r_][b_] = src_[b_];       \
+                }                                                                                  \
+                for (uint32_t b_ = 0; b_ < (nb); b_++) {                                           \
+                    float a_ = F16_TO_F32((view)->scales[j_ * (job)->S + (b0) + b_]);              \
+                    float *c_ = (tile)->coef[k_][b_];                                              \
+                    c_[0] = a_ * (1.0f / (float)(1u << t_) - 1.0f);                                \
+                    for (uint32_t p_ = 0; p_ < FATHOM_PLANES; p_++)                                \
+                        c_[1 + p_] = a_ * (1.0f / (float)(1u << p_));                              \
+                }                                                                                  \
             }                                                                                      \
         }                                                                                          \
     } while (0)
@@ -486,7 +501,7 @@ typedef struct scan_block {
         BODY(4);                                                                                   \
     } while (0)
 
-/* Calls FN(..., HC) with HC = min(4, heads left) as a constant, so that a
+/* Calls CALL(HC) with HC = min(4, heads left) as a constant, so that a
  * kernel's accumulators for HC heads can live in registers. */
 #define SCAN_HEAD_CHUNK(hc, CALL)                                                                  \
     do {                                                                                           \
@@ -498,6 +513,28 @@ typedef struct scan_block {
         }                                                                                          \
     } while (0)
 
+/* The loop shared by every kernel: segment -> staged tiles -> blocks -> head
+ * chunks; BLOCK(b, h0, hc, first, valid) scores block b of the tile for heads
+ * [h0, h0+hc) and adds the first `valid` tokens into the scores. */
+#define SCAN_SEGMENT_LOOP(job, tile, view, seg_n, F16_TO_F32, BLOCK)                               \
+    do {                                                                                           \
+        const uint32_t blocks_ = (uint32_t)blocks_for(seg_n);                                      \
+        for (uint32_t b0_ = 0; b0_ < blocks_; b0_ += SCAN_TILE_BLOCKS) {                           \
+            uint32_t nb_ = blocks_ - b0_ < SCAN_TILE_BLOCKS ? blocks_ - b0_ : SCAN_TILE_BLOCKS;    \
+            SCAN_STAGE_TILE(job, view, b0_, nb_, tile, F16_TO_F32);                                \
+            for (uint32_t b_ = 0; b_ < nb_; b_++) {                                                \
+                uint64_t off_ = (uint64_t)(b0_ + b_) * FATHOM_BLOCK_TOKENS;                        \
+                uint64_t first_ = (view)->first_token + off_;                                      \
+                uint32_t valid_ = (seg_n) - off_ < FATHOM_BLOCK_TOKENS ? (uint32_t)((seg_n) - off_) \
+                                                                       : FATHOM_BLOCK_TOKENS;      \
+                for (uint32_t h0_ = 0; h0_ < (job)->group; h0_ += 4) {                             \
+                    uint32_t hc_ = (job)->group - h0_ < 4 ? (job)->group - h0_ : 4;                \
+                    BLOCK(b_, h0_, hc_, first_, valid_);                                           \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
 /* Add acc[0..count) to scores row s (count < 64 only at the end of n). */
 SCAN_INLINE void add_scores(float *s, const float *acc, uint32_t count) {
     for (uint32_t i = 0; i < count; i++) s[i] += acc[i];
@@ -505,14 +542,16 @@ SCAN_INLINE void add_scores(float *s, const float *acc, uint32_t count) {
 
 /* ---- portable: plain C that compilers vectorize for the baseline ISA ---- */
 
-SCAN_INLINE void portable_channels(const scan_job *job, const scan_block *blk, const uint32_t T,
-                                   uint32_t h0, uint32_t hc, float acc[4][FATHOM_BLOCK_TOKENS]) {
+SCAN_INLINE void portable_channels(const scan_job *job, const scan_tile *tile, uint32_t b,
+                                   const uint32_t T, uint32_t h0, uint32_t hc,
+                                   float acc[4][FATHOM_BLOCK_TOKENS]) {
     float vals[FATHOM_BLOCK_TOKENS];
-    for (uint32_t k = job->first[T - 1]; k < job->first[T]; k++) {
-        const float *coef = blk->coef[k];
+    uint32_t r = job->row[T];
+    for (uint32_t k = job->first[T - 1]; k < job->first[T]; k++, r += T) {
+        const float *coef = tile->coef[k][b];
         for (uint32_t i = 0; i < FATHOM_BLOCK_TOKENS; i++) vals[i] = coef[0];
         for (uint32_t p = 0; p < T; p++) {
-            uint64_t w = blk->words[k][p * job->S];
+            uint64_t w = tile->words[r + p][b];
             float wp = coef[1 + p];
             for (uint32_t g = 0; g < 8; g++) {
                 const float *e = bit_expand[(w >> (8 * g)) & 0xffu];
@@ -527,25 +566,22 @@ SCAN_INLINE void portable_channels(const scan_job *job, const scan_block *blk, c
     }
 }
 
-static void scan_segment_portable(const scan_job *job, scan_block *blk,
-                                  const fathom_segment_view *view, uint64_t seg_n) {
+static void portable_block(const scan_job *job, const scan_tile *tile, uint32_t b, uint32_t h0,
+                           uint32_t hc, uint64_t first, uint32_t valid) {
     float acc[4][FATHOM_BLOCK_TOKENS];
-    const uint32_t blocks = (uint32_t)blocks_for(seg_n);
-    for (uint32_t b = 0; b < blocks; b++) {
-        SCAN_PREPARE_BLOCK(job, view, b, blk, fathom_f16_to_f32);
-        uint64_t first = view->first_token + (uint64_t)b * FATHOM_BLOCK_TOKENS;
-        uint64_t left = seg_n - (uint64_t)b * FATHOM_BLOCK_TOKENS;
-        uint32_t valid = left < FATHOM_BLOCK_TOKENS ? (uint32_t)left : FATHOM_BLOCK_TOKENS;
-        for (uint32_t h0 = 0; h0 < job->group; h0 += 4) {
-            uint32_t hc = job->group - h0 < 4 ? job->group - h0 : 4;
-            memset(acc, 0, sizeof acc);
-#define PORTABLE_DEPTH(T) portable_channels(job, blk, T, h0, hc, acc)
-            SCAN_FOR_EACH_DEPTH(PORTABLE_DEPTH);
+    memset(acc, 0, sizeof acc);
+#define PORTABLE_DEPTH(T) portable_channels(job, tile, b, T, h0, hc, acc)
+    SCAN_FOR_EACH_DEPTH(PORTABLE_DEPTH);
 #undef PORTABLE_DEPTH
-            for (uint32_t h = 0; h < hc; h++)
-                add_scores(job->scores + (uint64_t)(h0 + h) * job->n + first, acc[h], valid);
-        }
-    }
+    for (uint32_t h = 0; h < hc; h++)
+        add_scores(job->scores + (uint64_t)(h0 + h) * job->n + first, acc[h], valid);
+}
+
+static void scan_segment_portable(const scan_job *job, scan_tile *tile,
+                                  const fathom_segment_view *view, uint64_t seg_n) {
+#define PORTABLE_BLOCK(b, h0, hc, first, valid) portable_block(job, tile, b, h0, hc, first, valid)
+    SCAN_SEGMENT_LOOP(job, tile, view, seg_n, fathom_f16_to_f32, PORTABLE_BLOCK);
+#undef PORTABLE_BLOCK
 }
 
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -558,16 +594,16 @@ static void scan_segment_portable(const scan_job *job, scan_block *blk,
 
 #define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
 
-AVX2_TARGET SCAN_INLINE void avx2_channels(const scan_job *job, const scan_block *blk,
+AVX2_TARGET SCAN_INLINE void avx2_channels(const scan_job *job, const scan_tile *tile, uint32_t b,
                                            const uint32_t T, uint32_t h0, const uint32_t HC,
                                            uint32_t quarter, __m256 acc[4][2]) {
-    const uint64_t S = job->S;
-    for (uint32_t k = job->first[T - 1]; k < job->first[T]; k++) {
-        const float *coef = blk->coef[k];
+    uint32_t r = job->row[T];
+    for (uint32_t k = job->first[T - 1]; k < job->first[T]; k++, r += T) {
+        const float *coef = tile->coef[k][b];
         __m256 v0 = _mm256_broadcast_ss(&coef[0]), v1 = v0;
         for (uint32_t p = 0; p < T; p++) {
             /* bytes 2*quarter, 2*quarter+1 of the word: tokens 16q .. 16q+15 (little endian) */
-            const uint8_t *bytes = (const uint8_t *)&blk->words[k][p * S];
+            const uint8_t *bytes = (const uint8_t *)&tile->words[r + p][b];
             __m256 wp = _mm256_broadcast_ss(&coef[1 + p]);
             v0 = _mm256_fmadd_ps(_mm256_load_ps(bit_expand[bytes[2 * quarter]]), wp, v0);
             v1 = _mm256_fmadd_ps(_mm256_load_ps(bit_expand[bytes[2 * quarter + 1]]), wp, v1);
@@ -581,11 +617,12 @@ AVX2_TARGET SCAN_INLINE void avx2_channels(const scan_job *job, const scan_block
     }
 }
 
-AVX2_TARGET SCAN_INLINE void avx2_quarter(const scan_job *job, const scan_block *blk, uint32_t h0,
-                                          const uint32_t HC, uint32_t quarter, float *out) {
+AVX2_TARGET SCAN_INLINE void avx2_quarter(const scan_job *job, const scan_tile *tile, uint32_t b,
+                                          uint32_t h0, const uint32_t HC, uint32_t quarter,
+                                          float *out) {
     __m256 acc[4][2];
     for (uint32_t h = 0; h < HC; h++) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
-#define AVX2_DEPTH(T) avx2_channels(job, blk, T, h0, HC, quarter, acc)
+#define AVX2_DEPTH(T) avx2_channels(job, tile, b, T, h0, HC, quarter, acc)
     SCAN_FOR_EACH_DEPTH(AVX2_DEPTH);
 #undef AVX2_DEPTH
     for (uint32_t h = 0; h < HC; h++) {
@@ -594,44 +631,41 @@ AVX2_TARGET SCAN_INLINE void avx2_quarter(const scan_job *job, const scan_block 
     }
 }
 
-AVX2_TARGET static void scan_segment_avx2(const scan_job *job, scan_block *blk,
-                                          const fathom_segment_view *view, uint64_t seg_n) {
+AVX2_TARGET static void avx2_block(const scan_job *job, const scan_tile *tile, uint32_t b,
+                                   uint32_t h0, uint32_t hc, uint64_t first, uint32_t valid) {
     float out[4 * 16];
-    const uint32_t blocks = (uint32_t)blocks_for(seg_n);
-    for (uint32_t b = 0; b < blocks; b++) {
-        SCAN_PREPARE_BLOCK(job, view, b, blk, _cvtsh_ss);
-        uint64_t first = view->first_token + (uint64_t)b * FATHOM_BLOCK_TOKENS;
-        uint64_t left = seg_n - (uint64_t)b * FATHOM_BLOCK_TOKENS;
-        uint32_t valid = left < FATHOM_BLOCK_TOKENS ? (uint32_t)left : FATHOM_BLOCK_TOKENS;
-        for (uint32_t quarter = 0; quarter * 16 < valid; quarter++) {
-            uint32_t count = valid - quarter * 16 < 16 ? valid - quarter * 16 : 16;
-            for (uint32_t h0 = 0; h0 < job->group; h0 += 4) {
-                uint32_t hc = job->group - h0 < 4 ? job->group - h0 : 4;
-#define AVX2_QUARTER(HC) avx2_quarter(job, blk, h0, HC, quarter, out)
-                SCAN_HEAD_CHUNK(hc, AVX2_QUARTER);
+    for (uint32_t quarter = 0; quarter * 16 < valid; quarter++) {
+        uint32_t count = valid - quarter * 16 < 16 ? valid - quarter * 16 : 16;
+#define AVX2_QUARTER(HC) avx2_quarter(job, tile, b, h0, HC, quarter, out)
+        SCAN_HEAD_CHUNK(hc, AVX2_QUARTER);
 #undef AVX2_QUARTER
-                for (uint32_t h = 0; h < hc; h++)
-                    add_scores(job->scores + (uint64_t)(h0 + h) * job->n + first + quarter * 16,
-                               out + h * 16, count);
-            }
-        }
+        for (uint32_t h = 0; h < hc; h++)
+            add_scores(job->scores + (uint64_t)(h0 + h) * job->n + first + quarter * 16,
+                       out + h * 16, count);
     }
+}
+
+AVX2_TARGET static void scan_segment_avx2(const scan_job *job, scan_tile *tile,
+                                          const fathom_segment_view *view, uint64_t seg_n) {
+#define AVX2_BLOCK(b, h0, hc, first, valid) avx2_block(job, tile, b, h0, hc, first, valid)
+    SCAN_SEGMENT_LOOP(job, tile, view, seg_n, _cvtsh_ss, AVX2_BLOCK);
+#undef AVX2_BLOCK
 }
 
 /* ---- AVX-512: a whole block (4 x 16 tokens) per head; plane bits are masks ---- */
 
 #define AVX512_TARGET __attribute__((target("avx512f,fma,f16c")))
 
-AVX512_TARGET SCAN_INLINE void avx512_channels(const scan_job *job, const scan_block *blk,
-                                               const uint32_t T, uint32_t h0, const uint32_t HC,
-                                               __m512 acc[4][4]) {
-    const uint64_t S = job->S;
-    for (uint32_t k = job->first[T - 1]; k < job->first[T]; k++) {
-        const float *coef = blk->coef[k];
+AVX512_TARGET SCAN_INLINE void avx512_channels(const scan_job *job, const scan_tile *tile,
+                                               uint32_t b, const uint32_t T, uint32_t h0,
+                                               const uint32_t HC, __m512 acc[4][4]) {
+    uint32_t r = job->row[T];
+    for (uint32_t k = job->first[T - 1]; k < job->first[T]; k++, r += T) {
+        const float *coef = tile->coef[k][b];
         __m512 v[4];
         v[0] = v[1] = v[2] = v[3] = _mm512_set1_ps(coef[0]);
         for (uint32_t p = 0; p < T; p++) {
-            uint64_t w = blk->words[k][p * S];
+            uint64_t w = tile->words[r + p][b];
             __m512 wp = _mm512_set1_ps(coef[1 + p]);
             for (uint32_t g = 0; g < 4; g++)
                 v[g] = _mm512_mask_add_ps(v[g], (__mmask16)(w >> (16 * g)), v[g], wp);
@@ -644,36 +678,33 @@ AVX512_TARGET SCAN_INLINE void avx512_channels(const scan_job *job, const scan_b
     }
 }
 
-AVX512_TARGET SCAN_INLINE void avx512_block(const scan_job *job, const scan_block *blk,
+AVX512_TARGET SCAN_INLINE void avx512_heads(const scan_job *job, const scan_tile *tile, uint32_t b,
                                             uint32_t h0, const uint32_t HC, float *out) {
     __m512 acc[4][4];
     for (uint32_t h = 0; h < HC; h++)
         for (uint32_t g = 0; g < 4; g++) acc[h][g] = _mm512_setzero_ps();
-#define AVX512_DEPTH(T) avx512_channels(job, blk, T, h0, HC, acc)
+#define AVX512_DEPTH(T) avx512_channels(job, tile, b, T, h0, HC, acc)
     SCAN_FOR_EACH_DEPTH(AVX512_DEPTH);
 #undef AVX512_DEPTH
     for (uint32_t h = 0; h < HC; h++)
         for (uint32_t g = 0; g < 4; g++) _mm512_storeu_ps(out + h * 64 + g * 16, acc[h][g]);
 }
 
-AVX512_TARGET static void scan_segment_avx512(const scan_job *job, scan_block *blk,
-                                              const fathom_segment_view *view, uint64_t seg_n) {
+AVX512_TARGET static void avx512_block(const scan_job *job, const scan_tile *tile, uint32_t b,
+                                       uint32_t h0, uint32_t hc, uint64_t first, uint32_t valid) {
     float out[4 * 64];
-    const uint32_t blocks = (uint32_t)blocks_for(seg_n);
-    for (uint32_t b = 0; b < blocks; b++) {
-        SCAN_PREPARE_BLOCK(job, view, b, blk, _cvtsh_ss);
-        uint64_t first = view->first_token + (uint64_t)b * FATHOM_BLOCK_TOKENS;
-        uint64_t left = seg_n - (uint64_t)b * FATHOM_BLOCK_TOKENS;
-        uint32_t valid = left < FATHOM_BLOCK_TOKENS ? (uint32_t)left : FATHOM_BLOCK_TOKENS;
-        for (uint32_t h0 = 0; h0 < job->group; h0 += 4) {
-            uint32_t hc = job->group - h0 < 4 ? job->group - h0 : 4;
-#define AVX512_BLOCK(HC) avx512_block(job, blk, h0, HC, out)
-            SCAN_HEAD_CHUNK(hc, AVX512_BLOCK);
+#define AVX512_HEADS(HC) avx512_heads(job, tile, b, h0, HC, out)
+    SCAN_HEAD_CHUNK(hc, AVX512_HEADS);
+#undef AVX512_HEADS
+    for (uint32_t h = 0; h < hc; h++)
+        add_scores(job->scores + (uint64_t)(h0 + h) * job->n + first, out + h * 64, valid);
+}
+
+AVX512_TARGET static void scan_segment_avx512(const scan_job *job, scan_tile *tile,
+                                              const fathom_segment_view *view, uint64_t seg_n) {
+#define AVX512_BLOCK(b, h0, hc, first, valid) avx512_block(job, tile, b, h0, hc, first, valid)
+    SCAN_SEGMENT_LOOP(job, tile, view, seg_n, _cvtsh_ss, AVX512_BLOCK);
 #undef AVX512_BLOCK
-            for (uint32_t h = 0; h < hc; h++)
-                add_scores(job->scores + (uint64_t)(h0 + h) * job->n + first, out + h * 64, valid);
-        }
-    }
 }
 
 /* CPU features from cpuid, with the OS's xgetbv check that it saves the
@@ -727,13 +758,13 @@ int fathom_scan_kernel_available(fathom_scan_kernel kernel) {
     return 0;
 }
 
-typedef void (*scan_segment_fn)(const scan_job *, scan_block *, const fathom_segment_view *,
+typedef void (*scan_segment_fn)(const scan_job *, scan_tile *, const fathom_segment_view *,
                                 uint64_t);
 
 /* A scan call's working tables. */
 typedef struct scan_work {
     scan_job job;
-    scan_block block;
+    scan_tile tile;
 } scan_work;
 
 static scan_segment_fn pick_kernel(fathom_scan_kernel kernel) {
@@ -779,7 +810,11 @@ int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st,
         if (!count) break;
         job->count = count;
         job->first[0] = 0;
-        for (uint32_t t = 1; t <= FATHOM_PLANES; t++) job->first[t] = job->first[t - 1] + per_depth[t];
+        job->row[0] = job->row[1] = 0;
+        for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
+            job->first[t] = job->first[t - 1] + per_depth[t];
+            if (t > 1) job->row[t] = job->row[t - 1] + (t - 1) * per_depth[t - 1];
+        }
         uint32_t fill[FATHOM_PLANES];
         for (uint32_t t = 0; t < FATHOM_PLANES; t++) fill[t] = job->first[t];
         for (; j < end; j++)
@@ -789,7 +824,7 @@ int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st,
             int status = fathom_store_segment(st, seg, &view);
             if (status < 0) return status;
             uint64_t seg_n = n - view.first_token < view.tokens ? n - view.first_token : view.tokens;
-            segment_fn(job, &work.block, &view, seg_n);
+            segment_fn(job, &work.tile, &view, seg_n);
         }
     }
     if (bytes_read) *bytes_read = bytes;

@@ -477,7 +477,7 @@ static void test_scan_wide(void) {
     float *keys = random_keys(len, dim);
     float *q = malloc(sizeof(float) * 7 * dim);
     for (uint32_t i = 0; i < 7 * dim; i++) q[i] = rng_normal();
-    fathom_store *st = make_store(dim, 1, NULL, keys, len);
+    fathom_store *st = make_store(dim, 3, NULL, keys, len); /* 3 blocks per segment: partial tiles */
     float *scores = malloc(sizeof(float) * 7 * len);
     double *want = malloc(sizeof(double) * 7 * len), *mag = malloc(sizeof(double) * 7 * len);
     uint8_t depths[300];
