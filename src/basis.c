@@ -65,8 +65,8 @@ int fathom_basis_create(fathom_basis **out, uint32_t dim, const float *mean, con
     FATHOM_TRY(check_finite(vectors, (uint64_t)dim * dim, "vectors"));
     FATHOM_TRY(check_finite(eigenvalues, dim, "eigenvalues"));
     for (uint32_t c = 0; c < dim; c++)
-        FATHOM_CHECK_ARG(eigenvalues[c] >= 0.0f, "basis_create: eigenvalues[%u] = %g is negative", c,
-                         (double)eigenvalues[c]);
+        FATHOM_CHECK_ARG(eigenvalues[c] >= 0.0f, "basis_create: eigenvalues[%u] = %g is negative",
+                         c, (double)eigenvalues[c]);
     fathom_basis *basis;
     FATHOM_TRY(basis_alloc(&basis, dim));
     memcpy(basis->mean, mean, (size_t)dim * sizeof(float));
@@ -147,8 +147,8 @@ int fathom_basis_fit(fathom_basis **out, uint32_t dim, const float *keys, uint64
     double work_query = 0.0;
     dsyev_("V", "U", &n, cov, &n, eig, &work_query, &lwork, &info);
     if (info != 0 || !(work_query >= 1.0) || work_query > 1e9) {
-        status = fathom_fail(FATHOM_ERR_NUMERIC, "basis_fit: dsyev workspace query failed (info %d)",
-                             info);
+        status = fathom_fail(FATHOM_ERR_NUMERIC,
+                             "basis_fit: dsyev workspace query failed (info %d)", info);
         goto done;
     }
     lwork = (int)work_query;

@@ -96,9 +96,7 @@ void fathom_store_free(fathom_store *st) {
 
 uint64_t fathom_store_length(const fathom_store *st) { return st ? st->length : 0; }
 uint32_t fathom_store_dim(const fathom_store *st) { return st ? st->dim : 0; }
-uint32_t fathom_store_segment_blocks(const fathom_store *st) {
-    return st ? st->segment_blocks : 0;
-}
+uint32_t fathom_store_segment_blocks(const fathom_store *st) { return st ? st->segment_blocks : 0; }
 uint32_t fathom_store_segment_count(const fathom_store *st) { return st ? st->segment_count : 0; }
 const fathom_basis *fathom_store_basis(const fathom_store *st) { return st ? st->basis : NULL; }
 
@@ -152,7 +150,8 @@ static void quantize_block(fathom_store *st, uint64_t block, const float *rows, 
     const uint64_t b = block % S;
     for (uint32_t j = 0; j < dim; j++) {
         float max_abs = 0.0f;
-        for (uint32_t i = 0; i < count; i++) max_abs = fmaxf(max_abs, fabsf(rows[(size_t)i * dim + j]));
+        for (uint32_t i = 0; i < count; i++)
+            max_abs = fmaxf(max_abs, fabsf(rows[(size_t)i * dim + j]));
         uint16_t h = block_scale(max_abs);
         float a = fathom_f16_to_f32(h);
         uint64_t w[FATHOM_PLANES] = {0, 0, 0, 0};
@@ -318,7 +317,8 @@ static float decode_token(const fathom_store *st, uint64_t token, uint32_t j, ui
     uint64_t block = token / FATHOM_BLOCK_TOKENS;
     uint32_t bit = (uint32_t)(token % FATHOM_BLOCK_TOKENS);
     uint32_t prefix = 0;
-    for (uint32_t p = 0; p < t; p++) prefix = (prefix << 1) | (uint32_t)((plane_word(st, j, p, block) >> bit) & 1u);
+    for (uint32_t p = 0; p < t; p++)
+        prefix = (prefix << 1) | (uint32_t)((plane_word(st, j, p, block) >> bit) & 1u);
     return decode_value(prefix, t, fathom_f16_to_f32(scale_word(st, j, block)));
 }
 
@@ -381,9 +381,8 @@ static int check_scan_args(const fathom_store *st, const uint8_t *depths, const 
     return FATHOM_OK;
 }
 
-int fathom_store_scan_reference(const fathom_store *st, const uint8_t *depths,
-                                const float *queries, uint32_t group, uint64_t n, float *scores,
-                                uint64_t *bytes_read) {
+int fathom_store_scan_reference(const fathom_store *st, const uint8_t *depths, const float *queries,
+                                uint32_t group, uint64_t n, float *scores, uint64_t *bytes_read) {
     uint64_t bytes;
     FATHOM_TRY(check_scan_args(st, depths, queries, group, n, scores, &bytes));
     const uint32_t dim = st->dim;
@@ -418,16 +417,18 @@ int fathom_store_scan_reference(const fathom_store *st, const uint8_t *depths,
  * ---------------------------------------------------------------------- */
 
 #define EXPAND_ROW(x)                                                                              \
-    {(float)((x) & 1), (float)(((x) >> 1) & 1), (float)(((x) >> 2) & 1), (float)(((x) >> 3) & 1),   \
-     (float)(((x) >> 4) & 1), (float)(((x) >> 5) & 1), (float)(((x) >> 6) & 1),                    \
-     (float)(((x) >> 7) & 1)}
+    {                                                                                              \
+        (float)((x)&1), (float)(((x) >> 1) & 1), (float)(((x) >> 2) & 1), (float)(((x) >> 3) & 1), \
+            (float)(((x) >> 4) & 1), (float)(((x) >> 5) & 1), (float)(((x) >> 6) & 1),             \
+            (float)(((x) >> 7) & 1)                                                                \
+    }
 #define EXPAND_4(x) EXPAND_ROW(x), EXPAND_ROW((x) + 1), EXPAND_ROW((x) + 2), EXPAND_ROW((x) + 3)
 #define EXPAND_16(x) EXPAND_4(x), EXPAND_4((x) + 4), EXPAND_4((x) + 8), EXPAND_4((x) + 12)
 #define EXPAND_64(x) EXPAND_16(x), EXPAND_16((x) + 16), EXPAND_16((x) + 32), EXPAND_16((x) + 48)
 
 /* bit_expand[b][l] = bit l of byte b, as a float. 8 KiB, stays in L1. */
-static const float bit_expand[256][8] __attribute__((aligned(32))) = {
-    EXPAND_64(0), EXPAND_64(64), EXPAND_64(128), EXPAND_64(192)};
+static const float bit_expand[256][8]
+    __attribute__((aligned(32))) = {EXPAND_64(0), EXPAND_64(64), EXPAND_64(128), EXPAND_64(192)};
 
 /* Channels handled per pass and blocks per staged tile. The tile tables
  * (about 13 KiB) live on the stack, so a scan allocates nothing. */
@@ -478,7 +479,8 @@ typedef struct scan_tile {
             for (uint32_t k_ = (job)->first[t_ - 1]; k_ < (job)->first[t_]; k_++) {                \
                 uint64_t j_ = (job)->channels[k_];                                                 \
                 for (uint32_t p_ = 0; p_ < t_; p_++, r_++) {                                       \
-                    const uint64_t *src_ = (view)->planes + (j_ * FATHOM_PLANES + p_) * (job)->S + (b0); \
+                    const uint64_t *src_ =                                                         \
+                        (view)->planes + (j_ * FATHOM_PLANES + p_) * (job)->S + (b0);              \
                     for (uint32_t b_ = 0; b_ < (nb); b_++) (tile)->words[r_][b_] = src_[b_];       \
                 }                                                                                  \
                 for (uint32_t b_ = 0; b_ < (nb); b_++) {                                           \
@@ -525,8 +527,8 @@ typedef struct scan_tile {
             for (uint32_t b_ = 0; b_ < nb_; b_++) {                                                \
                 uint64_t off_ = (uint64_t)(b0_ + b_) * FATHOM_BLOCK_TOKENS;                        \
                 uint64_t first_ = (view)->first_token + off_;                                      \
-                uint32_t valid_ = (seg_n) - off_ < FATHOM_BLOCK_TOKENS ? (uint32_t)((seg_n) - off_) \
-                                                                       : FATHOM_BLOCK_TOKENS;      \
+                uint32_t valid_ = (seg_n)-off_ < FATHOM_BLOCK_TOKENS ? (uint32_t)((seg_n)-off_)    \
+                                                                     : FATHOM_BLOCK_TOKENS;        \
                 for (uint32_t h0_ = 0; h0_ < (job)->group; h0_ += 4) {                             \
                     uint32_t hc_ = (job)->group - h0_ < 4 ? (job)->group - h0_ : 4;                \
                     BLOCK(b_, h0_, hc_, first_, valid_);                                           \
@@ -778,9 +780,9 @@ static scan_segment_fn pick_kernel(fathom_scan_kernel kernel) {
     return scan_segment_portable;
 }
 
-int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st,
-                           const uint8_t *depths, const float *queries, uint32_t group, uint64_t n,
-                           float *scores, uint64_t *bytes_read) {
+int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st, const uint8_t *depths,
+                           const float *queries, uint32_t group, uint64_t n, float *scores,
+                           uint64_t *bytes_read) {
     if (kernel == FATHOM_SCAN_REFERENCE)
         return fathom_store_scan_reference(st, depths, queries, group, n, scores, bytes_read);
     FATHOM_CHECK_ARG(kernel == FATHOM_SCAN_AUTO || kernel == FATHOM_SCAN_PORTABLE ||
@@ -823,7 +825,8 @@ int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st,
             fathom_segment_view view;
             int status = fathom_store_segment(st, seg, &view);
             if (status < 0) return status;
-            uint64_t seg_n = n - view.first_token < view.tokens ? n - view.first_token : view.tokens;
+            uint64_t seg_n =
+                n - view.first_token < view.tokens ? n - view.first_token : view.tokens;
             segment_fn(job, &work.tile, &view, seg_n);
         }
     }

@@ -15,9 +15,13 @@
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 static double rng_normal(void) {
     double u, v;
-    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
     u = ((double)(rng_state >> 11) + 0.5) / 9007199254740992.0;
-    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
     v = (double)(rng_state >> 11) / 9007199254740992.0;
     return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
 }
@@ -39,7 +43,9 @@ static void orthogonal(double q[DIM][DIM]) {
 }
 
 /* Sylvester Hadamard entry H[i][c] = (-1)^popcount(i & c). */
-static double hadamard(int i, int c) { return __builtin_popcount((unsigned)(i & c)) % 2 ? -1.0 : 1.0; }
+static double hadamard(int i, int c) {
+    return __builtin_popcount((unsigned)(i & c)) % 2 ? -1.0 : 1.0;
+}
 
 /* Keys whose population covariance is exactly Q diag(sigma^2) Q^T: rows of
  * Z[i][c] = sigma_c * H[i][c+1] have zero column sums and orthogonal columns
@@ -102,8 +108,10 @@ static void test_known_covariance(void) {
     /* deterministic: the same input gives the same bytes */
     fathom_basis *again = NULL;
     CHECK_OK(fathom_basis_fit(&again, DIM, keys, NK, NULL, 0));
-    CHECK(memcmp(fathom_basis_vectors(b), fathom_basis_vectors(again), sizeof(float) * DIM * DIM) == 0);
-    CHECK(memcmp(fathom_basis_eigenvalues(b), fathom_basis_eigenvalues(again), sizeof(float) * DIM) == 0);
+    CHECK(memcmp(fathom_basis_vectors(b), fathom_basis_vectors(again), sizeof(float) * DIM * DIM) ==
+          0);
+    CHECK(memcmp(fathom_basis_eigenvalues(b), fathom_basis_eigenvalues(again),
+                 sizeof(float) * DIM) == 0);
     fathom_basis_free(again);
 
     /* Rotation: k' = (k - mean) V has variances sigma^2 and preserves scores
@@ -126,7 +134,8 @@ static void test_known_covariance(void) {
         /* rotate_key against a direct double computation */
         for (int c = 0; c < DIM; c++) {
             double x = 0;
-            for (int i = 0; i < DIM; i++) x += ((double)keys[r * DIM + i] - mean[i]) * v[c * DIM + i];
+            for (int i = 0; i < DIM; i++)
+                x += ((double)keys[r * DIM + i] - mean[i]) * v[c * DIM + i];
             CHECK_NEAR(kr[c], x, 1e-5);
         }
     }

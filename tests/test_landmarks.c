@@ -57,7 +57,8 @@ static void test_means_and_scores(void) {
     for (uint32_t h = 0; h < 2; h++)
         for (uint64_t i = 0; i < 19; i++) {
             double want = 0;
-            for (uint32_t j = 0; j < DIM; j++) want += (double)q[h * DIM + j] * test_mean(keys, i / 8 * 8, 8, j);
+            for (uint32_t j = 0; j < DIM; j++)
+                want += (double)q[h * DIM + j] * test_mean(keys, i / 8 * 8, 8, j);
             CHECK_NEAR(s2[h * 19 + i], want, 1e-5 * (1 + fabs(want)));
         }
     /* the open block's mean follows its tokens as they arrive */

@@ -55,7 +55,8 @@ static int stores_equal(const fathom_store *a, const fathom_store *b) {
             for (uint32_t p = 0; p < 4; p++) {
                 uint64_t wa, wb;
                 uint16_t sa, sb;
-                if (fathom_store_word(a, j, p, blk, &wa, &sa) || fathom_store_word(b, j, p, blk, &wb, &sb))
+                if (fathom_store_word(a, j, p, blk, &wa, &sa) ||
+                    fathom_store_word(b, j, p, blk, &wb, &sb))
                     return 0;
                 if (wa != wb || sa != sb) return 0;
             }
@@ -138,7 +139,7 @@ static void test_prefix_exact(void) {
     const uint32_t dim = 20;
     const uint64_t n = 64 * 3 + 37;
     float *keys = random_keys(n, dim);
-    for (uint64_t i = 0; i < n; i++) keys[i * dim + 5] = 0.0f; /* an all-zero channel */
+    for (uint64_t i = 0; i < n; i++) keys[i * dim + 5] = 0.0f;     /* an all-zero channel */
     for (uint64_t i = 64; i < 128; i++) keys[i * dim + 6] = 1e-9f; /* rounds to a zero scale */
     for (uint64_t i = 0; i < 64; i++) keys[i * dim + 7] = 0.2f * rng_normal() / 5.0f;
     keys[3 * dim + 7] = 0.3001f; /* fp16(max) = 0.300048 rounds down: the code clips at 15 */
@@ -154,7 +155,8 @@ static void test_prefix_exact(void) {
             for (uint32_t j = 0; j < dim; j++) {
                 float a = test_scale(keys, n, dim, j, i / 64);
                 float want = quantize_t(keys[i * dim + j], a, t);
-                if (memcmp(&want, &out[i * dim + j], sizeof want) != 0 && !(want == 0 && out[i * dim + j] == 0))
+                if (memcmp(&want, &out[i * dim + j], sizeof want) != 0 &&
+                    !(want == 0 && out[i * dim + j] == 0))
                     bad++;
                 checked++;
             }
@@ -168,7 +170,9 @@ static void test_prefix_exact(void) {
     for (uint64_t i = 0; i < 100; i++)
         for (uint32_t j = 0; j < dim; j++) {
             uint64_t tok = 50 + i;
-            float want = depths[j] ? quantize_t(keys[tok * dim + j], test_scale(keys, n, dim, j, tok / 64), depths[j]) : 0.0f;
+            float want = depths[j] ? quantize_t(keys[tok * dim + j],
+                                                test_scale(keys, n, dim, j, tok / 64), depths[j])
+                                   : 0.0f;
             if (want != out[i * dim + j]) bad++;
         }
     CHECK(bad == 0);
@@ -187,7 +191,7 @@ static void test_append_equals_bulk(void) {
     for (int trial = 0; trial < 12; trial++) {
         uint32_t dim = dims[trial % 3];
         uint64_t n = 1 + rng_below(trial < 4 ? 63 : 400); /* n < 64 too */
-        uint32_t seg_blocks = 1 + rng_below(3);            /* crosses segments */
+        uint32_t seg_blocks = 1 + rng_below(3);           /* crosses segments */
         float *keys = random_keys(n, dim);
         fathom_store *bulk = make_store(dim, seg_blocks, NULL, keys, n);
         fathom_store *stream = make_store(dim, seg_blocks, NULL, NULL, 0);
@@ -199,7 +203,8 @@ static void test_append_equals_bulk(void) {
         }
         CHECK(stores_equal(bulk, stream));
         CHECK(fathom_store_segment_count(bulk) == fathom_store_segment_count(stream));
-        CHECK(fathom_store_segment_count(bulk) == (uint32_t)(((n + 63) / 64 + seg_blocks - 1) / seg_blocks));
+        CHECK(fathom_store_segment_count(bulk) ==
+              (uint32_t)(((n + 63) / 64 + seg_blocks - 1) / seg_blocks));
         /* whole segments, unused words included, byte for byte */
         for (uint32_t s = 0; s < fathom_store_segment_count(bulk); s++) {
             fathom_segment_view va, vb;
@@ -207,7 +212,8 @@ static void test_append_equals_bulk(void) {
             CHECK_OK(fathom_store_segment(stream, s, &vb));
             CHECK(memcmp(va.planes, vb.planes, sizeof(uint64_t) * dim * 4 * seg_blocks) == 0);
             CHECK(memcmp(va.scales, vb.scales, sizeof(uint16_t) * dim * seg_blocks) == 0);
-            CHECK(va.tokens == vb.tokens && va.blocks == vb.blocks && va.first_token == vb.first_token);
+            CHECK(va.tokens == vb.tokens && va.blocks == vb.blocks &&
+                  va.first_token == vb.first_token);
         }
         float va_[33], vb_[33];
         CHECK_OK(fathom_store_variance(bulk, va_));
@@ -225,7 +231,8 @@ static void test_append_equals_bulk(void) {
     float keys[140 * 3];
     for (uint64_t i = 0; i < n; i++)
         for (uint32_t j = 0; j < dim; j++)
-            keys[i * dim + j] = (float)(i % 64 + 1) * (j == 1 ? -0.37f : 0.11f) * (i % 2 ? 1.0f : -1.0f);
+            keys[i * dim + j] =
+                (float)(i % 64 + 1) * (j == 1 ? -0.37f : 0.11f) * (i % 2 ? 1.0f : -1.0f);
     fathom_store *stream = make_store(dim, 1, NULL, NULL, 0);
     int all_equal = 1;
     uint16_t prev_scale = 0;
@@ -310,7 +317,8 @@ static void test_variance(void) {
         double mean = 0, ss = 0;
         for (uint64_t i = 0; i < n; i++) mean += keys[i * dim + j];
         mean /= (double)n;
-        for (uint64_t i = 0; i < n; i++) ss += (keys[i * dim + j] - mean) * (keys[i * dim + j] - mean);
+        for (uint64_t i = 0; i < n; i++)
+            ss += (keys[i * dim + j] - mean) * (keys[i * dim + j] - mean);
         double want = ss / (double)n;
         CHECK_NEAR(var[j], want, 1e-5 * want);
     }
@@ -355,9 +363,11 @@ static void test_rotated_store(void) {
     CHECK_OK(fathom_basis_create(&basis, dim, mean, vec, eig));
     float *keys = random_keys(n, dim);
     float *rotated = malloc(sizeof(float) * n * dim);
-    for (uint64_t i = 0; i < n; i++) CHECK_OK(fathom_basis_rotate_key(basis, keys + i * dim, rotated + i * dim));
+    for (uint64_t i = 0; i < n; i++)
+        CHECK_OK(fathom_basis_rotate_key(basis, keys + i * dim, rotated + i * dim));
     fathom_store *rot = make_store(dim, 2, basis, NULL, 0);
-    for (uint64_t done = 0; done < n; done += 50) CHECK_OK(fathom_store_append(rot, keys + done * dim, 50));
+    for (uint64_t done = 0; done < n; done += 50)
+        CHECK_OK(fathom_store_append(rot, keys + done * dim, 50));
     fathom_store *raw = make_store(dim, 2, NULL, rotated, n);
     CHECK(fathom_store_basis(rot) == basis && fathom_store_basis(raw) == NULL);
     CHECK(stores_equal(rot, raw));
@@ -383,8 +393,8 @@ static void test_rotated_store(void) {
 }
 
 /* sum_j q_hj * decode(i, j) from fathom_store_decode, in double. */
-static void decode_scores(const fathom_store *st, const uint8_t *depths, const float *q, uint32_t group,
-                          uint64_t n, double *want, double *mag) {
+static void decode_scores(const fathom_store *st, const uint8_t *depths, const float *q,
+                          uint32_t group, uint64_t n, double *want, double *mag) {
     uint32_t dim = fathom_store_dim(st);
     float *dec = malloc(sizeof(float) * n * dim);
     CHECK_OK(fathom_store_decode(st, 0, n, depths, dec));
@@ -409,18 +419,24 @@ static void test_scan(void) {
     for (uint32_t i = 0; i < group * dim; i++) q[i] = rng_normal();
     fathom_store *st = make_store(dim, 4, NULL, keys, len);
     float *scores = malloc(sizeof(float) * group * len);
-    double *want = malloc(sizeof(double) * group * len), *mag = malloc(sizeof(double) * group * len);
+    double *want = malloc(sizeof(double) * group * len),
+           *mag = malloc(sizeof(double) * group * len);
     const uint64_t ns[7] = {1, 35, 63, 64, 65, 64 * 4 + 1, len};
-    const fathom_scan_kernel kernels[5] = {FATHOM_SCAN_AUTO, FATHOM_SCAN_REFERENCE, FATHOM_SCAN_PORTABLE,
-                                           FATHOM_SCAN_AVX2, FATHOM_SCAN_AVX512};
+    const fathom_scan_kernel kernels[5] = {FATHOM_SCAN_AUTO, FATHOM_SCAN_REFERENCE,
+                                           FATHOM_SCAN_PORTABLE, FATHOM_SCAN_AVX2,
+                                           FATHOM_SCAN_AVX512};
     int kernels_run = 0;
     for (int pattern = 0; pattern < 9; pattern++) {
         uint8_t depths[40];
         for (uint32_t j = 0; j < dim; j++) {
-            if (pattern <= 4) depths[j] = (uint8_t)pattern; /* every channel at t */
-            else if (pattern == 5) depths[j] = (uint8_t)(j % 5);
-            else if (pattern == 6) depths[j] = j == 17 ? 3 : 0; /* one channel */
-            else depths[j] = (uint8_t)rng_below(5);
+            if (pattern <= 4)
+                depths[j] = (uint8_t)pattern; /* every channel at t */
+            else if (pattern == 5)
+                depths[j] = (uint8_t)(j % 5);
+            else if (pattern == 6)
+                depths[j] = j == 17 ? 3 : 0; /* one channel */
+            else
+                depths[j] = (uint8_t)rng_below(5);
         }
         uint64_t want_bytes_per_block = 0;
         for (uint32_t j = 0; j < dim; j++)
@@ -432,14 +448,17 @@ static void test_scan(void) {
                 if (!fathom_scan_kernel_available(kernels[k])) continue;
                 kernels_run++;
                 uint64_t bytes = 12345;
-                for (uint64_t i = 0; i < group * n; i++) scores[i] = NAN; /* every score must be written */
-                CHECK_OK(fathom_store_scan_with(kernels[k], st, depths, q, group, n, scores, &bytes));
+                for (uint64_t i = 0; i < group * n; i++)
+                    scores[i] = NAN; /* every score must be written */
+                CHECK_OK(
+                    fathom_store_scan_with(kernels[k], st, depths, q, group, n, scores, &bytes));
                 CHECK(bytes == (n + 63) / 64 * want_bytes_per_block);
                 int bad = 0;
                 for (uint64_t i = 0; i < group * n; i++)
                     if (!(fabs(scores[i] - want[i]) <= 2e-6 * mag[i] + 1e-30)) bad++;
-                if (bad) fprintf(stderr, "kernel %d pattern %d n %llu: %d bad scores\n", k, pattern,
-                                 (unsigned long long)n, bad);
+                if (bad)
+                    fprintf(stderr, "kernel %d pattern %d n %llu: %d bad scores\n", k, pattern,
+                            (unsigned long long)n, bad);
                 CHECK(bad == 0);
                 if (pattern == 0) {
                     int nonzero = 0;
@@ -477,7 +496,8 @@ static void test_scan_wide(void) {
     float *keys = random_keys(len, dim);
     float *q = malloc(sizeof(float) * 7 * dim);
     for (uint32_t i = 0; i < 7 * dim; i++) q[i] = rng_normal();
-    fathom_store *st = make_store(dim, 3, NULL, keys, len); /* 3 blocks per segment: partial tiles */
+    fathom_store *st =
+        make_store(dim, 3, NULL, keys, len); /* 3 blocks per segment: partial tiles */
     float *scores = malloc(sizeof(float) * 7 * len);
     double *want = malloc(sizeof(double) * 7 * len), *mag = malloc(sizeof(double) * 7 * len);
     uint8_t depths[300];
@@ -533,9 +553,9 @@ static void test_edges(void) {
     CHECK(code_of(st, 0, 3) == 8);  /* 1 / 8188 rounds down to 0 */
     CHECK_OK(fathom_store_word(st, 1, 0, 0, &w, &s));
     CHECK(s == 0x7bff);
-    CHECK(code_of(st, 1, 0) == 15);  /* 65504 / 8188 = 8 exactly -> 16 -> 15 */
-    CHECK(code_of(st, 1, 3) == 0);   /* -3e38 */
-    CHECK(code_of(st, 1, 2) == 8);   /* 100 */
+    CHECK(code_of(st, 1, 0) == 15); /* 65504 / 8188 = 8 exactly -> 16 -> 15 */
+    CHECK(code_of(st, 1, 3) == 0);  /* -3e38 */
+    CHECK(code_of(st, 1, 2) == 8);  /* 100 */
     uint8_t full[2] = {4, 4};
     float dec[8];
     CHECK_OK(fathom_store_decode(st, 0, 4, full, dec));
@@ -581,7 +601,8 @@ static void test_bad_args(void) {
     CHECK_STATUS(fathom_store_append(NULL, keys, 1), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_store_append(st, NULL, 1), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_store_append(st, keys, 0), FATHOM_ERR_INVALID_ARG);
-    CHECK_STATUS(fathom_store_append(st, keys, UINT64_MAX), FATHOM_ERR_NOMEM); /* count*dim overflows */
+    CHECK_STATUS(fathom_store_append(st, keys, UINT64_MAX),
+                 FATHOM_ERR_NOMEM); /* count*dim overflows */
     CHECK_OK(fathom_store_append(st, keys, 100));
     CHECK(fathom_store_length(st) == 100 && fathom_store_segment_count(st) == 2);
 
@@ -616,23 +637,33 @@ static void test_bad_args(void) {
     CHECK_STATUS(fathom_store_variance(NULL, var), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_store_variance(st, NULL), FATHOM_ERR_INVALID_ARG);
 
-    const fathom_scan_kernel kernels[5] = {FATHOM_SCAN_AUTO, FATHOM_SCAN_REFERENCE, FATHOM_SCAN_PORTABLE,
-                                           FATHOM_SCAN_AVX2, FATHOM_SCAN_AVX512};
+    const fathom_scan_kernel kernels[5] = {FATHOM_SCAN_AUTO, FATHOM_SCAN_REFERENCE,
+                                           FATHOM_SCAN_PORTABLE, FATHOM_SCAN_AVX2,
+                                           FATHOM_SCAN_AVX512};
     for (int k = 0; k < 5; k++) {
         if (!fathom_scan_kernel_available(kernels[k])) continue;
         fathom_scan_kernel K = kernels[k];
-        CHECK_STATUS(fathom_store_scan_with(K, NULL, depths, q, 2, 100, scores, NULL), FATHOM_ERR_INVALID_ARG);
-        CHECK_STATUS(fathom_store_scan_with(K, st, NULL, q, 2, 100, scores, NULL), FATHOM_ERR_INVALID_ARG);
-        CHECK_STATUS(fathom_store_scan_with(K, st, depths, NULL, 2, 100, scores, NULL), FATHOM_ERR_INVALID_ARG);
-        CHECK_STATUS(fathom_store_scan_with(K, st, depths, q, 2, 100, NULL, NULL), FATHOM_ERR_INVALID_ARG);
-        CHECK_STATUS(fathom_store_scan_with(K, st, depths, q, 0, 100, scores, NULL), FATHOM_ERR_INVALID_ARG);
-        CHECK_STATUS(fathom_store_scan_with(K, st, depths, q, 2, 0, scores, NULL), FATHOM_ERR_INVALID_ARG);
-        CHECK_STATUS(fathom_store_scan_with(K, st, depths, q, 2, 101, scores, NULL), FATHOM_ERR_INVALID_ARG);
-        CHECK_STATUS(fathom_store_scan_with(K, st, deep, q, 2, 100, scores, NULL), FATHOM_ERR_INVALID_ARG);
+        CHECK_STATUS(fathom_store_scan_with(K, NULL, depths, q, 2, 100, scores, NULL),
+                     FATHOM_ERR_INVALID_ARG);
+        CHECK_STATUS(fathom_store_scan_with(K, st, NULL, q, 2, 100, scores, NULL),
+                     FATHOM_ERR_INVALID_ARG);
+        CHECK_STATUS(fathom_store_scan_with(K, st, depths, NULL, 2, 100, scores, NULL),
+                     FATHOM_ERR_INVALID_ARG);
+        CHECK_STATUS(fathom_store_scan_with(K, st, depths, q, 2, 100, NULL, NULL),
+                     FATHOM_ERR_INVALID_ARG);
+        CHECK_STATUS(fathom_store_scan_with(K, st, depths, q, 0, 100, scores, NULL),
+                     FATHOM_ERR_INVALID_ARG);
+        CHECK_STATUS(fathom_store_scan_with(K, st, depths, q, 2, 0, scores, NULL),
+                     FATHOM_ERR_INVALID_ARG);
+        CHECK_STATUS(fathom_store_scan_with(K, st, depths, q, 2, 101, scores, NULL),
+                     FATHOM_ERR_INVALID_ARG);
+        CHECK_STATUS(fathom_store_scan_with(K, st, deep, q, 2, 100, scores, NULL),
+                     FATHOM_ERR_INVALID_ARG);
         CHECK_OK(fathom_store_scan_with(K, st, depths, q, 2, 100, scores, NULL));
     }
-    CHECK_STATUS(fathom_store_scan_with((fathom_scan_kernel)99, st, depths, q, 2, 100, scores, NULL),
-                 FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(
+        fathom_store_scan_with((fathom_scan_kernel)99, st, depths, q, 2, 100, scores, NULL),
+        FATHOM_ERR_INVALID_ARG);
     CHECK(fathom_scan_kernel_available((fathom_scan_kernel)99) == 0);
     for (int k = 3; k < 5; k++)
         if (!fathom_scan_kernel_available(kernels[k]))
