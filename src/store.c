@@ -26,6 +26,7 @@ struct fathom_store {
     uint32_t dim;
     uint32_t segment_blocks; /* S */
     const fathom_basis *basis;
+    float basis_max_abs; /* max |V[i,c]|: bounds a rotated key, see fathom_store_append */
     uint64_t length;
     store_segment *segments;
     uint32_t segment_count;
@@ -34,6 +35,7 @@ struct fathom_store {
     uint64_t segment_scales;   /* dim * S */
     float *open_rows;          /* [64][dim] stored coordinates of the open block */
     float *rotated;            /* [dim] scratch: one rotated key */
+    float *open_max;           /* [dim] max |x| over the open block's quantized rows */
     /* Running sums of (x - shift) and (x - shift)^2, shift = the first stored
      * row: shifting keeps sum_sq - sum^2/n from cancelling when |mean| >> sd. */
     double *shift, *sum, *sum_sq;
@@ -64,14 +66,20 @@ int fathom_store_create(fathom_store **out, uint32_t dim, uint32_t segment_block
     st->dim = dim;
     st->segment_blocks = segment_blocks;
     st->basis = basis;
+    if (basis) {
+        const float *v = fathom_basis_vectors(basis);
+        for (uint64_t i = 0; i < (uint64_t)dim * dim; i++)
+            st->basis_max_abs = fmaxf(st->basis_max_abs, fabsf(v[i]));
+    }
     st->segment_words = words;
     st->segment_scales = scales;
     st->open_rows = fathom_calloc_array(open_values, sizeof(float));
     st->rotated = fathom_alloc_array(dim, sizeof(float));
+    st->open_max = fathom_calloc_array(dim, sizeof(float));
     st->shift = fathom_calloc_array(dim, sizeof(double));
     st->sum = fathom_calloc_array(dim, sizeof(double));
     st->sum_sq = fathom_calloc_array(dim, sizeof(double));
-    if (!st->open_rows || !st->rotated || !st->shift || !st->sum || !st->sum_sq) {
+    if (!st->open_rows || !st->rotated || !st->open_max || !st->shift || !st->sum || !st->sum_sq) {
         fathom_store_free(st);
         return fathom_fail(FATHOM_ERR_NOMEM, "store_create: out of memory for dim %u", dim);
     }
@@ -88,6 +96,7 @@ void fathom_store_free(fathom_store *st) {
     free(st->segments);
     free(st->open_rows);
     free(st->rotated);
+    free(st->open_max);
     free(st->shift);
     free(st->sum);
     free(st->sum_sq);
@@ -142,32 +151,42 @@ static unsigned quantize_code(float k, float s) {
     return (unsigned)f;
 }
 
-/* Re-quantize block `block` (absolute) from its `count` rows of stored
- * coordinates [count][dim]; tokens count..63 get 0 bits. */
-static void quantize_block(fathom_store *st, uint64_t block, const float *rows, uint32_t count) {
+/* Quantize the open block `block` (absolute) whose rows [0, count) are in
+ * rows (stored coordinates, [count][dim]); rows [0, quantized) were already
+ * quantized by an earlier append. A channel whose fp16 scale did not change
+ * keeps those codes (a code depends only on its value and the scale) and
+ * gets only the new rows; a channel whose scale grew is re-quantized whole.
+ * Either way the bytes equal those of quantizing all rows at once. Tokens
+ * count..63 have 0 bits. */
+static void quantize_block(fathom_store *st, uint64_t block, const float *rows, uint32_t quantized,
+                           uint32_t count) {
     const uint32_t dim = st->dim, S = st->segment_blocks;
     store_segment *seg = &st->segments[block / S];
     const uint64_t b = block % S;
     for (uint32_t j = 0; j < dim; j++) {
-        float max_abs = 0.0f;
-        for (uint32_t i = 0; i < count; i++)
+        float max_abs = quantized ? st->open_max[j] : 0.0f;
+        for (uint32_t i = quantized; i < count; i++)
             max_abs = fmaxf(max_abs, fabsf(rows[(size_t)i * dim + j]));
+        st->open_max[j] = max_abs;
         uint16_t h = block_scale(max_abs);
-        float a = fathom_f16_to_f32(h);
+        uint64_t *word = seg->planes + (uint64_t)j * FATHOM_PLANES * S + b; /* plane p at p*S */
+        uint32_t first = quantized && h == seg->scales[(uint64_t)j * S + b] ? quantized : 0;
         uint64_t w[FATHOM_PLANES] = {0, 0, 0, 0};
+        if (first)
+            for (uint32_t p = 0; p < FATHOM_PLANES; p++) w[p] = word[p * S];
+        float a = fathom_f16_to_f32(h);
         if (a > 0.0f) {
             float s = a / 8.0f;
-            for (uint32_t i = 0; i < count; i++) {
+            for (uint32_t i = first; i < count; i++) {
                 unsigned c = quantize_code(rows[(size_t)i * dim + j], s);
                 for (uint32_t p = 0; p < FATHOM_PLANES; p++)
                     w[p] |= (uint64_t)((c >> (3 - p)) & 1u) << i;
             }
         } else {
             /* a == 0 (every value rounds to a zero scale): every code is 8 = 1000b */
-            w[0] = count == 64 ? ~0ull : (1ull << count) - 1;
+            for (uint32_t i = first; i < count; i++) w[0] |= 1ull << i;
         }
-        for (uint32_t p = 0; p < FATHOM_PLANES; p++)
-            seg->planes[((uint64_t)j * FATHOM_PLANES + p) * S + b] = w[p];
+        for (uint32_t p = 0; p < FATHOM_PLANES; p++) word[p * S] = w[p];
         seg->scales[(uint64_t)j * S + b] = h;
     }
 }
@@ -226,8 +245,14 @@ int fathom_store_append(fathom_store *st, const float *keys, uint64_t count) {
                      "store_append: key %llu channel %llu is not finite",
                      (unsigned long long)(v / dim), (unsigned long long)(v % dim));
     if (st->basis) {
-        /* A rotation of finite keys can still overflow; check before changing anything. */
+        /* A rotation of finite keys can still overflow; check before changing
+         * anything. |rotated_c| <= ||k - mean||_1 * max|V|, so only rows whose
+         * bound comes near FLT_MAX are rotated here to find out. */
+        const float *mean = fathom_basis_mean(st->basis);
         for (uint64_t r = 0; r < count; r++) {
+            double l1 = 0.0;
+            for (uint32_t j = 0; j < dim; j++) l1 += fabs((double)keys[r * dim + j] - mean[j]);
+            if (l1 * st->basis_max_abs < 1e38) continue;
             FATHOM_TRY(fathom_basis_rotate_key(st->basis, keys + r * dim, st->rotated));
             for (uint32_t j = 0; j < dim; j++)
                 FATHOM_CHECK(!isfinite(st->rotated[j]), FATHOM_ERR_NONFINITE,
@@ -238,6 +263,7 @@ int fathom_store_append(fathom_store *st, const float *keys, uint64_t count) {
     FATHOM_TRY(ensure_segments(st, blocks_for(new_length) / st->segment_blocks +
                                        (blocks_for(new_length) % st->segment_blocks != 0)));
 
+    uint32_t quantized = (uint32_t)(st->length % FATHOM_BLOCK_TOKENS); /* open rows already coded */
     for (uint64_t r = 0; r < count; r++) {
         uint32_t pos = (uint32_t)(st->length % FATHOM_BLOCK_TOKENS);
         float *row = st->open_rows + (size_t)pos * dim;
@@ -254,10 +280,13 @@ int fathom_store_append(fathom_store *st, const float *keys, uint64_t count) {
         }
         st->length++;
         pos++;
-        /* The block is re-quantized when it closes and after the last row, so
-         * an open block's bytes are always those of a bulk append. */
-        if (pos == FATHOM_BLOCK_TOKENS || r + 1 == count)
-            quantize_block(st, (st->length - 1) / FATHOM_BLOCK_TOKENS, st->open_rows, pos);
+        /* The block is quantized when it closes and after the last row, so an
+         * open block's bytes are always those of a bulk append. */
+        if (pos == FATHOM_BLOCK_TOKENS || r + 1 == count) {
+            quantize_block(st, (st->length - 1) / FATHOM_BLOCK_TOKENS, st->open_rows, quantized,
+                           pos);
+            quantized = 0; /* the next block starts empty */
+        }
     }
     return FATHOM_OK;
 }

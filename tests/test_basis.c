@@ -212,7 +212,11 @@ static void test_bad_args(void) {
     CHECK_STATUS(fathom_basis_fit(&b, DIM, NULL, 4, NULL, 0), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_basis_fit(&b, DIM, keys, 1, NULL, 0), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_basis_fit(&b, DIM, keys, 4, NULL, 1), FATHOM_ERR_INVALID_ARG);
-    CHECK_STATUS(fathom_basis_fit(&b, DIM, keys, 4, q, 0), FATHOM_ERR_INVALID_ARG);
+    CHECK_OK(fathom_basis_fit(&b, DIM, keys, 4, q, 0)); /* 0 queries: by eigenvalue */
+    for (int c = 0; c + 1 < DIM; c++)
+        CHECK(fathom_basis_eigenvalues(b)[c] >= fathom_basis_eigenvalues(b)[c + 1]);
+    fathom_basis_free(b);
+    b = NULL;
     CHECK_STATUS(fathom_basis_fit(&b, 100000, keys, 4, NULL, 0), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_basis_fit(&b, DIM, keys, UINT64_MAX, NULL, 0), FATHOM_ERR_NOMEM);
     keys[9] = NAN;
