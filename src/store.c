@@ -571,41 +571,66 @@ SCAN_INLINE void add_scores(float *s, const float *acc, uint32_t count) {
     for (uint32_t i = 0; i < count; i++) s[i] += acc[i];
 }
 
-/* ---- portable: plain C that compilers vectorize for the baseline ISA ---- */
+/* ---- portable: GNU C vectors of 4 floats (SSE2, NEON, or scalar code) ----
+ * 8 tokens x up to 4 heads of accumulators per pass over the channels. */
+
+typedef float scan_v4 __attribute__((vector_size(16)));
+
+SCAN_INLINE scan_v4 v4_load(const float *p) {
+    scan_v4 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+SCAN_INLINE scan_v4 v4_splat(float x) { return (scan_v4){x, x, x, x}; }
 
 SCAN_INLINE void portable_channels(const scan_job *job, const scan_tile *tile, uint32_t b,
-                                   const uint32_t T, uint32_t h0, uint32_t hc,
-                                   float acc[4][FATHOM_BLOCK_TOKENS]) {
-    float vals[FATHOM_BLOCK_TOKENS];
+                                   const uint32_t T, uint32_t h0, const uint32_t HC, uint32_t octet,
+                                   scan_v4 acc[4][2]) {
     uint32_t r = job->row[T];
     for (uint32_t k = job->first[T - 1]; k < job->first[T]; k++, r += T) {
         const float *coef = tile->coef[k][b];
-        for (uint32_t i = 0; i < FATHOM_BLOCK_TOKENS; i++) vals[i] = coef[0];
+        scan_v4 v0 = v4_splat(coef[0]), v1 = v0;
         for (uint32_t p = 0; p < T; p++) {
-            uint64_t w = tile->words[r + p][b];
-            float wp = coef[1 + p];
-            for (uint32_t g = 0; g < 8; g++) {
-                const float *e = bit_expand[(w >> (8 * g)) & 0xffu];
-                for (uint32_t l = 0; l < 8; l++) vals[8 * g + l] += e[l] * wp;
-            }
+            const float *e = bit_expand[(tile->words[r + p][b] >> (8 * octet)) & 0xffu];
+            scan_v4 wp = v4_splat(coef[1 + p]);
+            v0 += v4_load(e) * wp;
+            v1 += v4_load(e + 4) * wp;
         }
         const float *q = job->queries + (uint64_t)h0 * job->dim + job->channels[k];
-        for (uint32_t h = 0; h < hc; h++) {
-            float qh = q[(uint64_t)h * job->dim];
-            for (uint32_t i = 0; i < FATHOM_BLOCK_TOKENS; i++) acc[h][i] += qh * vals[i];
+        for (uint32_t h = 0; h < HC; h++) {
+            scan_v4 qh = v4_splat(q[(uint64_t)h * job->dim]);
+            acc[h][0] += qh * v0;
+            acc[h][1] += qh * v1;
         }
+    }
+}
+
+SCAN_INLINE void portable_octet(const scan_job *job, const scan_tile *tile, uint32_t b, uint32_t h0,
+                                const uint32_t HC, uint32_t octet, float *out) {
+    scan_v4 acc[4][2];
+    for (uint32_t h = 0; h < HC; h++) acc[h][0] = acc[h][1] = v4_splat(0.0f);
+#define PORTABLE_DEPTH(T) portable_channels(job, tile, b, T, h0, HC, octet, acc)
+    SCAN_FOR_EACH_DEPTH(PORTABLE_DEPTH);
+#undef PORTABLE_DEPTH
+    for (uint32_t h = 0; h < HC; h++) {
+        memcpy(out + h * 8, &acc[h][0], sizeof acc[h][0]);
+        memcpy(out + h * 8 + 4, &acc[h][1], sizeof acc[h][1]);
     }
 }
 
 static void portable_block(const scan_job *job, const scan_tile *tile, uint32_t b, uint32_t h0,
                            uint32_t hc, uint64_t first, uint32_t valid) {
-    float acc[4][FATHOM_BLOCK_TOKENS];
-    memset(acc, 0, sizeof acc);
-#define PORTABLE_DEPTH(T) portable_channels(job, tile, b, T, h0, hc, acc)
-    SCAN_FOR_EACH_DEPTH(PORTABLE_DEPTH);
-#undef PORTABLE_DEPTH
-    for (uint32_t h = 0; h < hc; h++)
-        add_scores(job->scores + (uint64_t)(h0 + h) * job->n + first, acc[h], valid);
+    float out[4 * 8];
+    for (uint32_t octet = 0; octet * 8 < valid; octet++) {
+        uint32_t count = valid - octet * 8 < 8 ? valid - octet * 8 : 8;
+#define PORTABLE_OCTET(HC) portable_octet(job, tile, b, h0, HC, octet, out)
+        SCAN_HEAD_CHUNK(hc, PORTABLE_OCTET);
+#undef PORTABLE_OCTET
+        for (uint32_t h = 0; h < hc; h++)
+            add_scores(job->scores + (uint64_t)(h0 + h) * job->n + first + octet * 8, out + h * 8,
+                       count);
+    }
 }
 
 static void scan_segment_portable(const scan_job *job, scan_tile *tile,
