@@ -635,7 +635,8 @@ typedef struct fathom_tokenizer fathom_tokenizer;
 /* Build a tokenizer (immutable afterwards; encode/decode are thread-safe).
  * FATHOM_ERR_UNSUPPORTED for another model or pre-tokenizer,
  * FATHOM_ERR_FORMAT for a malformed vocabulary (invalid UTF-8, duplicate
- * token, bad merge, missing byte token, unknown token type). */
+ * token, a merge not "left right" or naming a string not in the vocabulary,
+ * unknown token type). */
 int fathom_tokenizer_create(fathom_tokenizer **out, const fathom_tokenizer_spec *spec);
 void fathom_tokenizer_free(fathom_tokenizer *tok); /* NULL is fine */
 
@@ -658,7 +659,8 @@ void fathom_tokenizer_free(fathom_tokenizer *tok); /* NULL is fine */
  * Text need not be valid UTF-8: each maximal run of invalid bytes becomes a
  * piece of its own and is encoded byte-level like any other, so decode
  * returns the exact bytes when the vocabulary has them all (HF cannot take
- * such input; llama.cpp would turn each bad byte into U+FFFD). The bos token is prepended if the spec asked.
+ * such input; llama.cpp would turn each bad byte into U+FFFD). The bos
+ * token is prepended if the spec asked.
  * *n_out gets the number of ids the text needs; if that exceeds cap,
  * FATHOM_ERR_INVALID_ARG ("buffer too small, need N") and ids holds the
  * first cap of them. cap 0 (ids NULL) is thus a size query.

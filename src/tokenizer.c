@@ -16,9 +16,18 @@
  * final |\s+ but keeps unmatched text as pieces, which comes to the same.
  * Whitespace is spelled out as Unicode White_Space (what Oniguruma's \s is
  * in HF tokenizers) rather than PCRE2's UCP \s, which also takes U+180E. */
-#define WS "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+#define WS                                                                                   \
+    "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}"                   \
+    "\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+/* clang-format off */
 static const char gpt2_split_pattern[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+    "'s|'t|'re|'ve|'m|'ll|'d"
+    "| ?\\p{L}+"
+    "| ?\\p{N}+"
+    "| ?[^" WS "\\p{L}\\p{N}]+"
+    "|[" WS "]+(?![^" WS "])" /* \s+(?!\S) */
+    "|[" WS "]+";
+/* clang-format on */
 #undef WS
 
 typedef struct pre_tokenizer_kind {
@@ -29,7 +38,7 @@ typedef struct pre_tokenizer_kind {
 /* llama.cpp (llama-vocab.cpp) gives all the first group the same two
  * regexes: "\p{N}" then the GPT-2 split. */
 static const pre_tokenizer_kind pre_tokenizer_kinds[] = {
-    {"smollm", true},    {"starcoder", true}, {"refact", true}, {"command-r", true},
+    {"smollm", true},    {"starcoder", true}, {"refact", true},  {"command-r", true},
     {"codeshell", true}, {"exaone", true},    {"minerva", true}, {"gpt2", false},
 };
 
@@ -38,9 +47,9 @@ static const pre_tokenizer_kind pre_tokenizer_kinds[] = {
  * ------------------------------------------------------------------ */
 
 typedef struct merge_slot {
-    uint64_t pair;   /* left id << 32 | right id */
-    uint32_t rank;   /* UINT32_MAX: empty slot */
-    int32_t merged;  /* id of left+right */
+    uint64_t pair;  /* left id << 32 | right id */
+    uint32_t rank;  /* UINT32_MAX: empty slot */
+    int32_t merged; /* id of left+right */
 } merge_slot;
 
 struct fathom_tokenizer {
@@ -178,9 +187,9 @@ static bool is_special_type(uint8_t type) {
 static int compile_regex(pcre2_code **out, const char *pattern) {
     int err;
     PCRE2_SIZE where;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &where,
-                                   NULL);
+    pcre2_code *re =
+        pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+                      PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &where, NULL);
     if (!re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(err, msg, sizeof msg);
@@ -243,8 +252,7 @@ static int load_tokens(fathom_tokenizer *tok, const fathom_tokenizer_spec *spec)
         }
         int32_t type = spec->token_types ? spec->token_types[i] : FATHOM_TOKEN_NORMAL;
         FATHOM_CHECK(type < FATHOM_TOKEN_NORMAL || type > FATHOM_TOKEN_BYTE, FATHOM_ERR_FORMAT,
-                     "tokenizer: token %llu has unknown type %d", (unsigned long long)i,
-                     (int)type);
+                     "tokenizer: token %llu has unknown type %d", (unsigned long long)i, (int)type);
         tok->type[i] = (uint8_t)type;
         tok->text_offset[i] = at;
         memcpy(tok->text_arena + at, s, (size_t)len);
@@ -285,8 +293,10 @@ static int build_pieces(fathom_tokenizer *tok) {
         for (uint64_t k = 0; k < len && !raw;) {
             uint32_t cp;
             k += utf8_decode((const uint8_t *)t + k, (size_t)(len - k), &cp); /* validated */
-            if (cp >= 324 || cp_to_byte[cp] < 0) raw = true;
-            else tok->piece_arena[at++] = (char)cp_to_byte[cp];
+            if (cp >= 324 || cp_to_byte[cp] < 0)
+                raw = true;
+            else
+                tok->piece_arena[at++] = (char)cp_to_byte[cp];
         }
         if (raw) {
             memcpy(tok->piece_arena + start, t, (size_t)len);
@@ -339,9 +349,10 @@ static int load_merges(fathom_tokenizer *tok, const fathom_tokenizer_spec *spec)
         memcpy(joined + left_len, sep + 1, (size_t)right_len);
         int32_t merged = vocab_lookup(tok, joined, left_len + right_len);
         if (left < 0 || right < 0 || merged < 0) {
-            status = fathom_fail(FATHOM_ERR_FORMAT,
-                                 "tokenizer: merge %llu (%.*s) names a string not in the vocabulary",
-                                 (unsigned long long)r, (int)(len < 64 ? len : 64), m);
+            status =
+                fathom_fail(FATHOM_ERR_FORMAT,
+                            "tokenizer: merge %llu (%.*s) names a string not in the vocabulary",
+                            (unsigned long long)r, (int)(len < 64 ? len : 64), m);
             break;
         }
         uint64_t pair = ((uint64_t)(uint32_t)left << 32) | (uint32_t)right;
@@ -464,7 +475,7 @@ int fathom_tokenizer_create(fathom_tokenizer **out, const fathom_tokenizer_spec 
 
 typedef struct bpe_candidate {
     uint32_t rank;
-    uint32_t left;  /* symbol positions */
+    uint32_t left; /* symbol positions */
     uint32_t right;
     int32_t left_id, right_id; /* what the symbols held when pushed */
 } bpe_candidate;
@@ -666,7 +677,8 @@ int fathom_tokenizer_encode(const fathom_tokenizer *tok, const char *text, size_
     while (at < len && status == FATHOM_OK) {
         int32_t id = -1;
         size_t mlen = 0;
-        size_t start = specials ? find_special(tok, s, at, len, parse_special != 0, &id, &mlen) : len;
+        size_t start =
+            specials ? find_special(tok, s, at, len, parse_special != 0, &id, &mlen) : len;
         status = encode_text(&e, s + at, start - at);
         if (start == len) break;
         emit(&e, id);
@@ -704,7 +716,8 @@ int fathom_tokenizer_decode(const fathom_tokenizer *tok, const int32_t *ids, siz
         size_t piece_len = (size_t)(tok->piece_offset[ids[i] + 1] - tok->piece_offset[ids[i]]);
         FATHOM_CHECK(piece_len > SIZE_MAX - total, FATHOM_ERR_NOMEM,
                      "tokenizer_decode: length overflows");
-        if (total < cap) memcpy(out + total, piece, piece_len < cap - total ? piece_len : cap - total);
+        if (total < cap)
+            memcpy(out + total, piece, piece_len < cap - total ? piece_len : cap - total);
         total += piece_len;
     }
     *len_out = total;
@@ -726,7 +739,9 @@ int fathom_tokenizer_find(const fathom_tokenizer *tok, const char *text, size_t 
     return FATHOM_OK;
 }
 
-uint32_t fathom_tokenizer_vocab_size(const fathom_tokenizer *tok) { return tok ? tok->n_tokens : 0; }
+uint32_t fathom_tokenizer_vocab_size(const fathom_tokenizer *tok) {
+    return tok ? tok->n_tokens : 0;
+}
 int32_t fathom_tokenizer_bos(const fathom_tokenizer *tok) { return tok ? tok->bos_id : -1; }
 int32_t fathom_tokenizer_eos(const fathom_tokenizer *tok) { return tok ? tok->eos_id : -1; }
 

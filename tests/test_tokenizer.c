@@ -20,19 +20,19 @@
 
 #define N_BASE 260
 static const char *merge_list[] = {
-    "e l",     /* 260 el    rank 0: beats "h e" although it is further right */
-    "h e",     /* 261 he */
-    "l l",     /* 262 ll */
-    "h el",    /* 263 hel */
-    "hel l",   /* 264 hell */
-    "hell o",  /* 265 hello */
+    "e l",               /* 260 el    rank 0: beats "h e" although it is further right */
+    "h e",               /* 261 he */
+    "l l",               /* 262 ll */
+    "h el",              /* 263 hel */
+    "hel l",             /* 264 hell */
+    "hell o",            /* 265 hello */
     "\xc4\xa0 w",        /* 266 Ġw */
-    "o r",     /* 267 or */
+    "o r",               /* 267 or */
     "\xc4\xa0w or",      /* 268 Ġwor */
-    "a a",     /* 269 aa */
+    "a a",               /* 269 aa */
     "\xc4\xa0 \xc4\xa0", /* 270 ĠĠ */
-    "1 2",     /* 271 12 (only the gpt2 split keeps digits together) */
-    "' s",     /* 272 's */
+    "1 2",               /* 271 12 (only the gpt2 split keeps digits together) */
+    "' s",               /* 272 's */
     "\xc3\x83 \xc2\xa9", /* 273 Ã© = é (bytes c3 a9) */
 };
 #define N_MERGES (sizeof merge_list / sizeof *merge_list)
@@ -100,11 +100,18 @@ static void build_vocab(vocab *v) {
 }
 
 static fathom_tokenizer_spec make_spec(vocab *v, const char *pre) {
-    return (fathom_tokenizer_spec){.model = "gpt2", .pre = pre, .n_tokens = N_TOKENS,
-                                   .tokens = (const char *const *)v->tokens, .token_lens = v->lens,
-                                   .token_types = v->types, .n_merges = N_MERGES,
-                                   .merges = merge_list, .merge_lens = NULL, .bos_id = 0,
-                                   .eos_id = 2, .add_bos = 0};
+    return (fathom_tokenizer_spec){.model = "gpt2",
+                                   .pre = pre,
+                                   .n_tokens = N_TOKENS,
+                                   .tokens = (const char *const *)v->tokens,
+                                   .token_lens = v->lens,
+                                   .token_types = v->types,
+                                   .n_merges = N_MERGES,
+                                   .merges = merge_list,
+                                   .merge_lens = NULL,
+                                   .bos_id = 0,
+                                   .eos_id = 2,
+                                   .add_bos = 0};
 }
 
 /* Encode and compare with want[n_want]. */
@@ -158,11 +165,11 @@ int main(void) {
     if (!tok || !gpt2) return check_summary("test_tokenizer");
 
     /* --- BPE: merges by rank, ties to the left --- */
-    ENCODES(tok, "hello", 0, HELLO);                             /* el first, then hel, hell */
+    ENCODES(tok, "hello", 0, HELLO); /* el first, then hel, hell */
     ENCODES(tok, "hel", 0, HEL);
     ENCODES(tok, "he", 0, HE);
-    ENCODES(tok, "Hello", 0, B('H'), EL, B('l'), B('o'));        /* no "H el", no "el l" */
-    ENCODES(tok, "aaaaa", 0, AA, AA, B('a'));                    /* leftmost first */
+    ENCODES(tok, "Hello", 0, B('H'), EL, B('l'), B('o')); /* no "H el", no "el l" */
+    ENCODES(tok, "aaaaa", 0, AA, AA, B('a'));             /* leftmost first */
     ENCODES(tok, " world", 0, G_WOR, B('l'), B('d'));
     ENCODES(tok, "Hello world", 0, B('H'), EL, B('l'), B('o'), G_WOR, B('l'), B('d'));
     ENCODES(tok, "caf\xc3\xa9", 0, B('c'), B('a'), B('f'), E_ACUTE);
@@ -177,9 +184,9 @@ int main(void) {
     }
 
     /* --- the split --- */
-    ENCODES(tok, "it's", 0, B('i'), B('t'), APOS_S);             /* 's is a piece */
+    ENCODES(tok, "it's", 0, B('i'), B('t'), APOS_S);               /* 's is a piece */
     ENCODES(tok, "a    b", 0, B('a'), GG, B(' '), B(' '), B('b')); /* "   " then " b" */
-    ENCODES(tok, "a  ", 0, B('a'), GG);                          /* trailing run whole */
+    ENCODES(tok, "a  ", 0, B('a'), GG);                            /* trailing run whole */
     ENCODES(tok, "hello\n\n  world", 0, HELLO, B('\n'), B('\n'), B(' '), G_WOR, B('l'), B('d'));
     ENCODES(tok, "hello!!", 0, HELLO, B('!'), B('!'));
     /* digits: smollm isolates each, gpt2 keeps " 12" together */
@@ -204,11 +211,11 @@ int main(void) {
         int32_t on[] = {1, HELLO, 2};
         CHECK(encodes_to(tok, chat, strlen(chat), 1, on, 3));
     }
-    ENCODES(tok, "<|im_x", 1, TOK_IM, B('_'), B('x'));          /* longest wins, prefix too */
+    ENCODES(tok, "<|im_x", 1, TOK_IM, B('_'), B('x')); /* longest wins, prefix too */
     ENCODES(tok, "<|im_start|><|im_start|>", 1, 1, 1);
     ENCODES(tok, "<|im_end|", 1, TOK_IM, B('_'), B('e'), B('n'), B('d'), B('|'));
     ENCODES(tok, "<|<|endoftext|>", 1, B('<'), B('|'), 0);
-    ENCODES(tok, "a<user>b", 0, B('a'), 3, B('b'));             /* user-defined: always */
+    ENCODES(tok, "a<user>b", 0, B('a'), 3, B('b')); /* user-defined: always */
     ENCODES(tok, "a<user>b", 1, B('a'), 3, B('b'));
     ENCODES(tok, " <|im_end|> ", 1, B(' '), 2, B(' '));
 
@@ -241,8 +248,14 @@ int main(void) {
         fathom_tokenizer *d = NULL;
         CHECK_OK(fathom_tokenizer_create(&d, &lacking));
         if (d) {
-            ENCODES(d, "a\x04" "a", 0, B('a'), B('a'));
-            ENCODES(d, "(\x04" "aa", 0, B('('), AA);
+            ENCODES(d,
+                    "a\x04"
+                    "a",
+                    0, B('a'), B('a'));
+            ENCODES(d,
+                    "(\x04"
+                    "aa",
+                    0, B('('), AA);
             size_t n = 7;
             CHECK_OK(fathom_tokenizer_encode(d, "\x04\x04", 2, 0, NULL, 0, &n));
             CHECK(n == 0);
@@ -318,7 +331,8 @@ int main(void) {
 
     /* --- random bytes round-trip (every byte has a token here) --- */
     {
-        static const char alphabet[] = "hello world aa 12 's \t\n\xc3\xa9\xe4\xb8\xad<|im_end|><user>";
+        static const char alphabet[] =
+            "hello world aa 12 's \t\n\xc3\xa9\xe4\xb8\xad<|im_end|><user>";
         uint64_t state = 0x9e3779b97f4a7c15ull;
         int all = 1, all_special = 1;
         char text[96];
@@ -382,7 +396,8 @@ int main(void) {
         CHECK_STATUS(fathom_tokenizer_decode(tok, bad, 1, NULL, 8, &n), FATHOM_ERR_INVALID_ARG);
         CHECK_STATUS(fathom_tokenizer_decode(tok, bad, 2, out, 8, &n), FATHOM_ERR_INVALID_ARG);
         int32_t negative = -1;
-        CHECK_STATUS(fathom_tokenizer_decode(tok, &negative, 1, out, 8, &n), FATHOM_ERR_INVALID_ARG);
+        CHECK_STATUS(fathom_tokenizer_decode(tok, &negative, 1, out, 8, &n),
+                     FATHOM_ERR_INVALID_ARG);
         CHECK_STATUS(fathom_tokenizer_token_to_piece(NULL, 0, out, 8, &n), FATHOM_ERR_INVALID_ARG);
         CHECK_STATUS(fathom_tokenizer_token_to_piece(tok, N_TOKENS, out, 8, &n),
                      FATHOM_ERR_INVALID_ARG);
@@ -443,8 +458,8 @@ int main(void) {
         fathom_tokenizer_free(t);
 
         /* tokens: invalid UTF-8, duplicates, bad types, NULL strings */
-        const char *bad_utf8[] = {"\xc0\x80", "\xed\xa0\x80", "\xe4\xb8", "\xff", "\xf4\x90\x80\x80",
-                                  "a\x80"};
+        const char *bad_utf8[] = {"\xc0\x80", "\xed\xa0\x80",     "\xe4\xb8",
+                                  "\xff",     "\xf4\x90\x80\x80", "a\x80"};
         for (int i = 0; i < 6; i++) {
             vocab w = v;
             for (int k = 0; k < N_TOKENS; k++) w.tokens[k] = w.storage[k];

@@ -61,11 +61,13 @@ def corpus(corpus_dir):
         "don't I'll we've they're she's he'd you'll I'M DON'T", "'s 't 're 've 'm 'll 'd",
         "''s ' s", "rock'n'roll", "a  b   c\n\n\n  d", "line\r\nnext\r\n", "\n\n\n", " \n \n ",
         "end with spaces   ", "   start with spaces", "tabs\t\t\tand\tmore\t", "\u00a0\u00a0x",
-        "a\u2028b\u2029c\u0085d", "x\u180ey", "x\u200by\u200dz", "\u3000\u3000全角", "\x00nul\x01", "ctl\x04\x06(\x13(\x1d end", "\x04",
+        "a\u2028b\u2029c\u0085d", "x\u180ey", "a\u180e\u180e!", " \u180e.", ".\u180e \u180e  x", "\u180e\n", "x\u200by\u200dz", "\u3000\u3000全角", "\x00nul\x01", "ctl\x04\x06(\x13(\x1d end", "\x04",
         "é e\u0301 ñ n\u0303", "👍🏽 👨\u200d👩\u200d👧", "🇯🇵🇫🇷", "日本語テキスト", "한국어",
         "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|im_start|>user\nhi<|im_end|>\n",
         "<|im_start|<|im_start|>>", "<|im_start|><|im_start|>", "text<|endoftext|>text",
         " <|im_end|> ", "<reponame><repo_name>", "<|im_", "im_start|>",
+        " " * 300, "\n" * 100 + "x", "\t " * 50, "a" * 500, "ab" * 300, "1234567890" * 20,
+        "=" * 200, "-" * 99 + ">", "\u00e9" * 100, "\u4e2d" * 100, "\U0001F600" * 50,
     ]
     for text in picked:
         cases.append((text, True))
@@ -80,7 +82,7 @@ def corpus(corpus_dir):
         "١٢٣٤٥٦٧٨٩٠०१२३", "½¾²³Ⅻⅷ①⑩", "😀🎉👍🏽👨‍👩🇫🇷❤️🤖", "→∑∞≠√∀∃", "𝔸𝔹ℂ𝟘𝟙𝟚",
     ]
     specials = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<file_sep>"]
-    for i in range(400):
+    for i in range(2000):
         parts = []
         for _ in range(rng.randint(1, 40)):
             if rng.random() < 0.03:
