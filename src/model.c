@@ -30,6 +30,7 @@
 
 #define PREFILL_BATCH 64 /* tokens per forward chunk: weights are reused across them */
 #define DOT_LANES 8      /* independent partial sums of every dot product */
+#define ATTN_QBLOCK 16   /* prefill tokens whose queries share one pass over K and V */
 
 /* ===================================================================== *
  * thread pool: tasks 0..n-1 taken from a shared counter; the caller works too
@@ -253,34 +254,6 @@ static void rope(float *x, uint32_t d, const float *cs, const float *sn, int neo
         x[a] = x0 * cs[i] - x1 * sn[i];
         x[b] = x0 * sn[i] + x1 * cs[i];
     }
-}
-
-/* Causal softmax attention of one query over keys/values [n x d] (rows
- * `stride` floats apart... they are contiguous here: stride d). scores
- * holds n floats of scratch. */
-static void attend_dense(const float *q, const float *keys, const float *values, uint64_t n,
-                         uint32_t d, float *scores, float *out) {
-    const float scale = (float)(1.0 / sqrt((double)d));
-    float max = -INFINITY;
-    for (uint64_t i = 0; i < n; i++) {
-        float s = dot(q, keys + i * d, d) * scale;
-        scores[i] = s;
-        if (s > max) max = s;
-    }
-    double sum = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        float e = expf(scores[i] - max);
-        scores[i] = e;
-        sum += e;
-    }
-    for (uint32_t c = 0; c < d; c++) out[c] = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        const float w = scores[i];
-        const float *v = values + i * d;
-        for (uint32_t c = 0; c < d; c++) out[c] += w * v[c];
-    }
-    const float inv = (float)(1.0 / sum);
-    for (uint32_t c = 0; c < d; c++) out[c] *= inv;
 }
 
 /* ===================================================================== *
@@ -599,7 +572,8 @@ struct fathom_ctx {
     float *proj;      /* [B x embed] */
     float *gate;      /* [B x ffn] */
     float *up;        /* [B x ffn] */
-    float *scores;    /* [threads x cap] attention scratch */
+    float *scores;    /* [threads x ATTN_QBLOCK*G x cap] attention scratch */
+    double *sums;     /* [threads x ATTN_QBLOCK*G] */
     /* query recording (capture) */
     float *rec;
     uint64_t rec_first;
@@ -650,6 +624,7 @@ void fathom_ctx_free(fathom_ctx *ctx) {
     float *all[] = {ctx->k_cache, ctx->v_cache, ctx->rope_cos, ctx->rope_sin, ctx->x, ctx->xn,
                     ctx->q, ctx->k, ctx->v, ctx->att, ctx->proj, ctx->gate, ctx->up, ctx->scores};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+    free(ctx->sums);
     pthread_mutex_destroy(&ctx->err_lock);
     free(ctx);
 }
@@ -690,10 +665,13 @@ int fathom_ctx_create(fathom_ctx **out, const fathom_model *model, uint32_t n_ct
         c->proj = fathom_alloc_array(B * in->embed, sizeof(float));
         c->gate = fathom_alloc_array(B * in->ffn, sizeof(float));
         c->up = fathom_alloc_array(B * in->ffn, sizeof(float));
-        c->scores = fathom_alloc_array((uint64_t)threads * n_ctx, sizeof(float));
+        c->scores = fathom_alloc_array((uint64_t)threads * ATTN_QBLOCK * (in->q_heads / in->kv_heads),
+                                       (uint64_t)n_ctx * sizeof(float));
+        c->sums = fathom_alloc_array((uint64_t)threads * ATTN_QBLOCK * (in->q_heads / in->kv_heads),
+                                     sizeof(double));
     }
     if (!ok || !c->k_cache || !c->v_cache || !c->rope_cos || !c->rope_sin || !c->x || !c->xn ||
-        !c->q || !c->k || !c->v || !c->att || !c->proj || !c->gate || !c->up || !c->scores) {
+        !c->q || !c->k || !c->v || !c->att || !c->proj || !c->gate || !c->up || !c->scores || !c->sums) {
         fathom_ctx_free(c);
         return fathom_fail(FATHOM_ERR_NOMEM, "model: out of memory for a context of %u positions",
                            n_ctx);
@@ -1130,20 +1108,71 @@ typedef struct attn_job {
     fathom_ctx *c;
     uint32_t layer;
     uint64_t pos0;
+    uint32_t T;
+    uint32_t n_blocks; /* query blocks per KV head */
 } attn_job;
 
-/* Dense causal attention of one (token, query head). */
+/* Dense causal attention of the G query heads of one KV head for a block of
+ * up to ATTN_QBLOCK tokens: each key and value row is read once for all
+ * G*QBLOCK queries (at 8k context K and V of a head are 4 MB, so reading
+ * them once per query would be bound by memory). Each output row gets the
+ * same operations in the same order whatever block it is in, so a prefill
+ * gives the same bits as decode steps (blocks of one token). */
 static void attn_task(void *arg, uint32_t task, uint32_t worker) {
     const attn_job *j = arg;
     fathom_ctx *c = j->c;
     const fathom_model_info *in = &c->model->info;
-    const uint32_t D = in->head_dim, G = in->q_heads / in->kv_heads;
-    const uint32_t t = task / in->q_heads, h = task % in->q_heads;
-    const uint64_t pos = j->pos0 + t;
-    const uint64_t off = ((uint64_t)t * in->q_heads + h) * D;
-    attend_dense(c->q + off, cache_row(c, c->k_cache, j->layer, h / G, 0),
-                 cache_row(c, c->v_cache, j->layer, h / G, 0), pos + 1, D,
-                 c->scores + (uint64_t)worker * c->cap, c->att + off);
+    const uint32_t D = in->head_dim, Hq = in->q_heads, G = Hq / in->kv_heads;
+    const uint32_t kvh = task / j->n_blocks, t0 = (task % j->n_blocks) * ATTN_QBLOCK;
+    const uint32_t t1 = t0 + ATTN_QBLOCK < j->T ? t0 + ATTN_QBLOCK : j->T;
+    const uint32_t rows = (t1 - t0) * G;
+    const uint64_t n_max = j->pos0 + t1; /* keys the last token sees */
+    const float *keys = cache_row(c, c->k_cache, j->layer, kvh, 0);
+    const float *values = cache_row(c, c->v_cache, j->layer, kvh, 0);
+    float *S = c->scores + (uint64_t)worker * ATTN_QBLOCK * G * c->cap; /* [rows x n_max] */
+    const float scale = (float)(1.0 / sqrt((double)D));
+    /* row r: token t0 + r / G, query head kvh*G + r % G */
+#define ROW_Q(r) (c->q + ((uint64_t)(t0 + (r) / G) * Hq + kvh * G + (r) % G) * D)
+#define ROW_OUT(r) (c->att + ((uint64_t)(t0 + (r) / G) * Hq + kvh * G + (r) % G) * D)
+#define ROW_VIS(r) (j->pos0 + t0 + (r) / G + 1) /* keys row r sees */
+    for (uint64_t i = 0; i < n_max; i++) {
+        const float *k = keys + i * D;
+        for (uint32_t r = 0; r < rows; r++)
+            if (i < ROW_VIS(r)) S[r * n_max + i] = dot(ROW_Q(r), k, D) * scale;
+    }
+    double *inv = c->sums + (uint64_t)worker * ATTN_QBLOCK * G; /* softmax denominators */
+    for (uint32_t r = 0; r < rows; r++) {
+        float *s = S + r * n_max, max = -INFINITY;
+        const uint64_t n = ROW_VIS(r);
+        for (uint64_t i = 0; i < n; i++)
+            if (s[i] > max) max = s[i];
+        double sum = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            float e = expf(s[i] - max);
+            s[i] = e;
+            sum += e;
+        }
+        inv[r] = sum;
+        float *out = ROW_OUT(r);
+        for (uint32_t ch = 0; ch < D; ch++) out[ch] = 0;
+    }
+    for (uint64_t i = 0; i < n_max; i++) {
+        const float *v = values + i * D;
+        for (uint32_t r = 0; r < rows; r++) {
+            if (i >= ROW_VIS(r)) continue;
+            const float w = S[r * n_max + i];
+            float *out = ROW_OUT(r);
+            for (uint32_t ch = 0; ch < D; ch++) out[ch] += w * v[ch];
+        }
+    }
+    for (uint32_t r = 0; r < rows; r++) {
+        const float f = (float)(1.0 / inv[r]);
+        float *out = ROW_OUT(r);
+        for (uint32_t ch = 0; ch < D; ch++) out[ch] *= f;
+    }
+#undef ROW_Q
+#undef ROW_OUT
+#undef ROW_VIS
 }
 
 /* Tokens [0, T) at positions n..n+T-1 (T <= PREFILL_BATCH) through every
@@ -1194,8 +1223,9 @@ static int forward(fathom_ctx *c, const int32_t *tokens, uint32_t T, bool sparse
             pool_run(c->pool, sparse_task, &sj, Hkv);
             FATHOM_TRY(take_task_error(c));
         } else {
-            attn_job aj = {c, l, pos0};
-            pool_run(c->pool, attn_task, &aj, T * Hq);
+            const uint32_t blocks = (T + ATTN_QBLOCK - 1) / ATTN_QBLOCK;
+            attn_job aj = {c, l, pos0, T, blocks};
+            pool_run(c->pool, attn_task, &aj, blocks * Hkv);
         }
         matmul(c->pool, c->proj, c->att, w->wo, T, QD, E);
         for (uint64_t i = 0; i < (uint64_t)T * E; i++) c->x[i] += c->proj[i];
