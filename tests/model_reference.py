@@ -13,13 +13,16 @@ Written apart from the C code on purpose:
     convention were wrong, the two would disagree.
 
 Usage:
-  model_reference.py MODEL --prompt-ids 1,2,3 --gen-ids 4,5,... --c-logits FILE [--prompt-ids ... ...]
-For each prompt: teacher-forces prompt + the C model's generated ids, compares
+  model_reference.py MODEL [--case PROMPT_IDS GEN_IDS C_LOGITS]... [--capture IDS FILE]...
+For each case (ids comma-separated): teacher-forces prompt + the C model's generated ids, compares
 the C logits (float32 [n_gen x vocab], the logits that chose each generated
 token) with the reference's at the same positions, and checks that the
 reference's greedy choice (argmax) equals the C model's token at every step,
 i.e. that greedy decoding by the reference yields the same sequence.
-Prints one line per prompt and exits 1 on a mismatch or a tolerance failure.
+For each capture: the queries (last P positions), keys and values of every
+layer that `fathom capture --dtype f32` wrote against the reference's, after
+RoPE, in the GGUF channel order.
+Prints one line per check and exits 1 on a mismatch or a tolerance failure.
 """
 import argparse
 import sys
@@ -81,8 +84,11 @@ class Reference:
         rot = np.concatenate([-x[..., d // 2:], x[..., : d // 2]], axis=-1)
         return x * cos + rot * sin
 
-    def logits(self, ids):
-        """Logits [seq x vocab] at every position of ids."""
+    def logits(self, ids, record=None):
+        """Logits [seq x vocab] at every position of ids. record (a list)
+        gets (q, k, v) of every layer after RoPE, [seq, heads, d], in the
+        GGUF's channel order (adjacent rotation pairs), as the C model
+        caches them."""
         n = len(ids)
         D, H, Hk = self.head_dim, self.n_heads, self.n_kv
         x = self.t["token_embd.weight"][np.asarray(ids)]
@@ -95,6 +101,8 @@ class Reference:
             k = (h @ self.t[p + "attn_k.weight"].T).reshape(n, Hk, D)
             v = (h @ self.t[p + "attn_v.weight"].T).reshape(n, Hk, D)
             q, k = self.rope_hf(q, pos), self.rope_hf(k, pos)
+            if record is not None:
+                record.append((to_gguf_order(q), to_gguf_order(k), v))
             out = np.empty((n, H, D))
             for hh in range(H):
                 kv = hh // (H // Hk)
@@ -110,6 +118,56 @@ class Reference:
         return self.rmsnorm(x, self.t["output_norm.weight"]) @ self.out_w.T
 
 
+def to_gguf_order(x):
+    """Hugging Face channel order (i, i + d/2 rotate together) to GGUF's
+    (2i, 2i+1): channel 2i + s of GGUF is channel s*d/2 + i of HF."""
+    d = x.shape[-1]
+    return x.reshape(*x.shape[:-1], 2, d // 2).swapaxes(-1, -2).reshape(x.shape)
+
+
+def read_capture(path):
+    """The tensors and metadata of a capture (safetensors, F32 only here)."""
+    import json
+    import struct
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    meta = header.pop("__metadata__")
+    out = {}
+    for name, t in header.items():
+        if t["dtype"] != "F32":
+            raise SystemExit(f"model_reference.py: {path}: write the capture with --dtype f32")
+        b, e = t["data_offsets"]
+        out[name] = np.frombuffer(blob[8 + n + b:8 + n + e], dtype="<f4").reshape(t["shape"])
+    return out, meta
+
+
+def check_capture(ref, ids, path, tol):
+    """Queries of the last P positions, keys and values of every layer."""
+    rec = []
+    ref.logits(ids, rec)
+    cap, meta = read_capture(path)
+    n = len(ids)
+    P = cap["l0.q"].shape[1]
+    ok = int(meta["first_query"]) == n - P
+    worst = 0.0
+    for l, (q, k, v) in enumerate(rec):
+        for name, got, want in (("q", cap[f"l{l}.q"], q[n - P:].transpose(1, 0, 2)),
+                                ("k", cap[f"l{l}.k"], k.transpose(1, 0, 2)),
+                                ("v", cap[f"l{l}.v"], v.transpose(1, 0, 2))):
+            if got.shape != want.shape:
+                print(f"FAIL capture l{l}.{name}: shape {got.shape}, expected {want.shape}")
+                ok = False
+                continue
+            rel = np.abs(got - want).max() / np.abs(want).max()
+            worst = max(worst, rel)
+    ok = ok and worst < tol
+    print(f"{'ok' if ok else 'FAIL'} capture {path}: {n} tokens, P {P}, first_query {meta['first_query']}, "
+          f"max |capture - ref| / max |ref| over q, k, v of all layers {worst:.3e}")
+    return ok
+
+
 def parse_ids(s):
     return [int(v) for v in s.split(",") if v]
 
@@ -117,8 +175,11 @@ def parse_ids(s):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
-    ap.add_argument("--case", nargs=3, action="append", metavar=("PROMPT_IDS", "GEN_IDS", "C_LOGITS"),
-                    required=True, help="prompt ids, the C model's generated ids, its logits file")
+    ap.add_argument("--case", nargs=3, action="append", default=[],
+                    metavar=("PROMPT_IDS", "GEN_IDS", "C_LOGITS"),
+                    help="prompt ids, the C model's generated ids, its logits file")
+    ap.add_argument("--capture", nargs=2, action="append", default=[], metavar=("IDS", "FILE"),
+                    help="token ids and the f32 capture fathom capture wrote for them")
     ap.add_argument("--rel-tol", type=float, default=1e-3,
                     help="max |C - ref| / max |ref| allowed per step (default 1e-3)")
     a = ap.parse_args()
@@ -150,7 +211,10 @@ def main():
               f"{rel.max():.3e} (mean {rel.mean():.3e}), max abs diff {np.abs(c - r).max():.3e}, "
               f"greedy mismatches {len(mism)}{' at ' + str(mism[:5]) if mism else ''}, "
               f"smallest top-2 margin {margin:.3g}")
-    print(f"worst relative logit difference {worst:.3e} (tolerance {a.rel_tol:g})")
+    for ids_s, path in a.capture:
+        failed |= not check_capture(ref, parse_ids(ids_s), path, a.rel_tol)
+    if a.case:
+        print(f"worst relative logit difference {worst:.3e} (tolerance {a.rel_tol:g})")
     sys.exit(1 if failed else 0)
 
 

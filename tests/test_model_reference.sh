@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The C model against an independent numpy forward pass (tests/model_reference.py),
-# and sparse decoding that selects everything against dense decoding.
+# The C model against an independent numpy forward pass (tests/model_reference.py):
+# logits and greedy tokens of fathom generate, and fathom capture's q/k/v; then
+# sparse decoding that selects everything against dense decoding.
 #   usage: test_model_reference.sh BUILD_DIR
 # Skips (77) without the model file or without numpy + gguf.
 set -euo pipefail
@@ -41,7 +42,13 @@ for i in "${!prompts[@]}"; do
   gen "${prompts[$i]}" "$tmp/dense$i" || fail=1
   cases+=(--case "${prompts[$i]}" "$(cat "$tmp/dense$i.ids")" "$tmp/dense$i.bin")
 done
-python3 "$here/model_reference.py" "$MODEL" "${cases[@]}" --rel-tol 1e-3 || fail=1
+# ... and fathom capture's queries, keys and values (the 70-token prompt).
+"$fathom" capture --model "$MODEL" --prompt-ids "${prompts[2]}" --positions 8 --dtype f32 \
+  --threads 2 --quiet --out "$tmp/cap.safetensors" || { echo "FAIL: fathom capture"; fail=1; }
+python3 "$here/model_reference.py" "$MODEL" "${cases[@]}" --capture "${prompts[2]}" "$tmp/cap.safetensors" \
+  --rel-tol 1e-3 || fail=1
+"$fathom" info "$tmp/cap.safetensors" | grep -q "positions    8 (first query at 62)" || {
+  echo "FAIL: fathom info on the capture"; "$fathom" info "$tmp/cap.safetensors"; fail=1; }
 
 # 2. Sparse decode paths with k >= context select every key: the same tokens
 # as dense, and logits equal up to fathom_attend's double accumulation.

@@ -20,6 +20,8 @@ int cli_fail(const char *cmd, const char *what, int status);
 #include <stdint.h>
 bool cli_parse_u32(const char *s, uint32_t *out);
 double cli_now(void); /* monotonic seconds */
+/* "1,2,3" into a malloc'd array; false if malformed or empty. */
+bool cli_parse_ids(const char *list, int32_t **ids, size_t *n);
 /* --model, else $FATHOM_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf */
 const char *cli_model_path(const char *given);
 /* The whole file into a malloc'd buffer (not NUL-terminated); -1 on error. */

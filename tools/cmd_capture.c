@@ -11,8 +11,9 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: fathom capture --model FILE (--text-file F | --text TEXT | --chat MESSAGE)\n"
-            "                      --out FILE [options]\n"
+            "usage: fathom capture --model FILE (--text-file F | --text TEXT | --chat MESSAGE |\n"
+            "                      --prompt-ids LIST)"
+            " --out FILE [options]\n"
             "\n"
             "Run the text through the model with dense attention and write its queries\n"
             "(last P positions), keys and values, every layer and head, to a capture file\n"
@@ -22,6 +23,7 @@ static void usage(FILE *f) {
             "  --text-file F      the text\n"
             "  --text TEXT        the text, inline\n"
             "  --chat MESSAGE     a user message in the chat template, up to the assistant's turn\n"
+            "  --prompt-ids LIST  the tokens themselves, comma-separated ids\n"
             "  --system TEXT      with --chat, a system turn first\n"
             "  --out FILE         the capture file to write\n"
             "  --positions P      queried positions, the last P (default 128)\n"
@@ -32,7 +34,7 @@ static void usage(FILE *f) {
 }
 
 typedef struct cap_options {
-    const char *model, *text_file, *text, *chat, *system, *out, *dtype;
+    const char *model, *text_file, *text, *chat, *system, *out, *dtype, *prompt_ids;
     uint32_t positions, max_tokens, threads;
     bool quiet;
 } cap_options;
@@ -67,9 +69,15 @@ static int run(const cap_options *o, fathom_dtype dtype) {
         rc = cli_fail("capture", "tokenizer", st);
         goto done;
     }
-    size_t len;
-    const char *src;
-    if (o->text_file) {
+    size_t len = 0;
+    const char *src = NULL;
+    if (o->prompt_ids) {
+        if (!cli_parse_ids(o->prompt_ids, &ids, &n)) {
+            fprintf(stderr, "fathom capture: --prompt-ids needs comma-separated token ids\n");
+            rc = 2;
+            goto done;
+        }
+    } else if (o->text_file) {
         if (cli_read_file(o->text_file, &text, &len) < 0) {
             fprintf(stderr, "fathom capture: cannot read %s\n", o->text_file);
             goto done;
@@ -79,7 +87,7 @@ static int run(const cap_options *o, fathom_dtype dtype) {
         src = o->chat ? o->chat : o->text;
         len = strlen(src);
     }
-    if ((st = cli_encode_prompt(tok, src, len, o->chat != NULL, o->system, &ids, &n)) < 0) {
+    if (!ids && (st = cli_encode_prompt(tok, src, len, o->chat != NULL, o->system, &ids, &n)) < 0) {
         rc = cli_fail("capture", "encode", st);
         goto done;
     }
@@ -190,6 +198,7 @@ int cmd_capture(int argc, char **argv) {
         else if (!strcmp(a, "--chat")) str = &o.chat;
         else if (!strcmp(a, "--system")) str = &o.system;
         else if (!strcmp(a, "--out")) str = &o.out;
+        else if (!strcmp(a, "--prompt-ids")) str = &o.prompt_ids;
         else if (!strcmp(a, "--dtype")) str = &o.dtype;
         else if (!strcmp(a, "--positions")) num = &o.positions;
         else if (!strcmp(a, "--max-tokens")) num = &o.max_tokens;
@@ -213,8 +222,8 @@ int cmd_capture(int argc, char **argv) {
         if (str) *str = val;
         i++;
     }
-    if (!!o.text_file + !!o.text + !!o.chat != 1) {
-        fprintf(stderr, "fathom capture: give exactly one of --text-file, --text, --chat\n");
+    if (!!o.text_file + !!o.text + !!o.chat + !!o.prompt_ids != 1) {
+        fprintf(stderr, "fathom capture: give exactly one of --text-file, --text, --chat, --prompt-ids\n");
         return 2;
     }
     if (!o.out) {

@@ -39,6 +39,7 @@ static void usage(FILE *f) {
             "  --ids               print the generated token ids (one line) after the text,\n"
             "                      and the prompt's on stderr\n"
             "  --dump-logits FILE  write the logits that chose each token: float32 [N x vocab]\n"
+            "  --max-prompt N      keep only the first N prompt tokens\n"
             "  --ctx N             context capacity (default: prompt + tokens)\n"
             "  --threads N         threads (default: one per core)\n"
             "  --quiet             no text on stdout (with --ids: only the ids)\n");
@@ -150,7 +151,7 @@ int cli_encode_prompt(const fathom_tokenizer *tok, const char *text, size_t len,
 
 /* ---- generate ---- */
 
-static bool parse_ids(const char *list, int32_t **ids, size_t *n) {
+bool cli_parse_ids(const char *list, int32_t **ids, size_t *n) {
     size_t cap = 16, count = 0;
     int32_t *out = malloc(cap * sizeof *out);
     const char *p = list;
@@ -198,7 +199,7 @@ static void print_piece(const fathom_tokenizer *tok, int32_t id) {
 
 typedef struct gen_options {
     const char *model, *prompt, *prompt_file, *prompt_ids, *system, *attn, *calib, *dump;
-    uint32_t tokens, k, ctx, threads;
+    uint32_t tokens, k, ctx, threads, max_prompt;
     bool chat, ignore_eos, ids, quiet;
 } gen_options;
 
@@ -232,7 +233,7 @@ static int run(const gen_options *o) {
         goto done;
     }
     if (o->prompt_ids) {
-        if (!parse_ids(o->prompt_ids, &prompt, &n_prompt)) {
+        if (!cli_parse_ids(o->prompt_ids, &prompt, &n_prompt)) {
             fprintf(stderr, "fathom generate: --prompt-ids needs comma-separated token ids\n");
             rc = 2;
             goto done;
@@ -253,6 +254,7 @@ static int run(const gen_options *o) {
             goto done;
         }
     }
+    if (o->max_prompt && n_prompt > o->max_prompt) n_prompt = o->max_prompt;
     if (o->ids) {
         fprintf(stderr, "prompt ids (%zu): ", n_prompt);
         for (size_t i = 0; i < n_prompt; i++) fprintf(stderr, "%s%d", i ? "," : "", prompt[i]);
@@ -380,6 +382,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--tokens")) TAKE_U32(tokens);
         else if (!strcmp(a, "--k")) TAKE_U32(k);
         else if (!strcmp(a, "--ctx")) TAKE_U32(ctx);
+        else if (!strcmp(a, "--max-prompt")) TAKE_U32(max_prompt);
         else if (!strcmp(a, "--threads")) TAKE_U32(threads);
         else if (!strcmp(a, "--chat")) o.chat = true;
         else if (!strcmp(a, "--ignore-eos")) o.ignore_eos = true;
