@@ -741,7 +741,10 @@ int fathom_model_tokenizer(const fathom_model *model, fathom_tokenizer **out);
  * keys after RoPE / QK-norm, as attention sees them) and the position.
  * Matmuls run on `threads` threads over rows (0: one per core); results do
  * not depend on the thread count or on how tokens are split between prefill
- * calls and steps (every dot product sums in the same order).
+ * calls and steps (every dot product sums in the same order). One call at a
+ * time per context; contexts of one model may run on different threads (the
+ * model is read-only). After a failed prefill or step the context refuses
+ * work (FATHOM_ERR_STATE) until fathom_ctx_reset.
  */
 typedef struct fathom_ctx fathom_ctx;
 
