@@ -153,52 +153,78 @@ static void pool_run(pool *p, task_fn fn, void *arg, uint32_t n_tasks) {
  * kernels
  * ===================================================================== */
 
-/* Dot product with DOT_LANES partial sums, added in a fixed order: the
- * same inputs give the same bits whichever kernel or thread computes them
- * (the compiler vectorizes the lanes; ISO C mode keeps it from fusing). */
+/* Dot product with DOT_LANES partial sums, added in a fixed order: lane l
+ * sums a[i]*b[i] for i = l mod DOT_LANES, then the lanes are added 0..7.
+ * This is the plain version; tile() below computes the same sums (same
+ * operations, same order), so every path gives the same bits. ISO C mode
+ * keeps the compiler from fusing multiply-adds. */
 static float dot(const float *a, const float *b, uint32_t n) {
     float acc[DOT_LANES] = {0};
     uint32_t i = 0;
     for (; i + DOT_LANES <= n; i += DOT_LANES)
         for (uint32_t l = 0; l < DOT_LANES; l++) acc[l] += a[i + l] * b[i + l];
-    for (uint32_t l = 0; i < n; i++, l++) acc[l] += a[i] * b[i];
+    for (uint32_t l = 0; l < DOT_LANES && i + l < n; l++) acc[l] += a[i + l] * b[i + l];
     float s = 0;
     for (uint32_t l = 0; l < DOT_LANES; l++) s += acc[l];
     return s;
 }
 
-/* Four dot products of one weight row w with rows x0..x3, each summed
- * exactly as dot() does; the weight row is loaded once for all four. */
-static void dot4(const float *w, const float *x0, const float *x1, const float *x2,
-                 const float *x3, uint32_t n, float *out) {
-    float a0[DOT_LANES] = {0}, a1[DOT_LANES] = {0}, a2[DOT_LANES] = {0}, a3[DOT_LANES] = {0};
-    uint32_t i = 0;
-    for (; i + DOT_LANES <= n; i += DOT_LANES)
-        for (uint32_t l = 0; l < DOT_LANES; l++) {
-            float wl = w[i + l];
-            a0[l] += x0[i + l] * wl;
-            a1[l] += x1[i + l] * wl;
-            a2[l] += x2[i + l] * wl;
-            a3[l] += x3[i + l] * wl;
-        }
-    for (uint32_t l = 0; i < n; i++, l++) {
-        a0[l] += x0[i] * w[i];
-        a1[l] += x1[i] * w[i];
-        a2[l] += x2[i] * w[i];
-        a3[l] += x3[i] * w[i];
-    }
-    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (uint32_t l = 0; l < DOT_LANES; l++) {
-        s0 += a0[l];
-        s1 += a1[l];
-        s2 += a2[l];
-        s3 += a3[l];
-    }
-    out[0] = s0;
-    out[1] = s1;
-    out[2] = s2;
-    out[3] = s3;
+#define TILE_MAX 4
+
+#if defined(__GNUC__)
+/* out[t*out_stride + r] = dot(x_t, w_r) for nr weight rows and nt token
+ * rows (at most TILE_MAX each): each weight vector loaded serves nt tokens
+ * and each token vector nr rows, with the accumulators in registers (GNU
+ * vector extension; nr and nt are constants where it is called, so the
+ * loops unroll). Lanes 0-3 live in lo, 4-7 in hi: the sums of dot(). */
+typedef float f4 __attribute__((vector_size(16)));
+static inline f4 f4_load(const float *p) {
+    f4 v;
+    memcpy(&v, p, sizeof v);
+    return v;
 }
+
+static inline __attribute__((always_inline)) void tile(const float *w, uint32_t nr, const float *x,
+                                                        uint32_t nt, uint32_t n, float *out,
+                                                        uint64_t out_stride) {
+    f4 lo[TILE_MAX][TILE_MAX], hi[TILE_MAX][TILE_MAX];
+    for (uint32_t r = 0; r < nr; r++)
+        for (uint32_t t = 0; t < nt; t++) lo[r][t] = hi[r][t] = (f4){0, 0, 0, 0};
+    uint32_t i = 0;
+    for (; i + DOT_LANES <= n; i += DOT_LANES) {
+        f4 wl[TILE_MAX], wh[TILE_MAX];
+        for (uint32_t r = 0; r < nr; r++) {
+            wl[r] = f4_load(w + (uint64_t)r * n + i);
+            wh[r] = f4_load(w + (uint64_t)r * n + i + 4);
+        }
+        for (uint32_t t = 0; t < nt; t++) {
+            const f4 xl = f4_load(x + (uint64_t)t * n + i), xh = f4_load(x + (uint64_t)t * n + i + 4);
+            for (uint32_t r = 0; r < nr; r++) {
+                lo[r][t] += xl * wl[r];
+                hi[r][t] += xh * wh[r];
+            }
+        }
+    }
+    for (uint32_t r = 0; r < nr; r++)
+        for (uint32_t t = 0; t < nt; t++) {
+            const float *xr = x + (uint64_t)t * n, *wr = w + (uint64_t)r * n;
+            float acc[DOT_LANES];
+            memcpy(acc, &lo[r][t], sizeof lo[r][t]);
+            memcpy(acc + 4, &hi[r][t], sizeof hi[r][t]);
+            for (uint32_t l = 0; l < DOT_LANES && i + l < n; l++) acc[l] += xr[i + l] * wr[i + l];
+            float s = 0;
+            for (uint32_t l = 0; l < DOT_LANES; l++) s += acc[l];
+            out[(uint64_t)t * out_stride + r] = s;
+        }
+}
+#else
+static void tile(const float *w, uint32_t nr, const float *x, uint32_t nt, uint32_t n, float *out,
+                 uint64_t out_stride) {
+    for (uint32_t r = 0; r < nr; r++)
+        for (uint32_t t = 0; t < nt; t++)
+            out[(uint64_t)t * out_stride + r] = dot(x + (uint64_t)t * n, w + (uint64_t)r * n, n);
+}
+#endif
 
 /* y[t][o] = x[t] . w[o] for t < n_tok, o < out; split over row ranges. */
 typedef struct matmul_job {
@@ -210,19 +236,30 @@ typedef struct matmul_job {
 
 static void matmul_task(void *arg, uint32_t task, uint32_t worker) {
     const matmul_job *j = arg;
-    uint32_t o0 = task * j->rows_per_task;
-    uint32_t o1 = o0 + j->rows_per_task < j->out ? o0 + j->rows_per_task : j->out;
-    for (uint32_t o = o0; o < o1; o++) {
-        const float *w = j->w + (uint64_t)o * j->in;
+    const uint32_t o0 = task * j->rows_per_task;
+    const uint32_t o1 = o0 + j->rows_per_task < j->out ? o0 + j->rows_per_task : j->out;
+    const uint32_t n = j->in;
+    uint32_t o = o0;
+    if (j->n_tok == 1) { /* decode: four rows per pass over x */
+        for (; o + 4 <= o1; o += 4) tile(j->w + (uint64_t)o * n, 4, j->x, 1, n, j->y + o, j->out);
+        for (; o < o1; o++) tile(j->w + (uint64_t)o * n, 1, j->x, 1, n, j->y + o, j->out);
+        return;
+    }
+    /* prefill: 2 rows x 4 tokens per tile */
+    for (; o < o1; o += 2) {
+        const uint32_t nr = o + 2 <= o1 ? 2 : 1;
+        const float *w = j->w + (uint64_t)o * n;
         uint32_t t = 0;
         for (; t + 4 <= j->n_tok; t += 4) {
-            float r[4];
-            const float *x = j->x + (uint64_t)t * j->in;
-            dot4(w, x, x + j->in, x + 2 * (uint64_t)j->in, x + 3 * (uint64_t)j->in, j->in, r);
-            for (uint32_t u = 0; u < 4; u++) j->y[(uint64_t)(t + u) * j->out + o] = r[u];
+            float *y = j->y + (uint64_t)t * j->out + o;
+            const float *x = j->x + (uint64_t)t * n;
+            if (nr == 2)
+                tile(w, 2, x, 4, n, y, j->out);
+            else
+                tile(w, 1, x, 4, n, y, j->out);
         }
         for (; t < j->n_tok; t++)
-            j->y[(uint64_t)t * j->out + o] = dot(w, j->x + (uint64_t)t * j->in, j->in);
+            tile(w, nr == 2 ? 2 : 1, j->x + (uint64_t)t * n, 1, n, j->y + (uint64_t)t * j->out + o, j->out);
     }
 }
 
@@ -231,6 +268,7 @@ static void matmul(pool *p, float *y, const float *x, const float *w, uint32_t n
     /* About 8 tasks per thread for balance, at least 4 rows each. */
     uint32_t per = out / (p->n_threads * 8);
     if (per < 4) per = 4;
+    per = (per + 3) / 4 * 4; /* whole decode tiles */
     matmul_job j = {y, x, w, n_tok, in, out, per};
     pool_run(p, matmul_task, &j, (out + per - 1) / per);
 }
