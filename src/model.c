@@ -612,6 +612,7 @@ struct fathom_ctx {
     float *up;        /* [B x ffn] */
     float *scores;    /* [threads x ATTN_QBLOCK*G x cap] attention scratch */
     double *sums;     /* [threads x ATTN_QBLOCK*G] */
+    float *qblock;    /* [threads x ATTN_QBLOCK*G x d] a block's queries, contiguous */
     /* query recording (capture) */
     float *rec;
     uint64_t rec_first;
@@ -663,6 +664,7 @@ void fathom_ctx_free(fathom_ctx *ctx) {
                     ctx->q, ctx->k, ctx->v, ctx->att, ctx->proj, ctx->gate, ctx->up, ctx->scores};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     free(ctx->sums);
+    free(ctx->qblock);
     pthread_mutex_destroy(&ctx->err_lock);
     free(ctx);
 }
@@ -705,11 +707,14 @@ int fathom_ctx_create(fathom_ctx **out, const fathom_model *model, uint32_t n_ct
         c->up = fathom_alloc_array(B * in->ffn, sizeof(float));
         c->scores = fathom_alloc_array((uint64_t)threads * ATTN_QBLOCK * (in->q_heads / in->kv_heads),
                                        (uint64_t)n_ctx * sizeof(float));
+        c->qblock = fathom_alloc_array((uint64_t)threads * ATTN_QBLOCK * (in->q_heads / in->kv_heads),
+                                       D * sizeof(float));
         c->sums = fathom_alloc_array((uint64_t)threads * ATTN_QBLOCK * (in->q_heads / in->kv_heads),
                                      sizeof(double));
     }
     if (!ok || !c->k_cache || !c->v_cache || !c->rope_cos || !c->rope_sin || !c->x || !c->xn ||
-        !c->q || !c->k || !c->v || !c->att || !c->proj || !c->gate || !c->up || !c->scores || !c->sums) {
+        !c->q || !c->k || !c->v || !c->att || !c->proj || !c->gate || !c->up || !c->scores || !c->sums ||
+        !c->qblock) {
         fathom_ctx_free(c);
         return fathom_fail(FATHOM_ERR_NOMEM, "model: out of memory for a context of %u positions",
                            n_ctx);
@@ -1173,28 +1178,39 @@ static void attn_task(void *arg, uint32_t task, uint32_t worker) {
 #define ROW_Q(r) (c->q + ((uint64_t)(t0 + (r) / G) * Hq + kvh * G + (r) % G) * D)
 #define ROW_OUT(r) (c->att + ((uint64_t)(t0 + (r) / G) * Hq + kvh * G + (r) % G) * D)
 #define ROW_VIS(r) (j->pos0 + t0 + (r) / G + 1) /* keys row r sees */
-    for (uint64_t i = 0; i < n_max; i++) {
-        const float *k = keys + i * D;
-        for (uint32_t r = 0; r < rows; r++)
-            if (i < ROW_VIS(r)) S[r * n_max + i] = dot(ROW_Q(r), k, D) * scale;
+    /* scores: the block's queries gathered into rows of D, then 4 keys x 4
+     * queries per tile (entries past a row's visible keys are never read) */
+    float *Qb = c->qblock + (uint64_t)worker * ATTN_QBLOCK * G * D;
+    for (uint32_t r = 0; r < rows; r++) memcpy(Qb + (uint64_t)r * D, ROW_Q(r), D * sizeof(float));
+    uint64_t i = 0;
+    for (; i + 4 <= n_max; i += 4) {
+        uint32_t r = 0;
+        for (; r + 4 <= rows; r += 4) tile(keys + i * D, 4, Qb + (uint64_t)r * D, 4, D, S + r * n_max + i, n_max);
+        for (; r < rows; r++) tile(keys + i * D, 4, Qb + (uint64_t)r * D, 1, D, S + r * n_max + i, n_max);
+    }
+    for (; i < n_max; i++)
+        for (uint32_t r = 0; r < rows; r++) S[r * n_max + i] = dot(Qb + (uint64_t)r * D, keys + i * D, D);
+    for (uint32_t r = 0; r < rows; r++) {
+        const uint64_t n = ROW_VIS(r);
+        for (uint64_t k = 0; k < n; k++) S[r * n_max + k] *= scale;
     }
     double *inv = c->sums + (uint64_t)worker * ATTN_QBLOCK * G; /* softmax denominators */
     for (uint32_t r = 0; r < rows; r++) {
         float *s = S + r * n_max, max = -INFINITY;
         const uint64_t n = ROW_VIS(r);
-        for (uint64_t i = 0; i < n; i++)
-            if (s[i] > max) max = s[i];
+        for (uint64_t m = 0; m < n; m++)
+            if (s[m] > max) max = s[m];
         double sum = 0;
-        for (uint64_t i = 0; i < n; i++) {
-            float e = expf(s[i] - max);
-            s[i] = e;
+        for (uint64_t m = 0; m < n; m++) {
+            float e = expf(s[m] - max);
+            s[m] = e;
             sum += e;
         }
         inv[r] = sum;
         float *out = ROW_OUT(r);
         for (uint32_t ch = 0; ch < D; ch++) out[ch] = 0;
     }
-    for (uint64_t i = 0; i < n_max; i++) {
+    for (i = 0; i < n_max; i++) {
         const float *v = values + i * D;
         for (uint32_t r = 0; r < rows; r++) {
             if (i >= ROW_VIS(r)) continue;
