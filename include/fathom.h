@@ -731,8 +731,10 @@ int fathom_model_open(fathom_model **out, const char *path);
 void fathom_model_free(fathom_model *model); /* NULL is fine */
 int fathom_model_get_info(const fathom_model *model, fathom_model_info *info);
 
-/* A tokenizer built from the GGUF metadata tokenizer.ggml.* (free it with
- * fathom_tokenizer_free). */
+/* A tokenizer built from the GGUF metadata tokenizer.ggml.* (model, pre,
+ * tokens, token_type, merges, bos/eos_token_id, add_bos_token); free it with
+ * fathom_tokenizer_free. fathom_model_tokenizer also checks that every token
+ * has an embedding row (FATHOM_ERR_FORMAT otherwise). */
 int fathom_tokenizer_from_gguf(fathom_tokenizer **out, const fathom_gguf *gguf);
 int fathom_model_tokenizer(const fathom_model *model, fathom_tokenizer **out);
 

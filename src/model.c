@@ -1373,5 +1373,16 @@ int fathom_model_tokenizer(const fathom_model *model, fathom_tokenizer **out) {
     FATHOM_CHECK_ARG(out, "fathom_model_tokenizer: out is NULL");
     *out = NULL;
     FATHOM_CHECK_ARG(model, "fathom_model_tokenizer: model is NULL");
-    return fathom_tokenizer_from_gguf(out, model->gguf);
+    fathom_tokenizer *tok = NULL;
+    FATHOM_TRY(fathom_tokenizer_from_gguf(&tok, model->gguf));
+    /* Every id it can produce must have an embedding row (the embedding may
+     * be padded beyond the vocabulary, never the other way round). */
+    const uint32_t n = fathom_tokenizer_vocab_size(tok);
+    if (n > model->info.vocab) {
+        fathom_tokenizer_free(tok);
+        return fathom_fail(FATHOM_ERR_FORMAT, "model: the tokenizer has %u tokens, the embedding %u rows",
+                           n, model->info.vocab);
+    }
+    *out = tok;
+    return FATHOM_OK;
 }

@@ -44,11 +44,12 @@ typedef struct tiny {
     int head_count_meta; /* 0: q_heads, else this value */
     const char *rope_scaling;
     int block_count_meta; /* 0: layers */
+    int tokenizer;        /* 1: a byte-level BPE vocabulary of 258 tokens */
 } tiny;
 
 static tiny llama_tiny(void) {
     tiny t = {"llama", 2, 32, 4, 2, 8, 48, 64, 160, 0, 1, 10000.0f, 1e-5f,
-              NULL,    NULL, NULL, NULL, 0, 0, NULL, 0};
+              NULL,    NULL, NULL, NULL, 0, 0, NULL, 0, 0};
     return t;
 }
 
@@ -158,6 +159,55 @@ static void kv_str(FILE *f, const char *key, const char *v) {
     put_str(f, v);
 }
 
+/* GPT-2's byte-level alphabet: the UTF-8 of the code point standing for byte b. */
+static void byte_token(int b, char *out) {
+    int cp;
+    if ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) {
+        cp = b;
+    } else { /* the others in order, from U+0100 */
+        int n = 0;
+        for (int c = 0; c < b; c++)
+            if (!((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF))) n++;
+        cp = 256 + n;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        out[1] = 0;
+    } else {
+        out[0] = (char)(0xC0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        out[2] = 0;
+    }
+}
+
+/* tokenizer.ggml.*: bytes 0..255, then "ab" (merge "a b") and <|im_end|>. */
+static void write_tokenizer(FILE *f) {
+    kv_str(f, "tokenizer.ggml.model", "gpt2");
+    kv_str(f, "tokenizer.ggml.pre", "smollm");
+    put_str(f, "tokenizer.ggml.tokens");
+    put_u32(f, 9); /* ARRAY */
+    put_u32(f, 8); /* of STRING */
+    put_u64(f, 258);
+    for (int b = 0; b < 256; b++) {
+        char tok[4];
+        byte_token(b, tok);
+        put_str(f, tok);
+    }
+    put_str(f, "ab");
+    put_str(f, "<|im_end|>");
+    put_str(f, "tokenizer.ggml.token_type");
+    put_u32(f, 9);
+    put_u32(f, 5); /* of INT32 */
+    put_u64(f, 258);
+    for (int i = 0; i < 258; i++) put_u32(f, i == 257 ? 3 : 1);
+    put_str(f, "tokenizer.ggml.merges");
+    put_u32(f, 9);
+    put_u32(f, 8);
+    put_u64(f, 1);
+    put_str(f, "a b");
+    kv_u32(f, NULL, "tokenizer.ggml.eos_token_id", 257);
+}
+
 static void write_gguf(const char *path, const tiny *m, const weights *w) {
     FILE *f = fopen(path, "wb");
     if (!f) {
@@ -183,7 +233,8 @@ static void write_gguf(const char *path, const tiny *m, const weights *w) {
         cols[n] = 8;
         list[n++] = &extra;
     }
-    uint32_t n_kv = 11 + (m->vocab_meta >= 0) + (m->rope_scaling != NULL) + (m->qk_norm ? 1 : 0);
+    uint32_t n_kv = 11 + (m->vocab_meta >= 0) + (m->rope_scaling != NULL) + (m->qk_norm ? 1 : 0) +
+                    (m->tokenizer ? 6 : 0);
     put(f, "GGUF", 4);
     put_u32(f, 3);
     put_u64(f, n);
@@ -207,6 +258,7 @@ static void write_gguf(const char *path, const tiny *m, const weights *w) {
         snprintf(k, sizeof k, "%s.rope.scaling.type", m->arch);
         kv_str(f, k, m->rope_scaling);
     }
+    if (m->tokenizer) write_tokenizer(f);
     uint64_t offset = 0;
     for (uint32_t i = 0; i < n; i++) {
         put_str(f, list[i]->name);
@@ -826,6 +878,48 @@ static void on_progress(void *user, uint64_t done, uint64_t total) {
     p->last_total = total;
 }
 
+static void test_tokenizer(void) {
+    tiny m = llama_tiny();
+    m.tokenizer = 1;
+    m.vocab = 258;
+    weights w;
+    make_weights(&m, &w, 3);
+    char path[512];
+    path_in_tmp(path, sizeof path, "tok.gguf");
+    write_gguf(path, &m, &w);
+    free_weights(&w);
+    fathom_model *model = NULL;
+    fathom_tokenizer *tok = NULL;
+    CHECK_OK(fathom_model_open(&model, path));
+    CHECK_OK(fathom_model_tokenizer(model, &tok));
+    if (tok) {
+        int32_t ids[8];
+        size_t n = 0;
+        CHECK_OK(fathom_tokenizer_encode(tok, "ab ab", 5, 0, ids, 8, &n));
+        CHECK(n == 3 && ids[0] == 256 && ids[1] == ' ' && ids[2] == 256);
+        CHECK_OK(fathom_tokenizer_encode(tok, "b<|im_end|>", 11, 1, ids, 8, &n));
+        CHECK(n == 2 && ids[0] == 'b' && ids[1] == 257);
+        char text[16];
+        CHECK_OK(fathom_tokenizer_decode(tok, ids, n, text, sizeof text, &n));
+        CHECK(n == 11 && !memcmp(text, "b<|im_end|>", 11));
+        CHECK(fathom_tokenizer_vocab_size(tok) == 258);
+        CHECK(fathom_tokenizer_eos(tok) == 257 && fathom_tokenizer_bos(tok) == -1);
+        CHECK(fathom_tokenizer_token_type(tok, 257) == FATHOM_TOKEN_CONTROL);
+    }
+    fathom_tokenizer_free(tok);
+    fathom_model_free(model);
+    /* a vocabulary larger than the model's embedding is refused */
+    m.vocab = 200;
+    make_weights(&m, &w, 3);
+    write_gguf(path, &m, &w);
+    free_weights(&w);
+    CHECK_OK(fathom_model_open(&model, path));
+    CHECK_STATUS(fathom_model_tokenizer(model, &tok), FATHOM_ERR_FORMAT);
+    CHECK(tok == NULL);
+    fathom_model_free(model);
+    unlink(path);
+}
+
 static void test_progress(void) {
     tiny m = llama_tiny();
     weights w;
@@ -862,6 +956,7 @@ int main(void) {
     test_invariance_and_sparse(&llama, "llama2.gguf");
     test_hostile();
     test_bad_args();
+    test_tokenizer();
     test_progress();
     char path[512];
     const char *names[] = {"llama.gguf", "qwen3.gguf", "llama2.gguf"};
