@@ -410,9 +410,11 @@ int fathom_eval_run(const fathom_source *src, const fathom_method *methods, uint
  * into the mapping. Keys, tensor names and string values are copied once
  * into NUL-terminated storage owned by the fathom_gguf. The file is treated
  * as hostile: every count, length, dimension, type, offset and alignment is
- * checked (overflow-safe) against the file size before use, duplicate keys
- * and tensor names are rejected, tensors must lie inside the data section
- * without overlapping, and any violation is FATHOM_ERR_FORMAT.
+ * checked (overflow-safe) against the file size before use, empty or
+ * duplicate keys and tensor names (and names holding a NUL byte) are
+ * rejected, arrays nest at most FATHOM_GGUF_MAX_NESTING deep, tensors must
+ * be aligned and lie inside the data section without overlapping, and any
+ * violation is FATHOM_ERR_FORMAT.
  * Everything returned stays valid until fathom_gguf_close().
  */
 

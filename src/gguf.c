@@ -307,6 +307,9 @@ static int read_tensor_info(fathom_gguf *g, cursor *c, gguf_tensor *t) {
     FATHOM_TRY(read_string(g, c, "a tensor name", &t->name, &t->name_len));
     FATHOM_CHECK(t->name_len == 0, FATHOM_ERR_FORMAT, "gguf: empty tensor name at byte %llu",
                  (unsigned long long)at);
+    /* C callers see names up to the first NUL: two names could alias */
+    FATHOM_CHECK(strlen(t->name) != t->name_len, FATHOM_ERR_FORMAT,
+                 "gguf: tensor name at byte %llu contains a NUL byte", (unsigned long long)at);
     FATHOM_TRY(read_u32(c, "tensor n_dims", &t->n_dims));
     FATHOM_CHECK(t->n_dims > FATHOM_GGUF_MAX_DIMS, FATHOM_ERR_FORMAT,
                  "gguf: tensor \"%s\" has %u dimensions (max %d)", t->name, t->n_dims,
@@ -413,6 +416,8 @@ static int parse(fathom_gguf *g) {
         FATHOM_TRY(read_string(g, &c, "a key", &kv->key, &kv->key_len));
         FATHOM_CHECK(kv->key_len == 0, FATHOM_ERR_FORMAT, "gguf: empty key at byte %llu",
                      (unsigned long long)at);
+        FATHOM_CHECK(strlen(kv->key) != kv->key_len, FATHOM_ERR_FORMAT,
+                     "gguf: key at byte %llu contains a NUL byte", (unsigned long long)at);
         FATHOM_TRY(read_u32(&c, "a value type", &type));
         FATHOM_TRY(read_value(g, &c, type, 0, &kv->value));
         g->kv_sorted[i] = (name_ref){kv->key, kv->key_len, i};

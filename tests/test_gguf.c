@@ -556,6 +556,9 @@ static void test_malformed(void) {
     header(&b, 3, 0, 1);
     put_str(&b, ""), put_u32(&b, FATHOM_GGUF_UINT8), put_u8(&b, 0), put_u64(&b, 0);
     expect_format(&b, "empty key", "empty key");
+    header(&b, 3, 0, 1);
+    put_strn(&b, "a\0b", 3), put_u32(&b, FATHOM_GGUF_UINT8), put_u8(&b, 0), put_u64(&b, 0);
+    expect_format(&b, "NUL in a key", "contains a NUL");
 
     /* value types */
     header(&b, 3, 0, 1);
@@ -632,6 +635,9 @@ static void test_malformed(void) {
     /* tensor infos */
     one_tensor(&b, "", 1, dims, FATHOM_GGML_TYPE_F32, 0, 128);
     expect_format(&b, "empty tensor name", "empty tensor name");
+    one_tensor(&b, "t", 2, dims, FATHOM_GGML_TYPE_F32, 0, 512);
+    b.p[24 + 8] = 0; /* the name "t" becomes "\0" */
+    expect_format(&b, "NUL in a tensor name", "contains a NUL");
     one_tensor(&b, "t", 5, dims, FATHOM_GGML_TYPE_F32, 0, 128);
     expect_format(&b, "n_dims 5", "5 dimensions");
     one_tensor(&b, "t", 0xffffffffu, dims, FATHOM_GGML_TYPE_F32, 0, 128);
