@@ -2,12 +2,17 @@
  *
  * Every decoder follows ggml's dequantize_row_* reference code (ggml-quants.c)
  * with the same float operations in the same order, so results match ggml
- * and the Python gguf package bit for bit (on targets without fused
- * multiply-add contraction). Blocks are read with memcpy: tensor data in a
+ * and the Python gguf package bit for bit. Blocks are read with memcpy: tensor data in a
  * file need not be aligned, and multi-byte fields are little-endian. */
 #include "internal.h"
 
 #include <string.h>
+
+/* Bit-exact with ggml needs y = d*q - m rounded twice, not fused into an FMA
+ * (GCC does not contract in ISO C mode; clang does unless told). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
 
 #define QK 32   /* elements per block of the 32-element types */
 #define QK_K 256 /* elements per super-block of the k-quants */
