@@ -472,8 +472,8 @@ int fathom_ggml_row_bytes(fathom_ggml_type type, uint64_t n_elements, uint64_t *
  * operations in the same order). src needs at least
  * fathom_ggml_row_bytes(type, n_elements) bytes (src_bytes says how many it
  * has; more is fine) and may be unaligned. Implemented: F32, F16, BF16,
- * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; FATHOM_ERR_UNSUPPORTED for
- * other types. NaN/inf in the data (or in a block scale) pass through. */
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K;
+ * FATHOM_ERR_UNSUPPORTED for other types. NaN/inf in the data (or in a block scale) pass through. */
 int fathom_dequantize(fathom_ggml_type type, const void *src, uint64_t src_bytes,
                       uint64_t n_elements, float *dst);
 

@@ -166,7 +166,8 @@ def f16_field(n):
 
 # block layout: (elements per block, bytes, byte offsets of f16 fields)
 layouts = {Q.Q4_0: (32, 18, [0]), Q.Q4_1: (32, 20, [0, 2]), Q.Q5_0: (32, 22, [0]),
-           Q.Q5_1: (32, 24, [0, 2]), Q.Q8_0: (32, 34, [0]), Q.Q4_K: (256, 144, [0, 2]),
+           Q.Q5_1: (32, 24, [0, 2]), Q.Q8_0: (32, 34, [0]), Q.Q2_K: (256, 84, [80, 82]),
+           Q.Q3_K: (256, 110, [108]), Q.Q4_K: (256, 144, [0, 2]),
            Q.Q5_K: (256, 176, [0, 2]), Q.Q6_K: (256, 210, [208])}
 rows, cols = 3, 512
 for q, (be, bb, halves) in layouts.items():

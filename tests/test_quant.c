@@ -177,6 +177,51 @@ static void test_q4_k_q5_k(void) {
     CHECK(all_equal(out, e5, NBK * 256, "q5_k"));
 }
 
+/* Q2_K/Q3_K: element k's 2-bit field sits in byte 32*(k/128) + k%32 of qs,
+ * at bit 2*((k%128)/32), as ggml's quantize_row_q2_K/q3_K pack it. */
+static void put_2bit(uint8_t *qs, int k, unsigned v) {
+    qs[32 * (k / 128) + k % 32] |= (uint8_t)(v << (2 * ((k % 128) / 32)));
+}
+
+static void test_q2_k_q3_k(void) {
+    static uint8_t q2[NBK * 84], q3[NBK * 110];
+    static double e2[NBK * 256], e3[NBK * 256];
+    static float out[NBK * 256];
+    for (int b = 0; b < NBK; b++) {
+        const half_case d = scales[b % N_SCALES], dmin = scales[(b + 7) % N_SCALES];
+        uint8_t *p2 = q2 + 84 * b, *p3 = q3 + 110 * b;
+        memset(p2, 0, 84), memset(p3, 0, 110);
+        put16(p2 + 80, d.bits), put16(p2 + 82, dmin.bits), put16(p3 + 108, d.bits);
+        int ls2[16], lm2[16], ls3[16];
+        for (int j = 0; j < 16; j++) {
+            ls2[j] = j == 0 ? 15 : (int)rnd(16);
+            lm2[j] = j == 1 ? 15 : (int)rnd(16);
+            ls3[j] = j == 0 ? 0 : j == 15 ? 63 : (int)rnd(64); /* scale - 32: -32..31 */
+            p2[j] = (uint8_t)(ls2[j] | (lm2[j] << 4));
+            /* ggml: low nibbles in bytes 0-7 then high nibbles, 2 high bits in 8-11 */
+            if (j < 8) p3[96 + j] |= (uint8_t)(ls3[j] & 15);
+            else p3[96 + j - 8] |= (uint8_t)((ls3[j] & 15) << 4);
+            p3[96 + 8 + j % 4] |= (uint8_t)((ls3[j] >> 4) << (2 * (j / 4)));
+        }
+        for (int k = 0; k < 256; k++) {
+            const int v2 = k == 0 ? 3 : (int)rnd(4);
+            const int v3 = k == 0 ? -4 : k == 1 ? 3 : (int)rnd(8) - 4; /* -4..3 */
+            put_2bit(p2 + 16, k, (unsigned)v2);
+            const unsigned L = (unsigned)(v3 + 4); /* 0..7; bit 2 to hmask */
+            put_2bit(p3 + 32, k, L & 3);
+            if (L & 4) p3[k % 32] |= (uint8_t)(1u << (k / 32)); /* set: no -4 */
+            e2[256 * b + k] = d.value * (ls2[k / 16]) * v2 - dmin.value * lm2[k / 16];
+            e3[256 * b + k] = d.value * (ls3[k / 16] - 32) * v3;
+        }
+    }
+    CHECK_OK(fathom_dequantize(FATHOM_GGML_TYPE_Q2_K, q2, sizeof q2, NBK * 256, out));
+    CHECK(all_equal(out, e2, NBK * 256, "q2_k"));
+    CHECK(out[0] == 0.5f * 15 * 3 - 1.0f * (q2[0] >> 4)); /* block 0: d 0.5, dmin 1 */
+    CHECK_OK(fathom_dequantize(FATHOM_GGML_TYPE_Q3_K, q3, sizeof q3, NBK * 256, out));
+    CHECK(all_equal(out, e3, NBK * 256, "q3_k"));
+    CHECK(out[0] == 0.5f * -32 * -4 && out[1] == 0.5f * -32 * 3);
+}
+
 static void test_q6_k(void) {
     static uint8_t q6[NBK * 210];
     static double e6[NBK * 256];
@@ -297,7 +342,7 @@ static void test_table_and_args(void) {
     CHECK_STATUS(fathom_dequantize(FATHOM_GGML_TYPE_Q8_0, block, 34, 16, out), FATHOM_ERR_INVALID_ARG);
     CHECK_OK(fathom_dequantize(FATHOM_GGML_TYPE_Q8_0, block, 100, 32, out)); /* more is fine */
     CHECK(out[0] == 0.0f && out[31] == 0.0f);
-    const fathom_ggml_type unsupported[] = {FATHOM_GGML_TYPE_Q2_K, FATHOM_GGML_TYPE_Q3_K,
+    const fathom_ggml_type unsupported[] = {FATHOM_GGML_TYPE_Q8_K, FATHOM_GGML_TYPE_IQ2_XXS,
                                             FATHOM_GGML_TYPE_Q8_1, FATHOM_GGML_TYPE_IQ4_NL,
                                             FATHOM_GGML_TYPE_I32, FATHOM_GGML_TYPE_F64};
     static uint8_t big[4096];
@@ -314,6 +359,7 @@ int main(void) {
     test_q4_1_q5_1();
     test_q4_k_q5_k();
     test_q6_k();
+    test_q2_k_q3_k();
     test_plain();
     test_table_and_args();
     return check_summary("test_quant");
