@@ -415,7 +415,9 @@ int fathom_eval_run(const fathom_source *src, const fathom_method *methods, uint
  * rejected, arrays nest at most FATHOM_GGUF_MAX_NESTING deep, tensors must
  * be aligned and lie inside the data section without overlapping, and any
  * violation is FATHOM_ERR_FORMAT.
- * Everything returned stays valid until fathom_gguf_close().
+ * Everything returned stays valid until fathom_gguf_close(); an open file is
+ * read-only, so any number of threads may query it at once. The mapping
+ * assumes nobody truncates the file while it is open.
  */
 
 /* ggml tensor types; values are ggml's numbering (ggml.h). Missing numbers
@@ -535,7 +537,8 @@ void fathom_gguf_close(fathom_gguf *gguf); /* NULL is fine */
 
 uint32_t fathom_gguf_version(const fathom_gguf *gguf);     /* 2 or 3; 0 for NULL */
 uint64_t fathom_gguf_alignment(const fathom_gguf *gguf);   /* general.alignment or 32 */
-uint64_t fathom_gguf_data_offset(const fathom_gguf *gguf); /* file offset of the data section */
+/* File offset of the data section (past the end for a file without tensors). */
+uint64_t fathom_gguf_data_offset(const fathom_gguf *gguf);
 uint64_t fathom_gguf_file_size(const fathom_gguf *gguf);
 
 /* Metadata, in file order. */
