@@ -314,6 +314,7 @@ static int method_scores(const layer_job *job, const head_state *hs, const fatho
 /* Exact scores of R query rows against keys [0, n): S[r*n + i] = q_r . k_i.
  * Keys are read once per chunk in blocks, transposed so that the inner loop
  * runs over keys and vectorizes without reassociating any sum. */
+FATHOM_SIMD_CLONES
 static void exact_scores(uint32_t dim, const float *Q, uint32_t R, const float *keys, uint64_t n, float *S,
                          float *kt) {
     for (uint64_t i0 = 0; i0 < n; i0 += EXACT_BLOCK) {
@@ -336,6 +337,7 @@ static void exact_scores(uint32_t dim, const float *Q, uint32_t R, const float *
 /* Dense attention outputs of R rows from their exact scores: row r sees keys
  * [0, visible[r]). Softmax in double with the row maximum subtracted; values
  * are read once, in row order. */
+FATHOM_SIMD_CLONES
 static void dense_outputs(uint32_t dim, const float *S, uint64_t stride, uint32_t R, const uint64_t *visible,
                           const float *values, double *acc, float *out) {
     const double scale = 1.0 / sqrt((double)dim);
