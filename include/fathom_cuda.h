@@ -103,6 +103,7 @@ typedef struct fathom_cuda_step_args {
     uint32_t *selected_count;            /* [problems][group]; may be NULL */
     uint8_t *depths;                     /* [problems][dim] planned depths; may be NULL */
     float *scores;                       /* [problems][group][n] approximate scores; may be NULL */
+    uint32_t *union_count;               /* [problems] rows the fetch moved; may be NULL */
     void *workspace;                     /* fathom_cuda_workspace_size() bytes, 256-byte aligned */
     size_t workspace_bytes;
     cudaEvent_t *phase_events; /* NULL, or FATHOM_CUDA_PHASES + 1 events recorded at the

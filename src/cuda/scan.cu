@@ -23,6 +23,11 @@
 #define SCAN_WARPS 8
 #define SCAN_BLOCKS_PER_WARP 2
 
+/* The CPU kernel adds unfused products in a partial last block. */
+static __device__ __forceinline__ float fma_or_not(float q, float k, float acc, bool unfused) {
+    return unfused ? __fadd_rn(acc, __fmul_rn(q, k)) : fmaf(q, k, acc);
+}
+
 template <int G>
 static __global__ void __launch_bounds__(SCAN_WARPS * 32)
 scan_planes_kernel(uint64_t n, uint32_t nb, const uint8_t *depths, const float *queries,
@@ -62,7 +67,7 @@ scan_planes_kernel(uint64_t n, uint32_t nb, const uint8_t *depths, const float *
     const bool has1 = b0 + 1 < nb;
     const uint32_t b1 = has1 ? b0 + 1 : b0;
     /* a block is partial when the context ends inside it (only the last one) */
-    const bool partial = (uint64_t)(b0 + (has1 ? 2 : 1)) * 64 > n;
+    const bool partial0 = (uint64_t)(b0 + 1) * 64 > n, partial1 = (uint64_t)(b1 + 1) * 64 > n;
     float acc[4][G];
 #pragma unroll
     for (int i = 0; i < 4; i++)
@@ -85,24 +90,13 @@ scan_planes_kernel(uint64_t n, uint32_t nb, const uint8_t *depths, const float *
         }
         const float k0 = ((float)c0 + offset) * a0, k1 = ((float)c1 + offset) * a0;
         const float k2 = ((float)c2 + offset) * a1, k3 = ((float)c3 + offset) * a1;
-        if (!partial) {
 #pragma unroll
-            for (int h = 0; h < G; h++) {
-                const float q = s_q[h][c];
-                acc[0][h] = fmaf(q, k0, acc[0][h]);
-                acc[1][h] = fmaf(q, k1, acc[1][h]);
-                acc[2][h] = fmaf(q, k2, acc[2][h]);
-                acc[3][h] = fmaf(q, k3, acc[3][h]);
-            }
-        } else { /* the CPU kernel adds unfused products in a partial last block */
-#pragma unroll
-            for (int h = 0; h < G; h++) {
-                const float q = s_q[h][c];
-                acc[0][h] = __fadd_rn(acc[0][h], __fmul_rn(q, k0));
-                acc[1][h] = __fadd_rn(acc[1][h], __fmul_rn(q, k1));
-                acc[2][h] = __fadd_rn(acc[2][h], __fmul_rn(q, k2));
-                acc[3][h] = __fadd_rn(acc[3][h], __fmul_rn(q, k3));
-            }
+        for (int h = 0; h < G; h++) {
+            const float q = s_q[h][c];
+            acc[0][h] = fma_or_not(q, k0, acc[0][h], partial0);
+            acc[1][h] = fma_or_not(q, k1, acc[1][h], partial0);
+            acc[2][h] = fma_or_not(q, k2, acc[2][h], partial1);
+            acc[3][h] = fma_or_not(q, k3, acc[3][h], partial1);
         }
     }
     const uint64_t tok[4] = {(uint64_t)b0 * 64 + lane, (uint64_t)b0 * 64 + lane + 32,

@@ -159,6 +159,10 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
     if (args->depths && planes)
         FATHOM_CUDA_TRY(cudaMemcpyAsync(args->depths, ws.depths, (size_t)config->problems * FC_DIM,
                                         cudaMemcpyDeviceToDevice, stream));
+    if (args->union_count)
+        FATHOM_CUDA_TRY(cudaMemcpyAsync(args->union_count, ws.uni_count,
+                                        (size_t)config->problems * sizeof(uint32_t),
+                                        cudaMemcpyDeviceToDevice, stream));
     return FATHOM_OK;
 }
 

@@ -186,7 +186,7 @@ static void run_case(const test_case *tc) {
     }
     size_t ws_bytes = 0;
     CHECK_OK(fathom_cuda_workspace_size(&cfg, &ws_bytes));
-    void *ws, *d_probs, *d_q, *d_var, *d_fixed, *d_out, *d_sel, *d_cnt, *d_depths, *d_scores;
+    void *ws, *d_probs, *d_q, *d_var, *d_fixed, *d_out, *d_sel, *d_cnt, *d_depths, *d_scores, *d_uni;
     CUDA_OK(cudaMalloc(&ws, ws_bytes));
     d_probs = to_device(probs, P * sizeof *probs);
     d_q = to_device(queries, (size_t)rows * DIM * 4);
@@ -197,6 +197,7 @@ static void run_case(const test_case *tc) {
     CUDA_OK(cudaMalloc(&d_cnt, (size_t)rows * 4));
     CUDA_OK(cudaMalloc(&d_depths, (size_t)P * DIM));
     CUDA_OK(cudaMalloc(&d_scores, (size_t)rows * n * 4));
+    CUDA_OK(cudaMalloc(&d_uni, (size_t)P * 4));
     cudaStream_t stream;
     CUDA_OK(cudaStreamCreate(&stream));
     /* poison every output and the workspace: all-ones bytes are NaN / UINT_MAX / depth 255 */
@@ -206,6 +207,7 @@ static void run_case(const test_case *tc) {
     CUDA_OK(cudaMemset(d_cnt, 0xff, (size_t)rows * 4));
     CUDA_OK(cudaMemset(d_depths, 0xff, (size_t)P * DIM));
     CUDA_OK(cudaMemset(d_scores, 0xff, (size_t)rows * n * 4));
+    CUDA_OK(cudaMemset(d_uni, 0xff, (size_t)P * 4));
     fathom_cuda_step_args args;
     memset(&args, 0, sizeof args);
     args.problems = (const fathom_cuda_problem *)d_probs;
@@ -217,6 +219,7 @@ static void run_case(const test_case *tc) {
     args.selected_count = (uint32_t *)d_cnt;
     args.depths = (uint8_t *)d_depths;
     args.scores = (float *)d_scores;
+    args.union_count = (uint32_t *)d_uni;
     args.workspace = ws;
     args.workspace_bytes = ws_bytes;
     CHECK_OK(fathom_cuda_step(&cfg, &args, stream));
@@ -228,13 +231,15 @@ static void run_case(const test_case *tc) {
     uint32_t *cnt = (uint32_t *)malloc((size_t)rows * 4);
     uint8_t *depths = (uint8_t *)malloc((size_t)P * DIM);
     float *scores = (float *)malloc((size_t)rows * n * 4);
+    uint32_t *uni = (uint32_t *)malloc((size_t)P * 4);
+    CUDA_OK(cudaMemcpy(uni, d_uni, (size_t)P * 4, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(out, d_out, (size_t)rows * DIM * 4, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(sel, d_sel, (size_t)rows * tc->k * 4, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(cnt, d_cnt, (size_t)rows * 4, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(depths, d_depths, (size_t)P * DIM, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(scores, d_scores, (size_t)rows * n * 4, cudaMemcpyDeviceToHost));
 
-    int depth_bad = 0, score_bad = 0, sel_bad = 0, out_bad = 0;
+    int depth_bad = 0, score_bad = 0, sel_bad = 0, out_bad = 0, union_bad = 0;
     double worst_rel = 0, worst_score = 0;
     uint64_t *work = (uint64_t *)malloc(fathom_select_work_size(n));
     uint32_t *want = (uint32_t *)malloc((size_t)tc->k * 4);
@@ -267,6 +272,17 @@ static void run_case(const test_case *tc) {
         }
         if (planes_scan)
             for (uint32_t j = 0; j < DIM; j++) depth_bad += depths[p * DIM + j] != wdepth[j];
+        {
+            /* the fetch moved exactly the union of the group's winners */
+            const uint32_t *sets[FATHOM_CUDA_MAX_GROUP];
+            uint32_t counts[FATHOM_CUDA_MAX_GROUP], want_union = 0;
+            for (uint32_t hh = 0; hh < G; hh++) {
+                sets[hh] = sel + (size_t)(p * G + hh) * tc->k;
+                counts[hh] = cnt[p * G + hh] <= tc->k ? cnt[p * G + hh] : 0;
+            }
+            CHECK_OK(fathom_union_size(G, sets, counts, &want_union));
+            union_bad += uni[p] != want_union;
+        }
         for (uint32_t hh = 0; hh < G; hh++) {
             const uint32_t r = p * G + hh;
             const float *q = qg + hh * DIM;
@@ -322,8 +338,10 @@ static void run_case(const test_case *tc) {
             if (!(rel <= worst_rel)) worst_rel = rel;
         }
     }
-    printf("%-34s depths %d bad, scores %d bad (worst %.2g), selections %d bad, out %d bad, "
-           "worst rel %.2g\n", tc->name, depth_bad, score_bad, worst_score, sel_bad, out_bad, worst_rel);
+    printf("%-34s depths %d bad, scores %d bad (worst %.2g), selections %d bad, unions %d bad, "
+           "out %d bad, worst rel %.2g\n", tc->name, depth_bad, score_bad, worst_score, sel_bad,
+           union_bad, out_bad, worst_rel);
+    CHECK(union_bad == 0);
     CHECK(depth_bad == 0);
     CHECK(score_bad == 0);
     CHECK(sel_bad == 0);
@@ -331,9 +349,9 @@ static void run_case(const test_case *tc) {
     /* double accumulation on both sides; float output: a few ulp */
     CHECK(worst_rel <= 1e-6);
 
-    free(out); free(sel); free(cnt); free(depths); free(scores); free(work); free(want); free(kf); free(vf);
+    free(uni); free(out); free(sel); free(cnt); free(depths); free(scores); free(work); free(want); free(kf); free(vf);
     CUDA_OK(cudaStreamDestroy(stream));
-    void *dev[] = {ws, d_probs, d_q, d_var, d_fixed, d_out, d_sel, d_cnt, d_depths, d_scores};
+    void *dev[] = {ws, d_probs, d_q, d_var, d_fixed, d_out, d_sel, d_cnt, d_depths, d_scores, d_uni};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CUDA_OK(cudaFree(dev[i]));
     for (uint32_t i = 0; i < P * 5; i++)
         if (device_copies[i]) CUDA_OK(cudaFree(device_copies[i]));
