@@ -52,7 +52,10 @@ typedef enum fathom_cuda_scan_kind {
     FATHOM_CUDA_SCAN_TOP_CHANNELS,   /* sparq:r   depth 4 on the r largest sum_h |q_j| */
     FATHOM_CUDA_SCAN_FIXED,          /* caller's depths: ds:c, thumb (2 on all), full4 */
     FATHOM_CUDA_SCAN_LANDMARK,       /* fp16 mean key per 8 tokens, 256 bits/token */
-    FATHOM_CUDA_SCAN_ORACLE          /* exact q.k over the bf16 keys */
+    FATHOM_CUDA_SCAN_ORACLE,         /* exact q.k over the bf16 keys */
+    FATHOM_CUDA_SCAN_NIBBLE4         /* 4-bit channel scan of a nibble-packed K cache (the same
+                                        codes as full4, another layout): the baseline the
+                                        bit-plane scan is compared with in HBM */
 } fathom_cuda_scan_kind;
 
 typedef enum fathom_cuda_transport {
@@ -85,7 +88,9 @@ typedef struct fathom_cuda_config {
  * is one store segment covering the whole context (fathom_store_create with
  * segment_blocks = ceil(n/64)), so nb = ceil(n/64) in the layouts below. */
 typedef struct fathom_cuda_problem {
-    const uint64_t *planes;    /* [dim][4][nb] plane words (plane scans, KEYS_PLANES) */
+    const uint64_t *planes;    /* [dim][4][nb] plane words (plane scans, KEYS_PLANES); for
+                                  NIBBLE4 [dim][nb][4] words, word w of block b holding tokens
+                                  16w..16w+15 as nibbles (token 16w+i in bits 4i..4i+3) */
     const uint16_t *scales;    /* [dim][nb] fp16 scales */
     const uint16_t *landmarks; /* [ceil(n/8)][dim] fp16 mean keys (LANDMARK only) */
     const uint16_t *keys;      /* [n][dim] bf16 (KEYS_BF16, ORACLE) */

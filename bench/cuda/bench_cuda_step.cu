@@ -86,6 +86,7 @@ static int parse_method(const char *s, method_spec *m) {
     else if (!strcmp(s, "full4")) { m->scan = FATHOM_CUDA_SCAN_FIXED; m->fixed_kind = 3; }
     else if (!strcmp(s, "landmark")) m->scan = FATHOM_CUDA_SCAN_LANDMARK;
     else if (!strcmp(s, "oracle")) m->scan = FATHOM_CUDA_SCAN_ORACLE;
+    else if (!strcmp(s, "nibble4")) m->scan = FATHOM_CUDA_SCAN_NIBBLE4; /* random bits read as nibbles */
     else return -1;
     return 0;
 }
@@ -498,11 +499,17 @@ int main(int argc, char **argv) {
 
     /* workspace for the largest config */
     size_t ws_max = 0;
+    std::vector<method_spec> all_methods = methods;
+    {
+        method_spec nib;
+        parse_method("nibble4", &nib);
+        all_methods.push_back(nib);
+    }
     for (uint64_t N : batches)
         for (uint64_t n : contexts)
-            for (const method_spec &m : methods)
+            for (const method_spec &m : all_methods)
                 for (int tr = 0; tr < 3; tr++) {
-                    if (m.scan >= FATHOM_CUDA_SCAN_LANDMARK && tr == 1) continue;
+                    if ((m.scan == FATHOM_CUDA_SCAN_LANDMARK || m.scan == FATHOM_CUDA_SCAN_ORACLE) && tr == 1) continue;
                     if (m.scan == FATHOM_CUDA_SCAN_ORACLE && (n > oracle_max || N != 1)) continue;
                     fathom_cuda_config cfg = {DIM, GROUP, (uint32_t)(N * KV_HEADS), n, TOPK, 4, 32,
                                               m.scan, m.param, (fathom_cuda_transport)tr, FATHOM_CUDA_KEYS_BF16};
@@ -644,7 +651,11 @@ int main(int argc, char **argv) {
             build_problems(&d, n, layers, P, &hd, probs);
             CK(cudaMemcpy(b.d_probs, probs.data(), probs.size() * sizeof probs[0], cudaMemcpyHostToDevice));
             printf("-- context %llu: %llu index sets in HBM\n", (unsigned long long)n, (unsigned long long)dev_sets);
-            for (const method_spec &m : methods) {
+            std::vector<method_spec> rmethods = methods;
+            method_spec nib;
+            parse_method("nibble4", &nib);
+            rmethods.push_back(nib);
+            for (const method_spec &m : rmethods) {
                 if (m.scan == FATHOM_CUDA_SCAN_ORACLE) continue;
                 std::vector<uint8_t> fixed((size_t)layers * P * DIM);
                 make_fixed(&m, var.data(), layers * P, fixed.data());
@@ -653,7 +664,7 @@ int main(int argc, char **argv) {
                 report("resident", m, n, 1, "resident", "bf16", r, hd, needed);
                 printf("   scan kernel %s: %.3f ms, %.0f GB/s of index read\n", m.name, r.phase_ms[2],
                        r.scan_bytes / (r.phase_ms[2] * 1e-3) / GB);
-                if (&m == &methods[0] && m.scan <= FATHOM_CUDA_SCAN_FIXED) {
+                if (&m == &rmethods[0] && m.scan <= FATHOM_CUDA_SCAN_FIXED) {
                     run_result rp = run_config(&b, &m, n, P, FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_PLANES, 3);
                     report("resident-primaryK", m, n, 1, "resident", "planes", rp, hd, needed);
                 }

@@ -67,6 +67,11 @@ typedef struct fc_workspace {
 /* Lay the workspace out at base (NULL: sizes only, total in ws->total). */
 int fc_workspace_layout(const fathom_cuda_config *cfg, void *base, fc_workspace *ws);
 
+/* Scans that read bit planes or nibbles through a depth vector. */
+static inline bool fc_uses_depths(fathom_cuda_scan_kind s) {
+    return s <= FATHOM_CUDA_SCAN_FIXED || s == FATHOM_CUDA_SCAN_NIBBLE4;
+}
+
 static inline uint32_t fc_blocks_of(uint64_t n) { return (uint32_t)((n + 63) / 64); }
 
 /* Launchers (stream last). */

@@ -2,7 +2,7 @@
  * exact softmax attention per query head over its own winners.
  *
  * Rows move from pinned host memory with ld.global.cv (no cached copy of
- * host memory is trusted or reused), one warp per row, 8 bytes a lane. K
+ * host memory is trusted or reused), one warp per row, 16 bytes a lane. K
  * rows become float: bf16 converts exactly, and in KEYS_PLANES mode a key is
  * decoded from all four planes, (c + 0.5 - 8) * a/8, which needs up to 15
  * significant bits (more than bf16 holds). Attention accumulates in double
@@ -20,16 +20,20 @@ fetch_kernel(uint32_t union_cap, uint32_t nb, int planes_mode, const fathom_cuda
     const uint64_t idx = uni[(size_t)p * union_cap + u];
     const fathom_cuda_problem prob = problems[p];
     const size_t row = (size_t)p * union_cap + u;
-    const uint2 v = __ldcv((const uint2 *)(prob.values + idx * FC_DIM + lane * 4));
-    *(uint2 *)(rows_v + row * FC_DIM + lane * 4) = v;
-    float4 kf;
-    if (!planes_mode) {
-        const uint2 kr = __ldcv((const uint2 *)(prob.keys + idx * FC_DIM + lane * 4));
-        kf.x = __uint_as_float(kr.x << 16);
-        kf.y = __uint_as_float(kr.x & 0xffff0000u);
-        kf.z = __uint_as_float(kr.y << 16);
-        kf.w = __uint_as_float(kr.y & 0xffff0000u);
-    } else {
+    /* half-warps: lanes 0-15 move the K row, 16-31 the V row, 16 bytes each */
+    const uint32_t half = lane >> 4, hl = lane & 15;
+    if (half == 1) {
+        const uint4 v = __ldcv((const uint4 *)(prob.values + idx * FC_DIM + hl * 8));
+        *(uint4 *)(rows_v + row * FC_DIM + hl * 8) = v;
+    } else if (!planes_mode) {
+        const uint4 kr = __ldcv((const uint4 *)(prob.keys + idx * FC_DIM + hl * 8));
+        float *dst = rows_k + row * FC_DIM + hl * 8;
+        *(float4 *)dst = make_float4(__uint_as_float(kr.x << 16), __uint_as_float(kr.x & 0xffff0000u),
+                                     __uint_as_float(kr.y << 16), __uint_as_float(kr.y & 0xffff0000u));
+        *(float4 *)(dst + 4) = make_float4(__uint_as_float(kr.z << 16), __uint_as_float(kr.z & 0xffff0000u),
+                                           __uint_as_float(kr.w << 16), __uint_as_float(kr.w & 0xffff0000u));
+    }
+    if (planes_mode) {
         const uint64_t b = idx >> 6;
         const uint32_t bit = (uint32_t)(idx & 63);
         float x[4];
@@ -42,12 +46,11 @@ fetch_kernel(uint32_t union_cap, uint32_t nb, int planes_mode, const fathom_cuda
             const float a = __half2float(__ushort_as_half(__ldcv((const unsigned short *)(prob.scales + (size_t)j * nb + b))));
             x[c] = ((float)code - 7.5f) * (a * 0.125f); /* exact, as fathom_store_decode at depth 4 */
         }
-        kf = make_float4(x[0], x[1], x[2], x[3]);
+        *(float4 *)(rows_k + row * FC_DIM + lane * 4) = make_float4(x[0], x[1], x[2], x[3]);
     }
-    *(float4 *)(rows_k + row * FC_DIM + lane * 4) = kf;
 }
 
-#define ATTEND_THREADS 256
+#define ATTEND_THREADS 512
 
 static __global__ void __launch_bounds__(ATTEND_THREADS)
 attend_kernel(uint32_t group, uint32_t k, const float *queries, const uint32_t *sel_count,
@@ -93,17 +96,19 @@ attend_kernel(uint32_t group, uint32_t k, const float *queries, const uint32_t *
         s_sum = s;
     }
     __syncthreads();
-    /* channel c = tid % 128, half the rows each; halves combined in part[] */
+    /* channel c = tid % 128, a quarter of the rows each; combined in part[] */
     const uint32_t c = threadIdx.x % FC_DIM, half = threadIdx.x / FC_DIM;
     double acc = 0.0;
-    for (uint32_t i = half; i < count; i += 2) {
+    for (uint32_t i = half; i < count; i += ATTEND_THREADS / FC_DIM) {
         const uint16_t v = rows_v[((size_t)p * union_cap + slot[(size_t)r * k + i]) * FC_DIM + c];
         acc += logit[i] * (double)__uint_as_float((uint32_t)v << 16);
     }
     __syncthreads();
     part[threadIdx.x] = acc;
     __syncthreads();
-    if (half == 0) out[(size_t)r * FC_DIM + c] = (float)((part[c] + part[c + FC_DIM]) / s_sum);
+    if (half == 0)
+        out[(size_t)r * FC_DIM + c] =
+            (float)(((part[c] + part[c + FC_DIM]) + (part[c + 2 * FC_DIM] + part[c + 3 * FC_DIM])) / s_sum);
 }
 
 int fc_fetch(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems,

@@ -92,6 +92,9 @@ int fc_plan(const fathom_cuda_config *cfg, const float *queries, const float *va
     case FATHOM_CUDA_SCAN_FIXED:
         plan_fixed_kernel<<<cfg->problems, FC_DIM, 0, stream>>>(fixed_depths, depths);
         break;
+    case FATHOM_CUDA_SCAN_NIBBLE4: /* every channel, all 4 bits: runs of 4*nb*8 bytes */
+        FATHOM_CUDA_TRY(cudaMemsetAsync(depths, FATHOM_PLANES, (size_t)cfg->problems * FC_DIM, stream));
+        return FATHOM_OK;
     default: return FATHOM_OK; /* landmark and oracle scans have no plan */
     }
     FATHOM_CUDA_LAUNCHED();

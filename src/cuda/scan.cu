@@ -3,110 +3,153 @@
  * Plane scan (§3.2): a channel read to depth t decodes to
  *   khat = (c_t + 0.5 - 2^(t-1)) * a / 2^(t-1),  c_t = the first t bits of c,
  * so score_h = sum_j q_hj khat_j. Rather than one multiply-add per bit and
- * head (the bit-serial sum over 2^-p terms), each thread assembles c_t from
- * the t plane bits (shift-or per bit), converts once and does one
- * multiply-add per head: per token and active channel that is 3t integer ops
- * + 1 conversion + 1 + G float ops, against 4 + G per *bit* for the literal
- * bit-serial form. khat is formed exactly in float ((c_t + 0.5 - 2^(t-1)) has
- * at most 5 significant bits, a/2^(t-1) an fp16's 11) and the per-head terms
- * are fused multiply-adds in ascending channel order, starting from 0: the
- * same operations as the CPU's AVX2+FMA kernel (fathom_store_scan), which
- * makes the scores bit-identical to it; in a partial last block that kernel
- * adds unfused products, and so does this one there.
+ * head (the literal bit-serial sum over 2^-p terms: 4 + G ops per bit),
+ * each thread assembles c_t and does one multiply-add per head.
  *
- * Mapping: a warp owns two consecutive 64-token blocks; lane l scores tokens
- * l and l+32 of each, so a plane word is one broadcast load shared by the
- * warp's 64 tokens of that block, and score stores are coalesced. */
+ * Mapping (v2): lane l of a warp owns block b = base + l, so a plane word
+ * load is one coalesced 256-byte access per warp and loads of different
+ * channels are independent (v1, a warp per two blocks with broadcast loads,
+ * was latency-bound at 81 GB/s for fathom:48 in HBM). The warp's 64 tokens
+ * per block are split in quarters over 4 warps (TOK = 16 tokens a lane, G
+ * accumulators each). Per channel a lane spreads each plane's 16 bits to
+ * every 4th bit (3 shift-and-mask steps per byte) and shifts the planes
+ * together MSB first, giving the 16 codes as nibbles: ~1.1 t integer ops
+ * per token instead of 3 t for bit-by-bit extraction. A nibble becomes a
+ * float without a conversion: the bits 0x4A800001 | c<<1 are 2^22 + c + 0.5,
+ * and subtracting 2^22 + 2^(t-1) leaves c + 0.5 - 2^(t-1) exactly.
+ *
+ * Exactness: khat = (c + 0.5 - 2^(t-1)) * (a / 2^(t-1)) is exact in float (5
+ * and 11 significant bits) and each head adds fmaf(q, khat, acc) in
+ * ascending channel order from 0: the operations of the CPU's AVX2+FMA kernel
+ * (fathom_store_scan), so the scores are bit-identical to it. In a partial
+ * last block that kernel adds unfused products, and so does this one. */
 #include "cuda_internal.cuh"
 
+#define SCAN_THREADS 256
 
-#define SCAN_WARPS 8
-#define SCAN_BLOCKS_PER_WARP 2
-
-/* The CPU kernel adds unfused products in a partial last block. */
-static __device__ __forceinline__ float fma_or_not(float q, float k, float acc, bool unfused) {
-    return unfused ? __fadd_rn(acc, __fmul_rn(q, k)) : fmaf(q, k, acc);
+/* bit i of the low byte of x -> bit 4i */
+static __device__ __forceinline__ uint32_t spread8(uint32_t x) {
+    x &= 0xffu;
+    x = (x | (x << 12)) & 0x000f000fu;
+    x = (x | (x << 6)) & 0x03030303u;
+    x = (x | (x << 3)) & 0x11111111u;
+    return x;
 }
 
 template <int G>
-static __global__ void __launch_bounds__(SCAN_WARPS * 32)
+struct scan_shape {
+    static const int TOK = G <= 4 ? 16 : 8;         /* tokens per lane */
+    static const int PARTS = 64 / TOK;              /* warps sharing one block */
+    static const int GROUPS = (SCAN_THREADS / 32) / PARTS; /* 32-block groups per CTA */
+    static const int BLOCKS = GROUPS * 32;          /* blocks per CTA */
+};
+
+/* One lane's TOK tokens of block b over every active channel. */
+template <int G, bool UNFUSED, bool NIBBLE>
+static __device__ __forceinline__ void
+scan_lane(float (&acc)[scan_shape<G>::TOK][G], uint32_t active, const uint8_t *s_chan,
+          const uint8_t *s_t, const float (*s_q)[FC_DIM], const uint64_t *planes,
+          const uint16_t *scales, uint32_t nb, uint32_t b, uint32_t shift) {
+    const int TOK = scan_shape<G>::TOK, WORDS = TOK / 8;
+#pragma unroll
+    for (int i = 0; i < TOK; i++)
+#pragma unroll
+        for (int h = 0; h < G; h++) acc[i][h] = 0.0f;
+    for (uint32_t c = 0; c < active; c++) {
+        const uint32_t j = s_chan[c], t = s_t[c];
+        const uint64_t *w = planes + (size_t)j * FATHOM_PLANES * nb + b;
+        uint64_t word[FATHOM_PLANES];
+        if (NIBBLE) {
+            /* [j][nb][4]: this lane's TOK codes are already nibbles */
+            word[0] = planes[((size_t)j * nb + b) * 4 + shift / 16];
+        } else {
+#pragma unroll
+            for (int pl = 0; pl < FATHOM_PLANES; pl++) word[pl] = pl < (int)t ? w[(size_t)pl * nb] : 0;
+        }
+        const float unit = __int_as_float((127 + 1 - (int)t) << 23);         /* 2^-(t-1) */
+        const float a = __half2float(__ushort_as_half(scales[(size_t)j * nb + b])) * unit;
+        const float sub = 4194304.0f + (float)(1u << (t - 1));              /* 2^22 + 2^(t-1) */
+        uint32_t nib[WORDS];
+#pragma unroll
+        for (int k = 0; k < WORDS; k++) nib[k] = 0;
+        if (NIBBLE) {
+            const uint64_t q4 = word[0] >> (4 * (shift % 16)); /* TOK = 8 starts mid-word */
+#pragma unroll
+            for (int k = 0; k < WORDS; k++) nib[k] = (uint32_t)(q4 >> (32 * k));
+        } else {
+#pragma unroll
+            for (int pl = 0; pl < FATHOM_PLANES; pl++) {
+                if (pl >= (int)t) break;
+                const uint32_t bits = (uint32_t)(word[pl] >> shift);
+#pragma unroll
+                for (int k = 0; k < WORDS; k++) nib[k] = (nib[k] << 1) | spread8(bits >> (8 * k));
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < TOK; i++) {
+            const uint32_t code = (nib[i / 8] >> (4 * (i % 8))) & 15u;
+            const float x = __int_as_float(0x4A800001u | (code << 1)) - sub; /* c + 0.5 - 2^(t-1) */
+            const float khat = x * a;
+#pragma unroll
+            for (int h = 0; h < G; h++) acc[i][h] = UNFUSED ? __fadd_rn(acc[i][h], __fmul_rn(s_q[h][c], khat)) : fmaf(s_q[h][c], khat, acc[i][h]);
+        }
+    }
+}
+
+template <int G, bool NIBBLE>
+static __global__ void __launch_bounds__(SCAN_THREADS)
 scan_planes_kernel(uint64_t n, uint32_t nb, const uint8_t *depths, const float *queries,
                    const fathom_cuda_problem *problems, const uint64_t *stage,
                    uint64_t stage_words, const uint16_t *stage_scales, int resident,
                    float *scores) {
+    typedef scan_shape<G> S;
+    const int TOK = S::TOK;
     __shared__ uint8_t s_chan[FC_DIM], s_t[FC_DIM];
     __shared__ float s_q[G][FC_DIM];
     __shared__ uint32_t s_warp_count[FC_DIM / 32];
     const uint32_t p = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    /* compact the active channels, ascending, with their depths and queries */
+    /* the active channels, ascending, with their depths and queries */
+    uint32_t t_mine = 0, ballot = 0;
     if (tid < FC_DIM) {
-        uint32_t t = depths[(size_t)p * FC_DIM + tid];
-        uint32_t ballot = __ballot_sync(0xffffffffu, t > 0);
+        t_mine = depths[(size_t)p * FC_DIM + tid];
+        ballot = __ballot_sync(0xffffffffu, t_mine > 0);
         if (lane == 0) s_warp_count[warp] = __popc(ballot);
-        __syncwarp();
-        (void)t;
     }
     __syncthreads();
-    if (tid < FC_DIM) {
-        uint32_t t = depths[(size_t)p * FC_DIM + tid];
-        uint32_t ballot = __ballot_sync(0xffffffffu, t > 0);
+    if (tid < FC_DIM && t_mine > 0) {
         uint32_t pos = __popc(ballot & ((1u << lane) - 1u));
         for (uint32_t w = 0; w < warp; w++) pos += s_warp_count[w];
-        if (t > 0) {
-            s_chan[pos] = (uint8_t)tid;
-            s_t[pos] = (uint8_t)t;
-            for (int h = 0; h < G; h++) s_q[h][pos] = queries[((size_t)p * G + h) * FC_DIM + tid];
-        }
+        s_chan[pos] = (uint8_t)tid;
+        s_t[pos] = (uint8_t)(t_mine > FATHOM_PLANES ? FATHOM_PLANES : t_mine);
+        for (int h = 0; h < G; h++) s_q[h][pos] = queries[((size_t)p * G + h) * FC_DIM + tid];
     }
     __syncthreads();
     const uint32_t active = s_warp_count[0] + s_warp_count[1] + s_warp_count[2] + s_warp_count[3];
     const uint64_t *planes = resident ? problems[p].planes : stage + p * stage_words;
     const uint16_t *scales = resident ? problems[p].scales : stage_scales + (size_t)p * FC_DIM * nb;
-    const uint32_t b0 = (blockIdx.x * SCAN_WARPS + warp) * SCAN_BLOCKS_PER_WARP;
-    if (b0 >= nb) return;
-    const bool has1 = b0 + 1 < nb;
-    const uint32_t b1 = has1 ? b0 + 1 : b0;
-    /* a block is partial when the context ends inside it (only the last one) */
-    const bool partial0 = (uint64_t)(b0 + 1) * 64 > n, partial1 = (uint64_t)(b1 + 1) * 64 > n;
-    float acc[4][G];
+    const uint32_t part = warp % S::PARTS, group = warp / S::PARTS;
+    const uint32_t b = blockIdx.x * S::BLOCKS + group * 32 + lane;
+    if (b >= nb) return;
+    const bool partial = (uint64_t)(b + 1) * 64 > n;
+    const uint32_t shift = part * TOK;
+    float acc[TOK][G];
+    if (!partial)
+        scan_lane<G, false, NIBBLE>(acc, active, s_chan, s_t, s_q, planes, scales, nb, b, shift);
+    else
+        scan_lane<G, true, NIBBLE>(acc, active, s_chan, s_t, s_q, planes, scales, nb, b, shift);
+    const uint64_t first = (uint64_t)b * 64 + shift;
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+    for (int h = 0; h < G; h++) {
+        float *row = scores + ((size_t)p * G + h) * n + first;
+        if (first + TOK <= n && (((uintptr_t)row) & 15) == 0) {
 #pragma unroll
-        for (int h = 0; h < G; h++) acc[i][h] = 0.0f;
-    for (uint32_t c = 0; c < active; c++) {
-        const uint32_t j = s_chan[c], t = s_t[c];
-        const uint64_t *w = planes + (size_t)j * FATHOM_PLANES * nb;
-        const float unit = __int_as_float((127 + 1 - (int)t) << 23);  /* 2^-(t-1) */
-        const float offset = 0.5f - (float)(1u << (t - 1));           /* 0.5 - 2^(t-1) */
-        const float a0 = __half2float(__ushort_as_half(scales[(size_t)j * nb + b0])) * unit;
-        const float a1 = __half2float(__ushort_as_half(scales[(size_t)j * nb + b1])) * unit;
-        uint32_t c0 = 0, c1 = 0, c2 = 0, c3 = 0;
-        for (uint32_t pl = 0; pl < t; pl++) {
-            const uint64_t w0 = w[(size_t)pl * nb + b0], w1 = w[(size_t)pl * nb + b1];
-            c0 = (c0 << 1) | (((uint32_t)w0 >> lane) & 1u);
-            c1 = (c1 << 1) | (((uint32_t)(w0 >> 32) >> lane) & 1u);
-            c2 = (c2 << 1) | (((uint32_t)w1 >> lane) & 1u);
-            c3 = (c3 << 1) | (((uint32_t)(w1 >> 32) >> lane) & 1u);
+            for (int i = 0; i < TOK; i += 4)
+                *(float4 *)(row + i) = make_float4(acc[i][h], acc[i + 1][h], acc[i + 2][h], acc[i + 3][h]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < TOK; i++)
+                if (first + i < n) row[i] = acc[i][h];
         }
-        const float k0 = ((float)c0 + offset) * a0, k1 = ((float)c1 + offset) * a0;
-        const float k2 = ((float)c2 + offset) * a1, k3 = ((float)c3 + offset) * a1;
-#pragma unroll
-        for (int h = 0; h < G; h++) {
-            const float q = s_q[h][c];
-            acc[0][h] = fma_or_not(q, k0, acc[0][h], partial0);
-            acc[1][h] = fma_or_not(q, k1, acc[1][h], partial0);
-            acc[2][h] = fma_or_not(q, k2, acc[2][h], partial1);
-            acc[3][h] = fma_or_not(q, k3, acc[3][h], partial1);
-        }
-    }
-    const uint64_t tok[4] = {(uint64_t)b0 * 64 + lane, (uint64_t)b0 * 64 + lane + 32,
-                             (uint64_t)b1 * 64 + lane, (uint64_t)b1 * 64 + lane + 32};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        if (i >= 2 && !has1) break;
-        if (tok[i] >= n) continue;
-#pragma unroll
-        for (int h = 0; h < G; h++) scores[((size_t)p * G + h) * n + tok[i]] = acc[i][h];
     }
 }
 
@@ -203,10 +246,16 @@ static int launch_scan(const fathom_cuda_config *cfg, const fathom_cuda_problem 
         FATHOM_CUDA_LAUNCHED();
         return FATHOM_OK;
     }
-    const uint32_t per_cta = SCAN_WARPS * SCAN_BLOCKS_PER_WARP;
-    scan_planes_kernel<G><<<dim3((nb + per_cta - 1) / per_cta, cfg->problems), SCAN_WARPS * 32, 0,
-                            stream>>>(cfg->tokens, nb, ws->depths, queries, problems, ws->stage,
-                                      ws->stage_words, ws->stage_scales, resident, scores);
+    const uint32_t per_cta = scan_shape<G>::BLOCKS;
+    const dim3 grid((nb + per_cta - 1) / per_cta, cfg->problems);
+    if (cfg->scan == FATHOM_CUDA_SCAN_NIBBLE4)
+        scan_planes_kernel<G, true><<<grid, SCAN_THREADS, 0, stream>>>(
+            cfg->tokens, nb, ws->depths, queries, problems, ws->stage, ws->stage_words,
+            ws->stage_scales, resident, scores);
+    else
+        scan_planes_kernel<G, false><<<grid, SCAN_THREADS, 0, stream>>>(
+            cfg->tokens, nb, ws->depths, queries, problems, ws->stage, ws->stage_words,
+            ws->stage_scales, resident, scores);
     FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
 }

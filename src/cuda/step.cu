@@ -21,7 +21,7 @@ static int check_config(const fathom_cuda_config *c) {
                      c->sink, c->local, c->k);
     FATHOM_CHECK_ARG((uint64_t)c->group * c->k <= 4096, "group*k %u exceeds 4096",
                      c->group * c->k);
-    FATHOM_CHECK_ARG(c->scan >= FATHOM_CUDA_SCAN_WATER_FILL && c->scan <= FATHOM_CUDA_SCAN_ORACLE,
+    FATHOM_CHECK_ARG(c->scan >= FATHOM_CUDA_SCAN_WATER_FILL && c->scan <= FATHOM_CUDA_SCAN_NIBBLE4,
                      "unknown scan kind %d", (int)c->scan);
     FATHOM_CHECK_ARG(c->transport >= FATHOM_CUDA_GATHER_KERNEL &&
                          c->transport <= FATHOM_CUDA_RESIDENT,
@@ -37,6 +37,8 @@ static int check_config(const fathom_cuda_config *c) {
     FATHOM_CHECK_ARG(!(c->transport == FATHOM_CUDA_GATHER_CUB &&
                        (c->scan == FATHOM_CUDA_SCAN_LANDMARK || c->scan == FATHOM_CUDA_SCAN_ORACLE)),
                      "the CUB transport serves plane scans only");
+    FATHOM_CHECK_ARG(!(c->scan == FATHOM_CUDA_SCAN_NIBBLE4 && c->key_rows == FATHOM_CUDA_KEYS_PLANES),
+                     "KEYS_PLANES decodes bit planes, not the nibble layout");
     return FATHOM_OK;
 }
 
@@ -139,7 +141,7 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
     float *scores = args->scores ? args->scores : ws.scores;
     uint32_t *sel = args->selected ? args->selected : ws.sel;
     uint32_t *sel_count = args->selected_count ? args->selected_count : ws.sel_count;
-    const bool planes = config->scan <= FATHOM_CUDA_SCAN_FIXED;
+    const bool planes = fc_uses_depths(config->scan);
 
     FATHOM_TRY(mark(args, 0, stream));
     if (planes)

@@ -5,15 +5,17 @@
  * (order() flips floats into unsigned order, -0 counts as +0, NaN as 0), so
  * the m = k - sink - local winners are exactly the m largest K.
  *
- * Radix select in four launches, none of which needs the host:
- *   hist     histogram of the top 11 bits of K over the middle positions;
- *   find     the bin holding the m-th largest (one block per head);
- *   compact  winners above that bin go straight to the output list, the
- *            bin's elements (K) to a candidate buffer;
- *   final    an in-shared-memory radix select (8-bit digits) of the rest
- *            over the candidates; if the bin overflowed the buffer (heavy
- *            ties), the same select over the scores row (slow, exact).
- * The scores are read twice (hist, compact); everything else is small.
+ * Radix select in launches that never need the host:
+ *   hist, find   twice: the 11-bit digit holding the m-th largest key, then
+ *                the next 11 bits inside that digit (a 22-bit prefix);
+ *   compact      winners above the prefix go straight to the output list,
+ *                keys with the prefix to a candidate buffer;
+ *   final        an in-shared-memory radix select (8-bit digits) of the rest
+ *                over the candidates; if they overflow the buffer (only
+ *                with massive exact ties), the same select over the scores
+ *                row (one block, slow, exact).
+ * The scores are read three times, by many blocks each (a single 11-bit
+ * level left 5-20k candidates at 1M tokens and sent rows down the slow path).
  * Then one block per KV head sorts each head's winners and builds the
  * union the row fetch moves. */
 #include "cuda_internal.cuh"
@@ -41,44 +43,59 @@ static __device__ __forceinline__ uint32_t key_index(uint64_t key) {
 }
 
 static __global__ void __launch_bounds__(TOPK_THREADS)
-hist_kernel(uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
-            uint32_t *hist) {
+hist_kernel(int level, uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
+            const fc_select_state *state, uint32_t *hist) {
     __shared__ uint32_t h[FC_HIST_BINS];
     const uint32_t r = blockIdx.y;
     if (n <= k) return;
+    const uint32_t prefix = level ? state[r].digit : 0;
+    if (level && prefix == NO_DIGIT) return;
     const uint64_t lo = sink + (uint64_t)blockIdx.x * TOPK_CHUNK;
     const uint64_t end = n - local, hi = lo + TOPK_CHUNK < end ? lo + TOPK_CHUNK : end;
     if (lo >= hi) return;
     for (uint32_t b = threadIdx.x; b < FC_HIST_BINS; b += blockDim.x) h[b] = 0;
     __syncthreads();
     const float *row = scores + (size_t)r * n;
-    for (uint64_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
-        atomicAdd(&h[score_order(row[i]) >> (32 - FC_HIST_BITS)], 1u);
+    for (uint64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        const uint32_t key = score_order(row[i]);
+        if (level == 0) atomicAdd(&h[key >> (32 - FC_HIST_BITS)], 1u);
+        else if ((key >> (32 - FC_HIST_BITS)) == prefix)
+            atomicAdd(&h[(key >> (32 - 2 * FC_HIST_BITS)) & (FC_HIST_BINS - 1)], 1u);
+    }
     __syncthreads();
     for (uint32_t b = threadIdx.x; b < FC_HIST_BINS; b += blockDim.x)
         if (h[b]) atomicAdd(&hist[(size_t)r * FC_HIST_BINS + b], h[b]);
 }
 
+/* level 0: the 11-bit digit holding the m-th largest; level 1: the next 11
+ * bits inside it. state.digit is the prefix found so far, state.need how
+ * many winners it still owes. */
 static __global__ void __launch_bounds__(1024)
-find_kernel(uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const uint32_t *hist,
+find_kernel(int level, uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const uint32_t *hist,
             fc_select_state *state) {
     typedef cub::BlockScan<uint32_t, 1024> scan_t;
     __shared__ typename scan_t::TempStorage tmp;
     const uint32_t r = blockIdx.x, t = threadIdx.x;
-    if (t == 0) {
-        fc_select_state s = {NO_DIGIT, 0, 0, 0};
-        state[r] = s;
+    fc_select_state st = {NO_DIGIT, 0, 0, 0};
+    if (level == 0) {
+        if (t == 0) state[r] = st;
+        __syncthreads();
+        if (n <= k) return;
+        st.need = k - sink - local;
+        st.digit = 0;
+    } else {
+        st = state[r];
+        __syncthreads(); /* everyone has read it before anyone writes */
     }
-    __syncthreads();
-    if (n <= k) return;
-    const uint32_t m = k - sink - local;
+    if (st.digit == NO_DIGIT || st.need == 0) return;
     /* bins in descending order: thread t holds bins 2047-2t and 2046-2t */
     uint32_t c[2], above[2];
     for (int i = 0; i < 2; i++) c[i] = hist[(size_t)r * FC_HIST_BINS + (FC_HIST_BINS - 1 - 2 * t - i)];
     scan_t(tmp).ExclusiveSum(c, above);
     for (int i = 0; i < 2; i++) {
-        if (m > 0 && above[i] < m && above[i] + c[i] >= m) {
-            fc_select_state s = {FC_HIST_BINS - 1 - 2 * t - i, m - above[i], 0, c[i]};
+        if (above[i] < st.need && above[i] + c[i] >= st.need) {
+            const uint32_t bin = FC_HIST_BINS - 1 - 2 * t - i;
+            fc_select_state s = {level ? (st.digit << FC_HIST_BITS) | bin : bin, st.need - above[i], 0, c[i]};
             state[r] = s;
         }
     }
@@ -96,7 +113,7 @@ compact_kernel(uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const floa
     const float *row = scores + (size_t)r * n;
     for (uint64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         const uint64_t key = select_key(row[i], i);
-        const uint32_t d = (uint32_t)(key >> (64 - FC_HIST_BITS));
+        const uint32_t d = (uint32_t)(key >> (64 - 2 * FC_HIST_BITS));
         if (d > digit) {
             mid[(size_t)r * k + atomicAdd(&state[r].nsel, 1u)] = (uint32_t)i;
         } else if (d == digit) {
@@ -106,7 +123,7 @@ compact_kernel(uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const floa
     }
 }
 
-/* Select `need` largest keys among those whose top 11 bits equal digit; the
+/* Select `need` largest keys among those whose top 22 bits equal digit; the
  * source is either the candidate list in shared memory or the whole row. */
 struct cand_source {
     const uint64_t *keys;
@@ -121,7 +138,7 @@ struct row_source {
     __device__ uint64_t size() const { return end - first; }
     __device__ bool get(uint64_t i, uint64_t *key) const {
         *key = select_key(row[first + i], first + i);
-        return (uint32_t)(*key >> (64 - FC_HIST_BITS)) == digit;
+        return (uint32_t)(*key >> (64 - 2 * FC_HIST_BITS)) == digit;
     }
 };
 
@@ -129,9 +146,9 @@ template <typename Source>
 static __device__ void select_tail(const Source &src, uint32_t digit, uint32_t need,
                                    uint32_t *out, uint32_t *out_fill, uint32_t *bins,
                                    uint32_t *choice) {
-    uint64_t prefix = (uint64_t)digit << (64 - FC_HIST_BITS);
-    uint64_t mask = (uint64_t)(FC_HIST_BINS - 1) << (64 - FC_HIST_BITS);
-    int shift = 64 - FC_HIST_BITS;
+    uint64_t prefix = (uint64_t)digit << (64 - 2 * FC_HIST_BITS);
+    uint64_t mask = ((1ull << (2 * FC_HIST_BITS)) - 1) << (64 - 2 * FC_HIST_BITS);
+    int shift = 64 - 2 * FC_HIST_BITS;
     const uint64_t size = src.size();
     while (need > 0 && shift > 0) {
         const int width = shift < 8 ? shift : 8;
@@ -304,13 +321,17 @@ int fc_topk(const fathom_cuda_config *cfg, const fc_workspace *ws, const float *
     const uint64_t middle = n > (uint64_t)cfg->sink + cfg->local ? n - cfg->sink - cfg->local : 0;
     uint32_t chunks = (uint32_t)((middle + TOPK_CHUNK - 1) / TOPK_CHUNK);
     if (chunks == 0) chunks = 1;
-    FATHOM_CUDA_TRY(cudaMemsetAsync(ws->hist, 0, (size_t)rows * FC_HIST_BINS * sizeof(uint32_t),
-                                    stream));
-    hist_kernel<<<dim3(chunks, rows), TOPK_THREADS, 0, stream>>>(n, cfg->k, cfg->sink, cfg->local,
-                                                                 scores, ws->hist);
-    FATHOM_CUDA_LAUNCHED();
-    find_kernel<<<rows, 1024, 0, stream>>>(n, cfg->k, cfg->sink, cfg->local, ws->hist, ws->state);
-    FATHOM_CUDA_LAUNCHED();
+    for (int level = 0; level < 2; level++) {
+        FATHOM_CUDA_TRY(cudaMemsetAsync(ws->hist, 0, (size_t)rows * FC_HIST_BINS * sizeof(uint32_t),
+                                        stream));
+        hist_kernel<<<dim3(chunks, rows), TOPK_THREADS, 0, stream>>>(level, n, cfg->k, cfg->sink,
+                                                                     cfg->local, scores, ws->state,
+                                                                     ws->hist);
+        FATHOM_CUDA_LAUNCHED();
+        find_kernel<<<rows, 1024, 0, stream>>>(level, n, cfg->k, cfg->sink, cfg->local, ws->hist,
+                                                ws->state);
+        FATHOM_CUDA_LAUNCHED();
+    }
     FATHOM_CUDA_TRY(cudaMemsetAsync(ws->cand_fill, 0, (size_t)rows * sizeof(uint32_t), stream));
     compact_kernel<<<dim3(chunks, rows), TOPK_THREADS, 0, stream>>>(
         n, cfg->k, cfg->sink, cfg->local, scores, ws->state, ws->cand_fill, ws->mid, ws->cand);

@@ -109,6 +109,7 @@ typedef struct test_case {
 typedef struct host_problem {
     float *keys_f;      /* [n][DIM] original keys */
     uint64_t *planes;   /* pinned */
+    uint64_t *nibbles;  /* pinned, the same codes as [dim][nb][4] nibble words */
     uint16_t *scales;   /* pinned */
     uint16_t *landmarks;
     uint16_t *keys;     /* bf16, pinned */
@@ -149,6 +150,12 @@ static void run_case(const test_case *tc) {
         h->planes = (uint64_t *)pinned(nb * DIM * 4 * 8);
         h->scales = (uint16_t *)pinned(nb * DIM * 2);
         encode_planes(h->keys_f, n, h->planes, h->scales);
+        h->nibbles = (uint64_t *)pinned(nb * DIM * 4 * 8);
+        memset(h->nibbles, 0, nb * DIM * 32);
+        for (uint32_t j = 0; j < DIM; j++)
+            for (uint64_t i = 0; i < n; i++)
+                h->nibbles[(j * nb + i / 64) * 4 + (i % 64) / 16] |= (uint64_t)code_of(h->planes, nb, j, i)
+                                                                     << (4 * (i % 16));
         h->landmarks = (uint16_t *)pinned(nl * DIM * 2);
         for (uint64_t l = 0; l < nl; l++)
             for (uint32_t j = 0; j < DIM; j++) {
@@ -170,14 +177,15 @@ static void run_case(const test_case *tc) {
         for (uint32_t i = 0; i < G * DIM; i++)
             queries[(size_t)p * G * DIM + i] = tc->zero_queries ? 0.0f : rng_normal();
         fathom_cuda_problem *pr = &probs[p];
+        uint64_t *index = tc->scan == FATHOM_CUDA_SCAN_NIBBLE4 ? h->nibbles : h->planes;
         if (tc->transport == FATHOM_CUDA_RESIDENT) {
-            pr->planes = (const uint64_t *)(device_copies[p * 5 + 0] = to_device(h->planes, nb * DIM * 32));
+            pr->planes = (const uint64_t *)(device_copies[p * 5 + 0] = to_device(index, nb * DIM * 32));
             pr->scales = (const uint16_t *)(device_copies[p * 5 + 1] = to_device(h->scales, nb * DIM * 2));
             pr->landmarks = (const uint16_t *)(device_copies[p * 5 + 2] = to_device(h->landmarks, nl * DIM * 2));
             pr->keys = (const uint16_t *)(device_copies[p * 5 + 3] = to_device(h->keys, n * DIM * 2));
             pr->values = (const uint16_t *)(device_copies[p * 5 + 4] = to_device(h->values, n * DIM * 2));
         } else {
-            pr->planes = h->planes;
+            pr->planes = index;
             pr->scales = h->scales;
             pr->landmarks = h->landmarks;
             pr->keys = h->keys;
@@ -244,7 +252,7 @@ static void run_case(const test_case *tc) {
     uint64_t *work = (uint64_t *)malloc(fathom_select_work_size(n));
     uint32_t *want = (uint32_t *)malloc((size_t)tc->k * 4);
     float *kf = (float *)malloc(n * DIM * 4), *vf = (float *)malloc(n * DIM * 4);
-    const int planes_scan = tc->scan <= FATHOM_CUDA_SCAN_FIXED;
+    const int planes_scan = tc->scan <= FATHOM_CUDA_SCAN_FIXED || tc->scan == FATHOM_CUDA_SCAN_NIBBLE4;
     for (uint32_t p = 0; p < P; p++) {
         host_problem *h = &hp[p];
         const float *qg = queries + (size_t)p * G * DIM;
@@ -267,6 +275,8 @@ static void run_case(const test_case *tc) {
                     if (!wdepth[j] && (best < 0 || mass[j] > mass[best])) best = (int)j;
                 wdepth[best] = 4;
             }
+        } else if (tc->scan == FATHOM_CUDA_SCAN_NIBBLE4) {
+            memset(wdepth, 4, DIM);
         } else {
             memcpy(wdepth, fixed + p * DIM, DIM);
         }
@@ -358,6 +368,7 @@ static void run_case(const test_case *tc) {
     for (uint32_t p = 0; p < P; p++) {
         free(hp[p].keys_f);
         CUDA_OK(cudaFreeHost(hp[p].planes));
+        CUDA_OK(cudaFreeHost(hp[p].nibbles));
         CUDA_OK(cudaFreeHost(hp[p].scales));
         CUDA_OK(cudaFreeHost(hp[p].landmarks));
         CUDA_OK(cudaFreeHost(hp[p].keys));
@@ -392,7 +403,7 @@ static void check_bad_arguments(void) {
     BAD(k, 0, FATHOM_ERR_INVALID_ARG);
     BAD(k, 2048, FATHOM_ERR_INVALID_ARG);
     BAD(sink, 60, FATHOM_ERR_INVALID_ARG);
-    BAD(scan, (fathom_cuda_scan_kind)7, FATHOM_ERR_INVALID_ARG);
+    BAD(scan, (fathom_cuda_scan_kind)8, FATHOM_ERR_INVALID_ARG);
     BAD(param, 0, FATHOM_ERR_INVALID_ARG);
     BAD(param, 513, FATHOM_ERR_INVALID_ARG);
     BAD(transport, (fathom_cuda_transport)5, FATHOM_ERR_INVALID_ARG);
@@ -404,6 +415,10 @@ static void check_bad_arguments(void) {
     c = good;
     c.scan = FATHOM_CUDA_SCAN_TOP_CHANNELS;
     c.param = 129;
+    CHECK_STATUS(fathom_cuda_workspace_size(&c, &bytes), FATHOM_ERR_INVALID_ARG);
+    c = good;
+    c.scan = FATHOM_CUDA_SCAN_NIBBLE4;
+    c.key_rows = FATHOM_CUDA_KEYS_PLANES;
     CHECK_STATUS(fathom_cuda_workspace_size(&c, &bytes), FATHOM_ERR_INVALID_ARG);
     c = good;
     c.scan = FATHOM_CUDA_SCAN_LANDMARK;
@@ -470,6 +485,12 @@ int main(void) {
         {"n <= k (everything kept)", 300, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
          FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0},
         {"k = sink + local", 2000, 1, 4, 36, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0},
+        {"nibble4 (the full4 codes), kernel", 3001, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_NIBBLE4, 0,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0},
+        {"nibble4, resident, g=8", 1000, 1, 8, 256, 4, 32, FATHOM_CUDA_SCAN_NIBBLE4, 0,
+         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0},
+        {"water-fill B=64, g=8 (8-token lanes)", 2100, 1, 8, 256, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 64,
          FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0},
         {"all scores tie (overflow path)", 9000, 1, 4, 512, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
          FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 1},
