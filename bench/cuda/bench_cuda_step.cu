@@ -46,6 +46,7 @@
 #define KV_HEADS 8
 #define GROUP 4
 #define TOPK 512
+#define MAX_SLICES 8
 
 #define CK(call)                                                                                   \
     do {                                                                                           \
@@ -116,11 +117,17 @@ static void *fill_thread(void *arg) {
     return NULL;
 }
 
-static void *host_arena(uint64_t bytes, int kind, uint64_t seed, void **device_ptr) {
+/* Pinned, mapped host memory filled in parallel: malloc'd (2 MiB aligned,
+ * huge pages advised) then cudaHostRegister, or cudaHostAlloc (driver pages). */
+static void *host_arena(uint64_t bytes, int kind, uint64_t seed, void **device_ptr, int driver_alloc = 0) {
     void *p = NULL;
     bytes = (bytes + (2u << 20) - 1) & ~(uint64_t)((2u << 20) - 1);
-    if (posix_memalign(&p, 2u << 20, bytes)) { fprintf(stderr, "host alloc %llu failed\n", (unsigned long long)bytes); exit(1); }
-    madvise(p, bytes, MADV_HUGEPAGE);
+    if (driver_alloc) {
+        CK(cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+    } else {
+        if (posix_memalign(&p, 2u << 20, bytes)) { fprintf(stderr, "host alloc %llu failed\n", (unsigned long long)bytes); exit(1); }
+        madvise(p, bytes, MADV_HUGEPAGE);
+    }
     const int T = 16;
     pthread_t th[T];
     fill_job jobs[T];
@@ -132,7 +139,7 @@ static void *host_arena(uint64_t bytes, int kind, uint64_t seed, void **device_p
         pthread_create(&th[t], NULL, fill_thread, &jobs[t]);
     }
     for (int t = 0; t < T; t++) pthread_join(th[t], NULL);
-    CK(cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable));
+    if (!driver_alloc) CK(cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable));
     CK(cudaHostGetDevicePointer(device_ptr, p, 0));
     return p;
 }
@@ -191,6 +198,7 @@ static void build_problems(const arenas *a, uint64_t n, uint32_t layers, uint32_
 
 typedef struct run_result {
     float step_ms;              /* graph replay, median */
+    float sliced_ms;            /* the same with the heads in b->slices groups on their own streams */
     float phase_ms[FATHOM_CUDA_PHASES];
     double scan_bytes, row_bytes; /* per step */
     double bits_per_token;      /* code + scale bits, mean over problems */
@@ -206,6 +214,9 @@ typedef struct bench_ctx {
     uint32_t *d_union;
     fathom_cuda_problem *d_probs; /* [layers][P] */
     cudaEvent_t *ev;              /* [layers][PHASES+1] */
+    uint32_t slices;              /* stream groups for the sliced step (1: none) */
+    cudaStream_t side[MAX_SLICES];
+    cudaEvent_t fork, *done;      /* done: [layers][MAX_SLICES] */
 } bench_ctx;
 
 static void make_fixed(const method_spec *m, const float *var, uint32_t count, uint8_t *fixed) {
@@ -225,6 +236,69 @@ static void make_fixed(const method_spec *m, const float *var, uint32_t count, u
             }
         }
     }
+}
+
+/* Capture the L layer-steps (in `slices` groups of KV heads, one stream
+ * each) into one graph; median replay time in ms. */
+static float time_graph(bench_ctx *b, const fathom_cuda_config *cfg,
+                        const fathom_cuda_step_args *args, uint32_t slices, int reps) {
+    const uint32_t L = b->layers, Ps = cfg->problems / slices;
+    fathom_cuda_config c = *cfg;
+    c.problems = Ps;
+    size_t ws_slice = 0;
+    FK(fathom_cuda_workspace_size(&c, &ws_slice));
+    ws_slice = (ws_slice + 255) & ~(size_t)255;
+    if (ws_slice * slices > b->ws_bytes) { fprintf(stderr, "sliced workspace too small\n"); exit(1); }
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
+    CK(cudaEventRecord(b->fork, b->stream));
+    for (uint32_t s = 0; s < slices; s++)
+        if (s) CK(cudaStreamWaitEvent(b->side[s], b->fork, 0));
+    for (uint32_t l = 0; l < L; l++) {
+        for (uint32_t s = 0; s < slices; s++) {
+            cudaStream_t st = s ? b->side[s] : b->stream;
+            if (l > 0)
+                for (uint32_t o = 0; o < slices; o++)
+                    if (o != s) CK(cudaStreamWaitEvent(st, b->done[(l - 1) * MAX_SLICES + o], 0));
+            fathom_cuda_step_args a = args[l];
+            const size_t off = (size_t)s * Ps;
+            a.problems += off;
+            a.queries += off * GROUP * DIM;
+            a.variance += off * DIM;
+            a.fixed_depths += off * DIM;
+            a.out += off * GROUP * DIM;
+            a.depths += off * DIM;
+            a.union_count += off;
+            a.workspace = (uint8_t *)b->ws + s * ws_slice;
+            a.workspace_bytes = ws_slice;
+            FK(fathom_cuda_step(&c, &a, st));
+            CK(cudaEventRecord(b->done[l * MAX_SLICES + s], st));
+        }
+    }
+    for (uint32_t s = 1; s < slices; s++) CK(cudaStreamWaitEvent(b->stream, b->done[(L - 1) * MAX_SLICES + s], 0));
+    CK(cudaStreamEndCapture(b->stream, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    CK(cudaGraphLaunch(exec, b->stream)); /* warm */
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> t;
+    for (int i = 0; i < reps; i++) {
+        CK(cudaEventRecord(e0, b->stream));
+        CK(cudaGraphLaunch(exec, b->stream));
+        CK(cudaEventRecord(e1, b->stream));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        t.push_back(ms);
+    }
+    CK(cudaGetLastError());
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    return median(t);
 }
 
 static run_result run_config(bench_ctx *b, const method_spec *m, uint64_t n, uint32_t P,
@@ -282,33 +356,16 @@ static run_result run_config(bench_ctx *b, const method_spec *m, uint64_t n, uin
     }
     r.bits_per_token = bits / ((double)L * P);
     if (transport == FATHOM_CUDA_RESIDENT) r.scan_bytes = r.scan_bytes; /* read from HBM, not the link */
-    /* graph of the whole step */
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CK(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
-    for (uint32_t l = 0; l < L; l++) FK(fathom_cuda_step(&cfg, &args[l], b->stream));
-    CK(cudaStreamEndCapture(b->stream, &graph));
-    CK(cudaGraphInstantiate(&exec, graph, 0));
-    CK(cudaGraphLaunch(exec, b->stream)); /* warm */
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<float> t;
-    for (int i = 0; i < graph_reps; i++) {
-        CK(cudaEventRecord(e0, b->stream));
-        CK(cudaGraphLaunch(exec, b->stream));
-        CK(cudaEventRecord(e1, b->stream));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        t.push_back(ms);
+    /* graph of the whole step, then the same step with the KV heads in
+     * `slices` groups on their own streams (fork/join per layer, so layer l+1
+     * still waits for all of layer l): one group's transfer overlaps
+     * another's scan, top-k and fetch */
+    r.step_ms = time_graph(b, &cfg, args.data(), 1, graph_reps);
+    r.sliced_ms = 0;
+    if (b->slices > 1 && P % b->slices == 0) {
+        CK(cudaMemset(b->d_out, 0xff, (size_t)L * P * GROUP * DIM * 4));
+        r.sliced_ms = time_graph(b, &cfg, args.data(), b->slices, graph_reps);
     }
-    CK(cudaGetLastError());
-    r.step_ms = median(t);
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    CK(cudaGraphExecDestroy(exec));
-    CK(cudaGraphDestroy(graph));
     /* the output must be finite everywhere (it was poisoned before the config) */
     std::vector<float> out((size_t)L * P * GROUP * DIM);
     CK(cudaMemcpy(out.data(), b->d_out, out.size() * 4, cudaMemcpyDeviceToHost));
@@ -425,6 +482,7 @@ int main(int argc, char **argv) {
     double planes_gib = 40, lm_gib = 16, kv_gib = 8;
     uint64_t oracle_max = 1ull << 20;
     int extras = 1;
+    uint32_t slices = 4;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
         else if (!strcmp(argv[i], "--contexts") && i + 1 < argc) contexts = parse_list_u64(argv[++i]);
@@ -437,8 +495,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--kv-gib") && i + 1 < argc) kv_gib = atof(argv[++i]);
         else if (!strcmp(argv[i], "--oracle-max") && i + 1 < argc) oracle_max = parse_list_u64(argv[++i])[0];
         else if (!strcmp(argv[i], "--no-extras")) extras = 0;
+        else if (!strcmp(argv[i], "--slices") && i + 1 < argc) slices = (uint32_t)atoi(argv[++i]);
         else { fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
     }
+    if (slices < 1 || slices > MAX_SLICES) { fprintf(stderr, "--slices 1..%d\n", MAX_SLICES); return 2; }
     if (!fathom_cuda_device_present()) { printf("bench_cuda_step: %s\n", fathom_last_error()); return 77; }
     std::vector<method_spec> methods;
     {
@@ -454,7 +514,7 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/bench.csv", out_dir);
     FILE *csv = fopen(path, "w");
     if (!csv) { perror(path); return 1; }
-    fprintf(csv, "section,method,context,batch,transport,keys,step_ms,plan_ms,transfer_ms,scan_ms,topk_ms,"
+    fprintf(csv, "section,method,context,batch,transport,keys,step_ms,sliced_ms,plan_ms,transfer_ms,scan_ms,topk_ms,"
                  "fetch_ms,attend_ms,other_ms,scan_GB,row_GB,bits_per_token,link_GBps,floor_ms,"
                  "ratio_to_floor,idx_sets_held,idx_sets_needed,kv_sets_held\n");
     cudaDeviceProp prop;
@@ -487,6 +547,11 @@ int main(int argc, char **argv) {
     memset(&b, 0, sizeof b);
     b.layers = layers;
     b.reps = reps;
+    b.slices = slices;
+    for (uint32_t i = 1; i < MAX_SLICES; i++) CK(cudaStreamCreateWithFlags(&b.side[i], cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&b.fork, cudaEventDisableTiming));
+    b.done = (cudaEvent_t *)malloc(sizeof(cudaEvent_t) * layers * MAX_SLICES);
+    for (uint32_t i = 0; i < layers * MAX_SLICES; i++) CK(cudaEventCreateWithFlags(&b.done[i], cudaEventDisableTiming));
     CK(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking));
     /* link rate, same run: 1 GiB pinned host -> device */
     const uint64_t link_bytes = std::min<uint64_t>(1ull << 30, a.planes_cap);
@@ -495,7 +560,7 @@ int main(int argc, char **argv) {
     const double link = link_rate(a.planes, link_dev, link_bytes, b.stream);
     CK(cudaFree(link_dev));
     printf("link: %.1f GB/s host->device (1 GiB cudaMemcpyAsync from the pinned arena)\n", link);
-    fprintf(csv, "link,memcpy,0,0,copy,-,0,0,0,0,0,0,0,0,0,0,0,%.2f,0,0,0,0,0\n", link);
+    fprintf(csv, "link,memcpy,0,0,copy,-,0,0,0,0,0,0,0,0,0,0,0,0,%.2f,0,0,0,0,0\n", link);
 
     /* workspace for the largest config */
     size_t ws_max = 0;
@@ -517,6 +582,11 @@ int main(int argc, char **argv) {
                     size_t s;
                     FK(fathom_cuda_workspace_size(&cfg, &s));
                     ws_max = std::max(ws_max, s);
+                    if (slices > 1 && cfg.problems % slices == 0) {
+                        cfg.problems /= slices;
+                        FK(fathom_cuda_workspace_size(&cfg, &s));
+                        ws_max = std::max(ws_max, ((s + 255) & ~(size_t)255) * slices);
+                    }
                 }
     CK(cudaMalloc(&b.ws, ws_max));
     b.ws_bytes = ws_max;
@@ -553,8 +623,8 @@ int main(int argc, char **argv) {
         CK(cudaMemcpy(b.d_var, var.data(), var.size() * 4, cudaMemcpyHostToDevice));
     }
 
-    printf("\n%-10s %7s %2s %-8s %9s | %7s %8s %7s %7s %7s %7s %7s | %7s %6s %6s %7s\n", "method", "ctx", "N",
-           "transp", "step ms", "plan", "transfer", "scan", "topk", "fetch", "attend", "other", "scan GB",
+    printf("\n%-10s %7s %2s %-8s %9s %8s | %7s %8s %7s %7s %7s %7s %7s | %7s %6s %6s %7s\n", "method", "ctx", "N",
+           "transp", "step ms", "sliced", "plan", "transfer", "scan", "topk", "fetch", "attend", "other", "scan GB",
            "row GB", "bits", "x floor");
     auto report = [&](const char *section, const method_spec &m, uint64_t n, uint64_t N, const char *tr,
                       const char *keys, const run_result &r, const held &h, uint64_t needed) {
@@ -564,15 +634,16 @@ int main(int argc, char **argv) {
         const bool resident = !strcmp(tr, "resident");
         const double link_bytes_moved = (resident ? 0 : r.scan_bytes) + r.row_bytes;
         const double floor_ms = link_bytes_moved / (link * GB) * 1e3;
-        printf("%-10s %6lluk %2llu %-8s %9.2f | %7.2f %8.2f %7.2f %7.2f %7.2f %7.2f %7.2f | %7.3f %6.3f %6.1f %7.2f%s\n",
-               m.name, (unsigned long long)(n / 1024), (unsigned long long)N, tr, r.step_ms, r.phase_ms[0],
+        const double best = r.sliced_ms > 0 && r.sliced_ms < r.step_ms ? r.sliced_ms : r.step_ms;
+        printf("%-10s %6lluk %2llu %-8s %9.2f %8.2f | %7.2f %8.2f %7.2f %7.2f %7.2f %7.2f %7.2f | %7.3f %6.3f %6.1f %7.2f%s\n",
+               m.name, (unsigned long long)(n / 1024), (unsigned long long)N, tr, r.step_ms, r.sliced_ms, r.phase_ms[0],
                r.phase_ms[1], r.phase_ms[2], r.phase_ms[3], r.phase_ms[4], r.phase_ms[5], other,
-               r.scan_bytes / GB, r.row_bytes / GB, r.bits_per_token, r.step_ms / floor_ms,
+               r.scan_bytes / GB, r.row_bytes / GB, r.bits_per_token, best / floor_ms,
                h.idx_sets < needed ? " (rotated)" : "");
-        fprintf(csv, "%s,%s,%llu,%llu,%s,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,%.2f,%.2f,%.3f,%.3f,%llu,%llu,%llu\n",
+        fprintf(csv, "%s,%s,%llu,%llu,%s,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,%.2f,%.2f,%.3f,%.3f,%llu,%llu,%llu\n",
                 section, m.name, (unsigned long long)n, (unsigned long long)N, tr, keys, r.step_ms,
-                r.phase_ms[0], r.phase_ms[1], r.phase_ms[2], r.phase_ms[3], r.phase_ms[4], r.phase_ms[5], other,
-                r.scan_bytes / GB, r.row_bytes / GB, r.bits_per_token, link, floor_ms, r.step_ms / floor_ms,
+                r.sliced_ms, r.phase_ms[0], r.phase_ms[1], r.phase_ms[2], r.phase_ms[3], r.phase_ms[4], r.phase_ms[5], other,
+                r.scan_bytes / GB, r.row_bytes / GB, r.bits_per_token, link, floor_ms, best / floor_ms,
                 (unsigned long long)h.idx_sets, (unsigned long long)needed, (unsigned long long)h.kv_sets);
         fflush(csv);
         fflush(stdout);
@@ -617,11 +688,37 @@ int main(int argc, char **argv) {
                        m0.name, (unsigned long long)n, layers, rk.phase_ms[1], rk.scan_bytes / (rk.phase_ms[1] * 1e-3) / GB,
                        rc.phase_ms[1], rc.scan_bytes / (rc.phase_ms[1] * 1e-3) / GB, batch_ms,
                        rk.scan_bytes / (batch_ms * 1e-3) / GB, link);
-                fprintf(csv, "gather,%s,%llu,1,kernel|cub|batch,-,%.3f,%.3f,%.3f,0,0,0,0,0,%.4f,0,0,%.2f,0,0,0,0,0\n",
+                fprintf(csv, "gather,%s,%llu,1,kernel|cub|batch,-,%.3f,%.3f,%.3f,0,0,0,0,0,0,%.4f,0,0,%.2f,0,0,0,0,0\n",
                         m0.name, (unsigned long long)n, rk.phase_ms[1], rc.phase_ms[1], batch_ms, rk.scan_bytes / GB, link);
                 /* bit planes as the primary K cache: winners decoded from all four planes */
                 run_result rp = run_config(&b, &m0, n, P, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_PLANES, 3);
                 report("primaryK", m0, n, N, "kernel", "planes", rp, h, needed);
+                if (n == n_max) {
+                    /* row fetch vs how K/V host memory was pinned, same span (8 K/V sets) */
+                    held h8 = h;
+                    h8.kv_sets = std::min<uint64_t>(8, h.kv_sets);
+                    std::vector<fathom_cuda_problem> p8;
+                    build_problems(&a, n, layers, P, &h8, p8);
+                    CK(cudaMemcpy(b.d_probs, p8.data(), p8.size() * sizeof p8[0], cudaMemcpyHostToDevice));
+                    run_result rr = run_config(&b, &m0, n, P, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 3);
+                    arenas a2 = a;
+                    void *dk, *dv;
+                    void *hk = host_arena(h8.kv_sets * n * DIM * 2, 3, 7, &dk, 1);
+                    void *hv = host_arena(h8.kv_sets * n * DIM * 2, 3, 8, &dv, 1);
+                    a2.k = (uint8_t *)dk;
+                    a2.v = (uint8_t *)dv;
+                    build_problems(&a2, n, layers, P, &h8, p8);
+                    CK(cudaMemcpy(b.d_probs, p8.data(), p8.size() * sizeof p8[0], cudaMemcpyHostToDevice));
+                    run_result rh = run_config(&b, &m0, n, P, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 3);
+                    printf("   row fetch, %llu K/V sets: malloc+cudaHostRegister %.2f ms, cudaHostAlloc %.2f ms (%.3f GB)\n",
+                           (unsigned long long)h8.kv_sets, rr.phase_ms[4], rh.phase_ms[4], rr.row_bytes / GB);
+                    fprintf(csv, "fetchmem,%s,%llu,1,register|hostalloc,bf16,%.3f,%.3f,0,0,0,0,%.3f,%.3f,0,0,0,%.4f,0,%.2f,0,0,%llu,0,%llu\n",
+                            m0.name, (unsigned long long)n, rr.step_ms, rh.step_ms, rr.phase_ms[4], rh.phase_ms[4],
+                            rr.row_bytes / GB, link, (unsigned long long)h8.kv_sets, (unsigned long long)h8.kv_sets);
+                    CK(cudaFreeHost(hk));
+                    CK(cudaFreeHost(hv));
+                    CK(cudaMemcpy(b.d_probs, probs.data(), probs.size() * sizeof probs[0], cudaMemcpyHostToDevice));
+                }
             }
         }
     }

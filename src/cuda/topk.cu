@@ -42,6 +42,26 @@ static __device__ __forceinline__ uint32_t key_index(uint64_t key) {
     return 0xffffffffu - (uint32_t)key;
 }
 
+/* f(i, row[i]) for i in [lo, hi), the block's threads striding over it,
+ * with 16-byte loads where the row allows. */
+template <typename F>
+static __device__ __forceinline__ void for_range(const float *row, uint64_t lo, uint64_t hi, F f) {
+    uint64_t a = (lo + 3) & ~(uint64_t)3;
+    if (a > hi || ((uintptr_t)row & 15) != 0) a = hi;
+    for (uint64_t i = lo + threadIdx.x; i < a; i += blockDim.x) f(i, row[i]);
+    const uint64_t nv = (hi - a) / 4;
+    const float4 *v = (const float4 *)(row + a);
+    for (uint64_t k = threadIdx.x; k < nv; k += blockDim.x) {
+        const float4 x = v[k];
+        const uint64_t i = a + 4 * k;
+        f(i, x.x);
+        f(i + 1, x.y);
+        f(i + 2, x.z);
+        f(i + 3, x.w);
+    }
+    for (uint64_t i = a + 4 * nv + threadIdx.x; i < hi; i += blockDim.x) f(i, row[i]);
+}
+
 static __global__ void __launch_bounds__(TOPK_THREADS)
 hist_kernel(int level, uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
             const fc_select_state *state, uint32_t *hist) {
@@ -56,12 +76,12 @@ hist_kernel(int level, uint64_t n, uint32_t k, uint32_t sink, uint32_t local, co
     for (uint32_t b = threadIdx.x; b < FC_HIST_BINS; b += blockDim.x) h[b] = 0;
     __syncthreads();
     const float *row = scores + (size_t)r * n;
-    for (uint64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        const uint32_t key = score_order(row[i]);
+    for_range(row, lo, hi, [&](uint64_t, float s) {
+        const uint32_t key = score_order(s);
         if (level == 0) atomicAdd(&h[key >> (32 - FC_HIST_BITS)], 1u);
         else if ((key >> (32 - FC_HIST_BITS)) == prefix)
             atomicAdd(&h[(key >> (32 - 2 * FC_HIST_BITS)) & (FC_HIST_BINS - 1)], 1u);
-    }
+    });
     __syncthreads();
     for (uint32_t b = threadIdx.x; b < FC_HIST_BINS; b += blockDim.x)
         if (h[b]) atomicAdd(&hist[(size_t)r * FC_HIST_BINS + b], h[b]);
@@ -111,8 +131,9 @@ compact_kernel(uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const floa
     const uint64_t lo = sink + (uint64_t)blockIdx.x * TOPK_CHUNK;
     const uint64_t end = n - local, hi = lo + TOPK_CHUNK < end ? lo + TOPK_CHUNK : end;
     const float *row = scores + (size_t)r * n;
-    for (uint64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        const uint64_t key = select_key(row[i], i);
+    if (lo >= hi) return;
+    for_range(row, lo, hi, [&](uint64_t i, float s) {
+        const uint64_t key = select_key(s, i);
         const uint32_t d = (uint32_t)(key >> (64 - 2 * FC_HIST_BITS));
         if (d > digit) {
             mid[(size_t)r * k + atomicAdd(&state[r].nsel, 1u)] = (uint32_t)i;
@@ -120,7 +141,7 @@ compact_kernel(uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const floa
             const uint32_t pos = atomicAdd(&cand_fill[r], 1u);
             if (pos < FC_CAND_CAP) cand[(size_t)r * FC_CAND_CAP + pos] = key;
         }
-    }
+    });
 }
 
 /* Select `need` largest keys among those whose top 22 bits equal digit; the
