@@ -82,6 +82,10 @@ typedef struct fathom_cuda_config {
     uint32_t param;    /* WATER_FILL: budget B (1..4*dim); TOP_CHANNELS: r (1..dim) */
     fathom_cuda_transport transport;
     fathom_cuda_key_rows key_rows;
+    uint32_t row_stride; /* bf16 elements from one K (or V) row to the next: 0 or dim for
+                            separate [n][dim] arrays; 2*dim for K and V interleaved per
+                            token (values = keys + dim), one host page per fetched row
+                            instead of two. Not with ORACLE, which reads keys whole. */
 } fathom_cuda_config;
 
 /* Where one problem's data lives; every pointer device-accessible. The index
@@ -93,8 +97,8 @@ typedef struct fathom_cuda_problem {
                                   16w..16w+15 as nibbles (token 16w+i in bits 4i..4i+3) */
     const uint16_t *scales;    /* [dim][nb] fp16 scales */
     const uint16_t *landmarks; /* [ceil(n/8)][dim] fp16 mean keys (LANDMARK only) */
-    const uint16_t *keys;      /* [n][dim] bf16 (KEYS_BF16, ORACLE) */
-    const uint16_t *values;    /* [n][dim] bf16 */
+    const uint16_t *keys;      /* [n][row_stride] bf16 (KEYS_BF16, ORACLE) */
+    const uint16_t *values;    /* [n][row_stride] bf16 */
 } fathom_cuda_problem;
 
 /* Arguments of one step. Device pointers unless said otherwise. */

@@ -303,10 +303,11 @@ static float time_graph(bench_ctx *b, const fathom_cuda_config *cfg,
 
 static run_result run_config(bench_ctx *b, const method_spec *m, uint64_t n, uint32_t P,
                              fathom_cuda_transport transport, fathom_cuda_key_rows key_rows,
-                             int graph_reps) {
+                             int graph_reps, uint32_t row_stride = 0) {
     run_result r;
     memset(&r, 0, sizeof r);
-    fathom_cuda_config cfg = {DIM, GROUP, P, n, TOPK, 4, 32, m->scan, m->param, transport, key_rows};
+    fathom_cuda_config cfg = {DIM, GROUP, P, n, TOPK, 4, 32, m->scan, m->param, transport, key_rows,
+                              row_stride};
     size_t need = 0;
     FK(fathom_cuda_workspace_size(&cfg, &need));
     if (need > b->ws_bytes) { fprintf(stderr, "workspace %zu > %zu\n", need, b->ws_bytes); exit(1); }
@@ -577,7 +578,7 @@ int main(int argc, char **argv) {
                     if ((m.scan == FATHOM_CUDA_SCAN_LANDMARK || m.scan == FATHOM_CUDA_SCAN_ORACLE) && tr == 1) continue;
                     if (m.scan == FATHOM_CUDA_SCAN_ORACLE && (n > oracle_max || N != 1)) continue;
                     fathom_cuda_config cfg = {DIM, GROUP, (uint32_t)(N * KV_HEADS), n, TOPK, 4, 32,
-                                              m.scan, m.param, (fathom_cuda_transport)tr, FATHOM_CUDA_KEYS_BF16};
+                                              m.scan, m.param, (fathom_cuda_transport)tr, FATHOM_CUDA_KEYS_BF16, 0};
                     if (cfg.param == 0 && m.scan <= FATHOM_CUDA_SCAN_TOP_CHANNELS) continue;
                     size_t s;
                     FK(fathom_cuda_workspace_size(&cfg, &s));
@@ -693,6 +694,21 @@ int main(int argc, char **argv) {
                 /* bit planes as the primary K cache: winners decoded from all four planes */
                 run_result rp = run_config(&b, &m0, n, P, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_PLANES, 3);
                 report("primaryK", m0, n, N, "kernel", "planes", rp, h, needed);
+                {
+                    /* K and V interleaved per token: one host page per fetched row */
+                    held hi = h;
+                    hi.kv_sets = std::min<uint64_t>(needed, a.kv_cap / (n * DIM * 4));
+                    std::vector<fathom_cuda_problem> pi((size_t)layers * P);
+                    for (size_t i = 0; i < pi.size(); i++) {
+                        pi[i] = probs[i];
+                        pi[i].keys = (const uint16_t *)(a.k + (i % hi.kv_sets) * n * DIM * 4);
+                        pi[i].values = pi[i].keys + DIM;
+                    }
+                    CK(cudaMemcpy(b.d_probs, pi.data(), pi.size() * sizeof pi[0], cudaMemcpyHostToDevice));
+                    run_result ri = run_config(&b, &m0, n, P, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 3, 2 * DIM);
+                    report("kv-interleaved", m0, n, N, "kernel", "bf16-kv", ri, hi, needed);
+                    CK(cudaMemcpy(b.d_probs, probs.data(), probs.size() * sizeof probs[0], cudaMemcpyHostToDevice));
+                }
                 if (n == n_max) {
                     /* row fetch vs how K/V host memory was pinned, same span (8 K/V sets) */
                     held h8 = h;

@@ -12,7 +12,8 @@
 #define FETCH_WARPS 8
 
 static __global__ void __launch_bounds__(FETCH_WARPS * 32)
-fetch_kernel(uint32_t union_cap, uint32_t nb, int planes_mode, const fathom_cuda_problem *problems,
+fetch_kernel(uint32_t union_cap, uint32_t nb, uint32_t stride, int planes_mode,
+             const fathom_cuda_problem *problems,
              const uint32_t *uni, const uint32_t *uni_count, float *rows_k, uint16_t *rows_v) {
     const uint32_t p = blockIdx.y, lane = threadIdx.x & 31;
     const uint32_t u = blockIdx.x * FETCH_WARPS + (threadIdx.x >> 5);
@@ -23,10 +24,10 @@ fetch_kernel(uint32_t union_cap, uint32_t nb, int planes_mode, const fathom_cuda
     /* half-warps: lanes 0-15 move the K row, 16-31 the V row, 16 bytes each */
     const uint32_t half = lane >> 4, hl = lane & 15;
     if (half == 1) {
-        const uint4 v = __ldcv((const uint4 *)(prob.values + idx * FC_DIM + hl * 8));
+        const uint4 v = __ldcv((const uint4 *)(prob.values + idx * stride + hl * 8));
         *(uint4 *)(rows_v + row * FC_DIM + hl * 8) = v;
     } else if (!planes_mode) {
-        const uint4 kr = __ldcv((const uint4 *)(prob.keys + idx * FC_DIM + hl * 8));
+        const uint4 kr = __ldcv((const uint4 *)(prob.keys + idx * stride + hl * 8));
         float *dst = rows_k + row * FC_DIM + hl * 8;
         *(float4 *)dst = make_float4(__uint_as_float(kr.x << 16), __uint_as_float(kr.x & 0xffff0000u),
                                      __uint_as_float(kr.y << 16), __uint_as_float(kr.y & 0xffff0000u));
@@ -124,7 +125,8 @@ int fc_fetch(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems,
              const fc_workspace *ws, cudaStream_t stream) {
     const uint32_t cap = cfg->group * cfg->k;
     fetch_kernel<<<dim3((cap + FETCH_WARPS - 1) / FETCH_WARPS, cfg->problems), FETCH_WARPS * 32, 0,
-                   stream>>>(cap, fc_blocks_of(cfg->tokens), cfg->key_rows == FATHOM_CUDA_KEYS_PLANES,
+                   stream>>>(cap, fc_blocks_of(cfg->tokens), cfg->row_stride ? cfg->row_stride : FC_DIM,
+                             cfg->key_rows == FATHOM_CUDA_KEYS_PLANES,
                              problems, ws->uni, ws->uni_count, ws->rows_k, ws->rows_v);
     FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;

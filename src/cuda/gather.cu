@@ -18,6 +18,7 @@
 
 #define GATHER_THREADS 256
 #define GATHER_CHUNK (64u * 1024u)
+#define GATHER_GRID 1024u /* blocks of the plane gather: ~8 per SM, enough bytes in flight */
 
 /* Copy len bytes; src and dst share their offset modulo 16 when the bases are
  * 16-byte aligned, so a short head and tail bracket a 16-byte body. */
@@ -42,29 +43,40 @@ static __device__ void copy_span(uint8_t *dst, const uint8_t *src, uint64_t len)
     for (uint64_t k = head + body * 16 + threadIdx.x; k < len; k += blockDim.x) dst[k] = src[k];
 }
 
-/* grid: x = chunk, y = channel*2 + kind, z = problem */
+/* A grid-stride loop over the fixed run list, flattened as (problem,
+ * channel*2 + kind, chunk): a bounded grid leaves room on every SM for the
+ * kernels of other streams (a sliced step scans one group of heads while
+ * another's runs cross the link); a grid of one block per chunk filled the
+ * SMs with blocks waiting on host reads. */
 static __global__ void __launch_bounds__(GATHER_THREADS)
-gather_planes_kernel(uint32_t nb, const uint8_t *depths, const fathom_cuda_problem *problems,
-                     uint64_t *stage, uint64_t stage_words, uint16_t *stage_scales) {
-    const uint32_t p = blockIdx.z, j = blockIdx.y >> 1, kind = blockIdx.y & 1;
-    const uint32_t t = depths[(size_t)p * FC_DIM + j];
-    if (t == 0) return;
-    const uint8_t *src;
-    uint8_t *dst;
-    uint64_t len;
-    if (kind == 0) {
-        src = (const uint8_t *)(problems[p].planes + (size_t)j * FATHOM_PLANES * nb);
-        dst = (uint8_t *)(stage + p * stage_words + (size_t)j * FATHOM_PLANES * nb);
-        len = (uint64_t)t * nb * 8;
-    } else {
-        src = (const uint8_t *)(problems[p].scales + (size_t)j * nb);
-        dst = (uint8_t *)(stage_scales + ((size_t)p * FC_DIM + j) * nb);
-        len = (uint64_t)nb * 2;
+gather_planes_kernel(uint32_t problems_n, uint32_t nb, uint32_t chunks, const uint8_t *depths,
+                     const fathom_cuda_problem *problems, uint64_t *stage, uint64_t stage_words,
+                     uint16_t *stage_scales) {
+    const uint64_t total = (uint64_t)problems_n * FC_DIM * 2 * chunks;
+    for (uint64_t w = blockIdx.x; w < total; w += gridDim.x) {
+        const uint32_t chunk = (uint32_t)(w % chunks);
+        const uint64_t run = w / chunks;
+        const uint32_t p = (uint32_t)(run / (FC_DIM * 2)), j = (uint32_t)(run % (FC_DIM * 2)) >> 1,
+                       kind = (uint32_t)(run & 1);
+        const uint32_t t = depths[(size_t)p * FC_DIM + j];
+        if (t == 0) continue;
+        const uint8_t *src;
+        uint8_t *dst;
+        uint64_t len;
+        if (kind == 0) {
+            src = (const uint8_t *)(problems[p].planes + (size_t)j * FATHOM_PLANES * nb);
+            dst = (uint8_t *)(stage + p * stage_words + (size_t)j * FATHOM_PLANES * nb);
+            len = (uint64_t)t * nb * 8;
+        } else {
+            src = (const uint8_t *)(problems[p].scales + (size_t)j * nb);
+            dst = (uint8_t *)(stage_scales + ((size_t)p * FC_DIM + j) * nb);
+            len = (uint64_t)nb * 2;
+        }
+        const uint64_t first = (uint64_t)chunk * GATHER_CHUNK;
+        if (first >= len) continue;
+        const uint64_t n = len - first < GATHER_CHUNK ? len - first : GATHER_CHUNK;
+        copy_span(dst + first, src + first, n);
     }
-    const uint64_t first = (uint64_t)blockIdx.x * GATHER_CHUNK;
-    if (first >= len) return;
-    const uint64_t n = len - first < GATHER_CHUNK ? len - first : GATHER_CHUNK;
-    copy_span(dst + first, src + first, n);
 }
 
 /* One dense run per problem (landmarks or bf16 keys); grid: x = chunk, y = problem. */
@@ -108,7 +120,8 @@ int fc_gather(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems
                                  : cfg->tokens;
         const uint64_t len = rows * FC_DIM * 2;
         uint64_t chunks = (len + GATHER_CHUNK - 1) / GATHER_CHUNK;
-        if (chunks > 65535) chunks = 65535;
+        const uint64_t cap = (GATHER_GRID + cfg->problems - 1) / cfg->problems;
+        if (chunks > cap) chunks = cap;
         gather_dense_kernel<<<dim3((uint32_t)chunks, cfg->problems), GATHER_THREADS, 0, stream>>>(
             lm, len, problems, ws->stage, ws->stage_words);
         FATHOM_CUDA_LAUNCHED();
@@ -129,8 +142,11 @@ int fc_gather(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems
     }
     const uint64_t max_run = (uint64_t)FATHOM_PLANES * nb * 8;
     const uint32_t chunks = (uint32_t)((max_run + GATHER_CHUNK - 1) / GATHER_CHUNK);
-    gather_planes_kernel<<<dim3(chunks, FC_DIM * 2, cfg->problems), GATHER_THREADS, 0, stream>>>(
-        nb, ws->depths, problems, ws->stage, ws->stage_words, ws->stage_scales);
+    const uint64_t items = (uint64_t)cfg->problems * FC_DIM * 2 * chunks;
+    const uint32_t grid = (uint32_t)(items < GATHER_GRID ? items : GATHER_GRID);
+    gather_planes_kernel<<<grid, GATHER_THREADS, 0, stream>>>(cfg->problems, nb, chunks, ws->depths,
+                                                               problems, ws->stage, ws->stage_words,
+                                                               ws->stage_scales);
     FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
 }

@@ -37,6 +37,10 @@ static int check_config(const fathom_cuda_config *c) {
     FATHOM_CHECK_ARG(!(c->transport == FATHOM_CUDA_GATHER_CUB &&
                        (c->scan == FATHOM_CUDA_SCAN_LANDMARK || c->scan == FATHOM_CUDA_SCAN_ORACLE)),
                      "the CUB transport serves plane scans only");
+    FATHOM_CHECK_ARG(c->row_stride == 0 || c->row_stride == FC_DIM || c->row_stride == 2 * FC_DIM,
+                     "row_stride %u: 0, %d or %d", c->row_stride, FC_DIM, 2 * FC_DIM);
+    FATHOM_CHECK_ARG(!(c->scan == FATHOM_CUDA_SCAN_ORACLE && c->row_stride == 2 * FC_DIM),
+                     "the oracle scan reads contiguous keys (row_stride dim)");
     FATHOM_CHECK_ARG(!(c->scan == FATHOM_CUDA_SCAN_NIBBLE4 && c->key_rows == FATHOM_CUDA_KEYS_PLANES),
                      "KEYS_PLANES decodes bit planes, not the nibble layout");
     return FATHOM_OK;

@@ -104,6 +104,7 @@ typedef struct test_case {
     fathom_cuda_transport transport;
     fathom_cuda_key_rows key_rows;
     int zero_queries; /* every score ties: the tie rule and the overflow path */
+    uint32_t row_stride; /* 2*DIM: K and V interleaved per token */
 } test_case;
 
 typedef struct host_problem {
@@ -114,6 +115,7 @@ typedef struct host_problem {
     uint16_t *landmarks;
     uint16_t *keys;     /* bf16, pinned */
     uint16_t *values;   /* bf16, pinned */
+    uint16_t *kv;       /* pinned, K and V rows interleaved per token (row_stride 2*DIM) */
     float *var;
 } host_problem;
 
@@ -134,7 +136,7 @@ static void run_case(const test_case *tc) {
     const uint64_t n = tc->n, nb = (n + 63) / 64, nl = (n + 7) / 8;
     const uint32_t P = tc->problems, G = tc->group, rows = P * G;
     fathom_cuda_config cfg = {DIM, G, P, n, tc->k, tc->sink, tc->local, tc->scan, tc->param,
-                              tc->transport, tc->key_rows};
+                              tc->transport, tc->key_rows, tc->row_stride};
     host_problem *hp = (host_problem *)calloc(P, sizeof *hp);
     fathom_cuda_problem *probs = (fathom_cuda_problem *)calloc(P, sizeof *probs);
     float *queries = (float *)malloc((size_t)rows * DIM * sizeof(float));
@@ -170,6 +172,11 @@ static void run_case(const test_case *tc) {
             h->keys[i] = fathom_f32_to_bf16(h->keys_f[i]);
             h->values[i] = fathom_f32_to_bf16(rng_normal());
         }
+        h->kv = (uint16_t *)pinned(n * DIM * 4);
+        for (uint64_t i = 0; i < n; i++) {
+            memcpy(h->kv + i * 2 * DIM, h->keys + i * DIM, DIM * 2);
+            memcpy(h->kv + i * 2 * DIM + DIM, h->values + i * DIM, DIM * 2);
+        }
         for (uint32_t j = 0; j < DIM; j++) {
             var[p * DIM + j] = chan_scale[j] * chan_scale[j];
             fixed[p * DIM + j] = (uint8_t)(rng_u64() % 5);
@@ -190,6 +197,10 @@ static void run_case(const test_case *tc) {
             pr->landmarks = h->landmarks;
             pr->keys = h->keys;
             pr->values = h->values;
+            if (tc->row_stride == 2 * DIM) {
+                pr->keys = h->kv;
+                pr->values = h->kv + DIM;
+            }
         }
     }
     size_t ws_bytes = 0;
@@ -373,13 +384,14 @@ static void run_case(const test_case *tc) {
         CUDA_OK(cudaFreeHost(hp[p].landmarks));
         CUDA_OK(cudaFreeHost(hp[p].keys));
         CUDA_OK(cudaFreeHost(hp[p].values));
+        CUDA_OK(cudaFreeHost(hp[p].kv));
     }
     free(hp); free(probs); free(queries); free(var); free(fixed); free(device_copies);
 }
 
 static void check_bad_arguments(void) {
     const fathom_cuda_config good = {DIM, 4, 2, 1000, 64, 4, 8, FATHOM_CUDA_SCAN_WATER_FILL, 48,
-                                     FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16};
+                                     FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0};
     size_t bytes = 0;
     CHECK_OK(fathom_cuda_workspace_size(&good, &bytes));
     CHECK(bytes > 0);
@@ -408,6 +420,12 @@ static void check_bad_arguments(void) {
     BAD(param, 513, FATHOM_ERR_INVALID_ARG);
     BAD(transport, (fathom_cuda_transport)5, FATHOM_ERR_INVALID_ARG);
     BAD(key_rows, (fathom_cuda_key_rows)3, FATHOM_ERR_INVALID_ARG);
+    BAD(row_stride, 64, FATHOM_ERR_INVALID_ARG);
+    BAD(row_stride, 3 * DIM, FATHOM_ERR_INVALID_ARG);
+    c = good;
+    c.scan = FATHOM_CUDA_SCAN_ORACLE;
+    c.row_stride = 2 * DIM;
+    CHECK_STATUS(fathom_cuda_workspace_size(&c, &bytes), FATHOM_ERR_INVALID_ARG);
     c = good;
     c.group = 8;
     c.k = 1024; /* group*k above 4096 */
@@ -467,35 +485,37 @@ int main(void) {
     }
     const test_case cases[] = {
         {"water-fill B=48, kernel, n=5000", 5000, 3, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0},
         {"water-fill B=20, cub, n=1000 g=3", 1000, 2, 3, 64, 4, 8, FATHOM_CUDA_SCAN_WATER_FILL, 20,
-         FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 0},
+         FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 0, 0},
         {"water-fill B=300, resident, planes", 3001, 2, 4, 128, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL,
-         300, FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_PLANES, 0},
+         300, FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_PLANES, 0, 0},
         {"top-channels r=16, kernel, n=4099", 4099, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_TOP_CHANNELS,
-         16, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_PLANES, 0},
+         16, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_PLANES, 0, 0},
         {"fixed random depths, cub, n=700", 700, 2, 2, 100, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
-         FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 0},
+         FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 0, 0},
         {"landmark, kernel, n=2047", 2047, 2, 4, 256, 4, 32, FATHOM_CUDA_SCAN_LANDMARK, 0,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0},
         {"oracle, resident, n=3000", 3000, 1, 4, 512, 4, 32, FATHOM_CUDA_SCAN_ORACLE, 0,
-         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0},
+         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0},
         {"oracle, kernel, n=1500 g=1", 1500, 2, 1, 64, 0, 0, FATHOM_CUDA_SCAN_ORACLE, 0,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0},
         {"n <= k (everything kept)", 300, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0},
         {"k = sink + local", 2000, 1, 4, 36, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0},
+        {"K/V interleaved rows (stride 256)", 4100, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM},
         {"nibble4 (the full4 codes), kernel", 3001, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_NIBBLE4, 0,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0},
         {"nibble4, resident, g=8", 1000, 1, 8, 256, 4, 32, FATHOM_CUDA_SCAN_NIBBLE4, 0,
-         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0},
+         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0},
         {"water-fill B=64, g=8 (8-token lanes)", 2100, 1, 8, 256, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 64,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0},
         {"all scores tie (overflow path)", 9000, 1, 4, 512, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 1},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 1, 0},
         {"all scores tie, fits the buffer", 3000, 1, 2, 512, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
-         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 1},
+         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 1, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     return check_summary("test_cuda_step");
