@@ -354,7 +354,7 @@ static void dense_outputs(uint32_t dim, const float *S, uint64_t stride, uint32_
         const float *v = values + i * dim;
         for (uint32_t r = 0; r < R; r++) {
             if (i >= visible[r]) continue;
-            double w = exp(((double)S[(uint64_t)r * stride + i] - mx[r]) * scale);
+            double w = expf((float)(((double)S[(uint64_t)r * stride + i] - mx[r]) * scale));
             sum[r] += w;
             double *a = acc + (uint64_t)r * dim;
             for (uint32_t j = 0; j < dim; j++) a[j] += w * v[j];

@@ -1,4 +1,151 @@
-/* PLACEHOLDER during initial development: replaced by the real subcommand. */
+/* fathom synth: write a synthetic capture (docs/synthetic.md), layer by
+ * layer through the streaming writer, so memory stays at one layer. */
 #include "cli.h"
+#include "fathom.h"
+
+#include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
-int cmd_synth(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "fathom synth: not built yet\n"); return 1; }
+#include <stdlib.h>
+#include <string.h>
+
+static void synth_usage(FILE *f) {
+    fprintf(f,
+            "usage: fathom synth --preset NAME --context N [options] -o FILE\n"
+            "\n"
+            "Write a synthetic capture (safetensors, docs/capture-format.md).\n"
+            "\n"
+            "  --preset NAME     qwen3-8b, llama-3.1-8b or smollm2-135m\n"
+            "  --context N       tokens per layer and head (suffix k = 1024, m = 1048576)\n"
+            "  --positions P     queries for the last P positions (default min(128, N))\n"
+            "  --seed S          token-level content seed (default 1; 2 for calibration text)\n"
+            "  --dtype T         f32, f16 or bf16 (default bf16)\n"
+            "  -o, --output FILE the capture to write\n"
+            "  -q, --quiet       no progress on stderr\n"
+            "  -h, --help        this help\n");
+}
+
+/* Decimal with an optional k/m suffix (powers of 1024); false on junk or overflow. */
+static int parse_count(const char *s, uint64_t *out) {
+    if (!s || !*s || *s == '-' || *s == '+') return 0;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s) return 0;
+    uint64_t mult = 1;
+    if (*end == 'k' || *end == 'K') mult = 1024, end++;
+    else if (*end == 'm' || *end == 'M') mult = 1024 * 1024, end++;
+    if (*end != '\0') return 0;
+    if (v > UINT64_MAX / mult) return 0;
+    *out = (uint64_t)v * mult;
+    return 1;
+}
+
+int cmd_synth(int argc, char **argv) {
+    const char *preset = NULL, *output = NULL, *dtype_name = "bf16";
+    uint64_t context = 0, positions = 0, seed = 1;
+    int quiet = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            synth_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            quiet = 1;
+            continue;
+        }
+        if (!val) {
+            fprintf(stderr, "fathom synth: %s needs a value (or is unknown)\n\n", a);
+            synth_usage(stderr);
+            return 2;
+        }
+        int ok = 1;
+        if (!strcmp(a, "--preset")) preset = val;
+        else if (!strcmp(a, "--context")) ok = parse_count(val, &context) && context > 0;
+        else if (!strcmp(a, "--positions")) ok = parse_count(val, &positions) && positions > 0 && positions <= UINT32_MAX;
+        else if (!strcmp(a, "--seed")) ok = parse_count(val, &seed);
+        else if (!strcmp(a, "--dtype")) dtype_name = val;
+        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) output = val;
+        else {
+            fprintf(stderr, "fathom synth: unknown option '%s'\n\n", a);
+            synth_usage(stderr);
+            return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "fathom synth: bad value '%s' for %s\n", val, a);
+            return 2;
+        }
+        i++;
+    }
+    if (!preset || !context || !output) {
+        fprintf(stderr, "fathom synth: --preset, --context and -o are required\n\n");
+        synth_usage(stderr);
+        return 2;
+    }
+    fathom_dtype dtype;
+    if (!strcmp(dtype_name, "f32")) dtype = FATHOM_DTYPE_F32;
+    else if (!strcmp(dtype_name, "f16")) dtype = FATHOM_DTYPE_F16;
+    else if (!strcmp(dtype_name, "bf16")) dtype = FATHOM_DTYPE_BF16;
+    else {
+        fprintf(stderr, "fathom synth: --dtype must be f32, f16 or bf16, not '%s'\n", dtype_name);
+        return 2;
+    }
+    if (!positions) positions = context < 128 ? context : 128;
+    if (positions > context) {
+        fprintf(stderr, "fathom synth: --positions %" PRIu64 " exceeds --context %" PRIu64 "\n", positions, context);
+        return 2;
+    }
+
+    fathom_source *src = NULL;
+    int st = fathom_synth_open(&src, preset, context, (uint32_t)positions, seed);
+    if (st < 0) return cli_fail("synth", "generator", st);
+    fathom_source_info info;
+    fathom_source_get_info(src, &info);
+
+    uint64_t q_elems = (uint64_t)info.q_heads * info.positions * info.dim;
+    uint64_t kv_elems = (uint64_t)info.kv_heads * info.tokens * info.dim;
+    float *q = malloc(q_elems * sizeof *q), *k = malloc(kv_elems * sizeof *k), *v = malloc(kv_elems * sizeof *v);
+    fathom_capture_writer *w = NULL;
+    int rc = 0;
+    if (!q || !k || !v) {
+        fprintf(stderr, "fathom synth: out of memory for one layer (%" PRIu64 " bytes)\n",
+                (q_elems + 2 * kv_elems) * 4);
+        rc = 1;
+        goto done;
+    }
+    st = fathom_capture_writer_open(&w, output, &info, dtype);
+    if (st < 0) {
+        rc = cli_fail("synth", output, st);
+        goto done;
+    }
+    char seed_text[32];
+    snprintf(seed_text, sizeof seed_text, "%" PRIu64, seed);
+    if ((st = fathom_capture_writer_meta(w, "source", "synthetic")) < 0 ||
+        (st = fathom_capture_writer_meta(w, "seed", seed_text)) < 0) {
+        rc = cli_fail("synth", "metadata", st);
+        goto done;
+    }
+    for (uint32_t l = 0; l < info.layers; l++) {
+        if ((st = fathom_source_layer(src, l, q, k, v)) < 0) {
+            rc = cli_fail("synth", "generating a layer", st);
+            goto done;
+        }
+        if ((st = fathom_capture_writer_layer(w, l, q, k, v)) < 0) {
+            rc = cli_fail("synth", output, st);
+            goto done;
+        }
+        if (!quiet) fprintf(stderr, "\rfathom synth: layer %u/%u", l + 1, info.layers);
+    }
+    if (!quiet) fprintf(stderr, "\n");
+done:
+    if (w) {
+        st = fathom_capture_writer_close(w); /* removes the file if anything failed */
+        if (st < 0 && rc == 0) rc = cli_fail("synth", output, st);
+    }
+    free(q);
+    free(k);
+    free(v);
+    fathom_source_free(src);
+    return rc;
+}

@@ -1,0 +1,631 @@
+/* The synthetic source: keys, values and queries that look like a real
+ * model's where the paper's methods care (docs/synthetic.md).
+ *
+ * Everything is drawn from a counter-based generator, mix64(stream + counter
+ * * golden), so any layer, head or token can be generated on its own, in any
+ * order, from any thread, and a longer context repeats the shorter one's
+ * tokens exactly. Two seeds: a fixed MODEL seed per preset draws the
+ * parameters a trained model would have (channel scales, means, gains, topic
+ * directions, head preferences); the user's seed draws the token-level
+ * content, so seeds 1 and 2 are two texts read by the same model. */
+#include "source.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ===================================================================== *
+ * presets
+ * ===================================================================== */
+
+typedef struct synth_preset {
+    const char *name;
+    uint32_t layers, kv_heads, group, dim;
+    double rope_base;
+    bool qk_norm;     /* RMS-normalised q and k per head before RoPE (Qwen3) */
+    float key_scale;  /* overall key magnitude without QK-norm */
+    float scale_spread; /* sigma of log channel scale */
+    float low_freq_boost; /* key scale grows by 1 + this * lowness^2 toward slow pairs */
+    float outlier_mean;   /* |mean| of outlier channels, at least, in rms key noise units */
+    /* Logit targets (after 1/sqrt(d)) that set how peaked attention is: the
+     * std of ordinary keys' logits, the gap of a key carrying the query's main
+     * topic strongly (strength 1.25), the gap of the first sink token. */
+    float background_logit, topic_logit, sink_logit;
+} synth_preset;
+
+static const synth_preset presets[] = {
+    {"qwen3-8b", 36, 8, 4, 128, 1e6, true, 1.0f, 0.9f, 0.5f, 12.0f, 1.2f, 7.0f, 10.0f},
+    {"llama-3.1-8b", 32, 8, 4, 128, 5e5, false, 2.5f, 1.1f, 4.0f, 0.0f, 1.2f, 6.5f, 10.0f},
+    {"smollm2-135m", 30, 3, 3, 64, 1e5, false, 2.0f, 1.0f, 4.0f, 0.0f, 1.2f, 6.0f, 10.0f},
+};
+
+#define SYNTH_MAX_DIM 128
+#define SYNTH_MAX_GROUP 4
+#define SYNTH_TOPICS 16      /* topic directions per (layer, KV head) */
+#define SYNTH_QUERY_TOPICS 3 /* topics one query mixes */
+#define SYNTH_SINKS 4        /* tokens that can act as attention sinks */
+#define SYNTH_CHUNK 24       /* tokens per topic run (not a multiple of 8 on purpose) */
+#define SYNTH_TILE 256       /* tokens per RoPE table, shared by the KV heads */
+
+/* ===================================================================== *
+ * counter-based random numbers
+ * ===================================================================== */
+
+#define GOLDEN 0x9e3779b97f4a7c15ull
+
+static inline uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+enum stream {
+    S_MODEL_HEAD = 1, S_MODEL_QHEAD, S_KEY_NOISE, S_TOKEN, S_CHUNK, S_VALUE, S_QUERY_NOISE, S_QUERY_TOPIC
+};
+
+/* The base of one stream; draw(base, i) is its i-th 64-bit output. */
+static uint64_t stream_base(uint64_t seed, uint64_t stream, uint64_t layer, uint64_t head) {
+    uint64_t h = mix64(seed + GOLDEN);
+    h = mix64(h ^ (stream * GOLDEN + 0x632be59bd9b4e019ull));
+    h = mix64(h ^ (layer * GOLDEN + 0x85157af5ull));
+    return mix64(h ^ (head * GOLDEN + 0x2545f4914f6cdd1dull));
+}
+
+static inline uint64_t draw(uint64_t base, uint64_t i) { return mix64(base + i * GOLDEN); }
+
+static inline double uniform01(uint64_t x) { return (double)(x >> 11) * (1.0 / 9007199254740992.0); }
+
+/* Acklam's rational approximation of the inverse normal CDF (rel. error
+ * 1.2e-9), used only to fill the table below. */
+static double inv_normal(double p) {
+    static const double a[] = {-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
+                               1.383577518672690e+02, -3.066479806614716e+01, 2.506628277459239e+00};
+    static const double b[] = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
+                               6.680131188771972e+01, -1.328068155288572e+01};
+    static const double c[] = {-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
+                               -2.549732539343734e+00, 4.374664141464968e+00, 2.938163982698783e+00};
+    static const double d[] = {7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00,
+                               3.754408661907416e+00};
+    if (p < 0.02425) {
+        double q = sqrt(-2 * log(p));
+        return (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) /
+               ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1);
+    }
+    if (p > 1 - 0.02425) return -inv_normal(1 - p);
+    double q = p - 0.5, r = q * q;
+    return (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q /
+           (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1);
+}
+
+typedef struct synth {
+    const synth_preset *preset;
+    uint64_t seed;       /* token-level content */
+    uint64_t model_seed; /* model-level parameters, fixed per preset */
+    /* Normal quantiles at (i + 0.5) / 65536: one 64-bit draw gives four
+     * standard normal samples by lookup, fast enough for 268 MB per layer. */
+    float gauss[65536];
+} synth;
+
+static inline float gauss_of(const synth *s, uint64_t x, int lane) {
+    return s->gauss[(x >> (16 * lane)) & 0xffffu];
+}
+
+/* One normal sample from a stream (model parameters; speed irrelevant). */
+static float normal_at(const synth *s, uint64_t base, uint64_t i) { return gauss_of(s, draw(base, i), 0); }
+
+/* ===================================================================== *
+ * model-level parameters of one (layer, KV head) and its query heads
+ * ===================================================================== */
+
+typedef struct head_model {
+    uint32_t dim, half;
+    float theta[SYNTH_MAX_DIM / 2];  /* RoPE frequency of each pair */
+    float k_scale[SYNTH_MAX_DIM], k_mean[SYNTH_MAX_DIM], k_gain[SYNTH_MAX_DIM];
+    float v_scale[SYNTH_MAX_DIM], v_mean[SYNTH_MAX_DIM];
+    float topic[SYNTH_TOPICS][SYNTH_MAX_DIM]; /* unit vectors, low-frequency pairs */
+    float sink_dir[SYNTH_MAX_DIM];            /* unit, where the group's queries point */
+    float recency[SYNTH_MAX_DIM];             /* unit, high/mid-frequency pairs */
+    float sink_amp[SYNTH_SINKS];   /* logit gap of each sink token, relative to the first */
+    float topic_amp, recency_amp;
+    uint32_t chunk_offset;
+    /* per query head of the group */
+    float q_scale[SYNTH_MAX_GROUP][SYNTH_MAX_DIM], q_mean[SYNTH_MAX_GROUP][SYNTH_MAX_DIM];
+    float q_gain[SYNTH_MAX_GROUP][SYNTH_MAX_DIM];
+    float topic_cdf[SYNTH_MAX_GROUP][SYNTH_TOPICS]; /* head preference over topics */
+    float q_topic_amp, q_recency_amp;
+    float q_sink_amp[SYNTH_MAX_GROUP]; /* query component along sink_dir */
+    float q_bg[SYNTH_MAX_GROUP];   /* multiplier of the query's mean and noise */
+    float q_mult[SYNTH_MAX_GROUP]; /* overall query multiplier (softmax temperature) */
+    float q_rms[SYNTH_MAX_GROUP];  /* expected RMS QK-norm divides the query by (1 without) */
+    float sink_key_amp[SYNTH_SINKS]; /* key amplitude of each sink token along sink_dir */
+} head_model;
+
+/* Channel j belongs to RoPE pair j mod d/2; how low its frequency is, in [0, 1]
+ * (1 = the slowest pair, which relative rotation barely moves). */
+static inline float lowness(const head_model *hm, uint32_t j) {
+    return (float)(j % hm->half) / (float)(hm->half - 1);
+}
+
+static void unit_vector(const synth *s, uint64_t base, uint64_t *counter, const head_model *hm,
+                        float power, float floor_weight, bool low, float *out) {
+    double norm = 0;
+    for (uint32_t j = 0; j < hm->dim; j++) {
+        float lf = lowness(hm, j);
+        float w = powf(low ? lf : 1.0f - lf, power) + floor_weight;
+        out[j] = normal_at(s, base, (*counter)++) * sqrtf(w);
+        norm += (double)out[j] * out[j];
+    }
+    float inv = (float)(1.0 / sqrt(norm > 0 ? norm : 1));
+    for (uint32_t j = 0; j < hm->dim; j++) out[j] *= inv;
+}
+
+/* Noise-free key carrying `amp` of direction dir (NULL: none), scaled as
+ * QK-norm would scale it with its noise; sigma_out (may be NULL) gets the
+ * per-channel noise std after that scaling. */
+static void key_hat(const synth_preset *p, const head_model *hm, const float *dir, float amp, float *out,
+                    float *sigma_out) {
+    const uint32_t d = hm->dim;
+    double ss = 0;
+    for (uint32_t j = 0; j < d; j++) {
+        out[j] = hm->k_mean[j] + hm->recency_amp * hm->recency[j] + (dir ? amp * dir[j] : 0.0f);
+        ss += (double)out[j] * out[j] + (double)hm->k_scale[j] * hm->k_scale[j];
+    }
+    float inv = p->qk_norm ? (float)(1.0 / sqrt(ss / d + 1e-6)) : 1.0f;
+    for (uint32_t j = 0; j < d; j++) {
+        float gain = p->qk_norm ? hm->k_gain[j] : 1.0f;
+        out[j] *= inv * gain;
+        if (sigma_out) sigma_out[j] = hm->k_scale[j] * inv * gain;
+    }
+}
+
+/* The query of head h is c * gain * (a*(mean + noise) + topics + fixed) / rms,
+ * fixed = recency + sink components. Over keys, for noise-free stand-ins
+ * with the expected noise energy (all per sqrt(d)):
+ *   topic gap   = (a*m1 + m2 + m3) * c / rms
+ *   background  = sqrt(a^2 m4^2 + f^2) * c / rms
+ * where f is the spread the query's fixed and topic parts pick up from the
+ * key noise. */
+typedef struct query_terms {
+    double m1, m2, m3, m4, f;
+    double bg_energy, fixed_energy; /* per-dim energies for the QK-norm rms */
+} query_terms;
+
+static const float query_topic_weight[SYNTH_QUERY_TOPICS] = {1.0f, 0.6f, 0.35f};
+
+static void query_terms_of(const synth_preset *p, const head_model *hm, uint32_t h, query_terms *qt) {
+    const uint32_t d = hm->dim;
+    const double sqrt_d = sqrt((double)d);
+    float plain[SYNTH_MAX_DIM], strong[SYNTH_MAX_DIM], sigma[SYNTH_MAX_DIM];
+    double mix2 = 0; /* energy of the topic mix, topics taken as orthogonal */
+    for (uint32_t m = 0; m < SYNTH_QUERY_TOPICS; m++) mix2 += (double)query_topic_weight[m] * query_topic_weight[m];
+    key_hat(p, hm, NULL, 0.0f, plain, sigma);
+    memset(qt, 0, sizeof *qt);
+    for (uint32_t t = 0; t < SYNTH_TOPICS; t++) {
+        key_hat(p, hm, hm->topic[t], 1.25f * hm->topic_amp, strong, NULL);
+        for (uint32_t j = 0; j < d; j++) {
+            float g = p->qk_norm ? hm->q_gain[h][j] : 1.0f, dk = strong[j] - plain[j];
+            qt->m1 += g * hm->q_mean[h][j] * dk;
+            qt->m2 += g * hm->q_topic_amp * hm->topic[t][j] * dk;
+        }
+    }
+    qt->m1 /= SYNTH_TOPICS * sqrt_d;
+    qt->m2 /= SYNTH_TOPICS * sqrt_d;
+    double f2 = 0, m4 = 0, m3 = 0;
+    key_hat(p, hm, hm->topic[0], 1.25f * hm->topic_amp, strong, NULL);
+    for (uint32_t j = 0; j < d; j++) {
+        float g = p->qk_norm ? hm->q_gain[h][j] : 1.0f;
+        double topic2 = 0;
+        for (uint32_t t = 0; t < SYNTH_TOPICS; t++) topic2 += (double)hm->topic[t][j] * hm->topic[t][j];
+        topic2 *= mix2 * hm->q_topic_amp * hm->q_topic_amp / SYNTH_TOPICS;
+        double fixed = (double)hm->q_recency_amp * hm->recency[j] + (double)hm->q_sink_amp[h] * hm->sink_dir[j];
+        double e = (double)hm->q_mean[h][j] * hm->q_mean[h][j] + (double)hm->q_scale[h][j] * hm->q_scale[h][j];
+        double s2 = (double)g * g * sigma[j] * sigma[j];
+        m4 += e * s2;
+        f2 += (fixed * fixed + topic2) * s2;
+        qt->bg_energy += e;
+        qt->fixed_energy += fixed * fixed + topic2;
+    }
+    /* the fixed part's own contribution to the gap, averaged over topics */
+    for (uint32_t t = 0; t < SYNTH_TOPICS; t++) {
+        key_hat(p, hm, hm->topic[t], 1.25f * hm->topic_amp, strong, NULL);
+        for (uint32_t j = 0; j < d; j++) {
+            float g = p->qk_norm ? hm->q_gain[h][j] : 1.0f;
+            double fixed = (double)hm->q_recency_amp * hm->recency[j] + (double)hm->q_sink_amp[h] * hm->sink_dir[j];
+            m3 += g * fixed * (strong[j] - plain[j]);
+        }
+    }
+    qt->m3 = m3 / (SYNTH_TOPICS * sqrt_d);
+    qt->m4 = sqrt(m4) / sqrt_d;
+    qt->f = sqrt(f2) / sqrt_d;
+    qt->bg_energy /= d;
+    qt->fixed_energy /= d;
+}
+
+/* Fit head h's query to the preset's logit targets: the gap/background
+ * ratio fixes a (a quadratic), then c sets the gap. */
+static void calibrate_query(const synth_preset *p, head_model *hm, uint32_t h) {
+    query_terms qt;
+    query_terms_of(p, hm, h, &qt);
+    double rho = p->topic_logit / p->background_logit;
+    double b = qt.m2 + qt.m3;
+    /* (a m1 + b)^2 = rho^2 (a^2 m4^2 + f^2) */
+    double A = qt.m1 * qt.m1 - rho * rho * qt.m4 * qt.m4, B = 2 * qt.m1 * b,
+           C = b * b - rho * rho * qt.f * qt.f;
+    double a = 0.05;
+    if (C > 0 && A < 0) {
+        double disc = B * B - 4 * A * C;
+        a = (-B - sqrt(disc > 0 ? disc : 0)) / (2 * A);
+    }
+    if (!(a > 0.05)) a = 0.05;
+    if (a > 50) a = 50;
+    double rms = p->qk_norm ? sqrt(a * a * qt.bg_energy + qt.fixed_energy) : 1.0;
+    double gap = a * qt.m1 + b;
+    hm->q_bg[h] = (float)a;
+    hm->q_rms[h] = (float)rms;
+    hm->q_mult[h] = gap > 1e-9 ? (float)(p->topic_logit * rms / gap) : 1.0f;
+}
+
+/* Sink logit gap, averaged over the group, for sink key amplitude amp. */
+static double sink_gap(const synth_preset *p, const head_model *hm, float amp) {
+    const uint32_t d = hm->dim;
+    float plain[SYNTH_MAX_DIM], sink[SYNTH_MAX_DIM];
+    key_hat(p, hm, NULL, 0.0f, plain, NULL);
+    key_hat(p, hm, hm->sink_dir, amp, sink, NULL);
+    double gap = 0;
+    for (uint32_t h = 0; h < p->group; h++) {
+        double dot = 0;
+        for (uint32_t j = 0; j < d; j++) {
+            float g = p->qk_norm ? hm->q_gain[h][j] : 1.0f;
+            /* expected query: topics average out over positions */
+            double qj = g * (hm->q_bg[h] * hm->q_mean[h][j] + hm->q_recency_amp * hm->recency[j] +
+                             hm->q_sink_amp[h] * hm->sink_dir[j]);
+            dot += qj * (sink[j] - plain[j]);
+        }
+        double rms = hm->q_rms[h];
+        gap += hm->q_mult[h] * dot / (rms * sqrt((double)d));
+    }
+    return gap / p->group;
+}
+
+/* Remove from v its part in the span of the topics (Gram-Schmidt) and
+ * renormalise, so the sink scores the same whatever topics a query mixes. */
+static void orthogonalize(const head_model *hm, float *v) {
+    double q[SYNTH_TOPICS][SYNTH_MAX_DIM];
+    uint32_t rank = 0;
+    for (uint32_t t = 0; t < SYNTH_TOPICS; t++) {
+        double w[SYNTH_MAX_DIM], norm = 0;
+        for (uint32_t j = 0; j < hm->dim; j++) w[j] = hm->topic[t][j];
+        for (uint32_t r = 0; r < rank; r++) {
+            double dot = 0;
+            for (uint32_t j = 0; j < hm->dim; j++) dot += w[j] * q[r][j];
+            for (uint32_t j = 0; j < hm->dim; j++) w[j] -= dot * q[r][j];
+        }
+        for (uint32_t j = 0; j < hm->dim; j++) norm += w[j] * w[j];
+        if (norm < 1e-12) continue;
+        norm = sqrt(norm);
+        for (uint32_t j = 0; j < hm->dim; j++) q[rank][j] = w[j] / norm;
+        rank++;
+    }
+    double x[SYNTH_MAX_DIM], norm = 0;
+    for (uint32_t j = 0; j < hm->dim; j++) x[j] = v[j];
+    for (uint32_t r = 0; r < rank; r++) {
+        double dot = 0;
+        for (uint32_t j = 0; j < hm->dim; j++) dot += x[j] * q[r][j];
+        for (uint32_t j = 0; j < hm->dim; j++) x[j] -= dot * q[r][j];
+    }
+    for (uint32_t j = 0; j < hm->dim; j++) norm += x[j] * x[j];
+    if (norm < 1e-12) return; /* keep v as it was */
+    norm = sqrt(norm);
+    for (uint32_t j = 0; j < hm->dim; j++) v[j] = (float)(x[j] / norm);
+}
+
+static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, head_model *hm) {
+    const synth_preset *p = s->preset;
+    memset(hm, 0, sizeof *hm);
+    hm->dim = p->dim;
+    hm->half = p->dim / 2;
+    for (uint32_t i = 0; i < hm->half; i++)
+        hm->theta[i] = (float)pow(p->rope_base, -2.0 * i / p->dim); /* NeoX theta_i = base^(-2i/d) */
+    uint64_t base = stream_base(s->model_seed, S_MODEL_HEAD, layer, kv_head);
+    uint64_t c = 0;
+    float key_scale = p->qk_norm ? 1.0f : p->key_scale;
+
+    /* Channel scales: log-normal per pair, larger toward low frequencies (as
+     * in trained RoPE models), a little jitter within the pair. */
+    float pair_scale[SYNTH_MAX_DIM / 2];
+    for (uint32_t i = 0; i < hm->half; i++) {
+        float lf = (float)i / (float)(hm->half - 1);
+        pair_scale[i] = expf(p->scale_spread * normal_at(s, base, c++)) * (1.0f + p->low_freq_boost * lf * lf);
+    }
+    for (uint32_t j = 0; j < hm->dim; j++) {
+        hm->k_scale[j] = key_scale * pair_scale[j % hm->half] * expf(0.25f * normal_at(s, base, c++));
+        hm->k_mean[j] = 0.3f * hm->k_scale[j] * normal_at(s, base, c++);
+        hm->k_gain[j] = expf(0.6f * normal_at(s, base, c++));
+        hm->v_scale[j] = expf(0.5f * normal_at(s, base, c++));
+        hm->v_mean[j] = 0.1f * hm->v_scale[j] * normal_at(s, base, c++);
+    }
+    /* 2-4 outlier channels in the slowest eighth of pairs: much larger scale
+     * and a nonzero mean that RoPE barely rotates. */
+    uint32_t outliers = 2 + (uint32_t)(draw(base, c++) % 3), outlier_channel[4];
+    for (uint32_t o = 0; o < outliers; o++) {
+        uint32_t eighth = hm->half / 8 ? hm->half / 8 : 1;
+        uint32_t pair = hm->half - 1 - (uint32_t)(draw(base, c++) % eighth);
+        uint32_t j = pair + (draw(base, c++) & 1 ? hm->half : 0);
+        float boost = p->qk_norm ? 5.0f : 8.0f;
+        hm->k_mean[j] = (draw(base, c++) & 1 ? 2.5f : -2.5f) * hm->k_scale[j] * boost;
+        hm->k_scale[j] *= boost;
+        outlier_channel[o] = j;
+    }
+    for (uint32_t t = 0; t < SYNTH_TOPICS; t++)
+        unit_vector(s, base, &c, hm, 4.0f, 0.02f, true, hm->topic[t]);
+    unit_vector(s, base, &c, hm, 6.0f, 0.0f, true, hm->sink_dir);
+    orthogonalize(hm, hm->sink_dir);
+    unit_vector(s, base, &c, hm, 1.0f, 0.0f, false, hm->recency);
+    static const float sink_base[SYNTH_SINKS] = {1.0f, 0.6f, 0.45f, 0.35f};
+    for (uint32_t i = 0; i < SYNTH_SINKS; i++)
+        hm->sink_amp[i] = sink_base[i] * (float)(0.7 + 0.6 * uniform01(draw(base, c++)));
+    hm->chunk_offset = (uint32_t)(draw(base, c++) % SYNTH_CHUNK);
+
+    /* Amplitudes relative to the key noise norm, so the same structure holds
+     * with and without QK-norm. */
+    double noise2 = 0;
+    for (uint32_t j = 0; j < hm->dim; j++) noise2 += (double)hm->k_scale[j] * hm->k_scale[j];
+    float noise = (float)sqrt(noise2 / hm->dim); /* rms channel scale */
+    /* Under QK-norm a large constant part (massive outlier means, as in
+     * Qwen3) sets the norm every key is divided by. */
+    for (uint32_t o = 0; o < outliers; o++) {
+        float *mean = &hm->k_mean[outlier_channel[o]];
+        if (fabsf(*mean) < p->outlier_mean * noise) *mean = copysignf(p->outlier_mean * noise, *mean);
+    }
+    hm->topic_amp = 6.0f * noise;
+    hm->recency_amp = 1.5f * noise;
+
+    for (uint32_t h = 0; h < p->group; h++) {
+        uint64_t qbase = stream_base(s->model_seed, S_MODEL_QHEAD, layer, (uint64_t)kv_head * p->group + h);
+        uint64_t qc = 0;
+        for (uint32_t j = 0; j < hm->dim; j++) {
+            float lf = lowness(hm, j);
+            hm->q_scale[h][j] = key_scale * expf(0.7f * normal_at(s, qbase, qc++)) * (0.4f + 1.0f * lf * lf);
+            hm->q_mean[h][j] = key_scale * 0.2f * normal_at(s, qbase, qc++);
+            hm->q_gain[h][j] = expf(0.5f * normal_at(s, qbase, qc++));
+        }
+        double acc = 0;
+        for (uint32_t t = 0; t < SYNTH_TOPICS; t++) {
+            acc += exp(1.2 * normal_at(s, qbase, qc++));
+            hm->topic_cdf[h][t] = (float)acc;
+        }
+        for (uint32_t t = 0; t < SYNTH_TOPICS; t++) hm->topic_cdf[h][t] /= (float)acc;
+        hm->q_sink_amp[h] = 6.0f * key_scale * expf(0.3f * normal_at(s, qbase, qc++));
+    }
+    hm->q_topic_amp = 6.0f * key_scale;
+    hm->q_recency_amp = 1.0f * key_scale;
+    /* Keys must carry their topic strongly enough, against the key noise the
+     * query picks up, for the gap/background ratio to be reachable. */
+    double rho = p->topic_logit / p->background_logit;
+    for (int it = 0; it < 3; it++) { /* at most 8x: beyond, QK-norm saturates */
+        double worst = INFINITY;
+        for (uint32_t h = 0; h < p->group; h++) {
+            query_terms qt;
+            query_terms_of(p, hm, h, &qt);
+            double r = (qt.m2 + qt.m3) / (qt.f > 1e-12 ? qt.f : 1e-12);
+            if (r < worst) worst = r;
+        }
+        if (worst >= 1.3 * rho) break;
+        double grow = worst > 0 ? 1.3 * rho / worst : 4.0;
+        hm->topic_amp *= (float)(grow < 2.0 ? grow : 2.0);
+    }
+    for (uint32_t h = 0; h < p->group; h++) calibrate_query(p, hm, h);
+    /* Sink amplitudes by bisection: the gap grows with the amplitude (and
+     * saturates under QK-norm; then the largest amplitude tried is used). */
+    for (uint32_t i = 0; i < SYNTH_SINKS; i++) {
+        float lo = 0.0f, hi = 200.0f * noise, target = p->sink_logit * hm->sink_amp[i];
+        for (int it = 0; it < 40; it++) {
+            float mid = 0.5f * (lo + hi);
+            if (sink_gap(p, hm, mid) < target) lo = mid;
+            else hi = mid;
+        }
+        hm->sink_key_amp[i] = hi;
+    }
+}
+
+/* ===================================================================== *
+ * generation
+ * ===================================================================== */
+
+/* Rescale to unit RMS then apply the per-channel gain (Qwen3's q_norm/k_norm). */
+static void qk_norm(float *x, const float *gain, uint32_t dim) {
+    double ss = 0;
+    for (uint32_t j = 0; j < dim; j++) ss += (double)x[j] * x[j];
+    float inv = (float)(1.0 / sqrt(ss / dim + 1e-6));
+    for (uint32_t j = 0; j < dim; j++) x[j] *= inv * gain[j];
+}
+
+/* NeoX RoPE: pairs (i, i + d/2) rotated by pos * theta_i; cs holds cos, sn sin. */
+static void rope(float *x, const float *cs, const float *sn, uint32_t half) {
+    for (uint32_t i = 0; i < half; i++) {
+        float a = x[i], b = x[i + half];
+        x[i] = a * cs[i] - b * sn[i];
+        x[i + half] = a * sn[i] + b * cs[i];
+    }
+}
+
+static void rope_table(const head_model *hm, uint64_t pos, float *cs, float *sn) {
+    for (uint32_t i = 0; i < hm->half; i++) {
+        double angle = (double)pos * hm->theta[i]; /* double: pos reaches 1e6 */
+        cs[i] = (float)cos(angle);
+        sn[i] = (float)sin(angle);
+    }
+}
+
+/* Token t's topic and strength: topics come in runs of SYNTH_CHUNK tokens
+ * (a passage about one thing) with some strays; most tokens carry their
+ * topic weakly, a few strongly (the ones worth attending to). */
+static void token_topic(const synth *s, const head_model *hm, uint64_t tok_base, uint64_t chunk_base,
+                        uint64_t t, uint32_t *topic, float *strength) {
+    uint64_t x = draw(tok_base, t);
+    double u_stray = uniform01(x), u_strong = uniform01(mix64(x ^ GOLDEN));
+    uint64_t y = mix64(x + 0x1234567ull);
+    if (u_stray < 0.25) *topic = (uint32_t)(y % SYNTH_TOPICS);
+    else *topic = (uint32_t)(draw(chunk_base, (t + hm->chunk_offset) / SYNTH_CHUNK) % SYNTH_TOPICS);
+    float g = fabsf(gauss_of(s, y, 2));
+    *strength = u_strong < 0.04 ? 1.0f + 0.5f * g : 0.2f * g;
+}
+
+/* Keys of tokens [t0, t1) of one KV head into k (the head's [n x d] rows);
+ * cs/sn hold the RoPE table of those tokens, [t1 - t0][d/2]. */
+static void gen_keys(const synth *s, const head_model *hm, uint32_t layer, uint32_t kv_head, uint64_t t0,
+                     uint64_t t1, const float *cs, const float *sn, float *k) {
+    const uint32_t d = hm->dim, words = d / 4;
+    uint64_t noise_base = stream_base(s->seed, S_KEY_NOISE, layer, kv_head);
+    uint64_t tok_base = stream_base(s->seed, S_TOKEN, layer, kv_head);
+    uint64_t chunk_base = stream_base(s->seed, S_CHUNK, layer, kv_head);
+    for (uint64_t t = t0; t < t1; t++) {
+        float *x = k + t * d;
+        for (uint32_t w = 0; w < words; w++) {
+            uint64_t r = draw(noise_base, t * words + w);
+            for (int lane = 0; lane < 4; lane++) {
+                uint32_t j = 4 * w + (uint32_t)lane;
+                x[j] = hm->k_mean[j] + hm->k_scale[j] * gauss_of(s, r, lane);
+            }
+        }
+        uint32_t topic;
+        float strength;
+        token_topic(s, hm, tok_base, chunk_base, t, &topic, &strength);
+        float ta = hm->topic_amp * strength;
+        const float *u = hm->topic[topic];
+        for (uint32_t j = 0; j < d; j++) x[j] += ta * u[j] + hm->recency_amp * hm->recency[j];
+        if (t < SYNTH_SINKS) {
+            /* a sink: pointed where the queries point, so it scores high for all */
+            float sa = hm->sink_key_amp[t];
+            for (uint32_t j = 0; j < d; j++) x[j] += sa * hm->sink_dir[j];
+        }
+        if (s->preset->qk_norm) qk_norm(x, hm->k_gain, d);
+        rope(x, cs + (t - t0) * hm->half, sn + (t - t0) * hm->half, hm->half);
+    }
+}
+
+static void gen_values(const synth *s, const head_model *hm, uint32_t layer, uint32_t kv_head,
+                       uint64_t n, float *v) {
+    const uint32_t d = hm->dim, words = d / 4;
+    uint64_t base = stream_base(s->seed, S_VALUE, layer, kv_head);
+    for (uint64_t t = 0; t < n; t++) {
+        float *x = v + t * d;
+        for (uint32_t w = 0; w < words; w++) {
+            uint64_t r = draw(base, t * words + w);
+            for (int lane = 0; lane < 4; lane++) {
+                uint32_t j = 4 * w + (uint32_t)lane;
+                x[j] = hm->v_mean[j] + hm->v_scale[j] * gauss_of(s, r, lane);
+            }
+        }
+    }
+}
+
+/* Query of head h of the group at absolute position pos: the group's mean
+ * direction, noise, and a mix of a few topics drawn from the head's own
+ * preferences, so heads and positions attend to different keys. */
+static void gen_query(const synth *s, const head_model *hm, uint32_t layer, uint32_t q_head, uint32_t h,
+                      uint64_t pos, float *x) {
+    const uint32_t d = hm->dim, words = d / 4;
+    uint64_t noise_base = stream_base(s->seed, S_QUERY_NOISE, layer, q_head);
+    uint64_t topic_base = stream_base(s->seed, S_QUERY_TOPIC, layer, q_head);
+    for (uint32_t w = 0; w < words; w++) {
+        uint64_t r = draw(noise_base, pos * words + w);
+        for (int lane = 0; lane < 4; lane++) {
+            uint32_t j = 4 * w + (uint32_t)lane;
+            x[j] = hm->q_bg[h] * (hm->q_mean[h][j] + hm->q_scale[h][j] * gauss_of(s, r, lane));
+        }
+    }
+    for (uint32_t m = 0; m < SYNTH_QUERY_TOPICS; m++) {
+        float u = (float)uniform01(draw(topic_base, pos * SYNTH_QUERY_TOPICS + m));
+        uint32_t t = 0;
+        while (t + 1 < SYNTH_TOPICS && hm->topic_cdf[h][t] < u) t++;
+        float a = hm->q_topic_amp * query_topic_weight[m];
+        for (uint32_t j = 0; j < d; j++) x[j] += a * hm->topic[t][j];
+    }
+    for (uint32_t j = 0; j < d; j++)
+        x[j] += hm->q_recency_amp * hm->recency[j] + hm->q_sink_amp[h] * hm->sink_dir[j];
+    if (s->preset->qk_norm) qk_norm(x, hm->q_gain[h], d);
+    for (uint32_t j = 0; j < d; j++) x[j] *= hm->q_mult[h];
+    float cs[SYNTH_MAX_DIM / 2], sn[SYNTH_MAX_DIM / 2];
+    rope_table(hm, pos, cs, sn);
+    rope(x, cs, sn, hm->half);
+}
+
+static int synth_layer(const fathom_source *src, uint32_t layer, float *q, float *k, float *v) {
+    const synth *s = src->impl;
+    const fathom_source_info *in = &src->info;
+    const uint64_t kv_stride = in->tokens * in->dim, q_stride = (uint64_t)in->positions * in->dim;
+    const uint32_t group = in->q_heads / in->kv_heads, half = in->dim / 2;
+    head_model *hms = fathom_alloc_array(in->kv_heads, sizeof *hms);
+    float *cs = fathom_alloc_array((uint64_t)SYNTH_TILE * half, sizeof *cs);
+    float *sn = fathom_alloc_array((uint64_t)SYNTH_TILE * half, sizeof *sn);
+    if (!hms || !cs || !sn) {
+        free(hms), free(cs), free(sn);
+        return fathom_fail(FATHOM_ERR_NOMEM, "out of memory for synthetic head parameters");
+    }
+    for (uint32_t g = 0; g < in->kv_heads; g++) head_model_build(s, layer, g, &hms[g]);
+    /* keys tile by tile, so every KV head reuses one RoPE table */
+    for (uint64_t t0 = 0; k && t0 < in->tokens; t0 += SYNTH_TILE) {
+        uint64_t t1 = in->tokens - t0 < SYNTH_TILE ? in->tokens : t0 + SYNTH_TILE;
+        for (uint64_t t = t0; t < t1; t++) rope_table(&hms[0], t, cs + (t - t0) * half, sn + (t - t0) * half);
+        for (uint32_t g = 0; g < in->kv_heads; g++) gen_keys(s, &hms[g], layer, g, t0, t1, cs, sn, k + g * kv_stride);
+    }
+    for (uint32_t g = 0; g < in->kv_heads; g++) {
+        if (v) gen_values(s, &hms[g], layer, g, in->tokens, v + g * kv_stride);
+        for (uint32_t h = 0; q && h < group; h++) {
+            uint32_t qh = g * group + h;
+            for (uint32_t i = 0; i < in->positions; i++)
+                gen_query(s, &hms[g], layer, qh, h, in->first_query + i, q + qh * q_stride + (uint64_t)i * in->dim);
+        }
+    }
+    free(hms), free(cs), free(sn);
+    return FATHOM_OK;
+}
+
+static void synth_destroy(void *impl) { free(impl); }
+
+static const fathom_source_ops synth_ops = {
+    .kind = "synthetic",
+    .destroy = synth_destroy,
+    .layer = synth_layer,
+    .meta_entry = NULL,
+};
+
+int fathom_synth_open(fathom_source **out, const char *preset, uint64_t context, uint32_t positions,
+                      uint64_t seed) {
+    FATHOM_CHECK_ARG(out != NULL, "out is NULL");
+    *out = NULL;
+    FATHOM_CHECK_ARG(preset != NULL, "preset is NULL");
+    const synth_preset *p = NULL;
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (!strcmp(preset, presets[i].name)) p = &presets[i];
+    FATHOM_CHECK_ARG(p != NULL, "unknown preset '%s' (qwen3-8b, llama-3.1-8b, smollm2-135m)", preset);
+    FATHOM_CHECK_ARG(context > 0, "context must be > 0");
+    FATHOM_CHECK_ARG(positions > 0 && positions <= context, "positions %u must be in 1..context (%llu)",
+                     positions, (unsigned long long)context);
+    /* float32 angles of pos * theta lose precision past 2^40; nobody needs more */
+    FATHOM_CHECK_ARG(context <= (1ull << 40), "context %llu too large", (unsigned long long)context);
+
+    fathom_source_info info;
+    memset(&info, 0, sizeof info);
+    snprintf(info.model, sizeof info.model, "%s", p->name);
+    info.layers = p->layers;
+    info.kv_heads = p->kv_heads;
+    info.q_heads = p->kv_heads * p->group;
+    info.dim = p->dim;
+    info.tokens = context;
+    info.positions = positions;
+    info.first_query = context - positions;
+    FATHOM_TRY(fathom_source_info_check(&info));
+
+    synth *s = malloc(sizeof *s);
+    FATHOM_CHECK(!s, FATHOM_ERR_NOMEM, "out of memory for a synthetic source");
+    s->preset = p;
+    s->seed = seed;
+    uint64_t model_seed = 0xf47402u;
+    for (const char *c = p->name; *c; c++) model_seed = mix64(model_seed ^ (uint64_t)(unsigned char)*c);
+    s->model_seed = model_seed;
+    for (uint32_t i = 0; i < 65536; i++) s->gauss[i] = (float)inv_normal((i + 0.5) / 65536.0);
+    return fathom_source_new(out, &synth_ops, &info, s);
+}
