@@ -19,13 +19,16 @@
  * and subtracting 2^22 + 2^(t-1) leaves c + 0.5 - 2^(t-1) exactly.
  *
  * Exactness: khat = (c + 0.5 - 2^(t-1)) * (a / 2^(t-1)) is exact in float (5
- * and 11 significant bits) and each head adds fmaf(q, khat, acc) in
- * ascending channel order from 0: the operations of the CPU's AVX2+FMA kernel
- * (fathom_store_scan), so the scores are bit-identical to it. In a partial
- * last block that kernel adds unfused products, and so does this one. */
+ * and 11 significant bits), as is the CPU kernels' plane-by-plane form of
+ * the same value. The CPU kernels (fathom_store_scan, AVX2 and AVX-512) take
+ * the active channels in passes of up to 64 (index order), inside a pass by
+ * depth then index, add fmaf(q, khat, acc) per head from acc = 0 and add each
+ * pass's acc into the scores. This kernel keeps that order and those
+ * operations, so its scores are bit-identical to theirs. */
 #include "cuda_internal.cuh"
 
 #define SCAN_THREADS 256
+#define SCAN_PASS 64 /* active channels per pass, as the CPU kernels */
 
 /* bit i of the low byte of x -> bit 4i */
 static __device__ __forceinline__ uint32_t spread8(uint32_t x) {
@@ -45,9 +48,9 @@ struct scan_shape {
 };
 
 /* One lane's TOK tokens of block b over every active channel. */
-template <int G, bool UNFUSED, bool NIBBLE>
+template <int G, bool NIBBLE>
 static __device__ __forceinline__ void
-scan_lane(float (&acc)[scan_shape<G>::TOK][G], uint32_t active, const uint8_t *s_chan,
+scan_lane(float (&acc)[scan_shape<G>::TOK][G], uint32_t c0, uint32_t c1, const uint8_t *s_chan,
           const uint8_t *s_t, const float (*s_q)[FC_DIM], const uint64_t *planes,
           const uint16_t *scales, uint32_t nb, uint32_t b, uint32_t shift) {
     const int TOK = scan_shape<G>::TOK, WORDS = TOK / 8;
@@ -55,7 +58,11 @@ scan_lane(float (&acc)[scan_shape<G>::TOK][G], uint32_t active, const uint8_t *s
     for (int i = 0; i < TOK; i++)
 #pragma unroll
         for (int h = 0; h < G; h++) acc[i][h] = 0.0f;
-    for (uint32_t c = 0; c < active; c++) {
+#pragma unroll
+    for (int i = 0; i < TOK; i++)
+#pragma unroll
+        for (int h = 0; h < G; h++) acc[i][h] = 0.0f;
+    for (uint32_t c = c0; c < c1; c++) {
         const uint32_t j = s_chan[c], t = s_t[c];
         const uint64_t *w = planes + (size_t)j * FATHOM_PLANES * nb + b;
         uint64_t word[FATHOM_PLANES];
@@ -91,7 +98,7 @@ scan_lane(float (&acc)[scan_shape<G>::TOK][G], uint32_t active, const uint8_t *s
             const float x = __int_as_float(0x4A800001u | (code << 1)) - sub; /* c + 0.5 - 2^(t-1) */
             const float khat = x * a;
 #pragma unroll
-            for (int h = 0; h < G; h++) acc[i][h] = UNFUSED ? __fadd_rn(acc[i][h], __fmul_rn(s_q[h][c], khat)) : fmaf(s_q[h][c], khat, acc[i][h]);
+            for (int h = 0; h < G; h++) acc[i][h] = fmaf(s_q[h][c], khat, acc[i][h]);
         }
     }
 }
@@ -106,56 +113,83 @@ scan_planes_kernel(uint64_t n, uint32_t nb, const uint8_t *depths, const float *
     const int TOK = S::TOK;
     __shared__ uint8_t s_chan[FC_DIM], s_t[FC_DIM];
     __shared__ float s_q[G][FC_DIM];
-    __shared__ uint32_t s_warp_count[FC_DIM / 32];
     const uint32_t p = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    /* the active channels, ascending, with their depths and queries */
-    uint32_t t_mine = 0, ballot = 0;
+    /* the active channels in the CPU kernels' order: passes of up to 64 in
+     * index order, each bucketed by depth (stable) */
+    __shared__ uint8_t s_dep[FC_DIM];
+    __shared__ uint16_t s_rank[FC_DIM];
+    __shared__ uint32_t s_active;
+    uint32_t t_mine = 0, rank = 0;
     if (tid < FC_DIM) {
         t_mine = depths[(size_t)p * FC_DIM + tid];
-        ballot = __ballot_sync(0xffffffffu, t_mine > 0);
-        if (lane == 0) s_warp_count[warp] = __popc(ballot);
+        t_mine = t_mine > FATHOM_PLANES ? FATHOM_PLANES : t_mine;
+        s_dep[tid] = (uint8_t)t_mine;
+    }
+    __syncthreads();
+    if (tid < FC_DIM) {
+        for (uint32_t i = 0; i < tid; i++) rank += s_dep[i] > 0;
+        s_rank[tid] = (uint16_t)rank;
+        if (tid == FC_DIM - 1) s_active = rank + (t_mine > 0);
     }
     __syncthreads();
     if (tid < FC_DIM && t_mine > 0) {
-        uint32_t pos = __popc(ballot & ((1u << lane) - 1u));
-        for (uint32_t w = 0; w < warp; w++) pos += s_warp_count[w];
+        const uint32_t pass = rank / SCAN_PASS;
+        uint32_t pos = pass * SCAN_PASS;
+        for (uint32_t i = 0; i < FC_DIM; i++) {
+            const uint32_t ti = s_dep[i];
+            pos += ti > 0 && s_rank[i] / SCAN_PASS == pass && (ti < t_mine || (ti == t_mine && i < tid));
+        }
         s_chan[pos] = (uint8_t)tid;
-        s_t[pos] = (uint8_t)(t_mine > FATHOM_PLANES ? FATHOM_PLANES : t_mine);
-        for (int h = 0; h < G; h++) s_q[h][pos] = queries[((size_t)p * G + h) * FC_DIM + tid];
+        s_t[pos] = (uint8_t)t_mine;
     }
     __syncthreads();
-    const uint32_t active = s_warp_count[0] + s_warp_count[1] + s_warp_count[2] + s_warp_count[3];
+    const uint32_t active = s_active;
+    for (uint32_t i = tid; i < active * G; i += blockDim.x) {
+        const uint32_t c = i % active, h = i / active;
+        s_q[h][c] = queries[((size_t)p * G + h) * FC_DIM + s_chan[c]];
+    }
+    __syncthreads();
     const uint64_t *planes = resident ? problems[p].planes : stage + p * stage_words;
     const uint16_t *scales = resident ? problems[p].scales : stage_scales + (size_t)p * FC_DIM * nb;
     const uint32_t part = warp % S::PARTS, group = warp / S::PARTS;
     const uint32_t b = blockIdx.x * S::BLOCKS + group * 32 + lane;
     if (b >= nb) return;
-    const bool partial = (uint64_t)(b + 1) * 64 > n;
     const uint32_t shift = part * TOK;
-    float acc[TOK][G];
-    if (!partial)
-        scan_lane<G, false, NIBBLE>(acc, active, s_chan, s_t, s_q, planes, scales, nb, b, shift);
-    else
-        scan_lane<G, true, NIBBLE>(acc, active, s_chan, s_t, s_q, planes, scales, nb, b, shift);
     const uint64_t first = (uint64_t)b * 64 + shift;
+    float acc[TOK][G];
+    for (uint32_t c0 = 0; c0 < active; c0 += SCAN_PASS) {
+        const uint32_t c1 = active - c0 < SCAN_PASS ? active : c0 + SCAN_PASS;
+        scan_lane<G, NIBBLE>(acc, c0, c1, s_chan, s_t, s_q, planes, scales, nb, b, shift);
+        /* the first pass stores (0 + acc is acc), later passes add, as the CPU does */
+        const bool add = c0 > 0;
 #pragma unroll
-    for (int h = 0; h < G; h++) {
-        float *row = scores + ((size_t)p * G + h) * n + first;
-        if (first + TOK <= n && (((uintptr_t)row) & 15) == 0) {
+        for (int h = 0; h < G; h++) {
+            float *row = scores + ((size_t)p * G + h) * n + first;
+            if (first + TOK <= n && (((uintptr_t)row) & 15) == 0) {
 #pragma unroll
-            for (int i = 0; i < TOK; i += 4)
-                *(float4 *)(row + i) = make_float4(acc[i][h], acc[i + 1][h], acc[i + 2][h], acc[i + 3][h]);
-        } else {
+                for (int i = 0; i < TOK; i += 4) {
+                    float4 v = make_float4(acc[i][h], acc[i + 1][h], acc[i + 2][h], acc[i + 3][h]);
+                    if (add) {
+                        const float4 o = *(const float4 *)(row + i);
+                        v = make_float4(o.x + v.x, o.y + v.y, o.z + v.z, o.w + v.w);
+                    }
+                    *(float4 *)(row + i) = v;
+                }
+            } else {
 #pragma unroll
-            for (int i = 0; i < TOK; i++)
-                if (first + i < n) row[i] = acc[i][h];
+                for (int i = 0; i < TOK; i++)
+                    if (first + i < n) row[i] = add ? row[i] + acc[i][h] : acc[i][h];
+            }
         }
     }
+    if (active == 0) /* no channel read: every score is 0 */
+        for (int h = 0; h < G; h++)
+            for (int i = 0; i < TOK; i++)
+                if (first + i < n) scores[((size_t)p * G + h) * n + first + i] = 0.0f;
 }
 
 /* Dense scans. Landmarks: score of token i = q_h . mean(i / 8), one thread
- * per landmark row summing unfused float products in channel order, exactly
- * as fathom_landmarks_scan does. Oracle: q_h . k_i over bf16 keys, one warp
+ * per landmark row, with exactly the additions of fathom_landmarks_scan. Oracle: q_h . k_i over bf16 keys, one warp
  * per key (lane l holds channels 4l..4l+3), float products, butterfly sum. */
 template <int G>
 static __global__ void __launch_bounds__(256)
@@ -171,9 +205,13 @@ scan_landmarks_kernel(uint64_t n, uint64_t rows, const float *queries,
     for (uint64_t r = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows;
          r += (uint64_t)gridDim.x * blockDim.x) {
         const uint4 *row = (const uint4 *)(base + r * FC_DIM);
-        float acc[G];
+        /* fathom_landmarks_scan's order: 8 partial sums (channel j into sum
+         * j % 8), unfused, then (s0+s4 + s1+s5) + (s2+s6 + s3+s7) */
+        float part[G][8];
 #pragma unroll
-        for (int h = 0; h < G; h++) acc[h] = 0.0f;
+        for (int h = 0; h < G; h++)
+#pragma unroll
+            for (int e = 0; e < 8; e++) part[h][e] = 0.0f;
         for (int v = 0; v < FC_DIM / 8; v++) {
             const uint4 raw = row[v];
             const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
@@ -182,8 +220,16 @@ scan_landmarks_kernel(uint64_t n, uint64_t rows, const float *queries,
                 const uint16_t u = (uint16_t)(w[e / 2] >> (16 * (e & 1)));
                 const float x = __half2float(__ushort_as_half(u));
 #pragma unroll
-                for (int h = 0; h < G; h++) acc[h] = __fadd_rn(acc[h], __fmul_rn(s_q[h][v * 8 + e], x));
+                for (int h = 0; h < G; h++)
+                    part[h][e] = __fadd_rn(part[h][e], __fmul_rn(s_q[h][v * 8 + e], x));
             }
+        }
+        float acc[G];
+#pragma unroll
+        for (int h = 0; h < G; h++) {
+            const float s0 = __fadd_rn(part[h][0], part[h][4]), s1 = __fadd_rn(part[h][1], part[h][5]);
+            const float s2 = __fadd_rn(part[h][2], part[h][6]), s3 = __fadd_rn(part[h][3], part[h][7]);
+            acc[h] = __fadd_rn(__fadd_rn(s0, s1), __fadd_rn(s2, s3));
         }
         const uint64_t first = r * FATHOM_LANDMARK_TOKENS;
         for (uint64_t i = first; i < first + FATHOM_LANDMARK_TOKENS && i < n; i++)

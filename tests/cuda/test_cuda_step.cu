@@ -7,6 +7,9 @@
  * Argument checks run without a GPU; the rest exits 77 when none is present. */
 #include "check.h"
 #include "fathom_cuda.h"
+extern "C" {
+#include "store_internal.h"
+}
 
 #include <math.h>
 #include <stdint.h>
@@ -70,27 +73,40 @@ static uint32_t code_of(const uint64_t *planes, uint64_t nb, uint32_t j, uint64_
     return c;
 }
 
-/* The CPU plane kernel's arithmetic, written per token: ascending channels,
- * fused multiply-adds, unfused in a partial last block. */
+/* The CPU plane kernels' arithmetic, written per token: active channels in
+ * passes of 64 (index order), inside a pass by depth then index, fused
+ * multiply-adds from 0, each pass's sum added to the score. */
 static float ref_plane_score(const uint64_t *planes, const uint16_t *scales, uint64_t n, uint64_t i,
                              const uint8_t *depths, const float *q) {
     const uint64_t nb = (n + 63) / 64, b = i / 64;
-    const int partial = (b + 1) * 64 > n;
-    float acc = 0.0f;
-    for (uint32_t j = 0; j < DIM; j++) {
-        const uint32_t t = depths[j];
-        if (!t) continue;
-        const float half = (float)(1u << (t - 1));
-        const float val = ((float)(code_of(planes, nb, j, i) >> (4 - t)) + (0.5f - half)) *
-                          (fathom_f16_to_f32(scales[j * nb + b]) / half);
-        if (partial) {
-            volatile float prod = q[j] * val;
-            acc = acc + prod;
-        } else {
-            acc = fmaf(q[j], val, acc);
-        }
+    uint32_t active[DIM], count = 0;
+    for (uint32_t j = 0; j < DIM; j++)
+        if (depths[j]) active[count++] = j;
+    float score = 0.0f;
+    for (uint32_t first = 0; first < count; first += 64) {
+        float acc = 0.0f;
+        for (uint32_t t = 1; t <= 4; t++)
+            for (uint32_t c = first; c < count && c < first + 64; c++) {
+                const uint32_t j = active[c];
+                if (depths[j] != t) continue;
+                const float half = (float)(1u << (t - 1));
+                const float val = ((float)(code_of(planes, nb, j, i) >> (4 - t)) + (0.5f - half)) *
+                                  (fathom_f16_to_f32(scales[j * nb + b]) / half);
+                acc = fmaf(q[j], val, acc);
+            }
+        score = score + acc;
     }
-    return acc;
+    return score;
+}
+
+/* fathom_landmarks_scan's sum order: 8 partial sums, then pairs. */
+static float ref_landmark_score(const uint16_t *mean, const float *q) {
+    float part[8] = {0};
+    for (uint32_t j = 0; j < DIM; j++) {
+        volatile float prod = q[j] * fathom_f16_to_f32(mean[j]);
+        part[j % 8] = part[j % 8] + prod;
+    }
+    return ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
 }
 
 static float bf16_to_f32(uint16_t h) { return fathom_bf16_to_f32(h); }
@@ -259,6 +275,12 @@ static void run_case(const test_case *tc) {
     CUDA_OK(cudaMemcpy(scores, d_scores, (size_t)rows * n * 4, cudaMemcpyDeviceToHost));
 
     int depth_bad = 0, score_bad = 0, sel_bad = 0, out_bad = 0, union_bad = 0;
+    int layout_bad = 0, cpu_bad = 0, cpu_checked = 0;
+    /* the CPU kernels that fathom_store_scan picks on x86-64 with AVX2 or AVX-512 use fused
+     * multiply-adds, as the GPU does; the portable one does not (then a tolerance applies) */
+    const int cpu_exact = fathom_scan_kernel_available(FATHOM_SCAN_AVX2) ||
+                          fathom_scan_kernel_available(FATHOM_SCAN_AVX512);
+    float *cpu_scores = (float *)malloc((size_t)G * n * 4);
     double worst_rel = 0, worst_score = 0;
     uint64_t *work = (uint64_t *)malloc(fathom_select_work_size(n));
     uint32_t *want = (uint32_t *)malloc((size_t)tc->k * 4);
@@ -293,6 +315,35 @@ static void run_case(const test_case *tc) {
         }
         if (planes_scan)
             for (uint32_t j = 0; j < DIM; j++) depth_bad += depths[p * DIM + j] != wdepth[j];
+        if (tc->scan <= FATHOM_CUDA_SCAN_FIXED || tc->scan == FATHOM_CUDA_SCAN_LANDMARK) {
+            /* the CPU library on the same keys: the store's bytes are this test's layout, and
+             * fathom_store_scan / fathom_landmarks_scan give the GPU's scores */
+            if (tc->scan == FATHOM_CUDA_SCAN_LANDMARK) {
+                fathom_landmarks *lm = NULL;
+                CHECK_OK(fathom_landmarks_create(&lm, DIM));
+                CHECK_OK(fathom_landmarks_append(lm, h->keys_f, n));
+                CHECK_OK(fathom_landmarks_scan(lm, qg, G, n, cpu_scores, NULL));
+                fathom_landmarks_free(lm);
+            } else {
+                fathom_store *st = NULL;
+                CHECK_OK(fathom_store_create(&st, DIM, (uint32_t)nb, NULL));
+                CHECK_OK(fathom_store_append(st, h->keys_f, n));
+                fathom_segment_view view;
+                CHECK_OK(fathom_store_segment(st, 0, &view));
+                layout_bad += memcmp(view.planes, h->planes, nb * DIM * 32) != 0;
+                layout_bad += memcmp(view.scales, h->scales, nb * DIM * 2) != 0;
+                CHECK_OK(fathom_store_scan(st, wdepth, qg, G, n, cpu_scores, NULL));
+                fathom_store_free(st);
+            }
+            for (uint64_t i = 0; i < (uint64_t)G * n; i++) {
+                const float g = scores[(size_t)p * G * n + i], c = cpu_scores[i];
+                cpu_checked++;
+                if (cpu_exact || tc->scan == FATHOM_CUDA_SCAN_LANDMARK)
+                    cpu_bad += memcmp(&g, &c, 4) != 0;
+                else
+                    cpu_bad += !(fabsf(g - c) <= 1e-5f * (1.0f + fabsf(c)));
+            }
+        }
         {
             /* the fetch moved exactly the union of the group's winners */
             const uint32_t *sets[FATHOM_CUDA_MAX_GROUP];
@@ -314,12 +365,8 @@ static void run_case(const test_case *tc) {
                     ref = ref_plane_score(h->planes, h->scales, n, i, wdepth, q);
                     score_bad += memcmp(&ref, &sc[i], 4) != 0;
                 } else if (tc->scan == FATHOM_CUDA_SCAN_LANDMARK) {
-                    float acc = 0.0f;
-                    for (uint32_t j = 0; j < DIM; j++) {
-                        volatile float prod = q[j] * fathom_f16_to_f32(h->landmarks[(i / 8) * DIM + j]);
-                        acc = acc + prod;
-                    }
-                    score_bad += memcmp(&acc, &sc[i], 4) != 0;
+                    const float ref = ref_landmark_score(h->landmarks + (i / 8) * DIM, q);
+                    score_bad += memcmp(&ref, &sc[i], 4) != 0;
                 } else {
                     /* oracle: float products summed in another order; tolerance
                      * 1e-5 of sum |q_j k_j| covers float rounding of 128 terms */
@@ -359,9 +406,13 @@ static void run_case(const test_case *tc) {
             if (!(rel <= worst_rel)) worst_rel = rel;
         }
     }
-    printf("%-34s depths %d bad, scores %d bad (worst %.2g), selections %d bad, unions %d bad, "
-           "out %d bad, worst rel %.2g\n", tc->name, depth_bad, score_bad, worst_score, sel_bad,
-           union_bad, out_bad, worst_rel);
+    printf("%-34s depths %d bad, scores %d bad (worst %.2g), vs CPU library %d of %d bad%s, "
+           "layout %d bad, selections %d bad, unions %d bad, out %d bad, worst rel %.2g\n",
+           tc->name, depth_bad, score_bad, worst_score, cpu_bad, cpu_checked,
+           cpu_exact ? " (bit-exact)" : " (tolerance)", layout_bad, sel_bad, union_bad, out_bad,
+           worst_rel);
+    CHECK(cpu_bad == 0);
+    CHECK(layout_bad == 0);
     CHECK(union_bad == 0);
     CHECK(depth_bad == 0);
     CHECK(score_bad == 0);
@@ -370,7 +421,7 @@ static void run_case(const test_case *tc) {
     /* double accumulation on both sides; float output: a few ulp */
     CHECK(worst_rel <= 1e-6);
 
-    free(uni); free(out); free(sel); free(cnt); free(depths); free(scores); free(work); free(want); free(kf); free(vf);
+    free(cpu_scores); free(uni); free(out); free(sel); free(cnt); free(depths); free(scores); free(work); free(want); free(kf); free(vf);
     CUDA_OK(cudaStreamDestroy(stream));
     void *dev[] = {ws, d_probs, d_q, d_var, d_fixed, d_out, d_sel, d_cnt, d_depths, d_scores, d_uni};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CUDA_OK(cudaFree(dev[i]));
