@@ -46,7 +46,8 @@ typedef enum fathom_status {
     FATHOM_ERR_NONFINITE = -5,   /* NaN or infinity in an input that needs finite values */
     FATHOM_ERR_UNSUPPORTED = -6, /* valid but not handled (dtype, quant type, ...) */
     FATHOM_ERR_NUMERIC = -7,     /* LAPACK or another numeric routine failed */
-    FATHOM_ERR_STATE = -8        /* the object is not in a state that allows the call */
+    FATHOM_ERR_STATE = -8,       /* the object is not in a state that allows the call */
+    FATHOM_ERR_DEVICE = -9       /* a CUDA call failed or no device is present (fathom_cuda.h) */
 } fathom_status;
 
 /* Fixed name of a status code, e.g. "invalid argument". Never NULL. */

@@ -38,11 +38,6 @@
 extern "C" {
 #endif
 
-/* A CUDA runtime call failed (the message names it). Not in fathom.h's enum
- * so the CPU library stays free of CUDA; fathom_status_name() calls it
- * "unknown status". */
-#define FATHOM_ERR_DEVICE (-9)
-
 #define FATHOM_CUDA_DIM 128     /* head dimension the kernels are built for */
 #define FATHOM_CUDA_MAX_GROUP 8 /* query heads per KV head */
 #define FATHOM_CUDA_MAX_K 1024  /* selection size per query head */
