@@ -21,13 +21,19 @@ static int check_config(const fathom_cuda_config *c) {
                      c->sink, c->local, c->k);
     FATHOM_CHECK_ARG((uint64_t)c->group * c->k <= 4096, "group*k %u exceeds 4096",
                      c->group * c->k);
-    FATHOM_CHECK_ARG(c->scan >= FATHOM_CUDA_SCAN_WATER_FILL && c->scan <= FATHOM_CUDA_SCAN_NIBBLE4,
-                     "unknown scan kind %d", (int)c->scan);
-    FATHOM_CHECK_ARG(c->transport >= FATHOM_CUDA_GATHER_KERNEL &&
-                         c->transport <= FATHOM_CUDA_RESIDENT,
-                     "unknown transport %d", (int)c->transport);
-    FATHOM_CHECK_ARG(c->key_rows == FATHOM_CUDA_KEYS_BF16 || c->key_rows == FATHOM_CUDA_KEYS_PLANES,
-                     "unknown key rows %d", (int)c->key_rows);
+    /* Enum fields are read as plain ints: in C++ loading an enum that holds
+     * an undeclared value is undefined, and a bad value is exactly what this
+     * check is for. */
+    int scan_v, transport_v, key_rows_v;
+    memcpy(&scan_v, &c->scan, sizeof scan_v);
+    memcpy(&transport_v, &c->transport, sizeof transport_v);
+    memcpy(&key_rows_v, &c->key_rows, sizeof key_rows_v);
+    FATHOM_CHECK_ARG(scan_v >= FATHOM_CUDA_SCAN_WATER_FILL && scan_v <= FATHOM_CUDA_SCAN_NIBBLE4,
+                     "unknown scan kind %d", scan_v);
+    FATHOM_CHECK_ARG(transport_v >= FATHOM_CUDA_GATHER_KERNEL && transport_v <= FATHOM_CUDA_RESIDENT,
+                     "unknown transport %d", transport_v);
+    FATHOM_CHECK_ARG(key_rows_v == FATHOM_CUDA_KEYS_BF16 || key_rows_v == FATHOM_CUDA_KEYS_PLANES,
+                     "unknown key rows %d", key_rows_v);
     if (c->scan == FATHOM_CUDA_SCAN_WATER_FILL)
         FATHOM_CHECK_ARG(c->param >= 1 && c->param <= FATHOM_PLANES * FC_DIM,
                          "water-fill budget %u not in 1..%d", c->param, FATHOM_PLANES * FC_DIM);
