@@ -46,7 +46,8 @@ typedef enum fathom_status {
     FATHOM_ERR_NONFINITE = -5,   /* NaN or infinity in an input that needs finite values */
     FATHOM_ERR_UNSUPPORTED = -6, /* valid but not handled (dtype, quant type, ...) */
     FATHOM_ERR_NUMERIC = -7,     /* LAPACK or another numeric routine failed */
-    FATHOM_ERR_STATE = -8        /* the object is not in a state that allows the call */
+    FATHOM_ERR_STATE = -8,       /* the object is not in a state that allows the call */
+    FATHOM_ERR_DEVICE = -9       /* a CUDA call failed or no device is present (fathom_cuda.h) */
 } fathom_status;
 
 /* Fixed name of a status code, e.g. "invalid argument". Never NULL. */
@@ -402,188 +403,6 @@ int fathom_eval_run(const fathom_source *src, const fathom_method *methods, uint
                     const fathom_eval_config *config, fathom_method_result *results);
 
 /* ===================================================================== *
- * gguf — a GGUF (v2, v3) reader and ggml dequantization
- * ===================================================================== */
-
-/*
- * The file is mapped read-only, never copied: tensor data pointers point
- * into the mapping. Keys, tensor names and string values are copied once
- * into NUL-terminated storage owned by the fathom_gguf. The file is treated
- * as hostile: every count, length, dimension, type, offset and alignment is
- * checked (overflow-safe) against the file size before use, duplicate keys
- * and tensor names are rejected, tensors must lie inside the data section
- * without overlapping, and any violation is FATHOM_ERR_FORMAT.
- * Everything returned stays valid until fathom_gguf_close().
- */
-
-/* ggml tensor types; values are ggml's numbering (ggml.h). Missing numbers
- * (4, 5, 31-33, 36-38) were removed from ggml and are rejected. */
-typedef enum fathom_ggml_type {
-    FATHOM_GGML_TYPE_F32 = 0,
-    FATHOM_GGML_TYPE_F16 = 1,
-    FATHOM_GGML_TYPE_Q4_0 = 2,
-    FATHOM_GGML_TYPE_Q4_1 = 3,
-    FATHOM_GGML_TYPE_Q5_0 = 6,
-    FATHOM_GGML_TYPE_Q5_1 = 7,
-    FATHOM_GGML_TYPE_Q8_0 = 8,
-    FATHOM_GGML_TYPE_Q8_1 = 9,
-    FATHOM_GGML_TYPE_Q2_K = 10,
-    FATHOM_GGML_TYPE_Q3_K = 11,
-    FATHOM_GGML_TYPE_Q4_K = 12,
-    FATHOM_GGML_TYPE_Q5_K = 13,
-    FATHOM_GGML_TYPE_Q6_K = 14,
-    FATHOM_GGML_TYPE_Q8_K = 15,
-    FATHOM_GGML_TYPE_IQ2_XXS = 16,
-    FATHOM_GGML_TYPE_IQ2_XS = 17,
-    FATHOM_GGML_TYPE_IQ3_XXS = 18,
-    FATHOM_GGML_TYPE_IQ1_S = 19,
-    FATHOM_GGML_TYPE_IQ4_NL = 20,
-    FATHOM_GGML_TYPE_IQ3_S = 21,
-    FATHOM_GGML_TYPE_IQ2_S = 22,
-    FATHOM_GGML_TYPE_IQ4_XS = 23,
-    FATHOM_GGML_TYPE_I8 = 24,
-    FATHOM_GGML_TYPE_I16 = 25,
-    FATHOM_GGML_TYPE_I32 = 26,
-    FATHOM_GGML_TYPE_I64 = 27,
-    FATHOM_GGML_TYPE_F64 = 28,
-    FATHOM_GGML_TYPE_IQ1_M = 29,
-    FATHOM_GGML_TYPE_BF16 = 30,
-    FATHOM_GGML_TYPE_TQ1_0 = 34,
-    FATHOM_GGML_TYPE_TQ2_0 = 35,
-    FATHOM_GGML_TYPE_MXFP4 = 39,
-    FATHOM_GGML_TYPE_NVFP4 = 40,
-    FATHOM_GGML_TYPE_Q1_0 = 41,
-    FATHOM_GGML_TYPE_COUNT = 42
-} fathom_ggml_type;
-
-/* Block layout of a type: elements per block and bytes per block (1 and the
- * element size for plain types). FATHOM_ERR_UNSUPPORTED for an id ggml does
- * not define; NULL outputs are skipped. */
-int fathom_ggml_type_block(fathom_ggml_type type, uint32_t *block_elements, uint32_t *block_bytes);
-/* Lower-case ggml name ("q4_1", "f32"); "unknown" for other ids. */
-const char *fathom_ggml_type_name(fathom_ggml_type type);
-/* Bytes of n_elements of type: FATHOM_ERR_INVALID_ARG unless n_elements is a
- * multiple of the block size and the size fits in 64 bits. */
-int fathom_ggml_row_bytes(fathom_ggml_type type, uint64_t n_elements, uint64_t *bytes);
-/* Decode n_elements (a multiple of the block size) from src into dst as
- * float32, exactly as ggml's reference dequantization does (same float
- * operations in the same order). src needs at least
- * fathom_ggml_row_bytes(type, n_elements) bytes (src_bytes says how many it
- * has; more is fine) and may be unaligned. Implemented: F32, F16, BF16,
- * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; FATHOM_ERR_UNSUPPORTED for
- * other types. NaN/inf in the data (or in a block scale) pass through. */
-int fathom_dequantize(fathom_ggml_type type, const void *src, uint64_t src_bytes,
-                      uint64_t n_elements, float *dst);
-
-/* GGUF metadata value types (numbering of the format). */
-typedef enum fathom_gguf_type {
-    FATHOM_GGUF_UINT8 = 0,
-    FATHOM_GGUF_INT8 = 1,
-    FATHOM_GGUF_UINT16 = 2,
-    FATHOM_GGUF_INT16 = 3,
-    FATHOM_GGUF_UINT32 = 4,
-    FATHOM_GGUF_INT32 = 5,
-    FATHOM_GGUF_FLOAT32 = 6,
-    FATHOM_GGUF_BOOL = 7,
-    FATHOM_GGUF_STRING = 8,
-    FATHOM_GGUF_ARRAY = 9,
-    FATHOM_GGUF_UINT64 = 10,
-    FATHOM_GGUF_INT64 = 11,
-    FATHOM_GGUF_FLOAT64 = 12
-} fathom_gguf_type;
-
-#define FATHOM_GGUF_MAX_DIMS 4
-#define FATHOM_GGUF_DEFAULT_ALIGNMENT 32
-#define FATHOM_GGUF_MAX_NESTING 8 /* arrays of arrays deeper than this are rejected */
-
-typedef struct fathom_gguf fathom_gguf;
-
-/* A view of one metadata value (or array element), filled by the calls
- * below; valid until fathom_gguf_close(). Read scalars with the typed
- * getters, array elements with fathom_gguf_array_get(). */
-typedef struct fathom_gguf_value {
-    fathom_gguf_type type;
-    fathom_gguf_type elem_type; /* ARRAY: type of its elements */
-    uint64_t count;             /* ARRAY: number of elements; STRING: bytes, no NUL */
-    const char *string;         /* STRING: NUL-terminated copy (may hold NULs before count) */
-    union {
-        uint64_t u;
-        int64_t i;
-        double f;
-    } number_;           /* private: integer/bool scalars widened, floats as double */
-    const void *array_;  /* private */
-} fathom_gguf_value;
-
-typedef struct fathom_gguf_tensor_info {
-    const char *name;          /* NUL-terminated */
-    fathom_ggml_type type;
-    uint32_t n_dims;           /* 0..4 */
-    uint64_t dims[FATHOM_GGUF_MAX_DIMS]; /* ggml "ne" order: dims[0] varies fastest; unused = 1 */
-    uint64_t n_elements;
-    uint64_t offset;           /* from the start of the file (aligned) */
-    uint64_t bytes;            /* fathom_ggml_row_bytes(type, n_elements) */
-    const void *data;          /* into the mapping: bytes readable bytes */
-} fathom_gguf_tensor_info;
-
-/* Map and parse a GGUF v2 or v3 file. FATHOM_ERR_IO if it cannot be opened
- * or mapped, FATHOM_ERR_FORMAT (with the byte offset in the message) for
- * anything malformed. */
-int fathom_gguf_open(fathom_gguf **out, const char *path);
-void fathom_gguf_close(fathom_gguf *gguf); /* NULL is fine */
-
-uint32_t fathom_gguf_version(const fathom_gguf *gguf);     /* 2 or 3; 0 for NULL */
-uint64_t fathom_gguf_alignment(const fathom_gguf *gguf);   /* general.alignment or 32 */
-uint64_t fathom_gguf_data_offset(const fathom_gguf *gguf); /* file offset of the data section */
-uint64_t fathom_gguf_file_size(const fathom_gguf *gguf);
-
-/* Metadata, in file order. */
-uint64_t fathom_gguf_kv_count(const fathom_gguf *gguf);
-/* Key and value of entry index (< kv_count); either output may be NULL. */
-int fathom_gguf_kv_at(const fathom_gguf *gguf, uint64_t index, const char **key,
-                      fathom_gguf_value *value);
-/* Index of key, or -1 when absent (or gguf/key NULL). O(log n). */
-int64_t fathom_gguf_find_key(const fathom_gguf *gguf, const char *key);
-/* Value of key; FATHOM_ERR_FORMAT when the file lacks it. */
-int fathom_gguf_get(const fathom_gguf *gguf, const char *key, fathom_gguf_value *value);
-
-/* Typed reads of a value. Integer getters accept any integer type whose
- * value fits the result; float getters accept FLOAT32 and FLOAT64 (FLOAT64 is
- * rounded to float for _f32); bool and string need exactly BOOL / STRING.
- * Anything else is FATHOM_ERR_FORMAT (the file has the wrong type). */
-int fathom_gguf_value_u32(const fathom_gguf_value *value, uint32_t *out);
-int fathom_gguf_value_i32(const fathom_gguf_value *value, int32_t *out);
-int fathom_gguf_value_u64(const fathom_gguf_value *value, uint64_t *out);
-int fathom_gguf_value_i64(const fathom_gguf_value *value, int64_t *out);
-int fathom_gguf_value_f32(const fathom_gguf_value *value, float *out);
-int fathom_gguf_value_f64(const fathom_gguf_value *value, double *out);
-int fathom_gguf_value_bool(const fathom_gguf_value *value, int *out); /* 0 or 1 */
-/* len may be NULL. */
-int fathom_gguf_value_string(const fathom_gguf_value *value, const char **str, uint64_t *len);
-/* Element index (< value->count) of an ARRAY value; FATHOM_ERR_INVALID_ARG
- * if value is not an array or index is out of range. */
-int fathom_gguf_array_get(const fathom_gguf_value *array, uint64_t index, fathom_gguf_value *elem);
-
-/* Shorthands: fathom_gguf_get() then the typed getter. */
-int fathom_gguf_get_u32(const fathom_gguf *gguf, const char *key, uint32_t *out);
-int fathom_gguf_get_i32(const fathom_gguf *gguf, const char *key, int32_t *out);
-int fathom_gguf_get_u64(const fathom_gguf *gguf, const char *key, uint64_t *out);
-int fathom_gguf_get_f32(const fathom_gguf *gguf, const char *key, float *out);
-int fathom_gguf_get_bool(const fathom_gguf *gguf, const char *key, int *out);
-int fathom_gguf_get_string(const fathom_gguf *gguf, const char *key, const char **str,
-                           uint64_t *len);
-/* An ARRAY whose elements have type elem_type, else FATHOM_ERR_FORMAT. */
-int fathom_gguf_get_array(const fathom_gguf *gguf, const char *key, fathom_gguf_type elem_type,
-                          fathom_gguf_value *array);
-
-/* Tensors, in file order. */
-uint64_t fathom_gguf_tensor_count(const fathom_gguf *gguf);
-int fathom_gguf_tensor_at(const fathom_gguf *gguf, uint64_t index, fathom_gguf_tensor_info *info);
-/* Index of the tensor called name, or -1 when absent (or arguments NULL). */
-int64_t fathom_gguf_find_tensor(const fathom_gguf *gguf, const char *name);
-/* Info of the tensor called name; FATHOM_ERR_FORMAT when the file lacks it. */
-int fathom_gguf_tensor(const fathom_gguf *gguf, const char *name, fathom_gguf_tensor_info *info);
-
-/* ===================================================================== *
  * tokenizer — GPT-2 style byte-level BPE (SmolLM2 and kin)
  * ===================================================================== */
 
@@ -688,6 +507,193 @@ int32_t fathom_tokenizer_bos(const fathom_tokenizer *tok);         /* -1: none *
 int32_t fathom_tokenizer_eos(const fathom_tokenizer *tok);         /* -1: none */
 /* The fathom_token_type of id, or FATHOM_ERR_INVALID_ARG. */
 int fathom_tokenizer_token_type(const fathom_tokenizer *tok, int32_t id);
+
+/* ===================================================================== *
+ * gguf — a GGUF (v2, v3) reader and ggml dequantization
+ * ===================================================================== */
+
+/*
+ * The file is mapped read-only, never copied: tensor data pointers point
+ * into the mapping. Keys, tensor names and string values are copied once
+ * into NUL-terminated storage owned by the fathom_gguf. The file is treated
+ * as hostile: every count, length, dimension, type, offset and alignment is
+ * checked (overflow-safe) against the file size before use, empty or
+ * duplicate keys and tensor names (and names holding a NUL byte) are
+ * rejected, arrays nest at most FATHOM_GGUF_MAX_NESTING deep, tensors must
+ * be aligned and lie inside the data section without overlapping, and any
+ * violation is FATHOM_ERR_FORMAT.
+ * Everything returned stays valid until fathom_gguf_close(); an open file is
+ * read-only, so any number of threads may query it at once. The mapping
+ * assumes nobody truncates the file while it is open.
+ */
+
+/* ggml tensor types; values are ggml's numbering (ggml.h). Missing numbers
+ * (4, 5, 31-33, 36-38) were removed from ggml and are rejected. */
+typedef enum fathom_ggml_type {
+    FATHOM_GGML_TYPE_F32 = 0,
+    FATHOM_GGML_TYPE_F16 = 1,
+    FATHOM_GGML_TYPE_Q4_0 = 2,
+    FATHOM_GGML_TYPE_Q4_1 = 3,
+    FATHOM_GGML_TYPE_Q5_0 = 6,
+    FATHOM_GGML_TYPE_Q5_1 = 7,
+    FATHOM_GGML_TYPE_Q8_0 = 8,
+    FATHOM_GGML_TYPE_Q8_1 = 9,
+    FATHOM_GGML_TYPE_Q2_K = 10,
+    FATHOM_GGML_TYPE_Q3_K = 11,
+    FATHOM_GGML_TYPE_Q4_K = 12,
+    FATHOM_GGML_TYPE_Q5_K = 13,
+    FATHOM_GGML_TYPE_Q6_K = 14,
+    FATHOM_GGML_TYPE_Q8_K = 15,
+    FATHOM_GGML_TYPE_IQ2_XXS = 16,
+    FATHOM_GGML_TYPE_IQ2_XS = 17,
+    FATHOM_GGML_TYPE_IQ3_XXS = 18,
+    FATHOM_GGML_TYPE_IQ1_S = 19,
+    FATHOM_GGML_TYPE_IQ4_NL = 20,
+    FATHOM_GGML_TYPE_IQ3_S = 21,
+    FATHOM_GGML_TYPE_IQ2_S = 22,
+    FATHOM_GGML_TYPE_IQ4_XS = 23,
+    FATHOM_GGML_TYPE_I8 = 24,
+    FATHOM_GGML_TYPE_I16 = 25,
+    FATHOM_GGML_TYPE_I32 = 26,
+    FATHOM_GGML_TYPE_I64 = 27,
+    FATHOM_GGML_TYPE_F64 = 28,
+    FATHOM_GGML_TYPE_IQ1_M = 29,
+    FATHOM_GGML_TYPE_BF16 = 30,
+    FATHOM_GGML_TYPE_TQ1_0 = 34,
+    FATHOM_GGML_TYPE_TQ2_0 = 35,
+    FATHOM_GGML_TYPE_MXFP4 = 39,
+    FATHOM_GGML_TYPE_NVFP4 = 40,
+    FATHOM_GGML_TYPE_Q1_0 = 41,
+    FATHOM_GGML_TYPE_COUNT = 42
+} fathom_ggml_type;
+
+/* Block layout of a type: elements per block and bytes per block (1 and the
+ * element size for plain types). FATHOM_ERR_UNSUPPORTED for an id ggml does
+ * not define; NULL outputs are skipped. */
+int fathom_ggml_type_block(fathom_ggml_type type, uint32_t *block_elements, uint32_t *block_bytes);
+/* Lower-case ggml name ("q4_1", "f32"); "unknown" for other ids. */
+const char *fathom_ggml_type_name(fathom_ggml_type type);
+/* Bytes of n_elements of type: FATHOM_ERR_INVALID_ARG unless n_elements is a
+ * multiple of the block size and the size fits in 64 bits. */
+int fathom_ggml_row_bytes(fathom_ggml_type type, uint64_t n_elements, uint64_t *bytes);
+/* Decode n_elements (a multiple of the block size) from src into dst as
+ * float32, exactly as ggml's reference dequantization does (same float
+ * operations in the same order). src needs at least
+ * fathom_ggml_row_bytes(type, n_elements) bytes (src_bytes says how many it
+ * has; more is fine) and may be unaligned. Implemented: F32, F16, BF16,
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K;
+ * FATHOM_ERR_UNSUPPORTED for other types. NaN/inf in the data (or in a block scale) pass through. */
+int fathom_dequantize(fathom_ggml_type type, const void *src, uint64_t src_bytes,
+                      uint64_t n_elements, float *dst);
+
+/* GGUF metadata value types (numbering of the format). */
+typedef enum fathom_gguf_type {
+    FATHOM_GGUF_UINT8 = 0,
+    FATHOM_GGUF_INT8 = 1,
+    FATHOM_GGUF_UINT16 = 2,
+    FATHOM_GGUF_INT16 = 3,
+    FATHOM_GGUF_UINT32 = 4,
+    FATHOM_GGUF_INT32 = 5,
+    FATHOM_GGUF_FLOAT32 = 6,
+    FATHOM_GGUF_BOOL = 7,
+    FATHOM_GGUF_STRING = 8,
+    FATHOM_GGUF_ARRAY = 9,
+    FATHOM_GGUF_UINT64 = 10,
+    FATHOM_GGUF_INT64 = 11,
+    FATHOM_GGUF_FLOAT64 = 12
+} fathom_gguf_type;
+
+#define FATHOM_GGUF_MAX_DIMS 4
+#define FATHOM_GGUF_DEFAULT_ALIGNMENT 32
+#define FATHOM_GGUF_MAX_NESTING 8 /* arrays of arrays deeper than this are rejected */
+
+typedef struct fathom_gguf fathom_gguf;
+
+/* A view of one metadata value (or array element), filled by the calls
+ * below; valid until fathom_gguf_close(). Read scalars with the typed
+ * getters, array elements with fathom_gguf_array_get(). */
+typedef struct fathom_gguf_value {
+    fathom_gguf_type type;
+    fathom_gguf_type elem_type; /* ARRAY: type of its elements */
+    uint64_t count;             /* ARRAY: number of elements; STRING: bytes, no NUL */
+    const char *string;         /* STRING: NUL-terminated copy (may hold NULs before count) */
+    union {
+        uint64_t u;
+        int64_t i;
+        double f;
+    } number_;           /* private: integer/bool scalars widened, floats as double */
+    const void *array_;  /* private */
+} fathom_gguf_value;
+
+typedef struct fathom_gguf_tensor_info {
+    const char *name;          /* NUL-terminated */
+    fathom_ggml_type type;
+    uint32_t n_dims;           /* 0..4 */
+    uint64_t dims[FATHOM_GGUF_MAX_DIMS]; /* ggml "ne" order: dims[0] varies fastest; unused = 1 */
+    uint64_t n_elements;
+    uint64_t offset;           /* from the start of the file (aligned) */
+    uint64_t bytes;            /* fathom_ggml_row_bytes(type, n_elements) */
+    const void *data;          /* into the mapping: bytes readable bytes */
+} fathom_gguf_tensor_info;
+
+/* Map and parse a GGUF v2 or v3 file. FATHOM_ERR_IO if it cannot be opened
+ * or mapped, FATHOM_ERR_FORMAT (with the byte offset in the message) for
+ * anything malformed. */
+int fathom_gguf_open(fathom_gguf **out, const char *path);
+void fathom_gguf_close(fathom_gguf *gguf); /* NULL is fine */
+
+uint32_t fathom_gguf_version(const fathom_gguf *gguf);     /* 2 or 3; 0 for NULL */
+uint64_t fathom_gguf_alignment(const fathom_gguf *gguf);   /* general.alignment or 32 */
+/* File offset of the data section (past the end for a file without tensors). */
+uint64_t fathom_gguf_data_offset(const fathom_gguf *gguf);
+uint64_t fathom_gguf_file_size(const fathom_gguf *gguf);
+
+/* Metadata, in file order. */
+uint64_t fathom_gguf_kv_count(const fathom_gguf *gguf);
+/* Key and value of entry index (< kv_count); either output may be NULL. */
+int fathom_gguf_kv_at(const fathom_gguf *gguf, uint64_t index, const char **key,
+                      fathom_gguf_value *value);
+/* Index of key, or -1 when absent (or gguf/key NULL). O(log n). */
+int64_t fathom_gguf_find_key(const fathom_gguf *gguf, const char *key);
+/* Value of key; FATHOM_ERR_FORMAT when the file lacks it. */
+int fathom_gguf_get(const fathom_gguf *gguf, const char *key, fathom_gguf_value *value);
+
+/* Typed reads of a value. Integer getters accept any integer type whose
+ * value fits the result; float getters accept FLOAT32 and FLOAT64 (FLOAT64 is
+ * rounded to float for _f32); bool and string need exactly BOOL / STRING.
+ * Anything else is FATHOM_ERR_FORMAT (the file has the wrong type). */
+int fathom_gguf_value_u32(const fathom_gguf_value *value, uint32_t *out);
+int fathom_gguf_value_i32(const fathom_gguf_value *value, int32_t *out);
+int fathom_gguf_value_u64(const fathom_gguf_value *value, uint64_t *out);
+int fathom_gguf_value_i64(const fathom_gguf_value *value, int64_t *out);
+int fathom_gguf_value_f32(const fathom_gguf_value *value, float *out);
+int fathom_gguf_value_f64(const fathom_gguf_value *value, double *out);
+int fathom_gguf_value_bool(const fathom_gguf_value *value, int *out); /* 0 or 1 */
+/* len may be NULL. */
+int fathom_gguf_value_string(const fathom_gguf_value *value, const char **str, uint64_t *len);
+/* Element index (< value->count) of an ARRAY value; FATHOM_ERR_INVALID_ARG
+ * if value is not an array or index is out of range. */
+int fathom_gguf_array_get(const fathom_gguf_value *array, uint64_t index, fathom_gguf_value *elem);
+
+/* Shorthands: fathom_gguf_get() then the typed getter. */
+int fathom_gguf_get_u32(const fathom_gguf *gguf, const char *key, uint32_t *out);
+int fathom_gguf_get_i32(const fathom_gguf *gguf, const char *key, int32_t *out);
+int fathom_gguf_get_u64(const fathom_gguf *gguf, const char *key, uint64_t *out);
+int fathom_gguf_get_f32(const fathom_gguf *gguf, const char *key, float *out);
+int fathom_gguf_get_bool(const fathom_gguf *gguf, const char *key, int *out);
+int fathom_gguf_get_string(const fathom_gguf *gguf, const char *key, const char **str,
+                           uint64_t *len);
+/* An ARRAY whose elements have type elem_type, else FATHOM_ERR_FORMAT. */
+int fathom_gguf_get_array(const fathom_gguf *gguf, const char *key, fathom_gguf_type elem_type,
+                          fathom_gguf_value *array);
+
+/* Tensors, in file order. */
+uint64_t fathom_gguf_tensor_count(const fathom_gguf *gguf);
+int fathom_gguf_tensor_at(const fathom_gguf *gguf, uint64_t index, fathom_gguf_tensor_info *info);
+/* Index of the tensor called name, or -1 when absent (or arguments NULL). */
+int64_t fathom_gguf_find_tensor(const fathom_gguf *gguf, const char *name);
+/* Info of the tensor called name; FATHOM_ERR_FORMAT when the file lacks it. */
+int fathom_gguf_tensor(const fathom_gguf *gguf, const char *name, fathom_gguf_tensor_info *info);
 
 /* ===================================================================== *
  * model — a Llama-family decoder (SmolLM2; Qwen3 with QK-norm) from a

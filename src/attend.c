@@ -13,6 +13,19 @@
 
 #define ATTEND_STACK_DIM 512
 
+/* q.k in double with eight partial sums: a fixed order (deterministic) that
+ * the compiler can keep in vector registers. */
+FATHOM_SIMD_CLONES
+static double dot_double(const float *q, const float *k, uint32_t dim) {
+    double part[8] = {0};
+    uint32_t c = 0;
+    for (; c + 8 <= dim; c += 8)
+        for (uint32_t l = 0; l < 8; l++) part[l] += (double)q[c + l] * k[c + l];
+    double s = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    for (; c < dim; c++) s += (double)q[c] * k[c];
+    return s;
+}
+
 int fathom_attend(uint32_t dim, const float *query, const float *keys, const float *values,
                   const uint32_t *idx, uint64_t count, float *out) {
     FATHOM_CHECK_ARG(dim > 0, "fathom_attend: dim is 0");
@@ -34,9 +47,7 @@ int fathom_attend(uint32_t dim, const float *query, const float *keys, const flo
         uint64_t row = idx ? idx[r] : r;
         const float *k = keys + row * dim;
         const float *v = values + row * dim;
-        double s = 0.0;
-        for (uint32_t c = 0; c < dim; c++) s += (double)query[c] * k[c];
-        s *= scale;
+        double s = dot_double(query, k, dim) * scale;
         if (!isfinite(s)) {
             status = fathom_fail(FATHOM_ERR_NONFINITE, "fathom_attend: score of row %llu is not finite",
                                  (unsigned long long)row);

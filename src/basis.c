@@ -102,6 +102,21 @@ static int column_cmp(const void *pa, const void *pb) {
     return (a->index > b->index) - (a->index < b->index);
 }
 
+/* cov (upper triangle, column-major) += sum over keys of centered outer
+ * products: the rank-1 updates vectorize along each column. */
+FATHOM_SIMD_CLONES
+static void accumulate_covariance(const float *keys, uint64_t n_keys, uint64_t d, const double *mean,
+                                  double *centered, double *cov) {
+    for (uint64_t r = 0; r < n_keys; r++) {
+        for (uint64_t i = 0; i < d; i++) centered[i] = (double)keys[r * d + i] - mean[i];
+        for (uint64_t c = 0; c < d; c++) {
+            double xc = centered[c];
+            double *col = cov + c * d;
+            for (uint64_t i = 0; i <= c; i++) col[i] += centered[i] * xc;
+        }
+    }
+}
+
 int fathom_basis_fit(fathom_basis **out, uint32_t dim, const float *keys, uint64_t n_keys,
                      const float *queries, uint64_t n_queries) {
     FATHOM_CHECK_ARG(out, "basis_fit: out is NULL");
@@ -144,14 +159,7 @@ int fathom_basis_fit(fathom_basis **out, uint32_t dim, const float *keys, uint64
     for (uint64_t r = 0; r < n_keys; r++)
         for (uint64_t i = 0; i < d; i++) mean[i] += keys[r * d + i];
     for (uint64_t i = 0; i < d; i++) mean[i] /= (double)n_keys;
-    for (uint64_t r = 0; r < n_keys; r++) {
-        for (uint64_t i = 0; i < d; i++) centered[i] = (double)keys[r * d + i] - mean[i];
-        for (uint64_t c = 0; c < d; c++) {
-            double xc = centered[c];
-            double *col = cov + c * d;
-            for (uint64_t i = 0; i <= c; i++) col[i] += centered[i] * xc;
-        }
-    }
+    accumulate_covariance(keys, n_keys, d, mean, centered, cov);
     for (uint64_t c = 0; c < d; c++)
         for (uint64_t i = 0; i <= c; i++) cov[c * d + i] /= (double)n_keys;
 
@@ -249,6 +257,7 @@ static bool overlaps(const float *x, const float *out, uint64_t d) {
  * vectorizes; the sum order per output is the same as a plain dot product. */
 #define ROTATE_CHUNK 64
 
+FATHOM_SIMD_CLONES
 static void rotate(const fathom_basis *basis, const float *x, const float *mean, float *out) {
     const uint64_t d = basis->dim;
     for (uint64_t c0 = 0; c0 < d; c0 += ROTATE_CHUNK) {

@@ -314,6 +314,7 @@ static int method_scores(const layer_job *job, const head_state *hs, const fatho
 /* Exact scores of R query rows against keys [0, n): S[r*n + i] = q_r . k_i.
  * Keys are read once per chunk in blocks, transposed so that the inner loop
  * runs over keys and vectorizes without reassociating any sum. */
+FATHOM_SIMD_CLONES
 static void exact_scores(uint32_t dim, const float *Q, uint32_t R, const float *keys, uint64_t n, float *S,
                          float *kt) {
     for (uint64_t i0 = 0; i0 < n; i0 += EXACT_BLOCK) {
@@ -336,6 +337,7 @@ static void exact_scores(uint32_t dim, const float *Q, uint32_t R, const float *
 /* Dense attention outputs of R rows from their exact scores: row r sees keys
  * [0, visible[r]). Softmax in double with the row maximum subtracted; values
  * are read once, in row order. */
+FATHOM_SIMD_CLONES
 static void dense_outputs(uint32_t dim, const float *S, uint64_t stride, uint32_t R, const uint64_t *visible,
                           const float *values, double *acc, float *out) {
     const double scale = 1.0 / sqrt((double)dim);
@@ -354,7 +356,7 @@ static void dense_outputs(uint32_t dim, const float *S, uint64_t stride, uint32_
         const float *v = values + i * dim;
         for (uint32_t r = 0; r < R; r++) {
             if (i >= visible[r]) continue;
-            double w = exp(((double)S[(uint64_t)r * stride + i] - mx[r]) * scale);
+            double w = expf((float)(((double)S[(uint64_t)r * stride + i] - mx[r]) * scale));
             sum[r] += w;
             double *a = acc + (uint64_t)r * dim;
             for (uint32_t j = 0; j < dim; j++) a[j] += w * v[j];
@@ -499,6 +501,65 @@ static int run_layer_job(layer_job *job, uint32_t threads) {
     return st;
 }
 
+/* Run fn(ctx, i) for i in [0, n) on up to `threads` threads (the caller's
+ * among them); the first failure is returned with its message. */
+typedef int (*item_fn)(void *ctx, uint32_t i);
+typedef struct pfor {
+    item_fn fn;
+    void *ctx;
+    uint32_t n;
+    atomic_uint next;
+    atomic_int status;
+} pfor;
+
+static void *pfor_worker(void *arg) {
+    pfor *p = arg;
+    for (;;) {
+        if (atomic_load(&p->status) < 0) break;
+        uint32_t i = atomic_fetch_add(&p->next, 1);
+        if (i >= p->n) break;
+        int st = p->fn(p->ctx, i);
+        if (st < 0) {
+            int expected = 0;
+            if (atomic_compare_exchange_strong(&p->status, &expected, st)) note_error(fathom_last_error());
+            break;
+        }
+    }
+    return NULL;
+}
+
+static int parallel_for(uint32_t n, uint32_t threads, item_fn fn, void *ctx) {
+    pfor p = {fn, ctx, n, 0, 0};
+    atomic_init(&p.next, 0);
+    atomic_init(&p.status, 0);
+    if (threads > n) threads = n;
+    if (threads > 256) threads = 256;
+    pthread_t tid[256];
+    uint32_t started = 0;
+    for (uint32_t t = 1; t < threads; t++) {
+        if (pthread_create(&tid[started], NULL, pfor_worker, &p) != 0) break;
+        started++;
+    }
+    pfor_worker(&p);
+    for (uint32_t t = 0; t < started; t++) pthread_join(tid[t], NULL);
+    int st = atomic_load(&p.status);
+    if (st < 0) {
+        pthread_mutex_lock(&eval_error_lock);
+        fathom_fail(st, "%s", eval_error);
+        pthread_mutex_unlock(&eval_error_lock);
+    }
+    return st;
+}
+
+/* Building one KV head's state, as a parallel_for item. */
+typedef struct build_ctx {
+    head_state *heads;
+    const fathom_method *methods;
+    uint32_t n_methods, dim, G;
+    uint64_t n;
+    const void *in; /* layer_input */
+} build_ctx;
+
 /* One layer: build every head's state, then run the (head, chunk) items.
  * acc_out [n_methods] gets the layer's sums. */
 typedef struct layer_input {
@@ -508,6 +569,17 @@ typedef struct layer_input {
     uint32_t cpositions;         /* calibration queries per head */
     bool calib_given;
 } layer_input;
+
+static int build_head(void *ctx_, uint32_t g) {
+    const build_ctx *c = ctx_;
+    const layer_input *in = c->in;
+    const uint32_t dim = c->dim, G = c->G;
+    /* the group's calibration queries are contiguous: heads g*G..g*G+G-1 */
+    calib_view cal = {in->ck + (uint64_t)g * in->cn * dim, in->cn,
+                      in->cq + (uint64_t)g * G * in->cpositions * dim, (uint64_t)G * in->cpositions};
+    return head_state_build(&c->heads[g], c->methods, c->n_methods, dim, in->k + (uint64_t)g * c->n * dim,
+                            in->v + (uint64_t)g * c->n * dim, c->n, &cal, in->calib_given);
+}
 
 static int eval_layer(const fathom_source_info *info, const layer_input *in, const fathom_method *methods,
                       uint32_t n_methods, const uint32_t *budgets, uint32_t k, uint32_t pos_begin,
@@ -520,13 +592,8 @@ static int eval_layer(const fathom_source_info *info, const layer_input *in, con
     if (!heads) {
         return fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory");
     }
-    for (uint32_t g = 0; g < H && st == FATHOM_OK; g++) {
-        /* the group's calibration queries are contiguous: heads g*G..g*G+G-1 */
-        calib_view cal = {in->ck + (uint64_t)g * in->cn * dim, in->cn,
-                          in->cq + (uint64_t)g * G * in->cpositions * dim, (uint64_t)G * in->cpositions};
-        st = head_state_build(&heads[g], methods, n_methods, dim, in->k + (uint64_t)g * n * dim,
-                              in->v + (uint64_t)g * n * dim, n, &cal, in->calib_given);
-    }
+    build_ctx bc = {heads, methods, n_methods, dim, G, n, in};
+    st = parallel_for(H, threads, build_head, &bc);
     if (st == FATHOM_OK) {
         layer_job job;
         memset(&job, 0, sizeof job);
@@ -718,6 +785,20 @@ done:
     return st;
 }
 
+/* Loading a layer of the source and of the calibration, as parallel_for
+ * items (synthetic layers are generated on the fly). */
+typedef struct load_ctx {
+    const fathom_source *src[2];
+    uint32_t layer;
+    layer_buffers *buf[2];
+} load_ctx;
+
+static int load_layer(void *ctx_, uint32_t i) {
+    const load_ctx *c = ctx_;
+    layer_buffers *b = c->buf[i];
+    return fathom_source_layer(c->src[i], c->layer, b->q, b->k, b->v);
+}
+
 int fathom_eval_run(const fathom_source *src, const fathom_method *methods, uint32_t n_methods,
                     const fathom_eval_config *config, fathom_method_result *results) {
     FATHOM_CHECK_ARG(src && methods && config && results, "fathom_eval_run: NULL argument");
@@ -756,10 +837,10 @@ int fathom_eval_run(const fathom_source *src, const fathom_method *methods, uint
     atomic_init(&done_count, 0);
     const uint64_t total = (uint64_t)info.layers * info.kv_heads * (P - pos_begin);
     for (uint32_t L = 0; L < info.layers; L++) {
-        if ((st = fathom_source_layer(src, L, b.q, b.k, b.v)) < 0) goto done;
+        load_ctx lc = {{src, config->calib}, L, {&b, &cb}};
+        if ((st = parallel_for(config->calib ? 2 : 1, threads, load_layer, &lc)) < 0) goto done;
         layer_input in = {b.q, b.k, b.v, b.q, b.k, info.tokens, P, false};
         if (config->calib) {
-            if ((st = fathom_source_layer(config->calib, L, cb.q, cb.k, NULL)) < 0) goto done;
             in.cq = cb.q;
             in.ck = cb.k;
             in.cn = cal_info->tokens;

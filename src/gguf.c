@@ -97,24 +97,22 @@ struct fathom_gguf {
 
 /* ---- arena: strings and element nodes, freed together ------------------ */
 
-static void *arena_alloc(fathom_gguf *g, uint64_t bytes) {
-    uint64_t rounded;
-    if (!fathom_add_u64(bytes, sizeof(max_align_t) - 1, &rounded)) return NULL;
-    rounded -= rounded % sizeof(max_align_t);
+/* bytes at a multiple of align (a power of two <= alignof(max_align_t)). */
+static void *arena_alloc(fathom_gguf *g, uint64_t bytes, size_t align) {
     arena_chunk *c = g->arena;
-    if (!c || c->cap - c->used < rounded) {
-        uint64_t cap = rounded > ARENA_CHUNK ? rounded : ARENA_CHUNK, total;
+    size_t start = c ? (c->used + align - 1) & ~(align - 1) : 0;
+    if (!c || start > c->cap || c->cap - start < bytes) {
+        uint64_t cap = bytes > ARENA_CHUNK ? bytes : ARENA_CHUNK, total;
         if (!fathom_add_u64(cap, sizeof(arena_chunk), &total) || total > SIZE_MAX) return NULL;
         c = malloc((size_t)total);
         if (!c) return NULL;
         c->cap = (size_t)cap;
-        c->used = 0;
         c->next = g->arena;
         g->arena = c;
+        start = 0;
     }
-    void *p = (char *)c->data + c->used;
-    c->used += (size_t)rounded;
-    return p;
+    c->used = start + (size_t)bytes;
+    return (char *)c->data + start;
 }
 
 /* ---- cursor ------------------------------------------------------------ */
@@ -143,14 +141,14 @@ static uint64_t load_le(const uint8_t *p, unsigned n) {
 }
 
 static int read_u32(cursor *c, const char *what, uint32_t *out) {
-    const uint8_t *p;
+    const uint8_t *p = NULL;
     FATHOM_TRY(take(c, 4, what, &p));
     *out = (uint32_t)load_le(p, 4);
     return FATHOM_OK;
 }
 
 static int read_u64(cursor *c, const char *what, uint64_t *out) {
-    const uint8_t *p;
+    const uint8_t *p = NULL;
     FATHOM_TRY(take(c, 8, what, &p));
     *out = load_le(p, 8);
     return FATHOM_OK;
@@ -159,11 +157,11 @@ static int read_u64(cursor *c, const char *what, uint64_t *out) {
 /* A string, copied NUL-terminated into the arena. */
 static int read_string(fathom_gguf *g, cursor *c, const char *what, const char **str,
                        uint64_t *len) {
-    uint64_t n;
-    const uint8_t *p;
+    uint64_t n = 0;
+    const uint8_t *p = NULL;
     FATHOM_TRY(read_u64(c, what, &n));
     FATHOM_TRY(take(c, n, what, &p));
-    char *copy = arena_alloc(g, n + 1); /* n < file size: no overflow */
+    char *copy = arena_alloc(g, n + 1, 1); /* n < file size: no overflow */
     FATHOM_CHECK(!copy, FATHOM_ERR_NOMEM, "gguf: out of memory for a %llu-byte string",
                  (unsigned long long)n);
     if (n) memcpy(copy, p, (size_t)n);
@@ -214,7 +212,7 @@ static int read_value(fathom_gguf *g, cursor *c, uint32_t type, int depth, gguf_
     FATHOM_CHECK(size < 0, FATHOM_ERR_FORMAT, "gguf: bad value type %u at byte %llu", type,
                  (unsigned long long)c->pos);
     if (size > 0) {
-        const uint8_t *p;
+        const uint8_t *p = NULL;
         FATHOM_TRY(take(c, (uint64_t)size, "a value", &p));
         FATHOM_CHECK(type == FATHOM_GGUF_BOOL && p[0] > 1, FATHOM_ERR_FORMAT,
                      "gguf: bool of value %u at byte %llu", p[0],
@@ -259,7 +257,7 @@ static int read_value(fathom_gguf *g, cursor *c, uint32_t type, int depth, gguf_
     uint64_t node_bytes;
     FATHOM_CHECK(!fathom_mul_u64(count, sizeof(gguf_node), &node_bytes), FATHOM_ERR_NOMEM,
                  "gguf: array of %llu elements overflows", (unsigned long long)count);
-    node->items = arena_alloc(g, node_bytes);
+    node->items = arena_alloc(g, node_bytes, _Alignof(gguf_node));
     FATHOM_CHECK(!node->items, FATHOM_ERR_NOMEM, "gguf: out of memory for an array");
     for (uint64_t i = 0; i < count; i++) FATHOM_TRY(read_value(g, c, elem, depth + 1, &node->items[i]));
     return FATHOM_OK;
@@ -307,6 +305,9 @@ static int read_tensor_info(fathom_gguf *g, cursor *c, gguf_tensor *t) {
     FATHOM_TRY(read_string(g, c, "a tensor name", &t->name, &t->name_len));
     FATHOM_CHECK(t->name_len == 0, FATHOM_ERR_FORMAT, "gguf: empty tensor name at byte %llu",
                  (unsigned long long)at);
+    /* C callers see names up to the first NUL: two names could alias */
+    FATHOM_CHECK(strlen(t->name) != t->name_len, FATHOM_ERR_FORMAT,
+                 "gguf: tensor name at byte %llu contains a NUL byte", (unsigned long long)at);
     FATHOM_TRY(read_u32(c, "tensor n_dims", &t->n_dims));
     FATHOM_CHECK(t->n_dims > FATHOM_GGUF_MAX_DIMS, FATHOM_ERR_FORMAT,
                  "gguf: tensor \"%s\" has %u dimensions (max %d)", t->name, t->n_dims,
@@ -381,7 +382,7 @@ static int check_tensor_layout(fathom_gguf *g) {
 
 static int parse(fathom_gguf *g) {
     cursor c = {g->base, g->size, 0};
-    const uint8_t *magic;
+    const uint8_t *magic = NULL;
     FATHOM_TRY(take(&c, 4, "the magic", &magic));
     FATHOM_CHECK(memcmp(magic, GGUF_MAGIC, 4) != 0, FATHOM_ERR_FORMAT,
                  "gguf: bad magic (not a GGUF file)");
@@ -413,6 +414,8 @@ static int parse(fathom_gguf *g) {
         FATHOM_TRY(read_string(g, &c, "a key", &kv->key, &kv->key_len));
         FATHOM_CHECK(kv->key_len == 0, FATHOM_ERR_FORMAT, "gguf: empty key at byte %llu",
                      (unsigned long long)at);
+        FATHOM_CHECK(strlen(kv->key) != kv->key_len, FATHOM_ERR_FORMAT,
+                     "gguf: key at byte %llu contains a NUL byte", (unsigned long long)at);
         FATHOM_TRY(read_u32(&c, "a value type", &type));
         FATHOM_TRY(read_value(g, &c, type, 0, &kv->value));
         g->kv_sorted[i] = (name_ref){kv->key, kv->key_len, i};
@@ -603,7 +606,7 @@ static int get_integer(const fathom_gguf_value *v, uint64_t max_u, int64_t min_i
 }
 
 int fathom_gguf_value_u32(const fathom_gguf_value *v, uint32_t *out) {
-    uint64_t x;
+    uint64_t x = 0;
     FATHOM_CHECK_ARG(out, "out is NULL");
     FATHOM_TRY(get_integer(v, UINT32_MAX, 0, "uint32", &x));
     *out = (uint32_t)x;
@@ -611,7 +614,7 @@ int fathom_gguf_value_u32(const fathom_gguf_value *v, uint32_t *out) {
 }
 
 int fathom_gguf_value_i32(const fathom_gguf_value *v, int32_t *out) {
-    uint64_t x;
+    uint64_t x = 0;
     FATHOM_CHECK_ARG(out, "out is NULL");
     FATHOM_TRY(get_integer(v, INT32_MAX, INT32_MIN, "int32", &x));
     *out = (int32_t)(int64_t)x;
@@ -619,7 +622,7 @@ int fathom_gguf_value_i32(const fathom_gguf_value *v, int32_t *out) {
 }
 
 int fathom_gguf_value_u64(const fathom_gguf_value *v, uint64_t *out) {
-    uint64_t x;
+    uint64_t x = 0;
     FATHOM_CHECK_ARG(out, "out is NULL");
     FATHOM_TRY(get_integer(v, UINT64_MAX, 0, "uint64", &x));
     *out = x;
@@ -627,7 +630,7 @@ int fathom_gguf_value_u64(const fathom_gguf_value *v, uint64_t *out) {
 }
 
 int fathom_gguf_value_i64(const fathom_gguf_value *v, int64_t *out) {
-    uint64_t x;
+    uint64_t x = 0;
     FATHOM_CHECK_ARG(out, "out is NULL");
     FATHOM_TRY(get_integer(v, INT64_MAX, INT64_MIN, "int64", &x));
     *out = (int64_t)x;

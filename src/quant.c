@@ -2,12 +2,17 @@
  *
  * Every decoder follows ggml's dequantize_row_* reference code (ggml-quants.c)
  * with the same float operations in the same order, so results match ggml
- * and the Python gguf package bit for bit (on targets without fused
- * multiply-add contraction). Blocks are read with memcpy: tensor data in a
+ * and the Python gguf package bit for bit. Blocks are read with memcpy: tensor data in a
  * file need not be aligned, and multi-byte fields are little-endian. */
 #include "internal.h"
 
 #include <string.h>
+
+/* Bit-exact with ggml needs y = d*q - m rounded twice, not fused into an FMA
+ * (GCC does not contract in ISO C mode; clang does unless told). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
 
 #define QK 32   /* elements per block of the 32-element types */
 #define QK_K 256 /* elements per super-block of the k-quants */
@@ -182,7 +187,57 @@ static void dequant_q8_0(const uint8_t *src, uint64_t blocks, float *y) {
 }
 
 /* ---- k-quants (256-element super-blocks) --------------------------------
- * Q4_K/Q5_K: eight sub-blocks of 32, each with a 6-bit scale and a 6-bit min
+ * Q2_K/Q3_K: sixteen sub-blocks of 16. Quants are 2-bit fields: byte
+ * 32h + l of qs holds, at bits 2r, element 128h + 32r + l. */
+
+static void dequant_q2_k(const uint8_t *src, uint64_t blocks, float *y) {
+    for (uint64_t b = 0; b < blocks; b++, src += 84) {
+        const uint8_t *scales = src, *q = src + 16;
+        const float d = half(src + 80), dmin = half(src + 82);
+        int is = 0;
+        for (int n = 0; n < QK_K; n += 128, q += 32) {
+            for (int shift = 0; shift < 8; shift += 2) {
+                /* scale byte: low nibble scales d, high nibble scales dmin */
+                uint8_t sc = scales[is++];
+                float dl = d * (sc & 0x0f), ml = dmin * (sc >> 4);
+                for (int l = 0; l < 16; l++) *y++ = dl * ((q[l] >> shift) & 3) - ml;
+                sc = scales[is++];
+                dl = d * (sc & 0x0f), ml = dmin * (sc >> 4);
+                for (int l = 0; l < 16; l++) *y++ = dl * ((q[l + 16] >> shift) & 3) - ml;
+            }
+        }
+    }
+}
+
+/* Q3_K: 2 low bits in qs, the third in hmask (bit 2^(k/32) of byte k%32;
+ * set means +0, clear means -4), 6-bit scales biased by 32: sixteen low
+ * nibbles in bytes 0-7, 2-bit high parts in bytes 8-11. */
+static void dequant_q3_k(const uint8_t *src, uint64_t blocks, float *y) {
+    for (uint64_t b = 0; b < blocks; b++, src += 110) {
+        const uint8_t *hm = src, *q = src + 32, *packed = src + 96;
+        const float d_all = half(src + 108);
+        int scales[16];
+        for (int j = 0; j < 16; j++) {
+            const int low = j < 8 ? packed[j] & 0x0f : packed[j - 8] >> 4;
+            const int high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+            scales[j] = (low | (high << 4)) - 32;
+        }
+        int is = 0;
+        uint8_t m = 1;
+        for (int n = 0; n < QK_K; n += 128, q += 32) {
+            for (int shift = 0; shift < 8; shift += 2, m <<= 1) {
+                float dl = d_all * scales[is++];
+                for (int l = 0; l < 16; l++)
+                    *y++ = dl * (((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
+                dl = d_all * scales[is++];
+                for (int l = 0; l < 16; l++)
+                    *y++ = dl * (((q[l + 16] >> shift) & 3) - ((hm[l + 16] & m) ? 0 : 4));
+            }
+        }
+    }
+}
+
+/* Q4_K/Q5_K: eight sub-blocks of 32, each with a 6-bit scale and a 6-bit min
  * packed into 12 bytes; y = d*scale*q - dmin*min. */
 
 static void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
@@ -276,6 +331,8 @@ int fathom_dequantize(fathom_ggml_type type, const void *src, uint64_t src_bytes
     case FATHOM_GGML_TYPE_Q5_0: dequant_q5_0(s, blocks, dst); break;
     case FATHOM_GGML_TYPE_Q5_1: dequant_q5_1(s, blocks, dst); break;
     case FATHOM_GGML_TYPE_Q8_0: dequant_q8_0(s, blocks, dst); break;
+    case FATHOM_GGML_TYPE_Q2_K: dequant_q2_k(s, blocks, dst); break;
+    case FATHOM_GGML_TYPE_Q3_K: dequant_q3_k(s, blocks, dst); break;
     case FATHOM_GGML_TYPE_Q4_K: dequant_q4_k(s, blocks, dst); break;
     case FATHOM_GGML_TYPE_Q5_K: dequant_q5_k(s, blocks, dst); break;
     case FATHOM_GGML_TYPE_Q6_K: dequant_q6_k(s, blocks, dst); break;

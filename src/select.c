@@ -32,23 +32,25 @@ static uint32_t score_order(float s) {
 
 /* The value T of the m-th largest of keys[0..n) and how many keys equal to
  * T belong to the top m (*take_equal >= 1). Radix select, most significant
- * digit first (11 + 11 + 10 bits): each level histograms the keys that share
- * the prefix found so far, so the whole selection is four linear passes
- * (three here, one for the output) and needs no sort. 1 <= m <= n. */
-static uint32_t radix_threshold(const uint32_t *keys, uint64_t n, uint64_t m, uint64_t *take_equal) {
+ * digit first (11 + 11 + 10 bits). The first level histograms every key and
+ * copies the keys that share the winning digit into `rest` (capacity n);
+ * the later levels only see those, so the cost is about two linear passes.
+ * 1 <= m <= n. */
+static uint32_t radix_threshold(const uint32_t *keys, uint64_t n, uint64_t m, uint64_t *take_equal,
+                                uint32_t *rest) {
     static const unsigned shifts[3] = {21, 10, 0};
     static const unsigned widths[3] = {11, 11, 10};
+    uint32_t hist[2048];
     uint32_t prefix = 0, mask = 0;
-    uint64_t need = m;
+    uint64_t need = m, n_rest = 0;
     for (int level = 0; level < 3; level++) {
         const unsigned shift = shifts[level], bins = 1u << widths[level];
-        uint32_t hist[2048];
         memset(hist, 0, bins * sizeof hist[0]);
         if (level == 0) {
             for (uint64_t i = 0; i < n; i++) hist[keys[i] >> shift]++;
         } else {
-            for (uint64_t i = 0; i < n; i++)
-                if ((keys[i] & mask) == prefix) hist[(keys[i] >> shift) & (bins - 1)]++;
+            for (uint64_t i = 0; i < n_rest; i++)
+                if ((rest[i] & mask) == prefix) hist[(rest[i] >> shift) & (bins - 1)]++;
         }
         uint32_t b = bins;
         while (b-- > 0) {
@@ -57,6 +59,9 @@ static uint32_t radix_threshold(const uint32_t *keys, uint64_t n, uint64_t m, ui
         }
         prefix |= b << shift;
         mask |= (bins - 1) << shift;
+        if (level == 0)
+            for (uint64_t i = 0; i < n; i++)
+                if ((keys[i] >> shift) == b) rest[n_rest++] = keys[i];
     }
     *take_equal = need;
     return prefix;
@@ -97,13 +102,15 @@ int fathom_select(const float *scores, uint64_t n_visible, uint32_t k, uint32_t 
 
     /* forced < k < n, so the middle [sink_end, local_begin) is non-empty and
      * m = k - forced of its positions are chosen, 1 <= m < middle. The
-     * caller's work array (n uint64) holds the middle's 32-bit score keys. */
+     * caller's work array (n uint64 = 2n uint32) holds the middle's 32-bit
+     * score keys and the radix select's scratch. */
     const uint64_t middle = local_begin - sink_end;
     const uint64_t m = k - forced;
     uint32_t *keys = (uint32_t *)work;
     for (uint64_t i = 0; i < middle; i++) keys[i] = score_order(scores[sink_end + i]);
     uint64_t take_equal;
-    const uint32_t threshold = radix_threshold(keys, middle, m, &take_equal);
+    /* keys use the first half of work, the radix select the second */
+    const uint32_t threshold = radix_threshold(keys, middle, m, &take_equal, keys + n);
 
     /* Ascending output; among scores equal to the threshold the lower
      * positions come first, which is the tie rule. */

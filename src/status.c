@@ -19,6 +19,7 @@ const char *fathom_status_name(int status) {
     case FATHOM_ERR_UNSUPPORTED: return "unsupported";
     case FATHOM_ERR_NUMERIC: return "numeric failure";
     case FATHOM_ERR_STATE: return "invalid state";
+    case FATHOM_ERR_DEVICE: return "device error";
     default: return "unknown status";
     }
 }

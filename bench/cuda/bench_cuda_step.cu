@@ -1,0 +1,793 @@
+/* bench_cuda_step — GPU time of one decode step (every layer and KV head),
+ * Qwen3-8B shapes (36 layers x 8 KV heads, G = 4, d = 128, k = 512), per
+ * method, context and batch, with a phase breakdown, the bytes moved and
+ * the link rate measured in the same run. Also: the three gather transports
+ * on the same run lists, the HBM-resident variant (scan bandwidth), and the
+ * bit planes as the primary K cache.
+ *
+ * What is held, and how (printed again at the start of a run):
+ *  - The plane index lives in pinned host memory as whole-context segments
+ *    (planes [128][4][nb] and scales [128][nb] per KV head). Every (session,
+ *    layer, head) has its own set while the index arena holds them; past
+ *    that the sets rotate (set = problem index mod sets held) and the run
+ *    says so. A set is >= 2.2 MB and a layer's 8 sets are 17.8 MB at 32k,
+ *    so with >= 36 layers' sets held no layer-step can hit in the 60 MB L2
+ *    for data another layer-step read; every layer-step moves its own bytes
+ *    over PCIe.
+ *  - Plane words are uniform random bits (every code 0..15 equally likely,
+ *    i.e. random keys in [-a, a)); scales are random fp16 in [0.5, 1).
+ *    Landmarks: random fp16. K and V: random bf16 in (-1, 1).
+ *  - K/V rows (bf16) and landmarks are held for fewer sets (they do not fit
+ *    for 288 heads at 1M); the rotation is printed. Row fetches read with
+ *    ld.global.cv (no cached host data is reused).
+ *  - Queries are random with log-normal per-channel scales; the plans
+ *    (water-filling, top-r) are computed on the GPU from them, per layer
+ *    and head, inside the timed step.
+ * Timing: the 36 layer-steps of one decode step are captured in one CUDA
+ * graph; its replays are timed with events, median of --reps. The phase
+ * breakdown comes from a separate, non-graph run with events between phases
+ * (sum of 36 layers); "other" = graph total - sum of phases (>= 0).
+ */
+#include "fathom_cuda.h"
+
+#include <algorithm>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <vector>
+
+#define DIM 128
+#define LAYERS_DEFAULT 36
+#define KV_HEADS 8
+#define GROUP 4
+#define TOPK 512
+#define MAX_SLICES 8
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+#define FK(call)                                                                                   \
+    do {                                                                                           \
+        int s_ = (call);                                                                           \
+        if (s_ != FATHOM_OK) {                                                                     \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, fathom_last_error());    \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static const double GB = 1e9;
+
+/* ---------------------------------------------------------------- setup */
+
+typedef struct method_spec {
+    char name[24];
+    fathom_cuda_scan_kind scan;
+    uint32_t param;
+    int fixed_kind; /* FIXED: 1 ds:c, 2 thumb, 3 full4 */
+} method_spec;
+
+static int parse_method(const char *s, method_spec *m) {
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "%s", s);
+    unsigned v = 0;
+    if (sscanf(s, "fathom:%u", &v) == 1) { m->scan = FATHOM_CUDA_SCAN_WATER_FILL; m->param = v; }
+    else if (sscanf(s, "sparq:%u", &v) == 1) { m->scan = FATHOM_CUDA_SCAN_TOP_CHANNELS; m->param = v; }
+    else if (sscanf(s, "ds:%u", &v) == 1) { m->scan = FATHOM_CUDA_SCAN_FIXED; m->param = v; m->fixed_kind = 1; }
+    else if (!strcmp(s, "thumb")) { m->scan = FATHOM_CUDA_SCAN_FIXED; m->fixed_kind = 2; }
+    else if (!strcmp(s, "full4")) { m->scan = FATHOM_CUDA_SCAN_FIXED; m->fixed_kind = 3; }
+    else if (!strcmp(s, "landmark")) m->scan = FATHOM_CUDA_SCAN_LANDMARK;
+    else if (!strcmp(s, "oracle")) m->scan = FATHOM_CUDA_SCAN_ORACLE;
+    else if (!strcmp(s, "nibble4")) m->scan = FATHOM_CUDA_SCAN_NIBBLE4; /* random bits read as nibbles */
+    else return -1;
+    return 0;
+}
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Fill in parallel: kind 0 random bits, 1 fp16 in [0.5,1), 2 fp16 landmarks, 3 bf16 in (-1,1). */
+typedef struct fill_job { uint64_t *p; uint64_t words; int kind; uint64_t seed; } fill_job;
+static void *fill_thread(void *arg) {
+    fill_job *j = (fill_job *)arg;
+    uint64_t s = j->seed;
+    for (uint64_t i = 0; i < j->words; i++) {
+        uint64_t r = splitmix(&s);
+        switch (j->kind) {
+        case 1: r = (r & 0x03ff03ff03ff03ffull) | 0x3800380038003800ull; break;
+        case 2: r = (r & 0x87ff87ff87ff87ffull) | 0x3000300030003000ull; break;
+        case 3: r = (r & 0x81ff81ff81ff81ffull) | 0x3e003e003e003e00ull; break;
+        default: break;
+        }
+        j->p[i] = r;
+    }
+    return NULL;
+}
+
+/* Pinned, mapped host memory filled in parallel: malloc'd (2 MiB aligned,
+ * huge pages advised) then cudaHostRegister, or cudaHostAlloc (driver pages). */
+static void *host_arena(uint64_t bytes, int kind, uint64_t seed, void **device_ptr, int driver_alloc = 0) {
+    void *p = NULL;
+    bytes = (bytes + (2u << 20) - 1) & ~(uint64_t)((2u << 20) - 1);
+    if (driver_alloc) {
+        CK(cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+    } else {
+        if (posix_memalign(&p, 2u << 20, bytes)) { fprintf(stderr, "host alloc %llu failed\n", (unsigned long long)bytes); exit(1); }
+        madvise(p, bytes, MADV_HUGEPAGE);
+    }
+    const int T = 16;
+    pthread_t th[T];
+    fill_job jobs[T];
+    const uint64_t words = bytes / 8, per = (words + T - 1) / T;
+    for (int t = 0; t < T; t++) {
+        uint64_t first = per * t < words ? per * t : words;
+        uint64_t n = words - first < per ? words - first : per;
+        jobs[t] = (fill_job){(uint64_t *)p + first, n, kind, seed * 1315423911ull + t};
+        pthread_create(&th[t], NULL, fill_thread, &jobs[t]);
+    }
+    for (int t = 0; t < T; t++) pthread_join(th[t], NULL);
+    if (!driver_alloc) CK(cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable));
+    CK(cudaHostGetDevicePointer(device_ptr, p, 0));
+    return p;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static float median(std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0f : v[v.size() / 2];
+}
+
+/* ---------------------------------------------------------------- arenas */
+
+typedef struct arenas {
+    uint64_t planes_cap, scales_cap, lm_cap, kv_cap; /* bytes each (K and V: kv_cap each) */
+    uint8_t *planes, *scales, *lm, *k, *v;           /* device-accessible pointers */
+} arenas;
+
+typedef struct held {
+    uint64_t idx_sets, lm_sets, kv_sets; /* distinct sets held for this context */
+} held;
+
+static held sets_for(const arenas *a, uint64_t n, uint64_t needed) {
+    const uint64_t nb = (n + 63) / 64;
+    held h;
+    h.idx_sets = std::min(a->planes_cap / (nb * DIM * 32), a->scales_cap / (nb * DIM * 2));
+    h.lm_sets = a->lm_cap / (((n + 7) / 8) * DIM * 2);
+    h.kv_sets = a->kv_cap / (n * DIM * 2);
+    h.idx_sets = std::min(h.idx_sets, needed);
+    h.lm_sets = std::min(h.lm_sets, needed);
+    h.kv_sets = std::min(h.kv_sets, needed);
+    return h;
+}
+
+/* problems for `layers` layer-steps of P = sessions*8 problems each */
+static void build_problems(const arenas *a, uint64_t n, uint32_t layers, uint32_t P, const held *h,
+                           std::vector<fathom_cuda_problem> &out) {
+    const uint64_t nb = (n + 63) / 64;
+    out.resize((size_t)layers * P);
+    for (uint64_t i = 0; i < (uint64_t)layers * P; i++) {
+        fathom_cuda_problem &pr = out[i];
+        const uint64_t s = i % h->idx_sets, l = i % h->lm_sets, kv = i % h->kv_sets;
+        pr.planes = (const uint64_t *)(a->planes + s * nb * DIM * 32);
+        pr.scales = (const uint16_t *)(a->scales + s * nb * DIM * 2);
+        pr.landmarks = (const uint16_t *)(a->lm + l * ((n + 7) / 8) * DIM * 2);
+        pr.keys = (const uint16_t *)(a->k + kv * n * DIM * 2);
+        pr.values = (const uint16_t *)(a->v + kv * n * DIM * 2);
+    }
+}
+
+/* ---------------------------------------------------------------- one config */
+
+typedef struct run_result {
+    float step_ms;              /* graph replay, median */
+    float sliced_ms;            /* the same with the heads in b->slices groups on their own streams */
+    float phase_ms[FATHOM_CUDA_PHASES];
+    double scan_bytes, row_bytes; /* per step */
+    double bits_per_token;      /* code + scale bits, mean over problems */
+} run_result;
+
+typedef struct bench_ctx {
+    uint32_t layers, reps;
+    cudaStream_t stream;
+    void *ws;
+    size_t ws_bytes;
+    float *d_q, *d_var, *d_out;
+    uint8_t *d_fixed, *d_depths;
+    uint32_t *d_union;
+    fathom_cuda_problem *d_probs; /* [layers][P] */
+    cudaEvent_t *ev;              /* [layers][PHASES+1] */
+    uint32_t slices;              /* stream groups for the sliced step (1: none) */
+    cudaStream_t side[MAX_SLICES];
+    cudaEvent_t fork, *done;      /* done: [layers][MAX_SLICES] */
+} bench_ctx;
+
+static void make_fixed(const method_spec *m, const float *var, uint32_t count, uint8_t *fixed) {
+    for (uint32_t p = 0; p < count; p++) {
+        uint8_t *f = fixed + (size_t)p * DIM;
+        const float *v = var + (size_t)p * DIM;
+        if (m->fixed_kind == 2) memset(f, 2, DIM);
+        else if (m->fixed_kind == 3) memset(f, 4, DIM);
+        else {
+            /* ds:c — c channels fixed offline: the largest variances */
+            memset(f, 0, DIM);
+            for (uint32_t c = 0; c < m->param && c < DIM; c++) {
+                int best = -1;
+                for (uint32_t j = 0; j < DIM; j++)
+                    if (!f[j] && (best < 0 || v[j] > v[best])) best = (int)j;
+                f[best] = 4;
+            }
+        }
+    }
+}
+
+/* Capture the L layer-steps (in `slices` groups of KV heads, one stream
+ * each) into one graph; median replay time in ms. */
+static float time_graph(bench_ctx *b, const fathom_cuda_config *cfg,
+                        const fathom_cuda_step_args *args, uint32_t slices, int reps) {
+    const uint32_t L = b->layers, Ps = cfg->problems / slices;
+    fathom_cuda_config c = *cfg;
+    c.problems = Ps;
+    size_t ws_slice = 0;
+    FK(fathom_cuda_workspace_size(&c, &ws_slice));
+    ws_slice = (ws_slice + 255) & ~(size_t)255;
+    if (ws_slice * slices > b->ws_bytes) { fprintf(stderr, "sliced workspace too small\n"); exit(1); }
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
+    CK(cudaEventRecord(b->fork, b->stream));
+    for (uint32_t s = 0; s < slices; s++)
+        if (s) CK(cudaStreamWaitEvent(b->side[s], b->fork, 0));
+    for (uint32_t l = 0; l < L; l++) {
+        for (uint32_t s = 0; s < slices; s++) {
+            cudaStream_t st = s ? b->side[s] : b->stream;
+            if (l > 0)
+                for (uint32_t o = 0; o < slices; o++)
+                    if (o != s) CK(cudaStreamWaitEvent(st, b->done[(l - 1) * MAX_SLICES + o], 0));
+            fathom_cuda_step_args a = args[l];
+            const size_t off = (size_t)s * Ps;
+            a.problems += off;
+            a.queries += off * GROUP * DIM;
+            a.variance += off * DIM;
+            a.fixed_depths += off * DIM;
+            a.out += off * GROUP * DIM;
+            a.depths += off * DIM;
+            a.union_count += off;
+            a.workspace = (uint8_t *)b->ws + s * ws_slice;
+            a.workspace_bytes = ws_slice;
+            FK(fathom_cuda_step(&c, &a, st));
+            CK(cudaEventRecord(b->done[l * MAX_SLICES + s], st));
+        }
+    }
+    for (uint32_t s = 1; s < slices; s++) CK(cudaStreamWaitEvent(b->stream, b->done[(L - 1) * MAX_SLICES + s], 0));
+    CK(cudaStreamEndCapture(b->stream, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    CK(cudaGraphLaunch(exec, b->stream)); /* warm */
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> t;
+    for (int i = 0; i < reps; i++) {
+        CK(cudaEventRecord(e0, b->stream));
+        CK(cudaGraphLaunch(exec, b->stream));
+        CK(cudaEventRecord(e1, b->stream));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        t.push_back(ms);
+    }
+    CK(cudaGetLastError());
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    return median(t);
+}
+
+static run_result run_config(bench_ctx *b, const method_spec *m, uint64_t n, uint32_t P,
+                             fathom_cuda_transport transport, fathom_cuda_key_rows key_rows,
+                             int graph_reps, uint32_t row_stride = 0) {
+    run_result r;
+    memset(&r, 0, sizeof r);
+    fathom_cuda_config cfg = {DIM, GROUP, P, n, TOPK, 4, 32, m->scan, m->param, transport, key_rows,
+                              row_stride};
+    size_t need = 0;
+    FK(fathom_cuda_workspace_size(&cfg, &need));
+    if (need > b->ws_bytes) { fprintf(stderr, "workspace %zu > %zu\n", need, b->ws_bytes); exit(1); }
+    const uint32_t L = b->layers;
+    std::vector<fathom_cuda_step_args> args(L);
+    for (uint32_t l = 0; l < L; l++) {
+        fathom_cuda_step_args &a = args[l];
+        memset(&a, 0, sizeof a);
+        a.problems = b->d_probs + (size_t)l * P;
+        a.queries = b->d_q + (size_t)l * P * GROUP * DIM;
+        a.variance = b->d_var + (size_t)l * P * DIM;
+        a.fixed_depths = b->d_fixed + (size_t)l * P * DIM;
+        a.out = b->d_out + (size_t)l * P * GROUP * DIM;
+        a.depths = b->d_depths + (size_t)l * P * DIM;
+        a.union_count = b->d_union + (size_t)l * P;
+        a.workspace = b->ws;
+        a.workspace_bytes = b->ws_bytes;
+    }
+    /* breakdown run (also the warm-up): events between phases */
+    for (uint32_t l = 0; l < L; l++) {
+        fathom_cuda_step_args a = args[l];
+        a.phase_events = b->ev + (size_t)l * (FATHOM_CUDA_PHASES + 1);
+        FK(fathom_cuda_step(&cfg, &a, b->stream));
+    }
+    CK(cudaStreamSynchronize(b->stream));
+    for (uint32_t l = 0; l < L; l++)
+        for (int ph = 0; ph < FATHOM_CUDA_PHASES; ph++) {
+            float ms = 0;
+            cudaEvent_t *e = b->ev + (size_t)l * (FATHOM_CUDA_PHASES + 1);
+            CK(cudaEventElapsedTime(&ms, e[ph], e[ph + 1]));
+            r.phase_ms[ph] += ms;
+        }
+    /* bytes: from the plans and union sizes this run produced */
+    std::vector<uint8_t> depths((size_t)L * P * DIM);
+    std::vector<uint32_t> uni((size_t)L * P);
+    CK(cudaMemcpy(depths.data(), b->d_depths, depths.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(uni.data(), b->d_union, uni.size() * 4, cudaMemcpyDeviceToHost));
+    double bits = 0;
+    for (size_t i = 0; i < (size_t)L * P; i++) {
+        double sb;
+        if (m->scan == FATHOM_CUDA_SCAN_LANDMARK) sb = (double)((n + 7) / 8) * DIM * 2;
+        else if (m->scan == FATHOM_CUDA_SCAN_ORACLE) sb = (double)n * DIM * 2;
+        else sb = (double)fathom_cuda_plane_bytes(DIM, n, &depths[i * DIM]);
+        r.scan_bytes += sb;
+        bits += sb * 8.0 / (double)n;
+        r.row_bytes += (double)uni[i] * DIM * 2 * 2;
+    }
+    r.bits_per_token = bits / ((double)L * P);
+    if (transport == FATHOM_CUDA_RESIDENT) r.scan_bytes = r.scan_bytes; /* read from HBM, not the link */
+    /* graph of the whole step, then the same step with the KV heads in
+     * `slices` groups on their own streams (fork/join per layer, so layer l+1
+     * still waits for all of layer l): one group's transfer overlaps
+     * another's scan, top-k and fetch */
+    r.step_ms = time_graph(b, &cfg, args.data(), 1, graph_reps);
+    r.sliced_ms = 0;
+    if (b->slices > 1 && P % b->slices == 0) {
+        CK(cudaMemset(b->d_out, 0xff, (size_t)L * P * GROUP * DIM * 4));
+        r.sliced_ms = time_graph(b, &cfg, args.data(), b->slices, graph_reps);
+    }
+    /* the output must be finite everywhere (it was poisoned before the config) */
+    std::vector<float> out((size_t)L * P * GROUP * DIM);
+    CK(cudaMemcpy(out.data(), b->d_out, out.size() * 4, cudaMemcpyDeviceToHost));
+    for (float x : out)
+        if (!isfinite(x)) { fprintf(stderr, "non-finite output in %s n=%llu\n", m->name, (unsigned long long)n); exit(1); }
+    return r;
+}
+
+/* ---------------------------------------------------------------- link */
+
+static double link_rate(void *host, void *dev, uint64_t bytes, cudaStream_t s) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> t;
+    for (int i = 0; i < 4; i++) {
+        CK(cudaEventRecord(e0, s));
+        CK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s));
+        CK(cudaEventRecord(e1, s));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (i) t.push_back(ms);
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    return (double)bytes / (median(t) * 1e-3) / GB;
+}
+
+/* cudaMemcpyBatchAsync over one layer-step's active runs (the run list must be
+ * on the host: it needs the plan copied back, so it cannot sit in the graph). */
+static float time_batch_memcpy(bench_ctx *b, const std::vector<fathom_cuda_problem> &probs,
+                               uint64_t n, uint32_t P, uint8_t *stage_dev) {
+    const uint64_t nb = (n + 63) / 64;
+    const uint32_t L = b->layers;
+    std::vector<uint8_t> depths((size_t)L * P * DIM);
+    CK(cudaMemcpy(depths.data(), b->d_depths, depths.size(), cudaMemcpyDeviceToHost));
+    std::vector<std::vector<void *>> dsts(L);
+    std::vector<std::vector<const void *>> srcs(L);
+    std::vector<std::vector<size_t>> sizes(L);
+    for (uint32_t l = 0; l < L; l++)
+        for (uint32_t p = 0; p < P; p++) {
+            const fathom_cuda_problem &pr = probs[(size_t)l * P + p];
+            uint8_t *stage = stage_dev + (size_t)p * nb * DIM * 34;
+            for (uint32_t j = 0; j < DIM; j++) {
+                const uint32_t t = depths[((size_t)l * P + p) * DIM + j];
+                if (!t) continue;
+                srcs[l].push_back(pr.planes + (size_t)j * 4 * nb);
+                dsts[l].push_back(stage + (size_t)j * 4 * nb * 8);
+                sizes[l].push_back((size_t)t * nb * 8);
+                srcs[l].push_back(pr.scales + (size_t)j * nb);
+                dsts[l].push_back(stage + (size_t)nb * DIM * 32 + (size_t)j * nb * 2);
+                sizes[l].push_back((size_t)nb * 2);
+            }
+        }
+    cudaMemcpyAttributes attr;
+    memset(&attr, 0, sizeof attr);
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+    size_t attr_idx = 0;
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> t;
+    for (int rep = 0; rep < 3; rep++) {
+        CK(cudaEventRecord(e0, b->stream));
+        for (uint32_t l = 0; l < L; l++) {
+            if (sizes[l].empty()) continue;
+            cudaError_t e = cudaMemcpyBatchAsync(dsts[l].data(), srcs[l].data(), sizes[l].data(),
+                                                 sizes[l].size(), &attr, &attr_idx, 1, b->stream);
+            if (e != cudaSuccess) {
+                /* not fatal: report and leave this transport out */
+                printf("   cudaMemcpyBatchAsync failed: %s\n", cudaGetErrorString(e));
+                (void)cudaGetLastError();
+                CK(cudaStreamSynchronize(b->stream));
+                CK(cudaEventDestroy(e0));
+                CK(cudaEventDestroy(e1));
+                return -1.0f;
+            }
+        }
+        CK(cudaEventRecord(e1, b->stream));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        t.push_back(ms);
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    return median(t);
+}
+
+/* ---------------------------------------------------------------- main */
+
+static std::vector<uint64_t> parse_list_u64(const char *s) {
+    std::vector<uint64_t> v;
+    while (*s) {
+        char *end;
+        unsigned long long x = strtoull(s, &end, 10);
+        if (*end == 'k' || *end == 'K') { x *= 1024; end++; }
+        else if (*end == 'M' || *end == 'm') { x *= 1024 * 1024; end++; }
+        v.push_back(x);
+        s = *end == ',' ? end + 1 : end;
+        if (end == s && *s) break;
+    }
+    return v;
+}
+
+int main(int argc, char **argv) {
+    const char *out_dir = ".";
+    std::vector<uint64_t> contexts = parse_list_u64("32k,128k,256k,512k,1M");
+    std::vector<uint64_t> batches = parse_list_u64("1,2,4");
+    const char *method_list = "fathom:48,fathom:40,sparq:16,ds:32,thumb,full4,landmark,oracle";
+    uint32_t layers = LAYERS_DEFAULT, reps = 5;
+    double planes_gib = 40, lm_gib = 16, kv_gib = 8;
+    uint64_t oracle_max = 1ull << 20;
+    int extras = 1;
+    uint32_t slices = 4;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
+        else if (!strcmp(argv[i], "--contexts") && i + 1 < argc) contexts = parse_list_u64(argv[++i]);
+        else if (!strcmp(argv[i], "--batches") && i + 1 < argc) batches = parse_list_u64(argv[++i]);
+        else if (!strcmp(argv[i], "--methods") && i + 1 < argc) method_list = argv[++i];
+        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--planes-gib") && i + 1 < argc) planes_gib = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--landmark-gib") && i + 1 < argc) lm_gib = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--kv-gib") && i + 1 < argc) kv_gib = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--oracle-max") && i + 1 < argc) oracle_max = parse_list_u64(argv[++i])[0];
+        else if (!strcmp(argv[i], "--no-extras")) extras = 0;
+        else if (!strcmp(argv[i], "--slices") && i + 1 < argc) slices = (uint32_t)atoi(argv[++i]);
+        else { fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
+    }
+    if (slices < 1 || slices > MAX_SLICES) { fprintf(stderr, "--slices 1..%d\n", MAX_SLICES); return 2; }
+    if (!fathom_cuda_device_present()) { printf("bench_cuda_step: %s\n", fathom_last_error()); return 77; }
+    std::vector<method_spec> methods;
+    {
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s", method_list);
+        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+            method_spec m;
+            if (parse_method(tok, &m)) { fprintf(stderr, "unknown method %s\n", tok); return 2; }
+            methods.push_back(m);
+        }
+    }
+    char path[1024];
+    snprintf(path, sizeof path, "%s/bench.csv", out_dir);
+    FILE *csv = fopen(path, "w");
+    if (!csv) { perror(path); return 1; }
+    fprintf(csv, "section,method,context,batch,transport,keys,step_ms,sliced_ms,plan_ms,transfer_ms,scan_ms,topk_ms,"
+                 "fetch_ms,attend_ms,other_ms,scan_GB,row_GB,bits_per_token,link_GBps,floor_ms,"
+                 "ratio_to_floor,idx_sets_held,idx_sets_needed,kv_sets_held\n");
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+
+    const uint64_t n_max = *std::max_element(contexts.begin(), contexts.end());
+    const uint64_t N_max = *std::max_element(batches.begin(), batches.end());
+    arenas a;
+    memset(&a, 0, sizeof a);
+    const double gib = 1024.0 * 1024 * 1024;
+    /* never more than a whole step needs at the largest context */
+    const uint64_t sets_max = N_max * layers * KV_HEADS, nb_max = (n_max + 63) / 64;
+    a.planes_cap = std::min((uint64_t)(planes_gib * gib), sets_max * nb_max * DIM * 32);
+    a.scales_cap = std::min((uint64_t)(planes_gib * gib / 16), sets_max * nb_max * DIM * 2);
+    a.lm_cap = std::min((uint64_t)(lm_gib * gib), sets_max * ((n_max + 7) / 8) * DIM * 2);
+    a.kv_cap = std::min((uint64_t)(kv_gib * gib), sets_max * n_max * DIM * 2);
+    double t0 = now_s();
+    void *dp;
+    host_arena(a.planes_cap, 0, 1, &dp); a.planes = (uint8_t *)dp;
+    host_arena(a.scales_cap, 1, 2, &dp); a.scales = (uint8_t *)dp;
+    host_arena(a.lm_cap, 2, 3, &dp); a.lm = (uint8_t *)dp;
+    host_arena(a.kv_cap, 3, 4, &dp); a.k = (uint8_t *)dp;
+    host_arena(a.kv_cap, 3, 5, &dp); a.v = (uint8_t *)dp;
+    printf("host arenas (pinned, mapped): planes %.1f GiB, scales %.2f GiB, landmarks %.1f GiB, K %.1f GiB, "
+           "V %.1f GiB; filled and registered in %.1f s\n",
+           a.planes_cap / gib, a.scales_cap / gib, a.lm_cap / gib, a.kv_cap / gib, a.kv_cap / gib, now_s() - t0);
+
+    bench_ctx b;
+    memset(&b, 0, sizeof b);
+    b.layers = layers;
+    b.reps = reps;
+    b.slices = slices;
+    for (uint32_t i = 1; i < MAX_SLICES; i++) CK(cudaStreamCreateWithFlags(&b.side[i], cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&b.fork, cudaEventDisableTiming));
+    b.done = (cudaEvent_t *)malloc(sizeof(cudaEvent_t) * layers * MAX_SLICES);
+    for (uint32_t i = 0; i < layers * MAX_SLICES; i++) CK(cudaEventCreateWithFlags(&b.done[i], cudaEventDisableTiming));
+    CK(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking));
+    /* link rate, same run: 1 GiB pinned host -> device */
+    const uint64_t link_bytes = std::min<uint64_t>(1ull << 30, a.planes_cap);
+    void *link_dev;
+    CK(cudaMalloc(&link_dev, link_bytes));
+    const double link = link_rate(a.planes, link_dev, link_bytes, b.stream);
+    CK(cudaFree(link_dev));
+    printf("link: %.1f GB/s host->device (1 GiB cudaMemcpyAsync from the pinned arena)\n", link);
+    fprintf(csv, "link,memcpy,0,0,copy,-,0,0,0,0,0,0,0,0,0,0,0,0,%.2f,0,0,0,0,0\n", link);
+
+    /* workspace for the largest config */
+    size_t ws_max = 0;
+    std::vector<method_spec> all_methods = methods;
+    {
+        method_spec nib;
+        parse_method("nibble4", &nib);
+        all_methods.push_back(nib);
+    }
+    for (uint64_t N : batches)
+        for (uint64_t n : contexts)
+            for (const method_spec &m : all_methods)
+                for (int tr = 0; tr < 3; tr++) {
+                    if ((m.scan == FATHOM_CUDA_SCAN_LANDMARK || m.scan == FATHOM_CUDA_SCAN_ORACLE) && tr == 1) continue;
+                    if (m.scan == FATHOM_CUDA_SCAN_ORACLE && (n > oracle_max || N != 1)) continue;
+                    fathom_cuda_config cfg = {DIM, GROUP, (uint32_t)(N * KV_HEADS), n, TOPK, 4, 32,
+                                              m.scan, m.param, (fathom_cuda_transport)tr, FATHOM_CUDA_KEYS_BF16, 0};
+                    if (cfg.param == 0 && m.scan <= FATHOM_CUDA_SCAN_TOP_CHANNELS) continue;
+                    size_t s;
+                    FK(fathom_cuda_workspace_size(&cfg, &s));
+                    ws_max = std::max(ws_max, s);
+                    if (slices > 1 && cfg.problems % slices == 0) {
+                        cfg.problems /= slices;
+                        FK(fathom_cuda_workspace_size(&cfg, &s));
+                        ws_max = std::max(ws_max, ((s + 255) & ~(size_t)255) * slices);
+                    }
+                }
+    CK(cudaMalloc(&b.ws, ws_max));
+    b.ws_bytes = ws_max;
+    const uint64_t P_max = N_max * KV_HEADS;
+    CK(cudaMalloc(&b.d_q, layers * P_max * GROUP * DIM * 4));
+    CK(cudaMalloc(&b.d_var, layers * P_max * DIM * 4));
+    CK(cudaMalloc(&b.d_out, layers * P_max * GROUP * DIM * 4));
+    CK(cudaMalloc(&b.d_fixed, layers * P_max * DIM));
+    CK(cudaMalloc(&b.d_depths, layers * P_max * DIM));
+    CK(cudaMalloc(&b.d_union, layers * P_max * 4));
+    CK(cudaMalloc(&b.d_probs, layers * P_max * sizeof(fathom_cuda_problem)));
+    b.ev = (cudaEvent_t *)malloc(sizeof(cudaEvent_t) * layers * (FATHOM_CUDA_PHASES + 1));
+    for (uint32_t i = 0; i < layers * (FATHOM_CUDA_PHASES + 1); i++) CK(cudaEventCreate(&b.ev[i]));
+    printf("workspace %.2f GiB\n", ws_max / gib);
+
+    /* queries and variances: log-normal channel scales, fixed per (layer, head) */
+    std::vector<float> q(layers * P_max * GROUP * DIM), var(layers * P_max * DIM);
+    {
+        uint64_t s = 12345;
+        auto normal = [&]() {
+            double u = ((splitmix(&s) >> 11) + 1) * 0x1.0p-53, v = (splitmix(&s) >> 11) * 0x1.0p-53;
+            return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
+        };
+        for (uint64_t p = 0; p < layers * P_max; p++) {
+            float qs[DIM];
+            for (uint32_t j = 0; j < DIM; j++) {
+                qs[j] = (float)exp(normal());
+                var[p * DIM + j] = (float)exp(2 * normal() - 1);
+            }
+            for (uint32_t h = 0; h < GROUP; h++)
+                for (uint32_t j = 0; j < DIM; j++) q[(p * GROUP + h) * DIM + j] = (float)(normal() * qs[j]);
+        }
+        CK(cudaMemcpy(b.d_q, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(b.d_var, var.data(), var.size() * 4, cudaMemcpyHostToDevice));
+    }
+
+    printf("\n%-10s %7s %2s %-8s %9s %8s | %7s %8s %7s %7s %7s %7s %7s | %7s %6s %6s %7s\n", "method", "ctx", "N",
+           "transp", "step ms", "sliced", "plan", "transfer", "scan", "topk", "fetch", "attend", "other", "scan GB",
+           "row GB", "bits", "x floor");
+    auto report = [&](const char *section, const method_spec &m, uint64_t n, uint64_t N, const char *tr,
+                      const char *keys, const run_result &r, const held &h, uint64_t needed) {
+        double sum = 0;
+        for (int i = 0; i < FATHOM_CUDA_PHASES; i++) sum += r.phase_ms[i];
+        const double other = std::max(0.0, (double)r.step_ms - sum);
+        const bool resident = !strcmp(tr, "resident");
+        const double link_bytes_moved = (resident ? 0 : r.scan_bytes) + r.row_bytes;
+        const double floor_ms = link_bytes_moved / (link * GB) * 1e3;
+        const double best = r.sliced_ms > 0 && r.sliced_ms < r.step_ms ? r.sliced_ms : r.step_ms;
+        printf("%-10s %6lluk %2llu %-8s %9.2f %8.2f | %7.2f %8.2f %7.2f %7.2f %7.2f %7.2f %7.2f | %7.3f %6.3f %6.1f %7.2f%s\n",
+               m.name, (unsigned long long)(n / 1024), (unsigned long long)N, tr, r.step_ms, r.sliced_ms, r.phase_ms[0],
+               r.phase_ms[1], r.phase_ms[2], r.phase_ms[3], r.phase_ms[4], r.phase_ms[5], other,
+               r.scan_bytes / GB, r.row_bytes / GB, r.bits_per_token, best / floor_ms,
+               h.idx_sets < needed ? " (rotated)" : "");
+        fprintf(csv, "%s,%s,%llu,%llu,%s,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,%.2f,%.2f,%.3f,%.3f,%llu,%llu,%llu\n",
+                section, m.name, (unsigned long long)n, (unsigned long long)N, tr, keys, r.step_ms,
+                r.sliced_ms, r.phase_ms[0], r.phase_ms[1], r.phase_ms[2], r.phase_ms[3], r.phase_ms[4], r.phase_ms[5], other,
+                r.scan_bytes / GB, r.row_bytes / GB, r.bits_per_token, link, floor_ms, best / floor_ms,
+                (unsigned long long)h.idx_sets, (unsigned long long)needed, (unsigned long long)h.kv_sets);
+        fflush(csv);
+        fflush(stdout);
+    };
+
+    for (uint64_t N : batches) {
+        const uint32_t P = (uint32_t)(N * KV_HEADS);
+        for (uint64_t n : contexts) {
+            const uint64_t needed = (uint64_t)layers * P;
+            held h = sets_for(&a, n, needed);
+            std::vector<fathom_cuda_problem> probs;
+            build_problems(&a, n, layers, P, &h, probs);
+            CK(cudaMemcpy(b.d_probs, probs.data(), probs.size() * sizeof probs[0], cudaMemcpyHostToDevice));
+            printf("-- context %llu, batch %llu: index sets held %llu of %llu, landmark sets %llu, K/V sets %llu\n",
+                   (unsigned long long)n, (unsigned long long)N, (unsigned long long)h.idx_sets,
+                   (unsigned long long)needed, (unsigned long long)h.lm_sets, (unsigned long long)h.kv_sets);
+            for (const method_spec &m : methods) {
+                if (m.scan == FATHOM_CUDA_SCAN_ORACLE && (n > oracle_max || N != 1)) continue;
+                std::vector<uint8_t> fixed((size_t)layers * P * DIM);
+                make_fixed(&m, var.data(), layers * P, fixed.data());
+                CK(cudaMemcpy(b.d_fixed, fixed.data(), fixed.size(), cudaMemcpyHostToDevice));
+                CK(cudaMemset(b.d_out, 0xff, (size_t)layers * P * GROUP * DIM * 4));
+                const int r_reps = n >= (512u << 10) ? std::max(2u, reps / 2) : reps;
+                run_result r = run_config(&b, &m, n, P, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16,
+                                          m.scan == FATHOM_CUDA_SCAN_ORACLE ? 2 : r_reps);
+                report("step", m, n, N, "kernel", "bf16", r, h, needed);
+            }
+            if (!extras || N != 1) continue;
+            /* transports on the fathom plan of the first method, one run each */
+            const method_spec &m0 = methods[0];
+            if (m0.scan <= FATHOM_CUDA_SCAN_FIXED) {
+                std::vector<uint8_t> fixed((size_t)layers * P * DIM);
+                make_fixed(&m0, var.data(), layers * P, fixed.data());
+                CK(cudaMemcpy(b.d_fixed, fixed.data(), fixed.size(), cudaMemcpyHostToDevice));
+                run_result rk = run_config(&b, &m0, n, P, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 3);
+                run_result rc = run_config(&b, &m0, n, P, FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 3);
+                report("transport", m0, n, N, "cub", "bf16", rc, h, needed);
+                /* cudaMemcpyBatchAsync over the same runs (plans from the last run) */
+                const float batch_ms = time_batch_memcpy(&b, probs, n, P, (uint8_t *)b.ws);
+                printf("   transfer of %s, %llu tokens, %u layers: kernel %.2f ms (%.1f GB/s), cub %.2f ms (%.1f GB/s), "
+                       "cudaMemcpyBatchAsync %.2f ms (%.1f GB/s), link %.1f GB/s\n",
+                       m0.name, (unsigned long long)n, layers, rk.phase_ms[1], rk.scan_bytes / (rk.phase_ms[1] * 1e-3) / GB,
+                       rc.phase_ms[1], rc.scan_bytes / (rc.phase_ms[1] * 1e-3) / GB, batch_ms,
+                       rk.scan_bytes / (batch_ms * 1e-3) / GB, link);
+                fprintf(csv, "gather,%s,%llu,1,kernel|cub|batch,-,%.3f,%.3f,%.3f,0,0,0,0,0,0,%.4f,0,0,%.2f,0,0,0,0,0\n",
+                        m0.name, (unsigned long long)n, rk.phase_ms[1], rc.phase_ms[1], batch_ms, rk.scan_bytes / GB, link);
+                /* bit planes as the primary K cache: winners decoded from all four planes */
+                run_result rp = run_config(&b, &m0, n, P, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_PLANES, 3);
+                report("primaryK", m0, n, N, "kernel", "planes", rp, h, needed);
+                {
+                    /* K and V interleaved per token: one host page per fetched row */
+                    held hi = h;
+                    hi.kv_sets = std::min<uint64_t>(needed, a.kv_cap / (n * DIM * 4));
+                    std::vector<fathom_cuda_problem> pi((size_t)layers * P);
+                    for (size_t i = 0; i < pi.size(); i++) {
+                        pi[i] = probs[i];
+                        pi[i].keys = (const uint16_t *)(a.k + (i % hi.kv_sets) * n * DIM * 4);
+                        pi[i].values = pi[i].keys + DIM;
+                    }
+                    CK(cudaMemcpy(b.d_probs, pi.data(), pi.size() * sizeof pi[0], cudaMemcpyHostToDevice));
+                    run_result ri = run_config(&b, &m0, n, P, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 3, 2 * DIM);
+                    report("kv-interleaved", m0, n, N, "kernel", "bf16-kv", ri, hi, needed);
+                    CK(cudaMemcpy(b.d_probs, probs.data(), probs.size() * sizeof probs[0], cudaMemcpyHostToDevice));
+                }
+                if (n == n_max) {
+                    /* row fetch vs how K/V host memory was pinned, same span (8 K/V sets) */
+                    held h8 = h;
+                    h8.kv_sets = std::min<uint64_t>(8, h.kv_sets);
+                    std::vector<fathom_cuda_problem> p8;
+                    build_problems(&a, n, layers, P, &h8, p8);
+                    CK(cudaMemcpy(b.d_probs, p8.data(), p8.size() * sizeof p8[0], cudaMemcpyHostToDevice));
+                    run_result rr = run_config(&b, &m0, n, P, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 3);
+                    arenas a2 = a;
+                    void *dk, *dv;
+                    void *hk = host_arena(h8.kv_sets * n * DIM * 2, 3, 7, &dk, 1);
+                    void *hv = host_arena(h8.kv_sets * n * DIM * 2, 3, 8, &dv, 1);
+                    a2.k = (uint8_t *)dk;
+                    a2.v = (uint8_t *)dv;
+                    build_problems(&a2, n, layers, P, &h8, p8);
+                    CK(cudaMemcpy(b.d_probs, p8.data(), p8.size() * sizeof p8[0], cudaMemcpyHostToDevice));
+                    run_result rh = run_config(&b, &m0, n, P, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 3);
+                    printf("   row fetch, %llu K/V sets: malloc+cudaHostRegister %.2f ms, cudaHostAlloc %.2f ms (%.3f GB)\n",
+                           (unsigned long long)h8.kv_sets, rr.phase_ms[4], rh.phase_ms[4], rr.row_bytes / GB);
+                    fprintf(csv, "fetchmem,%s,%llu,1,register|hostalloc,bf16,%.3f,%.3f,0,0,0,0,%.3f,%.3f,0,0,0,%.4f,0,%.2f,0,0,%llu,0,%llu\n",
+                            m0.name, (unsigned long long)n, rr.step_ms, rh.step_ms, rr.phase_ms[4], rh.phase_ms[4],
+                            rr.row_bytes / GB, link, (unsigned long long)h8.kv_sets, (unsigned long long)h8.kv_sets);
+                    CK(cudaFreeHost(hk));
+                    CK(cudaFreeHost(hv));
+                    CK(cudaMemcpy(b.d_probs, probs.data(), probs.size() * sizeof probs[0], cudaMemcpyHostToDevice));
+                }
+            }
+        }
+    }
+
+    /* HBM-resident index: copy the sets of one step into device memory */
+    if (extras) {
+        printf("\n-- HBM-resident index (no gather); K/V rows still fetched from host\n");
+        for (uint64_t n : contexts) {
+            const uint32_t P = KV_HEADS;
+            const uint64_t needed = (uint64_t)layers * P, nb = (n + 63) / 64;
+            held h = sets_for(&a, n, needed);
+            size_t free_b, total_b;
+            CK(cudaMemGetInfo(&free_b, &total_b));
+            const uint64_t per_set = nb * DIM * 34 + ((n + 7) / 8) * DIM * 2;
+            uint64_t dev_sets = std::min<uint64_t>(needed, (uint64_t)((free_b - (4ull << 30)) / per_set));
+            dev_sets = std::min(dev_sets, std::min(h.idx_sets, h.lm_sets));
+            arenas d = a;
+            CK(cudaMalloc(&d.planes, dev_sets * nb * DIM * 32));
+            CK(cudaMalloc(&d.scales, dev_sets * nb * DIM * 2));
+            CK(cudaMalloc(&d.lm, dev_sets * ((n + 7) / 8) * DIM * 2));
+            CK(cudaMemcpy(d.planes, a.planes, dev_sets * nb * DIM * 32, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(d.scales, a.scales, dev_sets * nb * DIM * 2, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(d.lm, a.lm, dev_sets * ((n + 7) / 8) * DIM * 2, cudaMemcpyHostToDevice));
+            held hd = h;
+            hd.idx_sets = hd.lm_sets = dev_sets;
+            std::vector<fathom_cuda_problem> probs;
+            build_problems(&d, n, layers, P, &hd, probs);
+            CK(cudaMemcpy(b.d_probs, probs.data(), probs.size() * sizeof probs[0], cudaMemcpyHostToDevice));
+            printf("-- context %llu: %llu index sets in HBM\n", (unsigned long long)n, (unsigned long long)dev_sets);
+            std::vector<method_spec> rmethods = methods;
+            method_spec nib;
+            parse_method("nibble4", &nib);
+            rmethods.push_back(nib);
+            for (const method_spec &m : rmethods) {
+                if (m.scan == FATHOM_CUDA_SCAN_ORACLE) continue;
+                std::vector<uint8_t> fixed((size_t)layers * P * DIM);
+                make_fixed(&m, var.data(), layers * P, fixed.data());
+                CK(cudaMemcpy(b.d_fixed, fixed.data(), fixed.size(), cudaMemcpyHostToDevice));
+                run_result r = run_config(&b, &m, n, P, FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 3);
+                report("resident", m, n, 1, "resident", "bf16", r, hd, needed);
+                printf("   scan kernel %s: %.3f ms, %.0f GB/s of index read\n", m.name, r.phase_ms[2],
+                       r.scan_bytes / (r.phase_ms[2] * 1e-3) / GB);
+                if (&m == &rmethods[0] && m.scan <= FATHOM_CUDA_SCAN_FIXED) {
+                    run_result rp = run_config(&b, &m, n, P, FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_PLANES, 3);
+                    report("resident-primaryK", m, n, 1, "resident", "planes", rp, hd, needed);
+                }
+            }
+            CK(cudaFree(d.planes));
+            CK(cudaFree(d.scales));
+            CK(cudaFree(d.lm));
+        }
+    }
+    fclose(csv);
+    printf("\nwrote %s\n", path);
+    return 0;
+}

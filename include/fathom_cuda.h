@@ -1,0 +1,137 @@
+/*
+ * libfathom CUDA backend — one decode step of sparse attention over a
+ * bit-plane K index, on the GPU, with no host round trip (§3.6, §5.1).
+ *
+ * For every KV head of a batch ("problem": one session, one layer, one KV
+ * head) a step runs these phases on one stream:
+ *   plan      depths t_j from the query group: water-filling (fathom:B, the
+ *             same depths as fathom_water_fill), top-r channels (sparq:r),
+ *             or a caller's fixed depth vector (ds, thumb, full4);
+ *   transfer  the planned runs (the first t_j planes of channel j are ONE
+ *             contiguous run, plus that channel's scales) from pinned host
+ *             memory into an HBM staging buffer: a fixed run list, one slot
+ *             per channel and kind, length 0 when inactive;
+ *   scan      approximate scores of every token for each query head;
+ *   top-k     sink + local + top of the rest per query head (fathom_select's
+ *             semantics: ties to the lower index, NaN lowest);
+ *   fetch     the union of the group's winners, K and V rows from host;
+ *   attend    exact softmax attention over each head's own selection.
+ * Every call is asynchronous on `stream`, allocates nothing and can be
+ * captured into a CUDA graph. Pointers named "device-accessible" may be
+ * device memory or mapped pinned host memory (cudaHostAlloc with
+ * cudaHostAllocMapped, or cudaHostRegister + cudaHostGetDevicePointer).
+ *
+ * Errors: every function returns FATHOM_OK or a negative fathom_status and
+ * sets fathom_last_error(). A failing CUDA call is FATHOM_ERR_DEVICE with the
+ * CUDA error's name in the message.
+ */
+#ifndef FATHOM_CUDA_H
+#define FATHOM_CUDA_H
+
+#include "fathom.h"
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FATHOM_CUDA_DIM 128     /* head dimension the kernels are built for */
+#define FATHOM_CUDA_MAX_GROUP 8 /* query heads per KV head */
+#define FATHOM_CUDA_MAX_K 1024  /* selection size per query head */
+
+typedef enum fathom_cuda_scan_kind {
+    FATHOM_CUDA_SCAN_WATER_FILL = 0, /* fathom:B  depths by water-filling, budget B code bits */
+    FATHOM_CUDA_SCAN_TOP_CHANNELS,   /* sparq:r   depth 4 on the r largest sum_h |q_j| */
+    FATHOM_CUDA_SCAN_FIXED,          /* caller's depths: ds:c, thumb (2 on all), full4 */
+    FATHOM_CUDA_SCAN_LANDMARK,       /* fp16 mean key per 8 tokens, 256 bits/token */
+    FATHOM_CUDA_SCAN_ORACLE,         /* exact q.k over the bf16 keys */
+    FATHOM_CUDA_SCAN_NIBBLE4         /* 4-bit channel scan of a nibble-packed K cache (the same
+                                        codes as full4, another layout): the baseline the
+                                        bit-plane scan is compared with in HBM */
+} fathom_cuda_scan_kind;
+
+typedef enum fathom_cuda_transport {
+    FATHOM_CUDA_GATHER_KERNEL = 0, /* hand-written gather, 16-byte loads of mapped host memory */
+    FATHOM_CUDA_GATHER_CUB,        /* cub::DeviceMemcpy::Batched over the same run list */
+    FATHOM_CUDA_RESIDENT           /* no transfer: the index is in device memory, scan it there */
+} fathom_cuda_transport;
+
+typedef enum fathom_cuda_key_rows {
+    FATHOM_CUDA_KEYS_BF16 = 0, /* K rows fetched from the bf16 keys */
+    FATHOM_CUDA_KEYS_PLANES    /* bit planes are the K cache: rows decoded from all 4 planes */
+} fathom_cuda_key_rows;
+
+/* Shapes and method of one step; the same for every problem of the call. */
+typedef struct fathom_cuda_config {
+    uint32_t dim;      /* must be FATHOM_CUDA_DIM */
+    uint32_t group;    /* G: query heads per KV head, 1..FATHOM_CUDA_MAX_GROUP */
+    uint32_t problems; /* KV heads in the batch (sessions x layers x heads) */
+    uint64_t tokens;   /* n: keys visible to every query (n >= 1) */
+    uint32_t k;        /* selection per query head, sink + local <= k <= FATHOM_CUDA_MAX_K */
+    uint32_t sink;     /* first positions always kept (FATHOM_SINK_TOKENS) */
+    uint32_t local;    /* last positions always kept (FATHOM_LOCAL_TOKENS) */
+    fathom_cuda_scan_kind scan;
+    uint32_t param;    /* WATER_FILL: budget B (1..4*dim); TOP_CHANNELS: r (1..dim) */
+    fathom_cuda_transport transport;
+    fathom_cuda_key_rows key_rows;
+    uint32_t row_stride; /* bf16 elements from one K (or V) row to the next: 0 or dim for
+                            separate [n][dim] arrays; 2*dim for K and V interleaved per
+                            token (values = keys + dim), one host page per fetched row
+                            instead of two. Not with ORACLE, which reads keys whole. */
+} fathom_cuda_config;
+
+/* Where one problem's data lives; every pointer device-accessible. The index
+ * is one store segment covering the whole context (fathom_store_create with
+ * segment_blocks = ceil(n/64)), so nb = ceil(n/64) in the layouts below. */
+typedef struct fathom_cuda_problem {
+    const uint64_t *planes;    /* [dim][4][nb] plane words (plane scans, KEYS_PLANES); for
+                                  NIBBLE4 [dim][nb][4] words, word w of block b holding tokens
+                                  16w..16w+15 as nibbles (token 16w+i in bits 4i..4i+3) */
+    const uint16_t *scales;    /* [dim][nb] fp16 scales */
+    const uint16_t *landmarks; /* [ceil(n/8)][dim] fp16 mean keys (LANDMARK only) */
+    const uint16_t *keys;      /* [n][row_stride] bf16 (KEYS_BF16, ORACLE) */
+    const uint16_t *values;    /* [n][row_stride] bf16 */
+} fathom_cuda_problem;
+
+/* Arguments of one step. Device pointers unless said otherwise. */
+typedef struct fathom_cuda_step_args {
+    const fathom_cuda_problem *problems; /* [problems], in device memory */
+    const float *queries;                /* [problems][group][dim], stored coordinates */
+    const float *variance;               /* [problems][dim]; WATER_FILL only (else NULL) */
+    const uint8_t *fixed_depths;         /* [problems][dim], 0..4; FIXED only (else NULL) */
+    float *out;                          /* [problems][group][dim] attention output */
+    uint32_t *selected;                  /* [problems][group][k] ascending positions; may be NULL */
+    uint32_t *selected_count;            /* [problems][group]; may be NULL */
+    uint8_t *depths;                     /* [problems][dim] planned depths; may be NULL */
+    float *scores;                       /* [problems][group][n] approximate scores; may be NULL */
+    uint32_t *union_count;               /* [problems] rows the fetch moved; may be NULL */
+    void *workspace;                     /* fathom_cuda_workspace_size() bytes, 256-byte aligned */
+    size_t workspace_bytes;
+    cudaEvent_t *phase_events; /* NULL, or FATHOM_CUDA_PHASES + 1 events recorded at the
+                                  start and after each phase (for breakdowns, not graphs) */
+} fathom_cuda_step_args;
+
+#define FATHOM_CUDA_PHASES 6 /* plan, transfer, scan, top-k, fetch, attend */
+
+/* Bytes of workspace a step with this config needs. */
+int fathom_cuda_workspace_size(const fathom_cuda_config *config, size_t *bytes);
+
+/* Enqueue one step on stream. */
+int fathom_cuda_step(const fathom_cuda_config *config, const fathom_cuda_step_args *args,
+                     cudaStream_t stream);
+
+/* Bytes a plane scan moves for a depth vector (host copy): the plane runs and
+ * scales of the active channels, sum_j [t_j > 0] (8*t_j + 2) * nb. */
+uint64_t fathom_cuda_plane_bytes(uint32_t dim, uint64_t tokens, const uint8_t *depths);
+
+/* 1 if a CUDA device is usable, else 0 (and the reason in fathom_last_error). */
+int fathom_cuda_device_present(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FATHOM_CUDA_H */

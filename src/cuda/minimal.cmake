@@ -1,0 +1,20 @@
+# FATHOM_MINIMAL: the static library from the modules the CUDA backend uses,
+# then the CUDA backend itself. LAPACK is linked when found; otherwise a stub
+# dsyev_ makes fathom_basis_fit fail cleanly (nothing here fits a basis).
+set(FATHOM_MINIMAL_MODULES status half basis store landmarks plan select attend)
+set(FATHOM_SOURCES "")
+foreach(m ${FATHOM_MINIMAL_MODULES})
+  if(EXISTS ${CMAKE_SOURCE_DIR}/src/${m}.c)
+    list(APPEND FATHOM_SOURCES ${CMAKE_SOURCE_DIR}/src/${m}.c)
+  endif()
+endforeach()
+find_package(LAPACK QUIET)
+if(NOT LAPACK_FOUND)
+  message(STATUS "FATHOM_MINIMAL: no LAPACK, fathom_basis_fit will fail with FATHOM_ERR_NUMERIC")
+  list(APPEND FATHOM_SOURCES ${CMAKE_SOURCE_DIR}/src/cuda/no_lapack.c)
+endif()
+add_library(fathom STATIC ${FATHOM_SOURCES})
+target_include_directories(fathom PUBLIC ${CMAKE_SOURCE_DIR}/include PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_link_libraries(fathom PUBLIC ${LAPACK_LIBRARIES} Threads::Threads m)
+enable_testing()
+include(${CMAKE_SOURCE_DIR}/src/cuda/cuda.cmake)

@@ -1,0 +1,102 @@
+/* plan — per-problem depths on the GPU, no host round trip (§3.3, §3.4).
+ *
+ * One block of FC_DIM threads per problem, thread j owns channel j.
+ * Water-filling: t_j(theta) counts the breakpoints g_j / 4^(m - 1/2),
+ * m = 1..4 (g_j/2, g_j/8, g_j/32, g_j/128: exact in double), that lie at or
+ * above theta. The sum over j is the number of breakpoints >= theta, so the
+ * smallest admissible theta lies just above the largest breakpoint v whose
+ * count #{bp >= v} exceeds the budget; ties enter together. With d = 128
+ * there are 512 breakpoints and every thread counts its four against all of
+ * them: 2^18 comparisons, no sort needed. Double arithmetic without FMA
+ * contraction (__dmul_rn/__dadd_rn) so g matches fathom_importance. */
+#include "cuda_internal.cuh"
+
+#define PLAN_BP (FC_DIM * FATHOM_PLANES)
+
+static __device__ double importance(const float *q, uint32_t group, float var, uint32_t j) {
+    /* g_j = (sum_h q_hj^2) var_j in double, in fathom_importance's order */
+    double q2 = 0.0;
+    for (uint32_t h = 0; h < group; h++) {
+        double x = (double)q[(size_t)h * FC_DIM + j];
+        q2 = __dadd_rn(q2, __dmul_rn(x, x));
+    }
+    return __dmul_rn(q2, (double)var);
+}
+
+static __global__ void plan_water_fill_kernel(uint32_t group, uint32_t budget, const float *queries,
+                                              const float *variance, uint8_t *depths) {
+    __shared__ double bp[PLAN_BP];
+    __shared__ double best[FC_DIM / 32];
+    const uint32_t p = blockIdx.x, j = threadIdx.x;
+    const float *q = queries + (size_t)p * group * FC_DIM;
+    double g = importance(q, group, variance[(size_t)p * FC_DIM + j], j);
+    double mine[FATHOM_PLANES];
+    for (int m = 0; m < FATHOM_PLANES; m++) {
+        /* g / 4^(m + 1/2) = g / 2^(2m + 1): exact scaling by a power of two */
+        mine[m] = g > 0.0 ? g / (double)(2u << (2 * m)) : -1.0;
+        bp[j * FATHOM_PLANES + m] = mine[m];
+    }
+    __syncthreads();
+    /* theta* = max { v : #{bp >= v} > budget }, 0 when no such v */
+    double theta = 0.0;
+    for (int m = 0; m < FATHOM_PLANES; m++) {
+        double v = mine[m];
+        if (v <= 0.0) continue;
+        uint32_t count = 0;
+        for (uint32_t i = 0; i < PLAN_BP; i++) count += bp[i] >= v;
+        if (count > budget && v > theta) theta = v;
+    }
+    for (int off = 16; off > 0; off >>= 1) theta = fmax(theta, __shfl_xor_sync(0xffffffffu, theta, off));
+    if ((j & 31) == 0) best[j / 32] = theta;
+    __syncthreads();
+    theta = 0.0;
+    for (int w = 0; w < FC_DIM / 32; w++) theta = fmax(theta, best[w]);
+    uint32_t t = 0;
+    for (int m = 0; m < FATHOM_PLANES; m++) t += mine[m] > theta;
+    depths[(size_t)p * FC_DIM + j] = (uint8_t)t;
+}
+
+/* sparq:r — depth 4 on the r channels with the largest sum_h |q_hj| (ties to
+ * the lower channel), 0 elsewhere. */
+static __global__ void plan_top_channels_kernel(uint32_t group, uint32_t r, const float *queries,
+                                                uint8_t *depths) {
+    __shared__ double mass[FC_DIM];
+    const uint32_t p = blockIdx.x, j = threadIdx.x;
+    const float *q = queries + (size_t)p * group * FC_DIM;
+    double s = 0.0;
+    for (uint32_t h = 0; h < group; h++) s = __dadd_rn(s, fabs((double)q[(size_t)h * FC_DIM + j]));
+    mass[j] = s;
+    __syncthreads();
+    uint32_t rank = 0;
+    for (uint32_t i = 0; i < FC_DIM; i++) rank += mass[i] > s || (mass[i] == s && i < j);
+    depths[(size_t)p * FC_DIM + j] = rank < r ? FATHOM_PLANES : 0;
+}
+
+static __global__ void plan_fixed_kernel(const uint8_t *fixed, uint8_t *depths) {
+    size_t i = (size_t)blockIdx.x * FC_DIM + threadIdx.x;
+    uint8_t t = fixed[i];
+    depths[i] = t > FATHOM_PLANES ? FATHOM_PLANES : t; /* clamp: device data is not validated */
+}
+
+int fc_plan(const fathom_cuda_config *cfg, const float *queries, const float *variance,
+            const uint8_t *fixed_depths, uint8_t *depths, cudaStream_t stream) {
+    switch (cfg->scan) {
+    case FATHOM_CUDA_SCAN_WATER_FILL:
+        plan_water_fill_kernel<<<cfg->problems, FC_DIM, 0, stream>>>(cfg->group, cfg->param, queries,
+                                                                     variance, depths);
+        break;
+    case FATHOM_CUDA_SCAN_TOP_CHANNELS:
+        plan_top_channels_kernel<<<cfg->problems, FC_DIM, 0, stream>>>(cfg->group, cfg->param,
+                                                                       queries, depths);
+        break;
+    case FATHOM_CUDA_SCAN_FIXED:
+        plan_fixed_kernel<<<cfg->problems, FC_DIM, 0, stream>>>(fixed_depths, depths);
+        break;
+    case FATHOM_CUDA_SCAN_NIBBLE4: /* every channel, all 4 bits: runs of 4*nb*8 bytes */
+        FATHOM_CUDA_TRY(cudaMemsetAsync(depths, FATHOM_PLANES, (size_t)cfg->problems * FC_DIM, stream));
+        return FATHOM_OK;
+    default: return FATHOM_OK; /* landmark and oracle scans have no plan */
+    }
+    FATHOM_CUDA_LAUNCHED();
+    return FATHOM_OK;
+}

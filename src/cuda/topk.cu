@@ -1,0 +1,368 @@
+/* top-k — sink + local + the highest-scoring rest, per query head (§2),
+ * with fathom_select's order: higher score first, ties to the lower index,
+ * NaN lowest. Every (score, index) pair maps to a unique 64-bit key
+ *   K = order(score) << 32 | (2^32 - 1 - index)
+ * (order() flips floats into unsigned order, -0 counts as +0, NaN as 0), so
+ * the m = k - sink - local winners are exactly the m largest K.
+ *
+ * Radix select in launches that never need the host:
+ *   hist, find   twice: the 11-bit digit holding the m-th largest key, then
+ *                the next 11 bits inside that digit (a 22-bit prefix);
+ *   compact      winners above the prefix go straight to the output list,
+ *                keys with the prefix to a candidate buffer;
+ *   final        an in-shared-memory radix select (8-bit digits) of the rest
+ *                over the candidates; if they overflow the buffer (only
+ *                with massive exact ties), the same select over the scores
+ *                row (one block, slow, exact).
+ * The scores are read three times, by many blocks each (a single 11-bit
+ * level left 5-20k candidates at 1M tokens and sent rows down the slow path).
+ * Then one block per KV head sorts each head's winners and builds the
+ * union the row fetch moves. */
+#include "cuda_internal.cuh"
+
+#include <cub/block/block_scan.cuh>
+
+#define TOPK_THREADS 512
+#define TOPK_CHUNK 16384u
+#define NO_DIGIT 0xffffffffu
+#define PAD_INDEX 0xffffffffu
+
+static __device__ __forceinline__ uint32_t score_order(float s) {
+    if (s != s) return 0; /* NaN ranks lowest */
+    if (s == 0.0f) s = 0.0f;
+    const uint32_t b = __float_as_uint(s);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+static __device__ __forceinline__ uint64_t select_key(float s, uint64_t i) {
+    return ((uint64_t)score_order(s) << 32) | (uint64_t)(0xffffffffu - (uint32_t)i);
+}
+
+static __device__ __forceinline__ uint32_t key_index(uint64_t key) {
+    return 0xffffffffu - (uint32_t)key;
+}
+
+/* f(i, row[i]) for i in [lo, hi), the block's threads striding over it,
+ * with 16-byte loads where the row allows. */
+template <typename F>
+static __device__ __forceinline__ void for_range(const float *row, uint64_t lo, uint64_t hi, F f) {
+    uint64_t a = (lo + 3) & ~(uint64_t)3;
+    if (a > hi || ((uintptr_t)row & 15) != 0) a = hi;
+    for (uint64_t i = lo + threadIdx.x; i < a; i += blockDim.x) f(i, row[i]);
+    const uint64_t nv = (hi - a) / 4;
+    const float4 *v = (const float4 *)(row + a);
+    for (uint64_t k = threadIdx.x; k < nv; k += blockDim.x) {
+        const float4 x = v[k];
+        const uint64_t i = a + 4 * k;
+        f(i, x.x);
+        f(i + 1, x.y);
+        f(i + 2, x.z);
+        f(i + 3, x.w);
+    }
+    for (uint64_t i = a + 4 * nv + threadIdx.x; i < hi; i += blockDim.x) f(i, row[i]);
+}
+
+static __global__ void __launch_bounds__(TOPK_THREADS)
+hist_kernel(int level, uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
+            const fc_select_state *state, uint32_t *hist) {
+    __shared__ uint32_t h[FC_HIST_BINS];
+    const uint32_t r = blockIdx.y;
+    if (n <= k) return;
+    const uint32_t prefix = level ? state[r].digit : 0;
+    if (level && prefix == NO_DIGIT) return;
+    const uint64_t lo = sink + (uint64_t)blockIdx.x * TOPK_CHUNK;
+    const uint64_t end = n - local, hi = lo + TOPK_CHUNK < end ? lo + TOPK_CHUNK : end;
+    if (lo >= hi) return;
+    for (uint32_t b = threadIdx.x; b < FC_HIST_BINS; b += blockDim.x) h[b] = 0;
+    __syncthreads();
+    const float *row = scores + (size_t)r * n;
+    for_range(row, lo, hi, [&](uint64_t, float s) {
+        const uint32_t key = score_order(s);
+        if (level == 0) atomicAdd(&h[key >> (32 - FC_HIST_BITS)], 1u);
+        else if ((key >> (32 - FC_HIST_BITS)) == prefix)
+            atomicAdd(&h[(key >> (32 - 2 * FC_HIST_BITS)) & (FC_HIST_BINS - 1)], 1u);
+    });
+    __syncthreads();
+    for (uint32_t b = threadIdx.x; b < FC_HIST_BINS; b += blockDim.x)
+        if (h[b]) atomicAdd(&hist[(size_t)r * FC_HIST_BINS + b], h[b]);
+}
+
+/* level 0: the 11-bit digit holding the m-th largest; level 1: the next 11
+ * bits inside it. state.digit is the prefix found so far, state.need how
+ * many winners it still owes. */
+static __global__ void __launch_bounds__(1024)
+find_kernel(int level, uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const uint32_t *hist,
+            fc_select_state *state) {
+    typedef cub::BlockScan<uint32_t, 1024> scan_t;
+    __shared__ typename scan_t::TempStorage tmp;
+    const uint32_t r = blockIdx.x, t = threadIdx.x;
+    fc_select_state st = {NO_DIGIT, 0, 0, 0};
+    if (level == 0) {
+        if (t == 0) state[r] = st;
+        __syncthreads();
+        if (n <= k) return;
+        st.need = k - sink - local;
+        st.digit = 0;
+    } else {
+        st = state[r];
+        __syncthreads(); /* everyone has read it before anyone writes */
+    }
+    if (st.digit == NO_DIGIT || st.need == 0) return;
+    /* bins in descending order: thread t holds bins 2047-2t and 2046-2t */
+    uint32_t c[2], above[2];
+    for (int i = 0; i < 2; i++) c[i] = hist[(size_t)r * FC_HIST_BINS + (FC_HIST_BINS - 1 - 2 * t - i)];
+    scan_t(tmp).ExclusiveSum(c, above);
+    for (int i = 0; i < 2; i++) {
+        if (above[i] < st.need && above[i] + c[i] >= st.need) {
+            const uint32_t bin = FC_HIST_BINS - 1 - 2 * t - i;
+            fc_select_state s = {level ? (st.digit << FC_HIST_BITS) | bin : bin, st.need - above[i], 0, c[i]};
+            state[r] = s;
+        }
+    }
+}
+
+static __global__ void __launch_bounds__(TOPK_THREADS)
+compact_kernel(uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
+               fc_select_state *state, uint32_t *cand_fill, uint32_t *mid, uint64_t *cand) {
+    const uint32_t r = blockIdx.y;
+    if (n <= k) return;
+    const uint32_t digit = state[r].digit;
+    if (digit == NO_DIGIT) return;
+    const uint64_t lo = sink + (uint64_t)blockIdx.x * TOPK_CHUNK;
+    const uint64_t end = n - local, hi = lo + TOPK_CHUNK < end ? lo + TOPK_CHUNK : end;
+    const float *row = scores + (size_t)r * n;
+    if (lo >= hi) return;
+    for_range(row, lo, hi, [&](uint64_t i, float s) {
+        const uint64_t key = select_key(s, i);
+        const uint32_t d = (uint32_t)(key >> (64 - 2 * FC_HIST_BITS));
+        if (d > digit) {
+            mid[(size_t)r * k + atomicAdd(&state[r].nsel, 1u)] = (uint32_t)i;
+        } else if (d == digit) {
+            const uint32_t pos = atomicAdd(&cand_fill[r], 1u);
+            if (pos < FC_CAND_CAP) cand[(size_t)r * FC_CAND_CAP + pos] = key;
+        }
+    });
+}
+
+/* Select `need` largest keys among those whose top 22 bits equal digit; the
+ * source is either the candidate list in shared memory or the whole row. */
+struct cand_source {
+    const uint64_t *keys;
+    uint32_t count;
+    __device__ uint64_t size() const { return count; }
+    __device__ bool get(uint64_t i, uint64_t *key) const { *key = keys[i]; return true; }
+};
+struct row_source {
+    const float *row;
+    uint64_t first, end;
+    uint32_t digit;
+    __device__ uint64_t size() const { return end - first; }
+    __device__ bool get(uint64_t i, uint64_t *key) const {
+        *key = select_key(row[first + i], first + i);
+        return (uint32_t)(*key >> (64 - 2 * FC_HIST_BITS)) == digit;
+    }
+};
+
+template <typename Source>
+static __device__ void select_tail(const Source &src, uint32_t digit, uint32_t need,
+                                   uint32_t *out, uint32_t *out_fill, uint32_t *bins,
+                                   uint32_t *choice) {
+    uint64_t prefix = (uint64_t)digit << (64 - 2 * FC_HIST_BITS);
+    uint64_t mask = ((1ull << (2 * FC_HIST_BITS)) - 1) << (64 - 2 * FC_HIST_BITS);
+    int shift = 64 - 2 * FC_HIST_BITS;
+    const uint64_t size = src.size();
+    while (need > 0 && shift > 0) {
+        const int width = shift < 8 ? shift : 8;
+        shift -= width;
+        const uint32_t nbins = 1u << width;
+        for (uint32_t b = threadIdx.x; b < 256; b += blockDim.x) bins[b] = 0;
+        __syncthreads();
+        for (uint64_t i = threadIdx.x; i < size; i += blockDim.x) {
+            uint64_t key;
+            if (src.get(i, &key) && (key & mask) == prefix)
+                atomicAdd(&bins[(uint32_t)(key >> shift) & (nbins - 1)], 1u);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            uint32_t above = 0, d = nbins - 1;
+            for (;; d--) {
+                if (above + bins[d] >= need || d == 0) break;
+                above += bins[d];
+            }
+            choice[0] = d;
+            choice[1] = above;
+            choice[2] = need - above == bins[d]; /* the whole bin is taken: done */
+        }
+        __syncthreads();
+        const uint32_t d = choice[0], above = choice[1], take_all = choice[2];
+        for (uint64_t i = threadIdx.x; i < size; i += blockDim.x) {
+            uint64_t key;
+            if (!src.get(i, &key) || (key & mask) != prefix) continue;
+            const uint32_t kd = (uint32_t)(key >> shift) & (nbins - 1);
+            if (kd > d || (take_all && kd == d)) out[atomicAdd(out_fill, 1u)] = key_index(key);
+        }
+        need = take_all ? 0 : need - above;
+        prefix |= (uint64_t)d << shift;
+        mask |= (uint64_t)(nbins - 1) << shift;
+        __syncthreads();
+    }
+}
+
+static __global__ void __launch_bounds__(1024)
+final_kernel(uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
+             fc_select_state *state, const uint64_t *cand, uint32_t *mid) {
+    __shared__ uint64_t s_cand[FC_CAND_CAP];
+    __shared__ uint32_t bins[256], choice[3], fill;
+    const uint32_t r = blockIdx.x;
+    if (n <= k) return;
+    const fc_select_state st = state[r];
+    if (st.digit == NO_DIGIT || st.need == 0) return;
+    if (threadIdx.x == 0) fill = st.nsel;
+    uint32_t *out = mid + (size_t)r * k;
+    if (st.ncand <= FC_CAND_CAP) {
+        for (uint32_t i = threadIdx.x; i < st.ncand; i += blockDim.x)
+            s_cand[i] = cand[(size_t)r * FC_CAND_CAP + i];
+        __syncthreads();
+        cand_source src = {s_cand, st.ncand};
+        select_tail(src, st.digit, st.need, out, &fill, bins, choice);
+    } else {
+        __syncthreads();
+        row_source src = {scores + (size_t)r * n, sink, n - local, st.digit};
+        select_tail(src, st.digit, st.need, out, &fill, bins, choice);
+    }
+}
+
+/* Bitonic sort ascending of s[0..size), size a power of two, whole block. */
+static __device__ void bitonic_sort(uint32_t *s, uint32_t size) {
+    for (uint32_t len = 2; len <= size; len <<= 1) {
+        for (uint32_t stride = len >> 1; stride > 0; stride >>= 1) {
+            __syncthreads();
+            for (uint32_t i = threadIdx.x; i < size / 2; i += blockDim.x) {
+                const uint32_t lo = 2 * i - (i & (stride - 1)), hi = lo + stride;
+                const bool up = (lo & len) == 0;
+                const uint32_t a = s[lo], b = s[hi];
+                if ((a > b) == up) {
+                    s[lo] = b;
+                    s[hi] = a;
+                }
+            }
+        }
+    }
+    __syncthreads();
+}
+
+static __device__ uint32_t pow2_at_least(uint32_t x) {
+    uint32_t p = 1;
+    while (p < x) p <<= 1;
+    return p;
+}
+
+#define UNION_CAP 4096
+
+/* One block per KV head: sort every head's winners, write them, build the
+ * sorted union of the group and each winner's slot in it. */
+static __global__ void __launch_bounds__(1024)
+union_kernel(uint64_t n, uint32_t group, uint32_t k, uint32_t sink, uint32_t local,
+             const uint32_t *mid, uint32_t *sel, uint32_t *sel_count, uint32_t *uni,
+             uint32_t *uni_count, uint16_t *slot) {
+    typedef cub::BlockScan<uint32_t, 1024> scan_t;
+    __shared__ typename scan_t::TempStorage tmp;
+    __shared__ uint32_t all[UNION_CAP], merged[UNION_CAP];
+    __shared__ uint32_t s_ucount;
+    const uint32_t p = blockIdx.x;
+    const uint32_t count = n <= k ? (uint32_t)n : k;
+    const uint32_t m = n <= k ? 0 : k - sink - local;
+    const uint32_t msize = pow2_at_least(m ? m : 1);
+    for (uint32_t h = 0; h < group; h++) {
+        const size_t r = (size_t)p * group + h;
+        uint32_t *lst = all + h * k; /* this head's sorted list, in place */
+        if (n <= k) {
+            for (uint32_t i = threadIdx.x; i < count; i += blockDim.x) lst[i] = i;
+        } else {
+            /* sort the middle winners in merged[] (scratch), then lay out sink|mid|local */
+            for (uint32_t i = threadIdx.x; i < msize; i += blockDim.x)
+                merged[i] = i < m ? mid[r * k + i] : PAD_INDEX;
+            bitonic_sort(merged, msize);
+            for (uint32_t i = threadIdx.x; i < count; i += blockDim.x)
+                lst[i] = i < sink ? i
+                         : i < sink + m ? merged[i - sink]
+                                        : (uint32_t)(n - local + (i - sink - m));
+        }
+        __syncthreads();
+        for (uint32_t i = threadIdx.x; i < count; i += blockDim.x) sel[r * k + i] = lst[i];
+        if (threadIdx.x == 0) sel_count[r] = count;
+    }
+    /* union: sort all group*count positions, keep the first of each run */
+    const uint32_t total = group * k, usize = pow2_at_least(total);
+    for (uint32_t i = threadIdx.x; i < usize; i += blockDim.x) {
+        const uint32_t h = i / k, j = i % k;
+        merged[i] = (i < total && j < count) ? all[h * k + j] : PAD_INDEX;
+    }
+    bitonic_sort(merged, usize);
+    uint32_t flag[UNION_CAP / 1024], pos[UNION_CAP / 1024];
+    for (int q = 0; q < UNION_CAP / 1024; q++) {
+        const uint32_t i = threadIdx.x * (UNION_CAP / 1024) + q;
+        flag[q] = i < usize && merged[i] != PAD_INDEX && (i == 0 || merged[i] != merged[i - 1]);
+    }
+    uint32_t agg;
+    scan_t(tmp).ExclusiveSum(flag, pos, agg);
+    __syncthreads();
+    /* the per-head lists in all[] are no longer needed after slots; keep a copy of merged */
+    uint32_t val[UNION_CAP / 1024];
+    for (int q = 0; q < UNION_CAP / 1024; q++) {
+        const uint32_t i = threadIdx.x * (UNION_CAP / 1024) + q;
+        val[q] = i < usize ? merged[i] : PAD_INDEX;
+    }
+    __syncthreads();
+    for (int q = 0; q < UNION_CAP / 1024; q++)
+        if (flag[q]) merged[pos[q]] = val[q];
+    if (threadIdx.x == 0) s_ucount = agg;
+    __syncthreads();
+    const uint32_t ucount = s_ucount;
+    for (uint32_t i = threadIdx.x; i < ucount; i += blockDim.x) uni[(size_t)p * group * k + i] = merged[i];
+    if (threadIdx.x == 0) uni_count[p] = ucount;
+    /* slot of every winner: binary search in the union */
+    for (uint32_t i = threadIdx.x; i < group * count; i += blockDim.x) {
+        const uint32_t h = i / count, j = i % count;
+        const uint32_t x = all[h * k + j];
+        uint32_t lo = 0, hi = ucount;
+        while (lo < hi) {
+            const uint32_t mid_i = (lo + hi) / 2;
+            if (merged[mid_i] < x) lo = mid_i + 1;
+            else hi = mid_i;
+        }
+        slot[((size_t)p * group + h) * k + j] = (uint16_t)lo;
+    }
+}
+
+int fc_topk(const fathom_cuda_config *cfg, const fc_workspace *ws, const float *scores,
+            uint32_t *sel, uint32_t *sel_count, cudaStream_t stream) {
+    const uint32_t rows = cfg->problems * cfg->group;
+    const uint64_t n = cfg->tokens;
+    const uint64_t middle = n > (uint64_t)cfg->sink + cfg->local ? n - cfg->sink - cfg->local : 0;
+    uint32_t chunks = (uint32_t)((middle + TOPK_CHUNK - 1) / TOPK_CHUNK);
+    if (chunks == 0) chunks = 1;
+    for (int level = 0; level < 2; level++) {
+        FATHOM_CUDA_TRY(cudaMemsetAsync(ws->hist, 0, (size_t)rows * FC_HIST_BINS * sizeof(uint32_t),
+                                        stream));
+        hist_kernel<<<dim3(chunks, rows), TOPK_THREADS, 0, stream>>>(level, n, cfg->k, cfg->sink,
+                                                                     cfg->local, scores, ws->state,
+                                                                     ws->hist);
+        FATHOM_CUDA_LAUNCHED();
+        find_kernel<<<rows, 1024, 0, stream>>>(level, n, cfg->k, cfg->sink, cfg->local, ws->hist,
+                                                ws->state);
+        FATHOM_CUDA_LAUNCHED();
+    }
+    FATHOM_CUDA_TRY(cudaMemsetAsync(ws->cand_fill, 0, (size_t)rows * sizeof(uint32_t), stream));
+    compact_kernel<<<dim3(chunks, rows), TOPK_THREADS, 0, stream>>>(
+        n, cfg->k, cfg->sink, cfg->local, scores, ws->state, ws->cand_fill, ws->mid, ws->cand);
+    FATHOM_CUDA_LAUNCHED();
+    final_kernel<<<rows, 1024, 0, stream>>>(n, cfg->k, cfg->sink, cfg->local, scores, ws->state,
+                                             ws->cand, ws->mid);
+    FATHOM_CUDA_LAUNCHED();
+    union_kernel<<<cfg->problems, 1024, 0, stream>>>(n, cfg->group, cfg->k, cfg->sink, cfg->local,
+                                                      ws->mid, sel, sel_count, ws->uni,
+                                                      ws->uni_count, ws->slot);
+    FATHOM_CUDA_LAUNCHED();
+    return FATHOM_OK;
+}

@@ -1,0 +1,573 @@
+/* The GPU step against the CPU library and an independent host reference:
+ * depths equal fathom_water_fill / the top-r rule exactly; plane and
+ * landmark scores are bit-identical to a host emulation of the CPU kernels'
+ * arithmetic (oracle scores within a stated tolerance); the winners equal
+ * fathom_select over the GPU's own scores; the output matches fathom_attend
+ * over the GPU's winners. Every output is poisoned before each step.
+ * Argument checks run without a GPU; the rest exits 77 when none is present. */
+#include "check.h"
+#include "fathom_cuda.h"
+extern "C" {
+#include "store_internal.h"
+}
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DIM 128
+
+#define CUDA_OK(call)                                                                              \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* ---- deterministic random numbers ---- */
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rng_u64(void) {
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double rng_unit(void) { return (double)(rng_u64() >> 11) * 0x1.0p-53; }
+static float rng_normal(void) {
+    double u = rng_unit() + 1e-300, v = rng_unit();
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+/* ---- an independent encoder of the documented store layout ---- */
+static void encode_planes(const float *keys, uint64_t n, uint64_t *planes, uint16_t *scales) {
+    const uint64_t nb = (n + 63) / 64;
+    memset(planes, 0, nb * DIM * 4 * sizeof(uint64_t));
+    for (uint64_t b = 0; b < nb; b++) {
+        const uint64_t first = b * 64, count = n - first < 64 ? n - first : 64;
+        for (uint32_t j = 0; j < DIM; j++) {
+            float mx = 0.0f;
+            for (uint64_t i = 0; i < count; i++) mx = fmaxf(mx, fabsf(keys[(first + i) * DIM + j]));
+            const uint16_t h = fathom_f32_to_f16(mx);
+            const float a = fathom_f16_to_f32(h), s = a / 8.0f;
+            scales[j * nb + b] = h;
+            for (uint64_t i = 0; i < count; i++) {
+                int c = 8;
+                if (a > 0.0f) {
+                    float f = floorf(keys[(first + i) * DIM + j] / s) + 8.0f;
+                    c = f < 0.0f ? 0 : f > 15.0f ? 15 : (int)f;
+                }
+                for (int p = 0; p < 4; p++)
+                    planes[(j * 4 + p) * nb + b] |= (uint64_t)((c >> (3 - p)) & 1) << i;
+            }
+        }
+    }
+}
+
+static uint32_t code_of(const uint64_t *planes, uint64_t nb, uint32_t j, uint64_t i) {
+    uint32_t c = 0;
+    for (int p = 0; p < 4; p++) c = (c << 1) | (uint32_t)((planes[(j * 4 + p) * nb + i / 64] >> (i % 64)) & 1);
+    return c;
+}
+
+/* The CPU plane kernels' arithmetic, written per token: active channels in
+ * passes of 64 (index order), inside a pass by depth then index, fused
+ * multiply-adds from 0, each pass's sum added to the score. */
+static float ref_plane_score(const uint64_t *planes, const uint16_t *scales, uint64_t n, uint64_t i,
+                             const uint8_t *depths, const float *q) {
+    const uint64_t nb = (n + 63) / 64, b = i / 64;
+    uint32_t active[DIM], count = 0;
+    for (uint32_t j = 0; j < DIM; j++)
+        if (depths[j]) active[count++] = j;
+    float score = 0.0f;
+    for (uint32_t first = 0; first < count; first += 64) {
+        float acc = 0.0f;
+        for (uint32_t t = 1; t <= 4; t++)
+            for (uint32_t c = first; c < count && c < first + 64; c++) {
+                const uint32_t j = active[c];
+                if (depths[j] != t) continue;
+                const float half = (float)(1u << (t - 1));
+                const float val = ((float)(code_of(planes, nb, j, i) >> (4 - t)) + (0.5f - half)) *
+                                  (fathom_f16_to_f32(scales[j * nb + b]) / half);
+                acc = fmaf(q[j], val, acc);
+            }
+        score = score + acc;
+    }
+    return score;
+}
+
+/* fathom_landmarks_scan's sum order: 8 partial sums, then pairs. */
+static float ref_landmark_score(const uint16_t *mean, const float *q) {
+    float part[8] = {0};
+    for (uint32_t j = 0; j < DIM; j++) {
+        volatile float prod = q[j] * fathom_f16_to_f32(mean[j]);
+        part[j % 8] = part[j % 8] + prod;
+    }
+    return ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+}
+
+static float bf16_to_f32(uint16_t h) { return fathom_bf16_to_f32(h); }
+
+typedef struct test_case {
+    const char *name;
+    uint64_t n;
+    uint32_t problems, group, k, sink, local;
+    fathom_cuda_scan_kind scan;
+    uint32_t param;
+    fathom_cuda_transport transport;
+    fathom_cuda_key_rows key_rows;
+    int zero_queries; /* every score ties: the tie rule and the overflow path */
+    uint32_t row_stride; /* 2*DIM: K and V interleaved per token */
+} test_case;
+
+typedef struct host_problem {
+    float *keys_f;      /* [n][DIM] original keys */
+    uint64_t *planes;   /* pinned */
+    uint64_t *nibbles;  /* pinned, the same codes as [dim][nb][4] nibble words */
+    uint16_t *scales;   /* pinned */
+    uint16_t *landmarks;
+    uint16_t *keys;     /* bf16, pinned */
+    uint16_t *values;   /* bf16, pinned */
+    uint16_t *kv;       /* pinned, K and V rows interleaved per token (row_stride 2*DIM) */
+    float *var;
+} host_problem;
+
+static void *pinned(size_t bytes) {
+    void *p = NULL;
+    CUDA_OK(cudaHostAlloc(&p, bytes ? bytes : 16, cudaHostAllocMapped | cudaHostAllocPortable));
+    return p;
+}
+
+static void *to_device(const void *src, size_t bytes) {
+    void *d = NULL;
+    CUDA_OK(cudaMalloc(&d, bytes ? bytes : 16));
+    CUDA_OK(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+static void run_case(const test_case *tc) {
+    const uint64_t n = tc->n, nb = (n + 63) / 64, nl = (n + 7) / 8;
+    const uint32_t P = tc->problems, G = tc->group, rows = P * G;
+    fathom_cuda_config cfg = {DIM, G, P, n, tc->k, tc->sink, tc->local, tc->scan, tc->param,
+                              tc->transport, tc->key_rows, tc->row_stride};
+    host_problem *hp = (host_problem *)calloc(P, sizeof *hp);
+    fathom_cuda_problem *probs = (fathom_cuda_problem *)calloc(P, sizeof *probs);
+    float *queries = (float *)malloc((size_t)rows * DIM * sizeof(float));
+    float *var = (float *)malloc((size_t)P * DIM * sizeof(float));
+    uint8_t *fixed = (uint8_t *)malloc((size_t)P * DIM);
+    void **device_copies = (void **)calloc((size_t)P * 5, sizeof(void *));
+    for (uint32_t p = 0; p < P; p++) {
+        host_problem *h = &hp[p];
+        float chan_scale[DIM];
+        for (uint32_t j = 0; j < DIM; j++) chan_scale[j] = expf(rng_normal());
+        h->keys_f = (float *)malloc(n * DIM * sizeof(float));
+        for (uint64_t i = 0; i < n * DIM; i++) h->keys_f[i] = rng_normal() * chan_scale[i % DIM];
+        h->planes = (uint64_t *)pinned(nb * DIM * 4 * 8);
+        h->scales = (uint16_t *)pinned(nb * DIM * 2);
+        encode_planes(h->keys_f, n, h->planes, h->scales);
+        h->nibbles = (uint64_t *)pinned(nb * DIM * 4 * 8);
+        memset(h->nibbles, 0, nb * DIM * 32);
+        for (uint32_t j = 0; j < DIM; j++)
+            for (uint64_t i = 0; i < n; i++)
+                h->nibbles[(j * nb + i / 64) * 4 + (i % 64) / 16] |= (uint64_t)code_of(h->planes, nb, j, i)
+                                                                     << (4 * (i % 16));
+        h->landmarks = (uint16_t *)pinned(nl * DIM * 2);
+        for (uint64_t l = 0; l < nl; l++)
+            for (uint32_t j = 0; j < DIM; j++) {
+                double s = 0;
+                uint64_t c = 0;
+                for (uint64_t i = l * 8; i < n && i < l * 8 + 8; i++, c++) s += h->keys_f[i * DIM + j];
+                h->landmarks[l * DIM + j] = fathom_f32_to_f16((float)(s / (double)c));
+            }
+        h->keys = (uint16_t *)pinned(n * DIM * 2);
+        h->values = (uint16_t *)pinned(n * DIM * 2);
+        for (uint64_t i = 0; i < n * DIM; i++) {
+            h->keys[i] = fathom_f32_to_bf16(h->keys_f[i]);
+            h->values[i] = fathom_f32_to_bf16(rng_normal());
+        }
+        h->kv = (uint16_t *)pinned(n * DIM * 4);
+        for (uint64_t i = 0; i < n; i++) {
+            memcpy(h->kv + i * 2 * DIM, h->keys + i * DIM, DIM * 2);
+            memcpy(h->kv + i * 2 * DIM + DIM, h->values + i * DIM, DIM * 2);
+        }
+        for (uint32_t j = 0; j < DIM; j++) {
+            var[p * DIM + j] = chan_scale[j] * chan_scale[j];
+            fixed[p * DIM + j] = (uint8_t)(rng_u64() % 5);
+        }
+        for (uint32_t i = 0; i < G * DIM; i++)
+            queries[(size_t)p * G * DIM + i] = tc->zero_queries ? 0.0f : rng_normal();
+        fathom_cuda_problem *pr = &probs[p];
+        uint64_t *index = tc->scan == FATHOM_CUDA_SCAN_NIBBLE4 ? h->nibbles : h->planes;
+        if (tc->transport == FATHOM_CUDA_RESIDENT) {
+            pr->planes = (const uint64_t *)(device_copies[p * 5 + 0] = to_device(index, nb * DIM * 32));
+            pr->scales = (const uint16_t *)(device_copies[p * 5 + 1] = to_device(h->scales, nb * DIM * 2));
+            pr->landmarks = (const uint16_t *)(device_copies[p * 5 + 2] = to_device(h->landmarks, nl * DIM * 2));
+            pr->keys = (const uint16_t *)(device_copies[p * 5 + 3] = to_device(h->keys, n * DIM * 2));
+            pr->values = (const uint16_t *)(device_copies[p * 5 + 4] = to_device(h->values, n * DIM * 2));
+        } else {
+            pr->planes = index;
+            pr->scales = h->scales;
+            pr->landmarks = h->landmarks;
+            pr->keys = h->keys;
+            pr->values = h->values;
+            if (tc->row_stride == 2 * DIM) {
+                pr->keys = h->kv;
+                pr->values = h->kv + DIM;
+            }
+        }
+    }
+    size_t ws_bytes = 0;
+    CHECK_OK(fathom_cuda_workspace_size(&cfg, &ws_bytes));
+    void *ws, *d_probs, *d_q, *d_var, *d_fixed, *d_out, *d_sel, *d_cnt, *d_depths, *d_scores, *d_uni;
+    CUDA_OK(cudaMalloc(&ws, ws_bytes));
+    d_probs = to_device(probs, P * sizeof *probs);
+    d_q = to_device(queries, (size_t)rows * DIM * 4);
+    d_var = to_device(var, (size_t)P * DIM * 4);
+    d_fixed = to_device(fixed, (size_t)P * DIM);
+    CUDA_OK(cudaMalloc(&d_out, (size_t)rows * DIM * 4));
+    CUDA_OK(cudaMalloc(&d_sel, (size_t)rows * tc->k * 4));
+    CUDA_OK(cudaMalloc(&d_cnt, (size_t)rows * 4));
+    CUDA_OK(cudaMalloc(&d_depths, (size_t)P * DIM));
+    CUDA_OK(cudaMalloc(&d_scores, (size_t)rows * n * 4));
+    CUDA_OK(cudaMalloc(&d_uni, (size_t)P * 4));
+    cudaStream_t stream;
+    CUDA_OK(cudaStreamCreate(&stream));
+    /* poison every output and the workspace: all-ones bytes are NaN / UINT_MAX / depth 255 */
+    CUDA_OK(cudaMemset(ws, 0xff, ws_bytes));
+    CUDA_OK(cudaMemset(d_out, 0xff, (size_t)rows * DIM * 4));
+    CUDA_OK(cudaMemset(d_sel, 0xff, (size_t)rows * tc->k * 4));
+    CUDA_OK(cudaMemset(d_cnt, 0xff, (size_t)rows * 4));
+    CUDA_OK(cudaMemset(d_depths, 0xff, (size_t)P * DIM));
+    CUDA_OK(cudaMemset(d_scores, 0xff, (size_t)rows * n * 4));
+    CUDA_OK(cudaMemset(d_uni, 0xff, (size_t)P * 4));
+    fathom_cuda_step_args args;
+    memset(&args, 0, sizeof args);
+    args.problems = (const fathom_cuda_problem *)d_probs;
+    args.queries = (const float *)d_q;
+    args.variance = (const float *)d_var;
+    args.fixed_depths = (const uint8_t *)d_fixed;
+    args.out = (float *)d_out;
+    args.selected = (uint32_t *)d_sel;
+    args.selected_count = (uint32_t *)d_cnt;
+    args.depths = (uint8_t *)d_depths;
+    args.scores = (float *)d_scores;
+    args.union_count = (uint32_t *)d_uni;
+    args.workspace = ws;
+    args.workspace_bytes = ws_bytes;
+    CHECK_OK(fathom_cuda_step(&cfg, &args, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    CUDA_OK(cudaGetLastError());
+
+    float *out = (float *)malloc((size_t)rows * DIM * 4);
+    uint32_t *sel = (uint32_t *)malloc((size_t)rows * tc->k * 4);
+    uint32_t *cnt = (uint32_t *)malloc((size_t)rows * 4);
+    uint8_t *depths = (uint8_t *)malloc((size_t)P * DIM);
+    float *scores = (float *)malloc((size_t)rows * n * 4);
+    uint32_t *uni = (uint32_t *)malloc((size_t)P * 4);
+    CUDA_OK(cudaMemcpy(uni, d_uni, (size_t)P * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(out, d_out, (size_t)rows * DIM * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(sel, d_sel, (size_t)rows * tc->k * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(cnt, d_cnt, (size_t)rows * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(depths, d_depths, (size_t)P * DIM, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(scores, d_scores, (size_t)rows * n * 4, cudaMemcpyDeviceToHost));
+
+    int depth_bad = 0, score_bad = 0, sel_bad = 0, out_bad = 0, union_bad = 0;
+    int layout_bad = 0, cpu_bad = 0, cpu_checked = 0;
+    /* the CPU kernels that fathom_store_scan picks on x86-64 with AVX2 or AVX-512 use fused
+     * multiply-adds, as the GPU does; the portable one does not (then a tolerance applies) */
+    const int cpu_exact = fathom_scan_kernel_available(FATHOM_SCAN_AVX2) ||
+                          fathom_scan_kernel_available(FATHOM_SCAN_AVX512);
+    float *cpu_scores = (float *)malloc((size_t)G * n * 4);
+    double worst_rel = 0, worst_score = 0;
+    uint64_t *work = (uint64_t *)malloc(fathom_select_work_size(n));
+    uint32_t *want = (uint32_t *)malloc((size_t)tc->k * 4);
+    float *kf = (float *)malloc(n * DIM * 4), *vf = (float *)malloc(n * DIM * 4);
+    const int planes_scan = tc->scan <= FATHOM_CUDA_SCAN_FIXED || tc->scan == FATHOM_CUDA_SCAN_NIBBLE4;
+    for (uint32_t p = 0; p < P; p++) {
+        host_problem *h = &hp[p];
+        const float *qg = queries + (size_t)p * G * DIM;
+        uint8_t wdepth[DIM];
+        if (tc->scan == FATHOM_CUDA_SCAN_WATER_FILL) {
+            double g[DIM];
+            CHECK_OK(fathom_importance(DIM, G, qg, var + p * DIM, g));
+            CHECK_OK(fathom_water_fill(DIM, g, tc->param, wdepth, NULL));
+        } else if (tc->scan == FATHOM_CUDA_SCAN_TOP_CHANNELS) {
+            double mass[DIM];
+            for (uint32_t j = 0; j < DIM; j++) {
+                mass[j] = 0;
+                for (uint32_t hh = 0; hh < G; hh++) mass[j] += fabs((double)qg[hh * DIM + j]);
+            }
+            /* rank by (mass desc, channel asc), written as a selection loop */
+            memset(wdepth, 0, DIM);
+            for (uint32_t c = 0; c < tc->param; c++) {
+                int best = -1;
+                for (uint32_t j = 0; j < DIM; j++)
+                    if (!wdepth[j] && (best < 0 || mass[j] > mass[best])) best = (int)j;
+                wdepth[best] = 4;
+            }
+        } else if (tc->scan == FATHOM_CUDA_SCAN_NIBBLE4) {
+            memset(wdepth, 4, DIM);
+        } else {
+            memcpy(wdepth, fixed + p * DIM, DIM);
+        }
+        if (planes_scan)
+            for (uint32_t j = 0; j < DIM; j++) depth_bad += depths[p * DIM + j] != wdepth[j];
+        if (tc->scan <= FATHOM_CUDA_SCAN_FIXED || tc->scan == FATHOM_CUDA_SCAN_LANDMARK) {
+            /* the CPU library on the same keys: the store's bytes are this test's layout, and
+             * fathom_store_scan / fathom_landmarks_scan give the GPU's scores */
+            if (tc->scan == FATHOM_CUDA_SCAN_LANDMARK) {
+                fathom_landmarks *lm = NULL;
+                CHECK_OK(fathom_landmarks_create(&lm, DIM));
+                CHECK_OK(fathom_landmarks_append(lm, h->keys_f, n));
+                CHECK_OK(fathom_landmarks_scan(lm, qg, G, n, cpu_scores, NULL));
+                fathom_landmarks_free(lm);
+            } else {
+                fathom_store *st = NULL;
+                CHECK_OK(fathom_store_create(&st, DIM, (uint32_t)nb, NULL));
+                CHECK_OK(fathom_store_append(st, h->keys_f, n));
+                fathom_segment_view view;
+                CHECK_OK(fathom_store_segment(st, 0, &view));
+                layout_bad += memcmp(view.planes, h->planes, nb * DIM * 32) != 0;
+                layout_bad += memcmp(view.scales, h->scales, nb * DIM * 2) != 0;
+                CHECK_OK(fathom_store_scan(st, wdepth, qg, G, n, cpu_scores, NULL));
+                fathom_store_free(st);
+            }
+            for (uint64_t i = 0; i < (uint64_t)G * n; i++) {
+                const float g = scores[(size_t)p * G * n + i], c = cpu_scores[i];
+                cpu_checked++;
+                if (cpu_exact || tc->scan == FATHOM_CUDA_SCAN_LANDMARK)
+                    cpu_bad += memcmp(&g, &c, 4) != 0;
+                else
+                    cpu_bad += !(fabsf(g - c) <= 1e-5f * (1.0f + fabsf(c)));
+            }
+        }
+        {
+            /* the fetch moved exactly the union of the group's winners */
+            const uint32_t *sets[FATHOM_CUDA_MAX_GROUP];
+            uint32_t counts[FATHOM_CUDA_MAX_GROUP], want_union = 0;
+            for (uint32_t hh = 0; hh < G; hh++) {
+                sets[hh] = sel + (size_t)(p * G + hh) * tc->k;
+                counts[hh] = cnt[p * G + hh] <= tc->k ? cnt[p * G + hh] : 0;
+            }
+            CHECK_OK(fathom_union_size(G, sets, counts, &want_union));
+            union_bad += uni[p] != want_union;
+        }
+        for (uint32_t hh = 0; hh < G; hh++) {
+            const uint32_t r = p * G + hh;
+            const float *q = qg + hh * DIM;
+            const float *sc = scores + (size_t)r * n;
+            for (uint64_t i = 0; i < n; i++) {
+                float ref;
+                if (planes_scan) {
+                    ref = ref_plane_score(h->planes, h->scales, n, i, wdepth, q);
+                    score_bad += memcmp(&ref, &sc[i], 4) != 0;
+                } else if (tc->scan == FATHOM_CUDA_SCAN_LANDMARK) {
+                    const float ref = ref_landmark_score(h->landmarks + (i / 8) * DIM, q);
+                    score_bad += memcmp(&ref, &sc[i], 4) != 0;
+                } else {
+                    /* oracle: float products summed in another order; tolerance
+                     * 1e-5 of sum |q_j k_j| covers float rounding of 128 terms */
+                    double exact = 0, mag = 0;
+                    for (uint32_t j = 0; j < DIM; j++) {
+                        double x = (double)q[j] * bf16_to_f32(h->keys[i * DIM + j]);
+                        exact += x;
+                        mag += fabs(x);
+                    }
+                    double err = fabs(sc[i] - exact) / (mag + 1e-30);
+                    if (err > worst_score) worst_score = err;
+                    score_bad += !(err <= 1e-5);
+                }
+            }
+            uint32_t wc = 0;
+            CHECK_OK(fathom_select(sc, n, tc->k, tc->sink, tc->local, work, want, &wc));
+            if (cnt[r] != wc || memcmp(want, sel + (size_t)r * tc->k, wc * 4) != 0) sel_bad++;
+            /* attention over the GPU's winners, keys as the GPU reads them */
+            const uint32_t c = cnt[r] <= tc->k ? cnt[r] : 0;
+            for (uint32_t s = 0; s < c; s++) {
+                const uint64_t i = sel[(size_t)r * tc->k + s];
+                if (i >= n) { sel_bad++; continue; }
+                for (uint32_t j = 0; j < DIM; j++) {
+                    float key = bf16_to_f32(h->keys[i * DIM + j]);
+                    if (tc->key_rows == FATHOM_CUDA_KEYS_PLANES)
+                        key = ((float)code_of(h->planes, nb, j, i) - 7.5f) *
+                              (fathom_f16_to_f32(h->scales[j * nb + i / 64]) * 0.125f);
+                    kf[i * DIM + j] = key;
+                    vf[i * DIM + j] = bf16_to_f32(h->values[i * DIM + j]);
+                }
+            }
+            float ref_out[DIM];
+            if (c == 0) { out_bad++; continue; }
+            CHECK_OK(fathom_attend(DIM, q, kf, vf, sel + (size_t)r * tc->k, c, ref_out));
+            for (uint32_t j = 0; j < DIM; j++) out_bad += !isfinite(out[(size_t)r * DIM + j]);
+            double rel = fathom_rel_l2(DIM, out + (size_t)r * DIM, ref_out);
+            if (!(rel <= worst_rel)) worst_rel = rel;
+        }
+    }
+    printf("%-34s depths %d bad, scores %d bad (worst %.2g), vs CPU library %d of %d bad%s, "
+           "layout %d bad, selections %d bad, unions %d bad, out %d bad, worst rel %.2g\n",
+           tc->name, depth_bad, score_bad, worst_score, cpu_bad, cpu_checked,
+           cpu_exact ? " (bit-exact)" : " (tolerance)", layout_bad, sel_bad, union_bad, out_bad,
+           worst_rel);
+    CHECK(cpu_bad == 0);
+    CHECK(layout_bad == 0);
+    CHECK(union_bad == 0);
+    CHECK(depth_bad == 0);
+    CHECK(score_bad == 0);
+    CHECK(sel_bad == 0);
+    CHECK(out_bad == 0);
+    /* double accumulation on both sides; float output: a few ulp */
+    CHECK(worst_rel <= 1e-6);
+
+    free(cpu_scores); free(uni); free(out); free(sel); free(cnt); free(depths); free(scores); free(work); free(want); free(kf); free(vf);
+    CUDA_OK(cudaStreamDestroy(stream));
+    void *dev[] = {ws, d_probs, d_q, d_var, d_fixed, d_out, d_sel, d_cnt, d_depths, d_scores, d_uni};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CUDA_OK(cudaFree(dev[i]));
+    for (uint32_t i = 0; i < P * 5; i++)
+        if (device_copies[i]) CUDA_OK(cudaFree(device_copies[i]));
+    for (uint32_t p = 0; p < P; p++) {
+        free(hp[p].keys_f);
+        CUDA_OK(cudaFreeHost(hp[p].planes));
+        CUDA_OK(cudaFreeHost(hp[p].nibbles));
+        CUDA_OK(cudaFreeHost(hp[p].scales));
+        CUDA_OK(cudaFreeHost(hp[p].landmarks));
+        CUDA_OK(cudaFreeHost(hp[p].keys));
+        CUDA_OK(cudaFreeHost(hp[p].values));
+        CUDA_OK(cudaFreeHost(hp[p].kv));
+    }
+    free(hp); free(probs); free(queries); free(var); free(fixed); free(device_copies);
+}
+
+static void check_bad_arguments(void) {
+    const fathom_cuda_config good = {DIM, 4, 2, 1000, 64, 4, 8, FATHOM_CUDA_SCAN_WATER_FILL, 48,
+                                     FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0};
+    size_t bytes = 0;
+    CHECK_OK(fathom_cuda_workspace_size(&good, &bytes));
+    CHECK(bytes > 0);
+    CHECK_STATUS(fathom_cuda_workspace_size(NULL, &bytes), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_cuda_workspace_size(&good, NULL), FATHOM_ERR_INVALID_ARG);
+    fathom_cuda_config c;
+#define BAD(field, value, status)                                                                  \
+    do {                                                                                           \
+        c = good;                                                                                  \
+        c.field = value;                                                                           \
+        CHECK_STATUS(fathom_cuda_workspace_size(&c, &bytes), status);                              \
+        CHECK_STATUS(fathom_cuda_step(&c, NULL, 0), status);                                       \
+    } while (0)
+    BAD(dim, 64, FATHOM_ERR_UNSUPPORTED);
+    BAD(group, 0, FATHOM_ERR_INVALID_ARG);
+    BAD(group, 9, FATHOM_ERR_INVALID_ARG);
+    BAD(problems, 0, FATHOM_ERR_INVALID_ARG);
+    BAD(problems, 70000, FATHOM_ERR_INVALID_ARG);
+    BAD(tokens, 0, FATHOM_ERR_INVALID_ARG);
+    BAD(tokens, 1ull << 33, FATHOM_ERR_INVALID_ARG);
+    BAD(k, 0, FATHOM_ERR_INVALID_ARG);
+    BAD(k, 2048, FATHOM_ERR_INVALID_ARG);
+    BAD(sink, 60, FATHOM_ERR_INVALID_ARG);
+    BAD(scan, (fathom_cuda_scan_kind)8, FATHOM_ERR_INVALID_ARG);
+    BAD(param, 0, FATHOM_ERR_INVALID_ARG);
+    BAD(param, 513, FATHOM_ERR_INVALID_ARG);
+    BAD(transport, (fathom_cuda_transport)5, FATHOM_ERR_INVALID_ARG);
+    BAD(key_rows, (fathom_cuda_key_rows)3, FATHOM_ERR_INVALID_ARG);
+    BAD(row_stride, 64, FATHOM_ERR_INVALID_ARG);
+    BAD(row_stride, 3 * DIM, FATHOM_ERR_INVALID_ARG);
+    c = good;
+    c.scan = FATHOM_CUDA_SCAN_ORACLE;
+    c.row_stride = 2 * DIM;
+    CHECK_STATUS(fathom_cuda_workspace_size(&c, &bytes), FATHOM_ERR_INVALID_ARG);
+    c = good;
+    c.group = 8;
+    c.k = 1024; /* group*k above 4096 */
+    CHECK_STATUS(fathom_cuda_workspace_size(&c, &bytes), FATHOM_ERR_INVALID_ARG);
+    c = good;
+    c.scan = FATHOM_CUDA_SCAN_TOP_CHANNELS;
+    c.param = 129;
+    CHECK_STATUS(fathom_cuda_workspace_size(&c, &bytes), FATHOM_ERR_INVALID_ARG);
+    c = good;
+    c.scan = FATHOM_CUDA_SCAN_NIBBLE4;
+    c.key_rows = FATHOM_CUDA_KEYS_PLANES;
+    CHECK_STATUS(fathom_cuda_workspace_size(&c, &bytes), FATHOM_ERR_INVALID_ARG);
+    c = good;
+    c.scan = FATHOM_CUDA_SCAN_LANDMARK;
+    c.transport = FATHOM_CUDA_GATHER_CUB;
+    CHECK_STATUS(fathom_cuda_workspace_size(&c, &bytes), FATHOM_ERR_INVALID_ARG);
+    /* step arguments: each missing pointer, a small or misaligned workspace */
+    fathom_cuda_step_args a;
+    memset(&a, 0, sizeof a);
+    static float dummy[64] __attribute__((aligned(256)));
+    a.problems = (const fathom_cuda_problem *)dummy;
+    a.queries = dummy;
+    a.variance = dummy;
+    a.out = dummy;
+    a.workspace = dummy;
+    a.workspace_bytes = bytes;
+    fathom_cuda_step_args b;
+#define BAD_ARG(field, value)                                                                      \
+    do {                                                                                           \
+        b = a;                                                                                     \
+        b.field = value;                                                                           \
+        CHECK_STATUS(fathom_cuda_step(&good, &b, 0), FATHOM_ERR_INVALID_ARG);                      \
+    } while (0)
+    BAD_ARG(problems, NULL);
+    BAD_ARG(queries, NULL);
+    BAD_ARG(variance, NULL);
+    BAD_ARG(out, NULL);
+    BAD_ARG(workspace, NULL);
+    BAD_ARG(workspace, (void *)((char *)dummy + 4));
+    BAD_ARG(workspace_bytes, 100);
+    c = good;
+    c.scan = FATHOM_CUDA_SCAN_FIXED;
+    CHECK_STATUS(fathom_cuda_step(&c, &a, 0), FATHOM_ERR_INVALID_ARG); /* no fixed_depths */
+    uint8_t d[DIM] = {0};
+    d[0] = 4;
+    d[5] = 1;
+    CHECK(fathom_cuda_plane_bytes(DIM, 1000, d) == (34u + 10u) * 16u);
+    CHECK(fathom_cuda_plane_bytes(DIM, 1000, NULL) == 0);
+}
+
+int main(void) {
+    check_bad_arguments();
+    if (!fathom_cuda_device_present()) {
+        printf("test_cuda_step: %s; skipped\n", fathom_last_error());
+        check_summary("test_cuda_step");
+        return 77;
+    }
+    const test_case cases[] = {
+        {"water-fill B=48, kernel, n=5000", 5000, 3, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0},
+        {"water-fill B=20, cub, n=1000 g=3", 1000, 2, 3, 64, 4, 8, FATHOM_CUDA_SCAN_WATER_FILL, 20,
+         FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 0, 0},
+        {"water-fill B=300, resident, planes", 3001, 2, 4, 128, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL,
+         300, FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_PLANES, 0, 0},
+        {"top-channels r=16, kernel, n=4099", 4099, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_TOP_CHANNELS,
+         16, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_PLANES, 0, 0},
+        {"fixed random depths, cub, n=700", 700, 2, 2, 100, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
+         FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 0, 0},
+        {"landmark, kernel, n=2047", 2047, 2, 4, 256, 4, 32, FATHOM_CUDA_SCAN_LANDMARK, 0,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0},
+        {"oracle, resident, n=3000", 3000, 1, 4, 512, 4, 32, FATHOM_CUDA_SCAN_ORACLE, 0,
+         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0},
+        {"oracle, kernel, n=1500 g=1", 1500, 2, 1, 64, 0, 0, FATHOM_CUDA_SCAN_ORACLE, 0,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0},
+        {"n <= k (everything kept)", 300, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0},
+        {"k = sink + local", 2000, 1, 4, 36, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0},
+        {"K/V interleaved rows (stride 256)", 4100, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM},
+        {"nibble4 (the full4 codes), kernel", 3001, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_NIBBLE4, 0,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0},
+        {"nibble4, resident, g=8", 1000, 1, 8, 256, 4, 32, FATHOM_CUDA_SCAN_NIBBLE4, 0,
+         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0},
+        {"water-fill B=64, g=8 (8-token lanes)", 2100, 1, 8, 256, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 64,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0},
+        {"all scores tie (overflow path)", 9000, 1, 4, 512, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 1, 0},
+        {"all scores tie, fits the buffer", 3000, 1, 2, 512, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
+         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+    return check_summary("test_cuda_step");
+}
