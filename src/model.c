@@ -1186,7 +1186,15 @@ static void attn_task(void *arg, uint32_t task, uint32_t worker) {
     for (; i + 4 <= n_max; i += 4) {
         uint32_t r = 0;
         for (; r + 4 <= rows; r += 4) tile(keys + i * D, 4, Qb + (uint64_t)r * D, 4, D, S + r * n_max + i, n_max);
-        for (; r < rows; r++) tile(keys + i * D, 4, Qb + (uint64_t)r * D, 1, D, S + r * n_max + i, n_max);
+        /* the rest (a decode step's G queries) in one tile: constants unroll */
+        const float *qr = Qb + (uint64_t)r * D;
+        float *sr = S + r * n_max + i;
+        switch (rows - r) {
+        case 3: tile(keys + i * D, 4, qr, 3, D, sr, n_max); break;
+        case 2: tile(keys + i * D, 4, qr, 2, D, sr, n_max); break;
+        case 1: tile(keys + i * D, 4, qr, 1, D, sr, n_max); break;
+        default: break;
+        }
     }
     for (; i < n_max; i++)
         for (uint32_t r = 0; r < rows; r++) S[r * n_max + i] = dot(Qb + (uint64_t)r * D, keys + i * D, D);
