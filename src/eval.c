@@ -366,6 +366,26 @@ static void dense_outputs(uint32_t dim, const float *S, uint64_t stride, uint32_
         for (uint32_t j = 0; j < dim; j++) out[(uint64_t)r * dim + j] = (float)(acc[(uint64_t)r * dim + j] / sum[r]);
 }
 
+/* Exact attention over a selection, from the exact scores the chunk pass
+ * already computed (the same q.k, so only the value sum is left to do):
+ * softmax in double with the selection's maximum subtracted. */
+FATHOM_SIMD_CLONES
+static void attend_selected(uint32_t dim, const float *scores, const float *values, const uint32_t *idx,
+                            uint32_t count, double *acc, float *out) {
+    const double scale = 1.0 / sqrt((double)dim);
+    float mx = scores[idx[0]];
+    for (uint32_t r = 1; r < count; r++) mx = scores[idx[r]] > mx ? scores[idx[r]] : mx;
+    double sum = 0;
+    memset(acc, 0, dim * sizeof(double));
+    for (uint32_t r = 0; r < count; r++) {
+        double w = expf((float)(((double)scores[idx[r]] - mx) * scale));
+        const float *v = values + (uint64_t)idx[r] * dim;
+        sum += w;
+        for (uint32_t j = 0; j < dim; j++) acc[j] += w * v[j];
+    }
+    for (uint32_t j = 0; j < dim; j++) out[j] = (float)(acc[j] / sum);
+}
+
 static int run_item(layer_job *job, uint32_t item, scratch *s) {
     const uint32_t dim = job->dim, G = job->group;
     const uint32_t head = item / job->chunks_per_head;
@@ -412,8 +432,8 @@ static int run_item(layer_job *job, uint32_t item, scratch *s) {
                     uint32_t *idx = s->idx + (uint64_t)h * job->k;
                     FATHOM_TRY(fathom_select(s->scores + h * n_vis, n_vis, job->k, FATHOM_SINK_TOKENS,
                                              FATHOM_LOCAL_TOKENS, s->work, idx, &s->counts[h]));
-                    FATHOM_TRY(fathom_attend(dim, s->qg + h * dim, hs->keys, hs->values, idx,
-                                             s->counts[h], s->out));
+                    attend_selected(dim, s->exact + ((uint64_t)s->row0 + h) * s->exact_stride, hs->values, idx,
+                                    s->counts[h], s->acc, s->out);
                     double e = fathom_rel_l2(dim, s->out, dense_out + h * dim);
                     a->err += e;
                     a->err_sq += e * e;
