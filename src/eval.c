@@ -469,58 +469,6 @@ static void note_error(const char *msg) {
     pthread_mutex_unlock(&eval_error_lock);
 }
 
-typedef struct worker_arg {
-    layer_job *job;
-    uint64_t n;
-    uint32_t k;
-} worker_arg;
-
-static void *worker(void *arg_) {
-    worker_arg *arg = arg_;
-    layer_job *job = arg->job;
-    scratch s;
-    int st = scratch_init(&s, job->dim, job->group, arg->n, arg->k);
-    if (st < 0) {
-        atomic_store(&job->status, st);
-        return NULL;
-    }
-    for (;;) {
-        if (atomic_load(&job->status) < 0) break;
-        uint32_t item = atomic_fetch_add(&job->next_item, 1);
-        if (item >= job->n_items) break;
-        st = run_item(job, item, &s);
-        if (st < 0) {
-            int expected = 0;
-            /* keep the first failure; its message is on this thread */
-            if (atomic_compare_exchange_strong(&job->status, &expected, st)) note_error(fathom_last_error());
-            break;
-        }
-    }
-    scratch_free(&s);
-    return NULL;
-}
-
-static int run_layer_job(layer_job *job, uint32_t threads) {
-    if (threads > job->n_items) threads = job->n_items;
-    if (threads < 1) threads = 1;
-    worker_arg arg = {job, job->n, job->k};
-    pthread_t tid[256];
-    uint32_t started = 0;
-    for (uint32_t t = 1; t < threads; t++) {
-        if (pthread_create(&tid[started], NULL, worker, &arg) != 0) break;
-        started++;
-    }
-    worker(&arg);
-    for (uint32_t t = 0; t < started; t++) pthread_join(tid[t], NULL);
-    int st = atomic_load(&job->status);
-    if (st < 0) {
-        pthread_mutex_lock(&eval_error_lock);
-        fathom_fail(st, "%s", eval_error);
-        pthread_mutex_unlock(&eval_error_lock);
-    }
-    return st;
-}
-
 /* Run fn(ctx, i) for i in [0, n) on up to `threads` threads (the caller's
  * among them); the first failure is returned with its message. */
 typedef int (*item_fn)(void *ctx, uint32_t i);
@@ -569,6 +517,31 @@ static int parallel_for(uint32_t n, uint32_t threads, item_fn fn, void *ctx) {
         pthread_mutex_unlock(&eval_error_lock);
     }
     return st;
+}
+
+/* One worker slot of a layer job: its own scratch, then (head, chunk)
+ * items from the shared counter until none are left or one has failed. */
+static int layer_worker(void *job_, uint32_t slot) {
+    layer_job *job = job_;
+    scratch s;
+    FATHOM_TRY(scratch_init(&s, job->dim, job->group, job->n, job->k));
+    int st = FATHOM_OK;
+    while (atomic_load(&job->status) == 0) {
+        uint32_t item = atomic_fetch_add(&job->next_item, 1);
+        if (item >= job->n_items) break;
+        if ((st = run_item(job, item, &s)) < 0) {
+            atomic_store(&job->status, st);
+            break;
+        }
+    }
+    scratch_free(&s);
+    return st;
+}
+
+static int run_layer_job(layer_job *job, uint32_t threads) {
+    if (threads > job->n_items) threads = job->n_items;
+    if (threads < 1) threads = 1;
+    return parallel_for(threads, threads, layer_worker, job);
 }
 
 /* Building one KV head's state, as a parallel_for item. */
