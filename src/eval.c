@@ -20,6 +20,7 @@
 #define POSITION_CHUNK 8
 #define EXACT_BLOCK 64 /* keys per block of the exact-score pass */
 #define MAX_GROUP 64   /* query heads per KV head */
+#define FATHOM_MAX_DIM_EVAL 1024 /* head dimension the harness takes */
 #define G_MAX_ROWS (MAX_GROUP * POSITION_CHUNK)
 #define BASIS_MAX_KEYS 16384 /* calibration keys used for a KLT fit (evenly strided) */
 
@@ -49,6 +50,7 @@ typedef struct head_state {
     fathom_basis *basis;         /* for rotated and loki */
     fathom_landmarks *landmarks; /* or NULL */
     float *var;                  /* [dim] channel variance for fathom's plan */
+    float *planes_keys;          /* [n x dim] keys decoded from all 4 planes, or NULL */
     uint8_t *ds_depths;          /* [dim] Double Sparsity's fixed channels at depth 4 */
 } head_state;
 
@@ -91,6 +93,7 @@ static void head_state_free(head_state *hs) {
     fathom_basis_free(hs->basis);
     fathom_landmarks_free(hs->landmarks);
     free(hs->var);
+    free(hs->planes_keys);
     free(hs->ds_depths);
     memset(hs, 0, sizeof *hs);
 }
@@ -132,8 +135,8 @@ typedef struct calib_view {
 
 static int head_state_build(head_state *hs, const fathom_method *methods, uint32_t n_methods,
                             uint32_t dim, const float *keys, const float *values, uint64_t n,
-                            const calib_view *cal, bool calib_given) {
-    bool raw = false, rotated = false, landmark = false;
+                            const calib_view *cal, bool calib_given, bool planes_as_keys) {
+    bool raw = planes_as_keys, rotated = false, landmark = false;
     uint32_t ds_channels = 0;
     for (uint32_t m = 0; m < n_methods; m++) {
         raw |= method_needs_raw(methods[m].kind);
@@ -156,6 +159,13 @@ static int head_state_build(head_state *hs, const fathom_method *methods, uint32
             channel_variance(dim, cal->keys, cal->n, hs->var);
         else
             FATHOM_TRY(fathom_store_variance(hs->store, hs->var));
+    }
+    if (planes_as_keys) {
+        uint8_t full[FATHOM_MAX_DIM_EVAL];
+        memset(full, FATHOM_MAX_DEPTH, dim);
+        hs->planes_keys = fathom_alloc_array(n, (uint64_t)dim * sizeof(float));
+        if (!hs->planes_keys) return fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory for decoded keys");
+        FATHOM_TRY(fathom_store_decode(hs->store, 0, n, full, hs->planes_keys));
     }
     if (ds_channels) {
         /* Double Sparsity: channels by mean|q| * mean|k| on calibration data. */
@@ -432,8 +442,12 @@ static int run_item(layer_job *job, uint32_t item, scratch *s) {
                     uint32_t *idx = s->idx + (uint64_t)h * job->k;
                     FATHOM_TRY(fathom_select(s->scores + h * n_vis, n_vis, job->k, FATHOM_SINK_TOKENS,
                                              FATHOM_LOCAL_TOKENS, s->work, idx, &s->counts[h]));
-                    attend_selected(dim, s->exact + ((uint64_t)s->row0 + h) * s->exact_stride, hs->values, idx,
-                                    s->counts[h], s->acc, s->out);
+                    if (hs->planes_keys)
+                        FATHOM_TRY(fathom_attend(dim, s->qg + h * dim, hs->planes_keys, hs->values, idx,
+                                                 s->counts[h], s->out));
+                    else
+                        attend_selected(dim, s->exact + ((uint64_t)s->row0 + h) * s->exact_stride, hs->values,
+                                        idx, s->counts[h], s->acc, s->out);
                     double e = fathom_rel_l2(dim, s->out, dense_out + h * dim);
                     a->err += e;
                     a->err_sq += e * e;
@@ -551,6 +565,7 @@ typedef struct build_ctx {
     uint32_t n_methods, dim, G;
     uint64_t n;
     const void *in; /* layer_input */
+    bool planes_as_keys;
 } build_ctx;
 
 /* One layer: build every head's state, then run the (head, chunk) items.
@@ -571,7 +586,7 @@ static int build_head(void *ctx_, uint32_t g) {
     calib_view cal = {in->ck + (uint64_t)g * in->cn * dim, in->cn,
                       in->cq + (uint64_t)g * G * in->cpositions * dim, (uint64_t)G * in->cpositions};
     return head_state_build(&c->heads[g], c->methods, c->n_methods, dim, in->k + (uint64_t)g * c->n * dim,
-                            in->v + (uint64_t)g * c->n * dim, c->n, &cal, in->calib_given);
+                            in->v + (uint64_t)g * c->n * dim, c->n, &cal, in->calib_given, c->planes_as_keys);
 }
 
 static int eval_layer(const fathom_source_info *info, const layer_input *in, const fathom_method *methods,
@@ -585,7 +600,7 @@ static int eval_layer(const fathom_source_info *info, const layer_input *in, con
     if (!heads) {
         return fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory");
     }
-    build_ctx bc = {heads, methods, n_methods, dim, G, n, in};
+    build_ctx bc = {heads, methods, n_methods, dim, G, n, in, config && config->planes_as_keys};
     st = parallel_for(H, threads, build_head, &bc);
     if (st == FATHOM_OK) {
         layer_job job;
@@ -673,6 +688,8 @@ static int check_config(const fathom_source_info *info, const fathom_method *met
                      (unsigned long long)info->first_query, info->positions,
                      (unsigned long long)info->tokens);
     FATHOM_CHECK_ARG(info->tokens <= UINT32_MAX, "eval: more than 2^32 tokens per head");
+    FATHOM_CHECK_ARG(info->dim <= FATHOM_MAX_DIM_EVAL, "eval: head dimension %u above %d", info->dim,
+                     FATHOM_MAX_DIM_EVAL);
     FATHOM_CHECK_ARG(info->q_heads / info->kv_heads <= MAX_GROUP, "eval: more than %d query heads per KV head",
                      MAX_GROUP);
     uint32_t ds_param = 0;

@@ -45,6 +45,8 @@ static void usage(FILE *f) {
             "  --methods LIST        default " DEFAULT_METHODS "\n"
             "  --k K                 selected keys per query head (default n/64, at least 64)\n"
             "  --layer-budget flat|greedy   fathom's per-layer budget (default flat)\n"
+            "  --keys exact|planes   attend with the exact keys (default) or with keys decoded\n"
+            "                        from all four bit planes (the planes as the primary K cache)\n"
             "sweeps:\n"
             "  --sweep-budgets LIST  also run fathom (and fathom-klt if listed) at these budgets\n"
             "  --match               bits at which fathom matches each other method's error\n"
@@ -61,7 +63,7 @@ typedef struct options {
     const char *kv, *preset, *calib, *plot;
     uint64_t context, seed;
     uint32_t positions, k, threads;
-    bool json, match, quiet, greedy;
+    bool json, match, quiet, greedy, planes_keys;
     char methods[4096];
     uint32_t sweep_budgets[MAX_SWEEP], n_sweep_budgets;
     uint32_t sweep_k[MAX_SWEEP], n_sweep_k;
@@ -136,6 +138,12 @@ static int parse_options(int argc, char **argv, options *o) {
             NEED_VALUE();
             if (!strcmp(v, "flat")) o->greedy = false;
             else if (!strcmp(v, "greedy")) o->greedy = true;
+            else BAD_VALUE();
+        }
+        else if (!strcmp(a, "--keys")) {
+            NEED_VALUE();
+            if (!strcmp(v, "exact")) o->planes_keys = false;
+            else if (!strcmp(v, "planes")) o->planes_keys = true;
             else BAD_VALUE();
         }
         else if (!strcmp(a, "--sweep-budgets")) { NEED_VALUE(); if (!parse_u32_list(v, o->sweep_budgets, &o->n_sweep_budgets)) BAD_VALUE(); }
@@ -373,10 +381,10 @@ int cmd_eval(int argc, char **argv) {
                ", %u queried positions\n",
                o.kv ? o.kv : "synthetic ", o.kv ? "" : info.model, info.layers, info.q_heads, info.kv_heads,
                info.dim, info.tokens, used_positions);
-        printf("calibration: %s; layer budget: %s\n",
+        printf("calibration: %s; layer budget: %s%s\n",
                !calib ? "none (statistics of the evaluated window itself)"
                : o.kv || strcmp(o.calib, "synthetic") ? o.calib : "synthetic text, seed + 1000",
-               o.greedy ? "greedy" : "flat");
+               o.greedy ? "greedy" : "flat", o.planes_keys ? "; attention keys decoded from the 4 planes" : "");
     }
 
     fathom_method_result *results = calloc((size_t)n_all * n_k, sizeof *results);
@@ -393,6 +401,7 @@ int cmd_eval(int argc, char **argv) {
         cfg.layer_budget = o.greedy ? FATHOM_BUDGET_GREEDY : FATHOM_BUDGET_FLAT;
         cfg.threads = o.threads;
         cfg.max_positions = max_positions;
+        cfg.planes_as_keys = o.planes_keys;
         cfg.progress = o.quiet ? NULL : on_progress;
         cfg.progress_user = &prog;
         if ((st = fathom_eval_run(src, methods, n_all, &cfg, results + (size_t)ki * n_all)) < 0)
