@@ -47,6 +47,12 @@ static const synth_preset presets[] = {
 #define SYNTH_SINKS 4        /* tokens that can act as attention sinks */
 #define SYNTH_CHUNK 24       /* tokens per topic run (not a multiple of 8 on purpose) */
 #define SYNTH_TILE 256       /* tokens per RoPE table, shared by the KV heads */
+#define SYNTH_PHRASE 4       /* tokens per phrase: relevance comes in short runs */
+
+static double tun(const char *name, double def) {
+    const char *v = getenv(name);
+    return v ? atof(v) : def;
+}
 
 /* ===================================================================== *
  * counter-based random numbers
@@ -61,7 +67,7 @@ static inline uint64_t mix64(uint64_t z) {
 }
 
 enum stream {
-    S_MODEL_HEAD = 1, S_MODEL_QHEAD, S_KEY_NOISE, S_TOKEN, S_CHUNK, S_VALUE, S_QUERY_NOISE, S_QUERY_TOPIC
+    S_MODEL_HEAD = 1, S_MODEL_QHEAD, S_KEY_NOISE, S_TOKEN, S_CHUNK, S_VALUE, S_QUERY_NOISE, S_QUERY_TOPIC, S_PHRASE
 };
 
 /* The base of one stream; draw(base, i) is its i-th 64-bit output. */
@@ -128,7 +134,9 @@ typedef struct head_model {
     float recency[SYNTH_MAX_DIM];             /* unit, high/mid-frequency pairs */
     float sink_amp[SYNTH_SINKS];   /* logit gap of each sink token, relative to the first */
     float topic_amp, recency_amp;
-    uint32_t chunk_offset;
+    uint32_t chunk_offset, phrase_offset;
+    float sal_phrase, sal_token, w_chunk, w_phrase, w_token, v_topic_amp;
+    float v_topic[SYNTH_TOPICS][SYNTH_MAX_DIM];
     /* per query head of the group */
     float q_scale[SYNTH_MAX_GROUP][SYNTH_MAX_DIM], q_mean[SYNTH_MAX_GROUP][SYNTH_MAX_DIM];
     float q_gain[SYNTH_MAX_GROUP][SYNTH_MAX_DIM];
@@ -247,7 +255,7 @@ static void query_terms_of(const synth_preset *p, const head_model *hm, uint32_t
 static void calibrate_query(const synth_preset *p, head_model *hm, uint32_t h) {
     query_terms qt;
     query_terms_of(p, hm, h, &qt);
-    double rho = p->topic_logit / p->background_logit;
+    double rho = tun("S_TOPIC", p->topic_logit) / tun("S_BG", p->background_logit);
     double b = qt.m2 + qt.m3;
     /* (a m1 + b)^2 = rho^2 (a^2 m4^2 + f^2) */
     double A = qt.m1 * qt.m1 - rho * rho * qt.m4 * qt.m4, B = 2 * qt.m1 * b,
@@ -263,7 +271,7 @@ static void calibrate_query(const synth_preset *p, head_model *hm, uint32_t h) {
     double gap = a * qt.m1 + b;
     hm->q_bg[h] = (float)a;
     hm->q_rms[h] = (float)rms;
-    hm->q_mult[h] = gap > 1e-9 ? (float)(p->topic_logit * rms / gap) : 1.0f;
+    hm->q_mult[h] = gap > 1e-9 ? (float)(tun("S_TOPIC", p->topic_logit) * rms / gap) : 1.0f;
 }
 
 /* Sink logit gap, averaged over the group, for sink key amplitude amp. */
@@ -343,7 +351,7 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         hm->k_mean[j] = 0.3f * hm->k_scale[j] * normal_at(s, base, c++);
         hm->k_gain[j] = expf(0.6f * normal_at(s, base, c++));
         hm->v_scale[j] = expf(0.5f * normal_at(s, base, c++));
-        hm->v_mean[j] = 0.1f * hm->v_scale[j] * normal_at(s, base, c++);
+        hm->v_mean[j] = (float)tun("S_VMEAN", 0.1) * hm->v_scale[j] * normal_at(s, base, c++);
     }
     /* 2-4 outlier channels in the slowest eighth of pairs: much larger scale
      * and a nonzero mean that RoPE barely rotates. */
@@ -366,6 +374,15 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
     for (uint32_t i = 0; i < SYNTH_SINKS; i++)
         hm->sink_amp[i] = sink_base[i] * (float)(0.7 + 0.6 * uniform01(draw(base, c++)));
     hm->chunk_offset = (uint32_t)(draw(base, c++) % SYNTH_CHUNK);
+    hm->phrase_offset = (uint32_t)(draw(base, c++) % SYNTH_PHRASE);
+    hm->sal_phrase = (float)tun("S_SALP", 0.2);
+    hm->sal_token = (float)tun("S_SALT", 0.2);
+    hm->w_chunk = sqrtf((float)tun("S_WC", 0.3));
+    hm->w_phrase = sqrtf((float)tun("S_WP", 0.3));
+    hm->w_token = sqrtf(1.0f - hm->w_chunk * hm->w_chunk - hm->w_phrase * hm->w_phrase);
+    hm->v_topic_amp = (float)tun("S_VTOPIC", 0.0);
+    for (uint32_t t = 0; t < SYNTH_TOPICS; t++)
+        for (uint32_t j = 0; j < hm->dim; j++) hm->v_topic[t][j] = hm->v_scale[j] * normal_at(s, base, c++);
 
     /* Amplitudes relative to the key noise norm, so the same structure holds
      * with and without QK-norm. */
@@ -378,7 +395,7 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         float *mean = &hm->k_mean[outlier_channel[o]];
         if (fabsf(*mean) < p->outlier_mean * noise) *mean = copysignf(p->outlier_mean * noise, *mean);
     }
-    hm->topic_amp = 6.0f * noise;
+    hm->topic_amp = (float)tun("S_TAMP", 2.0) * noise;
     hm->recency_amp = 1.5f * noise;
 
     for (uint32_t h = 0; h < p->group; h++) {
@@ -402,7 +419,7 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
     hm->q_recency_amp = 1.0f * key_scale;
     /* Keys must carry their topic strongly enough, against the key noise the
      * query picks up, for the gap/background ratio to be reachable. */
-    double rho = p->topic_logit / p->background_logit;
+    double rho = tun("S_TOPIC", p->topic_logit) / tun("S_BG", p->background_logit);
     for (int it = 0; it < 3; it++) { /* at most 8x: beyond, QK-norm saturates */
         double worst = INFINITY;
         for (uint32_t h = 0; h < p->group; h++) {
@@ -461,15 +478,33 @@ static void rope_table(const head_model *hm, uint64_t pos, float *cs, float *sn)
 /* Token t's topic and strength: topics come in runs of SYNTH_CHUNK tokens
  * (a passage about one thing) with some strays; most tokens carry their
  * topic weakly, a few strongly (the ones worth attending to). */
-static void token_topic(const synth *s, const head_model *hm, uint64_t tok_base, uint64_t chunk_base,
-                        uint64_t t, uint32_t *topic, float *strength) {
-    uint64_t x = draw(tok_base, t);
-    double u_stray = uniform01(x), u_strong = uniform01(mix64(x ^ GOLDEN));
-    uint64_t y = mix64(x + 0x1234567ull);
-    if (u_stray < 0.25) *topic = (uint32_t)(y % SYNTH_TOPICS);
-    else *topic = (uint32_t)(draw(chunk_base, (t + hm->chunk_offset) / SYNTH_CHUNK) % SYNTH_TOPICS);
-    float g = fabsf(gauss_of(s, y, 2));
-    *strength = u_strong < 0.04 ? 1.0f + 0.5f * g : 0.2f * g;
+/* Token t's coefficients on the head's topics: a passage part shared by a
+ * run of SYNTH_CHUNK tokens, a phrase part shared by SYNTH_PHRASE tokens and
+ * the token's own part, all Gaussian, times a log-normal salience (phrase and
+ * token), so the logits a query sees are a broad, right-heavy continuum whose
+ * large values come in short runs. */
+typedef struct token_streams {
+    uint64_t token, phrase, chunk;
+} token_streams;
+
+static void token_coeffs(const synth *s, const head_model *hm, const token_streams *ts, uint64_t t, float *c) {
+    const uint32_t words = SYNTH_TOPICS / 4;
+    uint64_t chunk = (t + hm->chunk_offset) / SYNTH_CHUNK, phrase = (t + hm->phrase_offset) / SYNTH_PHRASE;
+    uint64_t xs = draw(ts->phrase, phrase * (words + 1) + words), xt = draw(ts->token, t * (words + 1) + words);
+    float sal = expf(hm->sal_phrase * gauss_of(s, xs, 0) + hm->sal_token * gauss_of(s, xt, 0));
+    for (uint32_t w = 0; w < words; w++) {
+        uint64_t rc = draw(ts->chunk, chunk * words + w), rp = draw(ts->phrase, phrase * (words + 1) + w),
+                 rt = draw(ts->token, t * (words + 1) + w);
+        for (int lane = 0; lane < 4; lane++)
+            c[4 * w + (uint32_t)lane] = sal * (hm->w_chunk * gauss_of(s, rc, lane) + hm->w_phrase * gauss_of(s, rp, lane) +
+                                               hm->w_token * gauss_of(s, rt, lane));
+    }
+}
+
+static void token_streams_of(const synth *s, uint32_t layer, uint32_t kv_head, token_streams *ts) {
+    ts->token = stream_base(s->seed, S_TOKEN, layer, kv_head);
+    ts->phrase = stream_base(s->seed, S_PHRASE, layer, kv_head);
+    ts->chunk = stream_base(s->seed, S_CHUNK, layer, kv_head);
 }
 
 /* Keys of tokens [t0, t1) of one KV head into k (the head's [n x d] rows);
@@ -478,23 +513,23 @@ static void gen_keys(const synth *s, const head_model *hm, uint32_t layer, uint3
                      uint64_t t1, const float *cs, const float *sn, float *k) {
     const uint32_t d = hm->dim, words = d / 4;
     uint64_t noise_base = stream_base(s->seed, S_KEY_NOISE, layer, kv_head);
-    uint64_t tok_base = stream_base(s->seed, S_TOKEN, layer, kv_head);
-    uint64_t chunk_base = stream_base(s->seed, S_CHUNK, layer, kv_head);
+    token_streams ts;
+    token_streams_of(s, layer, kv_head, &ts);
     for (uint64_t t = t0; t < t1; t++) {
         float *x = k + t * d;
         for (uint32_t w = 0; w < words; w++) {
             uint64_t r = draw(noise_base, t * words + w);
             for (int lane = 0; lane < 4; lane++) {
                 uint32_t j = 4 * w + (uint32_t)lane;
-                x[j] = hm->k_mean[j] + hm->k_scale[j] * gauss_of(s, r, lane);
+                x[j] = hm->k_mean[j] + hm->k_scale[j] * gauss_of(s, r, lane) + hm->recency_amp * hm->recency[j];
             }
         }
-        uint32_t topic;
-        float strength;
-        token_topic(s, hm, tok_base, chunk_base, t, &topic, &strength);
-        float ta = hm->topic_amp * strength;
-        const float *u = hm->topic[topic];
-        for (uint32_t j = 0; j < d; j++) x[j] += ta * u[j] + hm->recency_amp * hm->recency[j];
+        float c[SYNTH_TOPICS];
+        token_coeffs(s, hm, &ts, t, c);
+        for (uint32_t m = 0; m < SYNTH_TOPICS; m++) {
+            const float a = hm->topic_amp * c[m], *u = hm->topic[m];
+            for (uint32_t j = 0; j < d; j++) x[j] += a * u[j];
+        }
         if (t < SYNTH_SINKS) {
             /* a sink: pointed where the queries point, so it scores high for all */
             float sa = hm->sink_key_amp[t];
@@ -509,6 +544,8 @@ static void gen_values(const synth *s, const head_model *hm, uint32_t layer, uin
                        uint64_t n, float *v) {
     const uint32_t d = hm->dim, words = d / 4;
     uint64_t base = stream_base(s->seed, S_VALUE, layer, kv_head);
+    token_streams ts;
+    token_streams_of(s, layer, kv_head, &ts);
     for (uint64_t t = 0; t < n; t++) {
         float *x = v + t * d;
         for (uint32_t w = 0; w < words; w++) {
@@ -517,6 +554,12 @@ static void gen_values(const synth *s, const head_model *hm, uint32_t layer, uin
                 uint32_t j = 4 * w + (uint32_t)lane;
                 x[j] = hm->v_mean[j] + hm->v_scale[j] * gauss_of(s, r, lane);
             }
+        }
+        float c[SYNTH_TOPICS];
+        token_coeffs(s, hm, &ts, t, c);
+        for (uint32_t m = 0; m < SYNTH_TOPICS; m++) {
+            const float a = hm->v_topic_amp * c[m], *u = hm->v_topic[m];
+            for (uint32_t j = 0; j < d; j++) x[j] += a * u[j];
         }
     }
 }
