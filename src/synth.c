@@ -35,9 +35,9 @@ typedef struct synth_preset {
 } synth_preset;
 
 static const synth_preset presets[] = {
-    {"qwen3-8b", 36, 8, 4, 128, 1e6, true, 1.0f, 0.9f, 0.5f, 12.0f, 1.2f, 7.0f, 10.0f},
-    {"llama-3.1-8b", 32, 8, 4, 128, 5e5, false, 2.5f, 1.1f, 4.0f, 0.0f, 1.2f, 6.5f, 10.0f},
-    {"smollm2-135m", 30, 3, 3, 64, 1e5, false, 2.0f, 1.0f, 4.0f, 0.0f, 1.2f, 6.0f, 10.0f},
+    {"qwen3-8b", 36, 8, 4, 128, 1e6, true, 1.0f, 0.9f, 0.5f, 12.0f, 1.0f, 6.0f, 10.0f},
+    {"llama-3.1-8b", 32, 8, 4, 128, 5e5, false, 2.5f, 1.1f, 4.0f, 0.0f, 1.0f, 3.2f, 10.0f},
+    {"smollm2-135m", 30, 3, 3, 64, 1e5, false, 2.0f, 1.0f, 4.0f, 0.0f, 1.0f, 2.8f, 10.0f},
 };
 
 #define SYNTH_MAX_DIM 128
@@ -47,12 +47,8 @@ static const synth_preset presets[] = {
 #define SYNTH_SINKS 4        /* tokens that can act as attention sinks */
 #define SYNTH_CHUNK 24       /* tokens per topic run (not a multiple of 8 on purpose) */
 #define SYNTH_TILE 256       /* tokens per RoPE table, shared by the KV heads */
-#define SYNTH_PHRASE 4       /* tokens per phrase: relevance comes in short runs */
+#define SYNTH_PHRASE 6       /* tokens per phrase: relevance comes in short runs */
 
-static double tun(const char *name, double def) {
-    const char *v = getenv(name);
-    return v ? atof(v) : def;
-}
 
 /* ===================================================================== *
  * counter-based random numbers
@@ -179,6 +175,8 @@ static void key_hat(const synth_preset *p, const head_model *hm, const float *di
         out[j] = hm->k_mean[j] + hm->recency_amp * hm->recency[j] + (dir ? amp * dir[j] : 0.0f);
         ss += (double)out[j] * out[j] + (double)hm->k_scale[j] * hm->k_scale[j];
     }
+    /* every token carries unit-variance coefficients on all topics */
+    ss += (double)SYNTH_TOPICS * hm->topic_amp * hm->topic_amp;
     float inv = p->qk_norm ? (float)(1.0 / sqrt(ss / d + 1e-6)) : 1.0f;
     for (uint32_t j = 0; j < d; j++) {
         float gain = p->qk_norm ? hm->k_gain[j] : 1.0f;
@@ -255,7 +253,7 @@ static void query_terms_of(const synth_preset *p, const head_model *hm, uint32_t
 static void calibrate_query(const synth_preset *p, head_model *hm, uint32_t h) {
     query_terms qt;
     query_terms_of(p, hm, h, &qt);
-    double rho = tun("S_TOPIC", p->topic_logit) / tun("S_BG", p->background_logit);
+    double rho = p->topic_logit / p->background_logit;
     double b = qt.m2 + qt.m3;
     /* (a m1 + b)^2 = rho^2 (a^2 m4^2 + f^2) */
     double A = qt.m1 * qt.m1 - rho * rho * qt.m4 * qt.m4, B = 2 * qt.m1 * b,
@@ -271,7 +269,7 @@ static void calibrate_query(const synth_preset *p, head_model *hm, uint32_t h) {
     double gap = a * qt.m1 + b;
     hm->q_bg[h] = (float)a;
     hm->q_rms[h] = (float)rms;
-    hm->q_mult[h] = gap > 1e-9 ? (float)(tun("S_TOPIC", p->topic_logit) * rms / gap) : 1.0f;
+    hm->q_mult[h] = gap > 1e-9 ? (float)(p->topic_logit * rms / gap) : 1.0f;
 }
 
 /* Sink logit gap, averaged over the group, for sink key amplitude amp. */
@@ -351,7 +349,7 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         hm->k_mean[j] = 0.3f * hm->k_scale[j] * normal_at(s, base, c++);
         hm->k_gain[j] = expf(0.6f * normal_at(s, base, c++));
         hm->v_scale[j] = expf(0.5f * normal_at(s, base, c++));
-        hm->v_mean[j] = (float)tun("S_VMEAN", 0.1) * hm->v_scale[j] * normal_at(s, base, c++);
+        hm->v_mean[j] = 0.1f * hm->v_scale[j] * normal_at(s, base, c++);
     }
     /* 2-4 outlier channels in the slowest eighth of pairs: much larger scale
      * and a nonzero mean that RoPE barely rotates. */
@@ -375,12 +373,13 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         hm->sink_amp[i] = sink_base[i] * (float)(0.7 + 0.6 * uniform01(draw(base, c++)));
     hm->chunk_offset = (uint32_t)(draw(base, c++) % SYNTH_CHUNK);
     hm->phrase_offset = (uint32_t)(draw(base, c++) % SYNTH_PHRASE);
-    hm->sal_phrase = (float)tun("S_SALP", 0.2);
-    hm->sal_token = (float)tun("S_SALT", 0.2);
-    hm->w_chunk = sqrtf((float)tun("S_WC", 0.3));
-    hm->w_phrase = sqrtf((float)tun("S_WP", 0.3));
-    hm->w_token = sqrtf(1.0f - hm->w_chunk * hm->w_chunk - hm->w_phrase * hm->w_phrase);
-    hm->v_topic_amp = (float)tun("S_VTOPIC", 0.0);
+    /* variance shares of the passage, phrase and token parts; salience */
+    hm->w_chunk = sqrtf(0.3f);
+    hm->w_phrase = sqrtf(0.6f);
+    hm->w_token = sqrtf(0.1f);
+    hm->sal_phrase = 0.35f;
+    hm->sal_token = 0.05f;
+    hm->v_topic_amp = 0.5f;
     for (uint32_t t = 0; t < SYNTH_TOPICS; t++)
         for (uint32_t j = 0; j < hm->dim; j++) hm->v_topic[t][j] = hm->v_scale[j] * normal_at(s, base, c++);
 
@@ -395,7 +394,7 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         float *mean = &hm->k_mean[outlier_channel[o]];
         if (fabsf(*mean) < p->outlier_mean * noise) *mean = copysignf(p->outlier_mean * noise, *mean);
     }
-    hm->topic_amp = (float)tun("S_TAMP", 2.0) * noise;
+    hm->topic_amp = 2.0f * noise;
     hm->recency_amp = 1.5f * noise;
 
     for (uint32_t h = 0; h < p->group; h++) {
@@ -419,7 +418,7 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
     hm->q_recency_amp = 1.0f * key_scale;
     /* Keys must carry their topic strongly enough, against the key noise the
      * query picks up, for the gap/background ratio to be reachable. */
-    double rho = tun("S_TOPIC", p->topic_logit) / tun("S_BG", p->background_logit);
+    double rho = p->topic_logit / p->background_logit;
     for (int it = 0; it < 3; it++) { /* at most 8x: beyond, QK-norm saturates */
         double worst = INFINITY;
         for (uint32_t h = 0; h < p->group; h++) {
