@@ -35,9 +35,9 @@ typedef struct synth_preset {
 } synth_preset;
 
 static const synth_preset presets[] = {
-    {"qwen3-8b", 36, 8, 4, 128, 1e6, true, 1.0f, 0.9f, 0.5f, 12.0f, 1.0f, 6.0f, 10.0f},
-    {"llama-3.1-8b", 32, 8, 4, 128, 5e5, false, 2.5f, 1.1f, 4.0f, 0.0f, 1.0f, 3.2f, 10.0f},
-    {"smollm2-135m", 30, 3, 3, 64, 1e5, false, 2.0f, 1.0f, 4.0f, 0.0f, 1.0f, 2.8f, 10.0f},
+    {"qwen3-8b", 36, 8, 4, 128, 1e6, true, 1.0f, 0.9f, 0.5f, 12.0f, 1.0f, 6.0f, 16.0f},
+    {"llama-3.1-8b", 32, 8, 4, 128, 5e5, false, 2.5f, 1.1f, 4.0f, 0.0f, 1.0f, 3.2f, 16.0f},
+    {"smollm2-135m", 30, 3, 3, 64, 1e5, false, 2.0f, 1.0f, 4.0f, 0.0f, 1.0f, 2.8f, 16.0f},
 };
 
 #define SYNTH_MAX_DIM 128
@@ -363,8 +363,16 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         hm->k_scale[j] *= boost;
         outlier_channel[o] = j;
     }
-    for (uint32_t t = 0; t < SYNTH_TOPICS; t++)
-        unit_vector(s, base, &c, hm, 4.0f, 0.02f, true, hm->topic[t]);
+    /* Topics live on the slow pairs but not on the outlier channels: those
+     * carry a near-constant bias (massive activations), not content. */
+    for (uint32_t t = 0; t < SYNTH_TOPICS; t++) {
+        float *u = hm->topic[t];
+        unit_vector(s, base, &c, hm, 4.0f, 0.002f, true, u);
+        double norm = 0;
+        for (uint32_t o = 0; o < outliers; o++) u[outlier_channel[o]] = 0.0f;
+        for (uint32_t j = 0; j < hm->dim; j++) norm += (double)u[j] * u[j];
+        for (uint32_t j = 0; j < hm->dim; j++) u[j] /= (float)sqrt(norm);
+    }
     unit_vector(s, base, &c, hm, 6.0f, 0.0f, true, hm->sink_dir);
     orthogonalize(hm, hm->sink_dir);
     unit_vector(s, base, &c, hm, 1.0f, 0.0f, false, hm->recency);
