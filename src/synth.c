@@ -367,7 +367,7 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
      * carry a near-constant bias (massive activations), not content. */
     for (uint32_t t = 0; t < SYNTH_TOPICS; t++) {
         float *u = hm->topic[t];
-        unit_vector(s, base, &c, hm, 4.0f, 0.002f, true, u);
+        unit_vector(s, base, &c, hm, 6.0f, 0.002f, true, u);
         double norm = 0;
         for (uint32_t o = 0; o < outliers; o++) u[outlier_channel[o]] = 0.0f;
         for (uint32_t j = 0; j < hm->dim; j++) norm += (double)u[j] * u[j];
