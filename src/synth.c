@@ -29,8 +29,12 @@ typedef struct synth_preset {
     float low_freq_boost; /* key scale grows by 1 + this * lowness^2 toward slow pairs */
     float outlier_mean;   /* |mean| of outlier channels, at least, in rms key noise units */
     /* Logit targets (after 1/sqrt(d)) that set how peaked attention is: the
-     * std of ordinary keys' logits, the gap of a key carrying the query's main
-     * topic strongly (strength 1.25), the gap of the first sink token. */
+     * spread of the query's logits from key noise alone, the logit of a key
+     * whose coefficient on the query's main topic is 1.25 (coefficients are
+     * unit-variance Gaussians, so topic_logit/1.25 is roughly the spread of
+     * the content part), and the gap of the first sink token. Realised
+     * values differ (salience, QK-norm saturation); docs/synthetic.md gives
+     * the measured concentration and errors. */
     float background_logit, topic_logit, sink_logit;
 } synth_preset;
 
