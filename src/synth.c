@@ -36,12 +36,15 @@ typedef struct synth_preset {
      * values differ (salience, QK-norm saturation); docs/synthetic.md gives
      * the measured concentration and errors. */
     float background_logit, topic_logit, sink_logit;
+    /* Topic coefficients saturate softly at this (c -> cap tanh(c / cap)):
+     * content logits are bounded, as QK-norm bounds them for Qwen3 (0: none). */
+    float content_cap;
 } synth_preset;
 
 static const synth_preset presets[] = {
-    {"qwen3-8b", 36, 8, 4, 128, 1e6, true, 1.0f, 0.9f, 0.5f, 12.0f, 1.0f, 6.0f, 16.0f},
-    {"llama-3.1-8b", 32, 8, 4, 128, 5e5, false, 2.5f, 1.1f, 4.0f, 0.0f, 1.0f, 3.2f, 16.0f},
-    {"smollm2-135m", 30, 3, 3, 64, 1e5, false, 2.0f, 1.0f, 4.0f, 0.0f, 1.0f, 2.8f, 16.0f},
+    {"qwen3-8b", 36, 8, 4, 128, 1e6, true, 1.0f, 0.9f, 0.5f, 12.0f, 1.0f, 9.0f, 16.0f, 0.0f},
+    {"llama-3.1-8b", 32, 8, 4, 128, 5e5, false, 2.5f, 1.1f, 4.0f, 0.0f, 1.0f, 4.5f, 16.0f, 2.5f},
+    {"smollm2-135m", 30, 3, 3, 64, 1e5, false, 2.0f, 1.0f, 4.0f, 0.0f, 1.0f, 4.0f, 16.0f, 2.5f},
 };
 
 #define SYNTH_MAX_DIM 128
@@ -510,6 +513,9 @@ static void token_coeffs(const synth *s, const head_model *hm, const token_strea
             c[4 * w + (uint32_t)lane] = sal * (hm->w_chunk * gauss_of(s, rc, lane) + hm->w_phrase * gauss_of(s, rp, lane) +
                                                hm->w_token * gauss_of(s, rt, lane));
     }
+    const float cap = s->preset->content_cap;
+    if (cap > 0)
+        for (uint32_t m = 0; m < SYNTH_TOPICS; m++) c[m] = cap * tanhf(c[m] / cap);
 }
 
 static void token_streams_of(const synth *s, uint32_t layer, uint32_t kv_head, token_streams *ts) {
