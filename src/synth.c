@@ -42,7 +42,7 @@ typedef struct synth_preset {
 } synth_preset;
 
 static const synth_preset presets[] = {
-    {"qwen3-8b", 36, 8, 4, 128, 1e6, true, 1.0f, 0.9f, 0.5f, 12.0f, 1.0f, 9.0f, 16.0f, 0.0f},
+    {"qwen3-8b", 36, 8, 4, 128, 1e6, true, 1.0f, 0.9f, 0.5f, 12.0f, 1.0f, 7.5f, 16.0f, 0.0f},
     {"llama-3.1-8b", 32, 8, 4, 128, 5e5, false, 2.5f, 1.1f, 4.0f, 0.0f, 1.0f, 4.5f, 16.0f, 2.5f},
     {"smollm2-135m", 30, 3, 3, 64, 1e5, false, 2.0f, 1.0f, 4.0f, 0.0f, 1.0f, 4.0f, 16.0f, 2.5f},
 };
