@@ -458,6 +458,22 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         }
         hm->sink_key_amp[i] = hi;
     }
+    /* Without QK-norm the construction above can leave keys in the
+     * thousands (log-normal scales times outliers times the topic growth),
+     * which no real model has and F16 cannot hold. Scale the keys to an rms
+     * of key_scale and the queries up by the same factor: every logit, and
+     * every per-block quantisation of the keys, is unchanged. */
+    if (!p->qk_norm) {
+        double energy = 0;
+        for (uint32_t j = 0; j < hm->dim; j++)
+            energy += (double)hm->k_mean[j] * hm->k_mean[j] + (double)hm->k_scale[j] * hm->k_scale[j];
+        energy += (double)SYNTH_TOPICS * hm->topic_amp * hm->topic_amp + (double)hm->recency_amp * hm->recency_amp;
+        float f = (float)(p->key_scale / sqrt(energy / hm->dim));
+        for (uint32_t j = 0; j < hm->dim; j++) hm->k_mean[j] *= f, hm->k_scale[j] *= f;
+        hm->topic_amp *= f, hm->recency_amp *= f;
+        for (uint32_t i = 0; i < SYNTH_SINKS; i++) hm->sink_key_amp[i] *= f;
+        for (uint32_t h = 0; h < p->group; h++) hm->q_mult[h] /= f;
+    }
 }
 
 /* ===================================================================== *
