@@ -29,15 +29,22 @@ typedef struct synth_preset {
     float low_freq_boost; /* key scale grows by 1 + this * lowness^2 toward slow pairs */
     float outlier_mean;   /* |mean| of outlier channels, at least, in rms key noise units */
     /* Logit targets (after 1/sqrt(d)) that set how peaked attention is: the
-     * std of ordinary keys' logits, the gap of a key carrying the query's main
-     * topic strongly (strength 1.25), the gap of the first sink token. */
+     * spread of the query's logits from key noise alone, the logit of a key
+     * whose coefficient on the query's main topic is 1.25 (coefficients are
+     * unit-variance Gaussians, so topic_logit/1.25 is roughly the spread of
+     * the content part), and the gap of the first sink token. Realised
+     * values differ (salience, QK-norm saturation); docs/synthetic.md gives
+     * the measured concentration and errors. */
     float background_logit, topic_logit, sink_logit;
+    /* Topic coefficients saturate softly at this (c -> cap tanh(c / cap)):
+     * content logits are bounded, as QK-norm bounds them for Qwen3 (0: none). */
+    float content_cap;
 } synth_preset;
 
 static const synth_preset presets[] = {
-    {"qwen3-8b", 36, 8, 4, 128, 1e6, true, 1.0f, 0.9f, 0.5f, 12.0f, 1.2f, 7.0f, 10.0f},
-    {"llama-3.1-8b", 32, 8, 4, 128, 5e5, false, 2.5f, 1.1f, 4.0f, 0.0f, 1.2f, 6.5f, 10.0f},
-    {"smollm2-135m", 30, 3, 3, 64, 1e5, false, 2.0f, 1.0f, 4.0f, 0.0f, 1.2f, 6.0f, 10.0f},
+    {"qwen3-8b", 36, 8, 4, 128, 1e6, true, 1.0f, 0.9f, 0.5f, 12.0f, 1.0f, 7.5f, 16.0f, 0.0f},
+    {"llama-3.1-8b", 32, 8, 4, 128, 5e5, false, 2.5f, 1.1f, 4.0f, 0.0f, 1.0f, 4.5f, 16.0f, 2.5f},
+    {"smollm2-135m", 30, 3, 3, 64, 1e5, false, 2.0f, 1.0f, 4.0f, 0.0f, 1.0f, 4.0f, 16.0f, 2.5f},
 };
 
 #define SYNTH_MAX_DIM 128
@@ -47,6 +54,8 @@ static const synth_preset presets[] = {
 #define SYNTH_SINKS 4        /* tokens that can act as attention sinks */
 #define SYNTH_CHUNK 24       /* tokens per topic run (not a multiple of 8 on purpose) */
 #define SYNTH_TILE 256       /* tokens per RoPE table, shared by the KV heads */
+#define SYNTH_PHRASE 6       /* tokens per phrase: relevance comes in short runs */
+
 
 /* ===================================================================== *
  * counter-based random numbers
@@ -61,7 +70,7 @@ static inline uint64_t mix64(uint64_t z) {
 }
 
 enum stream {
-    S_MODEL_HEAD = 1, S_MODEL_QHEAD, S_KEY_NOISE, S_TOKEN, S_CHUNK, S_VALUE, S_QUERY_NOISE, S_QUERY_TOPIC
+    S_MODEL_HEAD = 1, S_MODEL_QHEAD, S_KEY_NOISE, S_TOKEN, S_CHUNK, S_VALUE, S_QUERY_NOISE, S_QUERY_TOPIC, S_PHRASE
 };
 
 /* The base of one stream; draw(base, i) is its i-th 64-bit output. */
@@ -128,7 +137,9 @@ typedef struct head_model {
     float recency[SYNTH_MAX_DIM];             /* unit, high/mid-frequency pairs */
     float sink_amp[SYNTH_SINKS];   /* logit gap of each sink token, relative to the first */
     float topic_amp, recency_amp;
-    uint32_t chunk_offset;
+    uint32_t chunk_offset, phrase_offset;
+    float sal_phrase, sal_token, w_chunk, w_phrase, w_token, v_topic_amp;
+    float v_topic[SYNTH_TOPICS][SYNTH_MAX_DIM];
     /* per query head of the group */
     float q_scale[SYNTH_MAX_GROUP][SYNTH_MAX_DIM], q_mean[SYNTH_MAX_GROUP][SYNTH_MAX_DIM];
     float q_gain[SYNTH_MAX_GROUP][SYNTH_MAX_DIM];
@@ -171,6 +182,8 @@ static void key_hat(const synth_preset *p, const head_model *hm, const float *di
         out[j] = hm->k_mean[j] + hm->recency_amp * hm->recency[j] + (dir ? amp * dir[j] : 0.0f);
         ss += (double)out[j] * out[j] + (double)hm->k_scale[j] * hm->k_scale[j];
     }
+    /* every token carries unit-variance coefficients on all topics */
+    ss += (double)SYNTH_TOPICS * hm->topic_amp * hm->topic_amp;
     float inv = p->qk_norm ? (float)(1.0 / sqrt(ss / d + 1e-6)) : 1.0f;
     for (uint32_t j = 0; j < d; j++) {
         float gain = p->qk_norm ? hm->k_gain[j] : 1.0f;
@@ -357,8 +370,16 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         hm->k_scale[j] *= boost;
         outlier_channel[o] = j;
     }
-    for (uint32_t t = 0; t < SYNTH_TOPICS; t++)
-        unit_vector(s, base, &c, hm, 4.0f, 0.02f, true, hm->topic[t]);
+    /* Topics live on the slow pairs but not on the outlier channels: those
+     * carry a near-constant bias (massive activations), not content. */
+    for (uint32_t t = 0; t < SYNTH_TOPICS; t++) {
+        float *u = hm->topic[t];
+        unit_vector(s, base, &c, hm, 6.0f, 0.002f, true, u);
+        double norm = 0;
+        for (uint32_t o = 0; o < outliers; o++) u[outlier_channel[o]] = 0.0f;
+        for (uint32_t j = 0; j < hm->dim; j++) norm += (double)u[j] * u[j];
+        for (uint32_t j = 0; j < hm->dim; j++) u[j] /= (float)sqrt(norm);
+    }
     unit_vector(s, base, &c, hm, 6.0f, 0.0f, true, hm->sink_dir);
     orthogonalize(hm, hm->sink_dir);
     unit_vector(s, base, &c, hm, 1.0f, 0.0f, false, hm->recency);
@@ -366,6 +387,16 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
     for (uint32_t i = 0; i < SYNTH_SINKS; i++)
         hm->sink_amp[i] = sink_base[i] * (float)(0.7 + 0.6 * uniform01(draw(base, c++)));
     hm->chunk_offset = (uint32_t)(draw(base, c++) % SYNTH_CHUNK);
+    hm->phrase_offset = (uint32_t)(draw(base, c++) % SYNTH_PHRASE);
+    /* variance shares of the passage, phrase and token parts; salience */
+    hm->w_chunk = sqrtf(0.3f);
+    hm->w_phrase = sqrtf(0.6f);
+    hm->w_token = sqrtf(0.1f);
+    hm->sal_phrase = 0.35f;
+    hm->sal_token = 0.05f;
+    hm->v_topic_amp = 0.5f;
+    for (uint32_t t = 0; t < SYNTH_TOPICS; t++)
+        for (uint32_t j = 0; j < hm->dim; j++) hm->v_topic[t][j] = hm->v_scale[j] * normal_at(s, base, c++);
 
     /* Amplitudes relative to the key noise norm, so the same structure holds
      * with and without QK-norm. */
@@ -378,7 +409,7 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         float *mean = &hm->k_mean[outlier_channel[o]];
         if (fabsf(*mean) < p->outlier_mean * noise) *mean = copysignf(p->outlier_mean * noise, *mean);
     }
-    hm->topic_amp = 6.0f * noise;
+    hm->topic_amp = 2.0f * noise;
     hm->recency_amp = 1.5f * noise;
 
     for (uint32_t h = 0; h < p->group; h++) {
@@ -427,6 +458,22 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         }
         hm->sink_key_amp[i] = hi;
     }
+    /* Without QK-norm the construction above can leave keys in the
+     * thousands (log-normal scales times outliers times the topic growth),
+     * which no real model has and F16 cannot hold. Scale the keys to an rms
+     * of key_scale and the queries up by the same factor: every logit, and
+     * every per-block quantisation of the keys, is unchanged. */
+    if (!p->qk_norm) {
+        double energy = 0;
+        for (uint32_t j = 0; j < hm->dim; j++)
+            energy += (double)hm->k_mean[j] * hm->k_mean[j] + (double)hm->k_scale[j] * hm->k_scale[j];
+        energy += (double)SYNTH_TOPICS * hm->topic_amp * hm->topic_amp + (double)hm->recency_amp * hm->recency_amp;
+        float f = (float)(p->key_scale / sqrt(energy / hm->dim));
+        for (uint32_t j = 0; j < hm->dim; j++) hm->k_mean[j] *= f, hm->k_scale[j] *= f;
+        hm->topic_amp *= f, hm->recency_amp *= f;
+        for (uint32_t i = 0; i < SYNTH_SINKS; i++) hm->sink_key_amp[i] *= f;
+        for (uint32_t h = 0; h < p->group; h++) hm->q_mult[h] /= f;
+    }
 }
 
 /* ===================================================================== *
@@ -461,15 +508,36 @@ static void rope_table(const head_model *hm, uint64_t pos, float *cs, float *sn)
 /* Token t's topic and strength: topics come in runs of SYNTH_CHUNK tokens
  * (a passage about one thing) with some strays; most tokens carry their
  * topic weakly, a few strongly (the ones worth attending to). */
-static void token_topic(const synth *s, const head_model *hm, uint64_t tok_base, uint64_t chunk_base,
-                        uint64_t t, uint32_t *topic, float *strength) {
-    uint64_t x = draw(tok_base, t);
-    double u_stray = uniform01(x), u_strong = uniform01(mix64(x ^ GOLDEN));
-    uint64_t y = mix64(x + 0x1234567ull);
-    if (u_stray < 0.25) *topic = (uint32_t)(y % SYNTH_TOPICS);
-    else *topic = (uint32_t)(draw(chunk_base, (t + hm->chunk_offset) / SYNTH_CHUNK) % SYNTH_TOPICS);
-    float g = fabsf(gauss_of(s, y, 2));
-    *strength = u_strong < 0.04 ? 1.0f + 0.5f * g : 0.2f * g;
+/* Token t's coefficients on the head's topics: a passage part shared by a
+ * run of SYNTH_CHUNK tokens, a phrase part shared by SYNTH_PHRASE tokens and
+ * the token's own part, all Gaussian, times a log-normal salience (phrase and
+ * token), so the logits a query sees are a broad, right-heavy continuum whose
+ * large values come in short runs. */
+typedef struct token_streams {
+    uint64_t token, phrase, chunk;
+} token_streams;
+
+static void token_coeffs(const synth *s, const head_model *hm, const token_streams *ts, uint64_t t, float *c) {
+    const uint32_t words = SYNTH_TOPICS / 4;
+    uint64_t chunk = (t + hm->chunk_offset) / SYNTH_CHUNK, phrase = (t + hm->phrase_offset) / SYNTH_PHRASE;
+    uint64_t xs = draw(ts->phrase, phrase * (words + 1) + words), xt = draw(ts->token, t * (words + 1) + words);
+    float sal = expf(hm->sal_phrase * gauss_of(s, xs, 0) + hm->sal_token * gauss_of(s, xt, 0));
+    for (uint32_t w = 0; w < words; w++) {
+        uint64_t rc = draw(ts->chunk, chunk * words + w), rp = draw(ts->phrase, phrase * (words + 1) + w),
+                 rt = draw(ts->token, t * (words + 1) + w);
+        for (int lane = 0; lane < 4; lane++)
+            c[4 * w + (uint32_t)lane] = sal * (hm->w_chunk * gauss_of(s, rc, lane) + hm->w_phrase * gauss_of(s, rp, lane) +
+                                               hm->w_token * gauss_of(s, rt, lane));
+    }
+    const float cap = s->preset->content_cap;
+    if (cap > 0)
+        for (uint32_t m = 0; m < SYNTH_TOPICS; m++) c[m] = cap * tanhf(c[m] / cap);
+}
+
+static void token_streams_of(const synth *s, uint32_t layer, uint32_t kv_head, token_streams *ts) {
+    ts->token = stream_base(s->seed, S_TOKEN, layer, kv_head);
+    ts->phrase = stream_base(s->seed, S_PHRASE, layer, kv_head);
+    ts->chunk = stream_base(s->seed, S_CHUNK, layer, kv_head);
 }
 
 /* Keys of tokens [t0, t1) of one KV head into k (the head's [n x d] rows);
@@ -478,23 +546,23 @@ static void gen_keys(const synth *s, const head_model *hm, uint32_t layer, uint3
                      uint64_t t1, const float *cs, const float *sn, float *k) {
     const uint32_t d = hm->dim, words = d / 4;
     uint64_t noise_base = stream_base(s->seed, S_KEY_NOISE, layer, kv_head);
-    uint64_t tok_base = stream_base(s->seed, S_TOKEN, layer, kv_head);
-    uint64_t chunk_base = stream_base(s->seed, S_CHUNK, layer, kv_head);
+    token_streams ts;
+    token_streams_of(s, layer, kv_head, &ts);
     for (uint64_t t = t0; t < t1; t++) {
         float *x = k + t * d;
         for (uint32_t w = 0; w < words; w++) {
             uint64_t r = draw(noise_base, t * words + w);
             for (int lane = 0; lane < 4; lane++) {
                 uint32_t j = 4 * w + (uint32_t)lane;
-                x[j] = hm->k_mean[j] + hm->k_scale[j] * gauss_of(s, r, lane);
+                x[j] = hm->k_mean[j] + hm->k_scale[j] * gauss_of(s, r, lane) + hm->recency_amp * hm->recency[j];
             }
         }
-        uint32_t topic;
-        float strength;
-        token_topic(s, hm, tok_base, chunk_base, t, &topic, &strength);
-        float ta = hm->topic_amp * strength;
-        const float *u = hm->topic[topic];
-        for (uint32_t j = 0; j < d; j++) x[j] += ta * u[j] + hm->recency_amp * hm->recency[j];
+        float c[SYNTH_TOPICS];
+        token_coeffs(s, hm, &ts, t, c);
+        for (uint32_t m = 0; m < SYNTH_TOPICS; m++) {
+            const float a = hm->topic_amp * c[m], *u = hm->topic[m];
+            for (uint32_t j = 0; j < d; j++) x[j] += a * u[j];
+        }
         if (t < SYNTH_SINKS) {
             /* a sink: pointed where the queries point, so it scores high for all */
             float sa = hm->sink_key_amp[t];
@@ -509,6 +577,8 @@ static void gen_values(const synth *s, const head_model *hm, uint32_t layer, uin
                        uint64_t n, float *v) {
     const uint32_t d = hm->dim, words = d / 4;
     uint64_t base = stream_base(s->seed, S_VALUE, layer, kv_head);
+    token_streams ts;
+    token_streams_of(s, layer, kv_head, &ts);
     for (uint64_t t = 0; t < n; t++) {
         float *x = v + t * d;
         for (uint32_t w = 0; w < words; w++) {
@@ -517,6 +587,12 @@ static void gen_values(const synth *s, const head_model *hm, uint32_t layer, uin
                 uint32_t j = 4 * w + (uint32_t)lane;
                 x[j] = hm->v_mean[j] + hm->v_scale[j] * gauss_of(s, r, lane);
             }
+        }
+        float c[SYNTH_TOPICS];
+        token_coeffs(s, hm, &ts, t, c);
+        for (uint32_t m = 0; m < SYNTH_TOPICS; m++) {
+            const float a = hm->v_topic_amp * c[m], *u = hm->v_topic[m];
+            for (uint32_t j = 0; j < d; j++) x[j] += a * u[j];
         }
     }
 }
