@@ -22,7 +22,6 @@
 #define MAX_GROUP 64   /* query heads per KV head */
 #define FATHOM_MAX_DIM_EVAL 1024 /* head dimension the harness takes */
 #define G_MAX_ROWS (MAX_GROUP * POSITION_CHUNK)
-#define BASIS_MAX_KEYS 16384 /* calibration keys used for a KLT fit (evenly strided) */
 
 /* Greedy per-layer budgets (§3.4): levels B_l in {24, 32, ..., 128}. */
 static const uint32_t greedy_levels[] = {24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128};
@@ -98,32 +97,6 @@ static void head_state_free(head_state *hs) {
     memset(hs, 0, sizeof *hs);
 }
 
-/* Indices of the `count` largest values (ties to the lower index). */
-static void top_channels(uint32_t dim, const double *value, uint32_t count, uint8_t *depths,
-                         uint8_t depth) {
-    memset(depths, 0, dim);
-    for (uint32_t c = 0; c < count && c < dim; c++) {
-        int64_t best = -1;
-        for (uint32_t j = 0; j < dim; j++)
-            if (!depths[j] && (best < 0 || value[j] > value[best])) best = j;
-        depths[best] = depth;
-    }
-}
-
-/* Population variance of each channel of rows [n x dim] (two passes, double). */
-static void channel_variance(uint32_t dim, const float *rows, uint64_t n, float *var) {
-    for (uint32_t j = 0; j < dim; j++) {
-        double mean = 0, m2 = 0;
-        for (uint64_t i = 0; i < n; i++) mean += rows[i * dim + j];
-        mean /= (double)n;
-        for (uint64_t i = 0; i < n; i++) {
-            double x = rows[i * dim + j] - mean;
-            m2 += x * x;
-        }
-        var[j] = (float)(m2 / (double)n);
-    }
-}
-
 /* Statistics of one KV head from calibration data: keys [n x dim] and the
  * group's queries [q_rows x dim]. */
 typedef struct calib_view {
@@ -156,7 +129,7 @@ static int head_state_build(head_state *hs, const fathom_method *methods, uint32
         /* fathom's Var: calibration keys with --calib (the paper), else the
          * store's own running sums (the calibration-free variant). */
         if (calib_given)
-            channel_variance(dim, cal->keys, cal->n, hs->var);
+            fathom_channel_variance(dim, cal->keys, cal->n, hs->var);
         else
             FATHOM_TRY(fathom_store_variance(hs->store, hs->var));
     }
@@ -167,29 +140,12 @@ static int head_state_build(head_state *hs, const fathom_method *methods, uint32
         if (!hs->planes_keys) return fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory for decoded keys");
         FATHOM_TRY(fathom_store_decode(hs->store, 0, n, full, hs->planes_keys));
     }
-    if (ds_channels) {
-        /* Double Sparsity: channels by mean|q| * mean|k| on calibration data. */
-        double *stat = fathom_calloc_array(dim, sizeof(double));
-        if (!stat) return fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory");
-        for (uint32_t j = 0; j < dim; j++) {
-            double mq = 0, mk = 0;
-            for (uint64_t r = 0; r < cal->q_rows; r++) mq += fabs(cal->queries[r * dim + j]);
-            for (uint64_t i = 0; i < cal->n; i++) mk += fabs(cal->keys[i * dim + j]);
-            stat[j] = (mq / (double)cal->q_rows) * (mk / (double)cal->n);
-        }
-        /* Only one ds:c is honoured per run; the harness checks that. */
-        top_channels(dim, stat, ds_channels, hs->ds_depths, FATHOM_MAX_DEPTH);
-        free(stat);
-    }
+    /* Double Sparsity: channels by mean|q| * mean|k| on calibration data
+     * (one ds:c per run; the harness checks that). */
+    if (ds_channels)
+        FATHOM_TRY(fathom_ds_depths(dim, cal->keys, cal->n, cal->queries, cal->q_rows, ds_channels, hs->ds_depths));
     if (rotated) {
-        uint64_t stride = cal->n > BASIS_MAX_KEYS ? (cal->n + BASIS_MAX_KEYS - 1) / BASIS_MAX_KEYS : 1;
-        uint64_t m = (cal->n + stride - 1) / stride;
-        float *sub = fathom_alloc_array(m, (uint64_t)dim * sizeof(float));
-        if (!sub) return fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory");
-        for (uint64_t i = 0; i < m; i++) memcpy(sub + i * dim, cal->keys + i * stride * dim, dim * sizeof(float));
-        int st = fathom_basis_fit(&hs->basis, dim, sub, m, cal->queries, cal->q_rows);
-        free(sub);
-        FATHOM_TRY(st);
+        FATHOM_TRY(fathom_basis_fit_strided(&hs->basis, dim, cal->keys, cal->n, cal->queries, cal->q_rows));
         FATHOM_TRY(fathom_store_create(&hs->rotated, dim, 0, hs->basis));
         FATHOM_TRY(fathom_store_append(hs->rotated, keys, n));
     }
@@ -283,13 +239,7 @@ static int method_scores(const layer_job *job, const head_state *hs, const fatho
         *bits = fathom_depth_bits(dim, s->depths);
         return fathom_store_scan(hs->rotated, s->depths, s->qrot, G, n_vis, s->scores, NULL);
     case FATHOM_METHOD_SPARQ:
-        /* SparQ's GQA rule: channels with the largest sum_h |q_j| (§2). */
-        for (uint32_t j = 0; j < dim; j++) {
-            double a = 0;
-            for (uint32_t h = 0; h < G; h++) a += fabs(s->qg[h * dim + j]);
-            s->g[j] = a;
-        }
-        top_channels(dim, s->g, m->param, s->depths, FATHOM_MAX_DEPTH);
+        fathom_sparq_depths(dim, G, s->qg, m->param, s->g, s->depths);
         *bits = fathom_depth_bits(dim, s->depths);
         return fathom_store_scan(hs->store, s->depths, s->qg, G, n_vis, s->scores, NULL);
     case FATHOM_METHOD_DS:

@@ -55,4 +55,25 @@ void *fathom_calloc_array(uint64_t count, uint64_t size);
 /* Number of worker threads for "0 = one per core". */
 uint32_t fathom_default_threads(void);
 
+/* ---- calib.c: channel choices and calibration statistics shared by the
+ * fidelity harness and the decoder ---- */
+
+#define FATHOM_BASIS_MAX_KEYS 16384 /* calibration keys per KLT fit (evenly strided) */
+
+/* Population variance of each channel of rows [n x dim] (two passes, double). */
+void fathom_channel_variance(uint32_t dim, const float *rows, uint64_t n, float *var);
+/* depths[j] = depth for the `count` largest value[j] (ties to the lower index), else 0. */
+void fathom_top_channels(uint32_t dim, const double *value, uint32_t count, uint8_t *depths, uint8_t depth);
+/* SparQ's GQA rule (§2): depth 4 on the r channels with the largest sum_h |q_j|
+ * of the group's queries [group x dim]; scratch holds dim doubles. */
+void fathom_sparq_depths(uint32_t dim, uint32_t group, const float *queries, uint32_t r, double *scratch,
+                         uint8_t *depths);
+/* Double Sparsity: depth 4 on the c channels with the largest mean|q| * mean|k|
+ * over calibration keys [n x dim] and queries [q_rows x dim]. */
+int fathom_ds_depths(uint32_t dim, const float *keys, uint64_t n, const float *queries, uint64_t q_rows,
+                     uint32_t channels, uint8_t *depths);
+/* fathom_basis_fit on at most FATHOM_BASIS_MAX_KEYS evenly strided keys. */
+int fathom_basis_fit_strided(fathom_basis **out, uint32_t dim, const float *keys, uint64_t n,
+                             const float *queries, uint64_t q_rows);
+
 #endif /* FATHOM_INTERNAL_H */

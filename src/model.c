@@ -838,18 +838,6 @@ static int sparse_append(fathom_ctx *c, uint32_t layer, uint64_t pos0, uint64_t 
     return FATHOM_OK;
 }
 
-/* Indices of the `count` largest values into depths (ties to the lower index). */
-static void top_channels(uint32_t dim, const double *value, uint32_t count, uint8_t *depths,
-                         uint8_t depth) {
-    memset(depths, 0, dim);
-    for (uint32_t c = 0; c < count && c < dim; c++) {
-        int64_t best = -1;
-        for (uint32_t j = 0; j < dim; j++)
-            if (!depths[j] && (best < 0 || value[j] > value[best])) best = j;
-        depths[best] = depth;
-    }
-}
-
 /* Scores [G x n_vis] of the group's queries qg [G x d] for one KV head. */
 static int sparse_scores(const fathom_ctx *c, const sparse_state *s, const sparse_head *hs,
                          sparse_scratch *sc, const float *qg, const float *keys, uint64_t n_vis) {
@@ -876,13 +864,7 @@ static int sparse_scores(const fathom_ctx *c, const sparse_state *s, const spars
         FATHOM_TRY(fathom_store_scan(hs->rotated, sc->depths, sc->qrot, G, n_vis, sc->scores, &bytes));
         break;
     case FATHOM_METHOD_SPARQ:
-        /* SparQ's GQA rule: the r channels with the largest sum_h |q_j|. */
-        for (uint32_t j = 0; j < D; j++) {
-            double a = 0;
-            for (uint32_t h = 0; h < G; h++) a += fabs(qg[h * D + j]);
-            sc->g[j] = a;
-        }
-        top_channels(D, sc->g, m->param, sc->depths, FATHOM_MAX_DEPTH);
+        fathom_sparq_depths(D, G, qg, m->param, sc->g, sc->depths);
         FATHOM_TRY(fathom_store_scan(hs->store, sc->depths, qg, G, n_vis, sc->scores, &bytes));
         break;
     case FATHOM_METHOD_DS:
@@ -952,21 +934,6 @@ static void sparse_task(void *arg, uint32_t task, uint32_t worker) {
     if (st < 0) note_task_error(j->c, st);
 }
 
-/* Population variance of each channel of rows [n x d] (two passes, double). */
-static void channel_variance(uint32_t dim, const float *rows, uint64_t n, float *var) {
-    for (uint32_t j = 0; j < dim; j++) {
-        double mean = 0, m2 = 0;
-        for (uint64_t i = 0; i < n; i++) mean += rows[i * dim + j];
-        mean /= (double)n;
-        for (uint64_t i = 0; i < n; i++) {
-            double x = rows[i * dim + j] - mean;
-            m2 += x * x;
-        }
-        var[j] = (float)(m2 / (double)n);
-    }
-}
-
-#define BASIS_MAX_KEYS 16384 /* calibration keys per KLT fit (evenly strided), as eval */
 
 /* Per-head statistics from one calibration layer: keys [Hkv x n x d],
  * queries [Hq x P x d]. */
@@ -982,29 +949,13 @@ static int sparse_calibrate_layer(sparse_state *s, const fathom_model_info *in, 
         if (kind == FATHOM_METHOD_FATHOM) {
             h->calib_var = fathom_alloc_array(D, sizeof(float));
             FATHOM_CHECK(!h->calib_var, FATHOM_ERR_NOMEM, "model: out of memory");
-            channel_variance(D, keys, n, h->calib_var);
+            fathom_channel_variance(D, keys, n, h->calib_var);
         } else if (kind == FATHOM_METHOD_DS) {
-            /* Double Sparsity: channels by mean|q| * mean|k| on calibration data. */
-            double stat[MAX_HEAD_DIM];
-            for (uint32_t j = 0; j < D; j++) {
-                double mq = 0, mk = 0;
-                for (uint64_t r = 0; r < q_rows; r++) mq += fabs(queries[r * D + j]);
-                for (uint64_t i = 0; i < n; i++) mk += fabs(keys[i * D + j]);
-                stat[j] = (mq / (double)q_rows) * (mk / (double)n);
-            }
             h->ds_depths = fathom_alloc_array(D, 1);
             FATHOM_CHECK(!h->ds_depths, FATHOM_ERR_NOMEM, "model: out of memory");
-            top_channels(D, stat, s->method.param, h->ds_depths, FATHOM_MAX_DEPTH);
+            FATHOM_TRY(fathom_ds_depths(D, keys, n, queries, q_rows, s->method.param, h->ds_depths));
         } else if (method_uses_rotated(kind)) {
-            uint64_t stride = n > BASIS_MAX_KEYS ? (n + BASIS_MAX_KEYS - 1) / BASIS_MAX_KEYS : 1;
-            uint64_t m = (n + stride - 1) / stride;
-            float *sub = fathom_alloc_array(m, (uint64_t)D * sizeof(float));
-            FATHOM_CHECK(!sub, FATHOM_ERR_NOMEM, "model: out of memory");
-            for (uint64_t i = 0; i < m; i++)
-                memcpy(sub + i * D, keys + i * stride * D, D * sizeof(float));
-            int st = fathom_basis_fit(&h->basis, D, sub, m, queries, q_rows);
-            free(sub);
-            FATHOM_TRY(st);
+            FATHOM_TRY(fathom_basis_fit_strided(&h->basis, D, keys, n, queries, q_rows));
         }
     }
     return FATHOM_OK;
