@@ -313,6 +313,17 @@ static int write_plot(const char *path, const fathom_method_result *main_r, uint
         }
         if (!first) fprintf(f, "\"/>\n");
     }
+    /* legend of the sweep curves */
+    for (uint32_t kind = 0; kind < 2; kind++) {
+        bool present = false;
+        for (uint32_t i = 0; i < n_sweep; i++) present |= sweep_kind[i] == kind;
+        if (!present) continue;
+        double ly = y0 + 18 + 16 * kind;
+        fprintf(f, "<line x1=\"%.0f\" x2=\"%.0f\" y1=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"2\"/>"
+                   "<text x=\"%.0f\" y=\"%.0f\">%s budget sweep</text>\n",
+                x0 + pw - 190, x0 + pw - 165, ly - 4, ly - 4, kind ? "#ff7f0e" : "#000", x0 + pw - 160, ly,
+                kind ? "fathom-klt" : "fathom");
+    }
     for (uint32_t i = 0; i < n_main; i++) {
         const fathom_method_result *r = &main_r[i];
         if (r->rel_error <= 0 || r->bits_per_token <= 0 || r->bits_per_token > bmax) continue;
