@@ -350,8 +350,17 @@ int fathom_source_get_info(const fathom_source *src, fathom_source_info *info);
 int fathom_source_layer(const fathom_source *src, uint32_t layer, float *q, float *k, float *v);
 /* Extra metadata string of a capture ("" for none/synthetic). */
 int fathom_source_metadata(const fathom_source *src, const char *key, const char **value);
+/* Metadata entry `index` in file order: *key and *value, or both NULL past
+ * the last entry (a synthetic source has none). Valid while src lives. */
+int fathom_source_metadata_at(const fathom_source *src, uint64_t index, const char **key,
+                              const char **value);
 
 typedef enum fathom_dtype { FATHOM_DTYPE_F32 = 0, FATHOM_DTYPE_F16, FATHOM_DTYPE_BF16 } fathom_dtype;
+
+/* How layer's q, k and v are stored (a synthetic source: F32); NULL outputs
+ * are skipped. */
+int fathom_source_dtypes(const fathom_source *src, uint32_t layer, fathom_dtype *q, fathom_dtype *k,
+                         fathom_dtype *v);
 
 /* Write src (every layer) to a capture file in the given dtype. */
 int fathom_capture_write(const fathom_source *src, const char *path, fathom_dtype dtype);

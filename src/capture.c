@@ -425,11 +425,21 @@ static void capture_meta_entry(const fathom_source *src, uint64_t i, const char 
     *value = i < c->n_meta ? c->meta_values[i] : NULL;
 }
 
+static void capture_dtypes(const fathom_source *src, uint32_t layer, fathom_dtype *q, fathom_dtype *k,
+                           fathom_dtype *v) {
+    const capture *c = src->impl;
+    const capture_tensor *t = c->tensors + (uint64_t)layer * ROLES;
+    *q = t[ROLE_Q].dtype;
+    *k = t[ROLE_K].dtype;
+    *v = t[ROLE_V].dtype;
+}
+
 static const fathom_source_ops capture_ops = {
     .kind = "capture",
     .destroy = capture_destroy,
     .layer = capture_layer,
     .meta_entry = capture_meta_entry,
+    .dtypes = capture_dtypes,
 };
 
 static int capture_finish_open(fathom_source **out, capture *c, const char *what) {

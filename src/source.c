@@ -93,3 +93,25 @@ int fathom_source_metadata(const fathom_source *src, const char *key, const char
     }
     return FATHOM_OK;
 }
+
+int fathom_source_metadata_at(const fathom_source *src, uint64_t index, const char **key,
+                              const char **value) {
+    FATHOM_CHECK_ARG(src && key && value, "fathom_source_metadata_at: NULL argument");
+    *key = *value = NULL;
+    if (src->ops->meta_entry) src->ops->meta_entry(src, index, key, value);
+    if (!*key) *value = NULL;
+    return FATHOM_OK;
+}
+
+int fathom_source_dtypes(const fathom_source *src, uint32_t layer, fathom_dtype *q, fathom_dtype *k,
+                         fathom_dtype *v) {
+    FATHOM_CHECK_ARG(src != NULL, "source is NULL");
+    FATHOM_CHECK_ARG(layer < src->info.layers, "layer %u out of range (source has %u)", layer,
+                     src->info.layers);
+    fathom_dtype dq = FATHOM_DTYPE_F32, dk = FATHOM_DTYPE_F32, dv = FATHOM_DTYPE_F32;
+    if (src->ops->dtypes) src->ops->dtypes(src, layer, &dq, &dk, &dv);
+    if (q) *q = dq;
+    if (k) *k = dk;
+    if (v) *v = dv;
+    return FATHOM_OK;
+}

@@ -14,6 +14,8 @@ typedef struct fathom_source_ops {
     /* Metadata entry i (0-based) in file order, or NULL key when i is past the end.
      * May be NULL for kinds without metadata. */
     void (*meta_entry)(const fathom_source *src, uint64_t i, const char **key, const char **value);
+    /* Stored dtypes of one layer's tensors (layer validated). NULL: all F32. */
+    void (*dtypes)(const fathom_source *src, uint32_t layer, fathom_dtype *q, fathom_dtype *k, fathom_dtype *v);
 } fathom_source_ops;
 
 struct fathom_source {

@@ -94,6 +94,25 @@ static void test_round_trip(fathom_dtype dtype) {
     CHECK(!strcmp(value, "30"));
     CHECK_OK(fathom_source_metadata(src, "absent", &value));
     CHECK(!strcmp(value, ""));
+    /* enumeration: every entry once, "note" among them, NULL past the end */
+    {
+        const char *key, *val;
+        uint64_t n_meta = 0;
+        int saw_note = 0;
+        for (;; n_meta++) {
+            CHECK_OK(fathom_source_metadata_at(src, n_meta, &key, &val));
+            if (!key) break;
+            if (!strcmp(key, "note")) saw_note = !strcmp(val, "round trip \xc3\xa9");
+        }
+        CHECK(saw_note);
+        CHECK(n_meta >= 4); /* format, model, first_query, note */
+        CHECK(val == NULL);
+        CHECK_STATUS(fathom_source_metadata_at(src, 0, NULL, &val), FATHOM_ERR_INVALID_ARG);
+        fathom_dtype dq, dk, dv;
+        CHECK_OK(fathom_source_dtypes(src, 2, &dq, &dk, &dv));
+        CHECK(dq == dtype && dk == dtype && dv == dtype);
+        CHECK_STATUS(fathom_source_dtypes(src, 3, &dq, NULL, NULL), FATHOM_ERR_INVALID_ARG);
+    }
 
     float *rq = malloc(qn * 4), *rk = malloc(kvn * 4), *rv = malloc(kvn * 4);
     /* relative rounding bound of the dtype for normal numbers */

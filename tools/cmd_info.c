@@ -1,7 +1,5 @@
-/* fathom info: describe a capture file. The library validates the file
- * (fathom_capture_open); the per-tensor dtypes and the full metadata list
- * are then read from the safetensors JSON header, whose layout is public
- * (docs/capture-format.md). */
+/* fathom info: describe a capture file through the public API (the library
+ * validates and parses it; jansson only formats --json). */
 #include "cli.h"
 #include "fathom.h"
 
@@ -10,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void info_usage(FILE *f) {
     fprintf(f,
@@ -22,39 +21,20 @@ static void info_usage(FILE *f) {
             "  -h, --help  this help\n");
 }
 
-/* The JSON header of an already validated capture, and the file size. */
-static json_t *read_header(const char *path, uint64_t *file_bytes) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    unsigned char len8[8];
-    json_t *root = NULL;
-    if (fread(len8, 1, 8, f) == 8) {
-        uint64_t len = 0;
-        for (int i = 7; i >= 0; i--) len = (len << 8) | len8[i];
-        char *text = malloc((size_t)len); /* len <= 100 MB: checked by fathom_capture_open */
-        if (text && fread(text, 1, (size_t)len, f) == len) root = json_loadb(text, (size_t)len, 0, NULL);
-        free(text);
-    }
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long end = ftell(f);
-        *file_bytes = end > 0 ? (uint64_t)end : 0;
-    }
-    fclose(f);
-    return root;
+static const char *dtype_name(fathom_dtype d) {
+    return d == FATHOM_DTYPE_F32 ? "F32" : d == FATHOM_DTYPE_F16 ? "F16" : d == FATHOM_DTYPE_BF16 ? "BF16" : "?";
 }
 
-/* "F32" if every tensor of this role ("q", "k", "v") has it, else "mixed". */
-static const char *role_dtype(json_t *root, uint32_t layers, char role) {
-    const char *common = NULL;
+/* The dtype every layer stores this role in (0 q, 1 k, 2 v), or "mixed". */
+static const char *role_dtype(const fathom_source *src, uint32_t layers, int role) {
+    fathom_dtype common = FATHOM_DTYPE_F32;
     for (uint32_t l = 0; l < layers; l++) {
-        char name[32];
-        snprintf(name, sizeof name, "l%u.%c", l, role);
-        const char *d = json_string_value(json_object_get(json_object_get(root, name), "dtype"));
-        if (!d) return "?";
-        if (!common) common = d;
-        else if (strcmp(common, d)) return "mixed";
+        fathom_dtype d[3];
+        if (fathom_source_dtypes(src, l, &d[0], &d[1], &d[2]) < 0) return "?";
+        if (l == 0) common = d[role];
+        else if (d[role] != common) return "mixed";
     }
-    return common ? common : "?";
+    return dtype_name(common);
 }
 
 int cmd_info(int argc, char **argv) {
@@ -87,19 +67,19 @@ int cmd_info(int argc, char **argv) {
     if (st < 0) return cli_fail("info", path, st);
     fathom_source_info in;
     fathom_source_get_info(src, &in);
-    fathom_source_free(src);
-
-    uint64_t file_bytes = 0;
-    json_t *root = read_header(path, &file_bytes);
-    if (!root) {
-        fprintf(stderr, "fathom info: %s: cannot re-read the header\n", path);
-        return 1;
-    }
-    json_t *meta = json_object_get(root, "__metadata__");
-    const char *dq = role_dtype(root, in.layers, 'q'), *dk = role_dtype(root, in.layers, 'k'),
-               *dv = role_dtype(root, in.layers, 'v');
+    struct stat sb;
+    uint64_t file_bytes = stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+    const char *dq = role_dtype(src, in.layers, 0), *dk = role_dtype(src, in.layers, 1),
+               *dv = role_dtype(src, in.layers, 2);
+    int rc = 0;
     if (as_json) {
-        json_t *out = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:I, s:i, s:I, s:{s:s, s:s, s:s}, s:I, s:O}",
+        json_t *meta = json_object();
+        for (uint64_t i = 0; meta; i++) {
+            const char *key, *value;
+            if (fathom_source_metadata_at(src, i, &key, &value) < 0 || !key) break;
+            json_object_set_new(meta, key, json_string(value));
+        }
+        json_t *out = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:I, s:i, s:I, s:{s:s, s:s, s:s}, s:I, s:o}",
                                 "file", path, "model", in.model, "layers", (json_int_t)in.layers,
                                 "q_heads", (json_int_t)in.q_heads, "kv_heads", (json_int_t)in.kv_heads,
                                 "group", (json_int_t)(in.q_heads / in.kv_heads), "dim", (json_int_t)in.dim,
@@ -108,27 +88,25 @@ int cmd_info(int argc, char **argv) {
                                 "file_bytes", (json_int_t)file_bytes, "metadata", meta);
         char *text = out ? json_dumps(out, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
         if (text) printf("%s\n", text);
+        else fprintf(stderr, "fathom info: out of memory\n"), rc = 1;
         free(text);
         json_decref(out);
-        json_decref(root);
-        if (!text) {
-            fprintf(stderr, "fathom info: out of memory\n");
-            return 1;
+    } else {
+        printf("file         %s (%" PRIu64 " bytes)\n", path, file_bytes);
+        printf("model        %s\n", in.model);
+        printf("layers       %u\n", in.layers);
+        printf("heads        %u query, %u KV (group %u)\n", in.q_heads, in.kv_heads, in.q_heads / in.kv_heads);
+        printf("dim          %u\n", in.dim);
+        printf("tokens       %" PRIu64 "\n", in.tokens);
+        printf("positions    %u (first query at %" PRIu64 ")\n", in.positions, in.first_query);
+        printf("dtype        q %s, k %s, v %s\n", dq, dk, dv);
+        printf("metadata\n");
+        for (uint64_t i = 0;; i++) {
+            const char *key, *value;
+            if (fathom_source_metadata_at(src, i, &key, &value) < 0 || !key) break;
+            printf("  %-12s %s\n", key, value);
         }
-        return 0;
     }
-    printf("file         %s (%" PRIu64 " bytes)\n", path, file_bytes);
-    printf("model        %s\n", in.model);
-    printf("layers       %u\n", in.layers);
-    printf("heads        %u query, %u KV (group %u)\n", in.q_heads, in.kv_heads, in.q_heads / in.kv_heads);
-    printf("dim          %u\n", in.dim);
-    printf("tokens       %" PRIu64 "\n", in.tokens);
-    printf("positions    %u (first query at %" PRIu64 ")\n", in.positions, in.first_query);
-    printf("dtype        q %s, k %s, v %s\n", dq, dk, dv);
-    printf("metadata\n");
-    const char *key;
-    json_t *value;
-    json_object_foreach(meta, key, value) printf("  %-12s %s\n", key, json_string_value(value));
-    json_decref(root);
-    return 0;
+    fathom_source_free(src);
+    return rc;
 }
