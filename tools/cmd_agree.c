@@ -194,7 +194,7 @@ int cli_collect_files(char **args, int n_args, char ***files, size_t *count) {
         }
         if (dir) {
             closedir(dir);
-            qsort(list + first, n - first, sizeof *list, cmp_str);
+            if (n > first) qsort(list + first, n - first, sizeof *list, cmp_str);
         }
     }
     if (n == 0) {
@@ -449,7 +449,7 @@ static int run(const agree_options *o) {
                 w->values[VS_DENSE_WORD][p] = word_agreement(text, dense_text);
                 w->values[VS_ORACLE_TOK][p] = token_agreement(gen, n_gen, oracle, n_oracle);
                 w->values[VS_ORACLE_WORD][p] = word_agreement(text, oracle_text);
-                w->k += k;
+                w->k += is_dense ? 0 : k;
                 if (stats.sparse_steps) {
                     const double ctx_mean = (double)prefix + 0.5 * (double)(stats.sparse_steps + 1);
                     w->bits += 8.0 * stats.scan_bytes / (double)stats.sparse_steps / layers_heads / ctx_mean;
@@ -542,6 +542,7 @@ int cmd_agree(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--prompts")) {
             o.prompts = argv + i + 1;
+            o.n_prompts = 0;
             while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
                 i++;
                 o.n_prompts++;

@@ -110,7 +110,8 @@ static int encode(const fathom_tokenizer *tok, const char *text, size_t len, int
 static int make_haystack(const fathom_tokenizer *tok, char **files, size_t n_files, size_t first,
                          uint64_t budget, char **out) {
     text_buf raw = {0};
-    for (size_t f = 0; f < n_files && raw.len < 8 * budget; f++) {
+    /* Short texts repeat (bounded): RULER's simplest haystack is one sentence repeated. */
+    for (size_t f = 0; f < 64 * n_files && raw.len < 8 * budget; f++) {
         char *text = NULL;
         size_t len = 0;
         if (cli_read_file(files[(first + f) % n_files], &text, &len) < 0) {
@@ -383,6 +384,7 @@ int cmd_needle(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--haystack")) {
             o.haystack = argv + i + 1;
+            o.n_haystack = 0;
             while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
                 i++;
                 o.n_haystack++;
