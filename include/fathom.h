@@ -382,6 +382,9 @@ typedef struct fathom_eval_config {
     fathom_layer_budget layer_budget; /* for fathom and fathom-klt */
     uint32_t threads;                 /* 0: one per core */
     uint32_t max_positions;           /* 0: all of the source's positions, else the last this many */
+    int planes_as_keys;               /* 1: attend over the selection with keys decoded from all four
+                                         planes (the bit planes as the primary K cache, §7); the
+                                         dense reference keeps the exact keys */
     fathom_progress_fn progress;      /* may be NULL */
     void *progress_user;
 } fathom_eval_config;

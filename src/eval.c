@@ -20,6 +20,7 @@
 #define POSITION_CHUNK 8
 #define EXACT_BLOCK 64 /* keys per block of the exact-score pass */
 #define MAX_GROUP 64   /* query heads per KV head */
+#define FATHOM_MAX_DIM_EVAL 1024 /* head dimension the harness takes */
 #define G_MAX_ROWS (MAX_GROUP * POSITION_CHUNK)
 #define BASIS_MAX_KEYS 16384 /* calibration keys used for a KLT fit (evenly strided) */
 
@@ -49,6 +50,7 @@ typedef struct head_state {
     fathom_basis *basis;         /* for rotated and loki */
     fathom_landmarks *landmarks; /* or NULL */
     float *var;                  /* [dim] channel variance for fathom's plan */
+    float *planes_keys;          /* [n x dim] keys decoded from all 4 planes, or NULL */
     uint8_t *ds_depths;          /* [dim] Double Sparsity's fixed channels at depth 4 */
 } head_state;
 
@@ -91,6 +93,7 @@ static void head_state_free(head_state *hs) {
     fathom_basis_free(hs->basis);
     fathom_landmarks_free(hs->landmarks);
     free(hs->var);
+    free(hs->planes_keys);
     free(hs->ds_depths);
     memset(hs, 0, sizeof *hs);
 }
@@ -132,8 +135,8 @@ typedef struct calib_view {
 
 static int head_state_build(head_state *hs, const fathom_method *methods, uint32_t n_methods,
                             uint32_t dim, const float *keys, const float *values, uint64_t n,
-                            const calib_view *cal, bool calib_given) {
-    bool raw = false, rotated = false, landmark = false;
+                            const calib_view *cal, bool calib_given, bool planes_as_keys) {
+    bool raw = planes_as_keys, rotated = false, landmark = false;
     uint32_t ds_channels = 0;
     for (uint32_t m = 0; m < n_methods; m++) {
         raw |= method_needs_raw(methods[m].kind);
@@ -156,6 +159,13 @@ static int head_state_build(head_state *hs, const fathom_method *methods, uint32
             channel_variance(dim, cal->keys, cal->n, hs->var);
         else
             FATHOM_TRY(fathom_store_variance(hs->store, hs->var));
+    }
+    if (planes_as_keys) {
+        uint8_t full[FATHOM_MAX_DIM_EVAL];
+        memset(full, FATHOM_MAX_DEPTH, dim);
+        hs->planes_keys = fathom_alloc_array(n, (uint64_t)dim * sizeof(float));
+        if (!hs->planes_keys) return fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory for decoded keys");
+        FATHOM_TRY(fathom_store_decode(hs->store, 0, n, full, hs->planes_keys));
     }
     if (ds_channels) {
         /* Double Sparsity: channels by mean|q| * mean|k| on calibration data. */
@@ -366,6 +376,26 @@ static void dense_outputs(uint32_t dim, const float *S, uint64_t stride, uint32_
         for (uint32_t j = 0; j < dim; j++) out[(uint64_t)r * dim + j] = (float)(acc[(uint64_t)r * dim + j] / sum[r]);
 }
 
+/* Exact attention over a selection, from the exact scores the chunk pass
+ * already computed (the same q.k, so only the value sum is left to do):
+ * softmax in double with the selection's maximum subtracted. */
+FATHOM_SIMD_CLONES
+static void attend_selected(uint32_t dim, const float *scores, const float *values, const uint32_t *idx,
+                            uint32_t count, double *acc, float *out) {
+    const double scale = 1.0 / sqrt((double)dim);
+    float mx = scores[idx[0]];
+    for (uint32_t r = 1; r < count; r++) mx = scores[idx[r]] > mx ? scores[idx[r]] : mx;
+    double sum = 0;
+    memset(acc, 0, dim * sizeof(double));
+    for (uint32_t r = 0; r < count; r++) {
+        double w = expf((float)(((double)scores[idx[r]] - mx) * scale));
+        const float *v = values + (uint64_t)idx[r] * dim;
+        sum += w;
+        for (uint32_t j = 0; j < dim; j++) acc[j] += w * v[j];
+    }
+    for (uint32_t j = 0; j < dim; j++) out[j] = (float)(acc[j] / sum);
+}
+
 static int run_item(layer_job *job, uint32_t item, scratch *s) {
     const uint32_t dim = job->dim, G = job->group;
     const uint32_t head = item / job->chunks_per_head;
@@ -412,8 +442,12 @@ static int run_item(layer_job *job, uint32_t item, scratch *s) {
                     uint32_t *idx = s->idx + (uint64_t)h * job->k;
                     FATHOM_TRY(fathom_select(s->scores + h * n_vis, n_vis, job->k, FATHOM_SINK_TOKENS,
                                              FATHOM_LOCAL_TOKENS, s->work, idx, &s->counts[h]));
-                    FATHOM_TRY(fathom_attend(dim, s->qg + h * dim, hs->keys, hs->values, idx,
-                                             s->counts[h], s->out));
+                    if (hs->planes_keys)
+                        FATHOM_TRY(fathom_attend(dim, s->qg + h * dim, hs->planes_keys, hs->values, idx,
+                                                 s->counts[h], s->out));
+                    else
+                        attend_selected(dim, s->exact + ((uint64_t)s->row0 + h) * s->exact_stride, hs->values,
+                                        idx, s->counts[h], s->acc, s->out);
                     double e = fathom_rel_l2(dim, s->out, dense_out + h * dim);
                     a->err += e;
                     a->err_sq += e * e;
@@ -447,58 +481,6 @@ static void note_error(const char *msg) {
     strncpy(eval_error, msg, sizeof eval_error - 1);
     eval_error[sizeof eval_error - 1] = 0;
     pthread_mutex_unlock(&eval_error_lock);
-}
-
-typedef struct worker_arg {
-    layer_job *job;
-    uint64_t n;
-    uint32_t k;
-} worker_arg;
-
-static void *worker(void *arg_) {
-    worker_arg *arg = arg_;
-    layer_job *job = arg->job;
-    scratch s;
-    int st = scratch_init(&s, job->dim, job->group, arg->n, arg->k);
-    if (st < 0) {
-        atomic_store(&job->status, st);
-        return NULL;
-    }
-    for (;;) {
-        if (atomic_load(&job->status) < 0) break;
-        uint32_t item = atomic_fetch_add(&job->next_item, 1);
-        if (item >= job->n_items) break;
-        st = run_item(job, item, &s);
-        if (st < 0) {
-            int expected = 0;
-            /* keep the first failure; its message is on this thread */
-            if (atomic_compare_exchange_strong(&job->status, &expected, st)) note_error(fathom_last_error());
-            break;
-        }
-    }
-    scratch_free(&s);
-    return NULL;
-}
-
-static int run_layer_job(layer_job *job, uint32_t threads) {
-    if (threads > job->n_items) threads = job->n_items;
-    if (threads < 1) threads = 1;
-    worker_arg arg = {job, job->n, job->k};
-    pthread_t tid[256];
-    uint32_t started = 0;
-    for (uint32_t t = 1; t < threads; t++) {
-        if (pthread_create(&tid[started], NULL, worker, &arg) != 0) break;
-        started++;
-    }
-    worker(&arg);
-    for (uint32_t t = 0; t < started; t++) pthread_join(tid[t], NULL);
-    int st = atomic_load(&job->status);
-    if (st < 0) {
-        pthread_mutex_lock(&eval_error_lock);
-        fathom_fail(st, "%s", eval_error);
-        pthread_mutex_unlock(&eval_error_lock);
-    }
-    return st;
 }
 
 /* Run fn(ctx, i) for i in [0, n) on up to `threads` threads (the caller's
@@ -551,6 +533,31 @@ static int parallel_for(uint32_t n, uint32_t threads, item_fn fn, void *ctx) {
     return st;
 }
 
+/* One worker slot of a layer job: its own scratch, then (head, chunk)
+ * items from the shared counter until none are left or one has failed. */
+static int layer_worker(void *job_, uint32_t slot) {
+    layer_job *job = job_;
+    scratch s;
+    FATHOM_TRY(scratch_init(&s, job->dim, job->group, job->n, job->k));
+    int st = FATHOM_OK;
+    while (atomic_load(&job->status) == 0) {
+        uint32_t item = atomic_fetch_add(&job->next_item, 1);
+        if (item >= job->n_items) break;
+        if ((st = run_item(job, item, &s)) < 0) {
+            atomic_store(&job->status, st);
+            break;
+        }
+    }
+    scratch_free(&s);
+    return st;
+}
+
+static int run_layer_job(layer_job *job, uint32_t threads) {
+    if (threads > job->n_items) threads = job->n_items;
+    if (threads < 1) threads = 1;
+    return parallel_for(threads, threads, layer_worker, job);
+}
+
 /* Building one KV head's state, as a parallel_for item. */
 typedef struct build_ctx {
     head_state *heads;
@@ -558,6 +565,7 @@ typedef struct build_ctx {
     uint32_t n_methods, dim, G;
     uint64_t n;
     const void *in; /* layer_input */
+    bool planes_as_keys;
 } build_ctx;
 
 /* One layer: build every head's state, then run the (head, chunk) items.
@@ -578,7 +586,7 @@ static int build_head(void *ctx_, uint32_t g) {
     calib_view cal = {in->ck + (uint64_t)g * in->cn * dim, in->cn,
                       in->cq + (uint64_t)g * G * in->cpositions * dim, (uint64_t)G * in->cpositions};
     return head_state_build(&c->heads[g], c->methods, c->n_methods, dim, in->k + (uint64_t)g * c->n * dim,
-                            in->v + (uint64_t)g * c->n * dim, c->n, &cal, in->calib_given);
+                            in->v + (uint64_t)g * c->n * dim, c->n, &cal, in->calib_given, c->planes_as_keys);
 }
 
 static int eval_layer(const fathom_source_info *info, const layer_input *in, const fathom_method *methods,
@@ -592,7 +600,7 @@ static int eval_layer(const fathom_source_info *info, const layer_input *in, con
     if (!heads) {
         return fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory");
     }
-    build_ctx bc = {heads, methods, n_methods, dim, G, n, in};
+    build_ctx bc = {heads, methods, n_methods, dim, G, n, in, config && config->planes_as_keys};
     st = parallel_for(H, threads, build_head, &bc);
     if (st == FATHOM_OK) {
         layer_job job;
@@ -680,6 +688,8 @@ static int check_config(const fathom_source_info *info, const fathom_method *met
                      (unsigned long long)info->first_query, info->positions,
                      (unsigned long long)info->tokens);
     FATHOM_CHECK_ARG(info->tokens <= UINT32_MAX, "eval: more than 2^32 tokens per head");
+    FATHOM_CHECK_ARG(info->dim <= FATHOM_MAX_DIM_EVAL, "eval: head dimension %u above %d", info->dim,
+                     FATHOM_MAX_DIM_EVAL);
     FATHOM_CHECK_ARG(info->q_heads / info->kv_heads <= MAX_GROUP, "eval: more than %d query heads per KV head",
                      MAX_GROUP);
     uint32_t ds_param = 0;

@@ -273,6 +273,11 @@ static void matmul(pool *p, float *y, const float *x, const float *w, uint32_t n
     pool_run(p, matmul_task, &j, (out + per - 1) / per);
 }
 
+/* out += w * v, elementwise (restrict lets it vectorize). */
+static void axpy(float *restrict out, float w, const float *restrict v, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) out[i] += w * v[i];
+}
+
 /* out = x / sqrt(mean(x^2) + eps) * weight, the sum in double. */
 static void rmsnorm(float *out, const float *x, const float *weight, uint32_t n, float eps) {
     double ss = 0;
@@ -1244,9 +1249,7 @@ static void attn_task(void *arg, uint32_t task, uint32_t worker) {
         const float *v = values + i * D;
         for (uint32_t r = 0; r < rows; r++) {
             if (i >= ROW_VIS(r)) continue;
-            const float w = S[r * n_max + i];
-            float *out = ROW_OUT(r);
-            for (uint32_t ch = 0; ch < D; ch++) out[ch] += w * v[ch];
+            axpy(ROW_OUT(r), S[r * n_max + i], v, D);
         }
     }
     for (uint32_t r = 0; r < rows; r++) {

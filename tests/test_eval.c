@@ -155,7 +155,29 @@ static void check_greedy(void) {
     fathom_source_free(cal);
 }
 
+/* The planes as the primary K cache: attention over the selection with keys
+ * decoded from all four planes costs some accuracy, and with k >= n that cost
+ * is exactly the 4-bit keys' (nonzero, small); dense stays exact. */
+static void check_planes_as_keys(void) {
+    fathom_source *src = NULL;
+    CHECK_OK(fathom_synth_open(&src, "smollm2-135m", 512, 4, 1));
+    fathom_method m[2];
+    uint32_t n;
+    CHECK_OK(fathom_method_parse_list("oracle,dense", m, 2, &n));
+    fathom_method_result exact[2], planes[2];
+    fathom_eval_config cfg = {0};
+    cfg.k = 512;
+    CHECK_OK(fathom_eval_run(src, m, n, &cfg, exact));
+    cfg.planes_as_keys = 1;
+    CHECK_OK(fathom_eval_run(src, m, n, &cfg, planes));
+    CHECK(exact[0].rel_error < 1e-6);
+    CHECK(planes[0].rel_error > 1e-4 && planes[0].rel_error < 0.2);
+    CHECK(planes[1].rel_error == 0);
+    fathom_source_free(src);
+}
+
 int main(void) {
+    check_planes_as_keys();
     check_bad_config();
     check_preset("smollm2-135m", 2048, 8, 64, 1);
     check_preset("llama-3.1-8b", 1024, 4, 64, 0);

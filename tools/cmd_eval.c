@@ -37,13 +37,16 @@ static void usage(FILE *f) {
             "  --seed S              synthetic text seed (default 1)\n"
             "  --positions P         queried positions, the last P (default 128)\n"
             "calibration (Var for fathom, Double Sparsity's channels, the KLT basis, greedy budgets):\n"
-            "  --calib FILE          a capture of other text (as the paper)\n"
-            "  (synthetic sources default to a synthetic calibration text with seed S+1000)\n"
-            "  --no-calib            statistics from the evaluated window itself\n"
+            "  --calib FILE          a capture of other text, as in the paper\n"
+            "  --calib synthetic     (synthetic sources) the same preset's text with seed S+1000\n"
+            "  (none: statistics from the evaluated window itself; fathom's Var from the\n"
+            "   store's running sums, the paper's calibration-free variant)\n"
             "method:\n"
             "  --methods LIST        default " DEFAULT_METHODS "\n"
             "  --k K                 selected keys per query head (default n/64, at least 64)\n"
             "  --layer-budget flat|greedy   fathom's per-layer budget (default flat)\n"
+            "  --keys exact|planes   attend with the exact keys (default) or with keys decoded\n"
+            "                        from all four bit planes (the planes as the primary K cache)\n"
             "sweeps:\n"
             "  --sweep-budgets LIST  also run fathom (and fathom-klt if listed) at these budgets\n"
             "  --match               bits at which fathom matches each other method's error\n"
@@ -60,7 +63,7 @@ typedef struct options {
     const char *kv, *preset, *calib, *plot;
     uint64_t context, seed;
     uint32_t positions, k, threads;
-    bool no_calib, json, match, quiet, greedy;
+    bool json, match, quiet, greedy, planes_keys;
     char methods[4096];
     uint32_t sweep_budgets[MAX_SWEEP], n_sweep_budgets;
     uint32_t sweep_k[MAX_SWEEP], n_sweep_k;
@@ -131,11 +134,16 @@ static int parse_options(int argc, char **argv, options *o) {
             snprintf(o->methods, sizeof o->methods, "%s", v);
         }
         else if (!strcmp(a, "--calib")) { NEED_VALUE(); o->calib = v; }
-        else if (!strcmp(a, "--no-calib")) o->no_calib = true;
         else if (!strcmp(a, "--layer-budget")) {
             NEED_VALUE();
             if (!strcmp(v, "flat")) o->greedy = false;
             else if (!strcmp(v, "greedy")) o->greedy = true;
+            else BAD_VALUE();
+        }
+        else if (!strcmp(a, "--keys")) {
+            NEED_VALUE();
+            if (!strcmp(v, "exact")) o->planes_keys = false;
+            else if (!strcmp(v, "planes")) o->planes_keys = true;
             else BAD_VALUE();
         }
         else if (!strcmp(a, "--sweep-budgets")) { NEED_VALUE(); if (!parse_u32_list(v, o->sweep_budgets, &o->n_sweep_budgets)) BAD_VALUE(); }
@@ -159,8 +167,8 @@ static int parse_options(int argc, char **argv, options *o) {
         fprintf(stderr, "fathom eval: --context applies to --synthetic only\n");
         return -1;
     }
-    if (o->calib && o->no_calib) {
-        fprintf(stderr, "fathom eval: give --calib or --no-calib, not both\n");
+    if (o->calib && !strcmp(o->calib, "synthetic") && o->kv) {
+        fprintf(stderr, "fathom eval: --calib synthetic needs a --synthetic source\n");
         return -1;
     }
     if (!o->kv && !o->preset) o->preset = "qwen3-8b";
@@ -208,11 +216,11 @@ static int open_sources(const options *o, fathom_source **src, fathom_source **c
     } else if ((st = fathom_synth_open(src, o->preset, o->context, o->positions, o->seed)) < 0) {
         return cli_fail("eval", o->preset, st);
     }
-    if (o->calib) {
-        if ((st = fathom_capture_open(calib, o->calib)) < 0) return cli_fail("eval", o->calib, st);
-    } else if (o->preset && !o->no_calib) {
+    if (o->calib && !strcmp(o->calib, "synthetic")) {
         if ((st = fathom_synth_open(calib, o->preset, o->context, o->positions, o->seed + 1000)) < 0)
             return cli_fail("eval", "synthetic calibration", st);
+    } else if (o->calib) {
+        if ((st = fathom_capture_open(calib, o->calib)) < 0) return cli_fail("eval", o->calib, st);
     }
     return 0;
 }
@@ -373,9 +381,10 @@ int cmd_eval(int argc, char **argv) {
                ", %u queried positions\n",
                o.kv ? o.kv : "synthetic ", o.kv ? "" : info.model, info.layers, info.q_heads, info.kv_heads,
                info.dim, info.tokens, used_positions);
-        printf("calibration: %s; layer budget: %s\n",
-               o.calib ? o.calib : calib ? "synthetic text, other seed" : "the evaluated window itself",
-               o.greedy ? "greedy" : "flat");
+        printf("calibration: %s; layer budget: %s%s\n",
+               !calib ? "none (statistics of the evaluated window itself)"
+               : o.kv || strcmp(o.calib, "synthetic") ? o.calib : "synthetic text, seed + 1000",
+               o.greedy ? "greedy" : "flat", o.planes_keys ? "; attention keys decoded from the 4 planes" : "");
     }
 
     fathom_method_result *results = calloc((size_t)n_all * n_k, sizeof *results);
@@ -392,6 +401,7 @@ int cmd_eval(int argc, char **argv) {
         cfg.layer_budget = o.greedy ? FATHOM_BUDGET_GREEDY : FATHOM_BUDGET_FLAT;
         cfg.threads = o.threads;
         cfg.max_positions = max_positions;
+        cfg.planes_as_keys = o.planes_keys;
         cfg.progress = o.quiet ? NULL : on_progress;
         cfg.progress_user = &prog;
         if ((st = fathom_eval_run(src, methods, n_all, &cfg, results + (size_t)ki * n_all)) < 0)
