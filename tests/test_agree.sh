@@ -76,7 +76,7 @@ def count_words(lines):
     for line in lines:
 EOF
 t0=$(date +%s)
-"$fathom" agree --prompts "$tmp/prompt.txt" --tokens 8 --methods fathom:48,sparq:16,oracle \
+"$fathom" agree --prompts "$tmp/prompt.txt" --tokens 8 --methods fathom:48,sparq:16,fathom:48,oracle \
   --budgets 0.02 --threads 2 --json >"$tmp/agree.json" 2>"$tmp/agree.err"
 rc=$?
 echo "agree: $(( $(date +%s) - t0 )) s"
@@ -88,6 +88,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 gen = open(sys.argv[2], encoding="utf-8").read()[:-1]  # generate ends with a newline
 rows = {r["method"]: r for r in d["results"]}
+twice = [r for r in d["results"] if r["method"] == "fathom:48"]
 ok = True
 def check(cond, what):
     global ok
@@ -103,6 +104,9 @@ for r in rows.values():
     for m in ("token_vs_dense", "word_vs_dense", "token_vs_oracle", "word_vs_oracle"):
         check(0.0 <= r[m]["mean"] <= 1.0 and r[m]["stderr"] == 0.0, "%s %s" % (r["method"], m))
     check(r["k_mean"] == (0 if r["method"] == "dense" else 37), "k of %s" % r["method"])
+# The second fathom:48 run rebuilds its index after a rewind: same tokens.
+check(len(twice) == 2 and twice[0] == twice[1], "fathom:48 twice: %s" % twice)
+check(len(d["results"]) == 5, "%d rows" % len(d["results"]))
 # dense vs oracle is symmetric
 check(rows["dense"]["token_vs_oracle"] == rows["oracle"]["token_vs_dense"], "symmetry")
 check(rows["oracle"]["bits_per_token"] == 1024.0, "oracle reads bf16 keys (16 x 64 bits)")

@@ -396,11 +396,14 @@ static int run(const agree_options *o) {
         }
         if (!o->quiet) fprintf(stderr, " %.1f s\n", cli_now() - t0);
         uint32_t n_dense = 0, n_oracle = 0, n_gen = 0;
+        const double t_dense = cli_now();
         if ((st = cli_continue(ctx, prefix, ids[p][prefix], &dense_m, 1, NULL, o->tokens, no_stop,
                                no_stop, logits, info.vocab, dense, &n_dense, NULL)) < 0) {
             rc = cli_fail("agree", "dense decoding", st);
             goto done;
         }
+        if (!o->quiet)
+            fprintf(stderr, "  dense decoding: %u steps in %.1f s\n", n_dense, cli_now() - t_dense);
         free(dense_text);
         if (!(dense_text = cli_decode_text(tok, dense, n_dense))) goto oom;
         if (o->json) {
