@@ -777,6 +777,11 @@ uint64_t fathom_ctx_capacity(const fathom_ctx *ctx);
 /* Forget every position (the attention method stays, its index is emptied). */
 int fathom_ctx_reset(fathom_ctx *ctx);
 
+/* Forget positions [n, length): the cache keeps rows [0, n) as they are
+ * and a sparse method's index is rebuilt over them, so decoding continues
+ * from position n as if the later tokens had never run. n <= length. */
+int fathom_ctx_truncate(fathom_ctx *ctx, uint64_t n);
+
 /* Run n tokens (ids < vocab) at the next positions with dense causal
  * attention. logits_out [vocab] (may be NULL) gets the last token's logits.
  * FATHOM_ERR_STATE if the tokens do not fit in the capacity. */

@@ -1099,6 +1099,28 @@ int fathom_ctx_reset(fathom_ctx *ctx) {
     return FATHOM_OK;
 }
 
+/* Decode steps write only positions >= n, so the cached rows below n are
+ * exactly what a prefill of those tokens left: rewinding lets several
+ * continuations branch from one prefill (fathom agree, fathom needle). */
+int fathom_ctx_truncate(fathom_ctx *ctx, uint64_t n) {
+    FATHOM_CHECK_ARG(ctx, "fathom_ctx_truncate: ctx is NULL");
+    FATHOM_CHECK(ctx->broken, FATHOM_ERR_STATE, "fathom_ctx_truncate: an earlier call failed; reset the context");
+    FATHOM_CHECK_ARG(n <= ctx->n, "fathom_ctx_truncate: %llu is beyond the %llu positions filled",
+                     (unsigned long long)n, (unsigned long long)ctx->n);
+    ctx->n = n;
+    if (ctx->sparse) { /* the index is append-only: rebuild it over the kept rows */
+        int st = sparse_clear(ctx->sparse, &ctx->model->info);
+        for (uint32_t l = 0; st == FATHOM_OK && l < ctx->model->info.layers; l++)
+            st = sparse_append(ctx, l, 0, n);
+        if (st < 0) {
+            sparse_free(ctx->sparse, &ctx->model->info);
+            ctx->sparse = NULL;
+            return st;
+        }
+    }
+    return FATHOM_OK;
+}
+
 /* ===================================================================== *
  * forward
  * ===================================================================== */

@@ -18,6 +18,9 @@ static const command commands[] = {
     {"synth", cmd_synth, "write a synthetic capture file"},
     {"generate", cmd_generate, "greedy decoding with a GGUF model, dense or sparse attention"},
     {"capture", cmd_capture, "run a text through a GGUF model and write a capture file"},
+    {"agree", cmd_agree, "step agreement of sparse with dense and top-k decoding (paper §5.6)"},
+    {"needle", cmd_needle, "RULER-style needle retrieval with dense and sparse decoding"},
+    {"tokenize", cmd_tokenize, "token ids (and byte offsets) of a text, by the model's tokenizer"},
 };
 
 static void usage(FILE *f) {
