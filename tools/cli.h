@@ -53,6 +53,28 @@ int cli_continue(fathom_ctx *ctx, uint64_t prefix, int32_t last, const fathom_me
 /* The text of ids, malloc'd and NUL-terminated; NULL on failure. */
 char *cli_decode_text(const fathom_tokenizer *tok, const int32_t *ids, uint32_t n);
 void cli_print_json_string(FILE *f, const char *s);
+/* What fathom agree and fathom needle both set up before their runs: the
+ * methods and budgets, the model and its info, its tokenizer, the optional
+ * calibration capture, the prompt/haystack files. */
+#define CLI_MAX_METHODS 32
+#define CLI_MAX_BUDGETS 8
+typedef struct cli_session {
+    fathom_method methods[CLI_MAX_METHODS];
+    uint32_t n_methods;
+    double budgets[CLI_MAX_BUDGETS];
+    uint32_t n_budgets;
+    fathom_model *model;
+    fathom_model_info info;
+    fathom_tokenizer *tok;
+    fathom_source *calib; /* NULL without --calib */
+    char **files;
+    size_t n_files;
+} cli_session;
+/* 0: ready; 1 (failure) or 2 (usage error) after a message on stderr, with
+ * everything opened so far released. */
+int cli_session_open(cli_session *s, const char *cmd, const char *methods, const char *budgets,
+                     const char *model, const char *calib, char **file_args, int n_file_args);
+void cli_session_close(cli_session *s);
 /* Files named by args (a directory: its regular, non-hidden files by name),
  * malloc'd; -1 (after a message) if one cannot be read or none is found. */
 int cli_collect_files(char **args, int n_args, char ***files, size_t *count);

@@ -12,8 +12,6 @@
 #include <sys/stat.h>
 
 #define AGREE_MIN_K 37 /* sink 4 + local 32 + at least one scanned winner */
-#define MAX_METHODS 32
-#define MAX_BUDGETS 8
 #define DEFAULT_METHODS "fathom:48,sparq:16,sparq:32,thumb,landmark,full4,oracle"
 
 static void usage(FILE *f) {
@@ -276,12 +274,7 @@ static void mean_stderr(const double *x, size_t n, double *mean, double *se) {
 
 static int run(const agree_options *o) {
     int rc = 1, st;
-    fathom_model *model = NULL;
-    fathom_tokenizer *tok = NULL;
     fathom_ctx *ctx = NULL;
-    fathom_source *calib = NULL;
-    char **files = NULL;
-    size_t n_files = 0;
     int32_t **ids = NULL;
     size_t *n_ids = NULL;
     row *rows = NULL;
@@ -290,39 +283,24 @@ static int run(const agree_options *o) {
     int32_t *dense = NULL, *oracle = NULL, *gen = NULL;
     char *dense_text = NULL, *oracle_text = NULL;
 
-    fathom_method user[MAX_METHODS], dense_m, oracle_m;
-    uint32_t n_user = 0, n_budgets = 0;
-    double budgets[MAX_BUDGETS];
-    if ((st = fathom_method_parse_list(o->methods, user, MAX_METHODS, &n_user)) < 0)
-        return cli_fail("agree", o->methods, st);
-    if (!cli_parse_fractions(o->budgets, budgets, MAX_BUDGETS, &n_budgets)) {
-        fprintf(stderr, "fathom agree: --budgets needs fractions in (0, 1], e.g. 0.02,0.005\n");
-        return 2;
-    }
+    fathom_method dense_m, oracle_m;
+    cli_session ses;
+    if ((rc = cli_session_open(&ses, "agree", o->methods, o->budgets, o->model, o->calib, o->prompts,
+                               o->n_prompts)) != 0)
+        return rc;
+    rc = 1;
+    /* short names for the session's parts */
+    fathom_method *user = ses.methods;
+    const uint32_t n_user = ses.n_methods, n_budgets = ses.n_budgets;
+    double *budgets = ses.budgets;
+    fathom_model *model = ses.model;
+    fathom_model_info info = ses.info;
+    fathom_tokenizer *tok = ses.tok;
+    fathom_source *calib = ses.calib;
+    char **files = ses.files;
+    const size_t n_files = ses.n_files;
     fathom_method_parse("dense", &dense_m);
     fathom_method_parse("oracle", &oracle_m);
-    if (cli_collect_files(o->prompts, o->n_prompts, &files, &n_files) < 0) return 1;
-
-    const char *path = cli_model_path(o->model);
-    if ((st = fathom_model_open(&model, path)) < 0) {
-        rc = cli_fail("agree", path, st);
-        goto done;
-    }
-    fathom_model_info info;
-    fathom_model_get_info(model, &info);
-    for (uint32_t m = 0; m < n_user; m++)
-        if (cli_check_method(&user[m], info.head_dim) < 0) {
-            rc = 2;
-            goto done;
-        }
-    if ((st = fathom_model_tokenizer(model, &tok)) < 0) {
-        rc = cli_fail("agree", "tokenizer", st);
-        goto done;
-    }
-    if (o->calib && (st = fathom_capture_open(&calib, o->calib)) < 0) {
-        rc = cli_fail("agree", o->calib, st);
-        goto done;
-    }
     ids = calloc(n_files, sizeof *ids);
     n_ids = calloc(n_files, sizeof *n_ids);
     if (!ids || !n_ids) goto oom;
@@ -508,11 +486,8 @@ oom:
     fprintf(stderr, "fathom agree: out of memory\n");
     rc = 1;
 done:
-    for (size_t p = 0; p < n_files; p++) {
-        free(files[p]);
-        if (ids) free(ids[p]);
-    }
-    free(files);
+    if (ids)
+        for (size_t p = 0; p < n_files; p++) free(ids[p]);
     free(ids);
     free(n_ids);
     if (rows)
@@ -525,10 +500,8 @@ done:
     free(gen);
     free(dense_text);
     free(oracle_text);
-    fathom_source_free(calib);
     fathom_ctx_free(ctx);
-    fathom_tokenizer_free(tok);
-    fathom_model_free(model);
+    cli_session_close(&ses);
     return rc;
 }
 
@@ -598,4 +571,50 @@ int cmd_agree(int argc, char **argv) {
         return 2;
     }
     return run(&o);
+}
+
+int cli_session_open(cli_session *s, const char *cmd, const char *methods, const char *budgets,
+                     const char *model, const char *calib, char **file_args, int n_file_args) {
+    int st;
+    memset(s, 0, sizeof *s);
+    if ((st = fathom_method_parse_list(methods, s->methods, CLI_MAX_METHODS, &s->n_methods)) < 0)
+        return cli_fail(cmd, methods, st);
+    if (!cli_parse_fractions(budgets, s->budgets, CLI_MAX_BUDGETS, &s->n_budgets)) {
+        fprintf(stderr, "fathom %s: --budgets needs fractions in (0, 1], e.g. 0.02,0.005\n", cmd);
+        return 2;
+    }
+    if (cli_collect_files(file_args, n_file_args, &s->files, &s->n_files) < 0) return 1;
+    int rc = 1;
+    const char *path = cli_model_path(model);
+    if ((st = fathom_model_open(&s->model, path)) < 0) {
+        cli_fail(cmd, path, st);
+        goto fail;
+    }
+    fathom_model_get_info(s->model, &s->info);
+    for (uint32_t m = 0; m < s->n_methods; m++)
+        if (cli_check_method(&s->methods[m], s->info.head_dim) < 0) {
+            rc = 2;
+            goto fail;
+        }
+    if ((st = fathom_model_tokenizer(s->model, &s->tok)) < 0) {
+        cli_fail(cmd, "tokenizer", st);
+        goto fail;
+    }
+    if (calib && (st = fathom_capture_open(&s->calib, calib)) < 0) {
+        cli_fail(cmd, calib, st);
+        goto fail;
+    }
+    return 0;
+fail:
+    cli_session_close(s);
+    return rc;
+}
+
+void cli_session_close(cli_session *s) {
+    for (size_t f = 0; f < s->n_files; f++) free(s->files[f]);
+    free(s->files);
+    fathom_source_free(s->calib);
+    fathom_tokenizer_free(s->tok);
+    fathom_model_free(s->model);
+    memset(s, 0, sizeof *s);
 }

@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_METHODS 32
-#define MAX_BUDGETS 8
 #define DEFAULT_METHODS "oracle,fathom:48,sparq:16,sparq:32,thumb,landmark,full4"
 
 static void usage(FILE *f) {
@@ -160,49 +158,31 @@ typedef struct row {
 
 static int run(const needle_options *o) {
     int rc = 1, st;
-    fathom_model *model = NULL;
-    fathom_tokenizer *tok = NULL;
     fathom_ctx *ctx = NULL;
-    fathom_source *calib = NULL;
-    char **files = NULL, *hay = NULL;
-    size_t n_files = 0;
+    char *hay = NULL;
     row *rows = NULL;
     uint32_t n_rows = 0;
     float *logits = NULL;
     int32_t *gen = NULL, *ids = NULL;
     text_buf prompt = {0};
 
-    fathom_method user[MAX_METHODS], dense_m;
-    uint32_t n_user = 0, n_budgets = 0;
-    double budgets[MAX_BUDGETS];
-    if ((st = fathom_method_parse_list(o->methods, user, MAX_METHODS, &n_user)) < 0)
-        return cli_fail("needle", o->methods, st);
-    if (!cli_parse_fractions(o->budgets, budgets, MAX_BUDGETS, &n_budgets)) {
-        fprintf(stderr, "fathom needle: --budgets needs fractions in (0, 1], e.g. 0.02,0.005\n");
-        return 2;
-    }
+    fathom_method dense_m;
+    cli_session ses;
+    if ((rc = cli_session_open(&ses, "needle", o->methods, o->budgets, o->model, o->calib, o->haystack,
+                               o->n_haystack)) != 0)
+        return rc;
+    rc = 1;
+    /* short names for the session's parts */
+    fathom_method *user = ses.methods;
+    const uint32_t n_user = ses.n_methods, n_budgets = ses.n_budgets;
+    double *budgets = ses.budgets;
+    fathom_model *model = ses.model;
+    fathom_model_info info = ses.info;
+    fathom_tokenizer *tok = ses.tok;
+    fathom_source *calib = ses.calib;
+    char **files = ses.files;
+    const size_t n_files = ses.n_files;
     fathom_method_parse("dense", &dense_m);
-    if (cli_collect_files(o->haystack, o->n_haystack, &files, &n_files) < 0) return 1;
-    const char *path = cli_model_path(o->model);
-    if ((st = fathom_model_open(&model, path)) < 0) {
-        rc = cli_fail("needle", path, st);
-        goto done;
-    }
-    fathom_model_info info;
-    fathom_model_get_info(model, &info);
-    for (uint32_t m = 0; m < n_user; m++)
-        if (cli_check_method(&user[m], info.head_dim) < 0) {
-            rc = 2;
-            goto done;
-        }
-    if ((st = fathom_model_tokenizer(model, &tok)) < 0) {
-        rc = cli_fail("needle", "tokenizer", st);
-        goto done;
-    }
-    if (o->calib && (st = fathom_capture_open(&calib, o->calib)) < 0) {
-        rc = cli_fail("needle", o->calib, st);
-        goto done;
-    }
     if ((st = fathom_ctx_create(&ctx, model, o->context + o->tokens + 64, o->threads)) < 0) {
         rc = cli_fail("needle", "context", st);
         goto done;
@@ -351,8 +331,6 @@ oom:
     fprintf(stderr, "fathom needle: out of memory\n");
     rc = 1;
 done:
-    for (size_t f = 0; f < n_files; f++) free(files[f]);
-    free(files);
     free(hay);
     free(prompt.p);
     free(ids);
@@ -361,10 +339,8 @@ done:
     free(rows);
     free(logits);
     free(gen);
-    fathom_source_free(calib);
     fathom_ctx_free(ctx);
-    fathom_tokenizer_free(tok);
-    fathom_model_free(model);
+    cli_session_close(&ses);
     return rc;
 }
 
