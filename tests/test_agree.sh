@@ -8,18 +8,7 @@ set -uo pipefail
 fathom=$(cd "$1" && pwd)/fathom
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fail=0
-
-expect() { # exit-code message-pattern -- args...
-  local want=$1 pattern=$2
-  shift 3
-  "$fathom" "$@" >"$tmp/out" 2>"$tmp/err"
-  local got=$?
-  if [ $got -ne "$want" ] || ! grep -q -- "$pattern" "$tmp/err" "$tmp/out"; then
-    echo "FAIL: fathom $* -> exit $got (want $want), output:"; cat "$tmp/err" "$tmp/out"
-    fail=1
-  fi
-}
+source "$(dirname "$0")/cli_expect.sh"
 
 # Usage errors need no model.
 expect 0 "usage: fathom agree" -- agree --help

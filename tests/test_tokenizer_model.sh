@@ -5,20 +5,9 @@ set -euo pipefail
 build=${1:?usage: test_tokenizer_model.sh BUILD_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
-name=SmolLM2-135M-Instruct.Q4_1.gguf
 
-model=""
-for candidate in "${FATHOM_MODEL:-}" "$root/models/$name" "/work/wt/shared-model/$name"; do
-  if [ -n "$candidate" ] && [ -f "$candidate" ]; then model=$candidate; break; fi
-done
-if [ -z "$model" ] && [ -x "$root/scripts/fetch-model" ]; then
-  "$root/scripts/fetch-model" >&2 || true
-  [ -f "$root/models/$name" ] && model="$root/models/$name"
-fi
-if [ -z "$model" ]; then
-  echo "test_tokenizer_model: no model (set FATHOM_MODEL or run scripts/fetch-model); skipped"
-  exit 77
-fi
+source "$here/model_path.sh" # sets MODEL or exits 77
+model=$MODEL
 if ! python3 -c 'import gguf, tokenizers' 2>/dev/null; then
   echo "test_tokenizer_model: needs the Python packages gguf and tokenizers (scripts/install-deps); skipped"
   exit 77
