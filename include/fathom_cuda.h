@@ -56,7 +56,12 @@ typedef enum fathom_cuda_scan_kind {
 typedef enum fathom_cuda_transport {
     FATHOM_CUDA_GATHER_KERNEL = 0, /* hand-written gather, 16-byte loads of mapped host memory */
     FATHOM_CUDA_GATHER_CUB,        /* cub::DeviceMemcpy::Batched over the same run list */
-    FATHOM_CUDA_RESIDENT           /* no transfer: the index is in device memory, scan it there */
+    FATHOM_CUDA_RESIDENT,          /* no transfer: the index is in device memory, scan it there */
+    FATHOM_CUDA_DIRECT             /* no staging: the scan reads the planes and scales where they
+                                      are, in mapped pinned host memory; the link carries exactly
+                                      the words and scales the scan touches (the staged copy's
+                                      HBM write and re-read disappear, and the scan overlaps the
+                                      transfer by construction) */
 } fathom_cuda_transport;
 
 typedef enum fathom_cuda_key_rows {
@@ -111,10 +116,36 @@ typedef struct fathom_cuda_step_args {
     void *workspace;                     /* fathom_cuda_workspace_size() bytes, 256-byte aligned */
     size_t workspace_bytes;
     cudaEvent_t *phase_events; /* NULL, or FATHOM_CUDA_PHASES + 1 events recorded at the
-                                  start and after each phase (for breakdowns, not graphs) */
+                                  start and after each phase (for breakdowns, not graphs; not
+                                  with lanes) */
+    const struct fathom_cuda_lanes *lanes; /* NULL: every phase on `stream`, one after another.
+                                  Else the step is pipelined over the KV heads: the plan runs
+                                  for all of them, then head by head (in up to
+                                  FATHOM_CUDA_MAX_CHUNKS chunks) the link-bound phase (the
+                                  gather, or the scan itself with DIRECT) runs in order, one
+                                  chunk at a time, while earlier chunks scan, select, fetch and
+                                  attend on the other lanes. The link stays busy, and only one
+                                  head's K/V rows are being fetched at any moment (scattered
+                                  rows over a few GiB of host memory read at half the link
+                                  rate, over < 1 GiB near the full rate: bench/RESULTS.md).
+                                  Same results, bit for bit, as without lanes. */
 } fathom_cuda_step_args;
 
 #define FATHOM_CUDA_PHASES 6 /* plan, transfer, scan, top-k, fetch, attend */
+
+#define FATHOM_CUDA_MAX_LANES 8   /* streams of a lanes object */
+#define FATHOM_CUDA_MAX_CHUNKS 16 /* pipeline chunks of a step (ceil(problems/16) heads each) */
+
+/* Side streams and events for pipelined steps; create once, pass in
+ * fathom_cuda_step_args.lanes. `count` (2..FATHOM_CUDA_MAX_LANES) chunks can
+ * be in flight at once; 4 is plenty for one session's 8 KV heads. Streams
+ * are created on the current device, non-blocking. Steps that share a lanes
+ * object must be enqueued from one host thread at a time (like a cuBLAS
+ * handle). Graph capture works: the lanes fork from and join back into the
+ * capturing stream. */
+typedef struct fathom_cuda_lanes fathom_cuda_lanes;
+int fathom_cuda_lanes_create(uint32_t count, fathom_cuda_lanes **out);
+void fathom_cuda_lanes_destroy(fathom_cuda_lanes *lanes); /* NULL is a no-op */
 
 /* Bytes of workspace a step with this config needs. */
 int fathom_cuda_workspace_size(const fathom_cuda_config *config, size_t *bytes);

@@ -24,9 +24,18 @@
  *    (water-filling, top-r) are computed on the GPU from them, per layer
  *    and head, inside the timed step.
  * Timing: the 36 layer-steps of one decode step are captured in one CUDA
- * graph; its replays are timed with events, median of --reps. The phase
- * breakdown comes from a separate, non-graph run with events between phases
- * (sum of 36 layers); "other" = graph total - sum of phases (>= 0).
+ * graph (layer l+1 waits for all of layer l, as a real forward pass must);
+ * its replays are timed with events, median of --reps, once with every
+ * phase on one stream and once pipelined over --lanes streams
+ * (fathom_cuda_lanes). Wall-clock: host time from cudaGraphLaunch to the
+ * end of cudaStreamSynchronize, median, for the pipelined graph. The phase
+ * breakdown comes from a separate, non-graph, one-stream run with events
+ * between phases (sum of 36 layers); "other" = one-stream graph total - sum
+ * of phases (>= 0).
+ * Transports: "kernel" gathers the planned runs into HBM staging, then
+ * scans; "direct" scans the pinned host memory in place. K/V rows are
+ * interleaved per token (row_stride 2*dim) unless a row says "bf16" (K and
+ * V in separate arrays).
  */
 #include "fathom_cuda.h"
 
@@ -46,7 +55,6 @@
 #define KV_HEADS 8
 #define GROUP 4
 #define TOPK 512
-#define MAX_SLICES 8
 
 #define CK(call)                                                                                   \
     do {                                                                                           \
@@ -171,7 +179,7 @@ static held sets_for(const arenas *a, uint64_t n, uint64_t needed) {
     held h;
     h.idx_sets = std::min(a->planes_cap / (nb * DIM * 32), a->scales_cap / (nb * DIM * 2));
     h.lm_sets = a->lm_cap / (((n + 7) / 8) * DIM * 2);
-    h.kv_sets = a->kv_cap / (n * DIM * 2);
+    h.kv_sets = a->kv_cap / (n * DIM * 4); /* interleaved [n][K|V] sets in the K arena */
     h.idx_sets = std::min(h.idx_sets, needed);
     h.lm_sets = std::min(h.lm_sets, needed);
     h.kv_sets = std::min(h.kv_sets, needed);
@@ -180,7 +188,7 @@ static held sets_for(const arenas *a, uint64_t n, uint64_t needed) {
 
 /* problems for `layers` layer-steps of P = sessions*8 problems each */
 static void build_problems(const arenas *a, uint64_t n, uint32_t layers, uint32_t P, const held *h,
-                           std::vector<fathom_cuda_problem> &out) {
+                           std::vector<fathom_cuda_problem> &out, int interleaved = 0) {
     const uint64_t nb = (n + 63) / 64;
     out.resize((size_t)layers * P);
     for (uint64_t i = 0; i < (uint64_t)layers * P; i++) {
@@ -191,6 +199,10 @@ static void build_problems(const arenas *a, uint64_t n, uint32_t layers, uint32_
         pr.landmarks = (const uint16_t *)(a->lm + l * ((n + 7) / 8) * DIM * 2);
         pr.keys = (const uint16_t *)(a->k + kv * n * DIM * 2);
         pr.values = (const uint16_t *)(a->v + kv * n * DIM * 2);
+        if (interleaved) { /* [n][K|V] in the K arena, half as many sets */
+            pr.keys = (const uint16_t *)(a->k + kv * n * DIM * 4);
+            pr.values = pr.keys + DIM;
+        }
     }
 }
 
@@ -198,7 +210,8 @@ static void build_problems(const arenas *a, uint64_t n, uint32_t layers, uint32_
 
 typedef struct run_result {
     float step_ms;              /* graph replay, median */
-    float sliced_ms;            /* the same with the heads in b->slices groups on their own streams */
+    float lanes_ms;             /* the same graph, pipelined over b->lanes */
+    float wall_ms;              /* host wall-clock per step of the pipelined graph */
     float phase_ms[FATHOM_CUDA_PHASES];
     double scan_bytes, row_bytes; /* per step */
     double bits_per_token;      /* code + scale bits, mean over problems */
@@ -214,9 +227,7 @@ typedef struct bench_ctx {
     uint32_t *d_union;
     fathom_cuda_problem *d_probs; /* [layers][P] */
     cudaEvent_t *ev;              /* [layers][PHASES+1] */
-    uint32_t slices;              /* stream groups for the sliced step (1: none) */
-    cudaStream_t side[MAX_SLICES];
-    cudaEvent_t fork, *done;      /* done: [layers][MAX_SLICES] */
+    fathom_cuda_lanes *lanes;     /* NULL: no pipelined graphs */
 } bench_ctx;
 
 static void make_fixed(const method_spec *m, const float *var, uint32_t count, uint8_t *fixed) {
@@ -238,57 +249,34 @@ static void make_fixed(const method_spec *m, const float *var, uint32_t count, u
     }
 }
 
-/* Capture the L layer-steps (in `slices` groups of KV heads, one stream
- * each) into one graph; median replay time in ms. */
-static float time_graph(bench_ctx *b, const fathom_cuda_config *cfg,
-                        const fathom_cuda_step_args *args, uint32_t slices, int reps) {
-    const uint32_t L = b->layers, Ps = cfg->problems / slices;
-    fathom_cuda_config c = *cfg;
-    c.problems = Ps;
-    size_t ws_slice = 0;
-    FK(fathom_cuda_workspace_size(&c, &ws_slice));
-    ws_slice = (ws_slice + 255) & ~(size_t)255;
-    if (ws_slice * slices > b->ws_bytes) { fprintf(stderr, "sliced workspace too small\n"); exit(1); }
+/* Capture the L layer-steps into one graph (pipelined over `lanes` when
+ * not NULL); median replay time in ms by events, and by the host clock
+ * (launch to synchronized) into *wall_ms when not NULL. */
+static float time_graph(bench_ctx *b, const fathom_cuda_config *cfg, const fathom_cuda_step_args *args,
+                        const fathom_cuda_lanes *lanes, int reps, float *wall_ms) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     CK(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
-    CK(cudaEventRecord(b->fork, b->stream));
-    for (uint32_t s = 0; s < slices; s++)
-        if (s) CK(cudaStreamWaitEvent(b->side[s], b->fork, 0));
-    for (uint32_t l = 0; l < L; l++) {
-        for (uint32_t s = 0; s < slices; s++) {
-            cudaStream_t st = s ? b->side[s] : b->stream;
-            if (l > 0)
-                for (uint32_t o = 0; o < slices; o++)
-                    if (o != s) CK(cudaStreamWaitEvent(st, b->done[(l - 1) * MAX_SLICES + o], 0));
-            fathom_cuda_step_args a = args[l];
-            const size_t off = (size_t)s * Ps;
-            a.problems += off;
-            a.queries += off * GROUP * DIM;
-            a.variance += off * DIM;
-            a.fixed_depths += off * DIM;
-            a.out += off * GROUP * DIM;
-            a.depths += off * DIM;
-            a.union_count += off;
-            a.workspace = (uint8_t *)b->ws + s * ws_slice;
-            a.workspace_bytes = ws_slice;
-            FK(fathom_cuda_step(&c, &a, st));
-            CK(cudaEventRecord(b->done[l * MAX_SLICES + s], st));
-        }
+    for (uint32_t l = 0; l < b->layers; l++) {
+        fathom_cuda_step_args a = args[l];
+        a.lanes = lanes;
+        FK(fathom_cuda_step(cfg, &a, b->stream));
     }
-    for (uint32_t s = 1; s < slices; s++) CK(cudaStreamWaitEvent(b->stream, b->done[(L - 1) * MAX_SLICES + s], 0));
     CK(cudaStreamEndCapture(b->stream, &graph));
     CK(cudaGraphInstantiate(&exec, graph, 0));
     CK(cudaGraphLaunch(exec, b->stream)); /* warm */
+    CK(cudaStreamSynchronize(b->stream));
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    std::vector<float> t;
+    std::vector<float> t, w;
     for (int i = 0; i < reps; i++) {
         CK(cudaEventRecord(e0, b->stream));
+        const double h0 = now_s();
         CK(cudaGraphLaunch(exec, b->stream));
         CK(cudaEventRecord(e1, b->stream));
-        CK(cudaEventSynchronize(e1));
+        CK(cudaStreamSynchronize(b->stream));
+        w.push_back((float)((now_s() - h0) * 1e3));
         float ms;
         CK(cudaEventElapsedTime(&ms, e0, e1));
         t.push_back(ms);
@@ -298,6 +286,7 @@ static float time_graph(bench_ctx *b, const fathom_cuda_config *cfg,
     CK(cudaEventDestroy(e1));
     CK(cudaGraphExecDestroy(exec));
     CK(cudaGraphDestroy(graph));
+    if (wall_ms) *wall_ms = median(w);
     return median(t);
 }
 
@@ -357,15 +346,13 @@ static run_result run_config(bench_ctx *b, const method_spec *m, uint64_t n, uin
     }
     r.bits_per_token = bits / ((double)L * P);
     if (transport == FATHOM_CUDA_RESIDENT) r.scan_bytes = r.scan_bytes; /* read from HBM, not the link */
-    /* graph of the whole step, then the same step with the KV heads in
-     * `slices` groups on their own streams (fork/join per layer, so layer l+1
-     * still waits for all of layer l): one group's transfer overlaps
-     * another's scan, top-k and fetch */
-    r.step_ms = time_graph(b, &cfg, args.data(), 1, graph_reps);
-    r.sliced_ms = 0;
-    if (b->slices > 1 && P % b->slices == 0) {
+    /* graph of the whole step on one stream, then pipelined over the lanes */
+    r.step_ms = time_graph(b, &cfg, args.data(), NULL, graph_reps, NULL);
+    r.lanes_ms = 0;
+    r.wall_ms = 0;
+    if (b->lanes && transport != FATHOM_CUDA_GATHER_CUB) {
         CK(cudaMemset(b->d_out, 0xff, (size_t)L * P * GROUP * DIM * 4));
-        r.sliced_ms = time_graph(b, &cfg, args.data(), b->slices, graph_reps);
+        r.lanes_ms = time_graph(b, &cfg, args.data(), b->lanes, graph_reps, &r.wall_ms);
     }
     /* the output must be finite everywhere (it was poisoned before the config) */
     std::vector<float> out((size_t)L * P * GROUP * DIM);
@@ -483,7 +470,7 @@ int main(int argc, char **argv) {
     double planes_gib = 40, lm_gib = 16, kv_gib = 8;
     uint64_t oracle_max = 1ull << 20;
     int extras = 1;
-    uint32_t slices = 4;
+    uint32_t lane_count = 4;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
         else if (!strcmp(argv[i], "--contexts") && i + 1 < argc) contexts = parse_list_u64(argv[++i]);
@@ -496,10 +483,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--kv-gib") && i + 1 < argc) kv_gib = atof(argv[++i]);
         else if (!strcmp(argv[i], "--oracle-max") && i + 1 < argc) oracle_max = parse_list_u64(argv[++i])[0];
         else if (!strcmp(argv[i], "--no-extras")) extras = 0;
-        else if (!strcmp(argv[i], "--slices") && i + 1 < argc) slices = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--lanes") && i + 1 < argc) lane_count = (uint32_t)atoi(argv[++i]);
         else { fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
     }
-    if (slices < 1 || slices > MAX_SLICES) { fprintf(stderr, "--slices 1..%d\n", MAX_SLICES); return 2; }
+    if (lane_count == 1 || lane_count > FATHOM_CUDA_MAX_LANES) { fprintf(stderr, "--lanes 0 or 2..%d\n", FATHOM_CUDA_MAX_LANES); return 2; }
     if (!fathom_cuda_device_present()) { printf("bench_cuda_step: %s\n", fathom_last_error()); return 77; }
     std::vector<method_spec> methods;
     {
@@ -515,7 +502,7 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/bench.csv", out_dir);
     FILE *csv = fopen(path, "w");
     if (!csv) { perror(path); return 1; }
-    fprintf(csv, "section,method,context,batch,transport,keys,step_ms,sliced_ms,plan_ms,transfer_ms,scan_ms,topk_ms,"
+    fprintf(csv, "section,method,context,batch,transport,keys,step_ms,lanes_ms,wall_ms,plan_ms,transfer_ms,scan_ms,topk_ms,"
                  "fetch_ms,attend_ms,other_ms,scan_GB,row_GB,bits_per_token,link_GBps,floor_ms,"
                  "ratio_to_floor,idx_sets_held,idx_sets_needed,kv_sets_held\n");
     cudaDeviceProp prop;
@@ -548,11 +535,7 @@ int main(int argc, char **argv) {
     memset(&b, 0, sizeof b);
     b.layers = layers;
     b.reps = reps;
-    b.slices = slices;
-    for (uint32_t i = 1; i < MAX_SLICES; i++) CK(cudaStreamCreateWithFlags(&b.side[i], cudaStreamNonBlocking));
-    CK(cudaEventCreateWithFlags(&b.fork, cudaEventDisableTiming));
-    b.done = (cudaEvent_t *)malloc(sizeof(cudaEvent_t) * layers * MAX_SLICES);
-    for (uint32_t i = 0; i < layers * MAX_SLICES; i++) CK(cudaEventCreateWithFlags(&b.done[i], cudaEventDisableTiming));
+    if (lane_count) FK(fathom_cuda_lanes_create(lane_count, &b.lanes));
     CK(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking));
     /* link rate, same run: 1 GiB pinned host -> device */
     const uint64_t link_bytes = std::min<uint64_t>(1ull << 30, a.planes_cap);
@@ -561,7 +544,7 @@ int main(int argc, char **argv) {
     const double link = link_rate(a.planes, link_dev, link_bytes, b.stream);
     CK(cudaFree(link_dev));
     printf("link: %.1f GB/s host->device (1 GiB cudaMemcpyAsync from the pinned arena)\n", link);
-    fprintf(csv, "link,memcpy,0,0,copy,-,0,0,0,0,0,0,0,0,0,0,0,0,%.2f,0,0,0,0,0\n", link);
+    fprintf(csv, "link,memcpy,0,0,copy,-,0,0,0,0,0,0,0,0,0,0,0,0,0,%.2f,0,0,0,0,0\n", link);
 
     /* workspace for the largest config */
     size_t ws_max = 0;
@@ -574,7 +557,7 @@ int main(int argc, char **argv) {
     for (uint64_t N : batches)
         for (uint64_t n : contexts)
             for (const method_spec &m : all_methods)
-                for (int tr = 0; tr < 3; tr++) {
+                for (int tr = 0; tr <= FATHOM_CUDA_DIRECT; tr++) {
                     if ((m.scan == FATHOM_CUDA_SCAN_LANDMARK || m.scan == FATHOM_CUDA_SCAN_ORACLE) && tr == 1) continue;
                     if (m.scan == FATHOM_CUDA_SCAN_ORACLE && (n > oracle_max || N != 1)) continue;
                     fathom_cuda_config cfg = {DIM, GROUP, (uint32_t)(N * KV_HEADS), n, TOPK, 4, 32,
@@ -583,11 +566,6 @@ int main(int argc, char **argv) {
                     size_t s;
                     FK(fathom_cuda_workspace_size(&cfg, &s));
                     ws_max = std::max(ws_max, s);
-                    if (slices > 1 && cfg.problems % slices == 0) {
-                        cfg.problems /= slices;
-                        FK(fathom_cuda_workspace_size(&cfg, &s));
-                        ws_max = std::max(ws_max, ((s + 255) & ~(size_t)255) * slices);
-                    }
                 }
     CK(cudaMalloc(&b.ws, ws_max));
     b.ws_bytes = ws_max;
@@ -624,9 +602,9 @@ int main(int argc, char **argv) {
         CK(cudaMemcpy(b.d_var, var.data(), var.size() * 4, cudaMemcpyHostToDevice));
     }
 
-    printf("\n%-10s %7s %2s %-8s %9s %8s | %7s %8s %7s %7s %7s %7s %7s | %7s %6s %6s %7s\n", "method", "ctx", "N",
-           "transp", "step ms", "sliced", "plan", "transfer", "scan", "topk", "fetch", "attend", "other", "scan GB",
-           "row GB", "bits", "x floor");
+    printf("\n%-10s %7s %2s %-8s %-6s %8s %8s %8s | %6s %8s %6s %6s %6s %6s %6s | %7s %6s %6s %6s\n", "method", "ctx",
+           "N", "transp", "K/V", "1-stream", "lanes", "wall", "plan", "transfer", "scan", "topk", "fetch", "attend",
+           "other", "scan GB", "row GB", "bits", "xfloor");
     auto report = [&](const char *section, const method_spec &m, uint64_t n, uint64_t N, const char *tr,
                       const char *keys, const run_result &r, const held &h, uint64_t needed) {
         double sum = 0;
@@ -635,19 +613,22 @@ int main(int argc, char **argv) {
         const bool resident = !strcmp(tr, "resident");
         const double link_bytes_moved = (resident ? 0 : r.scan_bytes) + r.row_bytes;
         const double floor_ms = link_bytes_moved / (link * GB) * 1e3;
-        const double best = r.sliced_ms > 0 && r.sliced_ms < r.step_ms ? r.sliced_ms : r.step_ms;
-        printf("%-10s %6lluk %2llu %-8s %9.2f %8.2f | %7.2f %8.2f %7.2f %7.2f %7.2f %7.2f %7.2f | %7.3f %6.3f %6.1f %7.2f%s\n",
-               m.name, (unsigned long long)(n / 1024), (unsigned long long)N, tr, r.step_ms, r.sliced_ms, r.phase_ms[0],
-               r.phase_ms[1], r.phase_ms[2], r.phase_ms[3], r.phase_ms[4], r.phase_ms[5], other,
-               r.scan_bytes / GB, r.row_bytes / GB, r.bits_per_token, best / floor_ms,
+        const double best = r.lanes_ms > 0 && r.lanes_ms < r.step_ms ? r.lanes_ms : r.step_ms;
+        printf("%-10s %6lluk %2llu %-8s %-6s %8.2f %8.2f %8.2f | %6.2f %8.2f %6.2f %6.2f %6.2f %6.2f %6.2f | %7.3f %6.3f %6.1f %6.2f%s\n",
+               m.name, (unsigned long long)(n / 1024), (unsigned long long)N, tr, keys, r.step_ms, r.lanes_ms,
+               r.wall_ms, r.phase_ms[0], r.phase_ms[1], r.phase_ms[2], r.phase_ms[3], r.phase_ms[4], r.phase_ms[5],
+               other, r.scan_bytes / GB, r.row_bytes / GB, r.bits_per_token, best / floor_ms,
                h.idx_sets < needed ? " (rotated)" : "");
-        fprintf(csv, "%s,%s,%llu,%llu,%s,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,%.2f,%.2f,%.3f,%.3f,%llu,%llu,%llu\n",
+        fprintf(csv, "%s,%s,%llu,%llu,%s,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,%.2f,%.2f,%.3f,%.3f,%llu,%llu,%llu\n",
                 section, m.name, (unsigned long long)n, (unsigned long long)N, tr, keys, r.step_ms,
-                r.sliced_ms, r.phase_ms[0], r.phase_ms[1], r.phase_ms[2], r.phase_ms[3], r.phase_ms[4], r.phase_ms[5], other,
+                r.lanes_ms, r.wall_ms, r.phase_ms[0], r.phase_ms[1], r.phase_ms[2], r.phase_ms[3], r.phase_ms[4], r.phase_ms[5], other,
                 r.scan_bytes / GB, r.row_bytes / GB, r.bits_per_token, link, floor_ms, best / floor_ms,
                 (unsigned long long)h.idx_sets, (unsigned long long)needed, (unsigned long long)h.kv_sets);
         fflush(csv);
         fflush(stdout);
+    };
+    auto upload = [&](const std::vector<fathom_cuda_problem> &pv) {
+        CK(cudaMemcpy(b.d_probs, pv.data(), pv.size() * sizeof pv[0], cudaMemcpyHostToDevice));
     };
 
     for (uint64_t N : batches) {
@@ -655,33 +636,46 @@ int main(int argc, char **argv) {
         for (uint64_t n : contexts) {
             const uint64_t needed = (uint64_t)layers * P;
             held h = sets_for(&a, n, needed);
-            std::vector<fathom_cuda_problem> probs;
-            build_problems(&a, n, layers, P, &h, probs);
-            CK(cudaMemcpy(b.d_probs, probs.data(), probs.size() * sizeof probs[0], cudaMemcpyHostToDevice));
-            printf("-- context %llu, batch %llu: index sets held %llu of %llu, landmark sets %llu, K/V sets %llu\n",
+            held hs = h; /* K and V in separate arrays */
+            hs.kv_sets = std::min<uint64_t>(needed, a.kv_cap / (n * DIM * 2));
+            std::vector<fathom_cuda_problem> probs, probs_sep;
+            build_problems(&a, n, layers, P, &h, probs, 1);
+            build_problems(&a, n, layers, P, &hs, probs_sep, 0);
+            upload(probs);
+            printf("-- context %llu, batch %llu: index sets held %llu of %llu, landmark sets %llu, K/V sets %llu "
+                   "interleaved (%llu separate)\n",
                    (unsigned long long)n, (unsigned long long)N, (unsigned long long)h.idx_sets,
-                   (unsigned long long)needed, (unsigned long long)h.lm_sets, (unsigned long long)h.kv_sets);
+                   (unsigned long long)needed, (unsigned long long)h.lm_sets, (unsigned long long)h.kv_sets,
+                   (unsigned long long)hs.kv_sets);
             for (const method_spec &m : methods) {
                 if (m.scan == FATHOM_CUDA_SCAN_ORACLE && (n > oracle_max || N != 1)) continue;
                 std::vector<uint8_t> fixed((size_t)layers * P * DIM);
                 make_fixed(&m, var.data(), layers * P, fixed.data());
                 CK(cudaMemcpy(b.d_fixed, fixed.data(), fixed.size(), cudaMemcpyHostToDevice));
-                CK(cudaMemset(b.d_out, 0xff, (size_t)layers * P * GROUP * DIM * 4));
-                const int r_reps = n >= (512u << 10) ? std::max(2u, reps / 2) : reps;
-                run_result r = run_config(&b, &m, n, P, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16,
-                                          m.scan == FATHOM_CUDA_SCAN_ORACLE ? 2 : r_reps);
-                report("step", m, n, N, "kernel", "bf16", r, h, needed);
+                const int r_reps = m.scan == FATHOM_CUDA_SCAN_ORACLE ? 2
+                                   : n >= (512u << 10) ? (int)std::max(2u, reps / 2) : (int)reps;
+                /* the oracle reads whole key rows: K and V in separate arrays */
+                const bool sep = m.scan == FATHOM_CUDA_SCAN_ORACLE;
+                if (sep) upload(probs_sep);
+                const uint32_t stride = sep ? 0 : 2 * DIM;
+                for (fathom_cuda_transport tr : {FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_DIRECT}) {
+                    CK(cudaMemset(b.d_out, 0xff, (size_t)layers * P * GROUP * DIM * 4));
+                    run_result r = run_config(&b, &m, n, P, tr, FATHOM_CUDA_KEYS_BF16, r_reps, stride);
+                    report("step", m, n, N, tr == FATHOM_CUDA_DIRECT ? "direct" : "kernel", sep ? "sep" : "kv",
+                           r, sep ? hs : h, needed);
+                }
+                if (sep) upload(probs);
             }
             if (!extras || N != 1) continue;
-            /* transports on the fathom plan of the first method, one run each */
+            /* transports on the plan of the first method, one run each */
             const method_spec &m0 = methods[0];
             if (m0.scan <= FATHOM_CUDA_SCAN_FIXED) {
                 std::vector<uint8_t> fixed((size_t)layers * P * DIM);
                 make_fixed(&m0, var.data(), layers * P, fixed.data());
                 CK(cudaMemcpy(b.d_fixed, fixed.data(), fixed.size(), cudaMemcpyHostToDevice));
-                run_result rk = run_config(&b, &m0, n, P, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 3);
-                run_result rc = run_config(&b, &m0, n, P, FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 3);
-                report("transport", m0, n, N, "cub", "bf16", rc, h, needed);
+                run_result rk = run_config(&b, &m0, n, P, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 3, 2 * DIM);
+                run_result rc = run_config(&b, &m0, n, P, FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 3, 2 * DIM);
+                report("transport", m0, n, N, "cub", "kv", rc, h, needed);
                 /* cudaMemcpyBatchAsync over the same runs (plans from the last run) */
                 const float batch_ms = time_batch_memcpy(&b, probs, n, P, (uint8_t *)b.ws);
                 printf("   transfer of %s, %llu tokens, %u layers: kernel %.2f ms (%.1f GB/s), cub %.2f ms (%.1f GB/s), "
@@ -689,52 +683,17 @@ int main(int argc, char **argv) {
                        m0.name, (unsigned long long)n, layers, rk.phase_ms[1], rk.scan_bytes / (rk.phase_ms[1] * 1e-3) / GB,
                        rc.phase_ms[1], rc.scan_bytes / (rc.phase_ms[1] * 1e-3) / GB, batch_ms,
                        rk.scan_bytes / (batch_ms * 1e-3) / GB, link);
-                fprintf(csv, "gather,%s,%llu,1,kernel|cub|batch,-,%.3f,%.3f,%.3f,0,0,0,0,0,0,%.4f,0,0,%.2f,0,0,0,0,0\n",
+                fprintf(csv, "gather,%s,%llu,1,kernel|cub|batch,-,%.3f,%.3f,%.3f,0,0,0,0,0,0,0,%.4f,0,0,%.2f,0,0,0,0,0\n",
                         m0.name, (unsigned long long)n, rk.phase_ms[1], rc.phase_ms[1], batch_ms, rk.scan_bytes / GB, link);
-                /* bit planes as the primary K cache: winners decoded from all four planes */
-                run_result rp = run_config(&b, &m0, n, P, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_PLANES, 3);
-                report("primaryK", m0, n, N, "kernel", "planes", rp, h, needed);
-                {
-                    /* K and V interleaved per token: one host page per fetched row */
-                    held hi = h;
-                    hi.kv_sets = std::min<uint64_t>(needed, a.kv_cap / (n * DIM * 4));
-                    std::vector<fathom_cuda_problem> pi((size_t)layers * P);
-                    for (size_t i = 0; i < pi.size(); i++) {
-                        pi[i] = probs[i];
-                        pi[i].keys = (const uint16_t *)(a.k + (i % hi.kv_sets) * n * DIM * 4);
-                        pi[i].values = pi[i].keys + DIM;
-                    }
-                    CK(cudaMemcpy(b.d_probs, pi.data(), pi.size() * sizeof pi[0], cudaMemcpyHostToDevice));
-                    run_result ri = run_config(&b, &m0, n, P, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 3, 2 * DIM);
-                    report("kv-interleaved", m0, n, N, "kernel", "bf16-kv", ri, hi, needed);
-                    CK(cudaMemcpy(b.d_probs, probs.data(), probs.size() * sizeof probs[0], cudaMemcpyHostToDevice));
-                }
-                if (n == n_max) {
-                    /* row fetch vs how K/V host memory was pinned, same span (8 K/V sets) */
-                    held h8 = h;
-                    h8.kv_sets = std::min<uint64_t>(8, h.kv_sets);
-                    std::vector<fathom_cuda_problem> p8;
-                    build_problems(&a, n, layers, P, &h8, p8);
-                    CK(cudaMemcpy(b.d_probs, p8.data(), p8.size() * sizeof p8[0], cudaMemcpyHostToDevice));
-                    run_result rr = run_config(&b, &m0, n, P, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 3);
-                    arenas a2 = a;
-                    void *dk, *dv;
-                    void *hk = host_arena(h8.kv_sets * n * DIM * 2, 3, 7, &dk, 1);
-                    void *hv = host_arena(h8.kv_sets * n * DIM * 2, 3, 8, &dv, 1);
-                    a2.k = (uint8_t *)dk;
-                    a2.v = (uint8_t *)dv;
-                    build_problems(&a2, n, layers, P, &h8, p8);
-                    CK(cudaMemcpy(b.d_probs, p8.data(), p8.size() * sizeof p8[0], cudaMemcpyHostToDevice));
-                    run_result rh = run_config(&b, &m0, n, P, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 3);
-                    printf("   row fetch, %llu K/V sets: malloc+cudaHostRegister %.2f ms, cudaHostAlloc %.2f ms (%.3f GB)\n",
-                           (unsigned long long)h8.kv_sets, rr.phase_ms[4], rh.phase_ms[4], rr.row_bytes / GB);
-                    fprintf(csv, "fetchmem,%s,%llu,1,register|hostalloc,bf16,%.3f,%.3f,0,0,0,0,%.3f,%.3f,0,0,0,%.4f,0,%.2f,0,0,%llu,0,%llu\n",
-                            m0.name, (unsigned long long)n, rr.step_ms, rh.step_ms, rr.phase_ms[4], rh.phase_ms[4],
-                            rr.row_bytes / GB, link, (unsigned long long)h8.kv_sets, (unsigned long long)h8.kv_sets);
-                    CK(cudaFreeHost(hk));
-                    CK(cudaFreeHost(hv));
-                    CK(cudaMemcpy(b.d_probs, probs.data(), probs.size() * sizeof probs[0], cudaMemcpyHostToDevice));
-                }
+                /* K and V in separate arrays (two reads per fetched token), and the bit
+                 * planes as the primary K cache (winners decoded from all four planes,
+                 * only V rows fetched) */
+                upload(probs_sep);
+                run_result rs = run_config(&b, &m0, n, P, FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_BF16, 3, 0);
+                report("kv-separate", m0, n, N, "direct", "sep", rs, hs, needed);
+                run_result rp = run_config(&b, &m0, n, P, FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_PLANES, 3, 0);
+                report("primaryK", m0, n, N, "direct", "planes", rp, hs, needed);
+                upload(probs);
             }
         }
     }
@@ -761,7 +720,7 @@ int main(int argc, char **argv) {
             held hd = h;
             hd.idx_sets = hd.lm_sets = dev_sets;
             std::vector<fathom_cuda_problem> probs;
-            build_problems(&d, n, layers, P, &hd, probs);
+            build_problems(&d, n, layers, P, &hd, probs, 1);
             CK(cudaMemcpy(b.d_probs, probs.data(), probs.size() * sizeof probs[0], cudaMemcpyHostToDevice));
             printf("-- context %llu: %llu index sets in HBM\n", (unsigned long long)n, (unsigned long long)dev_sets);
             std::vector<method_spec> rmethods = methods;
@@ -773,12 +732,12 @@ int main(int argc, char **argv) {
                 std::vector<uint8_t> fixed((size_t)layers * P * DIM);
                 make_fixed(&m, var.data(), layers * P, fixed.data());
                 CK(cudaMemcpy(b.d_fixed, fixed.data(), fixed.size(), cudaMemcpyHostToDevice));
-                run_result r = run_config(&b, &m, n, P, FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 3);
-                report("resident", m, n, 1, "resident", "bf16", r, hd, needed);
+                run_result r = run_config(&b, &m, n, P, FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 3, 2 * DIM);
+                report("resident", m, n, 1, "resident", "kv", r, hd, needed);
                 printf("   scan kernel %s: %.3f ms, %.0f GB/s of index read\n", m.name, r.phase_ms[2],
                        r.scan_bytes / (r.phase_ms[2] * 1e-3) / GB);
                 if (&m == &rmethods[0] && m.scan <= FATHOM_CUDA_SCAN_FIXED) {
-                    run_result rp = run_config(&b, &m, n, P, FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_PLANES, 3);
+                    run_result rp = run_config(&b, &m, n, P, FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_PLANES, 3, 2 * DIM);
                     report("resident-primaryK", m, n, 1, "resident", "planes", rp, hd, needed);
                 }
             }

@@ -72,6 +72,11 @@ static inline bool fc_uses_depths(fathom_cuda_scan_kind s) {
     return s <= FATHOM_CUDA_SCAN_FIXED || s == FATHOM_CUDA_SCAN_NIBBLE4;
 }
 
+/* Transports that copy the index into HBM staging before the scan. */
+static inline bool fc_staged(fathom_cuda_transport t) {
+    return t == FATHOM_CUDA_GATHER_KERNEL || t == FATHOM_CUDA_GATHER_CUB;
+}
+
 static inline uint32_t fc_blocks_of(uint64_t n) { return (uint32_t)((n + 63) / 64); }
 
 /* Launchers (stream last). */

@@ -52,66 +52,97 @@ fetch_kernel(uint32_t union_cap, uint32_t nb, uint32_t stride, int planes_mode,
 }
 
 #define ATTEND_THREADS 512
+#define ATTEND_SPLIT (ATTEND_THREADS / 64) /* row subsets of the value sum */
 
+static __device__ double block_reduce(double x, bool is_max, double *s_part) {
+    for (int off = 16; off > 0; off >>= 1) {
+        const double y = __shfl_xor_sync(0xffffffffu, x, off);
+        x = is_max ? fmax(x, y) : x + y;
+    }
+    __syncthreads(); /* s_part may still be read from the last call */
+    if ((threadIdx.x & 31) == 0) s_part[threadIdx.x >> 5] = x;
+    __syncthreads();
+    double r = s_part[0];
+    for (int w = 1; w < ATTEND_THREADS / 32; w++) r = is_max ? fmax(r, s_part[w]) : r + s_part[w];
+    return r;
+}
+
+/* One block per query head. Each thread owns whole rows for the logits (a
+ * 128-term dot product in double from 32 independent 16-byte loads), and a
+ * channel pair over an eighth of the rows for the value sum (coalesced
+ * 4-byte loads, 4 rows in flight). The first version (a warp per row with
+ * shuffles, then 4 threads per channel walking 128 rows each with 2-byte
+ * loads) took 60-80 us per layer-step, all of it latency; in the pipelined
+ * step every chunk pays that in its critical path. */
 static __global__ void __launch_bounds__(ATTEND_THREADS)
 attend_kernel(uint32_t group, uint32_t k, const float *queries, const uint32_t *sel_count,
               const uint16_t *slot, const float *rows_k, const uint16_t *rows_v, float *out) {
     __shared__ double logit[FATHOM_CUDA_MAX_K];
-    __shared__ double part[ATTEND_THREADS];
-    __shared__ double s_max, s_sum;
-    const uint32_t r = blockIdx.x, p = r / group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __shared__ double s_part[ATTEND_THREADS / 32];
+    __shared__ float s_q[FC_DIM];
+    __shared__ double s_acc[ATTEND_SPLIT][FC_DIM];
+    __shared__ uint16_t s_slot[FATHOM_CUDA_MAX_K];
+    const uint32_t r = blockIdx.x, p = r / group;
     const uint32_t union_cap = group * k;
     const uint32_t count = sel_count[r];
-    const float *q = queries + (size_t)r * FC_DIM;
-    double ql[4];
-    for (int c = 0; c < 4; c++) ql[c] = (double)q[lane * 4 + c];
+    if (threadIdx.x < FC_DIM) s_q[threadIdx.x] = queries[(size_t)r * FC_DIM + threadIdx.x];
+    for (uint32_t i = threadIdx.x; i < count; i += ATTEND_THREADS) s_slot[i] = slot[(size_t)r * k + i];
+    __syncthreads();
     const double inv_sqrt_d = 1.0 / sqrt((double)FC_DIM);
-    /* (staging the slots in shared memory and unrolling these loops was
-     * slower, 79 against 59 us per layer-step under ncu: kept simple) */
-    for (uint32_t i = warp; i < count; i += ATTEND_THREADS / 32) {
-        const float4 kv = *(const float4 *)(rows_k + ((size_t)p * union_cap + slot[(size_t)r * k + i]) * FC_DIM + lane * 4);
-        double d = ql[0] * kv.x + ql[1] * kv.y + ql[2] * kv.z + ql[3] * kv.w;
-        for (int off = 16; off > 0; off >>= 1) d += __shfl_xor_sync(0xffffffffu, d, off);
-        if (lane == 0) logit[i] = d * inv_sqrt_d;
-    }
-    __syncthreads();
+    const float *base_k = rows_k + (size_t)p * union_cap * FC_DIM;
     double mx = -INFINITY;
-    for (uint32_t i = threadIdx.x; i < count; i += ATTEND_THREADS) mx = fmax(mx, logit[i]);
-    part[threadIdx.x] = mx;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double m = -INFINITY;
-        for (int i = 0; i < ATTEND_THREADS; i++) m = fmax(m, part[i]);
-        s_max = m;
+    for (uint32_t i = threadIdx.x; i < count; i += ATTEND_THREADS) {
+        const float4 *row = (const float4 *)(base_k + (size_t)s_slot[i] * FC_DIM);
+        double d0 = 0.0, d1 = 0.0;
+#pragma unroll 8
+        for (int c = 0; c < FC_DIM / 4; c++) {
+            const float4 kv = row[c];
+            d0 += (double)s_q[4 * c] * kv.x + (double)s_q[4 * c + 1] * kv.y;
+            d1 += (double)s_q[4 * c + 2] * kv.z + (double)s_q[4 * c + 3] * kv.w;
+        }
+        const double l = (d0 + d1) * inv_sqrt_d;
+        logit[i] = l;
+        mx = fmax(mx, l);
     }
-    __syncthreads();
+    mx = block_reduce(mx, true, s_part);
     double sum = 0.0;
     for (uint32_t i = threadIdx.x; i < count; i += ATTEND_THREADS) {
-        const double e = exp(logit[i] - s_max);
+        const double e = exp(logit[i] - mx);
         logit[i] = e;
         sum += e;
     }
-    part[threadIdx.x] = sum;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double s = 0.0;
-        for (int i = 0; i < ATTEND_THREADS; i++) s += part[i];
-        s_sum = s;
+    sum = block_reduce(sum, false, s_part); /* its barriers also publish logit[] */
+    const uint32_t pair = threadIdx.x % 64, part = threadIdx.x / 64;
+    const uint16_t *base_v = rows_v + (size_t)p * union_cap * FC_DIM + 2 * pair;
+    double a0 = 0.0, a1 = 0.0;
+    uint32_t i = part;
+    for (; i + 3 * ATTEND_SPLIT < count; i += 4 * ATTEND_SPLIT) {
+        uint32_t v[4];
+        double w[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            v[u] = *(const uint32_t *)(base_v + (size_t)s_slot[i + u * ATTEND_SPLIT] * FC_DIM);
+            w[u] = logit[i + u * ATTEND_SPLIT];
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            a0 += w[u] * (double)__uint_as_float(v[u] << 16);
+            a1 += w[u] * (double)__uint_as_float(v[u] & 0xffff0000u);
+        }
     }
-    __syncthreads();
-    /* channel c = tid % 128, a quarter of the rows each; combined in part[] */
-    const uint32_t c = threadIdx.x % FC_DIM, half = threadIdx.x / FC_DIM;
-    double acc = 0.0;
-    for (uint32_t i = half; i < count; i += ATTEND_THREADS / FC_DIM) {
-        const uint16_t v = rows_v[((size_t)p * union_cap + slot[(size_t)r * k + i]) * FC_DIM + c];
-        acc += logit[i] * (double)__uint_as_float((uint32_t)v << 16);
+    for (; i < count; i += ATTEND_SPLIT) {
+        const uint32_t v = *(const uint32_t *)(base_v + (size_t)s_slot[i] * FC_DIM);
+        a0 += logit[i] * (double)__uint_as_float(v << 16);
+        a1 += logit[i] * (double)__uint_as_float(v & 0xffff0000u);
     }
+    s_acc[part][2 * pair] = a0;
+    s_acc[part][2 * pair + 1] = a1;
     __syncthreads();
-    part[threadIdx.x] = acc;
-    __syncthreads();
-    if (half == 0)
-        out[(size_t)r * FC_DIM + c] =
-            (float)(((part[c] + part[c + FC_DIM]) + (part[c + 2 * FC_DIM] + part[c + 3 * FC_DIM])) / s_sum);
+    if (threadIdx.x < FC_DIM) {
+        double t = 0.0;
+        for (int q = 0; q < ATTEND_SPLIT; q++) t += s_acc[q][threadIdx.x];
+        out[(size_t)r * FC_DIM + threadIdx.x] = (float)(t / sum);
+    }
 }
 
 int fc_fetch(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems,

@@ -18,7 +18,13 @@
 
 #define GATHER_THREADS 256
 #define GATHER_CHUNK (64u * 1024u)
-#define GATHER_GRID 1024u /* blocks of the plane gather: ~8 per SM, enough bytes in flight */
+/* Blocks of the gather: 33 blocks of 256 threads with 4 loads in flight
+ * already read mapped host memory at the link's SM-side rate (51.3 GB/s,
+ * bench_host_rows: the same for 33..1024 blocks); 128 leaves most of every
+ * SM to the kernels a pipelined step runs beside the gather (1024 blocks
+ * filled the SMs, so the scan of one chunk waited for the next chunk's
+ * gather to finish). */
+#define GATHER_GRID 128u
 
 /* Copy len bytes; src and dst share their offset modulo 16 when the bases are
  * 16-byte aligned, so a short head and tail bracket a 16-byte body. */
@@ -112,7 +118,7 @@ static __global__ void build_runs_kernel(uint32_t nb, const uint8_t *depths,
 
 int fc_gather(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems,
               const fc_workspace *ws, cudaStream_t stream) {
-    if (cfg->transport == FATHOM_CUDA_RESIDENT) return FATHOM_OK;
+    if (!fc_staged(cfg->transport)) return FATHOM_OK; /* resident or direct: scanned in place */
     const uint32_t nb = fc_blocks_of(cfg->tokens);
     if (cfg->scan == FATHOM_CUDA_SCAN_LANDMARK || cfg->scan == FATHOM_CUDA_SCAN_ORACLE) {
         const int lm = cfg->scan == FATHOM_CUDA_SCAN_LANDMARK;

@@ -274,7 +274,7 @@ static int launch_scan(const fathom_cuda_config *cfg, const fathom_cuda_problem 
                        const fc_workspace *ws, const float *queries, float *scores,
                        cudaStream_t stream) {
     const uint32_t nb = fc_blocks_of(cfg->tokens);
-    const int resident = cfg->transport == FATHOM_CUDA_RESIDENT;
+    const int resident = !fc_staged(cfg->transport); /* read problems[] in place */
     if (cfg->scan == FATHOM_CUDA_SCAN_LANDMARK) {
         const uint64_t rows = (cfg->tokens + FATHOM_LANDMARK_TOKENS - 1) / FATHOM_LANDMARK_TOKENS;
         uint64_t grid = (rows + 255) / 256;

@@ -1,6 +1,7 @@
 /* The public entry points: validation, workspace layout, the step. */
 #include "cuda_internal.cuh"
 
+#include <stdlib.h>
 #include <string.h>
 
 size_t fc_cub_temp_bytes(uint32_t runs);
@@ -30,7 +31,7 @@ static int check_config(const fathom_cuda_config *c) {
     memcpy(&key_rows_v, &c->key_rows, sizeof key_rows_v);
     FATHOM_CHECK_ARG(scan_v >= FATHOM_CUDA_SCAN_WATER_FILL && scan_v <= FATHOM_CUDA_SCAN_NIBBLE4,
                      "unknown scan kind %d", scan_v);
-    FATHOM_CHECK_ARG(transport_v >= FATHOM_CUDA_GATHER_KERNEL && transport_v <= FATHOM_CUDA_RESIDENT,
+    FATHOM_CHECK_ARG(transport_v >= FATHOM_CUDA_GATHER_KERNEL && transport_v <= FATHOM_CUDA_DIRECT,
                      "unknown transport %d", transport_v);
     FATHOM_CHECK_ARG(key_rows_v == FATHOM_CUDA_KEYS_BF16 || key_rows_v == FATHOM_CUDA_KEYS_PLANES,
                      "unknown key rows %d", key_rows_v);
@@ -68,7 +69,7 @@ int fc_workspace_layout(const fathom_cuda_config *cfg, void *base_v, fc_workspac
     uint8_t *base = (uint8_t *)base_v;
     const uint64_t P = cfg->problems, G = cfg->group, n = cfg->tokens, k = cfg->k;
     const uint64_t nb = fc_blocks_of(n), rows = P * G;
-    const bool staged = cfg->transport != FATHOM_CUDA_RESIDENT;
+    const bool staged = fc_staged(cfg->transport);
     const bool dense = cfg->scan == FATHOM_CUDA_SCAN_LANDMARK || cfg->scan == FATHOM_CUDA_SCAN_ORACLE;
     uint64_t words = 0; /* staging per problem, in uint64 */
     if (staged) {
@@ -125,6 +126,95 @@ extern "C" int fathom_cuda_workspace_size(const fathom_cuda_config *config, size
     return FATHOM_OK;
 }
 
+struct fathom_cuda_lanes {
+    uint32_t count;
+    cudaStream_t stream[FATHOM_CUDA_MAX_LANES];
+    cudaEvent_t fork;                         /* the plan is done */
+    cudaEvent_t link[FATHOM_CUDA_MAX_CHUNKS]; /* chunk i's link-bound phase is done */
+    cudaEvent_t done[FATHOM_CUDA_MAX_LANES];  /* a lane's last chunk is done */
+};
+
+extern "C" void fathom_cuda_lanes_destroy(fathom_cuda_lanes *l) {
+    if (!l) return;
+    for (uint32_t i = 0; i < FATHOM_CUDA_MAX_LANES; i++) {
+        if (l->stream[i]) cudaStreamDestroy(l->stream[i]);
+        if (l->done[i]) cudaEventDestroy(l->done[i]);
+    }
+    for (uint32_t i = 0; i < FATHOM_CUDA_MAX_CHUNKS; i++)
+        if (l->link[i]) cudaEventDestroy(l->link[i]);
+    if (l->fork) cudaEventDestroy(l->fork);
+    free(l);
+}
+
+#define LANES_TRY(call)                                                                            \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fathom_cuda_lanes_destroy(l);                                                          \
+            return fathom_fail(FATHOM_ERR_DEVICE, "%s: %s", #call, cudaGetErrorName(e_));          \
+        }                                                                                          \
+    } while (0)
+
+extern "C" int fathom_cuda_lanes_create(uint32_t count, fathom_cuda_lanes **out) {
+    FATHOM_CHECK_ARG(out != NULL, "out is NULL");
+    *out = NULL;
+    FATHOM_CHECK_ARG(count >= 2 && count <= FATHOM_CUDA_MAX_LANES, "lanes %u not in 2..%d", count,
+                     FATHOM_CUDA_MAX_LANES);
+    fathom_cuda_lanes *l = (fathom_cuda_lanes *)calloc(1, sizeof *l);
+    FATHOM_CHECK(l == NULL, FATHOM_ERR_NOMEM, "out of memory");
+    l->count = count;
+    const unsigned ev = cudaEventDisableTiming;
+    for (uint32_t i = 0; i < count; i++) {
+        LANES_TRY(cudaStreamCreateWithFlags(&l->stream[i], cudaStreamNonBlocking));
+        LANES_TRY(cudaEventCreateWithFlags(&l->done[i], ev));
+    }
+    for (uint32_t i = 0; i < FATHOM_CUDA_MAX_CHUNKS; i++) LANES_TRY(cudaEventCreateWithFlags(&l->link[i], ev));
+    LANES_TRY(cudaEventCreateWithFlags(&l->fork, ev));
+    *out = l;
+    return FATHOM_OK;
+}
+
+/* What the phases read and write, with the caller's optional outputs
+ * resolved to the workspace. */
+typedef struct step_io {
+    fathom_cuda_config cfg;
+    const fathom_cuda_problem *problems;
+    const float *queries;
+    float *out, *scores;
+    uint32_t *sel, *sel_count;
+    fc_workspace ws;
+} step_io;
+
+/* The problems [p0, p0 + count) of a step: every per-problem array offset
+ * (each is laid out problem-major), so the phase launchers run unchanged. */
+static step_io view_of(const step_io *all, uint32_t p0, uint32_t count) {
+    step_io v = *all;
+    const uint64_t G = all->cfg.group, n = all->cfg.tokens, k = all->cfg.k, p = p0;
+    const uint64_t nb = fc_blocks_of(n), rows = p * G;
+    fc_workspace *w = &v.ws;
+    v.cfg.problems = count;
+    v.problems += p;
+    v.queries += rows * FC_DIM;
+    v.out += rows * FC_DIM;
+    v.scores += rows * n;
+    v.sel += rows * k;
+    v.sel_count += rows;
+    w->depths += p * FC_DIM;
+    if (w->stage) w->stage += p * w->stage_words;
+    if (w->stage_scales) w->stage_scales += p * FC_DIM * nb;
+    w->hist += rows * FC_HIST_BINS;
+    w->state += rows;
+    w->mid += rows * k;
+    w->cand += rows * FC_CAND_CAP;
+    w->cand_fill += rows;
+    w->slot += rows * k;
+    w->uni += p * G * k;
+    w->uni_count += p;
+    w->rows_k += p * G * k * FC_DIM;
+    w->rows_v += p * G * k * FC_DIM;
+    return v;
+}
+
 static int mark(const fathom_cuda_step_args *a, int phase, cudaStream_t stream) {
     if (a->phase_events) FATHOM_CUDA_TRY(cudaEventRecord(a->phase_events[phase], stream));
     return FATHOM_OK;
@@ -143,36 +233,79 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
                      "water-filling needs variance");
     FATHOM_CHECK_ARG(config->scan != FATHOM_CUDA_SCAN_FIXED || args->fixed_depths != NULL,
                      "a fixed scan needs fixed_depths");
-    fc_workspace ws;
-    FATHOM_TRY(fc_workspace_layout(config, NULL, &ws));
-    FATHOM_CHECK_ARG(args->workspace_bytes >= ws.total, "workspace of %zu bytes, need %zu",
-                     args->workspace_bytes, ws.total);
-    FATHOM_TRY(fc_workspace_layout(config, args->workspace, &ws));
-    float *scores = args->scores ? args->scores : ws.scores;
-    uint32_t *sel = args->selected ? args->selected : ws.sel;
-    uint32_t *sel_count = args->selected_count ? args->selected_count : ws.sel_count;
+    const fathom_cuda_lanes *lanes = args->lanes;
+    FATHOM_CHECK_ARG(!lanes || !args->phase_events, "phase events time a one-stream step, not lanes");
+    FATHOM_CHECK_ARG(!lanes || config->transport != FATHOM_CUDA_GATHER_CUB,
+                     "lanes need the kernel, resident or direct transport (the CUB transport's "
+                     "temporary storage is one for the step)");
+    FATHOM_CHECK_ARG(!lanes || (lanes->count >= 2 && lanes->count <= FATHOM_CUDA_MAX_LANES),
+                     "lanes object is not one fathom_cuda_lanes_create made");
+    step_io io;
+    FATHOM_TRY(fc_workspace_layout(config, NULL, &io.ws));
+    FATHOM_CHECK_ARG(args->workspace_bytes >= io.ws.total, "workspace of %zu bytes, need %zu",
+                     args->workspace_bytes, io.ws.total);
+    FATHOM_TRY(fc_workspace_layout(config, args->workspace, &io.ws));
+    io.cfg = *config;
+    io.problems = args->problems;
+    io.queries = args->queries;
+    io.out = args->out;
+    io.scores = args->scores ? args->scores : io.ws.scores;
+    io.sel = args->selected ? args->selected : io.ws.sel;
+    io.sel_count = args->selected_count ? args->selected_count : io.ws.sel_count;
     const bool planes = fc_uses_depths(config->scan);
+    const bool staged = fc_staged(config->transport);
 
     FATHOM_TRY(mark(args, 0, stream));
     if (planes)
-        FATHOM_TRY(fc_plan(config, args->queries, args->variance, args->fixed_depths, ws.depths,
+        FATHOM_TRY(fc_plan(config, args->queries, args->variance, args->fixed_depths, io.ws.depths,
                            stream));
     FATHOM_TRY(mark(args, 1, stream));
-    FATHOM_TRY(fc_gather(config, args->problems, &ws, stream));
-    FATHOM_TRY(mark(args, 2, stream));
-    FATHOM_TRY(fc_scan(config, args->problems, &ws, args->queries, scores, stream));
-    FATHOM_TRY(mark(args, 3, stream));
-    FATHOM_TRY(fc_topk(config, &ws, scores, sel, sel_count, stream));
-    FATHOM_TRY(mark(args, 4, stream));
-    FATHOM_TRY(fc_fetch(config, args->problems, &ws, stream));
-    FATHOM_TRY(mark(args, 5, stream));
-    FATHOM_TRY(fc_attend(config, &ws, args->queries, sel_count, args->out, stream));
-    FATHOM_TRY(mark(args, 6, stream));
+    if (!lanes || config->problems == 1) {
+        FATHOM_TRY(fc_gather(config, io.problems, &io.ws, stream));
+        FATHOM_TRY(mark(args, 2, stream));
+        FATHOM_TRY(fc_scan(config, io.problems, &io.ws, io.queries, io.scores, stream));
+        FATHOM_TRY(mark(args, 3, stream));
+        FATHOM_TRY(fc_topk(config, &io.ws, io.scores, io.sel, io.sel_count, stream));
+        FATHOM_TRY(mark(args, 4, stream));
+        FATHOM_TRY(fc_fetch(config, io.problems, &io.ws, stream));
+        FATHOM_TRY(mark(args, 5, stream));
+        FATHOM_TRY(fc_attend(config, &io.ws, io.queries, io.sel_count, io.out, stream));
+        FATHOM_TRY(mark(args, 6, stream));
+    } else {
+        /* The pipeline: chunk i's link-bound phase (gather, or the scan
+         * itself when nothing is staged) waits for chunk i-1's, so the
+         * chunks cross the link one after another at its full rate instead
+         * of all together, and chunk i's scan, top-k, fetch and attention
+         * overlap chunk i+1's transfer. */
+        const uint32_t P = config->problems;
+        const uint32_t per = (P + FATHOM_CUDA_MAX_CHUNKS - 1) / FATHOM_CUDA_MAX_CHUNKS;
+        const uint32_t chunks = (P + per - 1) / per;
+        FATHOM_CUDA_TRY(cudaEventRecord(lanes->fork, stream));
+        for (uint32_t i = 0; i < chunks; i++) {
+            cudaStream_t s = lanes->stream[i % lanes->count];
+            const uint32_t p0 = i * per, count = P - p0 < per ? P - p0 : per;
+            const step_io v = view_of(&io, p0, count);
+            if (i < lanes->count) FATHOM_CUDA_TRY(cudaStreamWaitEvent(s, lanes->fork, 0));
+            if (i > 0) FATHOM_CUDA_TRY(cudaStreamWaitEvent(s, lanes->link[i - 1], 0));
+            FATHOM_TRY(fc_gather(&v.cfg, v.problems, &v.ws, s));
+            if (!staged) FATHOM_TRY(fc_scan(&v.cfg, v.problems, &v.ws, v.queries, v.scores, s));
+            FATHOM_CUDA_TRY(cudaEventRecord(lanes->link[i], s));
+            if (staged) FATHOM_TRY(fc_scan(&v.cfg, v.problems, &v.ws, v.queries, v.scores, s));
+            FATHOM_TRY(fc_topk(&v.cfg, &v.ws, v.scores, v.sel, v.sel_count, s));
+            FATHOM_TRY(fc_fetch(&v.cfg, v.problems, &v.ws, s));
+            FATHOM_TRY(fc_attend(&v.cfg, &v.ws, v.queries, v.sel_count, v.out, s));
+        }
+        const uint32_t used = chunks < lanes->count ? chunks : lanes->count;
+        for (uint32_t l = 0; l < used; l++) {
+            FATHOM_CUDA_TRY(cudaEventRecord(lanes->done[l], lanes->stream[l]));
+            FATHOM_CUDA_TRY(cudaStreamWaitEvent(stream, lanes->done[l], 0));
+        }
+    }
     if (args->depths && planes)
-        FATHOM_CUDA_TRY(cudaMemcpyAsync(args->depths, ws.depths, (size_t)config->problems * FC_DIM,
+        FATHOM_CUDA_TRY(cudaMemcpyAsync(args->depths, io.ws.depths, (size_t)config->problems * FC_DIM,
                                         cudaMemcpyDeviceToDevice, stream));
     if (args->union_count)
-        FATHOM_CUDA_TRY(cudaMemcpyAsync(args->union_count, ws.uni_count,
+        FATHOM_CUDA_TRY(cudaMemcpyAsync(args->union_count, io.ws.uni_count,
                                         (size_t)config->problems * sizeof(uint32_t),
                                         cudaMemcpyDeviceToDevice, stream));
     return FATHOM_OK;

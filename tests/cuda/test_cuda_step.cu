@@ -121,6 +121,7 @@ typedef struct test_case {
     fathom_cuda_key_rows key_rows;
     int zero_queries; /* every score ties: the tie rule and the overflow path */
     uint32_t row_stride; /* 2*DIM: K and V interleaved per token */
+    uint32_t lanes;      /* >= 2: a pipelined step over that many streams */
 } test_case;
 
 typedef struct host_problem {
@@ -257,9 +258,15 @@ static void run_case(const test_case *tc) {
     args.union_count = (uint32_t *)d_uni;
     args.workspace = ws;
     args.workspace_bytes = ws_bytes;
+    fathom_cuda_lanes *lanes = NULL;
+    if (tc->lanes) {
+        CHECK_OK(fathom_cuda_lanes_create(tc->lanes, &lanes));
+        args.lanes = lanes;
+    }
     CHECK_OK(fathom_cuda_step(&cfg, &args, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
     CUDA_OK(cudaGetLastError());
+    fathom_cuda_lanes_destroy(lanes);
 
     float *out = (float *)malloc((size_t)rows * DIM * 4);
     uint32_t *sel = (uint32_t *)malloc((size_t)rows * tc->k * 4);
@@ -520,6 +527,22 @@ static void check_bad_arguments(void) {
     c = good;
     c.scan = FATHOM_CUDA_SCAN_FIXED;
     CHECK_STATUS(fathom_cuda_step(&c, &a, 0), FATHOM_ERR_INVALID_ARG); /* no fixed_depths */
+    /* lanes: not with the CUB transport, not with phase events; 2..8 streams */
+    b = a;
+    b.lanes = (const fathom_cuda_lanes *)dummy;
+    c = good;
+    c.transport = FATHOM_CUDA_GATHER_CUB;
+    CHECK_STATUS(fathom_cuda_step(&c, &b, 0), FATHOM_ERR_INVALID_ARG);
+    cudaEvent_t no_events[FATHOM_CUDA_PHASES + 1];
+    b.phase_events = no_events;
+    CHECK_STATUS(fathom_cuda_step(&good, &b, 0), FATHOM_ERR_INVALID_ARG);
+    fathom_cuda_lanes *l = (fathom_cuda_lanes *)dummy;
+    CHECK_STATUS(fathom_cuda_lanes_create(1, &l), FATHOM_ERR_INVALID_ARG);
+    CHECK(l == NULL);
+    CHECK_STATUS(fathom_cuda_lanes_create(FATHOM_CUDA_MAX_LANES + 1, &l), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_cuda_lanes_create(2, NULL), FATHOM_ERR_INVALID_ARG);
+    fathom_cuda_lanes_destroy(NULL);
+    BAD(transport, (fathom_cuda_transport)4, FATHOM_ERR_INVALID_ARG);
     uint8_t d[DIM] = {0};
     d[0] = 4;
     d[5] = 1;
@@ -536,37 +559,52 @@ int main(void) {
     }
     const test_case cases[] = {
         {"water-fill B=48, kernel, n=5000", 5000, 3, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
         {"water-fill B=20, cub, n=1000 g=3", 1000, 2, 3, 64, 4, 8, FATHOM_CUDA_SCAN_WATER_FILL, 20,
-         FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 0, 0},
+         FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
         {"water-fill B=300, resident, planes", 3001, 2, 4, 128, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL,
-         300, FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_PLANES, 0, 0},
+         300, FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_PLANES, 0, 0, 0},
         {"top-channels r=16, kernel, n=4099", 4099, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_TOP_CHANNELS,
-         16, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_PLANES, 0, 0},
+         16, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_PLANES, 0, 0, 0},
         {"fixed random depths, cub, n=700", 700, 2, 2, 100, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
-         FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 0, 0},
+         FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
         {"landmark, kernel, n=2047", 2047, 2, 4, 256, 4, 32, FATHOM_CUDA_SCAN_LANDMARK, 0,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
         {"oracle, resident, n=3000", 3000, 1, 4, 512, 4, 32, FATHOM_CUDA_SCAN_ORACLE, 0,
-         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0},
+         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
         {"oracle, kernel, n=1500 g=1", 1500, 2, 1, 64, 0, 0, FATHOM_CUDA_SCAN_ORACLE, 0,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
         {"n <= k (everything kept)", 300, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
         {"k = sink + local", 2000, 1, 4, 36, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
         {"K/V interleaved rows (stride 256)", 4100, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 0},
         {"nibble4 (the full4 codes), kernel", 3001, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_NIBBLE4, 0,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
         {"nibble4, resident, g=8", 1000, 1, 8, 256, 4, 32, FATHOM_CUDA_SCAN_NIBBLE4, 0,
-         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0},
+         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
         {"water-fill B=64, g=8 (8-token lanes)", 2100, 1, 8, 256, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 64,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
         {"all scores tie (overflow path)", 9000, 1, 4, 512, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 1, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 1, 0, 0},
         {"all scores tie, fits the buffer", 3000, 1, 2, 512, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
-         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 1, 0},
+         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 1, 0, 0},
+        /* pipelined steps (lanes) and scans of host memory in place (direct) */
+        {"lanes 3, water-fill B=48, P=5", 5000, 5, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 3},
+        {"lanes 4, P=20 (chunks of 2 heads)", 700, 20, 4, 64, 4, 8, FATHOM_CUDA_SCAN_FIXED, 0,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 4},
+        {"direct, water-fill B=48, lanes 2", 4099, 3, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
+         FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 2},
+        {"direct, top-channels r=16, planes", 3001, 2, 4, 256, 4, 32, FATHOM_CUDA_SCAN_TOP_CHANNELS,
+         16, FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_PLANES, 0, 0, 0},
+        {"direct, landmark, lanes 2", 2047, 3, 4, 256, 4, 32, FATHOM_CUDA_SCAN_LANDMARK, 0,
+         FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_BF16, 0, 0, 2},
+        {"direct, oracle, lanes 2", 1500, 2, 4, 128, 4, 32, FATHOM_CUDA_SCAN_ORACLE, 0,
+         FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_BF16, 0, 0, 2},
+        {"resident, lanes 2, nibble4", 1000, 3, 4, 256, 4, 32, FATHOM_CUDA_SCAN_NIBBLE4, 0,
+         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0, 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     return check_summary("test_cuda_step");
