@@ -124,7 +124,7 @@ typedef struct fathom_cuda_step_args {
                                   FATHOM_CUDA_MAX_CHUNKS chunks) the link-bound phase (the
                                   gather, or the scan itself with DIRECT) runs in order, one
                                   chunk at a time, while earlier chunks scan, select, fetch and
-                                  attend on the other lanes. The link stays busy, and only one
+                                  attend on the lanes. The link stays busy, and only one
                                   head's K/V rows are being fetched at any moment (scattered
                                   rows over a few GiB of host memory read at half the link
                                   rate, over < 1 GiB near the full rate: bench/RESULTS.md).
@@ -136,16 +136,30 @@ typedef struct fathom_cuda_step_args {
 #define FATHOM_CUDA_MAX_LANES 8   /* streams of a lanes object */
 #define FATHOM_CUDA_MAX_CHUNKS 16 /* pipeline chunks of a step (ceil(problems/16) heads each) */
 
-/* Side streams and events for pipelined steps; create once, pass in
- * fathom_cuda_step_args.lanes. `count` (2..FATHOM_CUDA_MAX_LANES) chunks can
- * be in flight at once; 4 is plenty for one session's 8 KV heads. Streams
- * are created on the current device, non-blocking. Steps that share a lanes
- * object must be enqueued from one host thread at a time (like a cuBLAS
- * handle). Graph capture works: the lanes fork from and join back into the
- * capturing stream. */
+/* Streams and events for pipelined steps; create once, pass in
+ * fathom_cuda_step_args.lanes. One high-priority link stream carries the
+ * link-bound phases of the chunks in order; `count` (1..FATHOM_CUDA_MAX_LANES)
+ * lanes run the rest, so up to `count` chunks are scanned, selected, fetched
+ * and attended at once (2-4 is plenty for one session's 8 KV heads).
+ * Streams are created on the current device, non-blocking. Steps that share
+ * a lanes object must be enqueued from one host thread at a time (like a
+ * cuBLAS handle). Graph capture works: the lanes fork from and join back
+ * into the capturing stream. */
 typedef struct fathom_cuda_lanes fathom_cuda_lanes;
 int fathom_cuda_lanes_create(uint32_t count, fathom_cuda_lanes **out);
 void fathom_cuda_lanes_destroy(fathom_cuda_lanes *lanes); /* NULL is a no-op */
+
+/* A timeline of pipelined steps, for finding where a step's time goes:
+ * with stamps (device memory, steps * FATHOM_CUDA_TRACE_SLOTS uint64) set,
+ * each following pipelined step enqueued (or captured) with these lanes
+ * writes %globaltimer nanoseconds into the next FATHOM_CUDA_TRACE_SLOTS
+ * slots, until `steps` steps are traced: slot 0 after the plan, 1 at the
+ * end; chunk c at 2 + 6c + {0 link phase starts, 1 link phase ends, 2 the
+ * chunk's lane starts, 3 top-k ends, 4 fetch ends, 5 attention ends}.
+ * Each stamp is a one-thread kernel, so a traced step runs a little slower.
+ * NULL, 0 turns tracing off. */
+#define FATHOM_CUDA_TRACE_SLOTS (2 + 6 * FATHOM_CUDA_MAX_CHUNKS)
+int fathom_cuda_lanes_trace(fathom_cuda_lanes *lanes, uint64_t *stamps, uint32_t steps);
 
 /* Bytes of workspace a step with this config needs. */
 int fathom_cuda_workspace_size(const fathom_cuda_config *config, size_t *bytes);

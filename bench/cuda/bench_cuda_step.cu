@@ -228,6 +228,8 @@ typedef struct bench_ctx {
     fathom_cuda_problem *d_probs; /* [layers][P] */
     cudaEvent_t *ev;              /* [layers][PHASES+1] */
     fathom_cuda_lanes *lanes;     /* NULL: no pipelined graphs */
+    uint64_t *d_trace;            /* [layers][FATHOM_CUDA_TRACE_SLOTS] */
+    int trace_next;               /* trace the next run_config's pipelined graph */
 } bench_ctx;
 
 static void make_fixed(const method_spec *m, const float *var, uint32_t count, uint8_t *fixed) {
@@ -348,6 +350,50 @@ static run_result run_config(bench_ctx *b, const method_spec *m, uint64_t n, uin
     if (transport == FATHOM_CUDA_RESIDENT) r.scan_bytes = r.scan_bytes; /* read from HBM, not the link */
     /* graph of the whole step on one stream, then pipelined over the lanes */
     r.step_ms = time_graph(b, &cfg, args.data(), NULL, graph_reps, NULL);
+    if (b->trace_next && b->lanes) {
+        /* one traced replay of the pipelined graph: where a layer's time goes */
+        b->trace_next = 0;
+        CK(cudaMemset(b->d_trace, 0, (size_t)L * FATHOM_CUDA_TRACE_SLOTS * 8));
+        FK(fathom_cuda_lanes_trace(b->lanes, b->d_trace, L));
+        const float traced = time_graph(b, &cfg, args.data(), b->lanes, 1, NULL);
+        FK(fathom_cuda_lanes_trace(b->lanes, NULL, 0));
+        std::vector<uint64_t> t((size_t)L * FATHOM_CUDA_TRACE_SLOTS);
+        CK(cudaMemcpy(t.data(), b->d_trace, t.size() * 8, cudaMemcpyDeviceToHost));
+        const uint32_t per = (P + FATHOM_CUDA_MAX_CHUNKS - 1) / FATHOM_CUDA_MAX_CHUNKS, chunks = (P + per - 1) / per;
+        double layer = 0, lead = 0, busy = 0, gaps = 0, tail = 0, chain = 0, wait = 0, between = 0;
+        double sel = 0, fetch = 0, att = 0, last_sel = 0, last_fetch = 0, last_att = 0;
+        for (uint32_t l = 0; l < L; l++) {
+            const uint64_t *x = t.data() + (size_t)l * FATHOM_CUDA_TRACE_SLOTS;
+            const uint64_t *c0 = x + 2, *cl = x + 2 + 6 * (chunks - 1);
+            layer += x[1] - x[0];
+            lead += c0[0] - x[0];
+            tail += x[1] - cl[1];
+            for (uint32_t c = 0; c < chunks; c++) {
+                const uint64_t *e = x + 2 + 6 * c;
+                busy += e[1] - e[0];
+                if (c) gaps += e[0] - e[-6 + 1];
+                chain += e[5] - e[2];
+                wait += e[2] - e[1];
+                sel += e[3] - e[2];
+                fetch += e[4] - e[3];
+                att += e[5] - e[4];
+                if (c + 1 == chunks) {
+                    last_sel += e[3] - e[2];
+                    last_fetch += e[4] - e[3];
+                    last_att += e[5] - e[4];
+                }
+            }
+            if (l + 1 < L) between += x[FATHOM_CUDA_TRACE_SLOTS] - x[1];
+        }
+        const double us = 1e-3 / L;
+        printf("   timeline (traced replay %.2f ms, per layer, us): layer %.0f = lead %.0f + link phases %.0f "
+               "+ link gaps %.0f + tail %.0f; chunk chain %.0f (lane start after its bytes %.0f); "
+               "between layers (plan) %.0f\n"
+               "   chunk chain = scan (if staged) + top-k %.0f, fetch %.0f, attention %.0f; last chunk %.0f, %.0f, %.0f\n",
+               traced, layer * us, lead * us, busy * us, gaps * us, tail * us, chain * us / chunks,
+               wait * us / chunks, L > 1 ? between * 1e-3 / (L - 1) : 0.0, sel * us / chunks, fetch * us / chunks,
+               att * us / chunks, last_sel * us, last_fetch * us, last_att * us);
+    }
     r.lanes_ms = 0;
     r.wall_ms = 0;
     if (b->lanes && transport != FATHOM_CUDA_GATHER_CUB) {
@@ -470,7 +516,7 @@ int main(int argc, char **argv) {
     double planes_gib = 40, lm_gib = 16, kv_gib = 8;
     uint64_t oracle_max = 1ull << 20;
     int extras = 1;
-    uint32_t lane_count = 4;
+    uint32_t lane_count = 3;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
         else if (!strcmp(argv[i], "--contexts") && i + 1 < argc) contexts = parse_list_u64(argv[++i]);
@@ -486,7 +532,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--lanes") && i + 1 < argc) lane_count = (uint32_t)atoi(argv[++i]);
         else { fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
     }
-    if (lane_count == 1 || lane_count > FATHOM_CUDA_MAX_LANES) { fprintf(stderr, "--lanes 0 or 2..%d\n", FATHOM_CUDA_MAX_LANES); return 2; }
+    if (lane_count > FATHOM_CUDA_MAX_LANES) { fprintf(stderr, "--lanes 0..%d\n", FATHOM_CUDA_MAX_LANES); return 2; }
     if (!fathom_cuda_device_present()) { printf("bench_cuda_step: %s\n", fathom_last_error()); return 77; }
     std::vector<method_spec> methods;
     {
@@ -536,6 +582,7 @@ int main(int argc, char **argv) {
     b.layers = layers;
     b.reps = reps;
     if (lane_count) FK(fathom_cuda_lanes_create(lane_count, &b.lanes));
+    CK(cudaMalloc(&b.d_trace, (size_t)layers * FATHOM_CUDA_TRACE_SLOTS * 8));
     CK(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking));
     /* link rate, same run: 1 GiB pinned host -> device */
     const uint64_t link_bytes = std::min<uint64_t>(1ull << 30, a.planes_cap);
@@ -660,6 +707,7 @@ int main(int argc, char **argv) {
                 const uint32_t stride = sep ? 0 : 2 * DIM;
                 for (fathom_cuda_transport tr : {FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_DIRECT}) {
                     CK(cudaMemset(b.d_out, 0xff, (size_t)layers * P * GROUP * DIM * 4));
+                    b.trace_next = &m == &methods[0] && n == n_max;
                     run_result r = run_config(&b, &m, n, P, tr, FATHOM_CUDA_KEYS_BF16, r_reps, stride);
                     report("step", m, n, N, tr == FATHOM_CUDA_DIRECT ? "direct" : "kernel", sep ? "sep" : "kv",
                            r, sep ? hs : h, needed);

@@ -28,6 +28,7 @@ extern "C" {
 #define FC_HIST_BITS 11 /* first radix digit: sign + exponent + 2 mantissa bits */
 #define FC_HIST_BINS (1u << FC_HIST_BITS)
 #define FC_CAND_CAP 4096 /* candidates the final select holds in shared memory */
+#define FC_COUNTERS 3    /* per query head: blocks done in histogram levels 0, 1 and compact */
 
 /* Per query-head state of the radix select. */
 typedef struct fc_select_state {
@@ -50,6 +51,8 @@ typedef struct fc_workspace {
     size_t cub_temp_bytes;
     float *scores;         /* [P][G][n] */
     uint32_t *hist;        /* [P*G][FC_HIST_BINS] */
+    uint32_t *counters;    /* [P*G][FC_COUNTERS] blocks finished: histogram levels 0, 1, compact */
+    size_t zero_bytes;     /* hist .. cand_fill, zeroed at the start of a step */
     fc_select_state *state;/* [P*G] */
     uint32_t *mid;         /* [P*G][k] middle winners, unsorted */
     uint64_t *cand;        /* [P*G][FC_CAND_CAP] */

@@ -58,23 +58,33 @@ scan_lane(float (&acc)[scan_shape<G>::TOK][G], uint32_t c0, uint32_t c1, const u
     for (int i = 0; i < TOK; i++)
 #pragma unroll
         for (int h = 0; h < G; h++) acc[i][h] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < TOK; i++)
-#pragma unroll
-        for (int h = 0; h < G; h++) acc[i][h] = 0.0f;
-    for (uint32_t c = c0; c < c1; c++) {
+    /* the next channel's words and scale are loaded before this channel is
+     * decoded, so their latency hides behind its arithmetic (one dependent
+     * load round trip per channel made the scan latency-bound) */
+    uint64_t next[FATHOM_PLANES];
+    uint16_t next_scale = 0;
+    auto load = [&](uint32_t c) {
         const uint32_t j = s_chan[c], t = s_t[c];
-        const uint64_t *w = planes + (size_t)j * FATHOM_PLANES * nb + b;
-        uint64_t word[FATHOM_PLANES];
         if (NIBBLE) {
             /* [j][nb][4]: this lane's TOK codes are already nibbles */
-            word[0] = planes[((size_t)j * nb + b) * 4 + shift / 16];
+            next[0] = planes[((size_t)j * nb + b) * 4 + shift / 16];
         } else {
+            const uint64_t *w = planes + (size_t)j * FATHOM_PLANES * nb + b;
 #pragma unroll
-            for (int pl = 0; pl < FATHOM_PLANES; pl++) word[pl] = pl < (int)t ? w[(size_t)pl * nb] : 0;
+            for (int pl = 0; pl < FATHOM_PLANES; pl++) next[pl] = pl < (int)t ? w[(size_t)pl * nb] : 0;
         }
+        next_scale = scales[(size_t)j * nb + b];
+    };
+    if (c0 < c1) load(c0);
+    for (uint32_t c = c0; c < c1; c++) {
+        const uint32_t t = s_t[c];
+        uint64_t word[FATHOM_PLANES];
+#pragma unroll
+        for (int pl = 0; pl < FATHOM_PLANES; pl++) word[pl] = next[pl];
+        const uint16_t scale = next_scale;
+        if (c + 1 < c1) load(c + 1);
         const float unit = __int_as_float((127 + 1 - (int)t) << 23);         /* 2^-(t-1) */
-        const float a = __half2float(__ushort_as_half(scales[(size_t)j * nb + b])) * unit;
+        const float a = __half2float(__ushort_as_half(scale)) * unit;
         const float sub = 4194304.0f + (float)(1u << (t - 1));              /* 2^22 + 2^(t-1) */
         uint32_t nib[WORDS];
 #pragma unroll

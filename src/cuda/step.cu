@@ -101,11 +101,14 @@ int fc_workspace_layout(const fathom_cuda_config *cfg, void *base_v, fc_workspac
     }
     FATHOM_TRY(carve(base, &off, ws->cub_temp_bytes, 1, &ws->cub_temp));
     FATHOM_TRY(carve(base, &off, rows * n, 4, (void **)&ws->scores));
+    /* hist, counters and cand_fill are adjacent: one memset per step zeroes them */
     FATHOM_TRY(carve(base, &off, rows * FC_HIST_BINS, 4, (void **)&ws->hist));
+    FATHOM_TRY(carve(base, &off, rows * FC_COUNTERS, 4, (void **)&ws->counters));
+    FATHOM_TRY(carve(base, &off, rows, 4, (void **)&ws->cand_fill));
+    ws->zero_bytes = (size_t)((uint8_t *)(ws->cand_fill + rows) - (uint8_t *)ws->hist);
     FATHOM_TRY(carve(base, &off, rows, sizeof(fc_select_state), (void **)&ws->state));
     FATHOM_TRY(carve(base, &off, rows * k, 4, (void **)&ws->mid));
     FATHOM_TRY(carve(base, &off, rows * FC_CAND_CAP, 8, (void **)&ws->cand));
-    FATHOM_TRY(carve(base, &off, rows, 4, (void **)&ws->cand_fill));
     FATHOM_TRY(carve(base, &off, rows * k, 4, (void **)&ws->sel));
     FATHOM_TRY(carve(base, &off, rows, 4, (void **)&ws->sel_count));
     FATHOM_TRY(carve(base, &off, rows * k, 2, (void **)&ws->slot));
@@ -128,21 +131,27 @@ extern "C" int fathom_cuda_workspace_size(const fathom_cuda_config *config, size
 
 struct fathom_cuda_lanes {
     uint32_t count;
-    cudaStream_t stream[FATHOM_CUDA_MAX_LANES];
-    cudaEvent_t fork;                         /* the plan is done */
-    cudaEvent_t link[FATHOM_CUDA_MAX_CHUNKS]; /* chunk i's link-bound phase is done */
-    cudaEvent_t done[FATHOM_CUDA_MAX_LANES];  /* a lane's last chunk is done */
+    cudaStream_t link;                         /* link-bound phases, chunk after chunk; high priority */
+    cudaStream_t stream[FATHOM_CUDA_MAX_LANES]; /* the rest of each chunk */
+    cudaEvent_t fork;                          /* the plan is done */
+    cudaEvent_t moved[FATHOM_CUDA_MAX_CHUNKS]; /* chunk i's link-bound phase is done */
+    cudaEvent_t link_done;
+    cudaEvent_t done[FATHOM_CUDA_MAX_LANES];   /* a lane's last chunk is done */
+    uint64_t *trace;                           /* device timestamps, or NULL */
+    uint32_t trace_cap, trace_next;            /* in steps of FATHOM_CUDA_TRACE_SLOTS */
 };
 
 extern "C" void fathom_cuda_lanes_destroy(fathom_cuda_lanes *l) {
     if (!l) return;
+    if (l->link) cudaStreamDestroy(l->link);
     for (uint32_t i = 0; i < FATHOM_CUDA_MAX_LANES; i++) {
         if (l->stream[i]) cudaStreamDestroy(l->stream[i]);
         if (l->done[i]) cudaEventDestroy(l->done[i]);
     }
     for (uint32_t i = 0; i < FATHOM_CUDA_MAX_CHUNKS; i++)
-        if (l->link[i]) cudaEventDestroy(l->link[i]);
+        if (l->moved[i]) cudaEventDestroy(l->moved[i]);
     if (l->fork) cudaEventDestroy(l->fork);
+    if (l->link_done) cudaEventDestroy(l->link_done);
     free(l);
 }
 
@@ -158,19 +167,48 @@ extern "C" void fathom_cuda_lanes_destroy(fathom_cuda_lanes *l) {
 extern "C" int fathom_cuda_lanes_create(uint32_t count, fathom_cuda_lanes **out) {
     FATHOM_CHECK_ARG(out != NULL, "out is NULL");
     *out = NULL;
-    FATHOM_CHECK_ARG(count >= 2 && count <= FATHOM_CUDA_MAX_LANES, "lanes %u not in 2..%d", count,
+    FATHOM_CHECK_ARG(count >= 1 && count <= FATHOM_CUDA_MAX_LANES, "lanes %u not in 1..%d", count,
                      FATHOM_CUDA_MAX_LANES);
     fathom_cuda_lanes *l = (fathom_cuda_lanes *)calloc(1, sizeof *l);
     FATHOM_CHECK(l == NULL, FATHOM_ERR_NOMEM, "out of memory");
     l->count = count;
+    /* the link stream gets the highest priority: when a chunk's scan and the
+     * next chunk's gather become ready together, the gather's blocks go first
+     * and the link never waits for SMs */
+    int least = 0, greatest = 0;
+    LANES_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    LANES_TRY(cudaStreamCreateWithPriority(&l->link, cudaStreamNonBlocking, greatest));
     const unsigned ev = cudaEventDisableTiming;
     for (uint32_t i = 0; i < count; i++) {
-        LANES_TRY(cudaStreamCreateWithFlags(&l->stream[i], cudaStreamNonBlocking));
+        LANES_TRY(cudaStreamCreateWithPriority(&l->stream[i], cudaStreamNonBlocking, least));
         LANES_TRY(cudaEventCreateWithFlags(&l->done[i], ev));
     }
-    for (uint32_t i = 0; i < FATHOM_CUDA_MAX_CHUNKS; i++) LANES_TRY(cudaEventCreateWithFlags(&l->link[i], ev));
+    for (uint32_t i = 0; i < FATHOM_CUDA_MAX_CHUNKS; i++) LANES_TRY(cudaEventCreateWithFlags(&l->moved[i], ev));
     LANES_TRY(cudaEventCreateWithFlags(&l->fork, ev));
+    LANES_TRY(cudaEventCreateWithFlags(&l->link_done, ev));
     *out = l;
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_lanes_trace(fathom_cuda_lanes *l, uint64_t *stamps, uint32_t steps) {
+    FATHOM_CHECK_ARG(l != NULL, "lanes is NULL");
+    FATHOM_CHECK_ARG((stamps == NULL) == (steps == 0), "stamps and steps: both or neither");
+    l->trace = stamps;
+    l->trace_cap = steps;
+    l->trace_next = 0;
+    return FATHOM_OK;
+}
+
+static __global__ void stamp_kernel(uint64_t *at) {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    *at = t;
+}
+
+static int stamp(uint64_t *trace, uint32_t slot, cudaStream_t s) {
+    if (!trace) return FATHOM_OK;
+    stamp_kernel<<<1, 1, 0, s>>>(trace + slot);
+    FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
 }
 
@@ -203,6 +241,7 @@ static step_io view_of(const step_io *all, uint32_t p0, uint32_t count) {
     if (w->stage) w->stage += p * w->stage_words;
     if (w->stage_scales) w->stage_scales += p * FC_DIM * nb;
     w->hist += rows * FC_HIST_BINS;
+    w->counters += rows * FC_COUNTERS;
     w->state += rows;
     w->mid += rows * k;
     w->cand += rows * FC_CAND_CAP;
@@ -238,7 +277,7 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
     FATHOM_CHECK_ARG(!lanes || config->transport != FATHOM_CUDA_GATHER_CUB,
                      "lanes need the kernel, resident or direct transport (the CUB transport's "
                      "temporary storage is one for the step)");
-    FATHOM_CHECK_ARG(!lanes || (lanes->count >= 2 && lanes->count <= FATHOM_CUDA_MAX_LANES),
+    FATHOM_CHECK_ARG(!lanes || (lanes->count >= 1 && lanes->count <= FATHOM_CUDA_MAX_LANES),
                      "lanes object is not one fathom_cuda_lanes_create made");
     step_io io;
     FATHOM_TRY(fc_workspace_layout(config, NULL, &io.ws));
@@ -259,6 +298,11 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
     if (planes)
         FATHOM_TRY(fc_plan(config, args->queries, args->variance, args->fixed_depths, io.ws.depths,
                            stream));
+    /* the top-k's histograms and counters start at zero (its kernels leave
+     * them so for the next level, not for the next step: the workspace may
+     * have served another config since) */
+    if (io.ws.hist)
+        FATHOM_CUDA_TRY(cudaMemsetAsync(io.ws.hist, 0, io.ws.zero_bytes, stream));
     FATHOM_TRY(mark(args, 1, stream));
     if (!lanes || config->problems == 1) {
         FATHOM_TRY(fc_gather(config, io.problems, &io.ws, stream));
@@ -272,34 +316,54 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
         FATHOM_TRY(fc_attend(config, &io.ws, io.queries, io.sel_count, io.out, stream));
         FATHOM_TRY(mark(args, 6, stream));
     } else {
-        /* The pipeline: chunk i's link-bound phase (gather, or the scan
-         * itself when nothing is staged) waits for chunk i-1's, so the
-         * chunks cross the link one after another at its full rate instead
-         * of all together, and chunk i's scan, top-k, fetch and attention
-         * overlap chunk i+1's transfer. */
+        /* The pipeline: the link-bound phase of every chunk (the gather, or
+         * the scan itself when nothing is staged) runs on the link stream,
+         * chunk after chunk, so the chunks cross the link one after another
+         * at its full rate instead of all together; chunk i's scan, top-k,
+         * fetch and attention run on lane i % count as soon as its bytes
+         * are in, beside chunk i+1's transfer. */
         const uint32_t P = config->problems;
         const uint32_t per = (P + FATHOM_CUDA_MAX_CHUNKS - 1) / FATHOM_CUDA_MAX_CHUNKS;
         const uint32_t chunks = (P + per - 1) / per;
-        FATHOM_CUDA_TRY(cudaEventRecord(lanes->fork, stream));
+        fathom_cuda_lanes *L = (fathom_cuda_lanes *)lanes; /* the trace cursor moves */
+        uint64_t *tr = NULL;
+        if (L->trace && L->trace_next < L->trace_cap)
+            tr = L->trace + (size_t)L->trace_next++ * FATHOM_CUDA_TRACE_SLOTS;
+        FATHOM_TRY(stamp(tr, 0, stream));
+        FATHOM_CUDA_TRY(cudaEventRecord(L->fork, stream));
+        FATHOM_CUDA_TRY(cudaStreamWaitEvent(L->link, L->fork, 0));
         for (uint32_t i = 0; i < chunks; i++) {
-            cudaStream_t s = lanes->stream[i % lanes->count];
             const uint32_t p0 = i * per, count = P - p0 < per ? P - p0 : per;
             const step_io v = view_of(&io, p0, count);
-            if (i < lanes->count) FATHOM_CUDA_TRY(cudaStreamWaitEvent(s, lanes->fork, 0));
-            if (i > 0) FATHOM_CUDA_TRY(cudaStreamWaitEvent(s, lanes->link[i - 1], 0));
-            FATHOM_TRY(fc_gather(&v.cfg, v.problems, &v.ws, s));
-            if (!staged) FATHOM_TRY(fc_scan(&v.cfg, v.problems, &v.ws, v.queries, v.scores, s));
-            FATHOM_CUDA_TRY(cudaEventRecord(lanes->link[i], s));
+            FATHOM_TRY(stamp(tr, 2 + i * 6 + 0, L->link));
+            FATHOM_TRY(fc_gather(&v.cfg, v.problems, &v.ws, L->link));
+            if (!staged) FATHOM_TRY(fc_scan(&v.cfg, v.problems, &v.ws, v.queries, v.scores, L->link));
+            FATHOM_TRY(stamp(tr, 2 + i * 6 + 1, L->link));
+            FATHOM_CUDA_TRY(cudaEventRecord(L->moved[i], L->link));
+        }
+        FATHOM_CUDA_TRY(cudaEventRecord(L->link_done, L->link));
+        for (uint32_t i = 0; i < chunks; i++) {
+            cudaStream_t s = L->stream[i % L->count];
+            const uint32_t p0 = i * per, count = P - p0 < per ? P - p0 : per;
+            const step_io v = view_of(&io, p0, count);
+            if (i < L->count) FATHOM_CUDA_TRY(cudaStreamWaitEvent(s, L->fork, 0));
+            FATHOM_CUDA_TRY(cudaStreamWaitEvent(s, L->moved[i], 0));
+            FATHOM_TRY(stamp(tr, 2 + i * 6 + 2, s));
             if (staged) FATHOM_TRY(fc_scan(&v.cfg, v.problems, &v.ws, v.queries, v.scores, s));
             FATHOM_TRY(fc_topk(&v.cfg, &v.ws, v.scores, v.sel, v.sel_count, s));
+            FATHOM_TRY(stamp(tr, 2 + i * 6 + 3, s));
             FATHOM_TRY(fc_fetch(&v.cfg, v.problems, &v.ws, s));
+            FATHOM_TRY(stamp(tr, 2 + i * 6 + 4, s));
             FATHOM_TRY(fc_attend(&v.cfg, &v.ws, v.queries, v.sel_count, v.out, s));
+            FATHOM_TRY(stamp(tr, 2 + i * 6 + 5, s));
         }
-        const uint32_t used = chunks < lanes->count ? chunks : lanes->count;
+        FATHOM_CUDA_TRY(cudaStreamWaitEvent(stream, L->link_done, 0));
+        const uint32_t used = chunks < L->count ? chunks : L->count;
         for (uint32_t l = 0; l < used; l++) {
-            FATHOM_CUDA_TRY(cudaEventRecord(lanes->done[l], lanes->stream[l]));
-            FATHOM_CUDA_TRY(cudaStreamWaitEvent(stream, lanes->done[l], 0));
+            FATHOM_CUDA_TRY(cudaEventRecord(L->done[l], L->stream[l]));
+            FATHOM_CUDA_TRY(cudaStreamWaitEvent(stream, L->done[l], 0));
         }
+        FATHOM_TRY(stamp(tr, 1, stream));
     }
     if (args->depths && planes)
         FATHOM_CUDA_TRY(cudaMemcpyAsync(args->depths, io.ws.depths, (size_t)config->problems * FC_DIM,

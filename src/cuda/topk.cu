@@ -5,15 +5,15 @@
  * (order() flips floats into unsigned order, -0 counts as +0, NaN as 0), so
  * the m = k - sink - local winners are exactly the m largest K.
  *
- * Radix select in launches that never need the host:
- *   hist, find   twice: the 11-bit digit holding the m-th largest key, then
- *                the next 11 bits inside that digit (a 22-bit prefix);
- *   compact      winners above the prefix go straight to the output list,
- *                keys with the prefix to a candidate buffer;
- *   final        an in-shared-memory radix select (8-bit digits) of the rest
- *                over the candidates; if they overflow the buffer (only
- *                with massive exact ties), the same select over the scores
- *                row (one block, slow, exact).
+ * Radix select in three launches that never need the host:
+ *   hist+find    twice: the 11-bit digit holding the m-th largest key, then
+ *                the next 11 bits inside that digit (a 22-bit prefix); the
+ *                row's last block to finish its histogram finds the digit;
+ *   compact+final winners above the prefix go straight to the output list,
+ *                keys with the prefix to a candidate buffer; the row's last
+ *                block selects the rest from the candidates (in shared
+ *                memory; if they overflow the buffer, only with massive
+ *                exact ties, the same select over the scores row: slow, exact).
  * The scores are read three times, by many blocks each (a single 11-bit
  * level left 5-20k candidates at 1M tokens and sent rows down the slow path).
  * Then one block per KV head sorts each head's winners and builds the
@@ -62,86 +62,92 @@ static __device__ __forceinline__ void for_range(const float *row, uint64_t lo, 
     for (uint64_t i = a + 4 * nv + threadIdx.x; i < hi; i += blockDim.x) f(i, row[i]);
 }
 
-static __global__ void __launch_bounds__(TOPK_THREADS)
-hist_kernel(int level, uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
-            const fc_select_state *state, uint32_t *hist) {
-    __shared__ uint32_t h[FC_HIST_BINS];
-    const uint32_t r = blockIdx.y;
-    if (n <= k) return;
-    const uint32_t prefix = level ? state[r].digit : 0;
-    if (level && prefix == NO_DIGIT) return;
-    const uint64_t lo = sink + (uint64_t)blockIdx.x * TOPK_CHUNK;
-    const uint64_t end = n - local, hi = lo + TOPK_CHUNK < end ? lo + TOPK_CHUNK : end;
-    if (lo >= hi) return;
-    for (uint32_t b = threadIdx.x; b < FC_HIST_BINS; b += blockDim.x) h[b] = 0;
+/* True in the last of a row's blocks to get here: each block adds one to
+ * the row's counter after a fence, so the block that brings it to `blocks`
+ * sees every other block's writes (the pattern of CUDA's threadFenceReduction
+ * sample). Every thread of every block must call it. */
+static __device__ bool last_block_of_row(uint32_t *counter, uint32_t blocks) {
+    __shared__ bool s_last;
+    __threadfence();
     __syncthreads();
-    const float *row = scores + (size_t)r * n;
-    for_range(row, lo, hi, [&](uint64_t, float s) {
-        const uint32_t key = score_order(s);
-        if (level == 0) atomicAdd(&h[key >> (32 - FC_HIST_BITS)], 1u);
-        else if ((key >> (32 - FC_HIST_BITS)) == prefix)
-            atomicAdd(&h[(key >> (32 - 2 * FC_HIST_BITS)) & (FC_HIST_BINS - 1)], 1u);
-    });
+    if (threadIdx.x == 0) s_last = atomicAdd(counter, 1u) == blocks - 1;
     __syncthreads();
-    for (uint32_t b = threadIdx.x; b < FC_HIST_BINS; b += blockDim.x)
-        if (h[b]) atomicAdd(&hist[(size_t)r * FC_HIST_BINS + b], h[b]);
+    if (s_last) __threadfence();
+    return s_last;
 }
 
 /* level 0: the 11-bit digit holding the m-th largest; level 1: the next 11
  * bits inside it. state.digit is the prefix found so far, state.need how
- * many winners it still owes. */
-static __global__ void __launch_bounds__(1024)
-find_kernel(int level, uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const uint32_t *hist,
-            fc_select_state *state) {
-    typedef cub::BlockScan<uint32_t, 1024> scan_t;
+ * many winners it still owes. Run by one block of TOPK_THREADS. */
+static __device__ void find_row(int level, uint64_t n, uint32_t k, uint32_t sink, uint32_t local,
+                                const uint32_t *ghist, fc_select_state *state) {
+    typedef cub::BlockScan<uint32_t, TOPK_THREADS> scan_t;
     __shared__ typename scan_t::TempStorage tmp;
-    const uint32_t r = blockIdx.x, t = threadIdx.x;
+    const int PER = FC_HIST_BINS / TOPK_THREADS;
+    const uint32_t t = threadIdx.x;
     fc_select_state st = {NO_DIGIT, 0, 0, 0};
     if (level == 0) {
-        if (t == 0) state[r] = st;
-        __syncthreads();
+        if (t == 0) *state = st;
         if (n <= k) return;
         st.need = k - sink - local;
         st.digit = 0;
     } else {
-        st = state[r];
-        __syncthreads(); /* everyone has read it before anyone writes */
+        st.digit = __ldcg(&state->digit);
+        st.need = __ldcg(&state->need);
     }
+    __syncthreads(); /* everyone has read the state before anyone writes it */
     if (st.digit == NO_DIGIT || st.need == 0) return;
-    /* bins in descending order: thread t holds bins 2047-2t and 2046-2t */
-    uint32_t c[2], above[2];
-    for (int i = 0; i < 2; i++) c[i] = hist[(size_t)r * FC_HIST_BINS + (FC_HIST_BINS - 1 - 2 * t - i)];
+    /* bins in descending order: thread t holds bins 2047 - PER*t - i */
+    uint32_t c[PER], above[PER];
+    for (int i = 0; i < PER; i++) c[i] = __ldcg(&ghist[FC_HIST_BINS - 1 - PER * t - i]);
     scan_t(tmp).ExclusiveSum(c, above);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < PER; i++) {
         if (above[i] < st.need && above[i] + c[i] >= st.need) {
-            const uint32_t bin = FC_HIST_BINS - 1 - 2 * t - i;
+            const uint32_t bin = FC_HIST_BINS - 1 - PER * t - i;
             fc_select_state s = {level ? (st.digit << FC_HIST_BITS) | bin : bin, st.need - above[i], 0, c[i]};
-            state[r] = s;
+            *state = s;
         }
     }
 }
 
+/* Histogram of one level over the row (TOPK_CHUNK scores a block), then the
+ * row's last block finds the digit: one launch per level instead of a
+ * memset, a histogram and a find (the top-k was a chain of ten small
+ * launches, each paying launch latency in every pipelined chunk). */
 static __global__ void __launch_bounds__(TOPK_THREADS)
-compact_kernel(uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
-               fc_select_state *state, uint32_t *cand_fill, uint32_t *mid, uint64_t *cand) {
+hist_find_kernel(int level, uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
+                 fc_select_state *state, uint32_t *hist, uint32_t *counters) {
+    __shared__ uint32_t h[FC_HIST_BINS];
     const uint32_t r = blockIdx.y;
-    if (n <= k) return;
-    const uint32_t digit = state[r].digit;
-    if (digit == NO_DIGIT) return;
+    uint32_t *ghist = hist + (size_t)r * FC_HIST_BINS;
+    bool work = n > k;
+    uint32_t prefix = 0;
+    if (work && level) {
+        prefix = state[r].digit;
+        work = prefix != NO_DIGIT && state[r].need != 0;
+    }
     const uint64_t lo = sink + (uint64_t)blockIdx.x * TOPK_CHUNK;
     const uint64_t end = n - local, hi = lo + TOPK_CHUNK < end ? lo + TOPK_CHUNK : end;
-    const float *row = scores + (size_t)r * n;
-    if (lo >= hi) return;
-    for_range(row, lo, hi, [&](uint64_t i, float s) {
-        const uint64_t key = select_key(s, i);
-        const uint32_t d = (uint32_t)(key >> (64 - 2 * FC_HIST_BITS));
-        if (d > digit) {
-            mid[(size_t)r * k + atomicAdd(&state[r].nsel, 1u)] = (uint32_t)i;
-        } else if (d == digit) {
-            const uint32_t pos = atomicAdd(&cand_fill[r], 1u);
-            if (pos < FC_CAND_CAP) cand[(size_t)r * FC_CAND_CAP + pos] = key;
-        }
-    });
+    if (work && lo < hi) { /* uniform in the block */
+        for (uint32_t b = threadIdx.x; b < FC_HIST_BINS; b += blockDim.x) h[b] = 0;
+        __syncthreads();
+        const float *row = scores + (size_t)r * n;
+        for_range(row, lo, hi, [&](uint64_t, float s) {
+            const uint32_t key = score_order(s);
+            if (level == 0) atomicAdd(&h[key >> (32 - FC_HIST_BITS)], 1u);
+            else if ((key >> (32 - FC_HIST_BITS)) == prefix)
+                atomicAdd(&h[(key >> (32 - 2 * FC_HIST_BITS)) & (FC_HIST_BINS - 1)], 1u);
+        });
+        __syncthreads();
+        for (uint32_t b = threadIdx.x; b < FC_HIST_BINS; b += blockDim.x)
+            if (h[b]) atomicAdd(&ghist[b], h[b]);
+    }
+    if (!last_block_of_row(&counters[(size_t)r * FC_COUNTERS + level], gridDim.x)) return;
+    find_row(level, n, k, sink, local, ghist, state + r);
+    if (level == 0) { /* level 1 counts into the same bins */
+        __syncthreads();
+        for (uint32_t b = threadIdx.x; b < FC_HIST_BINS; b += blockDim.x) ghist[b] = 0;
+    }
 }
 
 /* Select `need` largest keys among those whose top 22 bits equal digit; the
@@ -208,26 +214,57 @@ static __device__ void select_tail(const Source &src, uint32_t digit, uint32_t n
     }
 }
 
-static __global__ void __launch_bounds__(1024)
-final_kernel(uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
-             fc_select_state *state, const uint64_t *cand, uint32_t *mid) {
+/* Winners above the 22-bit prefix go straight to the output list, keys with
+ * the prefix to the candidate buffer; then the row's last block selects the
+ * rest: an in-shared-memory radix select (8-bit digits) over the candidates,
+ * or, if they overflowed the buffer (only with massive exact ties), the same
+ * select over the scores row (one block, slow, exact). */
+static __global__ void __launch_bounds__(TOPK_THREADS)
+compact_final_kernel(uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
+                     fc_select_state *state, uint32_t *cand_fill, uint32_t *mid, uint64_t *cand,
+                     uint32_t *counters) {
     __shared__ uint64_t s_cand[FC_CAND_CAP];
     __shared__ uint32_t bins[256], choice[3], fill;
-    const uint32_t r = blockIdx.x;
-    if (n <= k) return;
-    const fc_select_state st = state[r];
-    if (st.digit == NO_DIGIT || st.need == 0) return;
+    const uint32_t r = blockIdx.y;
+    bool work = n > k;
+    uint32_t digit = NO_DIGIT;
+    if (work) {
+        digit = state[r].digit;
+        work = digit != NO_DIGIT;
+    }
+    const float *row = scores + (size_t)r * n;
+    const uint64_t lo = sink + (uint64_t)blockIdx.x * TOPK_CHUNK;
+    const uint64_t end = n - local, hi = lo + TOPK_CHUNK < end ? lo + TOPK_CHUNK : end;
+    if (work && lo < hi)
+        for_range(row, lo, hi, [&](uint64_t i, float s) {
+            const uint64_t key = select_key(s, i);
+            const uint32_t d = (uint32_t)(key >> (64 - 2 * FC_HIST_BITS));
+            if (d > digit) {
+                mid[(size_t)r * k + atomicAdd(&state[r].nsel, 1u)] = (uint32_t)i;
+            } else if (d == digit) {
+                const uint32_t pos = atomicAdd(&cand_fill[r], 1u);
+                if (pos < FC_CAND_CAP) cand[(size_t)r * FC_CAND_CAP + pos] = key;
+            }
+        });
+    if (!last_block_of_row(&counters[(size_t)r * FC_COUNTERS + 2], gridDim.x)) return;
+    if (!work) return;
+    fc_select_state st;
+    st.digit = __ldcg(&state[r].digit);
+    st.need = __ldcg(&state[r].need);
+    st.nsel = __ldcg(&state[r].nsel);
+    st.ncand = __ldcg(&state[r].ncand);
+    if (st.need == 0) return;
     if (threadIdx.x == 0) fill = st.nsel;
     uint32_t *out = mid + (size_t)r * k;
     if (st.ncand <= FC_CAND_CAP) {
         for (uint32_t i = threadIdx.x; i < st.ncand; i += blockDim.x)
-            s_cand[i] = cand[(size_t)r * FC_CAND_CAP + i];
+            s_cand[i] = __ldcg(&cand[(size_t)r * FC_CAND_CAP + i]);
         __syncthreads();
         cand_source src = {s_cand, st.ncand};
         select_tail(src, st.digit, st.need, out, &fill, bins, choice);
     } else {
         __syncthreads();
-        row_source src = {scores + (size_t)r * n, sink, n - local, st.digit};
+        row_source src = {row, sink, n - local, st.digit};
         select_tail(src, st.digit, st.need, out, &fill, bins, choice);
     }
 }
@@ -394,23 +431,15 @@ int fc_topk(const fathom_cuda_config *cfg, const fc_workspace *ws, const float *
     const uint64_t middle = n > (uint64_t)cfg->sink + cfg->local ? n - cfg->sink - cfg->local : 0;
     uint32_t chunks = (uint32_t)((middle + TOPK_CHUNK - 1) / TOPK_CHUNK);
     if (chunks == 0) chunks = 1;
+    /* the step zeroed hist, counters and cand_fill before its first top-k */
     for (int level = 0; level < 2; level++) {
-        FATHOM_CUDA_TRY(cudaMemsetAsync(ws->hist, 0, (size_t)rows * FC_HIST_BINS * sizeof(uint32_t),
-                                        stream));
-        hist_kernel<<<dim3(chunks, rows), TOPK_THREADS, 0, stream>>>(level, n, cfg->k, cfg->sink,
-                                                                     cfg->local, scores, ws->state,
-                                                                     ws->hist);
-        FATHOM_CUDA_LAUNCHED();
-        find_kernel<<<rows, 1024, 0, stream>>>(level, n, cfg->k, cfg->sink, cfg->local, ws->hist,
-                                                ws->state);
+        hist_find_kernel<<<dim3(chunks, rows), TOPK_THREADS, 0, stream>>>(
+            level, n, cfg->k, cfg->sink, cfg->local, scores, ws->state, ws->hist, ws->counters);
         FATHOM_CUDA_LAUNCHED();
     }
-    FATHOM_CUDA_TRY(cudaMemsetAsync(ws->cand_fill, 0, (size_t)rows * sizeof(uint32_t), stream));
-    compact_kernel<<<dim3(chunks, rows), TOPK_THREADS, 0, stream>>>(
-        n, cfg->k, cfg->sink, cfg->local, scores, ws->state, ws->cand_fill, ws->mid, ws->cand);
-    FATHOM_CUDA_LAUNCHED();
-    final_kernel<<<rows, 1024, 0, stream>>>(n, cfg->k, cfg->sink, cfg->local, scores, ws->state,
-                                             ws->cand, ws->mid);
+    compact_final_kernel<<<dim3(chunks, rows), TOPK_THREADS, 0, stream>>>(
+        n, cfg->k, cfg->sink, cfg->local, scores, ws->state, ws->cand_fill, ws->mid, ws->cand,
+        ws->counters);
     FATHOM_CUDA_LAUNCHED();
     union_kernel<<<cfg->problems, 1024, 0, stream>>>(n, cfg->group, cfg->k, cfg->sink, cfg->local,
                                                       ws->mid, sel, sel_count, ws->uni,

@@ -259,14 +259,40 @@ static void run_case(const test_case *tc) {
     args.workspace = ws;
     args.workspace_bytes = ws_bytes;
     fathom_cuda_lanes *lanes = NULL;
+    uint64_t *d_trace = NULL;
     if (tc->lanes) {
         CHECK_OK(fathom_cuda_lanes_create(tc->lanes, &lanes));
+        CUDA_OK(cudaMalloc(&d_trace, FATHOM_CUDA_TRACE_SLOTS * 8));
+        CUDA_OK(cudaMemset(d_trace, 0, FATHOM_CUDA_TRACE_SLOTS * 8));
+        CHECK_STATUS(fathom_cuda_lanes_trace(lanes, d_trace, 0), FATHOM_ERR_INVALID_ARG);
+        CHECK_OK(fathom_cuda_lanes_trace(lanes, d_trace, 1));
         args.lanes = lanes;
     }
     CHECK_OK(fathom_cuda_step(&cfg, &args, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
     CUDA_OK(cudaGetLastError());
+    if (lanes && P > 1) {
+        /* the timeline shows the pipeline's order: chunks cross the link one
+         * after another, and a chunk's lane starts only after its bytes are in */
+        uint64_t t[FATHOM_CUDA_TRACE_SLOTS];
+        CUDA_OK(cudaMemcpy(t, d_trace, sizeof t, cudaMemcpyDeviceToHost));
+        const uint32_t per = (P + FATHOM_CUDA_MAX_CHUNKS - 1) / FATHOM_CUDA_MAX_CHUNKS;
+        const uint32_t chunks = (P + per - 1) / per;
+        int order_bad = t[0] == 0 || t[1] < t[0];
+        for (uint32_t c = 0; c < chunks; c++) {
+            const uint64_t *e = t + 2 + 6 * c;
+            order_bad += e[0] < t[0] || e[1] < e[0] || e[2] < e[1] || e[3] < e[2] || e[4] < e[3] ||
+                         e[5] < e[4] || t[1] < e[5];
+            if (c > 0) order_bad += e[0] < e[-6 + 1];
+        }
+        for (uint32_t c = chunks; c < FATHOM_CUDA_MAX_CHUNKS; c++)
+            for (int e = 0; e < 6; e++) order_bad += t[2 + 6 * c + e] != 0; /* unused slots untouched */
+        printf("%-34s pipeline timeline of %u chunks: %d out of order, %.1f us\n", tc->name, chunks,
+               order_bad, (t[1] - t[0]) * 1e-3);
+        CHECK(order_bad == 0);
+    }
     fathom_cuda_lanes_destroy(lanes);
+    if (d_trace) CUDA_OK(cudaFree(d_trace));
 
     float *out = (float *)malloc((size_t)rows * DIM * 4);
     uint32_t *sel = (uint32_t *)malloc((size_t)rows * tc->k * 4);
@@ -537,7 +563,8 @@ static void check_bad_arguments(void) {
     b.phase_events = no_events;
     CHECK_STATUS(fathom_cuda_step(&good, &b, 0), FATHOM_ERR_INVALID_ARG);
     fathom_cuda_lanes *l = (fathom_cuda_lanes *)dummy;
-    CHECK_STATUS(fathom_cuda_lanes_create(1, &l), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_cuda_lanes_create(0, &l), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_cuda_lanes_trace(NULL, NULL, 0), FATHOM_ERR_INVALID_ARG);
     CHECK(l == NULL);
     CHECK_STATUS(fathom_cuda_lanes_create(FATHOM_CUDA_MAX_LANES + 1, &l), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_cuda_lanes_create(2, NULL), FATHOM_ERR_INVALID_ARG);
@@ -605,6 +632,8 @@ int main(void) {
          FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_BF16, 0, 0, 2},
         {"resident, lanes 2, nibble4", 1000, 3, 4, 256, 4, 32, FATHOM_CUDA_SCAN_NIBBLE4, 0,
          FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0, 2},
+        {"lanes 1, sparq r=8, P=17 (chunks of 2)", 900, 17, 2, 128, 4, 32, FATHOM_CUDA_SCAN_TOP_CHANNELS, 8,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     return check_summary("test_cuda_step");
