@@ -415,7 +415,7 @@ static double link_rate(void *host, void *dev, uint64_t bytes, cudaStream_t s) {
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     std::vector<float> t;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 9; i++) {
         CK(cudaEventRecord(e0, s));
         CK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s));
         CK(cudaEventRecord(e1, s));
@@ -706,6 +706,7 @@ int main(int argc, char **argv) {
                 if (sep) upload(probs_sep);
                 const uint32_t stride = sep ? 0 : 2 * DIM;
                 for (fathom_cuda_transport tr : {FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_DIRECT}) {
+                    if (tr == FATHOM_CUDA_DIRECT && N != 1) continue; /* the staged gather is the default */
                     CK(cudaMemset(b.d_out, 0xff, (size_t)layers * P * GROUP * DIM * 4));
                     b.trace_next = &m == &methods[0] && n == n_max;
                     run_result r = run_config(&b, &m, n, P, tr, FATHOM_CUDA_KEYS_BF16, r_reps, stride);
@@ -793,6 +794,15 @@ int main(int argc, char **argv) {
             CK(cudaFree(d.scales));
             CK(cudaFree(d.lm));
         }
+    }
+    {
+        /* the link again: the rate drifts between runs and within one */
+        void *link_dev2;
+        CK(cudaMalloc(&link_dev2, link_bytes));
+        const double link_end = link_rate(a.planes, link_dev2, link_bytes, b.stream);
+        CK(cudaFree(link_dev2));
+        printf("link at the end: %.1f GB/s (start %.1f)\n", link_end, link);
+        fprintf(csv, "link-end,memcpy,0,0,copy,-,0,0,0,0,0,0,0,0,0,0,0,0,0,%.2f,0,0,0,0,0\n", link_end);
     }
     fclose(csv);
     printf("\nwrote %s\n", path);
