@@ -28,7 +28,7 @@
  * its replays are timed with events, median of --reps, once with every
  * phase on one stream and once pipelined over --lanes streams
  * (fathom_cuda_lanes). Wall-clock: host time from cudaGraphLaunch to the
- * end of cudaStreamSynchronize, median, for the pipelined graph. The phase
+ * end of cudaStreamSynchronize, median, of the faster of the two graphs. The phase
  * breakdown comes from a separate, non-graph, one-stream run with events
  * between phases (sum of 36 layers); "other" = one-stream graph total - sum
  * of phases (>= 0).
@@ -211,7 +211,7 @@ static void build_problems(const arenas *a, uint64_t n, uint32_t layers, uint32_
 typedef struct run_result {
     float step_ms;              /* graph replay, median */
     float lanes_ms;             /* the same graph, pipelined over b->lanes */
-    float wall_ms;              /* host wall-clock per step of the pipelined graph */
+    float wall1_ms, wall_ms;    /* host wall-clock per step: one-stream graph, pipelined graph */
     float phase_ms[FATHOM_CUDA_PHASES];
     double scan_bytes, row_bytes; /* per step */
     double bits_per_token;      /* code + scale bits, mean over problems */
@@ -349,7 +349,7 @@ static run_result run_config(bench_ctx *b, const method_spec *m, uint64_t n, uin
     r.bits_per_token = bits / ((double)L * P);
     if (transport == FATHOM_CUDA_RESIDENT) r.scan_bytes = r.scan_bytes; /* read from HBM, not the link */
     /* graph of the whole step on one stream, then pipelined over the lanes */
-    r.step_ms = time_graph(b, &cfg, args.data(), NULL, graph_reps, NULL);
+    r.step_ms = time_graph(b, &cfg, args.data(), NULL, graph_reps, &r.wall1_ms);
     if (b->trace_next && b->lanes) {
         /* one traced replay of the pipelined graph: where a layer's time goes */
         b->trace_next = 0;
@@ -515,7 +515,7 @@ int main(int argc, char **argv) {
     uint32_t layers = LAYERS_DEFAULT, reps = 5;
     double planes_gib = 40, lm_gib = 16, kv_gib = 8;
     uint64_t oracle_max = 1ull << 20;
-    int extras = 1;
+    int extras = 1, resident_only = 0; /* --resident-only: just the HBM-resident section */
     uint32_t lane_count = 3;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
@@ -529,6 +529,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--kv-gib") && i + 1 < argc) kv_gib = atof(argv[++i]);
         else if (!strcmp(argv[i], "--oracle-max") && i + 1 < argc) oracle_max = parse_list_u64(argv[++i])[0];
         else if (!strcmp(argv[i], "--no-extras")) extras = 0;
+        else if (!strcmp(argv[i], "--resident-only")) resident_only = 1;
         else if (!strcmp(argv[i], "--lanes") && i + 1 < argc) lane_count = (uint32_t)atoi(argv[++i]);
         else { fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
     }
@@ -660,15 +661,16 @@ int main(int argc, char **argv) {
         const bool resident = !strcmp(tr, "resident");
         const double link_bytes_moved = (resident ? 0 : r.scan_bytes) + r.row_bytes;
         const double floor_ms = link_bytes_moved / (link * GB) * 1e3;
-        const double best = r.lanes_ms > 0 && r.lanes_ms < r.step_ms ? r.lanes_ms : r.step_ms;
+        const bool piped = r.lanes_ms > 0 && r.lanes_ms < r.step_ms;
+        const double best = piped ? r.lanes_ms : r.step_ms, wall = piped ? r.wall_ms : r.wall1_ms;
         printf("%-10s %6lluk %2llu %-8s %-6s %8.2f %8.2f %8.2f | %6.2f %8.2f %6.2f %6.2f %6.2f %6.2f %6.2f | %7.3f %6.3f %6.1f %6.2f%s\n",
                m.name, (unsigned long long)(n / 1024), (unsigned long long)N, tr, keys, r.step_ms, r.lanes_ms,
-               r.wall_ms, r.phase_ms[0], r.phase_ms[1], r.phase_ms[2], r.phase_ms[3], r.phase_ms[4], r.phase_ms[5],
+               wall, r.phase_ms[0], r.phase_ms[1], r.phase_ms[2], r.phase_ms[3], r.phase_ms[4], r.phase_ms[5],
                other, r.scan_bytes / GB, r.row_bytes / GB, r.bits_per_token, best / floor_ms,
                h.idx_sets < needed ? " (rotated)" : "");
         fprintf(csv, "%s,%s,%llu,%llu,%s,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,%.2f,%.2f,%.3f,%.3f,%llu,%llu,%llu\n",
                 section, m.name, (unsigned long long)n, (unsigned long long)N, tr, keys, r.step_ms,
-                r.lanes_ms, r.wall_ms, r.phase_ms[0], r.phase_ms[1], r.phase_ms[2], r.phase_ms[3], r.phase_ms[4], r.phase_ms[5], other,
+                r.lanes_ms, wall, r.phase_ms[0], r.phase_ms[1], r.phase_ms[2], r.phase_ms[3], r.phase_ms[4], r.phase_ms[5], other,
                 r.scan_bytes / GB, r.row_bytes / GB, r.bits_per_token, link, floor_ms, best / floor_ms,
                 (unsigned long long)h.idx_sets, (unsigned long long)needed, (unsigned long long)h.kv_sets);
         fflush(csv);
@@ -680,6 +682,7 @@ int main(int argc, char **argv) {
 
     for (uint64_t N : batches) {
         const uint32_t P = (uint32_t)(N * KV_HEADS);
+        if (resident_only) break;
         for (uint64_t n : contexts) {
             const uint64_t needed = (uint64_t)layers * P;
             held h = sets_for(&a, n, needed);
@@ -748,7 +751,7 @@ int main(int argc, char **argv) {
     }
 
     /* HBM-resident index: copy the sets of one step into device memory */
-    if (extras) {
+    if (extras || resident_only) {
         printf("\n-- HBM-resident index (no gather); K/V rows still fetched from host\n");
         for (uint64_t n : contexts) {
             const uint32_t P = KV_HEADS;
