@@ -3,14 +3,16 @@
  * bit-plane K index, on the GPU, with no host round trip (§3.6, §5.1).
  *
  * For every KV head of a batch ("problem": one session, one layer, one KV
- * head) a step runs these phases on one stream:
+ * head) a step runs these phases, on one stream or pipelined over the heads
+ * with a fathom_cuda_lanes object (below):
  *   plan      depths t_j from the query group: water-filling (fathom:B, the
  *             same depths as fathom_water_fill), top-r channels (sparq:r),
  *             or a caller's fixed depth vector (ds, thumb, full4);
  *   transfer  the planned runs (the first t_j planes of channel j are ONE
  *             contiguous run, plus that channel's scales) from pinned host
  *             memory into an HBM staging buffer: a fixed run list, one slot
- *             per channel and kind, length 0 when inactive;
+ *             per channel and kind, length 0 when inactive (or none: the
+ *             DIRECT transport scans host memory in place);
  *   scan      approximate scores of every token for each query head;
  *   top-k     sink + local + top of the rest per query head (fathom_select's
  *             semantics: ties to the lower index, NaN lowest);
