@@ -224,51 +224,17 @@ static int scratch_init(scratch *s, uint32_t dim, uint32_t group, uint64_t n, ui
  * method's bits per token. Dense is handled by the caller. */
 static int method_scores(const layer_job *job, const head_state *hs, const fathom_method *m,
                          uint32_t budget, scratch *s, uint64_t n_vis, double *bits) {
-    const uint32_t dim = job->dim, G = job->group;
-    switch (m->kind) {
-    case FATHOM_METHOD_FATHOM:
-        FATHOM_TRY(fathom_importance(dim, G, s->qg, hs->var, s->g));
-        FATHOM_TRY(fathom_water_fill(dim, s->g, budget, s->depths, NULL));
-        *bits = fathom_depth_bits(dim, s->depths);
-        return fathom_store_scan(hs->store, s->depths, s->qg, G, n_vis, s->scores, NULL);
-    case FATHOM_METHOD_FATHOM_KLT:
-        for (uint32_t h = 0; h < G; h++)
-            FATHOM_TRY(fathom_basis_rotate_query(hs->basis, s->qg + h * dim, s->qrot + h * dim));
-        FATHOM_TRY(fathom_importance(dim, G, s->qrot, fathom_basis_eigenvalues(hs->basis), s->g));
-        FATHOM_TRY(fathom_water_fill(dim, s->g, budget, s->depths, NULL));
-        *bits = fathom_depth_bits(dim, s->depths);
-        return fathom_store_scan(hs->rotated, s->depths, s->qrot, G, n_vis, s->scores, NULL);
-    case FATHOM_METHOD_SPARQ:
-        fathom_sparq_depths(dim, G, s->qg, m->param, s->g, s->depths);
-        *bits = fathom_depth_bits(dim, s->depths);
-        return fathom_store_scan(hs->store, s->depths, s->qg, G, n_vis, s->scores, NULL);
-    case FATHOM_METHOD_DS:
-        *bits = fathom_depth_bits(dim, hs->ds_depths);
-        return fathom_store_scan(hs->store, hs->ds_depths, s->qg, G, n_vis, s->scores, NULL);
-    case FATHOM_METHOD_LOKI:
-        for (uint32_t h = 0; h < G; h++)
-            FATHOM_TRY(fathom_basis_rotate_query(hs->basis, s->qg + h * dim, s->qrot + h * dim));
-        for (uint32_t j = 0; j < dim; j++) s->depths[j] = j < m->param ? FATHOM_MAX_DEPTH : 0;
-        *bits = fathom_depth_bits(dim, s->depths);
-        return fathom_store_scan(hs->rotated, s->depths, s->qrot, G, n_vis, s->scores, NULL);
-    case FATHOM_METHOD_THUMB:
-    case FATHOM_METHOD_FULL4:
-        memset(s->depths, m->kind == FATHOM_METHOD_THUMB ? 2 : FATHOM_MAX_DEPTH, dim);
-        *bits = fathom_depth_bits(dim, s->depths);
-        return fathom_store_scan(hs->store, s->depths, s->qg, G, n_vis, s->scores, NULL);
-    case FATHOM_METHOD_LANDMARK:
-        *bits = fathom_method_fixed_bits(m, dim);
-        return fathom_landmarks_scan(hs->landmarks, s->qg, G, n_vis, s->scores, NULL);
-    case FATHOM_METHOD_ORACLE:
+    const uint32_t G = job->group;
+    if (m->kind == FATHOM_METHOD_ORACLE) {
         /* exact scores were computed for the whole chunk (exact_scores) */
-        *bits = fathom_method_fixed_bits(m, dim);
+        *bits = fathom_method_fixed_bits(m, job->dim);
         for (uint32_t h = 0; h < G; h++)
             memcpy(s->scores + h * n_vis, s->exact + ((uint64_t)s->row0 + h) * s->exact_stride, n_vis * sizeof(float));
         return FATHOM_OK;
-    case FATHOM_METHOD_DENSE:
-        break;
     }
-    return fathom_fail(FATHOM_ERR_INVALID_ARG, "eval: method %s has no scorer", m->name);
+    const fathom_scorer_index ix = {hs->store, hs->rotated, hs->basis, hs->landmarks, hs->var, hs->ds_depths};
+    fathom_scorer_scratch sc = {s->g, s->qrot, s->depths};
+    return fathom_method_scores(m, budget, &ix, job->dim, G, s->qg, n_vis, s->scores, &sc, bits, NULL);
 }
 
 /* Exact scores of R query rows against keys [0, n): S[r*n + i] = q_r . k_i.

@@ -76,4 +76,31 @@ int fathom_ds_depths(uint32_t dim, const float *keys, uint64_t n, const float *q
 int fathom_basis_fit_strided(fathom_basis **out, uint32_t dim, const float *keys, uint64_t n,
                              const float *queries, uint64_t q_rows);
 
+/* What the index-based scorers read for one KV head; a field a method does
+ * not use may be NULL. */
+typedef struct fathom_scorer_index {
+    const fathom_store *store;         /* raw-channel planes: fathom, sparq, ds, thumb, full4 */
+    const fathom_store *rotated;       /* planes of (k - mean)V: fathom-klt, loki */
+    const fathom_basis *basis;         /* the rotation (fathom-klt, loki) */
+    const fathom_landmarks *landmarks; /* landmark */
+    const float *variance;             /* [dim] Var(k_j) for fathom's plan */
+    const uint8_t *ds_depths;          /* [dim] Double Sparsity's fixed channels */
+} fathom_scorer_index;
+
+/* Scratch of fathom_method_scores: g [dim], qrot [group x dim], depths [dim]. */
+typedef struct fathom_scorer_scratch {
+    double *g;
+    float *qrot;
+    uint8_t *depths;
+} fathom_scorer_scratch;
+
+/* Approximate scores [group x n] of the group's queries q [group x dim] for
+ * every index-based method (not oracle or dense, whose exact scores each
+ * caller computes its own way). *bits gets the bits per token the method
+ * read (NULL: not wanted), *bytes the bytes (NULL: not wanted); after a
+ * plane scan, scratch->depths holds the depths it read. */
+int fathom_method_scores(const fathom_method *m, uint32_t budget, const fathom_scorer_index *ix,
+                         uint32_t dim, uint32_t group, const float *q, uint64_t n, float *scores,
+                         fathom_scorer_scratch *scratch, double *bits, uint64_t *bytes);
+
 #endif /* FATHOM_INTERNAL_H */

@@ -845,54 +845,28 @@ static int sparse_scores(const fathom_ctx *c, const sparse_state *s, const spars
     const uint32_t D = in->head_dim, G = in->q_heads / in->kv_heads;
     const fathom_method *m = &s->method;
     uint64_t bytes = 0;
-    switch (m->kind) {
-    case FATHOM_METHOD_FATHOM:
-        /* Var: the calibration keys' when given, else the store's running sums (App. D). */
-        if (hs->calib_var)
-            memcpy(sc->var, hs->calib_var, D * sizeof(float));
-        else
-            FATHOM_TRY(fathom_store_variance(hs->store, sc->var));
-        FATHOM_TRY(fathom_importance(D, G, qg, sc->var, sc->g));
-        FATHOM_TRY(fathom_water_fill(D, sc->g, m->param, sc->depths, NULL));
-        FATHOM_TRY(fathom_store_scan(hs->store, sc->depths, qg, G, n_vis, sc->scores, &bytes));
-        break;
-    case FATHOM_METHOD_FATHOM_KLT:
-        for (uint32_t h = 0; h < G; h++)
-            FATHOM_TRY(fathom_basis_rotate_query(hs->basis, qg + h * D, sc->qrot + h * D));
-        FATHOM_TRY(fathom_importance(D, G, sc->qrot, fathom_basis_eigenvalues(hs->basis), sc->g));
-        FATHOM_TRY(fathom_water_fill(D, sc->g, m->param, sc->depths, NULL));
-        FATHOM_TRY(fathom_store_scan(hs->rotated, sc->depths, sc->qrot, G, n_vis, sc->scores, &bytes));
-        break;
-    case FATHOM_METHOD_SPARQ:
-        fathom_sparq_depths(D, G, qg, m->param, sc->g, sc->depths);
-        FATHOM_TRY(fathom_store_scan(hs->store, sc->depths, qg, G, n_vis, sc->scores, &bytes));
-        break;
-    case FATHOM_METHOD_DS:
-        FATHOM_TRY(fathom_store_scan(hs->store, hs->ds_depths, qg, G, n_vis, sc->scores, &bytes));
-        break;
-    case FATHOM_METHOD_LOKI:
-        for (uint32_t h = 0; h < G; h++)
-            FATHOM_TRY(fathom_basis_rotate_query(hs->basis, qg + h * D, sc->qrot + h * D));
-        for (uint32_t j = 0; j < D; j++) sc->depths[j] = j < m->param ? FATHOM_MAX_DEPTH : 0;
-        FATHOM_TRY(fathom_store_scan(hs->rotated, sc->depths, sc->qrot, G, n_vis, sc->scores, &bytes));
-        break;
-    case FATHOM_METHOD_THUMB:
-    case FATHOM_METHOD_FULL4:
-        memset(sc->depths, m->kind == FATHOM_METHOD_THUMB ? 2 : FATHOM_MAX_DEPTH, D);
-        FATHOM_TRY(fathom_store_scan(hs->store, sc->depths, qg, G, n_vis, sc->scores, &bytes));
-        break;
-    case FATHOM_METHOD_LANDMARK:
-        FATHOM_TRY(fathom_landmarks_scan(hs->landmarks, qg, G, n_vis, sc->scores, &bytes));
-        break;
-    case FATHOM_METHOD_ORACLE:
+    if (m->kind == FATHOM_METHOD_DENSE)
+        return fathom_fail(FATHOM_ERR_STATE, "model: dense has no sparse scorer");
+    if (m->kind == FATHOM_METHOD_ORACLE) {
         /* Exact scores (what reading bf16 keys would give, in float). */
         for (uint32_t h = 0; h < G; h++)
             for (uint64_t i = 0; i < n_vis; i++)
                 sc->scores[h * n_vis + i] = dot(qg + h * D, keys + i * D, D);
         bytes = n_vis * (uint64_t)D * 2;
-        break;
-    case FATHOM_METHOD_DENSE:
-        return fathom_fail(FATHOM_ERR_STATE, "model: dense has no sparse scorer");
+    } else {
+        /* Var: the calibration keys' when given, else the store's running sums (App. D). */
+        const float *var = NULL;
+        if (m->kind == FATHOM_METHOD_FATHOM) {
+            if (hs->calib_var)
+                var = hs->calib_var;
+            else {
+                FATHOM_TRY(fathom_store_variance(hs->store, sc->var));
+                var = sc->var;
+            }
+        }
+        const fathom_scorer_index ix = {hs->store, hs->rotated, hs->basis, hs->landmarks, var, hs->ds_depths};
+        fathom_scorer_scratch scr = {sc->g, sc->qrot, sc->depths};
+        FATHOM_TRY(fathom_method_scores(m, m->param, &ix, D, G, qg, n_vis, sc->scores, &scr, NULL, &bytes));
     }
     sc->scan_bytes += (double)bytes;
     return FATHOM_OK;
