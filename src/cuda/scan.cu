@@ -31,6 +31,9 @@
 #ifndef FC_SCAN_TOK
 #define FC_SCAN_TOK 16 /* tokens per lane for G <= 4 (8 or 16: registers against shared loads) */
 #endif
+#ifndef FC_SCAN_LUT
+#define FC_SCAN_LUT 1 /* spread plane bytes to nibbles by a shared-memory table (0: shifts and masks) */
+#endif
 #ifndef FC_SCAN_MIN_BLOCKS
 #define FC_SCAN_MIN_BLOCKS 1 /* __launch_bounds__ minimum CTAs per SM */
 #endif
@@ -58,7 +61,7 @@ template <int G, bool NIBBLE>
 static __device__ __forceinline__ void
 scan_lane(float (&acc)[scan_shape<G>::TOK][G], uint32_t c0, uint32_t c1, const uint8_t *s_chan,
           const uint8_t *s_t, const float (*s_q)[FC_DIM], const uint64_t *planes,
-          const uint16_t *scales, uint32_t nb, uint32_t b, uint32_t shift) {
+          const uint16_t *scales, uint32_t nb, uint32_t b, uint32_t shift, const uint32_t *s_spread) {
     const int TOK = scan_shape<G>::TOK, WORDS = TOK / 8;
 #pragma unroll
     for (int i = 0; i < TOK; i++)
@@ -105,7 +108,8 @@ scan_lane(float (&acc)[scan_shape<G>::TOK][G], uint32_t c0, uint32_t c1, const u
                 if (pl >= (int)t) break;
                 const uint32_t bits = (uint32_t)(word[pl] >> shift);
 #pragma unroll
-                for (int k = 0; k < WORDS; k++) nib[k] = (nib[k] << 1) | spread8(bits >> (8 * k));
+                for (int k = 0; k < WORDS; k++)
+                    nib[k] = (nib[k] << 1) | (FC_SCAN_LUT ? s_spread[(bits >> (8 * k)) & 0xffu] : spread8(bits >> (8 * k)));
             }
         }
 #pragma unroll
@@ -135,6 +139,10 @@ scan_planes_kernel(uint64_t n, uint32_t nb, const uint8_t *depths, const float *
     __shared__ uint8_t s_dep[FC_DIM];
     __shared__ uint16_t s_rank[FC_DIM];
     __shared__ uint32_t s_active;
+    /* byte -> its 8 bits at nibble positions: two shared loads per plane
+     * and 16 tokens instead of 18 shift-and-mask operations */
+    __shared__ uint32_t s_spread[256];
+    for (uint32_t i = tid; i < 256; i += blockDim.x) s_spread[i] = spread8(i);
     uint32_t t_mine = 0, rank = 0;
     if (tid < FC_DIM) {
         t_mine = depths[(size_t)p * FC_DIM + tid];
@@ -175,7 +183,7 @@ scan_planes_kernel(uint64_t n, uint32_t nb, const uint8_t *depths, const float *
     float acc[TOK][G];
     for (uint32_t c0 = 0; c0 < active; c0 += SCAN_PASS) {
         const uint32_t c1 = active - c0 < SCAN_PASS ? active : c0 + SCAN_PASS;
-        scan_lane<G, NIBBLE>(acc, c0, c1, s_chan, s_t, s_q, planes, scales, nb, b, shift);
+        scan_lane<G, NIBBLE>(acc, c0, c1, s_chan, s_t, s_q, planes, scales, nb, b, shift, s_spread);
         /* the first pass stores (0 + acc is acc), later passes add, as the CPU does */
         const bool add = c0 > 0;
 #pragma unroll
