@@ -50,20 +50,14 @@
 #include <sys/mman.h>
 #include <vector>
 
+#include "cuda/cuda_check.cuh"
+
 #define DIM 128
 #define LAYERS_DEFAULT 36
 #define KV_HEADS 8
 #define GROUP 4
 #define TOPK 512
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 #define FK(call)                                                                                   \
     do {                                                                                           \
         int s_ = (call);                                                                           \

@@ -29,14 +29,8 @@
 #include <sys/mman.h>
 #include <vector>
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "cuda/cuda_check.cuh"
+
 #define DK(call)                                                                                   \
     do {                                                                                           \
         CUresult r_ = (call);                                                                      \

@@ -17,16 +17,10 @@ extern "C" {
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/cuda_check.cuh"
+
 #define DIM 128
 
-#define CUDA_OK(call)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 /* ---- deterministic random numbers ---- */
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -138,14 +132,14 @@ typedef struct host_problem {
 
 static void *pinned(size_t bytes) {
     void *p = NULL;
-    CUDA_OK(cudaHostAlloc(&p, bytes ? bytes : 16, cudaHostAllocMapped | cudaHostAllocPortable));
+    CK(cudaHostAlloc(&p, bytes ? bytes : 16, cudaHostAllocMapped | cudaHostAllocPortable));
     return p;
 }
 
 static void *to_device(const void *src, size_t bytes) {
     void *d = NULL;
-    CUDA_OK(cudaMalloc(&d, bytes ? bytes : 16));
-    CUDA_OK(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&d, bytes ? bytes : 16));
+    CK(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice));
     return d;
 }
 
@@ -223,27 +217,27 @@ static void run_case(const test_case *tc) {
     size_t ws_bytes = 0;
     CHECK_OK(fathom_cuda_workspace_size(&cfg, &ws_bytes));
     void *ws, *d_probs, *d_q, *d_var, *d_fixed, *d_out, *d_sel, *d_cnt, *d_depths, *d_scores, *d_uni;
-    CUDA_OK(cudaMalloc(&ws, ws_bytes));
+    CK(cudaMalloc(&ws, ws_bytes));
     d_probs = to_device(probs, P * sizeof *probs);
     d_q = to_device(queries, (size_t)rows * DIM * 4);
     d_var = to_device(var, (size_t)P * DIM * 4);
     d_fixed = to_device(fixed, (size_t)P * DIM);
-    CUDA_OK(cudaMalloc(&d_out, (size_t)rows * DIM * 4));
-    CUDA_OK(cudaMalloc(&d_sel, (size_t)rows * tc->k * 4));
-    CUDA_OK(cudaMalloc(&d_cnt, (size_t)rows * 4));
-    CUDA_OK(cudaMalloc(&d_depths, (size_t)P * DIM));
-    CUDA_OK(cudaMalloc(&d_scores, (size_t)rows * n * 4));
-    CUDA_OK(cudaMalloc(&d_uni, (size_t)P * 4));
+    CK(cudaMalloc(&d_out, (size_t)rows * DIM * 4));
+    CK(cudaMalloc(&d_sel, (size_t)rows * tc->k * 4));
+    CK(cudaMalloc(&d_cnt, (size_t)rows * 4));
+    CK(cudaMalloc(&d_depths, (size_t)P * DIM));
+    CK(cudaMalloc(&d_scores, (size_t)rows * n * 4));
+    CK(cudaMalloc(&d_uni, (size_t)P * 4));
     cudaStream_t stream;
-    CUDA_OK(cudaStreamCreate(&stream));
+    CK(cudaStreamCreate(&stream));
     /* poison every output and the workspace: all-ones bytes are NaN / UINT_MAX / depth 255 */
-    CUDA_OK(cudaMemset(ws, 0xff, ws_bytes));
-    CUDA_OK(cudaMemset(d_out, 0xff, (size_t)rows * DIM * 4));
-    CUDA_OK(cudaMemset(d_sel, 0xff, (size_t)rows * tc->k * 4));
-    CUDA_OK(cudaMemset(d_cnt, 0xff, (size_t)rows * 4));
-    CUDA_OK(cudaMemset(d_depths, 0xff, (size_t)P * DIM));
-    CUDA_OK(cudaMemset(d_scores, 0xff, (size_t)rows * n * 4));
-    CUDA_OK(cudaMemset(d_uni, 0xff, (size_t)P * 4));
+    CK(cudaMemset(ws, 0xff, ws_bytes));
+    CK(cudaMemset(d_out, 0xff, (size_t)rows * DIM * 4));
+    CK(cudaMemset(d_sel, 0xff, (size_t)rows * tc->k * 4));
+    CK(cudaMemset(d_cnt, 0xff, (size_t)rows * 4));
+    CK(cudaMemset(d_depths, 0xff, (size_t)P * DIM));
+    CK(cudaMemset(d_scores, 0xff, (size_t)rows * n * 4));
+    CK(cudaMemset(d_uni, 0xff, (size_t)P * 4));
     fathom_cuda_step_args args;
     memset(&args, 0, sizeof args);
     args.problems = (const fathom_cuda_problem *)d_probs;
@@ -262,20 +256,20 @@ static void run_case(const test_case *tc) {
     uint64_t *d_trace = NULL;
     if (tc->lanes) {
         CHECK_OK(fathom_cuda_lanes_create(tc->lanes, &lanes));
-        CUDA_OK(cudaMalloc(&d_trace, FATHOM_CUDA_TRACE_SLOTS * 8));
-        CUDA_OK(cudaMemset(d_trace, 0, FATHOM_CUDA_TRACE_SLOTS * 8));
+        CK(cudaMalloc(&d_trace, FATHOM_CUDA_TRACE_SLOTS * 8));
+        CK(cudaMemset(d_trace, 0, FATHOM_CUDA_TRACE_SLOTS * 8));
         CHECK_STATUS(fathom_cuda_lanes_trace(lanes, d_trace, 0), FATHOM_ERR_INVALID_ARG);
         CHECK_OK(fathom_cuda_lanes_trace(lanes, d_trace, 1));
         args.lanes = lanes;
     }
     CHECK_OK(fathom_cuda_step(&cfg, &args, stream));
-    CUDA_OK(cudaStreamSynchronize(stream));
-    CUDA_OK(cudaGetLastError());
+    CK(cudaStreamSynchronize(stream));
+    CK(cudaGetLastError());
     if (lanes && P > 1) {
         /* the timeline shows the pipeline's order: chunks cross the link one
          * after another, and a chunk's lane starts only after its bytes are in */
         uint64_t t[FATHOM_CUDA_TRACE_SLOTS];
-        CUDA_OK(cudaMemcpy(t, d_trace, sizeof t, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(t, d_trace, sizeof t, cudaMemcpyDeviceToHost));
         const uint32_t per = (P + FATHOM_CUDA_MAX_CHUNKS - 1) / FATHOM_CUDA_MAX_CHUNKS;
         const uint32_t chunks = (P + per - 1) / per;
         int order_bad = t[0] == 0 || t[1] < t[0];
@@ -292,7 +286,7 @@ static void run_case(const test_case *tc) {
         CHECK(order_bad == 0);
     }
     fathom_cuda_lanes_destroy(lanes);
-    if (d_trace) CUDA_OK(cudaFree(d_trace));
+    if (d_trace) CK(cudaFree(d_trace));
 
     float *out = (float *)malloc((size_t)rows * DIM * 4);
     uint32_t *sel = (uint32_t *)malloc((size_t)rows * tc->k * 4);
@@ -300,12 +294,12 @@ static void run_case(const test_case *tc) {
     uint8_t *depths = (uint8_t *)malloc((size_t)P * DIM);
     float *scores = (float *)malloc((size_t)rows * n * 4);
     uint32_t *uni = (uint32_t *)malloc((size_t)P * 4);
-    CUDA_OK(cudaMemcpy(uni, d_uni, (size_t)P * 4, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(out, d_out, (size_t)rows * DIM * 4, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(sel, d_sel, (size_t)rows * tc->k * 4, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(cnt, d_cnt, (size_t)rows * 4, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(depths, d_depths, (size_t)P * DIM, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(scores, d_scores, (size_t)rows * n * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(uni, d_uni, (size_t)P * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(out, d_out, (size_t)rows * DIM * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(sel, d_sel, (size_t)rows * tc->k * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(cnt, d_cnt, (size_t)rows * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(depths, d_depths, (size_t)P * DIM, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(scores, d_scores, (size_t)rows * n * 4, cudaMemcpyDeviceToHost));
 
     int depth_bad = 0, score_bad = 0, sel_bad = 0, out_bad = 0, union_bad = 0;
     int layout_bad = 0, cpu_bad = 0, cpu_checked = 0;
@@ -455,20 +449,20 @@ static void run_case(const test_case *tc) {
     CHECK(worst_rel <= 1e-6);
 
     free(cpu_scores); free(uni); free(out); free(sel); free(cnt); free(depths); free(scores); free(work); free(want); free(kf); free(vf);
-    CUDA_OK(cudaStreamDestroy(stream));
+    CK(cudaStreamDestroy(stream));
     void *dev[] = {ws, d_probs, d_q, d_var, d_fixed, d_out, d_sel, d_cnt, d_depths, d_scores, d_uni};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CUDA_OK(cudaFree(dev[i]));
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CK(cudaFree(dev[i]));
     for (uint32_t i = 0; i < P * 5; i++)
-        if (device_copies[i]) CUDA_OK(cudaFree(device_copies[i]));
+        if (device_copies[i]) CK(cudaFree(device_copies[i]));
     for (uint32_t p = 0; p < P; p++) {
         free(hp[p].keys_f);
-        CUDA_OK(cudaFreeHost(hp[p].planes));
-        CUDA_OK(cudaFreeHost(hp[p].nibbles));
-        CUDA_OK(cudaFreeHost(hp[p].scales));
-        CUDA_OK(cudaFreeHost(hp[p].landmarks));
-        CUDA_OK(cudaFreeHost(hp[p].keys));
-        CUDA_OK(cudaFreeHost(hp[p].values));
-        CUDA_OK(cudaFreeHost(hp[p].kv));
+        CK(cudaFreeHost(hp[p].planes));
+        CK(cudaFreeHost(hp[p].nibbles));
+        CK(cudaFreeHost(hp[p].scales));
+        CK(cudaFreeHost(hp[p].landmarks));
+        CK(cudaFreeHost(hp[p].keys));
+        CK(cudaFreeHost(hp[p].values));
+        CK(cudaFreeHost(hp[p].kv));
     }
     free(hp); free(probs); free(queries); free(var); free(fixed); free(device_copies);
 }
