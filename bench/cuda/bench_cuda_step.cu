@@ -341,7 +341,6 @@ static run_result run_config(bench_ctx *b, const method_spec *m, uint64_t n, uin
         r.row_bytes += (double)uni[i] * DIM * 2 * 2;
     }
     r.bits_per_token = bits / ((double)L * P);
-    if (transport == FATHOM_CUDA_RESIDENT) r.scan_bytes = r.scan_bytes; /* read from HBM, not the link */
     /* graph of the whole step on one stream, then pipelined over the lanes */
     r.step_ms = time_graph(b, &cfg, args.data(), NULL, graph_reps, &r.wall1_ms);
     if (b->trace_next && b->lanes) {

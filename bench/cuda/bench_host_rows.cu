@@ -240,7 +240,26 @@ static void free_alloc(alloc *a) {
     if (!ok) fprintf(stderr, "freeing %s failed\n", a->name);
 }
 
-/* median GB/s of `calls` launches of ROWS_PER_CALL sorted random rows in [0, span) */
+/* Milliseconds of the work `launch` enqueues on s; it gets the start event,
+ * so it may fork other streams from it (and must join them back into s). */
+template <typename F>
+static float time_ms(cudaStream_t s, F launch) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(cudaEventRecord(e0, s));
+    launch(e0);
+    CK(cudaGetLastError());
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    return ms;
+}
+
+/* GB/s of `calls` back-to-back launches of ROWS_PER_CALL sorted random rows in [0, span) */
 static double rows_rate(const alloc *a, size_t span, uint64_t *d_idx, uint4 *d_dst, cudaStream_t s, int calls, uint64_t seed) {
     const uint64_t nrows = span / ROW;
     std::vector<uint64_t> idx((size_t)calls * ROWS_PER_CALL);
@@ -250,35 +269,17 @@ static double rows_rate(const alloc *a, size_t span, uint64_t *d_idx, uint4 *d_d
         std::sort(v, v + ROWS_PER_CALL);
     }
     CK(cudaMemcpy(d_idx, idx.data(), idx.size() * 8, cudaMemcpyHostToDevice));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    CK(cudaEventRecord(e0, s));
-    for (int c = 0; c < calls; c++)
-        rows_kernel<<<ROWS_PER_CALL / 8, 256, 0, s>>>(a->dev, d_idx + (size_t)c * ROWS_PER_CALL, ROWS_PER_CALL, d_dst);
-    CK(cudaGetLastError());
-    CK(cudaEventRecord(e1, s));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
+    const float ms = time_ms(s, [&](cudaEvent_t) {
+        for (int c = 0; c < calls; c++)
+            rows_kernel<<<ROWS_PER_CALL / 8, 256, 0, s>>>(a->dev, d_idx + (size_t)c * ROWS_PER_CALL, ROWS_PER_CALL, d_dst);
+    });
     return (double)calls * ROWS_PER_CALL * ROW / (ms * 1e-3) / 1e9;
 }
 
 static double linear_rate(const alloc *a, size_t bytes, int grid, uint4 *d_dst, uint64_t dst16, cudaStream_t s, float *ms_out) {
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    CK(cudaEventRecord(e0, s));
-    linear_kernel<<<grid, 256, 0, s>>>((const uint4 *)a->dev, bytes / 16, d_dst, dst16);
-    CK(cudaGetLastError());
-    CK(cudaEventRecord(e1, s));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
+    const float ms = time_ms(s, [&](cudaEvent_t) {
+        linear_kernel<<<grid, 256, 0, s>>>((const uint4 *)a->dev, bytes / 16, d_dst, dst16);
+    });
     if (ms_out) *ms_out = ms;
     return bytes / (ms * 1e-3) / 1e9;
 }
@@ -325,53 +326,37 @@ int main(int argc, char **argv) {
             for (int g : {33, 66, 132, 264, 528, 1024}) printf(" %d: %.1f", g, linear_rate(&a, (size_t)2 << 30, g, d_dst, dst16, s0, NULL));
             printf(" GB/s\n");
             {
-                /* the same 2 GiB with an L2 256-byte fetch hint, and by cp.async.bulk */
-                cudaEvent_t e0, e1;
-                CK(cudaEventCreate(&e0));
-                CK(cudaEventCreate(&e1));
+                /* the same 2 GiB with an L2 256-byte fetch hint, and by cp.async.bulk (second of two) */
                 float ms_hint = 0, ms_bulk = 0;
                 for (int rep = 0; rep < 2; rep++) {
-                    CK(cudaEventRecord(e0, s0));
-                    linear_hint_kernel<<<132, 256, 0, s0>>>((const uint4 *)a.dev, ((size_t)2 << 30) / 16, d_dst, dst16);
-                    CK(cudaEventRecord(e1, s0));
-                    CK(cudaEventSynchronize(e1));
-                    CK(cudaEventElapsedTime(&ms_hint, e0, e1));
-                    CK(cudaEventRecord(e0, s0));
-                    linear_bulk_kernel<<<132, 128, 0, s0>>>(a.dev, (size_t)2 << 30, (uint64_t *)d_dst);
-                    CK(cudaEventRecord(e1, s0));
-                    CK(cudaEventSynchronize(e1));
-                    CK(cudaEventElapsedTime(&ms_bulk, e0, e1));
+                    ms_hint = time_ms(s0, [&](cudaEvent_t) {
+                        linear_hint_kernel<<<132, 256, 0, s0>>>((const uint4 *)a.dev, ((size_t)2 << 30) / 16, d_dst, dst16);
+                    });
+                    ms_bulk = time_ms(s0, [&](cudaEvent_t) {
+                        linear_bulk_kernel<<<132, 128, 0, s0>>>(a.dev, (size_t)2 << 30, (uint64_t *)d_dst);
+                    });
                 }
-                CK(cudaGetLastError());
                 printf("   linear read of 2 GiB: ld.global.L2::256B %.1f GB/s, cp.async.bulk %u B x %d stages %.1f GB/s\n",
                        2.147 / (ms_hint * 1e-3), BULK, STAGES, 2.147 / (ms_bulk * 1e-3));
-                CK(cudaEventDestroy(e0));
-                CK(cudaEventDestroy(e1));
             }
             /* linear read (132 blocks) alone, rows alone, both on two streams */
             float lin_ms = 0;
             linear_rate(&a, (size_t)2 << 30, 132, d_dst, dst16, s0, &lin_ms);
-            cudaEvent_t e0, e1;
-            CK(cudaEventCreate(&e0));
-            CK(cudaEventCreate(&e1));
-            CK(cudaDeviceSynchronize());
-            CK(cudaEventRecord(e0, s0));
-            CK(cudaStreamWaitEvent(s1, e0, 0));
-            linear_kernel<<<132, 256, 0, s0>>>((const uint4 *)a.dev, ((size_t)2 << 30) / 16, d_dst, dst16);
-            for (int c = 0; c < calls; c++)
-                rows_kernel<<<ROWS_PER_CALL / 8, 256, 0, s1>>>(a.dev, d_idx + (size_t)c * ROWS_PER_CALL, ROWS_PER_CALL, d_dst + dst16 / 2);
-            CK(cudaGetLastError());
-            CK(cudaEventRecord(e1, s1));
-            CK(cudaStreamWaitEvent(s0, e1, 0));
-            CK(cudaEventRecord(e1, s0));
-            CK(cudaEventSynchronize(e1));
-            float both;
-            CK(cudaEventElapsedTime(&both, e0, e1));
+            cudaEvent_t joined;
+            CK(cudaEventCreateWithFlags(&joined, cudaEventDisableTiming));
+            const float both = time_ms(s0, [&](cudaEvent_t start) {
+                CK(cudaStreamWaitEvent(s1, start, 0));
+                linear_kernel<<<132, 256, 0, s0>>>((const uint4 *)a.dev, ((size_t)2 << 30) / 16, d_dst, dst16);
+                for (int c = 0; c < calls; c++) /* the rows of the last (widest) span measured above */
+                    rows_kernel<<<ROWS_PER_CALL / 8, 256, 0, s1>>>(a.dev, d_idx + (size_t)c * ROWS_PER_CALL, ROWS_PER_CALL,
+                                                                 d_dst + dst16 / 2);
+                CK(cudaEventRecord(joined, s1));
+                CK(cudaStreamWaitEvent(s0, joined, 0));
+            });
+            CK(cudaEventDestroy(joined));
             const double rows_gb = (double)calls * ROWS_PER_CALL * ROW / 1e9;
             printf("   together: linear 2 GiB (132 blocks) alone %.2f ms; + %.3f GB of rows (8 GiB span) on a second stream: %.2f ms for %.3f GB = %.1f GB/s\n",
                    lin_ms, rows_gb, both, 2.147 + rows_gb, (2.147 + rows_gb) / (both * 1e-3));
-            CK(cudaEventDestroy(e0));
-            CK(cudaEventDestroy(e1));
         }
         free_alloc(&a);
     }

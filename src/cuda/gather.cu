@@ -17,18 +17,14 @@
 #include <cub/device/device_memcpy.cuh>
 
 #define GATHER_THREADS 256
-#ifndef GATHER_CHUNK
-#define GATHER_CHUNK (64u * 1024u)
-#endif
+#define GATHER_CHUNK (64u * 1024u) /* 32 and 128 KiB measured no better (RESULTS) */
 /* Blocks of the gather: 33 blocks of 256 threads with 4 loads in flight
  * already read mapped host memory at the link's SM-side rate (51.3 GB/s,
  * bench_host_rows: the same for 33..1024 blocks); 128 leaves most of every
  * SM to the kernels a pipelined step runs beside the gather (1024 blocks
  * filled the SMs, so the scan of one chunk waited for the next chunk's
  * gather to finish). */
-#ifndef GATHER_GRID
 #define GATHER_GRID 128u
-#endif
 
 /* Copy len bytes; src and dst share their offset modulo 16 when the bases are
  * 16-byte aligned, so a short head and tail bracket a 16-byte body. */

@@ -28,15 +28,6 @@
 #include "cuda_internal.cuh"
 
 #define SCAN_THREADS 256
-#ifndef FC_SCAN_TOK
-#define FC_SCAN_TOK 16 /* tokens per lane for G <= 4 (8 or 16: registers against shared loads) */
-#endif
-#ifndef FC_SCAN_LUT
-#define FC_SCAN_LUT 1 /* spread plane bytes to nibbles by a shared-memory table (0: shifts and masks) */
-#endif
-#ifndef FC_SCAN_MIN_BLOCKS
-#define FC_SCAN_MIN_BLOCKS 1 /* __launch_bounds__ minimum CTAs per SM */
-#endif
 #define SCAN_PASS 64 /* active channels per pass, as the CPU kernels */
 
 /* bit i of the low byte of x -> bit 4i */
@@ -50,7 +41,7 @@ static __device__ __forceinline__ uint32_t spread8(uint32_t x) {
 
 template <int G>
 struct scan_shape {
-    static const int TOK = G <= 4 ? FC_SCAN_TOK : 8; /* tokens per lane */
+    static const int TOK = G <= 4 ? 16 : 8;         /* tokens per lane (8 for G = 4: slower, RESULTS) */
     static const int PARTS = 64 / TOK;              /* warps sharing one block */
     static const int GROUPS = (SCAN_THREADS / 32) / PARTS; /* 32-block groups per CTA */
     static const int BLOCKS = GROUPS * 32;          /* blocks per CTA */
@@ -108,8 +99,7 @@ scan_lane(float (&acc)[scan_shape<G>::TOK][G], uint32_t c0, uint32_t c1, const u
                 if (pl >= (int)t) break;
                 const uint32_t bits = (uint32_t)(word[pl] >> shift);
 #pragma unroll
-                for (int k = 0; k < WORDS; k++)
-                    nib[k] = (nib[k] << 1) | (FC_SCAN_LUT ? s_spread[(bits >> (8 * k)) & 0xffu] : spread8(bits >> (8 * k)));
+                for (int k = 0; k < WORDS; k++) nib[k] = (nib[k] << 1) | s_spread[(bits >> (8 * k)) & 0xffu];
             }
         }
 #pragma unroll
@@ -124,7 +114,7 @@ scan_lane(float (&acc)[scan_shape<G>::TOK][G], uint32_t c0, uint32_t c1, const u
 }
 
 template <int G, bool NIBBLE>
-static __global__ void __launch_bounds__(SCAN_THREADS, FC_SCAN_MIN_BLOCKS)
+static __global__ void __launch_bounds__(SCAN_THREADS)
 scan_planes_kernel(uint64_t n, uint32_t nb, const uint8_t *depths, const float *queries,
                    const fathom_cuda_problem *problems, const uint64_t *stage,
                    uint64_t stage_words, const uint16_t *stage_scales, int resident,

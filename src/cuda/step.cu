@@ -238,8 +238,8 @@ static step_io view_of(const step_io *all, uint32_t p0, uint32_t count) {
     v.sel += rows * k;
     v.sel_count += rows;
     w->depths += p * FC_DIM;
-    if (w->stage) w->stage += p * w->stage_words;
-    if (w->stage_scales) w->stage_scales += p * FC_DIM * nb;
+    w->stage += p * w->stage_words;       /* 0 words when nothing is staged */
+    w->stage_scales += p * FC_DIM * nb;   /* read only by plane scans that stage */
     w->hist += rows * FC_HIST_BINS;
     w->counters += rows * FC_COUNTERS;
     w->state += rows;
@@ -301,8 +301,7 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
     /* the top-k's histograms and counters start at zero (its kernels leave
      * them so for the next level, not for the next step: the workspace may
      * have served another config since) */
-    if (io.ws.hist)
-        FATHOM_CUDA_TRY(cudaMemsetAsync(io.ws.hist, 0, io.ws.zero_bytes, stream));
+    FATHOM_CUDA_TRY(cudaMemsetAsync(io.ws.hist, 0, io.ws.zero_bytes, stream));
     FATHOM_TRY(mark(args, 1, stream));
     if (!lanes || config->problems == 1) {
         FATHOM_TRY(fc_gather(config, io.problems, &io.ws, stream));
@@ -326,6 +325,9 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
         const uint32_t per = (P + FATHOM_CUDA_MAX_CHUNKS - 1) / FATHOM_CUDA_MAX_CHUNKS;
         const uint32_t chunks = (P + per - 1) / per;
         fathom_cuda_lanes *L = (fathom_cuda_lanes *)lanes; /* the trace cursor moves */
+        step_io views[FATHOM_CUDA_MAX_CHUNKS];
+        for (uint32_t i = 0; i < chunks; i++)
+            views[i] = view_of(&io, i * per, P - i * per < per ? P - i * per : per);
         uint64_t *tr = NULL;
         if (L->trace && L->trace_next < L->trace_cap)
             tr = L->trace + (size_t)L->trace_next++ * FATHOM_CUDA_TRACE_SLOTS;
@@ -333,8 +335,7 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
         FATHOM_CUDA_TRY(cudaEventRecord(L->fork, stream));
         FATHOM_CUDA_TRY(cudaStreamWaitEvent(L->link, L->fork, 0));
         for (uint32_t i = 0; i < chunks; i++) {
-            const uint32_t p0 = i * per, count = P - p0 < per ? P - p0 : per;
-            const step_io v = view_of(&io, p0, count);
+            const step_io &v = views[i];
             FATHOM_TRY(stamp(tr, 2 + i * 6 + 0, L->link));
             FATHOM_TRY(fc_gather(&v.cfg, v.problems, &v.ws, L->link));
             if (!staged) FATHOM_TRY(fc_scan(&v.cfg, v.problems, &v.ws, v.queries, v.scores, L->link));
@@ -344,8 +345,7 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
         FATHOM_CUDA_TRY(cudaEventRecord(L->link_done, L->link));
         for (uint32_t i = 0; i < chunks; i++) {
             cudaStream_t s = L->stream[i % L->count];
-            const uint32_t p0 = i * per, count = P - p0 < per ? P - p0 : per;
-            const step_io v = view_of(&io, p0, count);
+            const step_io &v = views[i];
             if (i < L->count) FATHOM_CUDA_TRY(cudaStreamWaitEvent(s, L->fork, 0));
             FATHOM_CUDA_TRY(cudaStreamWaitEvent(s, L->moved[i], 0));
             FATHOM_TRY(stamp(tr, 2 + i * 6 + 2, s));
