@@ -28,7 +28,16 @@ extern "C" {
 #define FC_HIST_BITS 11 /* first radix digit: sign + exponent + 2 mantissa bits */
 #define FC_HIST_BINS (1u << FC_HIST_BITS)
 #define FC_CAND_CAP 4096 /* candidates the final select holds in shared memory */
-#define FC_COUNTERS 3    /* per query head: blocks done in histogram levels 0, 1 and compact */
+#define FC_COUNTERS 2    /* per query head: blocks done in histogram level 1 and in compact */
+
+/* A score's place in unsigned order (NaN lowest, -0 as +0): the top-k's
+ * radix digits, shared with the plane scans that count its first level. */
+static __device__ __forceinline__ uint32_t fc_score_order(float s) {
+    if (s != s) return 0;
+    if (s == 0.0f) s = 0.0f;
+    const uint32_t b = __float_as_uint(s);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
 
 /* Per query-head state of the radix select. */
 typedef struct fc_select_state {
@@ -50,8 +59,8 @@ typedef struct fc_workspace {
     void *cub_temp;
     size_t cub_temp_bytes;
     float *scores;         /* [P][G][n] */
-    uint32_t *hist;        /* [P*G][FC_HIST_BINS] */
-    uint32_t *counters;    /* [P*G][FC_COUNTERS] blocks finished: histogram levels 0, 1, compact */
+    uint32_t *hist;        /* [P*G][2][FC_HIST_BINS]: the select's two histogram levels */
+    uint32_t *counters;    /* [P*G][FC_COUNTERS] blocks finished: histogram level 1, compact */
     size_t zero_bytes;     /* hist .. cand_fill, zeroed at the start of a step */
     fc_select_state *state;/* [P*G] */
     uint32_t *mid;         /* [P*G][k] middle winners, unsorted */
@@ -74,6 +83,11 @@ int fc_workspace_layout(const fathom_cuda_config *cfg, void *base, fc_workspace 
 static inline bool fc_uses_depths(fathom_cuda_scan_kind s) {
     return s <= FATHOM_CUDA_SCAN_FIXED || s == FATHOM_CUDA_SCAN_NIBBLE4;
 }
+
+/* Plane scans count the top-k's first histogram level as they write the
+ * final scores (one pass over the scores less); the other scans leave it
+ * to the top-k. */
+static inline bool fc_scan_counts_level0(fathom_cuda_scan_kind s) { return fc_uses_depths(s); }
 
 /* Transports that copy the index into HBM staging before the scan. */
 static inline bool fc_staged(fathom_cuda_transport t) {

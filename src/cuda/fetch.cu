@@ -70,7 +70,7 @@ static __device__ double block_reduce(double x, bool is_max, double *s_part) {
 /* One block per query head. Each thread owns whole rows for the logits (a
  * 128-term dot product in double from 32 independent 16-byte loads), and a
  * channel pair over an eighth of the rows for the value sum (coalesced
- * 4-byte loads, 4 rows in flight). The first version (a warp per row with
+ * 4-byte loads, 8 rows in flight). The first version (a warp per row with
  * shuffles, then 4 threads per channel walking 128 rows each with 2-byte
  * loads) took 60-80 us per layer-step, all of it latency; in the pipelined
  * step every chunk pays that in its critical path. */
@@ -116,16 +116,16 @@ attend_kernel(uint32_t group, uint32_t k, const float *queries, const uint32_t *
     const uint16_t *base_v = rows_v + (size_t)p * union_cap * FC_DIM + 2 * pair;
     double a0 = 0.0, a1 = 0.0;
     uint32_t i = part;
-    for (; i + 3 * ATTEND_SPLIT < count; i += 4 * ATTEND_SPLIT) {
-        uint32_t v[4];
-        double w[4];
+    for (; i + 7 * ATTEND_SPLIT < count; i += 8 * ATTEND_SPLIT) {
+        uint32_t v[8];
+        double w[8];
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
+        for (int u = 0; u < 8; u++) {
             v[u] = *(const uint32_t *)(base_v + (size_t)s_slot[i + u * ATTEND_SPLIT] * FC_DIM);
             w[u] = logit[i + u * ATTEND_SPLIT];
         }
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
+        for (int u = 0; u < 8; u++) {
             a0 += w[u] * (double)__uint_as_float(v[u] << 16);
             a1 += w[u] * (double)__uint_as_float(v[u] & 0xffff0000u);
         }

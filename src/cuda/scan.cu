@@ -39,21 +39,21 @@ static __device__ __forceinline__ uint32_t spread8(uint32_t x) {
     return x;
 }
 
-template <int G>
+template <int G, int TOK_>
 struct scan_shape {
-    static const int TOK = G <= 4 ? 16 : 8;         /* tokens per lane (8 for G = 4: slower, RESULTS) */
+    static const int TOK = TOK_;                    /* tokens per lane: 16 or 8 */
     static const int PARTS = 64 / TOK;              /* warps sharing one block */
     static const int GROUPS = (SCAN_THREADS / 32) / PARTS; /* 32-block groups per CTA */
     static const int BLOCKS = GROUPS * 32;          /* blocks per CTA */
 };
 
 /* One lane's TOK tokens of block b over every active channel. */
-template <int G, bool NIBBLE>
+template <int G, int TOK, bool NIBBLE>
 static __device__ __forceinline__ void
-scan_lane(float (&acc)[scan_shape<G>::TOK][G], uint32_t c0, uint32_t c1, const uint8_t *s_chan,
+scan_lane(float (&acc)[TOK][G], uint32_t c0, uint32_t c1, const uint8_t *s_chan,
           const uint8_t *s_t, const float (*s_q)[FC_DIM], const uint64_t *planes,
           const uint16_t *scales, uint32_t nb, uint32_t b, uint32_t shift, const uint32_t *s_spread) {
-    const int TOK = scan_shape<G>::TOK, WORDS = TOK / 8;
+    const int WORDS = TOK / 8;
 #pragma unroll
     for (int i = 0; i < TOK; i++)
 #pragma unroll
@@ -113,14 +113,22 @@ scan_lane(float (&acc)[scan_shape<G>::TOK][G], uint32_t c0, uint32_t c1, const u
     }
 }
 
-template <int G, bool NIBBLE>
+/* Where a plane scan counts the top-k's level-0 histogram: the middle
+ * tokens [lo, hi) of each row, into hist[row][0][...]; hist is NULL when
+ * nothing is selected (n <= k). */
+typedef struct level0_tally {
+    uint32_t *hist;
+    uint64_t lo, hi;
+} level0_tally;
+
+template <int G, int TOK, bool NIBBLE>
 static __global__ void __launch_bounds__(SCAN_THREADS)
 scan_planes_kernel(uint64_t n, uint32_t nb, const uint8_t *depths, const float *queries,
                    const fathom_cuda_problem *problems, const uint64_t *stage,
                    uint64_t stage_words, const uint16_t *stage_scales, int resident,
-                   float *scores) {
-    typedef scan_shape<G> S;
-    const int TOK = S::TOK;
+                   float *scores, level0_tally tally) {
+    typedef scan_shape<G, TOK> S;
+    extern __shared__ uint32_t s_hist[]; /* [G][FC_HIST_BINS] when tally.hist */
     __shared__ uint8_t s_chan[FC_DIM], s_t[FC_DIM];
     __shared__ float s_q[G][FC_DIM];
     const uint32_t p = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -133,6 +141,8 @@ scan_planes_kernel(uint64_t n, uint32_t nb, const uint8_t *depths, const float *
      * and 16 tokens instead of 18 shift-and-mask operations */
     __shared__ uint32_t s_spread[256];
     for (uint32_t i = tid; i < 256; i += blockDim.x) s_spread[i] = spread8(i);
+    if (tally.hist)
+        for (uint32_t i = tid; i < G * FC_HIST_BINS; i += blockDim.x) s_hist[i] = 0;
     uint32_t t_mine = 0, rank = 0;
     if (tid < FC_DIM) {
         t_mine = depths[(size_t)p * FC_DIM + tid];
@@ -167,39 +177,67 @@ scan_planes_kernel(uint64_t n, uint32_t nb, const uint8_t *depths, const float *
     const uint16_t *scales = resident ? problems[p].scales : stage_scales + (size_t)p * FC_DIM * nb;
     const uint32_t part = warp % S::PARTS, group = warp / S::PARTS;
     const uint32_t b = blockIdx.x * S::BLOCKS + group * 32 + lane;
-    if (b >= nb) return;
     const uint32_t shift = part * TOK;
     const uint64_t first = (uint64_t)b * 64 + shift;
-    float acc[TOK][G];
-    for (uint32_t c0 = 0; c0 < active; c0 += SCAN_PASS) {
-        const uint32_t c1 = active - c0 < SCAN_PASS ? active : c0 + SCAN_PASS;
-        scan_lane<G, NIBBLE>(acc, c0, c1, s_chan, s_t, s_q, planes, scales, nb, b, shift, s_spread);
-        /* the first pass stores (0 + acc is acc), later passes add, as the CPU does */
-        const bool add = c0 > 0;
+    /* a final score into the level-0 histogram (shared, flushed below) */
+    auto count = [&](int h, uint64_t i, float v) {
+        if (i >= tally.lo && i < tally.hi)
+            atomicAdd(&s_hist[h * FC_HIST_BINS + (fc_score_order(v) >> (32 - FC_HIST_BITS))], 1u);
+    };
+    if (b < nb) { /* no return: the whole block meets at the flush */
+        float acc[TOK][G];
+        for (uint32_t c0 = 0; c0 < active; c0 += SCAN_PASS) {
+            const uint32_t c1 = active - c0 < SCAN_PASS ? active : c0 + SCAN_PASS;
+            scan_lane<G, TOK, NIBBLE>(acc, c0, c1, s_chan, s_t, s_q, planes, scales, nb, b, shift,
+                                      s_spread);
+            /* the first pass stores (0 + acc is acc), later passes add, as the CPU does */
+            const bool add = c0 > 0, last = c1 == active && tally.hist;
 #pragma unroll
-        for (int h = 0; h < G; h++) {
-            float *row = scores + ((size_t)p * G + h) * n + first;
-            if (first + TOK <= n && (((uintptr_t)row) & 15) == 0) {
+            for (int h = 0; h < G; h++) {
+                float *row = scores + ((size_t)p * G + h) * n + first;
+                if (first + TOK <= n && (((uintptr_t)row) & 15) == 0) {
 #pragma unroll
-                for (int i = 0; i < TOK; i += 4) {
-                    float4 v = make_float4(acc[i][h], acc[i + 1][h], acc[i + 2][h], acc[i + 3][h]);
-                    if (add) {
-                        const float4 o = *(const float4 *)(row + i);
-                        v = make_float4(o.x + v.x, o.y + v.y, o.z + v.z, o.w + v.w);
+                    for (int i = 0; i < TOK; i += 4) {
+                        float4 v = make_float4(acc[i][h], acc[i + 1][h], acc[i + 2][h], acc[i + 3][h]);
+                        if (add) {
+                            const float4 o = *(const float4 *)(row + i);
+                            v = make_float4(o.x + v.x, o.y + v.y, o.z + v.z, o.w + v.w);
+                        }
+                        *(float4 *)(row + i) = v;
+                        if (last) {
+                            count(h, first + i, v.x);
+                            count(h, first + i + 1, v.y);
+                            count(h, first + i + 2, v.z);
+                            count(h, first + i + 3, v.w);
+                        }
                     }
-                    *(float4 *)(row + i) = v;
-                }
-            } else {
+                } else {
 #pragma unroll
-                for (int i = 0; i < TOK; i++)
-                    if (first + i < n) row[i] = add ? row[i] + acc[i][h] : acc[i][h];
+                    for (int i = 0; i < TOK; i++)
+                        if (first + i < n) {
+                            const float v = add ? row[i] + acc[i][h] : acc[i][h];
+                            row[i] = v;
+                            if (last) count(h, first + i, v);
+                        }
+                }
             }
         }
+        if (active == 0) /* no channel read: every score is 0 */
+            for (int h = 0; h < G; h++)
+                for (int i = 0; i < TOK; i++)
+                    if (first + i < n) {
+                        scores[((size_t)p * G + h) * n + first + i] = 0.0f;
+                        if (tally.hist) count(h, first + i, 0.0f);
+                    }
     }
-    if (active == 0) /* no channel read: every score is 0 */
-        for (int h = 0; h < G; h++)
-            for (int i = 0; i < TOK; i++)
-                if (first + i < n) scores[((size_t)p * G + h) * n + first + i] = 0.0f;
+    if (tally.hist) {
+        __syncthreads();
+        for (uint32_t i = tid; i < G * FC_HIST_BINS; i += blockDim.x)
+            if (s_hist[i])
+                atomicAdd(&tally.hist[((size_t)p * G + i / FC_HIST_BINS) * 2 * FC_HIST_BINS +
+                                      i % FC_HIST_BINS],
+                          s_hist[i]);
+    }
 }
 
 /* Dense scans. Landmarks: score of token i = q_h . mean(i / 8), one thread
@@ -283,11 +321,29 @@ scan_keys_kernel(uint64_t n, const float *queries, const fathom_cuda_problem *pr
     }
 }
 
+template <int G, int TOK, bool NIBBLE>
+static int launch_planes(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems,
+                         const fc_workspace *ws, const float *queries, float *scores,
+                         level0_tally tally, cudaStream_t stream) {
+    typedef scan_shape<G, TOK> S;
+    const uint32_t nb = fc_blocks_of(cfg->tokens);
+    const size_t hist_bytes = tally.hist ? (size_t)G * FC_HIST_BINS * 4 : 0;
+    if (hist_bytes > 48 * 1024) /* G > 6: opt in to more than the default shared memory */
+        FATHOM_CUDA_TRY(cudaFuncSetAttribute(scan_planes_kernel<G, TOK, NIBBLE>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)hist_bytes));
+    const dim3 grid((nb + S::BLOCKS - 1) / S::BLOCKS, cfg->problems);
+    scan_planes_kernel<G, TOK, NIBBLE><<<grid, SCAN_THREADS, hist_bytes, stream>>>(
+        cfg->tokens, nb, ws->depths, queries, problems, ws->stage, ws->stage_words,
+        ws->stage_scales, !fc_staged(cfg->transport), scores, tally);
+    FATHOM_CUDA_LAUNCHED();
+    return FATHOM_OK;
+}
+
 template <int G>
 static int launch_scan(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems,
                        const fc_workspace *ws, const float *queries, float *scores,
                        cudaStream_t stream) {
-    const uint32_t nb = fc_blocks_of(cfg->tokens);
     const int resident = !fc_staged(cfg->transport); /* read problems[] in place */
     if (cfg->scan == FATHOM_CUDA_SCAN_LANDMARK) {
         const uint64_t rows = (cfg->tokens + FATHOM_LANDMARK_TOKENS - 1) / FATHOM_LANDMARK_TOKENS;
@@ -306,18 +362,19 @@ static int launch_scan(const fathom_cuda_config *cfg, const fathom_cuda_problem 
         FATHOM_CUDA_LAUNCHED();
         return FATHOM_OK;
     }
-    const uint32_t per_cta = scan_shape<G>::BLOCKS;
-    const dim3 grid((nb + per_cta - 1) / per_cta, cfg->problems);
-    if (cfg->scan == FATHOM_CUDA_SCAN_NIBBLE4)
-        scan_planes_kernel<G, true><<<grid, SCAN_THREADS, 0, stream>>>(
-            cfg->tokens, nb, ws->depths, queries, problems, ws->stage, ws->stage_words,
-            ws->stage_scales, resident, scores);
-    else
-        scan_planes_kernel<G, false><<<grid, SCAN_THREADS, 0, stream>>>(
-            cfg->tokens, nb, ws->depths, queries, problems, ws->stage, ws->stage_words,
-            ws->stage_scales, resident, scores);
-    FATHOM_CUDA_LAUNCHED();
-    return FATHOM_OK;
+    level0_tally tally = {NULL, 0, 0};
+    if (cfg->tokens > cfg->k) {
+        tally.hist = ws->hist;
+        tally.lo = cfg->sink;
+        tally.hi = cfg->tokens - cfg->local;
+    }
+    const bool nibble = cfg->scan == FATHOM_CUDA_SCAN_NIBBLE4;
+    /* 16 tokens a lane (G accumulators each) up to G = 4, else 8. Measured
+     * for one KV head at 1M in a pipelined step, 8 tokens (twice the CTAs)
+     * made the chunk's scan + top-k slower (92 -> 119 us), RESULTS. */
+    const int TOK = G <= 4 ? 16 : 8;
+    if (nibble) return launch_planes<G, TOK, true>(cfg, problems, ws, queries, scores, tally, stream);
+    return launch_planes<G, TOK, false>(cfg, problems, ws, queries, scores, tally, stream);
 }
 
 int fc_scan(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems,

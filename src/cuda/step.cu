@@ -102,7 +102,7 @@ int fc_workspace_layout(const fathom_cuda_config *cfg, void *base_v, fc_workspac
     FATHOM_TRY(carve(base, &off, ws->cub_temp_bytes, 1, &ws->cub_temp));
     FATHOM_TRY(carve(base, &off, rows * n, 4, (void **)&ws->scores));
     /* hist, counters and cand_fill are adjacent: one memset per step zeroes them */
-    FATHOM_TRY(carve(base, &off, rows * FC_HIST_BINS, 4, (void **)&ws->hist));
+    FATHOM_TRY(carve(base, &off, rows * 2 * FC_HIST_BINS, 4, (void **)&ws->hist));
     FATHOM_TRY(carve(base, &off, rows * FC_COUNTERS, 4, (void **)&ws->counters));
     FATHOM_TRY(carve(base, &off, rows, 4, (void **)&ws->cand_fill));
     ws->zero_bytes = (size_t)((uint8_t *)(ws->cand_fill + rows) - (uint8_t *)ws->hist);
@@ -240,7 +240,7 @@ static step_io view_of(const step_io *all, uint32_t p0, uint32_t count) {
     w->depths += p * FC_DIM;
     w->stage += p * w->stage_words;       /* 0 words when nothing is staged */
     w->stage_scales += p * FC_DIM * nb;   /* read only by plane scans that stage */
-    w->hist += rows * FC_HIST_BINS;
+    w->hist += rows * 2 * FC_HIST_BINS;
     w->counters += rows * FC_COUNTERS;
     w->state += rows;
     w->mid += rows * k;

@@ -5,16 +5,19 @@
  * (order() flips floats into unsigned order, -0 counts as +0, NaN as 0), so
  * the m = k - sink - local winners are exactly the m largest K.
  *
- * Radix select in three launches that never need the host:
- *   hist+find    twice: the 11-bit digit holding the m-th largest key, then
- *                the next 11 bits inside that digit (a 22-bit prefix); the
- *                row's last block to finish its histogram finds the digit;
+ * Radix select in two launches after the scan, none needing the host:
+ *   level 0      the histogram of the keys' first 11 bits; the plane scans
+ *                count it as they write the scores (a launch of its own,
+ *                hist0, for the landmark and oracle scans);
+ *   hist1+find   every block finds the level-0 digit holding the m-th
+ *                largest key, counts the next 11 bits inside it, and the
+ *                row's last block finds the 22-bit prefix;
  *   compact+final winners above the prefix go straight to the output list,
  *                keys with the prefix to a candidate buffer; the row's last
  *                block selects the rest from the candidates (in shared
  *                memory; if they overflow the buffer, only with massive
  *                exact ties, the same select over the scores row: slow, exact).
- * The scores are read three times, by many blocks each (a single 11-bit
+ * The scores are read twice after the scan, by many blocks each (a single 11-bit
  * level left 5-20k candidates at 1M tokens and sent rows down the slow path).
  * Then one block per KV head sorts each head's winners and builds the
  * union the row fetch moves. */
@@ -27,15 +30,8 @@
 #define NO_DIGIT 0xffffffffu
 #define PAD_INDEX 0xffffffffu
 
-static __device__ __forceinline__ uint32_t score_order(float s) {
-    if (s != s) return 0; /* NaN ranks lowest */
-    if (s == 0.0f) s = 0.0f;
-    const uint32_t b = __float_as_uint(s);
-    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-
 static __device__ __forceinline__ uint64_t select_key(float s, uint64_t i) {
-    return ((uint64_t)score_order(s) << 32) | (uint64_t)(0xffffffffu - (uint32_t)i);
+    return ((uint64_t)fc_score_order(s) << 32) | (uint64_t)(0xffffffffu - (uint32_t)i);
 }
 
 static __device__ __forceinline__ uint32_t key_index(uint64_t key) {
@@ -76,77 +72,92 @@ static __device__ bool last_block_of_row(uint32_t *counter, uint32_t blocks) {
     return s_last;
 }
 
-/* level 0: the 11-bit digit holding the m-th largest; level 1: the next 11
- * bits inside it. state.digit is the prefix found so far, state.need how
- * many winners it still owes. Run by one block of TOPK_THREADS. */
-static __device__ void find_row(int level, uint64_t n, uint32_t k, uint32_t sink, uint32_t local,
-                                const uint32_t *ghist, fc_select_state *state) {
+/* The bin (of ghist's FC_HIST_BINS, highest first) that holds the need-th
+ * largest key, how many it still owes there and how many keys it holds.
+ * Run by every thread of a block of TOPK_THREADS; need >= 1 and at most the
+ * histogram's total, so exactly one bin qualifies. */
+typedef struct found_bin {
+    uint32_t bin, need, count;
+} found_bin;
+
+static __device__ found_bin find_bin(const uint32_t *ghist, uint32_t need) {
     typedef cub::BlockScan<uint32_t, TOPK_THREADS> scan_t;
     __shared__ typename scan_t::TempStorage tmp;
+    __shared__ found_bin s_found;
     const int PER = FC_HIST_BINS / TOPK_THREADS;
     const uint32_t t = threadIdx.x;
-    fc_select_state st = {NO_DIGIT, 0, 0, 0};
-    if (level == 0) {
-        if (t == 0) *state = st;
-        if (n <= k) return;
-        st.need = k - sink - local;
-        st.digit = 0;
-    } else {
-        st.digit = __ldcg(&state->digit);
-        st.need = __ldcg(&state->need);
-    }
-    __syncthreads(); /* everyone has read the state before anyone writes it */
-    if (st.digit == NO_DIGIT || st.need == 0) return;
     /* bins in descending order: thread t holds bins 2047 - PER*t - i */
     uint32_t c[PER], above[PER];
     for (int i = 0; i < PER; i++) c[i] = __ldcg(&ghist[FC_HIST_BINS - 1 - PER * t - i]);
     scan_t(tmp).ExclusiveSum(c, above);
-    for (int i = 0; i < PER; i++) {
-        if (above[i] < st.need && above[i] + c[i] >= st.need) {
-            const uint32_t bin = FC_HIST_BINS - 1 - PER * t - i;
-            fc_select_state s = {level ? (st.digit << FC_HIST_BITS) | bin : bin, st.need - above[i], 0, c[i]};
-            *state = s;
+    for (int i = 0; i < PER; i++)
+        if (above[i] < need && above[i] + c[i] >= need) {
+            found_bin f = {FC_HIST_BINS - 1 - PER * t - i, need - above[i], c[i]};
+            s_found = f;
         }
-    }
+    __syncthreads();
+    const found_bin f = s_found;
+    __syncthreads(); /* s_found and tmp are free again */
+    return f;
 }
 
-/* Histogram of one level over the row (TOPK_CHUNK scores a block), then the
- * row's last block finds the digit: one launch per level instead of a
- * memset, a histogram and a find (the top-k was a chain of ten small
- * launches, each paying launch latency in every pipelined chunk). */
+/* Level 0 for the scans that do not count it (landmarks, oracle): the
+ * histogram of the first 11 bits of every middle key. */
 static __global__ void __launch_bounds__(TOPK_THREADS)
-hist_find_kernel(int level, uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
-                 fc_select_state *state, uint32_t *hist, uint32_t *counters) {
+hist0_kernel(uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
+             uint32_t *hist) {
     __shared__ uint32_t h[FC_HIST_BINS];
     const uint32_t r = blockIdx.y;
-    uint32_t *ghist = hist + (size_t)r * FC_HIST_BINS;
-    bool work = n > k;
-    uint32_t prefix = 0;
-    if (work && level) {
-        prefix = state[r].digit;
-        work = prefix != NO_DIGIT && state[r].need != 0;
-    }
     const uint64_t lo = sink + (uint64_t)blockIdx.x * TOPK_CHUNK;
     const uint64_t end = n - local, hi = lo + TOPK_CHUNK < end ? lo + TOPK_CHUNK : end;
-    if (work && lo < hi) { /* uniform in the block */
+    if (n <= k || lo >= hi) return; /* uniform in the block */
+    for (uint32_t b = threadIdx.x; b < FC_HIST_BINS; b += blockDim.x) h[b] = 0;
+    __syncthreads();
+    for_range(scores + (size_t)r * n, lo, hi,
+              [&](uint64_t, float s) { atomicAdd(&h[fc_score_order(s) >> (32 - FC_HIST_BITS)], 1u); });
+    __syncthreads();
+    uint32_t *ghist = hist + (size_t)r * 2 * FC_HIST_BINS;
+    for (uint32_t b = threadIdx.x; b < FC_HIST_BINS; b += blockDim.x)
+        if (h[b]) atomicAdd(&ghist[b], h[b]);
+}
+
+/* Level 1: every block finds the level-0 digit from the complete level-0
+ * histogram (2048 counters from L2: cheaper than a launch of its own),
+ * counts the next 11 bits of the keys inside that digit, and the row's last
+ * block finds the 22-bit prefix holding the m-th largest key. */
+static __global__ void __launch_bounds__(TOPK_THREADS)
+hist1_find_kernel(uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
+                  fc_select_state *state, uint32_t *hist, uint32_t *counters) {
+    __shared__ uint32_t h[FC_HIST_BINS];
+    const uint32_t r = blockIdx.y;
+    if (n <= k) { /* uniform in the launch: everything is selected */
+        if (blockIdx.x == 0 && threadIdx.x == 0) {
+            const fc_select_state none = {NO_DIGIT, 0, 0, 0};
+            state[r] = none;
+        }
+        return;
+    }
+    uint32_t *ghist0 = hist + (size_t)r * 2 * FC_HIST_BINS, *ghist1 = ghist0 + FC_HIST_BINS;
+    const found_bin f0 = find_bin(ghist0, k - sink - local);
+    const uint64_t lo = sink + (uint64_t)blockIdx.x * TOPK_CHUNK;
+    const uint64_t end = n - local, hi = lo + TOPK_CHUNK < end ? lo + TOPK_CHUNK : end;
+    if (lo < hi) { /* uniform in the block */
         for (uint32_t b = threadIdx.x; b < FC_HIST_BINS; b += blockDim.x) h[b] = 0;
         __syncthreads();
-        const float *row = scores + (size_t)r * n;
-        for_range(row, lo, hi, [&](uint64_t, float s) {
-            const uint32_t key = score_order(s);
-            if (level == 0) atomicAdd(&h[key >> (32 - FC_HIST_BITS)], 1u);
-            else if ((key >> (32 - FC_HIST_BITS)) == prefix)
+        for_range(scores + (size_t)r * n, lo, hi, [&](uint64_t, float s) {
+            const uint32_t key = fc_score_order(s);
+            if ((key >> (32 - FC_HIST_BITS)) == f0.bin)
                 atomicAdd(&h[(key >> (32 - 2 * FC_HIST_BITS)) & (FC_HIST_BINS - 1)], 1u);
         });
         __syncthreads();
         for (uint32_t b = threadIdx.x; b < FC_HIST_BINS; b += blockDim.x)
-            if (h[b]) atomicAdd(&ghist[b], h[b]);
+            if (h[b]) atomicAdd(&ghist1[b], h[b]);
     }
-    if (!last_block_of_row(&counters[(size_t)r * FC_COUNTERS + level], gridDim.x)) return;
-    find_row(level, n, k, sink, local, ghist, state + r);
-    if (level == 0) { /* level 1 counts into the same bins */
-        __syncthreads();
-        for (uint32_t b = threadIdx.x; b < FC_HIST_BINS; b += blockDim.x) ghist[b] = 0;
+    if (!last_block_of_row(&counters[(size_t)r * FC_COUNTERS + 0], gridDim.x)) return;
+    const found_bin f1 = find_bin(ghist1, f0.need);
+    if (threadIdx.x == 0) {
+        const fc_select_state s = {(f0.bin << FC_HIST_BITS) | f1.bin, f1.need, 0, f1.count};
+        state[r] = s;
     }
 }
 
@@ -246,7 +257,7 @@ compact_final_kernel(uint64_t n, uint32_t k, uint32_t sink, uint32_t local, cons
                 if (pos < FC_CAND_CAP) cand[(size_t)r * FC_CAND_CAP + pos] = key;
             }
         });
-    if (!last_block_of_row(&counters[(size_t)r * FC_COUNTERS + 2], gridDim.x)) return;
+    if (!last_block_of_row(&counters[(size_t)r * FC_COUNTERS + 1], gridDim.x)) return;
     if (!work) return;
     fc_select_state st;
     st.digit = __ldcg(&state[r].digit);
@@ -431,12 +442,16 @@ int fc_topk(const fathom_cuda_config *cfg, const fc_workspace *ws, const float *
     const uint64_t middle = n > (uint64_t)cfg->sink + cfg->local ? n - cfg->sink - cfg->local : 0;
     uint32_t chunks = (uint32_t)((middle + TOPK_CHUNK - 1) / TOPK_CHUNK);
     if (chunks == 0) chunks = 1;
-    /* the step zeroed hist, counters and cand_fill before its first top-k */
-    for (int level = 0; level < 2; level++) {
-        hist_find_kernel<<<dim3(chunks, rows), TOPK_THREADS, 0, stream>>>(
-            level, n, cfg->k, cfg->sink, cfg->local, scores, ws->state, ws->hist, ws->counters);
+    /* the step zeroed hist, counters and cand_fill before its first top-k;
+     * plane scans counted level 0 as they wrote the scores */
+    if (!fc_scan_counts_level0(cfg->scan)) {
+        hist0_kernel<<<dim3(chunks, rows), TOPK_THREADS, 0, stream>>>(n, cfg->k, cfg->sink, cfg->local,
+                                                                       scores, ws->hist);
         FATHOM_CUDA_LAUNCHED();
     }
+    hist1_find_kernel<<<dim3(chunks, rows), TOPK_THREADS, 0, stream>>>(
+        n, cfg->k, cfg->sink, cfg->local, scores, ws->state, ws->hist, ws->counters);
+    FATHOM_CUDA_LAUNCHED();
     compact_final_kernel<<<dim3(chunks, rows), TOPK_THREADS, 0, stream>>>(
         n, cfg->k, cfg->sink, cfg->local, scores, ws->state, ws->cand_fill, ws->mid, ws->cand,
         ws->counters);
