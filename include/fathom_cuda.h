@@ -151,6 +151,18 @@ typedef struct fathom_cuda_lanes fathom_cuda_lanes;
 int fathom_cuda_lanes_create(uint32_t count, fathom_cuda_lanes **out);
 void fathom_cuda_lanes_destroy(fathom_cuda_lanes *lanes); /* NULL is a no-op */
 
+/* KV heads (problems) per pipeline chunk for the following steps, at least
+ * ceil(problems / FATHOM_CUDA_MAX_CHUNKS). 0 (the default) picks by context:
+ * all problems in one chunk below 64k tokens, 2 per chunk below 192k, else
+ * 1 (measured on an H200, bench/RESULTS.md: a chunk's fixed latency of
+ * launches outweighs the transfer it hides at short contexts). Bigger
+ * chunks mean fewer graph nodes, less of the transfer hidden. */
+int fathom_cuda_lanes_set_chunk(fathom_cuda_lanes *lanes, uint32_t problems_per_chunk);
+
+/* Problems per chunk a pipelined step with these lanes and this config
+ * uses (for reading its trace); 0 if either is NULL. */
+uint32_t fathom_cuda_lanes_chunk(const fathom_cuda_lanes *lanes, const fathom_cuda_config *config);
+
 /* A timeline of pipelined steps, for finding where a step's time goes:
  * with stamps (device memory, steps * FATHOM_CUDA_TRACE_SLOTS uint64) set,
  * each following pipelined step enqueued (or captured) with these lanes

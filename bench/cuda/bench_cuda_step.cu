@@ -27,7 +27,7 @@
  * graph (layer l+1 waits for all of layer l, as a real forward pass must);
  * its replays are timed with events, median of --reps, once with every
  * phase on one stream and once pipelined over --lanes streams
- * (fathom_cuda_lanes). Wall-clock: host time from cudaGraphLaunch to the
+ * (fathom_cuda_lanes; --chunk N heads per chunk, 0 = the library's choice). Wall-clock: host time from cudaGraphLaunch to the
  * end of cudaStreamSynchronize, median, of the faster of the two graphs. The phase
  * breakdown comes from a separate, non-graph, one-stream run with events
  * between phases (sum of 36 layers); "other" = one-stream graph total - sum
@@ -352,7 +352,7 @@ static run_result run_config(bench_ctx *b, const method_spec *m, uint64_t n, uin
         FK(fathom_cuda_lanes_trace(b->lanes, NULL, 0));
         std::vector<uint64_t> t((size_t)L * FATHOM_CUDA_TRACE_SLOTS);
         CK(cudaMemcpy(t.data(), b->d_trace, t.size() * 8, cudaMemcpyDeviceToHost));
-        const uint32_t per = (P + FATHOM_CUDA_MAX_CHUNKS - 1) / FATHOM_CUDA_MAX_CHUNKS, chunks = (P + per - 1) / per;
+        const uint32_t per = fathom_cuda_lanes_chunk(b->lanes, &cfg), chunks = (P + per - 1) / per;
         double layer = 0, lead = 0, busy = 0, gaps = 0, tail = 0, chain = 0, wait = 0, between = 0;
         double sel = 0, fetch = 0, att = 0, last_sel = 0, last_fetch = 0, last_att = 0;
         for (uint32_t l = 0; l < L; l++) {
@@ -509,7 +509,7 @@ int main(int argc, char **argv) {
     double planes_gib = 40, lm_gib = 16, kv_gib = 8;
     uint64_t oracle_max = 1ull << 20;
     int extras = 1, resident_only = 0; /* --resident-only: just the HBM-resident section */
-    uint32_t lane_count = 3;
+    uint32_t lane_count = 3, per_chunk = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
         else if (!strcmp(argv[i], "--contexts") && i + 1 < argc) contexts = parse_list_u64(argv[++i]);
@@ -524,6 +524,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--no-extras")) extras = 0;
         else if (!strcmp(argv[i], "--resident-only")) resident_only = 1;
         else if (!strcmp(argv[i], "--lanes") && i + 1 < argc) lane_count = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) per_chunk = (uint32_t)atoi(argv[++i]);
         else { fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
     }
     if (lane_count > FATHOM_CUDA_MAX_LANES) { fprintf(stderr, "--lanes 0..%d\n", FATHOM_CUDA_MAX_LANES); return 2; }
@@ -575,7 +576,10 @@ int main(int argc, char **argv) {
     memset(&b, 0, sizeof b);
     b.layers = layers;
     b.reps = reps;
-    if (lane_count) FK(fathom_cuda_lanes_create(lane_count, &b.lanes));
+    if (lane_count) {
+        FK(fathom_cuda_lanes_create(lane_count, &b.lanes));
+        FK(fathom_cuda_lanes_set_chunk(b.lanes, per_chunk));
+    }
     CK(cudaMalloc(&b.d_trace, (size_t)layers * FATHOM_CUDA_TRACE_SLOTS * 8));
     CK(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking));
     /* link rate, same run: 1 GiB pinned host -> device */

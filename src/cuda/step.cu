@@ -137,6 +137,7 @@ struct fathom_cuda_lanes {
     cudaEvent_t moved[FATHOM_CUDA_MAX_CHUNKS]; /* chunk i's link-bound phase is done */
     cudaEvent_t link_done;
     cudaEvent_t done[FATHOM_CUDA_MAX_LANES];   /* a lane's last chunk is done */
+    uint32_t per_chunk;                        /* problems per chunk; 0: by context */
     uint64_t *trace;                           /* device timestamps, or NULL */
     uint32_t trace_cap, trace_next;            /* in steps of FATHOM_CUDA_TRACE_SLOTS */
 };
@@ -188,6 +189,24 @@ extern "C" int fathom_cuda_lanes_create(uint32_t count, fathom_cuda_lanes **out)
     LANES_TRY(cudaEventCreateWithFlags(&l->link_done, ev));
     *out = l;
     return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_lanes_set_chunk(fathom_cuda_lanes *l, uint32_t problems_per_chunk) {
+    FATHOM_CHECK_ARG(l != NULL, "lanes is NULL");
+    FATHOM_CHECK_ARG(problems_per_chunk <= 65535, "problems per chunk %u not in 0..65535",
+                     problems_per_chunk);
+    l->per_chunk = problems_per_chunk;
+    return FATHOM_OK;
+}
+
+extern "C" uint32_t fathom_cuda_lanes_chunk(const fathom_cuda_lanes *l, const fathom_cuda_config *c) {
+    if (!l || !c || c->problems == 0) return 0;
+    const uint32_t P = c->problems;
+    uint32_t want = l->per_chunk;
+    if (want == 0) want = c->tokens < 65536 ? P : c->tokens < 196608 ? 2 : 1;
+    uint32_t per = (P + FATHOM_CUDA_MAX_CHUNKS - 1) / FATHOM_CUDA_MAX_CHUNKS;
+    if (want > per) per = want < P ? want : P;
+    return per;
 }
 
 extern "C" int fathom_cuda_lanes_trace(fathom_cuda_lanes *l, uint64_t *stamps, uint32_t steps) {
@@ -322,7 +341,7 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
          * fetch and attention run on lane i % count as soon as its bytes
          * are in, beside chunk i+1's transfer. */
         const uint32_t P = config->problems;
-        const uint32_t per = (P + FATHOM_CUDA_MAX_CHUNKS - 1) / FATHOM_CUDA_MAX_CHUNKS;
+        const uint32_t per = fathom_cuda_lanes_chunk(lanes, config);
         const uint32_t chunks = (P + per - 1) / per;
         fathom_cuda_lanes *L = (fathom_cuda_lanes *)lanes; /* the trace cursor moves */
         step_io views[FATHOM_CUDA_MAX_CHUNKS];

@@ -115,8 +115,31 @@ typedef struct test_case {
     fathom_cuda_key_rows key_rows;
     int zero_queries; /* every score ties: the tie rule and the overflow path */
     uint32_t row_stride; /* 2*DIM: K and V interleaved per token */
-    uint32_t lanes;      /* >= 2: a pipelined step over that many streams */
+    uint32_t lanes;      /* >= 1: a pipelined step over that many streams */
+    uint32_t chunk;      /* problems per pipeline chunk (fathom_cuda_lanes_set_chunk) */
 } test_case;
+
+/* The default chunking by context, and its floor of ceil(P / MAX_CHUNKS). */
+static void check_chunk_rule(void) {
+    fathom_cuda_lanes *lanes = NULL;
+    CHECK_OK(fathom_cuda_lanes_create(2, &lanes));
+    fathom_cuda_config c;
+    memset(&c, 0, sizeof c);
+    c.problems = 8;
+    const struct { uint64_t tokens; uint32_t problems, set, per; } rule[] = {
+        {65535, 8, 0, 8}, {65536, 8, 0, 2}, {196607, 8, 0, 2}, {196608, 8, 0, 1}, {1u << 20, 8, 0, 1},
+        {1u << 20, 40, 0, 3}, {1000, 40, 0, 40}, {1u << 20, 8, 3, 3}, {1u << 20, 8, 100, 8},
+        {1000, 33, 1, 3},
+    };
+    for (size_t i = 0; i < sizeof rule / sizeof rule[0]; i++) {
+        c.tokens = rule[i].tokens;
+        c.problems = rule[i].problems;
+        CHECK_OK(fathom_cuda_lanes_set_chunk(lanes, rule[i].set));
+        CHECK(fathom_cuda_lanes_chunk(lanes, &c) == rule[i].per);
+    }
+    CHECK(fathom_cuda_lanes_chunk(NULL, &c) == 0 && fathom_cuda_lanes_chunk(lanes, NULL) == 0);
+    fathom_cuda_lanes_destroy(lanes);
+}
 
 typedef struct host_problem {
     float *keys_f;      /* [n][DIM] original keys */
@@ -256,6 +279,9 @@ static void run_case(const test_case *tc) {
     uint64_t *d_trace = NULL;
     if (tc->lanes) {
         CHECK_OK(fathom_cuda_lanes_create(tc->lanes, &lanes));
+        CHECK_STATUS(fathom_cuda_lanes_set_chunk(lanes, 65536), FATHOM_ERR_INVALID_ARG);
+        CHECK_STATUS(fathom_cuda_lanes_set_chunk(NULL, 1), FATHOM_ERR_INVALID_ARG);
+        CHECK_OK(fathom_cuda_lanes_set_chunk(lanes, tc->chunk));
         CK(cudaMalloc(&d_trace, FATHOM_CUDA_TRACE_SLOTS * 8));
         CK(cudaMemset(d_trace, 0, FATHOM_CUDA_TRACE_SLOTS * 8));
         CHECK_STATUS(fathom_cuda_lanes_trace(lanes, d_trace, 0), FATHOM_ERR_INVALID_ARG);
@@ -270,7 +296,10 @@ static void run_case(const test_case *tc) {
          * after another, and a chunk's lane starts only after its bytes are in */
         uint64_t t[FATHOM_CUDA_TRACE_SLOTS];
         CK(cudaMemcpy(t, d_trace, sizeof t, cudaMemcpyDeviceToHost));
-        const uint32_t per = (P + FATHOM_CUDA_MAX_CHUNKS - 1) / FATHOM_CUDA_MAX_CHUNKS;
+        uint32_t per = (P + FATHOM_CUDA_MAX_CHUNKS - 1) / FATHOM_CUDA_MAX_CHUNKS;
+        if (tc->chunk > per) per = tc->chunk < P ? tc->chunk : P;
+        if (tc->chunk == 0) per = P; /* the default below 64k tokens: one chunk */
+        CHECK(fathom_cuda_lanes_chunk(lanes, &cfg) == per);
         const uint32_t chunks = (P + per - 1) / per;
         int order_bad = t[0] == 0 || t[1] < t[0];
         for (uint32_t c = 0; c < chunks; c++) {
@@ -578,56 +607,61 @@ int main(void) {
         check_summary("test_cuda_step");
         return 77;
     }
+    check_chunk_rule();
     const test_case cases[] = {
         {"water-fill B=48, kernel, n=5000", 5000, 3, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
         {"water-fill B=20, cub, n=1000 g=3", 1000, 2, 3, 64, 4, 8, FATHOM_CUDA_SCAN_WATER_FILL, 20,
-         FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
+         FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
         {"water-fill B=300, resident, planes", 3001, 2, 4, 128, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL,
-         300, FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_PLANES, 0, 0, 0},
+         300, FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_PLANES, 0, 0, 0, 0},
         {"top-channels r=16, kernel, n=4099", 4099, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_TOP_CHANNELS,
-         16, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_PLANES, 0, 0, 0},
+         16, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_PLANES, 0, 0, 0, 0},
         {"fixed random depths, cub, n=700", 700, 2, 2, 100, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
-         FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
+         FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
         {"landmark, kernel, n=2047", 2047, 2, 4, 256, 4, 32, FATHOM_CUDA_SCAN_LANDMARK, 0,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
         {"oracle, resident, n=3000", 3000, 1, 4, 512, 4, 32, FATHOM_CUDA_SCAN_ORACLE, 0,
-         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
+         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
         {"oracle, kernel, n=1500 g=1", 1500, 2, 1, 64, 0, 0, FATHOM_CUDA_SCAN_ORACLE, 0,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
         {"n <= k (everything kept)", 300, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
         {"k = sink + local", 2000, 1, 4, 36, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
         {"K/V interleaved rows (stride 256)", 4100, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 0, 0},
         {"nibble4 (the full4 codes), kernel", 3001, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_NIBBLE4, 0,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
         {"nibble4, resident, g=8", 1000, 1, 8, 256, 4, 32, FATHOM_CUDA_SCAN_NIBBLE4, 0,
-         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
+         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
         {"water-fill B=64, g=8 (8-token lanes)", 2100, 1, 8, 256, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 64,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
         {"all scores tie (overflow path)", 9000, 1, 4, 512, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 1, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 1, 0, 0, 0},
         {"all scores tie, fits the buffer", 3000, 1, 2, 512, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
-         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 1, 0, 0},
+         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 1, 0, 0, 0},
         /* pipelined steps (lanes) and scans of host memory in place (direct) */
         {"lanes 3, water-fill B=48, P=5", 5000, 5, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 3},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 3, 1},
         {"lanes 4, P=20 (chunks of 2 heads)", 700, 20, 4, 64, 4, 8, FATHOM_CUDA_SCAN_FIXED, 0,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 4},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 4, 1},
         {"direct, water-fill B=48, lanes 2", 4099, 3, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
-         FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 2},
+         FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 2, 1},
         {"direct, top-channels r=16, planes", 3001, 2, 4, 256, 4, 32, FATHOM_CUDA_SCAN_TOP_CHANNELS,
-         16, FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_PLANES, 0, 0, 0},
+         16, FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_PLANES, 0, 0, 0, 0},
         {"direct, landmark, lanes 2", 2047, 3, 4, 256, 4, 32, FATHOM_CUDA_SCAN_LANDMARK, 0,
-         FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_BF16, 0, 0, 2},
+         FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_BF16, 0, 0, 2, 1},
         {"direct, oracle, lanes 2", 1500, 2, 4, 128, 4, 32, FATHOM_CUDA_SCAN_ORACLE, 0,
-         FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_BF16, 0, 0, 2},
-        {"resident, lanes 2, nibble4", 1000, 3, 4, 256, 4, 32, FATHOM_CUDA_SCAN_NIBBLE4, 0,
-         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0, 2},
+         FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_BF16, 0, 0, 2, 1},
+        {"resident, lanes 2, nibble4 (default chunk: one)", 1000, 3, 4, 256, 4, 32, FATHOM_CUDA_SCAN_NIBBLE4, 0,
+         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0, 2, 0},
         {"lanes 1, sparq r=8, P=17 (chunks of 2)", 900, 17, 2, 128, 4, 32, FATHOM_CUDA_SCAN_TOP_CHANNELS, 8,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 1},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 1, 1},
+        {"lanes 2, chunks of 3 heads, P=7", 2500, 7, 4, 256, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 40,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 2, 3},
+        {"lanes 3, one chunk of all heads, P=4", 1800, 4, 4, 256, 4, 32, FATHOM_CUDA_SCAN_TOP_CHANNELS, 16,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 3, 9},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     return check_summary("test_cuda_step");
