@@ -122,12 +122,12 @@ typedef struct fathom_cuda_step_args {
                                   with lanes) */
     const struct fathom_cuda_lanes *lanes; /* NULL: every phase on `stream`, one after another.
                                   Else the step is pipelined over the KV heads: the plan runs
-                                  for all of them, then head by head (in up to
-                                  FATHOM_CUDA_MAX_CHUNKS chunks) the link-bound phase (the
-                                  gather, or the scan itself with DIRECT) runs in order, one
-                                  chunk at a time, while earlier chunks scan, select, fetch and
-                                  attend on the lanes. The link stays busy, and only one
-                                  head's K/V rows are being fetched at any moment (scattered
+                                  for all of them, then chunk by chunk of heads (up to
+                                  FATHOM_CUDA_MAX_CHUNKS; fathom_cuda_lanes_set_chunk) the
+                                  link-bound phase (the gather, or the scan itself with DIRECT)
+                                  runs in order, one chunk at a time, while earlier chunks scan,
+                                  select, fetch and attend on the lanes. The link stays busy, and
+                                  only one chunk's K/V rows are being fetched at a time (scattered
                                   rows over a few GiB of host memory read at half the link
                                   rate, over < 1 GiB near the full rate: bench/RESULTS.md).
                                   Same results, bit for bit, as without lanes. */
@@ -136,7 +136,7 @@ typedef struct fathom_cuda_step_args {
 #define FATHOM_CUDA_PHASES 6 /* plan, transfer, scan, top-k, fetch, attend */
 
 #define FATHOM_CUDA_MAX_LANES 8   /* streams of a lanes object */
-#define FATHOM_CUDA_MAX_CHUNKS 16 /* pipeline chunks of a step (ceil(problems/16) heads each) */
+#define FATHOM_CUDA_MAX_CHUNKS 16 /* pipeline chunks of a step (at least ceil(problems/16) heads each) */
 
 /* Streams and events for pipelined steps; create once, pass in
  * fathom_cuda_step_args.lanes. One high-priority link stream carries the
