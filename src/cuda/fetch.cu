@@ -51,7 +51,7 @@ fetch_kernel(uint32_t union_cap, uint32_t nb, uint32_t stride, int planes_mode,
     }
 }
 
-#define ATTEND_THREADS 1024
+#define ATTEND_THREADS 512
 #define ATTEND_SPLIT (ATTEND_THREADS / 64) /* row subsets of the value sum */
 
 static __device__ double block_reduce(double x, bool is_max, double *s_part) {

@@ -19,8 +19,8 @@
  *                exact ties, the same select over the scores row: slow, exact).
  * The scores are read twice after the scan, by many blocks each (a single 11-bit
  * level left 5-20k candidates at 1M tokens and sent rows down the slow path).
- * Then, in the same launch, the last block to finish a KV head's rows sorts
- * each head's winners and builds the union the row fetch moves. */
+ * Then one block per KV head sorts each head's winners and builds the
+ * union the row fetch moves. */
 #include "cuda_internal.cuh"
 
 #include <cub/block/block_scan.cuh>
@@ -229,24 +229,12 @@ static __device__ void select_tail(const Source &src, uint32_t digit, uint32_t n
  * the prefix to the candidate buffer; then the row's last block selects the
  * rest: an in-shared-memory radix select (8-bit digits) over the candidates,
  * or, if they overflowed the buffer (only with massive exact ties), the same
- * select over the scores row (one block, slow, exact). The last block to
- * finish a KV head's rows then builds the head's union (build_union, below;
- * a launch of its own cost ~10 us in every pipelined chunk). */
-static __device__ void build_union(uint32_t p, uint64_t n, uint32_t group, uint32_t k, uint32_t sink,
-                                   uint32_t local, const uint32_t *mid, uint32_t *sel,
-                                   uint32_t *sel_count, uint32_t *uni, uint32_t *uni_count,
-                                   uint16_t *slot, uint32_t *all, uint32_t *merged);
-
-#define UNION_CAP 4096 /* group * k, at most */
-
+ * select over the scores row (one block, slow, exact). */
 static __global__ void __launch_bounds__(TOPK_THREADS)
-compact_final_kernel(uint64_t n, uint32_t group, uint32_t k, uint32_t sink, uint32_t local,
-                     const float *scores, fc_select_state *state, uint32_t *cand_fill, uint32_t *mid,
-                     uint64_t *cand, uint32_t *counters, uint32_t *sel, uint32_t *sel_count,
-                     uint32_t *uni, uint32_t *uni_count, uint16_t *slot) {
-    /* the candidates, later the union's two lists */
-    __shared__ __align__(16) uint64_t s_cand[FC_CAND_CAP];
-    static_assert(FC_CAND_CAP * 8 >= 2 * UNION_CAP * 4, "the union's lists share the candidates' buffer");
+compact_final_kernel(uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
+                     fc_select_state *state, uint32_t *cand_fill, uint32_t *mid, uint64_t *cand,
+                     uint32_t *counters) {
+    __shared__ uint64_t s_cand[FC_CAND_CAP];
     __shared__ uint32_t bins[256], choice[3], fill;
     const uint32_t r = blockIdx.y;
     bool work = n > k;
@@ -270,35 +258,26 @@ compact_final_kernel(uint64_t n, uint32_t group, uint32_t k, uint32_t sink, uint
             }
         });
     if (!last_block_of_row(&counters[(size_t)r * FC_COUNTERS + 1], gridDim.x)) return;
-    fc_select_state st = {NO_DIGIT, 0, 0, 0};
-    if (work) {
-        st.digit = __ldcg(&state[r].digit);
-        st.need = __ldcg(&state[r].need);
-        st.nsel = __ldcg(&state[r].nsel);
-        st.ncand = __ldcg(&state[r].ncand);
+    if (!work) return;
+    fc_select_state st;
+    st.digit = __ldcg(&state[r].digit);
+    st.need = __ldcg(&state[r].need);
+    st.nsel = __ldcg(&state[r].nsel);
+    st.ncand = __ldcg(&state[r].ncand);
+    if (st.need == 0) return;
+    if (threadIdx.x == 0) fill = st.nsel;
+    uint32_t *out = mid + (size_t)r * k;
+    if (st.ncand <= FC_CAND_CAP) {
+        for (uint32_t i = threadIdx.x; i < st.ncand; i += blockDim.x)
+            s_cand[i] = __ldcg(&cand[(size_t)r * FC_CAND_CAP + i]);
+        __syncthreads();
+        cand_source src = {s_cand, st.ncand};
+        select_tail(src, st.digit, st.need, out, &fill, bins, choice);
+    } else {
+        __syncthreads();
+        row_source src = {row, sink, n - local, st.digit};
+        select_tail(src, st.digit, st.need, out, &fill, bins, choice);
     }
-    if (work && st.need > 0) { /* uniform in the block */
-        if (threadIdx.x == 0) fill = st.nsel;
-        uint32_t *out = mid + (size_t)r * k;
-        if (st.ncand <= FC_CAND_CAP) {
-            for (uint32_t i = threadIdx.x; i < st.ncand; i += blockDim.x)
-                s_cand[i] = __ldcg(&cand[(size_t)r * FC_CAND_CAP + i]);
-            __syncthreads();
-            cand_source src = {s_cand, st.ncand};
-            select_tail(src, st.digit, st.need, out, &fill, bins, choice);
-        } else {
-            __syncthreads();
-            row_source src = {row, sink, n - local, st.digit};
-            select_tail(src, st.digit, st.need, out, &fill, bins, choice);
-        }
-    }
-    /* this row is complete; the last of the KV head's rows builds its union */
-    __syncthreads(); /* s_cand is free */
-    const uint32_t p = r / group;
-    if (!last_block_of_row(&counters[(size_t)p * group * FC_COUNTERS + 2], group)) return;
-    uint32_t *lists = (uint32_t *)s_cand;
-    build_union(p, n, group, k, sink, local, mid, sel, sel_count, uni, uni_count, slot, lists,
-                lists + UNION_CAP);
 }
 
 /* Bitonic sort ascending of s[0..size), size a power of two, whole block. */
@@ -326,10 +305,10 @@ static __device__ uint32_t pow2_at_least(uint32_t x) {
     return p;
 }
 
-/* For one KV head, run by one whole block (the last to finish the head's
- * rows): sort every head's winners, write them, build the sorted union of
- * the group and each winner's slot in it. all and merged are UNION_CAP
- * words of shared memory each (they reuse the candidates' buffer).
+#define UNION_CAP 4096
+
+/* One block per KV head: sort every head's winners, write them, build the
+ * sorted union of the group and each winner's slot in it.
  *
  * The G heads' middle winners are sorted by one bitonic network over all G
  * segments at once (where G segments fit the buffer; else head by head),
@@ -339,14 +318,15 @@ static __device__ uint32_t pow2_at_least(uint32_t x) {
  * before its own, so equal positions keep head order). Three binary
  * searches of 9 steps replace a 2048-wide bitonic sort (66 barriers): the
  * kernel ran 47 us per layer-step, in every step's critical path. */
-static __device__ void build_union(uint32_t p, uint64_t n, uint32_t group, uint32_t k, uint32_t sink,
-                                   uint32_t local, const uint32_t *mid, uint32_t *sel,
-                                   uint32_t *sel_count, uint32_t *uni, uint32_t *uni_count,
-                                   uint16_t *slot, uint32_t *all, uint32_t *merged) {
-    typedef cub::BlockScan<uint32_t, TOPK_THREADS> scan_t;
+static __global__ void __launch_bounds__(1024)
+union_kernel(uint64_t n, uint32_t group, uint32_t k, uint32_t sink, uint32_t local,
+             const uint32_t *mid, uint32_t *sel, uint32_t *sel_count, uint32_t *uni,
+             uint32_t *uni_count, uint16_t *slot) {
+    typedef cub::BlockScan<uint32_t, 1024> scan_t;
     __shared__ typename scan_t::TempStorage tmp;
+    __shared__ uint32_t all[UNION_CAP], merged[UNION_CAP];
     __shared__ uint32_t s_ucount;
-    const int PER = UNION_CAP / TOPK_THREADS;
+    const uint32_t p = blockIdx.x;
     const uint32_t count = n <= k ? (uint32_t)n : k;
     const uint32_t m = n <= k ? 0 : k - sink - local;
     const uint32_t msize = pow2_at_least(m ? m : 1);
@@ -357,7 +337,7 @@ static __device__ void build_union(uint32_t p, uint64_t n, uint32_t group, uint3
         /* all heads' middle winners in merged[h * msize ...], one network */
         for (uint32_t i = threadIdx.x; i < group * msize; i += blockDim.x) {
             const uint32_t h = i / msize, j = i % msize;
-            merged[i] = j < m ? __ldcg(&mid[(r0 + h) * k + j]) : PAD_INDEX; /* other blocks wrote it */
+            merged[i] = j < m ? mid[(r0 + h) * k + j] : PAD_INDEX;
         }
         const uint32_t half = msize / 2;
         for (uint32_t len = 2; len <= msize; len <<= 1) {
@@ -386,7 +366,7 @@ static __device__ void build_union(uint32_t p, uint64_t n, uint32_t group, uint3
     } else {
         for (uint32_t h = 0; h < group; h++) {
             for (uint32_t i = threadIdx.x; i < msize; i += blockDim.x)
-                merged[i] = i < m ? __ldcg(&mid[(r0 + h) * k + i]) : PAD_INDEX;
+                merged[i] = i < m ? mid[(r0 + h) * k + i] : PAD_INDEX;
             bitonic_sort(merged, msize);
             for (uint32_t i = threadIdx.x; i < count; i += blockDim.x)
                 all[h * k + i] = i < sink ? i
@@ -421,20 +401,20 @@ static __device__ void build_union(uint32_t p, uint64_t n, uint32_t group, uint3
         merged[rank] = x;
     }
     __syncthreads();
-    uint32_t flag[PER], pos[PER];
-    for (int q = 0; q < PER; q++) {
-        const uint32_t i = threadIdx.x * PER + q;
+    uint32_t flag[UNION_CAP / 1024], pos[UNION_CAP / 1024];
+    for (int q = 0; q < UNION_CAP / 1024; q++) {
+        const uint32_t i = threadIdx.x * (UNION_CAP / 1024) + q;
         flag[q] = i < total && (i == 0 || merged[i] != merged[i - 1]);
     }
     uint32_t agg;
     scan_t(tmp).ExclusiveSum(flag, pos, agg);
-    uint32_t val[PER];
-    for (int q = 0; q < PER; q++) {
-        const uint32_t i = threadIdx.x * PER + q;
+    uint32_t val[UNION_CAP / 1024];
+    for (int q = 0; q < UNION_CAP / 1024; q++) {
+        const uint32_t i = threadIdx.x * (UNION_CAP / 1024) + q;
         val[q] = i < total ? merged[i] : PAD_INDEX;
     }
     __syncthreads();
-    for (int q = 0; q < PER; q++)
+    for (int q = 0; q < UNION_CAP / 1024; q++)
         if (flag[q]) merged[pos[q]] = val[q];
     if (threadIdx.x == 0) s_ucount = agg;
     __syncthreads();
@@ -473,8 +453,12 @@ int fc_topk(const fathom_cuda_config *cfg, const fc_workspace *ws, const float *
         n, cfg->k, cfg->sink, cfg->local, scores, ws->state, ws->hist, ws->counters);
     FATHOM_CUDA_LAUNCHED();
     compact_final_kernel<<<dim3(chunks, rows), TOPK_THREADS, 0, stream>>>(
-        n, cfg->group, cfg->k, cfg->sink, cfg->local, scores, ws->state, ws->cand_fill, ws->mid,
-        ws->cand, ws->counters, sel, sel_count, ws->uni, ws->uni_count, ws->slot);
+        n, cfg->k, cfg->sink, cfg->local, scores, ws->state, ws->cand_fill, ws->mid, ws->cand,
+        ws->counters);
+    FATHOM_CUDA_LAUNCHED();
+    union_kernel<<<cfg->problems, 1024, 0, stream>>>(n, cfg->group, cfg->k, cfg->sink, cfg->local,
+                                                      ws->mid, sel, sel_count, ws->uni,
+                                                      ws->uni_count, ws->slot);
     FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
 }
