@@ -1,5 +1,7 @@
 /* fathom plan — one query group's channel importance, water line and read
- * depths (§3.3), from variances and queries given on the command line. */
+ * depths (§3.3), from variances and queries given on the command line; or,
+ * over a capture, how much of each decode step's plan the previous step had
+ * already planned (what a prefetch of the previous step's plan would hit). */
 #include "cli.h"
 #include "fathom.h"
 
@@ -16,13 +18,20 @@
 static void plan_usage(FILE *f) {
     fprintf(f,
             "usage: fathom plan --var v1,v2,... --query q1,q2,... [--query ...]\n"
-            "                   (--budget B [--bisect] | --theta T) [--json]\n\n"
+            "                   (--budget B [--bisect] | --theta T) [--json]\n"
+            "       fathom plan --capture FILE --budget B [--json]\n\n"
             "  --var LIST     per-channel key variance (sets dim)\n"
             "  --query LIST   one query head of the group (repeat for each head)\n"
             "  --budget B     code bits per token; depths by exact water-filling\n"
             "  --bisect       find the water line by 30 log-bisection steps (paper)\n"
             "  --theta T      depths at water line T > 0 instead of a budget\n"
-            "  --json         print one JSON object {theta, importance, depths}\n");
+            "  --json         print one JSON object {theta, importance, depths}\n"
+            "  --capture FILE for every layer, KV head and queried position of a capture\n"
+            "                 (positions are consecutive decode steps): the plan at budget B\n"
+            "                 (variance over all the capture's keys) against the previous\n"
+            "                 position's plan. hit: share of the planned bytes (planes and\n"
+            "                 fp16 scales) the previous plan also read; waste: the previous\n"
+            "                 plan's other bytes, as a share of the planned bytes\n");
 }
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -61,8 +70,138 @@ static int parse_u32(const char *s, uint32_t *out) {
     return 1;
 }
 
+/* Bits per token a channel read to depth t costs: t planes, and its fp16
+ * scale per 64-token block once t > 0. */
+static double channel_bits(uint32_t t) { return t ? t + 16.0 / 64.0 : 0.0; }
+
+typedef struct reuse_sum {
+    double plan, hit, waste; /* bits per token, summed over steps */
+    uint64_t steps, same;    /* (position, KV head) pairs compared; with identical plans */
+} reuse_sum;
+
+static int plan_capture(const char *path, uint32_t budget, int json) {
+    fathom_source *src = NULL;
+    int st = fathom_capture_open(&src, path);
+    if (st < 0) return cli_fail("plan", path, st);
+    fathom_source_info info;
+    st = fathom_source_get_info(src, &info);
+    if (st < 0) {
+        fathom_source_free(src);
+        return cli_fail("plan", "capture info", st);
+    }
+    const uint32_t d = info.dim, G = info.q_heads / info.kv_heads, P = info.positions;
+    const uint64_t n = info.tokens;
+    int rc = 1;
+    float *q = malloc((size_t)info.q_heads * P * d * sizeof *q);
+    float *k = malloc((size_t)info.kv_heads * n * d * sizeof *k);
+    float *var = malloc((size_t)d * sizeof *var);
+    double *g = malloc((size_t)d * sizeof *g);
+    uint8_t *depths = malloc((size_t)2 * d);
+    float *group_q = malloc((size_t)G * d * sizeof *group_q);
+    reuse_sum *layer = calloc(info.layers, sizeof *layer);
+    if (!q || !k || !var || !g || !depths || !group_q || !layer) {
+        fprintf(stderr, "fathom plan: out of memory for a layer of %s\n", path);
+        goto done;
+    }
+    if (P < 2) {
+        fprintf(stderr, "fathom plan: %s queries %u position(s); comparing plans needs 2\n", path, P);
+        goto done;
+    }
+    for (uint32_t l = 0; l < info.layers; l++) {
+        st = fathom_source_layer(src, l, q, k, NULL);
+        if (st < 0) {
+            rc = cli_fail("plan", "capture layer", st);
+            goto done;
+        }
+        for (uint32_t kv = 0; kv < info.kv_heads; kv++) {
+            /* population variance of each channel over every key (double) */
+            for (uint32_t j = 0; j < d; j++) {
+                double sum = 0.0, sq = 0.0;
+                for (uint64_t t = 0; t < n; t++) {
+                    const double x = k[((size_t)kv * n + t) * d + j];
+                    sum += x;
+                    sq += x * x;
+                }
+                const double mean = sum / (double)n, v = sq / (double)n - mean * mean;
+                var[j] = (float)(v > 0.0 ? v : 0.0);
+            }
+            for (uint32_t p = 0; p < P; p++) {
+                uint8_t *now = depths + (p & 1) * d, *before = depths + ((p & 1) ^ 1) * d;
+                for (uint32_t h = 0; h < G; h++)
+                    memcpy(group_q + (size_t)h * d, q + ((size_t)(kv * G + h) * P + p) * d, d * sizeof *q);
+                st = fathom_importance(d, G, group_q, var, g);
+                if (st >= 0) st = fathom_water_fill(d, g, budget, now, NULL);
+                if (st < 0) {
+                    rc = cli_fail("plan", "water-filling", st);
+                    goto done;
+                }
+                if (p == 0) continue;
+                reuse_sum *r = &layer[l];
+                int same = 1;
+                for (uint32_t j = 0; j < d; j++) {
+                    const uint32_t t = now[j], s = before[j], m = t < s ? t : s;
+                    r->plan += channel_bits(t);
+                    r->hit += m + (t && s ? 16.0 / 64.0 : 0.0);
+                    r->waste += channel_bits(s) - (m + (t && s ? 16.0 / 64.0 : 0.0));
+                    same &= t == s;
+                }
+                r->steps++;
+                r->same += (uint64_t)same;
+            }
+        }
+    }
+    reuse_sum all = {0, 0, 0, 0, 0};
+    for (uint32_t l = 0; l < info.layers; l++) {
+        all.plan += layer[l].plan;
+        all.hit += layer[l].hit;
+        all.waste += layer[l].waste;
+        all.steps += layer[l].steps;
+        all.same += layer[l].same;
+    }
+#define SHARE(a, b) ((b) > 0.0 ? (a) / (b) : 0.0)
+    if (json) {
+        printf("{\"capture\":\"%s\",\"budget\":%u,\"dim\":%u,\"steps\":%llu,\"plan_bits\":%.6f,"
+               "\"hit\":%.6f,\"waste\":%.6f,\"same\":%.6f,\"layers\":[",
+               info.model, budget, d, (unsigned long long)all.steps, SHARE(all.plan, (double)all.steps),
+               SHARE(all.hit, all.plan), SHARE(all.waste, all.plan),
+               SHARE((double)all.same, (double)all.steps));
+        for (uint32_t l = 0; l < info.layers; l++)
+            printf("%s{\"plan_bits\":%.6f,\"hit\":%.6f,\"waste\":%.6f,\"same\":%.6f}", l ? "," : "",
+                   SHARE(layer[l].plan, (double)layer[l].steps), SHARE(layer[l].hit, layer[l].plan),
+                   SHARE(layer[l].waste, layer[l].plan),
+                   SHARE((double)layer[l].same, (double)layer[l].steps));
+        printf("]}\n");
+    } else {
+        printf("%s: %u layers, %u KV heads x %u, dim %u, %llu tokens, %u consecutive positions; "
+               "budget %u\n",
+               info.model, info.layers, info.kv_heads, G, d, (unsigned long long)n, P, budget);
+        printf("layer  plan bits/token  hit     waste   same plan\n");
+        for (uint32_t l = 0; l < info.layers; l++)
+            printf("%5u  %15.2f  %5.1f%%  %5.1f%%  %5.1f%%\n", l,
+                   SHARE(layer[l].plan, (double)layer[l].steps), 100 * SHARE(layer[l].hit, layer[l].plan),
+                   100 * SHARE(layer[l].waste, layer[l].plan),
+                   100 * SHARE((double)layer[l].same, (double)layer[l].steps));
+        printf("  all  %15.2f  %5.1f%%  %5.1f%%  %5.1f%%   (%llu steps x heads)\n",
+               SHARE(all.plan, (double)all.steps), 100 * SHARE(all.hit, all.plan),
+               100 * SHARE(all.waste, all.plan), 100 * SHARE((double)all.same, (double)all.steps),
+               (unsigned long long)all.steps);
+    }
+#undef SHARE
+    rc = 0;
+done:
+    free(q);
+    free(k);
+    free(var);
+    free(g);
+    free(depths);
+    free(group_q);
+    free(layer);
+    fathom_source_free(src);
+    return rc;
+}
+
 int cmd_plan(int argc, char **argv) {
-    const char *var_arg = NULL, *query_args[PLAN_MAX_QUERIES];
+    const char *var_arg = NULL, *query_args[PLAN_MAX_QUERIES], *capture = NULL;
     uint32_t n_queries = 0, budget = 0;
     int have_budget = 0, have_theta = 0, bisect = 0, json = 0;
     double theta = 0.0;
@@ -82,11 +221,14 @@ int cmd_plan(int argc, char **argv) {
             continue;
         }
         if (strcmp(a, "--var") && strcmp(a, "--query") && strcmp(a, "--budget") &&
-            strcmp(a, "--theta"))
+            strcmp(a, "--theta") && strcmp(a, "--capture"))
             return usage_error("unknown option '%s'", a);
         if (i + 1 >= argc) return usage_error("%s needs a value", a);
         const char *v = argv[++i];
-        if (!strcmp(a, "--var")) {
+        if (!strcmp(a, "--capture")) {
+            if (capture) return usage_error("%s given twice", a);
+            capture = v;
+        } else if (!strcmp(a, "--var")) {
             if (var_arg) return usage_error("%s given twice", a);
             var_arg = v;
         } else if (!strcmp(a, "--query")) {
@@ -105,6 +247,11 @@ int cmd_plan(int argc, char **argv) {
                 return usage_error("bad --theta '%s' (a number > 0)", v);
             have_theta = 1;
         }
+    }
+    if (capture) {
+        if (var_arg || n_queries) return usage_error("%s", "--capture takes the queries from the file (no --var/--query)");
+        if (!have_budget || have_theta || bisect) return usage_error("%s", "--capture needs --budget (exact water-filling)");
+        return plan_capture(capture, budget, json);
     }
     if (!var_arg) return usage_error("%s", "missing --var");
     if (n_queries == 0) return usage_error("%s", "missing --query");
