@@ -131,6 +131,29 @@ typedef struct fathom_cuda_step_args {
                                   rows over a few GiB of host memory read at half the link
                                   rate, over < 1 GiB near the full rate: bench/RESULTS.md).
                                   Same results, bit for bit, as without lanes. */
+    /* Speculative prefetch (needs lanes and the kernel transport; plane
+     * scans other than NIBBLE4): once this step's last gather is issued,
+     * the planes and scales that prefetch_depths name for the first
+     * prefetch_count problems of the NEXT step are gathered into the staging
+     * slots those problems will use (each after this step's scan of that
+     * slot), while this step's last chunks finish: the link would idle
+     * otherwise (the next layer's query depends on this layer's output). The
+     * depths are a guess, e.g. the same layer's plan at the previous decode
+     * step (bench/RESULTS.md: 79 % of a plan's bytes on real activations);
+     * every prefetched byte crosses the link whether used or not. The
+     * prefetch stays on the lanes' link stream: the next step must run with
+     * the same config, lanes and workspace (it joins the prefetch), and the
+     * last step of a graph must not prefetch. */
+    const fathom_cuda_problem *prefetch_problems; /* [prefetch_count], device; NULL if 0 */
+    const uint8_t *prefetch_depths;               /* [prefetch_count][dim], device, 0..4 */
+    uint32_t prefetch_count;                      /* 0 (none) .. problems */
+    /* What the previous step prefetched into this workspace for the first
+     * staged_count problems of this one (its prefetch_depths): their gather
+     * moves only planes beyond those depths, and scales of channels that
+     * had none. NULL / 0 when nothing was prefetched. A wrong claim gives
+     * wrong scores: pass exactly the previous step's prefetch. */
+    const uint8_t *staged_depths; /* [staged_count][dim], device */
+    uint32_t staged_count;
 } fathom_cuda_step_args;
 
 #define FATHOM_CUDA_PHASES 6 /* plan, transfer, scan, top-k, fetch, attend */

@@ -27,7 +27,11 @@
  * graph (layer l+1 waits for all of layer l, as a real forward pass must);
  * its replays are timed with events, median of --reps, once with every
  * phase on one stream and once pipelined over --lanes streams
- * (fathom_cuda_lanes; --chunk N heads per chunk, 0 = the library's choice). Wall-clock: host time from cudaGraphLaunch to the
+ * (fathom_cuda_lanes; --chunk N heads per chunk, 0 = the library's choice).
+ * --prefetch N adds a pipelined run in which every layer prefetches the
+ * first N heads of the next layer as they were planned one decode step
+ * earlier (see run_config); the bytes and the floor count every prefetched
+ * byte. Wall-clock: host time from cudaGraphLaunch to the
  * end of cudaStreamSynchronize, median, of the faster of the two graphs. The phase
  * breakdown comes from a separate, non-graph, one-stream run with events
  * between phases (sum of 36 layers); "other" = one-stream graph total - sum
@@ -209,6 +213,9 @@ typedef struct run_result {
     float phase_ms[FATHOM_CUDA_PHASES];
     double scan_bytes, row_bytes; /* per step */
     double bits_per_token;      /* code + scale bits, mean over problems */
+    float pf_ms, pf_wall_ms;    /* pipelined with --prefetch (0: not run) */
+    double pf_scan_bytes;       /* plane bytes moved with the prefetch: gathered + prefetched */
+    double pf_hit, pf_waste;    /* prefetched bytes the plans used / did not, over planned bytes */
 } run_result;
 
 typedef struct bench_ctx {
@@ -217,7 +224,10 @@ typedef struct bench_ctx {
     void *ws;
     size_t ws_bytes;
     float *d_q, *d_var, *d_out;
+    float *d_qprev;               /* the previous decode step's queries (same channel scales) */
     uint8_t *d_fixed, *d_depths;
+    uint8_t *d_pred;              /* [layers][P][DIM] plans of the previous step's queries */
+    uint32_t prefetch;            /* --prefetch: next-layer heads prefetched (0: off) */
     uint32_t *d_union;
     fathom_cuda_problem *d_probs; /* [layers][P] */
     cudaEvent_t *ev;              /* [layers][PHASES+1] */
@@ -397,6 +407,57 @@ static run_result run_config(bench_ctx *b, const method_spec *m, uint64_t n, uin
         CK(cudaMemset(b->d_out, 0xff, (size_t)L * P * GROUP * DIM * 4));
         r.lanes_ms = time_graph(b, &cfg, args.data(), b->lanes, graph_reps, &r.wall_ms);
     }
+    const bool prefix_scan = m->scan == FATHOM_CUDA_SCAN_WATER_FILL ||
+                             m->scan == FATHOM_CUDA_SCAN_TOP_CHANNELS || m->scan == FATHOM_CUDA_SCAN_FIXED;
+    if (b->prefetch && b->lanes && transport == FATHOM_CUDA_GATHER_KERNEL && prefix_scan && L > 1) {
+        /* speculative prefetch: during layer l's tail, the first `pf` heads of
+         * layer l+1 as that layer planned them one decode step earlier (its
+         * plans from the previous step's queries: same channel scales, fresh
+         * draws, which reuse ~78 % of a plan's bytes like real activations,
+         * RESULTS). Every prefetched byte is counted as moved. */
+        const uint32_t pf = std::min(b->prefetch, P);
+        for (uint32_t l = 0; l < L; l++) {
+            fathom_cuda_step_args a = args[l];
+            a.queries = b->d_qprev + (size_t)l * P * GROUP * DIM;
+            a.depths = b->d_pred + (size_t)l * P * DIM;
+            FK(fathom_cuda_step(&cfg, &a, b->stream));
+        }
+        CK(cudaStreamSynchronize(b->stream));
+        std::vector<fathom_cuda_step_args> pa(args);
+        for (uint32_t l = 0; l < L; l++) {
+            if (l + 1 < L) {
+                pa[l].prefetch_problems = args[l + 1].problems;
+                pa[l].prefetch_depths = b->d_pred + (size_t)(l + 1) * P * DIM;
+                pa[l].prefetch_count = pf;
+            }
+            if (l > 0) {
+                pa[l].staged_depths = b->d_pred + (size_t)l * P * DIM;
+                pa[l].staged_count = pf;
+            }
+        }
+        CK(cudaMemset(b->d_out, 0xff, (size_t)L * P * GROUP * DIM * 4));
+        r.pf_ms = time_graph(b, &cfg, pa.data(), b->lanes, graph_reps, &r.pf_wall_ms);
+        std::vector<uint8_t> pred((size_t)L * P * DIM);
+        CK(cudaMemcpy(pred.data(), b->d_pred, pred.size(), cudaMemcpyDeviceToHost));
+        const double nb = (double)((n + 63) / 64);
+        double planned = 0, hit = 0, moved = 0;
+        for (uint32_t l = 0; l < L; l++)
+            for (uint32_t p = 0; p < P; p++) {
+                const uint8_t *t = &depths[((size_t)l * P + p) * DIM], *sp = &pred[((size_t)l * P + p) * DIM];
+                const bool staged = l > 0 && p < pf;
+                for (uint32_t j = 0; j < DIM; j++) {
+                    const double tj = t[j], sj = staged ? sp[j] : 0;
+                    const double need = tj ? (8 * tj + 2) * nb : 0;
+                    const double got = std::min(tj, sj) * 8 * nb + (tj && sj ? 2 * nb : 0);
+                    planned += need;
+                    hit += got;
+                    moved += need - got + (sj ? (8 * sj + 2) * nb : 0);
+                }
+            }
+        r.pf_scan_bytes = moved;
+        r.pf_hit = hit / planned;
+        r.pf_waste = (moved - planned) / planned;
+    }
     /* the output must be finite everywhere (it was poisoned before the config) */
     std::vector<float> out((size_t)L * P * GROUP * DIM);
     CK(cudaMemcpy(out.data(), b->d_out, out.size() * 4, cudaMemcpyDeviceToHost));
@@ -513,7 +574,7 @@ int main(int argc, char **argv) {
     double planes_gib = 40, lm_gib = 16, kv_gib = 8;
     uint64_t oracle_max = 1ull << 20;
     int extras = 1, resident_only = 0; /* --resident-only: just the HBM-resident section */
-    uint32_t lane_count = 3, per_chunk = 0;
+    uint32_t lane_count = 3, per_chunk = 0, prefetch = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
         else if (!strcmp(argv[i], "--contexts") && i + 1 < argc) contexts = parse_list_u64(argv[++i]);
@@ -529,6 +590,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--resident-only")) resident_only = 1;
         else if (!strcmp(argv[i], "--lanes") && i + 1 < argc) lane_count = (uint32_t)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) per_chunk = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--prefetch") && i + 1 < argc) prefetch = (uint32_t)atoi(argv[++i]);
         else { fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
     }
     if (lane_count > FATHOM_CUDA_MAX_LANES) { fprintf(stderr, "--lanes 0..%d\n", FATHOM_CUDA_MAX_LANES); return 2; }
@@ -620,6 +682,9 @@ int main(int argc, char **argv) {
     b.ws_bytes = ws_max;
     const uint64_t P_max = N_max * KV_HEADS;
     CK(cudaMalloc(&b.d_q, layers * P_max * GROUP * DIM * 4));
+    CK(cudaMalloc(&b.d_qprev, layers * P_max * GROUP * DIM * 4));
+    CK(cudaMalloc(&b.d_pred, layers * P_max * DIM));
+    b.prefetch = prefetch;
     CK(cudaMalloc(&b.d_var, layers * P_max * DIM * 4));
     CK(cudaMalloc(&b.d_out, layers * P_max * GROUP * DIM * 4));
     CK(cudaMalloc(&b.d_fixed, layers * P_max * DIM));
@@ -631,7 +696,7 @@ int main(int argc, char **argv) {
     printf("workspace %.2f GiB\n", ws_max / gib);
 
     /* queries and variances: log-normal channel scales, fixed per (layer, head) */
-    std::vector<float> q(layers * P_max * GROUP * DIM), var(layers * P_max * DIM);
+    std::vector<float> q(layers * P_max * GROUP * DIM), var(layers * P_max * DIM), qscale(q.size());
     {
         uint64_t s = 12345;
         auto normal = [&]() {
@@ -645,9 +710,22 @@ int main(int argc, char **argv) {
                 var[p * DIM + j] = (float)exp(2 * normal() - 1);
             }
             for (uint32_t h = 0; h < GROUP; h++)
-                for (uint32_t j = 0; j < DIM; j++) q[(p * GROUP + h) * DIM + j] = (float)(normal() * qs[j]);
+                for (uint32_t j = 0; j < DIM; j++) {
+                    q[(p * GROUP + h) * DIM + j] = (float)(normal() * qs[j]);
+                    qscale[(p * GROUP + h) * DIM + j] = qs[j];
+                }
         }
         CK(cudaMemcpy(b.d_q, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
+        /* the previous decode step's queries: the same channel scales, fresh
+         * draws from a second generator (q above stays as in earlier runs) */
+        uint64_t s2 = 67890;
+        auto normal2 = [&]() {
+            double u = ((splitmix(&s2) >> 11) + 1) * 0x1.0p-53, v = (splitmix(&s2) >> 11) * 0x1.0p-53;
+            return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
+        };
+        std::vector<float> qprev(q.size());
+        for (size_t i = 0; i < q.size(); i++) qprev[i] = (float)(normal2() * qscale[i]);
+        CK(cudaMemcpy(b.d_qprev, qprev.data(), qprev.size() * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(b.d_var, var.data(), var.size() * 4, cudaMemcpyHostToDevice));
     }
 
@@ -674,6 +752,20 @@ int main(int argc, char **argv) {
                 r.lanes_ms, wall, r.phase_ms[0], r.phase_ms[1], r.phase_ms[2], r.phase_ms[3], r.phase_ms[4], r.phase_ms[5], other,
                 r.scan_bytes / GB, r.row_bytes / GB, r.bits_per_token, link, floor_ms, best / floor_ms,
                 (unsigned long long)h.idx_sets, (unsigned long long)needed, (unsigned long long)h.kv_sets);
+        if (r.pf_ms > 0) {
+            const double pf_floor = ((resident ? 0 : r.pf_scan_bytes) + r.row_bytes) / (link * GB) * 1e3;
+            printf("   prefetch %u heads of the next layer: %.2f ms (pipelined without: %.2f), plane bytes %.3f GB "
+                   "(plans %.3f), hit %.1f %%, waste %.1f %% of the planned bytes; x floor %.2f (%.2f of the "
+                   "plans' floor)\n",
+                   b.prefetch, r.pf_ms, r.lanes_ms, r.pf_scan_bytes / GB, r.scan_bytes / GB, 100 * r.pf_hit,
+                   100 * r.pf_waste, r.pf_ms / pf_floor, r.pf_ms / floor_ms);
+            fprintf(csv, "prefetch,%s,%llu,%llu,%s,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,%.2f,%.2f,%.3f,%.3f,%llu,%llu,%llu\n",
+                    m.name, (unsigned long long)n, (unsigned long long)N, tr, keys, r.step_ms, r.pf_ms,
+                    r.pf_wall_ms, r.phase_ms[0], r.phase_ms[1], r.phase_ms[2], r.phase_ms[3], r.phase_ms[4],
+                    r.phase_ms[5], other, r.pf_scan_bytes / GB, r.row_bytes / GB, r.bits_per_token, link,
+                    pf_floor, r.pf_ms / pf_floor, (unsigned long long)h.idx_sets, (unsigned long long)needed,
+                    (unsigned long long)h.kv_sets);
+        }
         fflush(csv);
         fflush(stdout);
     };

@@ -8,6 +8,9 @@
  * offset it was read from and the scan addresses staging exactly as it
  * would the host segment.
  *
+ * A previous step's prefetch may have staged the first planes of a channel
+ * (and its scales): the run then starts after them.
+ *
  * The kernel transport: one block per 64 KiB chunk of a run, 16-byte loads
  * (the measured ceiling for mapped host reads, HARDWARE.md), four in flight
  * per thread. The CUB transport builds the same list as pointer arrays and
@@ -57,22 +60,27 @@ static __device__ void copy_span(uint8_t *dst, const uint8_t *src, uint64_t len)
 static __global__ void __launch_bounds__(GATHER_THREADS)
 gather_planes_kernel(uint32_t problems_n, uint32_t nb, uint32_t chunks, const uint8_t *depths,
                      const fathom_cuda_problem *problems, uint64_t *stage, uint64_t stage_words,
-                     uint16_t *stage_scales) {
+                     uint16_t *stage_scales, const uint8_t *staged, uint32_t staged_count) {
     const uint64_t total = (uint64_t)problems_n * FC_DIM * 2 * chunks;
     for (uint64_t w = blockIdx.x; w < total; w += gridDim.x) {
         const uint32_t chunk = (uint32_t)(w % chunks);
         const uint64_t run = w / chunks;
         const uint32_t p = (uint32_t)(run / (FC_DIM * 2)), j = (uint32_t)(run % (FC_DIM * 2)) >> 1,
                        kind = (uint32_t)(run & 1);
-        const uint32_t t = depths[(size_t)p * FC_DIM + j];
-        if (t == 0) continue;
+        uint32_t t = depths[(size_t)p * FC_DIM + j];
+        t = t < FATHOM_PLANES ? t : FATHOM_PLANES;
+        /* planes [0, from) and, if from > 0, the scales are staged already */
+        uint32_t from = p < staged_count ? staged[(size_t)p * FC_DIM + j] : 0;
+        from = from < FATHOM_PLANES ? from : FATHOM_PLANES;
+        if (t == 0 || (kind == 0 && t <= from) || (kind == 1 && from > 0)) continue;
         const uint8_t *src;
         uint8_t *dst;
         uint64_t len;
         if (kind == 0) {
-            src = (const uint8_t *)(problems[p].planes + (size_t)j * FATHOM_PLANES * nb);
-            dst = (uint8_t *)(stage + p * stage_words + (size_t)j * FATHOM_PLANES * nb);
-            len = (uint64_t)t * nb * 8;
+            const size_t at = ((size_t)j * FATHOM_PLANES + from) * nb; /* words */
+            src = (const uint8_t *)(problems[p].planes + at);
+            dst = (uint8_t *)(stage + p * stage_words + at);
+            len = (uint64_t)(t - from) * nb * 8;
         } else {
             src = (const uint8_t *)(problems[p].scales + (size_t)j * nb);
             dst = (uint8_t *)(stage_scales + ((size_t)p * FC_DIM + j) * nb);
@@ -117,7 +125,8 @@ static __global__ void build_runs_kernel(uint32_t nb, const uint8_t *depths,
 }
 
 int fc_gather(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems,
-              const fc_workspace *ws, cudaStream_t stream) {
+              const fc_workspace *ws, const uint8_t *staged, uint32_t staged_count,
+              cudaStream_t stream) {
     if (!fc_staged(cfg->transport)) return FATHOM_OK; /* resident or direct: scanned in place */
     const uint32_t nb = fc_blocks_of(cfg->tokens);
     if (cfg->scan == FATHOM_CUDA_SCAN_LANDMARK || cfg->scan == FATHOM_CUDA_SCAN_ORACLE) {
@@ -152,7 +161,8 @@ int fc_gather(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems
     const uint32_t grid = (uint32_t)(items < GATHER_GRID ? items : GATHER_GRID);
     gather_planes_kernel<<<grid, GATHER_THREADS, 0, stream>>>(cfg->problems, nb, chunks, ws->depths,
                                                                problems, ws->stage, ws->stage_words,
-                                                               ws->stage_scales);
+                                                               ws->stage_scales, staged,
+                                                               staged ? staged_count : 0);
     FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
 }

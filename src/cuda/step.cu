@@ -135,6 +135,7 @@ struct fathom_cuda_lanes {
     cudaStream_t stream[FATHOM_CUDA_MAX_LANES]; /* the rest of each chunk */
     cudaEvent_t fork;                          /* the plan is done */
     cudaEvent_t moved[FATHOM_CUDA_MAX_CHUNKS]; /* chunk i's link-bound phase is done */
+    cudaEvent_t scanned[FATHOM_CUDA_MAX_CHUNKS]; /* chunk i's staging is read (a prefetch may refill it) */
     cudaEvent_t link_done;
     cudaEvent_t done[FATHOM_CUDA_MAX_LANES];   /* a lane's last chunk is done */
     uint32_t per_chunk;                        /* problems per chunk; 0: by context */
@@ -149,8 +150,10 @@ extern "C" void fathom_cuda_lanes_destroy(fathom_cuda_lanes *l) {
         if (l->stream[i]) cudaStreamDestroy(l->stream[i]);
         if (l->done[i]) cudaEventDestroy(l->done[i]);
     }
-    for (uint32_t i = 0; i < FATHOM_CUDA_MAX_CHUNKS; i++)
+    for (uint32_t i = 0; i < FATHOM_CUDA_MAX_CHUNKS; i++) {
         if (l->moved[i]) cudaEventDestroy(l->moved[i]);
+        if (l->scanned[i]) cudaEventDestroy(l->scanned[i]);
+    }
     if (l->fork) cudaEventDestroy(l->fork);
     if (l->link_done) cudaEventDestroy(l->link_done);
     free(l);
@@ -184,7 +187,10 @@ extern "C" int fathom_cuda_lanes_create(uint32_t count, fathom_cuda_lanes **out)
         LANES_TRY(cudaStreamCreateWithPriority(&l->stream[i], cudaStreamNonBlocking, least));
         LANES_TRY(cudaEventCreateWithFlags(&l->done[i], ev));
     }
-    for (uint32_t i = 0; i < FATHOM_CUDA_MAX_CHUNKS; i++) LANES_TRY(cudaEventCreateWithFlags(&l->moved[i], ev));
+    for (uint32_t i = 0; i < FATHOM_CUDA_MAX_CHUNKS; i++) {
+        LANES_TRY(cudaEventCreateWithFlags(&l->moved[i], ev));
+        LANES_TRY(cudaEventCreateWithFlags(&l->scanned[i], ev));
+    }
     LANES_TRY(cudaEventCreateWithFlags(&l->fork, ev));
     LANES_TRY(cudaEventCreateWithFlags(&l->link_done, ev));
     *out = l;
@@ -239,6 +245,8 @@ typedef struct step_io {
     const float *queries;
     float *out, *scores;
     uint32_t *sel, *sel_count;
+    const uint8_t *staged; /* depths a previous prefetch staged for the first staged_count problems */
+    uint32_t staged_count;
     fc_workspace ws;
 } step_io;
 
@@ -256,6 +264,9 @@ static step_io view_of(const step_io *all, uint32_t p0, uint32_t count) {
     v.scores += rows * n;
     v.sel += rows * k;
     v.sel_count += rows;
+    v.staged_count = all->staged_count > p0 ? all->staged_count - p0 : 0;
+    if (v.staged_count > count) v.staged_count = count;
+    v.staged = v.staged_count ? all->staged + p * FC_DIM : NULL;
     w->depths += p * FC_DIM;
     w->stage += p * w->stage_words;       /* 0 words when nothing is staged */
     w->stage_scales += p * FC_DIM * nb;   /* read only by plane scans that stage */
@@ -298,6 +309,23 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
                      "temporary storage is one for the step)");
     FATHOM_CHECK_ARG(!lanes || (lanes->count >= 1 && lanes->count <= FATHOM_CUDA_MAX_LANES),
                      "lanes object is not one fathom_cuda_lanes_create made");
+    /* prefetch and staged planes: plane runs in HBM staging, ordered on the lanes' link stream */
+    const bool prefix_scan = fc_uses_depths(config->scan) && config->scan != FATHOM_CUDA_SCAN_NIBBLE4;
+    FATHOM_CHECK_ARG(args->prefetch_count <= config->problems, "prefetch_count %u exceeds problems %u",
+                     args->prefetch_count, config->problems);
+    FATHOM_CHECK_ARG(args->staged_count <= config->problems, "staged_count %u exceeds problems %u",
+                     args->staged_count, config->problems);
+    if (args->prefetch_count || args->staged_count) {
+        FATHOM_CHECK_ARG(lanes != NULL, "a prefetch (and the step after it) needs lanes");
+        FATHOM_CHECK_ARG(config->transport == FATHOM_CUDA_GATHER_KERNEL,
+                         "a prefetch stages planes: the kernel transport only");
+        FATHOM_CHECK_ARG(prefix_scan, "a prefetch stages plane prefixes: water-fill, top-channels or fixed scans");
+    }
+    FATHOM_CHECK_ARG(!args->prefetch_count || (args->prefetch_problems && args->prefetch_depths),
+                     "prefetch_count %u with a NULL prefetch_problems or prefetch_depths",
+                     args->prefetch_count);
+    FATHOM_CHECK_ARG(!args->staged_count || args->staged_depths,
+                     "staged_count %u with NULL staged_depths", args->staged_count);
     step_io io;
     FATHOM_TRY(fc_workspace_layout(config, NULL, &io.ws));
     FATHOM_CHECK_ARG(args->workspace_bytes >= io.ws.total, "workspace of %zu bytes, need %zu",
@@ -310,6 +338,8 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
     io.scores = args->scores ? args->scores : io.ws.scores;
     io.sel = args->selected ? args->selected : io.ws.sel;
     io.sel_count = args->selected_count ? args->selected_count : io.ws.sel_count;
+    io.staged = args->staged_count ? args->staged_depths : NULL;
+    io.staged_count = args->staged_count;
     const bool planes = fc_uses_depths(config->scan);
     const bool staged = fc_staged(config->transport);
 
@@ -322,8 +352,8 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
      * have served another config since) */
     FATHOM_CUDA_TRY(cudaMemsetAsync(io.ws.hist, 0, io.ws.zero_bytes, stream));
     FATHOM_TRY(mark(args, 1, stream));
-    if (!lanes || config->problems == 1) {
-        FATHOM_TRY(fc_gather(config, io.problems, &io.ws, stream));
+    if (!lanes || (config->problems == 1 && !args->prefetch_count && !args->staged_count)) {
+        FATHOM_TRY(fc_gather(config, io.problems, &io.ws, io.staged, io.staged_count, stream));
         FATHOM_TRY(mark(args, 2, stream));
         FATHOM_TRY(fc_scan(config, io.problems, &io.ws, io.queries, io.scores, stream));
         FATHOM_TRY(mark(args, 3, stream));
@@ -356,7 +386,7 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
         for (uint32_t i = 0; i < chunks; i++) {
             const step_io &v = views[i];
             FATHOM_TRY(stamp(tr, 2 + i * 6 + 0, L->link));
-            FATHOM_TRY(fc_gather(&v.cfg, v.problems, &v.ws, L->link));
+            FATHOM_TRY(fc_gather(&v.cfg, v.problems, &v.ws, v.staged, v.staged_count, L->link));
             if (!staged) FATHOM_TRY(fc_scan(&v.cfg, v.problems, &v.ws, v.queries, v.scores, L->link));
             FATHOM_TRY(stamp(tr, 2 + i * 6 + 1, L->link));
             FATHOM_CUDA_TRY(cudaEventRecord(L->moved[i], L->link));
@@ -369,12 +399,23 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
             FATHOM_CUDA_TRY(cudaStreamWaitEvent(s, L->moved[i], 0));
             FATHOM_TRY(stamp(tr, 2 + i * 6 + 2, s));
             if (staged) FATHOM_TRY(fc_scan(&v.cfg, v.problems, &v.ws, v.queries, v.scores, s));
+            if (args->prefetch_count && i * per < args->prefetch_count)
+                FATHOM_CUDA_TRY(cudaEventRecord(L->scanned[i], s));
             FATHOM_TRY(fc_topk(&v.cfg, &v.ws, v.scores, v.sel, v.sel_count, s));
             FATHOM_TRY(stamp(tr, 2 + i * 6 + 3, s));
             FATHOM_TRY(fc_fetch(&v.cfg, v.problems, &v.ws, s));
             FATHOM_TRY(stamp(tr, 2 + i * 6 + 4, s));
             FATHOM_TRY(fc_attend(&v.cfg, &v.ws, v.queries, v.sel_count, v.out, s));
             FATHOM_TRY(stamp(tr, 2 + i * 6 + 5, s));
+        }
+        if (args->prefetch_count) {
+            /* after link_done: the step's join does not wait for it; the next
+             * step's gathers queue behind it on the link stream */
+            for (uint32_t i = 0; i < chunks && i * per < args->prefetch_count; i++)
+                FATHOM_CUDA_TRY(cudaStreamWaitEvent(L->link, L->scanned[i], 0));
+            step_io pv = view_of(&io, 0, args->prefetch_count);
+            pv.ws.depths = (uint8_t *)args->prefetch_depths;
+            FATHOM_TRY(fc_gather(&pv.cfg, args->prefetch_problems, &pv.ws, NULL, 0, L->link));
         }
         FATHOM_CUDA_TRY(cudaStreamWaitEvent(stream, L->link_done, 0));
         const uint32_t used = chunks < L->count ? chunks : L->count;

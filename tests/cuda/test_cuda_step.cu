@@ -117,6 +117,7 @@ typedef struct test_case {
     uint32_t row_stride; /* 2*DIM: K and V interleaved per token */
     uint32_t lanes;      /* >= 1: a pipelined step over that many streams */
     uint32_t chunk;      /* problems per pipeline chunk (fathom_cuda_lanes_set_chunk) */
+    uint32_t prefetch;   /* > 0: a step over other problems first prefetches this many */
 } test_case;
 
 /* The default chunking by context, and its floor of ceil(P / MAX_CHUNKS). */
@@ -255,12 +256,15 @@ static void run_case(const test_case *tc) {
     CK(cudaStreamCreate(&stream));
     /* poison every output and the workspace: all-ones bytes are NaN / UINT_MAX / depth 255 */
     CK(cudaMemset(ws, 0xff, ws_bytes));
-    CK(cudaMemset(d_out, 0xff, (size_t)rows * DIM * 4));
-    CK(cudaMemset(d_sel, 0xff, (size_t)rows * tc->k * 4));
-    CK(cudaMemset(d_cnt, 0xff, (size_t)rows * 4));
-    CK(cudaMemset(d_depths, 0xff, (size_t)P * DIM));
-    CK(cudaMemset(d_scores, 0xff, (size_t)rows * n * 4));
-    CK(cudaMemset(d_uni, 0xff, (size_t)P * 4));
+    auto poison_outputs = [&]() {
+        CK(cudaMemset(d_out, 0xff, (size_t)rows * DIM * 4));
+        CK(cudaMemset(d_sel, 0xff, (size_t)rows * tc->k * 4));
+        CK(cudaMemset(d_cnt, 0xff, (size_t)rows * 4));
+        CK(cudaMemset(d_depths, 0xff, (size_t)P * DIM));
+        CK(cudaMemset(d_scores, 0xff, (size_t)rows * n * 4));
+        CK(cudaMemset(d_uni, 0xff, (size_t)P * 4));
+    };
+    poison_outputs();
     fathom_cuda_step_args args;
     memset(&args, 0, sizeof args);
     args.problems = (const fathom_cuda_problem *)d_probs;
@@ -277,11 +281,40 @@ static void run_case(const test_case *tc) {
     args.workspace_bytes = ws_bytes;
     fathom_cuda_lanes *lanes = NULL;
     uint64_t *d_trace = NULL;
+    void *d_rot = NULL, *d_guess = NULL;
     if (tc->lanes) {
         CHECK_OK(fathom_cuda_lanes_create(tc->lanes, &lanes));
         CHECK_STATUS(fathom_cuda_lanes_set_chunk(lanes, 65536), FATHOM_ERR_INVALID_ARG);
         CHECK_STATUS(fathom_cuda_lanes_set_chunk(NULL, 1), FATHOM_ERR_INVALID_ARG);
         CHECK_OK(fathom_cuda_lanes_set_chunk(lanes, tc->chunk));
+        if (tc->prefetch) {
+            /* step A runs over the problems rotated by one (every staging slot
+             * then holds another problem's planes) and prefetches random
+             * guessed depths for this step's first problems; this step is
+             * told what was staged and must still match the CPU library */
+            fathom_cuda_problem *rot = (fathom_cuda_problem *)malloc(P * sizeof *rot);
+            for (uint32_t p = 0; p < P; p++) rot[p] = probs[(p + 1) % P];
+            d_rot = to_device(rot, P * sizeof *rot);
+            free(rot);
+            uint8_t *guess = (uint8_t *)malloc((size_t)tc->prefetch * DIM);
+            for (size_t i = 0; i < (size_t)tc->prefetch * DIM; i++) guess[i] = (uint8_t)(rng_u64() % 5);
+            d_guess = to_device(guess, (size_t)tc->prefetch * DIM);
+            free(guess);
+            fathom_cuda_step_args pa = args;
+            pa.problems = (const fathom_cuda_problem *)d_rot;
+            pa.lanes = lanes;
+            pa.prefetch_problems = (const fathom_cuda_problem *)d_probs;
+            pa.prefetch_depths = (const uint8_t *)d_guess;
+            pa.prefetch_count = tc->prefetch;
+            fathom_cuda_step_args bad = pa;
+            bad.prefetch_count = P + 1;
+            CHECK_STATUS(fathom_cuda_step(&cfg, &bad, stream), FATHOM_ERR_INVALID_ARG);
+            CHECK_OK(fathom_cuda_step(&cfg, &pa, stream));
+            CK(cudaStreamSynchronize(stream));
+            poison_outputs(); /* not the workspace: its staging holds the prefetch */
+            args.staged_depths = (const uint8_t *)d_guess;
+            args.staged_count = tc->prefetch;
+        }
         CK(cudaMalloc(&d_trace, FATHOM_CUDA_TRACE_SLOTS * 8));
         CK(cudaMemset(d_trace, 0, FATHOM_CUDA_TRACE_SLOTS * 8));
         CHECK_STATUS(fathom_cuda_lanes_trace(lanes, d_trace, 0), FATHOM_ERR_INVALID_ARG);
@@ -316,6 +349,8 @@ static void run_case(const test_case *tc) {
     }
     fathom_cuda_lanes_destroy(lanes);
     if (d_trace) CK(cudaFree(d_trace));
+    if (d_rot) CK(cudaFree(d_rot));
+    if (d_guess) CK(cudaFree(d_guess));
 
     float *out = (float *)malloc((size_t)rows * DIM * 4);
     uint32_t *sel = (uint32_t *)malloc((size_t)rows * tc->k * 4);
@@ -576,6 +611,11 @@ static void check_bad_arguments(void) {
     c = good;
     c.scan = FATHOM_CUDA_SCAN_FIXED;
     CHECK_STATUS(fathom_cuda_step(&c, &a, 0), FATHOM_ERR_INVALID_ARG); /* no fixed_depths */
+    /* prefetch and staged planes: need lanes, counts within problems, depths */
+    BAD_ARG(prefetch_count, 1);
+    BAD_ARG(prefetch_count, good.problems + 1);
+    BAD_ARG(staged_count, 1);
+    BAD_ARG(staged_count, good.problems + 1);
     /* lanes: not with the CUB transport, not with phase events; 2..8 streams */
     b = a;
     b.lanes = (const fathom_cuda_lanes *)dummy;
@@ -610,58 +650,65 @@ int main(void) {
     check_chunk_rule();
     const test_case cases[] = {
         {"water-fill B=48, kernel, n=5000", 5000, 3, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
         {"water-fill B=20, cub, n=1000 g=3", 1000, 2, 3, 64, 4, 8, FATHOM_CUDA_SCAN_WATER_FILL, 20,
-         FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
+         FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
         {"water-fill B=300, resident, planes", 3001, 2, 4, 128, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL,
-         300, FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_PLANES, 0, 0, 0, 0},
+         300, FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_PLANES, 0, 0, 0, 0, 0},
         {"top-channels r=16, kernel, n=4099", 4099, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_TOP_CHANNELS,
-         16, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_PLANES, 0, 0, 0, 0},
+         16, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_PLANES, 0, 0, 0, 0, 0},
         {"fixed random depths, cub, n=700", 700, 2, 2, 100, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
-         FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
+         FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
         {"landmark, kernel, n=2047", 2047, 2, 4, 256, 4, 32, FATHOM_CUDA_SCAN_LANDMARK, 0,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
         {"oracle, resident, n=3000", 3000, 1, 4, 512, 4, 32, FATHOM_CUDA_SCAN_ORACLE, 0,
-         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
+         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
         {"oracle, kernel, n=1500 g=1", 1500, 2, 1, 64, 0, 0, FATHOM_CUDA_SCAN_ORACLE, 0,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
         {"n <= k (everything kept)", 300, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
         {"k = sink + local", 2000, 1, 4, 36, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
         {"K/V interleaved rows (stride 256)", 4100, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 0, 0, 0},
         {"nibble4 (the full4 codes), kernel", 3001, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_NIBBLE4, 0,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
         {"nibble4, resident, g=8", 1000, 1, 8, 256, 4, 32, FATHOM_CUDA_SCAN_NIBBLE4, 0,
-         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
+         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
         {"water-fill B=64, g=8 (8-token lanes)", 2100, 1, 8, 256, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 64,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
         {"all scores tie (overflow path)", 9000, 1, 4, 512, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 1, 0, 0, 0},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 1, 0, 0, 0, 0},
         {"all scores tie, fits the buffer", 3000, 1, 2, 512, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
-         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 1, 0, 0, 0},
+         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 1, 0, 0, 0, 0},
         /* pipelined steps (lanes) and scans of host memory in place (direct) */
         {"lanes 3, water-fill B=48, P=5", 5000, 5, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 3, 1},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 3, 1, 0},
         {"lanes 4, P=20 (chunks of 2 heads)", 700, 20, 4, 64, 4, 8, FATHOM_CUDA_SCAN_FIXED, 0,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 4, 1},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 4, 1, 0},
         {"direct, water-fill B=48, lanes 2", 4099, 3, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
-         FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 2, 1},
+         FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 2, 1, 0},
         {"direct, top-channels r=16, planes", 3001, 2, 4, 256, 4, 32, FATHOM_CUDA_SCAN_TOP_CHANNELS,
-         16, FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_PLANES, 0, 0, 0, 0},
+         16, FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_PLANES, 0, 0, 0, 0, 0},
         {"direct, landmark, lanes 2", 2047, 3, 4, 256, 4, 32, FATHOM_CUDA_SCAN_LANDMARK, 0,
-         FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_BF16, 0, 0, 2, 1},
+         FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_BF16, 0, 0, 2, 1, 0},
         {"direct, oracle, lanes 2", 1500, 2, 4, 128, 4, 32, FATHOM_CUDA_SCAN_ORACLE, 0,
-         FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_BF16, 0, 0, 2, 1},
+         FATHOM_CUDA_DIRECT, FATHOM_CUDA_KEYS_BF16, 0, 0, 2, 1, 0},
         {"resident, lanes 2, nibble4 (default chunk: one)", 1000, 3, 4, 256, 4, 32, FATHOM_CUDA_SCAN_NIBBLE4, 0,
-         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0, 2, 0},
+         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0, 2, 0, 0},
         {"lanes 1, sparq r=8, P=17 (chunks of 2)", 900, 17, 2, 128, 4, 32, FATHOM_CUDA_SCAN_TOP_CHANNELS, 8,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 1, 1},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 1, 1, 0},
         {"lanes 2, chunks of 3 heads, P=7", 2500, 7, 4, 256, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 40,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 2, 3},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 2, 3, 0},
         {"lanes 3, one chunk of all heads, P=4", 1800, 4, 4, 256, 4, 32, FATHOM_CUDA_SCAN_TOP_CHANNELS, 16,
-         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 3, 9},
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 3, 9, 0},
+        /* a step over other problems prefetches guessed depths for these first */
+        {"prefetch 3 of 5 heads, water-fill, lanes 2", 5000, 5, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 2, 1, 3},
+        {"prefetch all 4, fixed depths, chunks of 2", 3001, 4, 4, 256, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 3, 2, 4},
+        {"prefetch, one head, top-channels", 2000, 1, 4, 256, 4, 32, FATHOM_CUDA_SCAN_TOP_CHANNELS, 16,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 1, 0, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     return check_summary("test_cuda_step");
