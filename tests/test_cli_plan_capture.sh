@@ -5,33 +5,28 @@
 # capture; plus the properties that must hold (budget 4*dim plans every
 # channel fully: hit 1, waste 0) and the usage errors.
 # $1 = build directory. Exit 77 (skip) without python3 + numpy.
-set -euo pipefail
-build=${1:?usage: test_cli_plan_capture.sh BUILD_DIR}
-fathom="$build/fathom"
+set -uo pipefail
+fathom=$(cd "${1:?usage: test_cli_plan_capture.sh BUILD_DIR}" && pwd)/fathom
 command -v python3 >/dev/null 2>&1 || { echo "python3 missing: skip"; exit 77; }
 python3 -c 'import numpy' 2>/dev/null || { echo "numpy missing: skip"; exit 77; }
-
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/cli_expect.sh"
 
-expect_rc() { # expect_rc CODE command...
-    local want=$1; shift
-    set +e; "$@" >/dev/null 2>&1; local rc=$?; set -e
-    if [ "$rc" -ne "$want" ]; then echo "FAIL: '$*' exited $rc, expected $want"; exit 1; fi
-}
-
-"$fathom" synth -q --preset smollm2-135m --context 1500 --positions 12 --seed 5 --dtype f32 -o "$tmp/c.safetensors"
-"$fathom" synth -q --preset smollm2-135m --context 100 --positions 1 -o "$tmp/one.safetensors"
-expect_rc 2 "$fathom" plan --capture "$tmp/c.safetensors"
-expect_rc 2 "$fathom" plan --capture "$tmp/c.safetensors" --theta 0.1
-expect_rc 2 "$fathom" plan --capture "$tmp/c.safetensors" --budget 24 --bisect
-expect_rc 2 "$fathom" plan --capture "$tmp/c.safetensors" --budget 24 --var 1,2
-expect_rc 1 "$fathom" plan --capture "$tmp/missing.safetensors" --budget 24
-expect_rc 1 "$fathom" plan --capture "$tmp/one.safetensors" --budget 24
-"$fathom" plan --capture "$tmp/c.safetensors" --budget 24 | grep -q '^  all ' || { echo "FAIL: no total line"; exit 1; }
+"$fathom" synth -q --preset smollm2-135m --context 1500 --positions 12 --seed 5 --dtype f32 -o "$tmp/c.safetensors" || exit 1
+"$fathom" synth -q --preset smollm2-135m --context 100 --positions 1 -o "$tmp/one.safetensors" || exit 1
+expect 2 "needs --budget" -- plan --capture "$tmp/c.safetensors"
+expect 2 "needs --budget" -- plan --capture "$tmp/c.safetensors" --theta 0.1
+expect 2 "needs --budget" -- plan --capture "$tmp/c.safetensors" --budget 24 --bisect
+expect 2 "no --var/--query" -- plan --capture "$tmp/c.safetensors" --budget 24 --var 1,2
+expect 2 "given twice" -- plan --capture "$tmp/c.safetensors" --capture "$tmp/c.safetensors" --budget 24
+expect 1 "missing.safetensors" -- plan --capture "$tmp/missing.safetensors" --budget 24
+expect 1 "comparing plans needs 2" -- plan --capture "$tmp/one.safetensors" --budget 24
+expect 0 "^  all " -- plan --capture "$tmp/c.safetensors" --budget 24
+[ $fail -eq 0 ] || exit 1
 
 for b in 24 48 256; do
-    "$fathom" plan --capture "$tmp/c.safetensors" --budget $b --json > "$tmp/b$b.json"
+    "$fathom" plan --capture "$tmp/c.safetensors" --budget $b --json > "$tmp/b$b.json" || exit 1
 done
 
 python3 - "$tmp" <<'PY'
@@ -108,4 +103,5 @@ for budget in (24, 48, 256):
         assert 0.0 < got["hit"] < 1.0 and got["waste"] > 0.0 and budget <= got["plan_bits"] <= budget + 0.25 * d
     print(f"budget {budget}: hit {got['hit']:.4f} waste {got['waste']:.4f} (numpy {tot[1] / tot[0]:.4f} {tot[2] / tot[0]:.4f})")
 PY
+[ $? -eq 0 ] || exit 1
 echo "test_cli_plan_capture: ok"
