@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fathom plan --capture: how much of each position's plan the previous
 # position had planned, checked against an independent numpy computation
-# (variance, importance, exact water-filling by breakpoints) on a synthetic
+# (causal variance, importance, exact water-filling by breakpoints) on a synthetic
 # capture; plus the properties that must hold (budget 4*dim plans every
 # channel fully: hit 1, waste 0) and the usage errors.
 # $1 = build directory. Exit 77 (skip) without python3 + numpy.
@@ -38,7 +38,7 @@ raw = open(f"{tmp}/c.safetensors", "rb").read()
 (hn,) = struct.unpack("<Q", raw[:8])
 header = json.loads(raw[8:8 + hn])
 data = raw[8 + hn:]
-header.pop("__metadata__")
+first = int(header.pop("__metadata__")["first_query"])
 t = {}
 for name, e in header.items():
     b, f = e["data_offsets"]
@@ -74,9 +74,10 @@ for budget in (24, 48, 256):
         lsteps = 0
         for kv in range(Hkv):
             x = k[kv].astype(np.float64)
-            var = (np.mean(x * x, axis=0) - np.mean(x, axis=0) ** 2).clip(min=0).astype(np.float32)
             prev = None
             for p in range(P):
+                seen = x[:first + p + 1]  # causal: the keys this position sees
+                var = (np.mean(seen * seen, axis=0) - np.mean(seen, axis=0) ** 2).clip(min=0).astype(np.float32)
                 qg = q[kv * G:(kv + 1) * G, p, :].astype(np.float64)
                 g = (qg * qg).sum(axis=0) * var.astype(np.float64)
                 now = depths(g, budget)

@@ -28,7 +28,7 @@ static void plan_usage(FILE *f) {
             "  --json         print one JSON object {theta, importance, depths}\n"
             "  --capture FILE for every layer, KV head and queried position of a capture\n"
             "                 (positions are consecutive decode steps): the plan at budget B\n"
-            "                 (variance over all the capture's keys) against the previous\n"
+            "                 (variance over the keys the position sees) against the previous\n"
             "                 position's plan. hit: share of the planned bytes (planes and\n"
             "                 fp16 scales) the previous plan also read; waste: the previous\n"
             "                 plan's other bytes, as a share of the planned bytes\n");
@@ -98,8 +98,9 @@ static int plan_capture(const char *path, uint32_t budget, int json) {
     double *g = malloc((size_t)d * sizeof *g);
     uint8_t *depths = malloc((size_t)2 * d);
     float *group_q = malloc((size_t)G * d * sizeof *group_q);
+    double *sum = malloc((size_t)d * sizeof *sum), *sq = malloc((size_t)d * sizeof *sq);
     reuse_sum *layer = calloc(info.layers, sizeof *layer);
-    if (!q || !k || !var || !g || !depths || !group_q || !layer) {
+    if (!q || !k || !var || !g || !depths || !group_q || !sum || !sq || !layer) {
         fprintf(stderr, "fathom plan: out of memory for a layer of %s\n", path);
         goto done;
     }
@@ -114,18 +115,26 @@ static int plan_capture(const char *path, uint32_t budget, int json) {
             goto done;
         }
         for (uint32_t kv = 0; kv < info.kv_heads; kv++) {
-            /* population variance of each channel over every key (double) */
-            for (uint32_t j = 0; j < d; j++) {
-                double sum = 0.0, sq = 0.0;
-                for (uint64_t t = 0; t < n; t++) {
-                    const double x = k[((size_t)kv * n + t) * d + j];
-                    sum += x;
-                    sq += x * x;
+            /* the keys a step sees: 0 .. first_query + p (causal), summed in
+             * double; the variance is the population variance of those */
+            const float *keys = k + (size_t)kv * n * d;
+            memset(sum, 0, (size_t)d * sizeof *sum);
+            memset(sq, 0, (size_t)d * sizeof *sq);
+            for (uint64_t t = 0; t < info.first_query; t++)
+                for (uint32_t j = 0; j < d; j++) {
+                    const double x = keys[t * d + j];
+                    sum[j] += x;
+                    sq[j] += x * x;
                 }
-                const double mean = sum / (double)n, v = sq / (double)n - mean * mean;
-                var[j] = (float)(v > 0.0 ? v : 0.0);
-            }
             for (uint32_t p = 0; p < P; p++) {
+                const uint64_t seen = info.first_query + p + 1;
+                for (uint32_t j = 0; j < d; j++) {
+                    const double x = keys[(seen - 1) * d + j];
+                    sum[j] += x;
+                    sq[j] += x * x;
+                    const double mean = sum[j] / (double)seen, v = sq[j] / (double)seen - mean * mean;
+                    var[j] = (float)(v > 0.0 ? v : 0.0);
+                }
                 uint8_t *now = depths + (p & 1) * d, *before = depths + ((p & 1) ^ 1) * d;
                 for (uint32_t h = 0; h < G; h++)
                     memcpy(group_q + (size_t)h * d, q + ((size_t)(kv * G + h) * P + p) * d, d * sizeof *q);
@@ -195,6 +204,8 @@ done:
     free(g);
     free(depths);
     free(group_q);
+    free(sum);
+    free(sq);
     free(layer);
     fathom_source_free(src);
     return rc;
