@@ -31,7 +31,8 @@
  * --prefetch N adds a pipelined run in which every layer prefetches the
  * first N heads of the next layer as they were planned one decode step
  * earlier (see run_config); the bytes and the floor count every prefetched
- * byte. Wall-clock: host time from cudaGraphLaunch to the
+ * byte. --prefetch-last-min D keeps of the last prefetched head only the
+ * channels planned at depth >= D (a prefetch sized to the link's idle time). Wall-clock: host time from cudaGraphLaunch to the
  * end of cudaStreamSynchronize, median, of the faster of the two graphs. The phase
  * breakdown comes from a separate, non-graph, one-stream run with events
  * between phases (sum of 36 layers); "other" = one-stream graph total - sum
@@ -228,6 +229,7 @@ typedef struct bench_ctx {
     uint8_t *d_fixed, *d_depths;
     uint8_t *d_pred;              /* [layers][P][DIM] plans of the previous step's queries */
     uint32_t prefetch;            /* --prefetch: next-layer heads prefetched (0: off) */
+    uint32_t prefetch_last_min;   /* --prefetch-last-min D: the last of them only channels at depth >= D */
     uint32_t *d_union;
     fathom_cuda_problem *d_probs; /* [layers][P] */
     cudaEvent_t *ev;              /* [layers][PHASES+1] */
@@ -423,6 +425,18 @@ static run_result run_config(bench_ctx *b, const method_spec *m, uint64_t n, uin
             FK(fathom_cuda_step(&cfg, &a, b->stream));
         }
         CK(cudaStreamSynchronize(b->stream));
+        std::vector<uint8_t> pred((size_t)L * P * DIM);
+        CK(cudaMemcpy(pred.data(), b->d_pred, pred.size(), cudaMemcpyDeviceToHost));
+        if (b->prefetch_last_min > 1) {
+            /* the last prefetched head only in part: its channels planned at
+             * least this deep, to fit the prefetch to the link's idle time */
+            for (uint32_t l = 0; l < L; l++)
+                for (uint32_t j = 0; j < DIM; j++) {
+                    uint8_t &t = pred[((size_t)l * P + pf - 1) * DIM + j];
+                    if (t < b->prefetch_last_min) t = 0;
+                }
+            CK(cudaMemcpy(b->d_pred, pred.data(), pred.size(), cudaMemcpyHostToDevice));
+        }
         std::vector<fathom_cuda_step_args> pa(args);
         for (uint32_t l = 0; l < L; l++) {
             if (l + 1 < L) {
@@ -437,8 +451,6 @@ static run_result run_config(bench_ctx *b, const method_spec *m, uint64_t n, uin
         }
         CK(cudaMemset(b->d_out, 0xff, (size_t)L * P * GROUP * DIM * 4));
         r.pf_ms = time_graph(b, &cfg, pa.data(), b->lanes, graph_reps, &r.pf_wall_ms);
-        std::vector<uint8_t> pred((size_t)L * P * DIM);
-        CK(cudaMemcpy(pred.data(), b->d_pred, pred.size(), cudaMemcpyDeviceToHost));
         const double nb = (double)((n + 63) / 64);
         double planned = 0, hit = 0, moved = 0;
         for (uint32_t l = 0; l < L; l++)
@@ -574,7 +586,7 @@ int main(int argc, char **argv) {
     double planes_gib = 40, lm_gib = 16, kv_gib = 8;
     uint64_t oracle_max = 1ull << 20;
     int extras = 1, resident_only = 0; /* --resident-only: just the HBM-resident section */
-    uint32_t lane_count = 3, per_chunk = 0, prefetch = 0;
+    uint32_t lane_count = 3, per_chunk = 0, prefetch = 0, prefetch_last_min = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
         else if (!strcmp(argv[i], "--contexts") && i + 1 < argc) contexts = parse_list_u64(argv[++i]);
@@ -591,6 +603,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--lanes") && i + 1 < argc) lane_count = (uint32_t)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) per_chunk = (uint32_t)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--prefetch") && i + 1 < argc) prefetch = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--prefetch-last-min") && i + 1 < argc)
+            prefetch_last_min = (uint32_t)atoi(argv[++i]);
         else { fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
     }
     if (lane_count > FATHOM_CUDA_MAX_LANES) { fprintf(stderr, "--lanes 0..%d\n", FATHOM_CUDA_MAX_LANES); return 2; }
@@ -685,6 +699,7 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&b.d_qprev, layers * P_max * GROUP * DIM * 4));
     CK(cudaMalloc(&b.d_pred, layers * P_max * DIM));
     b.prefetch = prefetch;
+    b.prefetch_last_min = prefetch_last_min;
     CK(cudaMalloc(&b.d_var, layers * P_max * DIM * 4));
     CK(cudaMalloc(&b.d_out, layers * P_max * GROUP * DIM * 4));
     CK(cudaMalloc(&b.d_fixed, layers * P_max * DIM));
@@ -754,6 +769,7 @@ int main(int argc, char **argv) {
                 (unsigned long long)h.idx_sets, (unsigned long long)needed, (unsigned long long)h.kv_sets);
         if (r.pf_ms > 0) {
             const double pf_floor = ((resident ? 0 : r.pf_scan_bytes) + r.row_bytes) / (link * GB) * 1e3;
+            if (b.prefetch_last_min > 1) printf("   (the last prefetched head: channels planned at depth >= %u)\n", b.prefetch_last_min);
             printf("   prefetch %u heads of the next layer: %.2f ms (pipelined without: %.2f), plane bytes %.3f GB "
                    "(plans %.3f), hit %.1f %%, waste %.1f %% of the planned bytes; x floor %.2f (%.2f of the "
                    "plans' floor)\n",
