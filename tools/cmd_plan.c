@@ -70,10 +70,6 @@ static int parse_u32(const char *s, uint32_t *out) {
     return 1;
 }
 
-/* Bits per token a channel read to depth t costs: t planes, and its fp16
- * scale per 64-token block once t > 0. */
-static double channel_bits(uint32_t t) { return t ? t + 16.0 / 64.0 : 0.0; }
-
 typedef struct reuse_sum {
     double plan, hit, waste; /* bits per token, summed over steps */
     uint64_t steps, same;    /* (position, KV head) pairs compared; with identical plans */
@@ -96,7 +92,7 @@ static int plan_capture(const char *path, uint32_t budget, int json) {
     float *k = malloc((size_t)info.kv_heads * n * d * sizeof *k);
     float *var = malloc((size_t)d * sizeof *var);
     double *g = malloc((size_t)d * sizeof *g);
-    uint8_t *depths = malloc((size_t)2 * d);
+    uint8_t *depths = malloc((size_t)3 * d); /* this plan, the previous one, their overlap */
     float *group_q = malloc((size_t)G * d * sizeof *group_q);
     double *sum = malloc((size_t)d * sizeof *sum), *sq = malloc((size_t)d * sizeof *sq);
     reuse_sum *layer = calloc(info.layers, sizeof *layer);
@@ -145,17 +141,17 @@ static int plan_capture(const char *path, uint32_t budget, int json) {
                     goto done;
                 }
                 if (p == 0) continue;
+                /* the overlap min(t, s) reads a channel's scale iff both plans do,
+                 * so its bits are exactly the bits both plans share */
+                uint8_t *common = depths + 2 * d;
+                for (uint32_t j = 0; j < d; j++) common[j] = now[j] < before[j] ? now[j] : before[j];
+                const double hit = fathom_depth_bits(d, common);
                 reuse_sum *r = &layer[l];
-                int same = 1;
-                for (uint32_t j = 0; j < d; j++) {
-                    const uint32_t t = now[j], s = before[j], m = t < s ? t : s;
-                    r->plan += channel_bits(t);
-                    r->hit += m + (t && s ? 16.0 / 64.0 : 0.0);
-                    r->waste += channel_bits(s) - (m + (t && s ? 16.0 / 64.0 : 0.0));
-                    same &= t == s;
-                }
+                r->plan += fathom_depth_bits(d, now);
+                r->hit += hit;
+                r->waste += fathom_depth_bits(d, before) - hit;
                 r->steps++;
-                r->same += (uint64_t)same;
+                r->same += (uint64_t)(memcmp(now, before, d) == 0);
             }
         }
     }

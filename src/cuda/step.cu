@@ -245,7 +245,7 @@ typedef struct step_io {
     const float *queries;
     float *out, *scores;
     uint32_t *sel, *sel_count;
-    const uint8_t *staged; /* depths a previous prefetch staged for the first staged_count problems */
+    const uint8_t *staged_depths; /* what a previous prefetch staged for the first staged_count problems */
     uint32_t staged_count;
     fc_workspace ws;
 } step_io;
@@ -266,7 +266,7 @@ static step_io view_of(const step_io *all, uint32_t p0, uint32_t count) {
     v.sel_count += rows;
     v.staged_count = all->staged_count > p0 ? all->staged_count - p0 : 0;
     if (v.staged_count > count) v.staged_count = count;
-    v.staged = v.staged_count ? all->staged + p * FC_DIM : NULL;
+    v.staged_depths = v.staged_count ? all->staged_depths + p * FC_DIM : NULL;
     w->depths += p * FC_DIM;
     w->stage += p * w->stage_words;       /* 0 words when nothing is staged */
     w->stage_scales += p * FC_DIM * nb;   /* read only by plane scans that stage */
@@ -338,7 +338,7 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
     io.scores = args->scores ? args->scores : io.ws.scores;
     io.sel = args->selected ? args->selected : io.ws.sel;
     io.sel_count = args->selected_count ? args->selected_count : io.ws.sel_count;
-    io.staged = args->staged_count ? args->staged_depths : NULL;
+    io.staged_depths = args->staged_count ? args->staged_depths : NULL;
     io.staged_count = args->staged_count;
     const bool planes = fc_uses_depths(config->scan);
     const bool staged = fc_staged(config->transport);
@@ -353,7 +353,7 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
     FATHOM_CUDA_TRY(cudaMemsetAsync(io.ws.hist, 0, io.ws.zero_bytes, stream));
     FATHOM_TRY(mark(args, 1, stream));
     if (!lanes || (config->problems == 1 && !args->prefetch_count && !args->staged_count)) {
-        FATHOM_TRY(fc_gather(config, io.problems, &io.ws, io.staged, io.staged_count, stream));
+        FATHOM_TRY(fc_gather(config, io.problems, &io.ws, io.staged_depths, io.staged_count, stream));
         FATHOM_TRY(mark(args, 2, stream));
         FATHOM_TRY(fc_scan(config, io.problems, &io.ws, io.queries, io.scores, stream));
         FATHOM_TRY(mark(args, 3, stream));
@@ -386,7 +386,7 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
         for (uint32_t i = 0; i < chunks; i++) {
             const step_io &v = views[i];
             FATHOM_TRY(stamp(tr, 2 + i * 6 + 0, L->link));
-            FATHOM_TRY(fc_gather(&v.cfg, v.problems, &v.ws, v.staged, v.staged_count, L->link));
+            FATHOM_TRY(fc_gather(&v.cfg, v.problems, &v.ws, v.staged_depths, v.staged_count, L->link));
             if (!staged) FATHOM_TRY(fc_scan(&v.cfg, v.problems, &v.ws, v.queries, v.scores, L->link));
             FATHOM_TRY(stamp(tr, 2 + i * 6 + 1, L->link));
             FATHOM_CUDA_TRY(cudaEventRecord(L->moved[i], L->link));
