@@ -51,8 +51,9 @@ typedef enum fathom_cuda_scan_kind {
     FATHOM_CUDA_SCAN_LANDMARK,       /* fp16 mean key per 8 tokens, 256 bits/token */
     FATHOM_CUDA_SCAN_ORACLE,         /* exact q.k over the bf16 keys */
     FATHOM_CUDA_SCAN_NIBBLE4         /* 4-bit channel scan of a nibble-packed K cache (the same
-                                        codes as full4, another layout): the baseline the
-                                        bit-plane scan is compared with in HBM */
+                                        codes as full4, another layout), of every channel or of
+                                        the fixed_depths channels: the baselines the bit-plane
+                                        scan is compared with in HBM */
 } fathom_cuda_scan_kind;
 
 typedef enum fathom_cuda_transport {
@@ -108,7 +109,9 @@ typedef struct fathom_cuda_step_args {
     const fathom_cuda_problem *problems; /* [problems], in device memory */
     const float *queries;                /* [problems][group][dim], stored coordinates */
     const float *variance;               /* [problems][dim]; WATER_FILL only (else NULL) */
-    const uint8_t *fixed_depths;         /* [problems][dim], 0..4; FIXED only (else NULL) */
+    const uint8_t *fixed_depths;         /* [problems][dim], 0..4; FIXED only (else NULL); with
+                                            NIBBLE4 optional: the channels read (nonzero), each
+                                            whole, as a nibble label cache of those channels */
     float *out;                          /* [problems][group][dim] attention output */
     uint32_t *selected;                  /* [problems][group][k] ascending positions; may be NULL */
     uint32_t *selected_count;            /* [problems][group]; may be NULL */

@@ -2,8 +2,11 @@
  * Qwen3-8B shapes (36 layers x 8 KV heads, G = 4, d = 128, k = 512), per
  * method, context and batch, with a phase breakdown, the bytes moved and
  * the link rate measured in the same run. Also: the three gather transports
- * on the same run lists, the HBM-resident variant (scan bandwidth), and the
- * bit planes as the primary K cache.
+ * on the same run lists, the HBM-resident variant (scan bandwidth; each
+ * phase the median of 5 recorded runs, with the nibble layouts the plane
+ * scans are compared with: nibble4, every channel, and dsnib:c, each ds:c's
+ * channels as a nibble label cache), and the bit planes as the primary K
+ * cache.
  *
  * What is held, and how (printed again at the start of a run):
  *  - The plane index lives in pinned host memory as whole-context segments
@@ -32,7 +35,9 @@
  * first N heads of the next layer as they were planned one decode step
  * earlier (see run_config); the bytes and the floor count every prefetched
  * byte. --prefetch-last-min D keeps of the last prefetched head only the
- * channels planned at depth >= D (a prefetch sized to the link's idle time). Wall-clock: host time from cudaGraphLaunch to the
+ * channels planned at depth >= D (a prefetch sized to the link's idle time).
+ * --k K sets the selection per query head (512; 36 keeps only sink and
+ * local rows, which isolates what the row fetch costs a step). Wall-clock: host time from cudaGraphLaunch to the
  * end of cudaStreamSynchronize, median, of the faster of the two graphs. The phase
  * breakdown comes from a separate, non-graph, one-stream run with events
  * between phases (sum of 36 layers); "other" = one-stream graph total - sum
@@ -61,7 +66,7 @@
 #define LAYERS_DEFAULT 36
 #define KV_HEADS 8
 #define GROUP 4
-#define TOPK 512
+static uint32_t g_topk = 512; /* --k: the selection per query head */
 
 #define FK(call)                                                                                   \
     do {                                                                                           \
@@ -95,6 +100,9 @@ static int parse_method(const char *s, method_spec *m) {
     else if (!strcmp(s, "landmark")) m->scan = FATHOM_CUDA_SCAN_LANDMARK;
     else if (!strcmp(s, "oracle")) m->scan = FATHOM_CUDA_SCAN_ORACLE;
     else if (!strcmp(s, "nibble4")) m->scan = FATHOM_CUDA_SCAN_NIBBLE4; /* random bits read as nibbles */
+    else if (sscanf(s, "dsnib:%u", &v) == 1) { /* ds:c's channels from a nibble label cache */
+        m->scan = FATHOM_CUDA_SCAN_NIBBLE4; m->param = v; m->fixed_kind = 1;
+    }
     else return -1;
     return 0;
 }
@@ -300,10 +308,10 @@ static float time_graph(bench_ctx *b, const fathom_cuda_config *cfg, const fatho
 
 static run_result run_config(bench_ctx *b, const method_spec *m, uint64_t n, uint32_t P,
                              fathom_cuda_transport transport, fathom_cuda_key_rows key_rows,
-                             int graph_reps, uint32_t row_stride = 0) {
+                             int graph_reps, uint32_t row_stride = 0, int breakdown_reps = 1) {
     run_result r;
     memset(&r, 0, sizeof r);
-    fathom_cuda_config cfg = {DIM, GROUP, P, n, TOPK, 4, 32, m->scan, m->param, transport, key_rows,
+    fathom_cuda_config cfg = {DIM, GROUP, P, n, g_topk, 4, 32, m->scan, m->param, transport, key_rows,
                               row_stride};
     size_t need = 0;
     FK(fathom_cuda_workspace_size(&cfg, &need));
@@ -316,7 +324,8 @@ static run_result run_config(bench_ctx *b, const method_spec *m, uint64_t n, uin
         a.problems = b->d_probs + (size_t)l * P;
         a.queries = b->d_q + (size_t)l * P * GROUP * DIM;
         a.variance = b->d_var + (size_t)l * P * DIM;
-        a.fixed_depths = b->d_fixed + (size_t)l * P * DIM;
+        /* FIXED, and NIBBLE4 over ds:c's channels (else every channel) */
+        a.fixed_depths = m->fixed_kind ? b->d_fixed + (size_t)l * P * DIM : NULL;
         a.out = b->d_out + (size_t)l * P * GROUP * DIM;
         a.depths = b->d_depths + (size_t)l * P * DIM;
         a.union_count = b->d_union + (size_t)l * P;
@@ -325,22 +334,29 @@ static run_result run_config(bench_ctx *b, const method_spec *m, uint64_t n, uin
     }
     /* breakdown run: events between phases, after one unrecorded run (the
      * first launch of a kernel loads its module: the first config's
-     * breakdown once showed a 32k scan at 3x its 128k time) */
-    for (int pass = 0; pass < 2; pass++) {
+     * breakdown once showed a 32k scan at 3x its 128k time); each phase's
+     * median over breakdown_reps recorded runs */
+    std::vector<float> per_run[FATHOM_CUDA_PHASES];
+    for (int pass = 0; pass < 1 + breakdown_reps; pass++) {
         for (uint32_t l = 0; l < L; l++) {
             fathom_cuda_step_args a = args[l];
             a.phase_events = b->ev + (size_t)l * (FATHOM_CUDA_PHASES + 1);
             FK(fathom_cuda_step(&cfg, &a, b->stream));
         }
         CK(cudaStreamSynchronize(b->stream));
-    }
-    for (uint32_t l = 0; l < L; l++)
+        if (pass == 0) continue;
         for (int ph = 0; ph < FATHOM_CUDA_PHASES; ph++) {
-            float ms = 0;
-            cudaEvent_t *e = b->ev + (size_t)l * (FATHOM_CUDA_PHASES + 1);
-            CK(cudaEventElapsedTime(&ms, e[ph], e[ph + 1]));
-            r.phase_ms[ph] += ms;
+            float total = 0;
+            for (uint32_t l = 0; l < L; l++) {
+                float ms = 0;
+                cudaEvent_t *e = b->ev + (size_t)l * (FATHOM_CUDA_PHASES + 1);
+                CK(cudaEventElapsedTime(&ms, e[ph], e[ph + 1]));
+                total += ms;
+            }
+            per_run[ph].push_back(total);
         }
+    }
+    for (int ph = 0; ph < FATHOM_CUDA_PHASES; ph++) r.phase_ms[ph] = median(per_run[ph]);
     /* bytes: from the plans and union sizes this run produced */
     std::vector<uint8_t> depths((size_t)L * P * DIM);
     std::vector<uint32_t> uni((size_t)L * P);
@@ -597,6 +613,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--methods") && i + 1 < argc) method_list = argv[++i];
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = (uint32_t)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--k") && i + 1 < argc) g_topk = (uint32_t)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--planes-gib") && i + 1 < argc) planes_gib = atof(argv[++i]);
         else if (!strcmp(argv[i], "--landmark-gib") && i + 1 < argc) lm_gib = atof(argv[++i]);
         else if (!strcmp(argv[i], "--kv-gib") && i + 1 < argc) kv_gib = atof(argv[++i]);
@@ -610,6 +627,7 @@ int main(int argc, char **argv) {
             prefetch_last_min = (uint32_t)atoi(argv[++i]);
         else { fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
     }
+    if (g_topk < 36 || g_topk > FATHOM_CUDA_MAX_K) { fprintf(stderr, "--k 36..%d\n", FATHOM_CUDA_MAX_K); return 2; }
     if (lane_count > FATHOM_CUDA_MAX_LANES) { fprintf(stderr, "--lanes 0..%d\n", FATHOM_CUDA_MAX_LANES); return 2; }
     if (!fathom_cuda_device_present()) { printf("bench_cuda_step: %s\n", fathom_last_error()); return 77; }
     std::vector<method_spec> methods;
@@ -688,7 +706,7 @@ int main(int argc, char **argv) {
                 for (int tr = 0; tr <= FATHOM_CUDA_DIRECT; tr++) {
                     if ((m.scan == FATHOM_CUDA_SCAN_LANDMARK || m.scan == FATHOM_CUDA_SCAN_ORACLE) && tr == 1) continue;
                     if (m.scan == FATHOM_CUDA_SCAN_ORACLE && (n > oracle_max || N != 1)) continue;
-                    fathom_cuda_config cfg = {DIM, GROUP, (uint32_t)(N * KV_HEADS), n, TOPK, 4, 32,
+                    fathom_cuda_config cfg = {DIM, GROUP, (uint32_t)(N * KV_HEADS), n, g_topk, 4, 32,
                                               m.scan, m.param, (fathom_cuda_transport)tr, FATHOM_CUDA_KEYS_BF16, 0};
                     if (cfg.param == 0 && m.scan <= FATHOM_CUDA_SCAN_TOP_CHANNELS) continue;
                     size_t s;
@@ -888,15 +906,25 @@ int main(int argc, char **argv) {
             CK(cudaMemcpy(b.d_probs, probs.data(), probs.size() * sizeof probs[0], cudaMemcpyHostToDevice));
             printf("-- context %llu: %llu index sets in HBM\n", (unsigned long long)n, (unsigned long long)dev_sets);
             std::vector<method_spec> rmethods = methods;
+            /* the layouts the bit-plane scans are compared with: every channel as
+             * nibbles, and each ds:c's channels as a nibble label cache (the
+             * paper's "plain 4-bit scan", Table 17) */
             method_spec nib;
             parse_method("nibble4", &nib);
             rmethods.push_back(nib);
+            for (const method_spec &m : methods)
+                if (m.scan == FATHOM_CUDA_SCAN_FIXED && m.fixed_kind == 1) {
+                    char name[32];
+                    snprintf(name, sizeof name, "dsnib:%u", m.param);
+                    parse_method(name, &nib);
+                    rmethods.push_back(nib);
+                }
             for (const method_spec &m : rmethods) {
                 if (m.scan == FATHOM_CUDA_SCAN_ORACLE) continue;
                 std::vector<uint8_t> fixed((size_t)layers * P * DIM);
                 make_fixed(&m, var.data(), layers * P, fixed.data());
                 CK(cudaMemcpy(b.d_fixed, fixed.data(), fixed.size(), cudaMemcpyHostToDevice));
-                run_result r = run_config(&b, &m, n, P, FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 3, 2 * DIM);
+                run_result r = run_config(&b, &m, n, P, FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 3, 2 * DIM, 5);
                 report("resident", m, n, 1, "resident", "kv", r, hd, needed);
                 printf("   scan kernel %s: %.3f ms, %.0f GB/s of index read\n", m.name, r.phase_ms[2],
                        r.scan_bytes / (r.phase_ms[2] * 1e-3) / GB);

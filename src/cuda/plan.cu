@@ -78,6 +78,13 @@ static __global__ void plan_fixed_kernel(const uint8_t *fixed, uint8_t *depths) 
     depths[i] = t > FATHOM_PLANES ? FATHOM_PLANES : t; /* clamp: device data is not validated */
 }
 
+/* A nibble label cache of the channels whose fixed depth is nonzero (a
+ * nibble is read whole: its run is 4 * nb words whatever the depth). */
+static __global__ void plan_nibble_kernel(const uint8_t *fixed, uint8_t *depths) {
+    size_t i = (size_t)blockIdx.x * FC_DIM + threadIdx.x;
+    depths[i] = fixed[i] ? FATHOM_PLANES : 0;
+}
+
 int fc_plan(const fathom_cuda_config *cfg, const float *queries, const float *variance,
             const uint8_t *fixed_depths, uint8_t *depths, cudaStream_t stream) {
     switch (cfg->scan) {
@@ -92,7 +99,11 @@ int fc_plan(const fathom_cuda_config *cfg, const float *queries, const float *va
     case FATHOM_CUDA_SCAN_FIXED:
         plan_fixed_kernel<<<cfg->problems, FC_DIM, 0, stream>>>(fixed_depths, depths);
         break;
-    case FATHOM_CUDA_SCAN_NIBBLE4: /* every channel, all 4 bits: runs of 4*nb*8 bytes */
+    case FATHOM_CUDA_SCAN_NIBBLE4: /* all 4 bits of every channel, or of the fixed ones */
+        if (fixed_depths) {
+            plan_nibble_kernel<<<cfg->problems, FC_DIM, 0, stream>>>(fixed_depths, depths);
+            break;
+        }
         FATHOM_CUDA_TRY(cudaMemsetAsync(depths, FATHOM_PLANES, (size_t)cfg->problems * FC_DIM, stream));
         return FATHOM_OK;
     default: return FATHOM_OK; /* landmark and oracle scans have no plan */

@@ -130,7 +130,9 @@ hist1_find_kernel(uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const f
                   fc_select_state *state, uint32_t *hist, uint32_t *counters) {
     __shared__ uint32_t h[FC_HIST_BINS];
     const uint32_t r = blockIdx.y;
-    if (n <= k) { /* uniform in the launch: everything is selected */
+    /* uniform in the launch: everything is selected, or nothing in the
+     * middle is (k = sink + local; find_bin needs need >= 1) */
+    if (n <= k || k == sink + local) {
         if (blockIdx.x == 0 && threadIdx.x == 0) {
             const fc_select_state none = {NO_DIGIT, 0, 0, 0};
             state[r] = none;

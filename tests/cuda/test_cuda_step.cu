@@ -270,7 +270,9 @@ static void run_case(const test_case *tc) {
     args.problems = (const fathom_cuda_problem *)d_probs;
     args.queries = (const float *)d_q;
     args.variance = (const float *)d_var;
-    args.fixed_depths = (const uint8_t *)d_fixed;
+    /* NIBBLE4 with param 1: a nibble label cache of the fixed channels */
+    const bool nibble_subset = tc->scan == FATHOM_CUDA_SCAN_NIBBLE4 && tc->param;
+    args.fixed_depths = tc->scan == FATHOM_CUDA_SCAN_FIXED || nibble_subset ? (const uint8_t *)d_fixed : NULL;
     args.out = (float *)d_out;
     args.selected = (uint32_t *)d_sel;
     args.selected_count = (uint32_t *)d_cnt;
@@ -400,7 +402,7 @@ static void run_case(const test_case *tc) {
                 wdepth[best] = 4;
             }
         } else if (tc->scan == FATHOM_CUDA_SCAN_NIBBLE4) {
-            memset(wdepth, 4, DIM);
+            for (uint32_t j = 0; j < DIM; j++) wdepth[j] = !tc->param || fixed[p * DIM + j] ? 4 : 0;
         } else {
             memcpy(wdepth, fixed + p * DIM, DIM);
         }
@@ -669,12 +671,19 @@ int main(void) {
          FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
         {"k = sink + local", 2000, 1, 4, 36, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
          FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
+        /* a middle of 70000 keys and nothing to pick from it (found by the bench at 1M, k = 36) */
+        {"k = sink + local, n=70000, lanes 2", 70000, 3, 4, 36, 4, 32, FATHOM_CUDA_SCAN_TOP_CHANNELS, 16,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 2, 1, 0},
         {"K/V interleaved rows (stride 256)", 4100, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
          FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 0, 0, 0},
         {"nibble4 (the full4 codes), kernel", 3001, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_NIBBLE4, 0,
          FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
         {"nibble4, resident, g=8", 1000, 1, 8, 256, 4, 32, FATHOM_CUDA_SCAN_NIBBLE4, 0,
          FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
+        {"nibble label cache of the fixed channels, kernel", 4100, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_NIBBLE4, 1,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
+        {"nibble label cache, resident, lanes 2, g=3", 2000, 3, 3, 256, 4, 32, FATHOM_CUDA_SCAN_NIBBLE4, 1,
+         FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0, 2, 1, 0},
         {"water-fill B=64, g=8 (8-token lanes)", 2100, 1, 8, 256, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 64,
          FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
         {"all scores tie (overflow path)", 9000, 1, 4, 512, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
