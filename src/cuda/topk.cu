@@ -88,7 +88,9 @@ static __device__ found_bin find_bin(const uint32_t *ghist, uint32_t need) {
     const uint32_t t = threadIdx.x;
     /* bins in descending order: thread t holds bins 2047 - PER*t - i */
     uint32_t c[PER], above[PER];
+    if (t == 0) s_found.bin = NO_DIGIT;
     for (int i = 0; i < PER; i++) c[i] = __ldcg(&ghist[FC_HIST_BINS - 1 - PER * t - i]);
+    __syncthreads(); /* the sentinel before any thread's find */
     scan_t(tmp).ExclusiveSum(c, above);
     for (int i = 0; i < PER; i++)
         if (above[i] < need && above[i] + c[i] >= need) {
@@ -97,6 +99,9 @@ static __device__ found_bin find_bin(const uint32_t *ghist, uint32_t need) {
         }
     __syncthreads();
     const found_bin f = s_found;
+    /* need outside 1..total is a caller's bug: fail loudly rather than
+     * select from an unset bin (k = sink + local once did, at 1M tokens) */
+    if (f.bin == NO_DIGIT) __trap();
     __syncthreads(); /* s_found and tmp are free again */
     return f;
 }
