@@ -11,23 +11,35 @@
  * A previous step's prefetch may have staged the first planes of a channel
  * (and its scales): the run then starts after them.
  *
- * The kernel transport: one block per 64 KiB chunk of a run, 16-byte loads
- * (the measured ceiling for mapped host reads, HARDWARE.md), four in flight
- * per thread. The CUB transport builds the same list as pointer arrays and
- * hands it to cub::DeviceMemcpy::Batched. */
+ * The kernel transport: a fixed grid, each block an equal share of the
+ * planned bytes, 16-byte loads (the measured ceiling for mapped host reads,
+ * HARDWARE.md), four in flight per thread. The CUB transport builds the same
+ * list as pointer arrays and hands it to cub::DeviceMemcpy::Batched. */
 #include "cuda_internal.cuh"
 
+#include <cub/block/block_scan.cuh>
 #include <cub/device/device_memcpy.cuh>
 
 #define GATHER_THREADS 256
-#define GATHER_CHUNK (64u * 1024u) /* 32 and 128 KiB measured no better (RESULTS) */
-/* Blocks of the gather: 33 blocks of 256 threads with 4 loads in flight
- * already read mapped host memory at the link's SM-side rate (51.3 GB/s,
- * bench_host_rows: the same for 33..1024 blocks); 128 leaves most of every
- * SM to the kernels a pipelined step runs beside the gather (1024 blocks
- * filled the SMs, so the scan of one chunk waited for the next chunk's
- * gather to finish). */
-#define GATHER_GRID 128u
+#define GATHER_CHUNK (64u * 1024u) /* a dense run's unit; 32 and 128 KiB measured no better */
+/* Blocks of the plane gather, each with an equal share of the bytes: 33
+ * blocks of 256 threads with 4 loads in flight already read mapped host
+ * memory at the link's SM-side rate (51.3 GB/s, bench_host_rows), and every
+ * block more holds an SM the scans of a pipelined step need (at 1M, 128
+ * busy blocks stretched the tail of a layer from 155 to 235 us; 32 gave the
+ * shortest step of 16-128, RESULTS fifth session). -D FC_GATHER_GRID and
+ * FC_GATHER_LOADS set them for an A/B. */
+#ifndef FC_GATHER_GRID
+#define FC_GATHER_GRID 32u
+#endif
+#define GATHER_GRID FC_GATHER_GRID
+#ifndef FC_GATHER_LOADS
+#define FC_GATHER_LOADS 4
+#endif
+#define GATHER_LOADS FC_GATHER_LOADS /* 16-byte loads in flight per thread */
+/* landmark and bf16-key runs: a grid-stride over 64 KiB chunks (1024 blocks
+ * filled the SMs, so the scan of one chunk waited for the next chunk's gather) */
+#define GATHER_DENSE_GRID 128u
 
 /* Copy len bytes; src and dst share their offset modulo 16 when the bases are
  * 16-byte aligned, so a short head and tail bracket a 16-byte body. */
@@ -40,56 +52,103 @@ static __device__ void copy_span(uint8_t *dst, const uint8_t *src, uint64_t len)
     const uint4 *s = (const uint4 *)(src + head);
     uint4 *d = (uint4 *)(dst + head);
     uint64_t i = threadIdx.x;
-    for (; i + 3 * GATHER_THREADS < body; i += 4 * GATHER_THREADS) {
-        uint4 a = s[i], b = s[i + GATHER_THREADS], c = s[i + 2 * GATHER_THREADS],
-              e = s[i + 3 * GATHER_THREADS];
-        d[i] = a;
-        d[i + GATHER_THREADS] = b;
-        d[i + 2 * GATHER_THREADS] = c;
-        d[i + 3 * GATHER_THREADS] = e;
+    for (; i + (GATHER_LOADS - 1) * GATHER_THREADS < body; i += GATHER_LOADS * GATHER_THREADS) {
+        uint4 v[GATHER_LOADS];
+#pragma unroll
+        for (int u = 0; u < GATHER_LOADS; u++) v[u] = s[i + u * GATHER_THREADS];
+#pragma unroll
+        for (int u = 0; u < GATHER_LOADS; u++) d[i + u * GATHER_THREADS] = v[u];
     }
     for (; i < body; i += GATHER_THREADS) d[i] = s[i];
     for (uint64_t k = head + body * 16 + threadIdx.x; k < len; k += blockDim.x) dst[k] = src[k];
 }
 
-/* A grid-stride loop over the fixed run list, flattened as (problem,
- * channel*2 + kind, chunk): a bounded grid leaves room on every SM for the
- * kernels of other streams (a sliced step scans one group of heads while
- * another's runs cross the link); a grid of one block per chunk filled the
- * SMs with blocks waiting on host reads. */
+/* Slot s of the fixed run list (problem, channel, kind): its length in bytes
+ * and, if nonzero, where it is read from and written to. */
+static __device__ uint64_t plane_run(uint32_t s, uint32_t nb, const uint8_t *depths,
+                                     const fathom_cuda_problem *problems, uint64_t *stage,
+                                     uint64_t stage_words, uint16_t *stage_scales,
+                                     const uint8_t *staged, uint32_t staged_count,
+                                     const uint8_t **src, uint8_t **dst) {
+    const uint32_t p = s / (FC_DIM * 2), j = (s % (FC_DIM * 2)) >> 1, kind = s & 1;
+    uint32_t t = depths[(size_t)p * FC_DIM + j];
+    t = t < FATHOM_PLANES ? t : FATHOM_PLANES;
+    /* planes [0, from) and, if from > 0, the scales are staged already */
+    uint32_t from = p < staged_count ? staged[(size_t)p * FC_DIM + j] : 0;
+    from = from < FATHOM_PLANES ? from : FATHOM_PLANES;
+    if (t == 0 || (kind == 0 && t <= from) || (kind == 1 && from > 0)) return 0;
+    if (kind == 0) {
+        const size_t at = ((size_t)j * FATHOM_PLANES + from) * nb; /* words */
+        *src = (const uint8_t *)(problems[p].planes + at);
+        *dst = (uint8_t *)(stage + p * stage_words + at);
+        return (uint64_t)(t - from) * nb * 8;
+    }
+    *src = (const uint8_t *)(problems[p].scales + (size_t)j * nb);
+    *dst = (uint8_t *)(stage_scales + ((size_t)p * FC_DIM + j) * nb);
+    return (uint64_t)nb * 2;
+}
+
+/* Every block copies an equal share of the planned bytes: the runs laid end
+ * to end, block b takes bytes [b*L/G, (b+1)*L/G) of them. Each block finds
+ * its runs itself (a scan over the slots' lengths, 256 at a time), so the
+ * graph needs no extra launch. Equal shares because a pipelined step gathers
+ * one head (~7 MB at 1M) per launch: a grid-stride over fixed-size chunks of
+ * the slots left most blocks idle (chunks past a short run are empty) and
+ * the launch's last chunks ran with the link half used. */
 static __global__ void __launch_bounds__(GATHER_THREADS)
-gather_planes_kernel(uint32_t problems_n, uint32_t nb, uint32_t chunks, const uint8_t *depths,
+gather_planes_kernel(uint32_t problems_n, uint32_t nb, const uint8_t *depths,
                      const fathom_cuda_problem *problems, uint64_t *stage, uint64_t stage_words,
                      uint16_t *stage_scales, const uint8_t *staged, uint32_t staged_count) {
-    const uint64_t total = (uint64_t)problems_n * FC_DIM * 2 * chunks;
-    for (uint64_t w = blockIdx.x; w < total; w += gridDim.x) {
-        const uint32_t chunk = (uint32_t)(w % chunks);
-        const uint64_t run = w / chunks;
-        const uint32_t p = (uint32_t)(run / (FC_DIM * 2)), j = (uint32_t)(run % (FC_DIM * 2)) >> 1,
-                       kind = (uint32_t)(run & 1);
-        uint32_t t = depths[(size_t)p * FC_DIM + j];
-        t = t < FATHOM_PLANES ? t : FATHOM_PLANES;
-        /* planes [0, from) and, if from > 0, the scales are staged already */
-        uint32_t from = p < staged_count ? staged[(size_t)p * FC_DIM + j] : 0;
-        from = from < FATHOM_PLANES ? from : FATHOM_PLANES;
-        if (t == 0 || (kind == 0 && t <= from) || (kind == 1 && from > 0)) continue;
-        const uint8_t *src;
-        uint8_t *dst;
-        uint64_t len;
-        if (kind == 0) {
-            const size_t at = ((size_t)j * FATHOM_PLANES + from) * nb; /* words */
-            src = (const uint8_t *)(problems[p].planes + at);
-            dst = (uint8_t *)(stage + p * stage_words + at);
-            len = (uint64_t)(t - from) * nb * 8;
-        } else {
-            src = (const uint8_t *)(problems[p].scales + (size_t)j * nb);
-            dst = (uint8_t *)(stage_scales + ((size_t)p * FC_DIM + j) * nb);
-            len = (uint64_t)nb * 2;
+    typedef cub::BlockScan<unsigned long long, GATHER_THREADS> scan_t;
+    __shared__ typename scan_t::TempStorage scan_tmp;
+    __shared__ unsigned long long total_sh;
+    __shared__ uint32_t hits_n;
+    __shared__ uint32_t hit_slot[GATHER_THREADS];
+    __shared__ unsigned long long hit_from[GATHER_THREADS], hit_len[GATHER_THREADS];
+    const uint32_t slots = problems_n * FC_DIM * 2;
+    const uint8_t *src;
+    uint8_t *dst;
+
+    unsigned long long mine = 0;
+    for (uint32_t s = threadIdx.x; s < slots; s += GATHER_THREADS)
+        mine += plane_run(s, nb, depths, problems, stage, stage_words, stage_scales, staged,
+                          staged_count, &src, &dst);
+    unsigned long long total;
+    scan_t(scan_tmp).ExclusiveSum(mine, mine, total);
+    if (threadIdx.x == 0) total_sh = total;
+    __syncthreads();
+    total = total_sh;
+    /* exact: a step plans < 2^40 bytes and the grid is 128 blocks */
+    const unsigned long long lo = total * blockIdx.x / gridDim.x,
+                             hi = total * (blockIdx.x + 1) / gridDim.x;
+    unsigned long long base = 0;
+    for (uint32_t tile = 0; tile < slots && base < hi; tile += GATHER_THREADS) {
+        const uint32_t s = tile + threadIdx.x;
+        const unsigned long long len =
+            s < slots ? plane_run(s, nb, depths, problems, stage, stage_words, stage_scales,
+                                  staged, staged_count, &src, &dst)
+                      : 0;
+        unsigned long long start, tile_bytes;
+        __syncthreads(); /* scan_tmp and the hit list of the previous tile are free */
+        if (threadIdx.x == 0) hits_n = 0;
+        scan_t(scan_tmp).ExclusiveSum(len, start, tile_bytes);
+        start += base;
+        __syncthreads();
+        const unsigned long long a = start > lo ? start : lo,
+                                 e = start + len < hi ? start + len : hi;
+        if (len && a < e) {
+            const uint32_t h = atomicAdd(&hits_n, 1u);
+            hit_slot[h] = s;
+            hit_from[h] = a - start;
+            hit_len[h] = e - a;
         }
-        const uint64_t first = (uint64_t)chunk * GATHER_CHUNK;
-        if (first >= len) continue;
-        const uint64_t n = len - first < GATHER_CHUNK ? len - first : GATHER_CHUNK;
-        copy_span(dst + first, src + first, n);
+        __syncthreads();
+        for (uint32_t h = 0; h < hits_n; h++) {
+            plane_run(hit_slot[h], nb, depths, problems, stage, stage_words, stage_scales, staged,
+                      staged_count, &src, &dst);
+            copy_span(dst + hit_from[h], src + hit_from[h], hit_len[h]);
+        }
+        base += tile_bytes;
     }
 }
 
@@ -135,7 +194,7 @@ int fc_gather(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems
                                  : cfg->tokens;
         const uint64_t len = rows * FC_DIM * 2;
         uint64_t chunks = (len + GATHER_CHUNK - 1) / GATHER_CHUNK;
-        const uint64_t cap = (GATHER_GRID + cfg->problems - 1) / cfg->problems;
+        const uint64_t cap = (GATHER_DENSE_GRID + cfg->problems - 1) / cfg->problems;
         if (chunks > cap) chunks = cap;
         gather_dense_kernel<<<dim3((uint32_t)chunks, cfg->problems), GATHER_THREADS, 0, stream>>>(
             lm, len, problems, ws->stage, ws->stage_words);
@@ -155,11 +214,7 @@ int fc_gather(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems
                                                    stream));
         return FATHOM_OK;
     }
-    const uint64_t max_run = (uint64_t)FATHOM_PLANES * nb * 8;
-    const uint32_t chunks = (uint32_t)((max_run + GATHER_CHUNK - 1) / GATHER_CHUNK);
-    const uint64_t items = (uint64_t)cfg->problems * FC_DIM * 2 * chunks;
-    const uint32_t grid = (uint32_t)(items < GATHER_GRID ? items : GATHER_GRID);
-    gather_planes_kernel<<<grid, GATHER_THREADS, 0, stream>>>(cfg->problems, nb, chunks, ws->depths,
+    gather_planes_kernel<<<GATHER_GRID, GATHER_THREADS, 0, stream>>>(cfg->problems, nb, ws->depths,
                                                                problems, ws->stage, ws->stage_words,
                                                                ws->stage_scales, staged,
                                                                staged ? staged_count : 0);

@@ -64,12 +64,15 @@ scan_lane(float (&acc)[TOK][G], uint32_t c0, uint32_t c1, const uint8_t *s_chan,
     for (int i = 0; i < TOK; i++)
 #pragma unroll
         for (int h = 0; h < G; h++) acc[i][h] = 0.0f;
-    /* the next channel's words and scale are loaded before this channel is
-     * decoded, so their latency hides behind its arithmetic (one dependent
-     * load round trip per channel made the scan latency-bound) */
-    uint64_t next[FATHOM_PLANES];
-    uint16_t next_scale = 0;
-    auto load = [&](uint32_t c) {
+    /* two channels' words in flight while one is decoded, in two buffers:
+     * a channel's words are turned into codes first, which frees its buffer
+     * for the load two channels ahead before the multiply-adds (one channel
+     * ahead left half the issue slots idle at a quarter of the warp slots;
+     * a third buffer for the words being decoded spilled at 128 registers,
+     * RESULTS run 39) */
+    uint64_t wa[FATHOM_PLANES], wb[FATHOM_PLANES];
+    uint16_t sa = 0, sb = 0;
+    auto load = [&](uint32_t c, uint64_t (&next)[FATHOM_PLANES], uint16_t &next_scale) {
         const uint32_t j = s_chan[c], t = s_t[c];
         if (NIBBLE) {
             /* [j][nb][4]: this lane's TOK codes are already nibbles */
@@ -84,24 +87,8 @@ scan_lane(float (&acc)[TOK][G], uint32_t c0, uint32_t c1, const uint8_t *s_chan,
         }
         next_scale = scales[(size_t)j * nb + b];
     };
-    if (c0 < c1) load(c0);
-    for (uint32_t c = c0; c < c1; c++) {
-        const uint32_t t = s_t[c];
-        uint64_t word[FATHOM_PLANES];
-#pragma unroll
-        for (int pl = 0; pl < FATHOM_PLANES; pl++) word[pl] = next[pl];
-        const uint16_t scale = next_scale;
-        if (c + 1 < c1) load(c + 1);
-        const float unit = __int_as_float((127 + 1 - (int)t) << 23);         /* 2^-(t-1) */
-        const float a = __half2float(__ushort_as_half(scale)) * unit;
-        /* khat in one fma from a float whose mantissa holds the code (the
-         * header): (2^(23-r) + c) * a - (2^(23-r) + 2^(t-1) - 1/2) * a, for a
-         * code at bits [r, r+4) with r = 12 or 16. Both constants have at
-         * most 13 significant bits, so their products with a (11) are exact
-         * in float, and so is the fma's result. */
-        const float half_t = (float)(1u << (t - 1)) - 0.5f;
-        const float k12 = -(2048.0f + half_t) * a, k16 = -(128.0f + half_t) * a;
-        uint32_t nib[WORDS];
+    /* channel c's codes as nibbles, from its words */
+    auto codes = [&](uint32_t t, const uint64_t (&word)[FATHOM_PLANES], uint32_t (&nib)[WORDS]) {
 #pragma unroll
         for (int k = 0; k < WORDS; k++) nib[k] = 0;
         if (NIBBLE) {
@@ -117,6 +104,18 @@ scan_lane(float (&acc)[TOK][G], uint32_t c0, uint32_t c1, const uint8_t *s_chan,
                 for (int k = 0; k < WORDS; k++) nib[k] = (nib[k] << 1) | s_spread[(bits >> (8 * k)) & 0xffu];
             }
         }
+    };
+    /* the multiply-adds of channel c */
+    auto accumulate = [&](uint32_t c, uint32_t t, uint16_t scale, const uint32_t (&nib)[WORDS]) {
+        const float unit = __int_as_float((127 + 1 - (int)t) << 23);         /* 2^-(t-1) */
+        const float a = __half2float(__ushort_as_half(scale)) * unit;
+        /* khat in one fma from a float whose mantissa holds the code (the
+         * header): (2^(23-r) + c) * a - (2^(23-r) + 2^(t-1) - 1/2) * a, for a
+         * code at bits [r, r+4) with r = 12 or 16. Both constants have at
+         * most 13 significant bits, so their products with a (11) are exact
+         * in float, and so is the fma's result. */
+        const float half_t = (float)(1u << (t - 1)) - 0.5f;
+        const float k12 = -(2048.0f + half_t) * a, k16 = -(128.0f + half_t) * a;
 #pragma unroll
         for (int i = 0; i < TOK; i += 2) {
             /* codes i and i+1 (nibbles 2m and 2m+1 of a word) to bits 12 and 16:
@@ -132,6 +131,24 @@ scan_lane(float (&acc)[TOK][G], uint32_t c0, uint32_t c1, const uint8_t *s_chan,
                 acc[i + 1][h] = fmaf(s_q[h][c], khat1, acc[i + 1][h]);
             }
         }
+    };
+    if (c0 < c1) load(c0, wa, sa);
+    if (c0 + 1 < c1) load(c0 + 1, wb, sb);
+    /* two channels an iteration, so the buffers stay in registers */
+    for (uint32_t c = c0; c < c1; c += 2) {
+        uint32_t nib[WORDS];
+        uint32_t t = s_t[c];
+        uint16_t scale = sa;
+        codes(t, wa, nib);
+        if (c + 2 < c1) load(c + 2, wa, sa);
+        accumulate(c, t, scale, nib);
+        if (c + 1 < c1) {
+            t = s_t[c + 1];
+            scale = sb;
+            codes(t, wb, nib);
+            if (c + 3 < c1) load(c + 3, wb, sb);
+            accumulate(c + 1, t, scale, nib);
+        }
     }
 }
 
@@ -144,7 +161,7 @@ typedef struct level0_tally {
 } level0_tally;
 
 template <int G, int TOK, bool NIBBLE>
-static __global__ void __launch_bounds__(SCAN_THREADS)
+static __global__ void __launch_bounds__(SCAN_THREADS, 2)
 scan_planes_kernel(uint64_t n, uint32_t nb, const uint8_t *depths, const float *queries,
                    const fathom_cuda_problem *problems, const uint64_t *stage,
                    uint64_t stage_words, const uint16_t *stage_scales, int resident,
