@@ -113,12 +113,12 @@ gather_planes_kernel(uint32_t problems_n, uint32_t nb, const uint8_t *depths,
     for (uint32_t s = threadIdx.x; s < slots; s += GATHER_THREADS)
         mine += plane_run(s, nb, depths, problems, stage, stage_words, stage_scales, staged,
                           staged_count, &src, &dst);
-    unsigned long long total;
+    unsigned long long total; /* the block-wide sum; the per-thread prefix is not needed */
     scan_t(scan_tmp).ExclusiveSum(mine, mine, total);
     if (threadIdx.x == 0) total_sh = total;
     __syncthreads();
     total = total_sh;
-    /* exact: a step plans < 2^40 bytes and the grid is 128 blocks */
+    /* exact in 64 bits: a step plans < 2^40 bytes and the grid is far below 2^24 blocks */
     const unsigned long long lo = total * blockIdx.x / gridDim.x,
                              hi = total * (blockIdx.x + 1) / gridDim.x;
     unsigned long long base = 0;
