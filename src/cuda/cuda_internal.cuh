@@ -100,10 +100,12 @@ static inline uint32_t fc_blocks_of(uint64_t n) { return (uint32_t)((n + 63) / 6
 int fc_plan(const fathom_cuda_config *cfg, const float *queries, const float *variance,
             const uint8_t *fixed_depths, uint8_t *depths, cudaStream_t stream);
 /* staged: [staged_count][dim] depths already in staging for the first
- * staged_count problems (a previous step's prefetch), or NULL. */
+ * staged_count problems (a previous step's prefetch), or NULL. behind: the
+ * previous work on the stream is another plane gather, whose last bytes
+ * this one may overlap (programmatic dependent launch). */
 int fc_gather(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems,
               const fc_workspace *ws, const uint8_t *staged, uint32_t staged_count,
-              cudaStream_t stream);
+              bool behind, cudaStream_t stream);
 int fc_scan(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems,
             const fc_workspace *ws, const float *queries, float *scores, cudaStream_t stream);
 int fc_topk(const fathom_cuda_config *cfg, const fc_workspace *ws, const float *scores,

@@ -13,7 +13,8 @@
  *
  * The kernel transport: a fixed grid, each block an equal share of the
  * planned bytes, 16-byte loads (the measured ceiling for mapped host reads,
- * HARDWARE.md), four in flight per thread. The CUB transport builds the same
+ * HARDWARE.md), four in flight per thread; behind another gather on the
+ * same stream it starts as that one's last loads are issued. The CUB transport builds the same
  * list as pointer arrays and hands it to cub::DeviceMemcpy::Batched. */
 #include "cuda_internal.cuh"
 
@@ -37,13 +38,31 @@
 #define FC_GATHER_LOADS 4
 #endif
 #define GATHER_LOADS FC_GATHER_LOADS /* 16-byte loads in flight per thread */
+/* Bytes of a block's share still to load when the next gather on the stream
+ * may launch: one round of the copy loop (256 threads x 4 x 16 B), enough to
+ * hide that gather's launch and share arithmetic (1M: pipelined step -1.7 %,
+ * 256k -4 %, 32k level; RESULTS run 49). Much earlier lets the launches chain
+ * until every chunk's gather shares the link and no chunk's bytes arrive
+ * before the end (run 48: +35 %). */
+#ifndef FC_GATHER_EARLY
+#define FC_GATHER_EARLY (16u * 1024u)
+#endif
+#define GATHER_EARLY FC_GATHER_EARLY
 /* landmark and bf16-key runs: a grid-stride over 64 KiB chunks (1024 blocks
  * filled the SMs, so the scan of one chunk waited for the next chunk's gather) */
 #define GATHER_DENSE_GRID 128u
 
+/* Let the next kernel on the stream launch (a no-op without programmatic
+ * dependent launch). */
+static __device__ __forceinline__ void launch_next(void) {
+    asm volatile("griddepcontrol.launch_dependents;");
+}
+
 /* Copy len bytes; src and dst share their offset modulo 16 when the bases are
- * 16-byte aligned, so a short head and tail bracket a 16-byte body. */
-static __device__ void copy_span(uint8_t *dst, const uint8_t *src, uint64_t len) {
+ * 16-byte aligned, so a short head and tail bracket a 16-byte body. Once the
+ * loads reach byte `early` of the span, the next gather may launch. */
+static __device__ void copy_span(uint8_t *dst, const uint8_t *src, uint64_t len,
+                                 uint64_t early = UINT64_MAX) {
     uint64_t head = (16u - ((uintptr_t)src & 15u)) & 15u;
     if (((uintptr_t)src & 15u) != ((uintptr_t)dst & 15u)) head = len; /* unaligned: bytewise */
     if (head > len) head = len;
@@ -53,6 +72,7 @@ static __device__ void copy_span(uint8_t *dst, const uint8_t *src, uint64_t len)
     uint4 *d = (uint4 *)(dst + head);
     uint64_t i = threadIdx.x;
     for (; i + (GATHER_LOADS - 1) * GATHER_THREADS < body; i += GATHER_LOADS * GATHER_THREADS) {
+        if (head + (i - threadIdx.x) * 16 >= early) launch_next();
         uint4 v[GATHER_LOADS];
 #pragma unroll
         for (int u = 0; u < GATHER_LOADS; u++) v[u] = s[i + u * GATHER_THREADS];
@@ -121,7 +141,10 @@ gather_planes_kernel(uint32_t problems_n, uint32_t nb, const uint8_t *depths,
     /* exact in 64 bits: a step plans < 2^40 bytes and the grid is far below 2^24 blocks */
     const unsigned long long lo = total * blockIdx.x / gridDim.x,
                              hi = total * (blockIdx.x + 1) / gridDim.x;
-    unsigned long long base = 0;
+    /* the next gather may launch once GATHER_EARLY bytes of the share are left */
+    const unsigned long long early = hi - lo > GATHER_EARLY ? hi - lo - GATHER_EARLY : 0;
+    unsigned long long base = 0, done = 0;
+    if (early == 0) launch_next();
     for (uint32_t tile = 0; tile < slots && base < hi; tile += GATHER_THREADS) {
         const uint32_t s = tile + threadIdx.x;
         const unsigned long long len =
@@ -146,10 +169,16 @@ gather_planes_kernel(uint32_t problems_n, uint32_t nb, const uint8_t *depths,
         for (uint32_t h = 0; h < hits_n; h++) {
             plane_run(hit_slot[h], nb, depths, problems, stage, stage_words, stage_scales, staged,
                       staged_count, &src, &dst);
-            copy_span(dst + hit_from[h], src + hit_from[h], hit_len[h]);
+            copy_span(dst + hit_from[h], src + hit_from[h], hit_len[h],
+                      done + hit_len[h] > early ? (early > done ? early - done : 0) : UINT64_MAX);
+            done += hit_len[h];
         }
         base += tile_bytes;
     }
+    launch_next();
+    /* finish only after the gather before this one: whatever waits on this
+     * gather may assume every earlier one is in staging too */
+    asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
 /* One dense run per problem (landmarks or bf16 keys); grid: x = chunk, y = problem. */
@@ -185,7 +214,7 @@ static __global__ void build_runs_kernel(uint32_t nb, const uint8_t *depths,
 
 int fc_gather(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems,
               const fc_workspace *ws, const uint8_t *staged, uint32_t staged_count,
-              cudaStream_t stream) {
+              bool behind, cudaStream_t stream) {
     if (!fc_staged(cfg->transport)) return FATHOM_OK; /* resident or direct: scanned in place */
     const uint32_t nb = fc_blocks_of(cfg->tokens);
     if (cfg->scan == FATHOM_CUDA_SCAN_LANDMARK || cfg->scan == FATHOM_CUDA_SCAN_ORACLE) {
@@ -214,10 +243,22 @@ int fc_gather(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems
                                                    stream));
         return FATHOM_OK;
     }
-    gather_planes_kernel<<<GATHER_GRID, GATHER_THREADS, 0, stream>>>(cfg->problems, nb, ws->depths,
-                                                               problems, ws->stage, ws->stage_words,
-                                                               ws->stage_scales, staged,
-                                                               staged ? staged_count : 0);
+    /* Behind another gather (the chunks of a pipelined step, back to back on
+     * the link stream) this one launches while that one's last bytes are in
+     * flight, so the link does not drain between them. */
+    cudaLaunchAttribute overlap;
+    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t launch = {};
+    launch.gridDim = dim3(GATHER_GRID);
+    launch.blockDim = dim3(GATHER_THREADS);
+    launch.stream = stream;
+    launch.attrs = &overlap;
+    launch.numAttrs = behind ? 1 : 0;
+    FATHOM_CUDA_TRY(cudaLaunchKernelEx(&launch, gather_planes_kernel, cfg->problems, nb,
+                                       (const uint8_t *)ws->depths, problems, ws->stage,
+                                       ws->stage_words, ws->stage_scales, staged,
+                                       staged ? staged_count : 0u));
     FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
 }
