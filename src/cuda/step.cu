@@ -386,6 +386,9 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
         for (uint32_t i = 0; i < chunks; i++) {
             const step_io &v = views[i];
             FATHOM_TRY(stamp(tr, 2 + i * 6 + 0, L->link));
+            /* chunk i > 0 follows chunk i-1's gather on the link stream and may
+             * overlap its last bytes; the first waits for this step's plan, and
+             * a traced step has stamp kernels between the gathers */
             FATHOM_TRY(fc_gather(&v.cfg, v.problems, &v.ws, v.staged_depths, v.staged_count, i > 0 && !tr, L->link));
             if (!staged) FATHOM_TRY(fc_scan(&v.cfg, v.problems, &v.ws, v.queries, v.scores, L->link));
             FATHOM_TRY(stamp(tr, 2 + i * 6 + 1, L->link));
