@@ -102,10 +102,12 @@ int fc_plan(const fathom_cuda_config *cfg, const float *queries, const float *va
 /* staged: [staged_count][dim] depths already in staging for the first
  * staged_count problems (a previous step's prefetch), or NULL. behind: the
  * previous work on the stream is another plane gather, whose last bytes
- * this one may overlap (programmatic dependent launch). */
+ * this one may overlap (programmatic dependent launch). chunk_follows: the
+ * next gather on the stream is another chunk's (it may start earlier than
+ * a prefetch may). */
 int fc_gather(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems,
               const fc_workspace *ws, const uint8_t *staged, uint32_t staged_count,
-              bool behind, cudaStream_t stream);
+              bool behind, bool chunk_follows, cudaStream_t stream);
 int fc_scan(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems,
             const fc_workspace *ws, const float *queries, float *scores, cudaStream_t stream);
 int fc_topk(const fathom_cuda_config *cfg, const fc_workspace *ws, const float *scores,

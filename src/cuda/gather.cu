@@ -39,15 +39,21 @@
 #endif
 #define GATHER_LOADS FC_GATHER_LOADS /* 16-byte loads in flight per thread */
 /* Bytes of a block's share still to load when the next gather on the stream
- * may launch: one round of the copy loop (256 threads x 4 x 16 B), enough to
- * hide that gather's launch and share arithmetic (1M: pipelined step -1.7 %,
- * 256k -4 %, 32k level; RESULTS run 49). Much earlier lets the launches chain
- * until every chunk's gather shares the link and no chunk's bytes arrive
- * before the end (run 48: +35 %). */
+ * may launch. Before another chunk's gather: three rounds of the copy loop
+ * (256 threads x 4 x 16 B each), so the next head's bytes start while this
+ * one's last ones are in flight (1M prefetch step -1.1 % against one round;
+ * 32/64/96 KiB measured, RESULTS sixth session). Before the next layer's
+ * prefetch (FC_GATHER_EARLY_LAST): one round; a prefetch started earlier
+ * takes the link from the last head, whose scan the layer's tail waits for
+ * (32 KiB for both: +0.2 % with prefetch, run 50). Much earlier still lets
+ * the launches chain until every chunk's gather shares the link and no
+ * chunk's bytes arrive before the end (run 48: +35 %). */
 #ifndef FC_GATHER_EARLY
-#define FC_GATHER_EARLY (16u * 1024u)
+#define FC_GATHER_EARLY (48u * 1024u)
 #endif
-#define GATHER_EARLY FC_GATHER_EARLY
+#ifndef FC_GATHER_EARLY_LAST
+#define FC_GATHER_EARLY_LAST (16u * 1024u)
+#endif
 /* landmark and bf16-key runs: a grid-stride over 64 KiB chunks (1024 blocks
  * filled the SMs, so the scan of one chunk waited for the next chunk's gather) */
 #define GATHER_DENSE_GRID 128u
@@ -118,7 +124,8 @@ static __device__ uint64_t plane_run(uint32_t s, uint32_t nb, const uint8_t *dep
 static __global__ void __launch_bounds__(GATHER_THREADS)
 gather_planes_kernel(uint32_t problems_n, uint32_t nb, const uint8_t *depths,
                      const fathom_cuda_problem *problems, uint64_t *stage, uint64_t stage_words,
-                     uint16_t *stage_scales, const uint8_t *staged, uint32_t staged_count) {
+                     uint16_t *stage_scales, const uint8_t *staged, uint32_t staged_count,
+                     uint32_t early_bytes) {
     typedef cub::BlockScan<unsigned long long, GATHER_THREADS> scan_t;
     __shared__ typename scan_t::TempStorage scan_tmp;
     __shared__ unsigned long long total_sh;
@@ -141,8 +148,8 @@ gather_planes_kernel(uint32_t problems_n, uint32_t nb, const uint8_t *depths,
     /* exact in 64 bits: a step plans < 2^40 bytes and the grid is far below 2^24 blocks */
     const unsigned long long lo = total * blockIdx.x / gridDim.x,
                              hi = total * (blockIdx.x + 1) / gridDim.x;
-    /* the next gather may launch once GATHER_EARLY bytes of the share are left */
-    const unsigned long long early = hi - lo > GATHER_EARLY ? hi - lo - GATHER_EARLY : 0;
+    /* the next gather may launch once early_bytes of the share are left */
+    const unsigned long long early = hi - lo > early_bytes ? hi - lo - early_bytes : 0;
     unsigned long long base = 0, done = 0;
     if (early == 0) launch_next();
     for (uint32_t tile = 0; tile < slots && base < hi; tile += GATHER_THREADS) {
@@ -214,7 +221,7 @@ static __global__ void build_runs_kernel(uint32_t nb, const uint8_t *depths,
 
 int fc_gather(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems,
               const fc_workspace *ws, const uint8_t *staged, uint32_t staged_count,
-              bool behind, cudaStream_t stream) {
+              bool behind, bool chunk_follows, cudaStream_t stream) {
     if (!fc_staged(cfg->transport)) return FATHOM_OK; /* resident or direct: scanned in place */
     const uint32_t nb = fc_blocks_of(cfg->tokens);
     if (cfg->scan == FATHOM_CUDA_SCAN_LANDMARK || cfg->scan == FATHOM_CUDA_SCAN_ORACLE) {
@@ -258,7 +265,8 @@ int fc_gather(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems
     FATHOM_CUDA_TRY(cudaLaunchKernelEx(&launch, gather_planes_kernel, cfg->problems, nb,
                                        (const uint8_t *)ws->depths, problems, ws->stage,
                                        ws->stage_words, ws->stage_scales, staged,
-                                       staged ? staged_count : 0u));
+                                       staged ? staged_count : 0u,
+                                       chunk_follows ? FC_GATHER_EARLY : FC_GATHER_EARLY_LAST));
     FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
 }

@@ -353,7 +353,7 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
     FATHOM_CUDA_TRY(cudaMemsetAsync(io.ws.hist, 0, io.ws.zero_bytes, stream));
     FATHOM_TRY(mark(args, 1, stream));
     if (!lanes || (config->problems == 1 && !args->prefetch_count && !args->staged_count)) {
-        FATHOM_TRY(fc_gather(config, io.problems, &io.ws, io.staged_depths, io.staged_count, false, stream));
+        FATHOM_TRY(fc_gather(config, io.problems, &io.ws, io.staged_depths, io.staged_count, false, false, stream));
         FATHOM_TRY(mark(args, 2, stream));
         FATHOM_TRY(fc_scan(config, io.problems, &io.ws, io.queries, io.scores, stream));
         FATHOM_TRY(mark(args, 3, stream));
@@ -389,7 +389,8 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
             /* chunk i > 0 follows chunk i-1's gather on the link stream and may
              * overlap its last bytes; the first waits for this step's plan, and
              * a traced step has stamp kernels between the gathers */
-            FATHOM_TRY(fc_gather(&v.cfg, v.problems, &v.ws, v.staged_depths, v.staged_count, i > 0 && !tr, L->link));
+            FATHOM_TRY(fc_gather(&v.cfg, v.problems, &v.ws, v.staged_depths, v.staged_count, i > 0 && !tr,
+                                 i + 1 < chunks, L->link));
             if (!staged) FATHOM_TRY(fc_scan(&v.cfg, v.problems, &v.ws, v.queries, v.scores, L->link));
             FATHOM_TRY(stamp(tr, 2 + i * 6 + 1, L->link));
             FATHOM_CUDA_TRY(cudaEventRecord(L->moved[i], L->link));
@@ -418,7 +419,7 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
                 FATHOM_CUDA_TRY(cudaStreamWaitEvent(L->link, L->scanned[i], 0));
             step_io pv = view_of(&io, 0, args->prefetch_count);
             pv.ws.depths = (uint8_t *)args->prefetch_depths;
-            FATHOM_TRY(fc_gather(&pv.cfg, args->prefetch_problems, &pv.ws, NULL, 0, !tr, L->link));
+            FATHOM_TRY(fc_gather(&pv.cfg, args->prefetch_problems, &pv.ws, NULL, 0, !tr, false, L->link));
         }
         FATHOM_CUDA_TRY(cudaStreamWaitEvent(stream, L->link_done, 0));
         const uint32_t used = chunks < L->count ? chunks : L->count;
