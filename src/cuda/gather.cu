@@ -39,10 +39,11 @@
 #endif
 #define GATHER_LOADS FC_GATHER_LOADS /* 16-byte loads in flight per thread */
 /* Bytes of a block's share still to load when the next gather on the stream
- * may launch. Before another chunk's gather: three rounds of the copy loop
- * (256 threads x 4 x 16 B each), so the next head's bytes start while this
- * one's last ones are in flight (1M prefetch step -1.1 % against one round;
- * 32/64/96 KiB measured, RESULTS sixth session). Before the next layer's
+ * may launch (at most a quarter of the share). Before another chunk's
+ * gather: three rounds of the copy loop (256 threads x 4 x 16 B each), so
+ * the next head's bytes start while this one's last ones are in flight (1M
+ * prefetch step -1.1 % against one round; 32/64/96 KiB measured, RESULTS
+ * sixth session). Before the next layer's
  * prefetch (FC_GATHER_EARLY_LAST): one round; a prefetch started earlier
  * takes the link from the last head, whose scan the layer's tail waits for
  * (32 KiB for both: +0.2 % with prefetch, run 50). Much earlier still lets
@@ -148,8 +149,11 @@ gather_planes_kernel(uint32_t problems_n, uint32_t nb, const uint8_t *depths,
     /* exact in 64 bits: a step plans < 2^40 bytes and the grid is far below 2^24 blocks */
     const unsigned long long lo = total * blockIdx.x / gridDim.x,
                              hi = total * (blockIdx.x + 1) / gridDim.x;
-    /* the next gather may launch once early_bytes of the share are left */
-    const unsigned long long early = hi - lo > early_bytes ? hi - lo - early_bytes : 0;
+    /* the next gather may launch once early_bytes, and at most a quarter,
+     * of the share are left (at 256k tokens a block's share of one head is
+     * ~56 KiB: 48 KiB left made the launches chain, RESULTS sixth session) */
+    const unsigned long long left = early_bytes < (hi - lo) / 4 ? early_bytes : (hi - lo) / 4,
+                             early = hi - lo - left;
     unsigned long long base = 0, done = 0;
     if (early == 0) launch_next();
     for (uint32_t tile = 0; tile < slots && base < hi; tile += GATHER_THREADS) {
