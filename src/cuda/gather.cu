@@ -43,12 +43,12 @@
  * gather: three rounds of the copy loop (256 threads x 4 x 16 B each), so
  * the next head's bytes start while this one's last ones are in flight (1M
  * prefetch step -1.1 % against one round; 32/64/96 KiB measured, RESULTS
- * sixth session). Before the next layer's
- * prefetch (FC_GATHER_EARLY_LAST): one round; a prefetch started earlier
- * takes the link from the last head, whose scan the layer's tail waits for
- * (32 KiB for both: +0.2 % with prefetch, run 50). Much earlier still lets
- * the launches chain until every chunk's gather shares the link and no
- * chunk's bytes arrive before the end (run 48: +35 %). */
+ * sixth session). Before the next layer's prefetch (FC_GATHER_EARLY_LAST):
+ * one round; a prefetch started earlier takes the link from the last head,
+ * whose scan the layer's tail waits for (32 KiB for both: +0.2 % with
+ * prefetch, run 50). Much earlier still lets the launches chain until every
+ * chunk's gather shares the link and no chunk's bytes arrive before the end
+ * (run 48: +35 %). */
 #ifndef FC_GATHER_EARLY
 #define FC_GATHER_EARLY (48u * 1024u)
 #endif
