@@ -6,7 +6,7 @@
  * past the end. */
 #define _POSIX_C_SOURCE 200809L /* mkstemp */
 #include "check.h"
-#include "fathom.h"
+#include "fathom_model.h"
 #include "gguf_internal.h"
 
 #include <stdint.h>

@@ -4,7 +4,7 @@
  *                                               tensor as "tensor<TAB>name<TAB>type<TAB>dims"
  *   test_gguf_model_dump dump FILE OUT NAME...  dequantize tensors, raw float32 to OUT/NAME.f32
  * Strings are printed with bytes outside printable ASCII (and \) as \xHH. */
-#include "fathom.h"
+#include "fathom_model.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
  * - hostile files: wrong shapes, missing/extra tensors, bad metadata, NaN;
  * - every bad argument of every public function. */
 #include "check.h"
-#include "fathom.h"
+#include "fathom_model.h"
 
 #include <math.h>
 #include <stdbool.h>

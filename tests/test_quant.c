@@ -7,7 +7,7 @@
  * up to its single final rounding, which the expected (float)(double)
  * reproduces: results must be equal, not near. */
 #include "check.h"
-#include "fathom.h"
+#include "fathom_model.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -3,7 +3,7 @@
  * random bytes; every bad argument. The real SmolLM2 vocabulary is checked
  * against HF tokenizers by test_tokenizer_model.sh. */
 #include "check.h"
-#include "fathom.h"
+#include "fathom_model.h"
 
 #include <stdint.h>
 #include <stdlib.h>

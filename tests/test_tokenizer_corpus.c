@@ -9,7 +9,7 @@
  *            u32 n_ids, i32 ids[n_ids], str reference decode)
  * str = u32 byte length + bytes; everything little-endian. */
 #include "check.h"
-#include "fathom.h"
+#include "fathom_model.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -17,7 +17,7 @@ int cmd_tokenize(int argc, char **argv);
 int cli_fail(const char *cmd, const char *what, int status);
 
 /* Helpers of the model commands (tools/cmd_generate.c). */
-#include "fathom.h"
+#include "fathom_model.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -1,0 +1,1347 @@
+/* model — a Llama-family decoder (SmolLM2, Qwen3) from a GGUF file, in
+ * plain C, in the manner of llama2.c's run.c but checked against the file:
+ *
+ *   x = token_embd[token]
+ *   per layer:  h = rmsnorm(x) ; q, k, v = h Wq, h Wk, h Wv
+ *               (qwen3: q, k = rmsnorm per head) ; q, k = rope(q, k)
+ *               x += attention(q, K, V) Wo
+ *               h = rmsnorm(x) ; x += (silu(h Wgate) * h Wup) Wdown
+ *   logits = rmsnorm(x) Wout          (Wout = token_embd when tied)
+ *
+ * Sections: thread pool, kernels, loading, context, forward, sparse
+ * attention. Weights are dequantized to float32 once at load. */
+#include "internal.h"
+#include "fathom_model.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Limits on metadata, far above any real model, so that every product of
+ * them stays small and a hostile file cannot ask for absurd buffers. */
+#define MAX_LAYERS 1024
+#define MAX_EMBED 65536
+#define MAX_HEADS 1024
+#define MAX_HEAD_DIM 1024
+#define MAX_FFN (1u << 20)
+#define MAX_CONTEXT (1u << 24)
+
+#define PREFILL_BATCH 64 /* tokens per forward chunk: weights are reused across them */
+#define DOT_LANES 8      /* independent partial sums of every dot product */
+#define ATTN_QBLOCK 16   /* prefill tokens whose queries share one pass over K and V */
+
+/* ===================================================================== *
+ * thread pool: tasks 0..n-1 taken from a shared counter; the caller works too
+ * ===================================================================== */
+
+typedef void (*task_fn)(void *arg, uint32_t task, uint32_t worker);
+
+typedef struct pool pool;
+typedef struct pool_worker {
+    pool *p;
+    uint32_t id;
+} pool_worker;
+
+struct pool {
+    uint32_t n_threads; /* workers + the caller */
+    pthread_t *tids;    /* [n_threads - 1] */
+    pool_worker *workers;
+    uint32_t started;
+    pthread_mutex_t lock;
+    pthread_cond_t wake, idle;
+    uint64_t generation;
+    uint32_t busy;
+    int stop;
+    task_fn fn;
+    void *arg;
+    uint32_t n_tasks;
+    atomic_uint next;
+};
+
+static void pool_drain(pool *p, uint32_t worker) {
+    for (;;) {
+        uint32_t t = atomic_fetch_add(&p->next, 1);
+        if (t >= p->n_tasks) break;
+        p->fn(p->arg, t, worker);
+    }
+}
+
+static void *pool_main(void *arg) {
+    pool_worker *w = arg;
+    pool *p = w->p;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->lock);
+        if (p->stop) break;
+        seen = p->generation;
+        pthread_mutex_unlock(&p->lock);
+        pool_drain(p, w->id);
+        pthread_mutex_lock(&p->lock);
+        if (--p->busy == 0) pthread_cond_signal(&p->idle);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+static void pool_free(pool *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->lock);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+    for (uint32_t i = 0; i < p->started; i++) pthread_join(p->tids[i], NULL);
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->wake);
+    pthread_cond_destroy(&p->idle);
+    free(p->tids);
+    free(p->workers);
+    free(p);
+}
+
+static int pool_create(pool **out, uint32_t n_threads) {
+    pool *p = calloc(1, sizeof *p);
+    if (!p) return fathom_fail(FATHOM_ERR_NOMEM, "model: out of memory for the thread pool");
+    p->n_threads = n_threads;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->idle, NULL);
+    atomic_init(&p->next, 0);
+    if (n_threads > 1) {
+        p->tids = fathom_calloc_array(n_threads - 1, sizeof *p->tids);
+        p->workers = fathom_calloc_array(n_threads - 1, sizeof *p->workers);
+        if (!p->tids || !p->workers) {
+            pool_free(p);
+            return fathom_fail(FATHOM_ERR_NOMEM, "model: out of memory for the thread pool");
+        }
+        for (uint32_t i = 0; i + 1 < n_threads; i++) {
+            p->workers[i] = (pool_worker){p, i + 1};
+            if (pthread_create(&p->tids[i], NULL, pool_main, &p->workers[i]) != 0) {
+                pool_free(p);
+                return fathom_fail(FATHOM_ERR_NOMEM, "model: cannot start worker thread %u", i + 1);
+            }
+            p->started++;
+        }
+    }
+    *out = p;
+    return FATHOM_OK;
+}
+
+static void pool_run(pool *p, task_fn fn, void *arg, uint32_t n_tasks) {
+    if (p->n_threads <= 1 || n_tasks <= 1) {
+        for (uint32_t t = 0; t < n_tasks; t++) fn(arg, t, 0);
+        return;
+    }
+    pthread_mutex_lock(&p->lock);
+    p->fn = fn;
+    p->arg = arg;
+    p->n_tasks = n_tasks;
+    atomic_store(&p->next, 0);
+    p->busy = p->n_threads - 1;
+    p->generation++;
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+    pool_drain(p, 0);
+    pthread_mutex_lock(&p->lock);
+    while (p->busy) pthread_cond_wait(&p->idle, &p->lock);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* ===================================================================== *
+ * kernels
+ * ===================================================================== */
+
+/* Dot product with DOT_LANES partial sums, added in a fixed order: lane l
+ * sums a[i]*b[i] for i = l mod DOT_LANES, then the lanes are added 0..7.
+ * This is the plain version; tile() below computes the same sums (same
+ * operations, same order), so every path gives the same bits. ISO C mode
+ * keeps the compiler from fusing multiply-adds. */
+static float dot(const float *a, const float *b, uint32_t n) {
+    float acc[DOT_LANES] = {0};
+    uint32_t i = 0;
+    for (; i + DOT_LANES <= n; i += DOT_LANES)
+        for (uint32_t l = 0; l < DOT_LANES; l++) acc[l] += a[i + l] * b[i + l];
+    for (uint32_t l = 0; l < DOT_LANES && i + l < n; l++) acc[l] += a[i + l] * b[i + l];
+    float s = 0;
+    for (uint32_t l = 0; l < DOT_LANES; l++) s += acc[l];
+    return s;
+}
+
+#define TILE_MAX 4
+
+#if defined(__GNUC__)
+/* out[t*out_stride + r] = dot(x_t, w_r) for nr weight rows and nt token
+ * rows (at most TILE_MAX each): each weight vector loaded serves nt tokens
+ * and each token vector nr rows, with the accumulators in registers (GNU
+ * vector extension; nr and nt are constants where it is called, so the
+ * loops unroll). Lanes 0-3 live in lo, 4-7 in hi: the sums of dot(). */
+typedef float f4 __attribute__((vector_size(16)));
+static inline f4 f4_load(const float *p) {
+    f4 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline __attribute__((always_inline)) void tile(const float *w, uint32_t nr, const float *x,
+                                                        uint32_t nt, uint32_t n, float *out,
+                                                        uint64_t out_stride) {
+    f4 lo[TILE_MAX][TILE_MAX], hi[TILE_MAX][TILE_MAX];
+    for (uint32_t r = 0; r < nr; r++)
+        for (uint32_t t = 0; t < nt; t++) lo[r][t] = hi[r][t] = (f4){0, 0, 0, 0};
+    uint32_t i = 0;
+    for (; i + DOT_LANES <= n; i += DOT_LANES) {
+        f4 wl[TILE_MAX], wh[TILE_MAX];
+        for (uint32_t r = 0; r < nr; r++) {
+            wl[r] = f4_load(w + (uint64_t)r * n + i);
+            wh[r] = f4_load(w + (uint64_t)r * n + i + 4);
+        }
+        for (uint32_t t = 0; t < nt; t++) {
+            const f4 xl = f4_load(x + (uint64_t)t * n + i), xh = f4_load(x + (uint64_t)t * n + i + 4);
+            for (uint32_t r = 0; r < nr; r++) {
+                lo[r][t] += xl * wl[r];
+                hi[r][t] += xh * wh[r];
+            }
+        }
+    }
+    for (uint32_t r = 0; r < nr; r++)
+        for (uint32_t t = 0; t < nt; t++) {
+            const float *xr = x + (uint64_t)t * n, *wr = w + (uint64_t)r * n;
+            float acc[DOT_LANES];
+            memcpy(acc, &lo[r][t], sizeof lo[r][t]);
+            memcpy(acc + 4, &hi[r][t], sizeof hi[r][t]);
+            for (uint32_t l = 0; l < DOT_LANES && i + l < n; l++) acc[l] += xr[i + l] * wr[i + l];
+            float s = 0;
+            for (uint32_t l = 0; l < DOT_LANES; l++) s += acc[l];
+            out[(uint64_t)t * out_stride + r] = s;
+        }
+}
+#else
+static void tile(const float *w, uint32_t nr, const float *x, uint32_t nt, uint32_t n, float *out,
+                 uint64_t out_stride) {
+    for (uint32_t r = 0; r < nr; r++)
+        for (uint32_t t = 0; t < nt; t++)
+            out[(uint64_t)t * out_stride + r] = dot(x + (uint64_t)t * n, w + (uint64_t)r * n, n);
+}
+#endif
+
+/* y[t][o] = x[t] . w[o] for t < n_tok, o < out; split over row ranges. */
+typedef struct matmul_job {
+    float *y;
+    const float *x;
+    const float *w;
+    uint32_t n_tok, in, out, rows_per_task;
+} matmul_job;
+
+static void matmul_task(void *arg, uint32_t task, uint32_t worker) {
+    const matmul_job *j = arg;
+    const uint32_t o0 = task * j->rows_per_task;
+    const uint32_t o1 = o0 + j->rows_per_task < j->out ? o0 + j->rows_per_task : j->out;
+    const uint32_t n = j->in;
+    uint32_t o = o0;
+    if (j->n_tok == 1) { /* decode: four rows per pass over x */
+        for (; o + 4 <= o1; o += 4) tile(j->w + (uint64_t)o * n, 4, j->x, 1, n, j->y + o, j->out);
+        for (; o < o1; o++) tile(j->w + (uint64_t)o * n, 1, j->x, 1, n, j->y + o, j->out);
+        return;
+    }
+    /* prefill: 2 rows x 4 tokens per tile */
+    for (; o < o1; o += 2) {
+        const uint32_t nr = o + 2 <= o1 ? 2 : 1;
+        const float *w = j->w + (uint64_t)o * n;
+        uint32_t t = 0;
+        for (; t + 4 <= j->n_tok; t += 4) {
+            float *y = j->y + (uint64_t)t * j->out + o;
+            const float *x = j->x + (uint64_t)t * n;
+            if (nr == 2)
+                tile(w, 2, x, 4, n, y, j->out);
+            else
+                tile(w, 1, x, 4, n, y, j->out);
+        }
+        for (; t < j->n_tok; t++)
+            tile(w, nr == 2 ? 2 : 1, j->x + (uint64_t)t * n, 1, n, j->y + (uint64_t)t * j->out + o, j->out);
+    }
+}
+
+static void matmul(pool *p, float *y, const float *x, const float *w, uint32_t n_tok, uint32_t in,
+                   uint32_t out) {
+    /* About 8 tasks per thread for balance, at least 4 rows each. */
+    uint32_t per = out / (p->n_threads * 8);
+    if (per < 4) per = 4;
+    per = (per + 3) / 4 * 4; /* whole decode tiles */
+    matmul_job j = {y, x, w, n_tok, in, out, per};
+    pool_run(p, matmul_task, &j, (out + per - 1) / per);
+}
+
+/* out += w * v, elementwise (restrict lets it vectorize). */
+static void axpy(float *restrict out, float w, const float *restrict v, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) out[i] += w * v[i];
+}
+
+/* out = x / sqrt(mean(x^2) + eps) * weight, the sum in double. */
+static void rmsnorm(float *out, const float *x, const float *weight, uint32_t n, float eps) {
+    double ss = 0;
+    for (uint32_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float inv = (float)(1.0 / sqrt(ss / n + (double)eps));
+    for (uint32_t i = 0; i < n; i++) out[i] = x[i] * inv * weight[i];
+}
+
+/* Rotate one head in place at the position whose cos/sin row is given.
+ * Adjacent pairs (2i, 2i+1) for GGUF llama (its Q/K rows are permuted so
+ * this equals Hugging Face's rotate_half); (i, i + d/2) for NEOX. */
+static void rope(float *x, uint32_t d, const float *cs, const float *sn, int neox) {
+    const uint32_t half = d / 2;
+    for (uint32_t i = 0; i < half; i++) {
+        uint32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        float x0 = x[a], x1 = x[b];
+        x[a] = x0 * cs[i] - x1 * sn[i];
+        x[b] = x0 * sn[i] + x1 * cs[i];
+    }
+}
+
+/* ===================================================================== *
+ * loading
+ * ===================================================================== */
+
+typedef struct layer_weights {
+    float *attn_norm; /* [embed] */
+    float *wq;        /* [q_heads*head_dim x embed] (rows permuted for adjacent RoPE in llama GGUF) */
+    float *wk;        /* [kv_heads*head_dim x embed] */
+    float *wv;        /* [kv_heads*head_dim x embed] */
+    float *wo;        /* [embed x q_heads*head_dim] */
+    float *q_norm;    /* [head_dim] or NULL */
+    float *k_norm;    /* [head_dim] or NULL */
+    float *ffn_norm;  /* [embed] */
+    float *w_gate;    /* [ffn x embed] */
+    float *w_up;      /* [ffn x embed] */
+    float *w_down;    /* [embed x ffn] */
+} layer_weights;
+
+struct fathom_model {
+    fathom_model_info info;
+    fathom_gguf *gguf;     /* kept open: the tokenizer is built from it */
+    float *token_embd;     /* [vocab x embed] */
+    float *output_norm;    /* [embed] */
+    float *output;         /* [vocab x embed]; == token_embd when tied */
+    layer_weights *layers; /* [layers] */
+};
+
+void fathom_model_free(fathom_model *m) {
+    if (!m) return;
+    if (m->layers) {
+        for (uint32_t l = 0; l < m->info.layers; l++) {
+            layer_weights *w = &m->layers[l];
+            float *all[] = {w->attn_norm, w->wq, w->wk, w->wv, w->wo, w->q_norm,
+                            w->k_norm, w->ffn_norm, w->w_gate, w->w_up, w->w_down};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+        }
+        free(m->layers);
+    }
+    if (m->output != m->token_embd) free(m->output);
+    free(m->token_embd);
+    free(m->output_norm);
+    fathom_gguf_close(m->gguf);
+    free(m);
+}
+
+/* Metadata "<arch>.<suffix>" as u32, required or (when def is given) optional. */
+static int meta_u32(const fathom_gguf *g, const char *arch, const char *suffix, const uint32_t *def,
+                    uint32_t lo, uint32_t hi, uint32_t *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (def && fathom_gguf_find_key(g, key) < 0) {
+        *out = *def;
+        return FATHOM_OK;
+    }
+    FATHOM_TRY(fathom_gguf_get_u32(g, key, out));
+    FATHOM_CHECK(*out < lo || *out > hi, FATHOM_ERR_FORMAT, "model: %s = %u is outside [%u, %u]",
+                 key, *out, lo, hi);
+    return FATHOM_OK;
+}
+
+static int meta_f32(const fathom_gguf *g, const char *arch, const char *suffix, const float *def,
+                    float *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (def && fathom_gguf_find_key(g, key) < 0) {
+        *out = *def;
+        return FATHOM_OK;
+    }
+    FATHOM_TRY(fathom_gguf_get_f32(g, key, out));
+    FATHOM_CHECK(!isfinite(*out) || *out <= 0, FATHOM_ERR_FORMAT,
+                 "model: %s = %g must be finite and positive", key, (double)*out);
+    return FATHOM_OK;
+}
+
+/* Tensors of the file that the model has taken (every one must be). */
+typedef struct loader {
+    fathom_gguf *g;
+    uint8_t *used; /* [tensor_count] */
+    uint64_t params;
+} loader;
+
+/* Dequantize tensor `name` of shape [rows x cols] (ggml dims {cols, rows};
+ * rows 0 means a vector of cols) into a new float array. optional: a
+ * missing tensor gives *out = NULL and FATHOM_OK. */
+static int load_tensor(loader *ld, const char *name, uint64_t cols, uint64_t rows, int optional,
+                       float **out) {
+    *out = NULL;
+    int64_t index = fathom_gguf_find_tensor(ld->g, name);
+    if (index < 0) {
+        if (optional) return FATHOM_OK;
+        return fathom_fail(FATHOM_ERR_FORMAT, "model: tensor %s is missing", name);
+    }
+    fathom_gguf_tensor_info t;
+    FATHOM_TRY(fathom_gguf_tensor_at(ld->g, (uint64_t)index, &t));
+    const uint32_t want_dims = rows ? 2 : 1;
+    FATHOM_CHECK(t.n_dims != want_dims || t.dims[0] != cols || (rows && t.dims[1] != rows),
+                 FATHOM_ERR_FORMAT,
+                 "model: tensor %s has shape [%llu, %llu, %llu, %llu] (%u dims), expected [%llu, %llu]",
+                 name, (unsigned long long)t.dims[0], (unsigned long long)t.dims[1],
+                 (unsigned long long)t.dims[2], (unsigned long long)t.dims[3], t.n_dims,
+                 (unsigned long long)cols, (unsigned long long)(rows ? rows : 1));
+    float *data = fathom_alloc_array(t.n_elements, sizeof(float));
+    FATHOM_CHECK(!data, FATHOM_ERR_NOMEM, "model: out of memory for tensor %s (%llu floats)", name,
+                 (unsigned long long)t.n_elements);
+    int st = fathom_dequantize(t.type, t.data, t.bytes, t.n_elements, data);
+    if (st < 0) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", fathom_last_error());
+        free(data);
+        return fathom_fail(st, "model: tensor %s (%s): %s", name, fathom_ggml_type_name(t.type), msg);
+    }
+    for (uint64_t i = 0; i < t.n_elements; i++)
+        if (!isfinite(data[i])) {
+            free(data);
+            return fathom_fail(FATHOM_ERR_NONFINITE, "model: tensor %s has a non-finite value at %llu",
+                               name, (unsigned long long)i);
+        }
+    ld->used[index] = 1;
+    ld->params += t.n_elements;
+    *out = data;
+    return FATHOM_OK;
+}
+
+static int load_hparams(fathom_model *m) {
+    const fathom_gguf *g = m->gguf;
+    fathom_model_info *in = &m->info;
+    const char *arch;
+    uint64_t arch_len;
+    FATHOM_TRY(fathom_gguf_get_string(g, "general.architecture", &arch, &arch_len));
+    FATHOM_CHECK(strcmp(arch, "llama") && strcmp(arch, "qwen3"), FATHOM_ERR_UNSUPPORTED,
+                 "model: architecture \"%.40s\" is not supported (llama, qwen3)", arch);
+    snprintf(in->arch, sizeof in->arch, "%s", arch);
+    const char *name;
+    if (fathom_gguf_find_key(g, "general.name") >= 0 &&
+        fathom_gguf_get_string(g, "general.name", &name, NULL) == FATHOM_OK)
+        snprintf(in->name, sizeof in->name, "%s", name);
+    in->rope_neox = !strcmp(arch, "qwen3");
+
+    FATHOM_TRY(meta_u32(g, arch, "block_count", NULL, 1, MAX_LAYERS, &in->layers));
+    FATHOM_TRY(meta_u32(g, arch, "embedding_length", NULL, 1, MAX_EMBED, &in->embed));
+    FATHOM_TRY(meta_u32(g, arch, "feed_forward_length", NULL, 1, MAX_FFN, &in->ffn));
+    FATHOM_TRY(meta_u32(g, arch, "attention.head_count", NULL, 1, MAX_HEADS, &in->q_heads));
+    FATHOM_TRY(meta_u32(g, arch, "attention.head_count_kv", &in->q_heads, 1, MAX_HEADS, &in->kv_heads));
+    FATHOM_TRY(meta_u32(g, arch, "context_length", NULL, 1, MAX_CONTEXT, &in->context_length));
+    FATHOM_CHECK(in->q_heads % in->kv_heads, FATHOM_ERR_FORMAT,
+                 "model: head_count %u is not a multiple of head_count_kv %u", in->q_heads, in->kv_heads);
+    const uint32_t def_head_dim = in->embed / in->q_heads;
+    FATHOM_TRY(meta_u32(g, arch, "attention.key_length", &def_head_dim, 2, MAX_HEAD_DIM, &in->head_dim));
+    uint32_t value_dim, rope_dim;
+    FATHOM_TRY(meta_u32(g, arch, "attention.value_length", &in->head_dim, 1, MAX_HEAD_DIM, &value_dim));
+    FATHOM_CHECK(in->head_dim < 2 || in->head_dim % 2, FATHOM_ERR_FORMAT,
+                 "model: head dimension %u must be even and >= 2", in->head_dim);
+    FATHOM_CHECK(value_dim != in->head_dim, FATHOM_ERR_UNSUPPORTED,
+                 "model: value_length %u differs from key_length %u", value_dim, in->head_dim);
+    FATHOM_TRY(meta_u32(g, arch, "rope.dimension_count", &in->head_dim, 1, MAX_HEAD_DIM, &rope_dim));
+    FATHOM_CHECK(rope_dim != in->head_dim, FATHOM_ERR_UNSUPPORTED,
+                 "model: partial RoPE (rope.dimension_count %u of head dim %u) is not supported",
+                 rope_dim, in->head_dim);
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    if (fathom_gguf_find_key(g, key) >= 0) {
+        const char *type;
+        FATHOM_TRY(fathom_gguf_get_string(g, key, &type, NULL));
+        FATHOM_CHECK(strcmp(type, "none"), FATHOM_ERR_UNSUPPORTED,
+                     "model: RoPE scaling \"%.40s\" is not supported", type);
+    }
+    const float def_base = 10000.0f;
+    FATHOM_TRY(meta_f32(g, arch, "rope.freq_base", &def_base, &in->rope_base));
+    FATHOM_TRY(meta_f32(g, arch, "attention.layer_norm_rms_epsilon", NULL, &in->rms_eps));
+    return FATHOM_OK;
+}
+
+static int load_weights(fathom_model *m, loader *ld) {
+    fathom_model_info *in = &m->info;
+    const uint64_t E = in->embed, F = in->ffn, D = in->head_dim;
+    const uint64_t QD = (uint64_t)in->q_heads * D, KD = (uint64_t)in->kv_heads * D;
+
+    /* The vocabulary is token_embd's row count; vocab_size must agree. */
+    fathom_gguf_tensor_info te;
+    FATHOM_TRY(fathom_gguf_tensor(ld->g, "token_embd.weight", &te));
+    FATHOM_CHECK(te.n_dims != 2 || te.dims[1] < 1 || te.dims[1] > INT32_MAX, FATHOM_ERR_FORMAT,
+                 "model: token_embd.weight must be 2-D with 1..2^31-1 rows");
+    in->vocab = (uint32_t)te.dims[1];
+    uint32_t vocab_meta;
+    FATHOM_TRY(meta_u32(ld->g, in->arch, "vocab_size", &in->vocab, 1, INT32_MAX, &vocab_meta));
+    FATHOM_CHECK(vocab_meta != in->vocab, FATHOM_ERR_FORMAT,
+                 "model: %s.vocab_size %u differs from token_embd rows %u", in->arch, vocab_meta,
+                 in->vocab);
+
+    FATHOM_TRY(load_tensor(ld, "token_embd.weight", E, in->vocab, 0, &m->token_embd));
+    FATHOM_TRY(load_tensor(ld, "output_norm.weight", E, 0, 0, &m->output_norm));
+    FATHOM_TRY(load_tensor(ld, "output.weight", E, in->vocab, 1, &m->output));
+    in->tied_output = m->output == NULL;
+    if (in->tied_output) m->output = m->token_embd;
+
+    m->layers = fathom_calloc_array(in->layers, sizeof *m->layers);
+    FATHOM_CHECK(!m->layers, FATHOM_ERR_NOMEM, "model: out of memory");
+    in->qk_norm = fathom_gguf_find_tensor(ld->g, "blk.0.attn_q_norm.weight") >= 0;
+    for (uint32_t l = 0; l < in->layers; l++) {
+        layer_weights *w = &m->layers[l];
+        char name[96];
+#define LOAD(field, suffix, cols, rows, optional)                                                  \
+    do {                                                                                           \
+        snprintf(name, sizeof name, "blk.%u.%s.weight", l, suffix);                                \
+        FATHOM_TRY(load_tensor(ld, name, cols, rows, optional, &w->field));                        \
+    } while (0)
+        LOAD(attn_norm, "attn_norm", E, 0, 0);
+        LOAD(wq, "attn_q", E, QD, 0);
+        LOAD(wk, "attn_k", E, KD, 0);
+        LOAD(wv, "attn_v", E, KD, 0);
+        LOAD(wo, "attn_output", QD, E, 0);
+        LOAD(ffn_norm, "ffn_norm", E, 0, 0);
+        LOAD(w_gate, "ffn_gate", E, F, 0);
+        LOAD(w_up, "ffn_up", E, F, 0);
+        LOAD(w_down, "ffn_down", F, E, 0);
+        if (in->qk_norm) {
+            LOAD(q_norm, "attn_q_norm", D, 0, 0);
+            LOAD(k_norm, "attn_k_norm", D, 0, 0);
+        }
+#undef LOAD
+    }
+    /* Anything left over (biases, rope_freqs, MoE experts, ...) would change
+     * the result if ignored. */
+    const uint64_t n_tensors = fathom_gguf_tensor_count(ld->g);
+    for (uint64_t i = 0; i < n_tensors; i++)
+        if (!ld->used[i]) {
+            fathom_gguf_tensor_info t;
+            FATHOM_TRY(fathom_gguf_tensor_at(ld->g, i, &t));
+            return fathom_fail(FATHOM_ERR_UNSUPPORTED, "model: tensor %s is not used by this %s model",
+                               t.name, in->arch);
+        }
+    in->params = ld->params;
+    return FATHOM_OK;
+}
+
+int fathom_model_open(fathom_model **out, const char *path) {
+    FATHOM_CHECK_ARG(out, "fathom_model_open: out is NULL");
+    *out = NULL;
+    FATHOM_CHECK_ARG(path, "fathom_model_open: path is NULL");
+    fathom_model *m = calloc(1, sizeof *m);
+    FATHOM_CHECK(!m, FATHOM_ERR_NOMEM, "model: out of memory");
+    int st = fathom_gguf_open(&m->gguf, path);
+    loader ld = {m->gguf, NULL, 0};
+    if (st == FATHOM_OK) st = load_hparams(m);
+    if (st == FATHOM_OK) {
+        ld.used = fathom_calloc_array(fathom_gguf_tensor_count(m->gguf) + 1, 1);
+        st = ld.used ? load_weights(m, &ld) : fathom_fail(FATHOM_ERR_NOMEM, "model: out of memory");
+    }
+    free(ld.used);
+    if (st < 0) {
+        fathom_model_free(m);
+        return st;
+    }
+    *out = m;
+    return FATHOM_OK;
+}
+
+int fathom_model_get_info(const fathom_model *model, fathom_model_info *info) {
+    FATHOM_CHECK_ARG(model, "fathom_model_get_info: model is NULL");
+    FATHOM_CHECK_ARG(info, "fathom_model_get_info: info is NULL");
+    *info = model->info;
+    return FATHOM_OK;
+}
+
+/* ===================================================================== *
+ * context
+ * ===================================================================== */
+
+/* The index of one (layer, KV head) for a sparse method. */
+typedef struct sparse_head {
+    fathom_store *store;         /* raw planes (fathom, sparq, ds, thumb, full4) */
+    fathom_store *rotated;       /* planes of (k - mean)V (fathom-klt, loki) */
+    fathom_basis *basis;         /* from calibration */
+    fathom_landmarks *landmarks; /* landmark */
+    float *calib_var;            /* [d] calibration channel variance, or NULL: the store's */
+    uint8_t *ds_depths;          /* [d] Double Sparsity's channels */
+} sparse_head;
+
+/* Scratch of one KV head's sparse attention (tasks run per KV head). */
+typedef struct sparse_scratch {
+    float *qrot;     /* [G x d] */
+    float *scores;   /* [G x cap] */
+    uint64_t *work;  /* [cap] */
+    uint32_t *idx;   /* [G x k] */
+    double *g;       /* [d] */
+    uint8_t *depths; /* [d] */
+    float *var;      /* [d] */
+    double scan_bytes, selected, visible; /* this step */
+} sparse_scratch;
+
+typedef struct sparse_state {
+    fathom_method method;
+    uint32_t k;
+    sparse_head *heads;       /* [layers x kv_heads] */
+    sparse_scratch *scratch;  /* [kv_heads] */
+} sparse_state;
+
+struct fathom_ctx {
+    const fathom_model *model;
+    uint32_t cap;     /* positions the cache holds */
+    uint64_t n;       /* positions filled */
+    pool *pool;
+    float *k_cache;   /* [layers][kv_heads][cap][d] after RoPE / QK-norm */
+    float *v_cache;   /* [layers][kv_heads][cap][d] */
+    float *rope_cos;  /* [cap][d/2] */
+    float *rope_sin;  /* [cap][d/2] */
+    /* activations of up to PREFILL_BATCH tokens */
+    float *x;         /* [B x embed] the residual stream */
+    float *xn;        /* [B x embed] normalized */
+    float *q;         /* [B x q_heads*d] */
+    float *k;         /* [B x kv_heads*d] */
+    float *v;         /* [B x kv_heads*d] */
+    float *att;       /* [B x q_heads*d] attention outputs */
+    float *proj;      /* [B x embed] */
+    float *gate;      /* [B x ffn] */
+    float *up;        /* [B x ffn] */
+    float *scores;    /* [threads x ATTN_QBLOCK*G x cap] attention scratch */
+    double *sums;     /* [threads x ATTN_QBLOCK*G] */
+    float *qblock;    /* [threads x ATTN_QBLOCK*G x d] a block's queries, contiguous */
+    /* query recording (capture) */
+    float *rec;
+    uint64_t rec_first;
+    uint32_t rec_count;
+    fathom_progress_fn progress;
+    void *progress_user;
+    sparse_state *sparse; /* NULL: dense decode */
+    fathom_ctx_stats stats;
+    int broken; /* a forward pass failed half-way: the cache is inconsistent until reset */
+    /* first failure inside a worker task (fathom_last_error is per thread) */
+    pthread_mutex_t err_lock;
+    int err_status;
+    char err_msg[256];
+};
+
+static void sparse_free(sparse_state *s, const fathom_model_info *in) {
+    if (!s) return;
+    if (s->heads)
+        for (uint64_t i = 0; i < (uint64_t)in->layers * in->kv_heads; i++) {
+            sparse_head *h = &s->heads[i];
+            fathom_store_free(h->store);
+            fathom_store_free(h->rotated);
+            fathom_landmarks_free(h->landmarks);
+            fathom_basis_free(h->basis);
+            free(h->calib_var);
+            free(h->ds_depths);
+        }
+    if (s->scratch)
+        for (uint32_t i = 0; i < in->kv_heads; i++) {
+            sparse_scratch *c = &s->scratch[i];
+            free(c->qrot);
+            free(c->scores);
+            free(c->work);
+            free(c->idx);
+            free(c->g);
+            free(c->depths);
+            free(c->var);
+        }
+    free(s->heads);
+    free(s->scratch);
+    free(s);
+}
+
+void fathom_ctx_free(fathom_ctx *ctx) {
+    if (!ctx) return;
+    pool_free(ctx->pool);
+    sparse_free(ctx->sparse, &ctx->model->info);
+    float *all[] = {ctx->k_cache, ctx->v_cache, ctx->rope_cos, ctx->rope_sin, ctx->x, ctx->xn,
+                    ctx->q, ctx->k, ctx->v, ctx->att, ctx->proj, ctx->gate, ctx->up, ctx->scores};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+    free(ctx->sums);
+    free(ctx->qblock);
+    pthread_mutex_destroy(&ctx->err_lock);
+    free(ctx);
+}
+
+int fathom_ctx_create(fathom_ctx **out, const fathom_model *model, uint32_t n_ctx,
+                      uint32_t threads) {
+    FATHOM_CHECK_ARG(out, "fathom_ctx_create: out is NULL");
+    *out = NULL;
+    FATHOM_CHECK_ARG(model, "fathom_ctx_create: model is NULL");
+    const fathom_model_info *in = &model->info;
+    if (n_ctx == 0) n_ctx = in->context_length;
+    FATHOM_CHECK_ARG(n_ctx <= MAX_CONTEXT, "fathom_ctx_create: n_ctx %u is above %u", n_ctx,
+                     MAX_CONTEXT);
+    FATHOM_CHECK_ARG(threads <= 1024, "fathom_ctx_create: %u threads is too many", threads);
+    if (threads == 0) threads = fathom_default_threads();
+    if (threads == 0) threads = 1;
+
+    fathom_ctx *c = calloc(1, sizeof *c);
+    FATHOM_CHECK(!c, FATHOM_ERR_NOMEM, "model: out of memory for the context");
+    pthread_mutex_init(&c->err_lock, NULL);
+    c->model = model;
+    c->cap = n_ctx;
+    const uint64_t D = in->head_dim, B = PREFILL_BATCH;
+    const uint64_t QD = in->q_heads * D, KD = in->kv_heads * D;
+    uint64_t cache = 0;
+    bool ok = fathom_mul_u64((uint64_t)in->layers * in->kv_heads, (uint64_t)n_ctx * D, &cache);
+    if (ok) {
+        c->k_cache = fathom_alloc_array(cache, sizeof(float));
+        c->v_cache = fathom_alloc_array(cache, sizeof(float));
+        c->rope_cos = fathom_alloc_array((uint64_t)n_ctx, D / 2 * sizeof(float));
+        c->rope_sin = fathom_alloc_array((uint64_t)n_ctx, D / 2 * sizeof(float));
+        c->x = fathom_alloc_array(B * in->embed, sizeof(float));
+        c->xn = fathom_alloc_array(B * in->embed, sizeof(float));
+        c->q = fathom_alloc_array(B * QD, sizeof(float));
+        c->k = fathom_alloc_array(B * KD, sizeof(float));
+        c->v = fathom_alloc_array(B * KD, sizeof(float));
+        c->att = fathom_alloc_array(B * QD, sizeof(float));
+        c->proj = fathom_alloc_array(B * in->embed, sizeof(float));
+        c->gate = fathom_alloc_array(B * in->ffn, sizeof(float));
+        c->up = fathom_alloc_array(B * in->ffn, sizeof(float));
+        c->scores = fathom_alloc_array((uint64_t)threads * ATTN_QBLOCK * (in->q_heads / in->kv_heads),
+                                       (uint64_t)n_ctx * sizeof(float));
+        c->qblock = fathom_alloc_array((uint64_t)threads * ATTN_QBLOCK * (in->q_heads / in->kv_heads),
+                                       D * sizeof(float));
+        c->sums = fathom_alloc_array((uint64_t)threads * ATTN_QBLOCK * (in->q_heads / in->kv_heads),
+                                     sizeof(double));
+    }
+    if (!ok || !c->k_cache || !c->v_cache || !c->rope_cos || !c->rope_sin || !c->x || !c->xn ||
+        !c->q || !c->k || !c->v || !c->att || !c->proj || !c->gate || !c->up || !c->scores || !c->sums ||
+        !c->qblock) {
+        fathom_ctx_free(c);
+        return fathom_fail(FATHOM_ERR_NOMEM, "model: out of memory for a context of %u positions",
+                           n_ctx);
+    }
+    /* theta_i = base^(-2i/d); angles in double so long contexts keep their
+     * precision, then rounded once. */
+    for (uint64_t p = 0; p < n_ctx; p++)
+        for (uint64_t i = 0; i < D / 2; i++) {
+            double theta = pow((double)in->rope_base, -2.0 * (double)i / (double)D);
+            double a = (double)p * theta;
+            c->rope_cos[p * (D / 2) + i] = (float)cos(a);
+            c->rope_sin[p * (D / 2) + i] = (float)sin(a);
+        }
+    int st = pool_create(&c->pool, threads);
+    if (st < 0) {
+        fathom_ctx_free(c);
+        return st;
+    }
+    *out = c;
+    return FATHOM_OK;
+}
+
+uint64_t fathom_ctx_length(const fathom_ctx *ctx) { return ctx ? ctx->n : 0; }
+uint64_t fathom_ctx_capacity(const fathom_ctx *ctx) { return ctx ? ctx->cap : 0; }
+
+static float *cache_row(const fathom_ctx *c, float *cache, uint32_t layer, uint32_t kvh, uint64_t pos) {
+    const fathom_model_info *in = &c->model->info;
+    return cache + (((uint64_t)layer * in->kv_heads + kvh) * c->cap + pos) * in->head_dim;
+}
+
+int fathom_ctx_kv(const fathom_ctx *ctx, uint32_t layer, uint32_t kv_head, const float **keys,
+                  const float **values) {
+    FATHOM_CHECK_ARG(ctx, "fathom_ctx_kv: ctx is NULL");
+    FATHOM_CHECK_ARG(keys && values, "fathom_ctx_kv: NULL output");
+    FATHOM_CHECK_ARG(layer < ctx->model->info.layers, "fathom_ctx_kv: layer %u of %u", layer,
+                     ctx->model->info.layers);
+    FATHOM_CHECK_ARG(kv_head < ctx->model->info.kv_heads, "fathom_ctx_kv: KV head %u of %u",
+                     kv_head, ctx->model->info.kv_heads);
+    *keys = cache_row(ctx, ctx->k_cache, layer, kv_head, 0);
+    *values = cache_row(ctx, ctx->v_cache, layer, kv_head, 0);
+    return FATHOM_OK;
+}
+
+int fathom_ctx_record_queries(fathom_ctx *ctx, uint64_t first, uint32_t count, float *buffer) {
+    FATHOM_CHECK_ARG(ctx, "fathom_ctx_record_queries: ctx is NULL");
+    if (!buffer) {
+        ctx->rec = NULL;
+        ctx->rec_count = 0;
+        return FATHOM_OK;
+    }
+    FATHOM_CHECK_ARG(count > 0, "fathom_ctx_record_queries: count is 0");
+    FATHOM_CHECK_ARG(first < ctx->cap && count <= ctx->cap - first,
+                     "fathom_ctx_record_queries: positions [%llu, +%u) exceed the capacity %u",
+                     (unsigned long long)first, count, ctx->cap);
+    ctx->rec = buffer;
+    ctx->rec_first = first;
+    ctx->rec_count = count;
+    return FATHOM_OK;
+}
+
+int fathom_ctx_set_progress(fathom_ctx *ctx, fathom_progress_fn fn, void *user) {
+    FATHOM_CHECK_ARG(ctx, "fathom_ctx_set_progress: ctx is NULL");
+    ctx->progress = fn;
+    ctx->progress_user = user;
+    return FATHOM_OK;
+}
+
+int fathom_ctx_get_stats(const fathom_ctx *ctx, fathom_ctx_stats *stats) {
+    FATHOM_CHECK_ARG(ctx, "fathom_ctx_get_stats: ctx is NULL");
+    FATHOM_CHECK_ARG(stats, "fathom_ctx_get_stats: stats is NULL");
+    *stats = ctx->stats;
+    return FATHOM_OK;
+}
+
+static void note_task_error(fathom_ctx *c, int status) {
+    pthread_mutex_lock(&c->err_lock);
+    if (c->err_status == FATHOM_OK) {
+        c->err_status = status;
+        snprintf(c->err_msg, sizeof c->err_msg, "%s", fathom_last_error());
+    }
+    pthread_mutex_unlock(&c->err_lock);
+}
+
+/* Hand a worker's failure to the calling thread. */
+static int take_task_error(fathom_ctx *c) {
+    if (c->err_status == FATHOM_OK) return FATHOM_OK;
+    int st = c->err_status;
+    c->err_status = FATHOM_OK;
+    return fathom_fail(st, "%s", c->err_msg);
+}
+
+/* ===================================================================== *
+ * sparse attention of decode steps (§2: sink + local + top-k per query head)
+ * ===================================================================== */
+
+static bool method_uses_store(fathom_method_kind kind) {
+    return kind == FATHOM_METHOD_FATHOM || kind == FATHOM_METHOD_SPARQ || kind == FATHOM_METHOD_DS ||
+           kind == FATHOM_METHOD_THUMB || kind == FATHOM_METHOD_FULL4;
+}
+
+static bool method_uses_rotated(fathom_method_kind kind) {
+    return kind == FATHOM_METHOD_FATHOM_KLT || kind == FATHOM_METHOD_LOKI;
+}
+
+/* Append cached keys [pos0, pos0+count) of one layer to its indexes. */
+static int sparse_append(fathom_ctx *c, uint32_t layer, uint64_t pos0, uint64_t count) {
+    sparse_state *s = c->sparse;
+    if (!s || count == 0) return FATHOM_OK;
+    for (uint32_t kvh = 0; kvh < c->model->info.kv_heads; kvh++) {
+        sparse_head *h = &s->heads[(uint64_t)layer * c->model->info.kv_heads + kvh];
+        const float *keys = cache_row(c, c->k_cache, layer, kvh, pos0);
+        if (h->store) FATHOM_TRY(fathom_store_append(h->store, keys, count));
+        if (h->rotated) FATHOM_TRY(fathom_store_append(h->rotated, keys, count));
+        if (h->landmarks) FATHOM_TRY(fathom_landmarks_append(h->landmarks, keys, count));
+    }
+    return FATHOM_OK;
+}
+
+/* Scores [G x n_vis] of the group's queries qg [G x d] for one KV head. */
+static int sparse_scores(const fathom_ctx *c, const sparse_state *s, const sparse_head *hs,
+                         sparse_scratch *sc, const float *qg, const float *keys, uint64_t n_vis) {
+    const fathom_model_info *in = &c->model->info;
+    const uint32_t D = in->head_dim, G = in->q_heads / in->kv_heads;
+    const fathom_method *m = &s->method;
+    uint64_t bytes = 0;
+    if (m->kind == FATHOM_METHOD_DENSE)
+        return fathom_fail(FATHOM_ERR_STATE, "model: dense has no sparse scorer");
+    if (m->kind == FATHOM_METHOD_ORACLE) {
+        /* Exact scores (what reading bf16 keys would give, in float). */
+        for (uint32_t h = 0; h < G; h++)
+            for (uint64_t i = 0; i < n_vis; i++)
+                sc->scores[h * n_vis + i] = dot(qg + h * D, keys + i * D, D);
+        bytes = n_vis * (uint64_t)D * 2;
+    } else {
+        /* Var: the calibration keys' when given, else the store's running sums (App. D). */
+        const float *var = NULL;
+        if (m->kind == FATHOM_METHOD_FATHOM) {
+            if (hs->calib_var)
+                var = hs->calib_var;
+            else {
+                FATHOM_TRY(fathom_store_variance(hs->store, sc->var));
+                var = sc->var;
+            }
+        }
+        const fathom_scorer_index ix = {hs->store, hs->rotated, hs->basis, hs->landmarks, var, hs->ds_depths};
+        fathom_scorer_scratch scr = {sc->g, sc->qrot, sc->depths};
+        FATHOM_TRY(fathom_method_scores(m, m->param, &ix, D, G, qg, n_vis, sc->scores, &scr, NULL, &bytes));
+    }
+    sc->scan_bytes += (double)bytes;
+    return FATHOM_OK;
+}
+
+typedef struct sparse_job {
+    fathom_ctx *c;
+    uint32_t layer;
+    uint64_t pos;
+} sparse_job;
+
+static int sparse_head_attend(fathom_ctx *c, uint32_t layer, uint32_t kvh, uint64_t pos) {
+    const fathom_model_info *in = &c->model->info;
+    const uint32_t D = in->head_dim, G = in->q_heads / in->kv_heads;
+    const sparse_state *s = c->sparse;
+    const sparse_head *hs = &s->heads[(uint64_t)layer * in->kv_heads + kvh];
+    sparse_scratch *sc = &s->scratch[kvh];
+    const uint64_t n_vis = pos + 1;
+    const float *qg = c->q + (uint64_t)kvh * G * D; /* the step's one token */
+    const float *keys = cache_row(c, c->k_cache, layer, kvh, 0);
+    const float *values = cache_row(c, c->v_cache, layer, kvh, 0);
+    FATHOM_TRY(sparse_scores(c, s, hs, sc, qg, keys, n_vis));
+    const uint64_t idx_cap = s->k < c->cap ? s->k : c->cap;
+    for (uint32_t h = 0; h < G; h++) {
+        uint32_t *idx = sc->idx + h * idx_cap, count;
+        FATHOM_TRY(fathom_select(sc->scores + h * n_vis, n_vis, s->k, FATHOM_SINK_TOKENS,
+                                 FATHOM_LOCAL_TOKENS, sc->work, idx, &count));
+        FATHOM_TRY(fathom_attend(D, qg + h * D, keys, values, idx, count,
+                                 c->att + ((uint64_t)kvh * G + h) * D));
+        sc->selected += count;
+        sc->visible += (double)n_vis;
+    }
+    return FATHOM_OK;
+}
+
+static void sparse_task(void *arg, uint32_t task, uint32_t worker) {
+    sparse_job *j = arg;
+    int st = sparse_head_attend(j->c, j->layer, task, j->pos);
+    if (st < 0) note_task_error(j->c, st);
+}
+
+
+/* Per-head statistics from one calibration layer: keys [Hkv x n x d],
+ * queries [Hq x P x d]. */
+static int sparse_calibrate_layer(sparse_state *s, const fathom_model_info *in, uint32_t layer,
+                                  const float *q, const float *k, uint64_t n, uint32_t P) {
+    const uint32_t D = in->head_dim, G = in->q_heads / in->kv_heads;
+    const fathom_method_kind kind = s->method.kind;
+    for (uint32_t kvh = 0; kvh < in->kv_heads; kvh++) {
+        sparse_head *h = &s->heads[(uint64_t)layer * in->kv_heads + kvh];
+        const float *keys = k + (uint64_t)kvh * n * D;
+        const float *queries = q + (uint64_t)kvh * G * P * D;
+        const uint64_t q_rows = (uint64_t)G * P;
+        if (kind == FATHOM_METHOD_FATHOM) {
+            h->calib_var = fathom_alloc_array(D, sizeof(float));
+            FATHOM_CHECK(!h->calib_var, FATHOM_ERR_NOMEM, "model: out of memory");
+            fathom_channel_variance(D, keys, n, h->calib_var);
+        } else if (kind == FATHOM_METHOD_DS) {
+            h->ds_depths = fathom_alloc_array(D, 1);
+            FATHOM_CHECK(!h->ds_depths, FATHOM_ERR_NOMEM, "model: out of memory");
+            FATHOM_TRY(fathom_ds_depths(D, keys, n, queries, q_rows, s->method.param, h->ds_depths));
+        } else if (method_uses_rotated(kind)) {
+            FATHOM_TRY(fathom_basis_fit_strided(&h->basis, D, keys, n, queries, q_rows));
+        }
+    }
+    return FATHOM_OK;
+}
+
+static int sparse_calibrate(sparse_state *s, const fathom_model_info *in, const fathom_source *calib) {
+    fathom_source_info ci;
+    FATHOM_TRY(fathom_source_get_info(calib, &ci));
+    FATHOM_CHECK(ci.layers != in->layers || ci.q_heads != in->q_heads ||
+                     ci.kv_heads != in->kv_heads || ci.dim != in->head_dim,
+                 FATHOM_ERR_INVALID_ARG,
+                 "model: calibration has %u layers, %u/%u heads of dim %u; the model %u, %u/%u, %u",
+                 ci.layers, ci.q_heads, ci.kv_heads, ci.dim, in->layers, in->q_heads, in->kv_heads,
+                 in->head_dim);
+    FATHOM_CHECK(ci.tokens < 2 || ci.positions < 1, FATHOM_ERR_INVALID_ARG,
+                 "model: calibration needs >= 2 keys and >= 1 query per head");
+    float *q = fathom_alloc_array((uint64_t)ci.q_heads * ci.positions, (uint64_t)ci.dim * sizeof(float));
+    float *k = fathom_alloc_array((uint64_t)ci.kv_heads * ci.tokens, (uint64_t)ci.dim * sizeof(float));
+    int st = (q && k) ? FATHOM_OK : fathom_fail(FATHOM_ERR_NOMEM, "model: out of memory for calibration");
+    for (uint32_t l = 0; st == FATHOM_OK && l < in->layers; l++) {
+        st = fathom_source_layer(calib, l, q, k, NULL);
+        if (st == FATHOM_OK) st = sparse_calibrate_layer(s, in, l, q, k, ci.tokens, ci.positions);
+    }
+    free(q);
+    free(k);
+    return st;
+}
+
+static int sparse_create(fathom_ctx *c, const fathom_method *method, uint32_t k,
+                         const fathom_source *calib, sparse_state **out) {
+    const fathom_model_info *in = &c->model->info;
+    const uint32_t D = in->head_dim, G = in->q_heads / in->kv_heads;
+    const fathom_method_kind kind = method->kind;
+    const bool needs_calib = kind == FATHOM_METHOD_FATHOM_KLT || kind == FATHOM_METHOD_DS ||
+                             kind == FATHOM_METHOD_LOKI;
+    FATHOM_CHECK(needs_calib && !calib, FATHOM_ERR_UNSUPPORTED,
+                 "model: %s needs calibration statistics (a capture of this model)", method->name);
+    FATHOM_CHECK((kind == FATHOM_METHOD_SPARQ || kind == FATHOM_METHOD_DS || kind == FATHOM_METHOD_LOKI) &&
+                     (method->param < 1 || method->param > D),
+                 FATHOM_ERR_INVALID_ARG, "model: %s: the channel count must be in [1, %u]",
+                 method->name, D);
+    sparse_state *s = calloc(1, sizeof *s);
+    FATHOM_CHECK(!s, FATHOM_ERR_NOMEM, "model: out of memory");
+    *out = s;
+    s->method = *method;
+    s->k = k;
+    s->heads = fathom_calloc_array((uint64_t)in->layers * in->kv_heads, sizeof *s->heads);
+    s->scratch = fathom_calloc_array(in->kv_heads, sizeof *s->scratch);
+    FATHOM_CHECK(!s->heads || !s->scratch, FATHOM_ERR_NOMEM, "model: out of memory");
+    const uint64_t idx_cap = k < c->cap ? k : c->cap;
+    for (uint32_t kvh = 0; kvh < in->kv_heads; kvh++) {
+        sparse_scratch *sc = &s->scratch[kvh];
+        sc->qrot = fathom_alloc_array((uint64_t)G * D, sizeof(float));
+        sc->scores = fathom_alloc_array((uint64_t)G * c->cap, sizeof(float));
+        sc->work = fathom_alloc_array(c->cap, sizeof(uint64_t));
+        sc->idx = fathom_alloc_array((uint64_t)G * idx_cap, sizeof(uint32_t));
+        sc->g = fathom_alloc_array(D, sizeof(double));
+        sc->depths = fathom_alloc_array(D, 1);
+        sc->var = fathom_alloc_array(D, sizeof(float));
+        FATHOM_CHECK(!sc->qrot || !sc->scores || !sc->work || !sc->idx || !sc->g || !sc->depths ||
+                         !sc->var,
+                     FATHOM_ERR_NOMEM, "model: out of memory for sparse attention scratch");
+    }
+    if (calib) FATHOM_TRY(sparse_calibrate(s, in, calib));
+    for (uint64_t i = 0; i < (uint64_t)in->layers * in->kv_heads; i++) {
+        sparse_head *h = &s->heads[i];
+        if (method_uses_store(kind)) FATHOM_TRY(fathom_store_create(&h->store, D, 0, NULL));
+        if (method_uses_rotated(kind)) FATHOM_TRY(fathom_store_create(&h->rotated, D, 0, h->basis));
+        if (kind == FATHOM_METHOD_LANDMARK) FATHOM_TRY(fathom_landmarks_create(&h->landmarks, D));
+    }
+    return FATHOM_OK;
+}
+
+int fathom_ctx_set_attention(fathom_ctx *ctx, const fathom_method *method, uint32_t k,
+                             const fathom_source *calib) {
+    FATHOM_CHECK_ARG(ctx, "fathom_ctx_set_attention: ctx is NULL");
+    if (!method || method->kind == FATHOM_METHOD_DENSE) {
+        sparse_free(ctx->sparse, &ctx->model->info);
+        ctx->sparse = NULL;
+        return FATHOM_OK;
+    }
+    FATHOM_CHECK_ARG((unsigned)method->kind <= FATHOM_METHOD_DENSE,
+                     "fathom_ctx_set_attention: unknown method kind %d", (int)method->kind);
+    FATHOM_CHECK_ARG(k >= 1, "fathom_ctx_set_attention: k is 0");
+    sparse_state *s = NULL;
+    int st = sparse_create(ctx, method, k, calib, &s);
+    if (st < 0) {
+        sparse_free(s, &ctx->model->info);
+        return st;
+    }
+    sparse_free(ctx->sparse, &ctx->model->info);
+    ctx->sparse = s;
+    /* Index what the cache already holds. */
+    for (uint32_t l = 0; l < ctx->model->info.layers; l++) {
+        st = sparse_append(ctx, l, 0, ctx->n);
+        if (st < 0) {
+            sparse_free(ctx->sparse, &ctx->model->info);
+            ctx->sparse = NULL;
+            return st;
+        }
+    }
+    return FATHOM_OK;
+}
+
+/* Replace the method's indexes by empty ones; calibration is kept. */
+static int sparse_clear(sparse_state *s, const fathom_model_info *in) {
+    for (uint64_t i = 0; i < (uint64_t)in->layers * in->kv_heads; i++) {
+        sparse_head *h = &s->heads[i];
+        if (h->store) {
+            fathom_store_free(h->store);
+            h->store = NULL;
+            FATHOM_TRY(fathom_store_create(&h->store, in->head_dim, 0, NULL));
+        }
+        if (h->rotated) {
+            fathom_store_free(h->rotated);
+            h->rotated = NULL;
+            FATHOM_TRY(fathom_store_create(&h->rotated, in->head_dim, 0, h->basis));
+        }
+        if (h->landmarks) {
+            fathom_landmarks_free(h->landmarks);
+            h->landmarks = NULL;
+            FATHOM_TRY(fathom_landmarks_create(&h->landmarks, in->head_dim));
+        }
+    }
+    return FATHOM_OK;
+}
+
+int fathom_ctx_reset(fathom_ctx *ctx) {
+    FATHOM_CHECK_ARG(ctx, "fathom_ctx_reset: ctx is NULL");
+    ctx->n = 0;
+    ctx->broken = 0;
+    memset(&ctx->stats, 0, sizeof ctx->stats);
+    if (ctx->sparse) {
+        int st = sparse_clear(ctx->sparse, &ctx->model->info);
+        if (st < 0) { /* back to dense rather than keep a half-built index */
+            sparse_free(ctx->sparse, &ctx->model->info);
+            ctx->sparse = NULL;
+            return st;
+        }
+    }
+    return FATHOM_OK;
+}
+
+/* Decode steps write only positions >= n, so the cached rows below n are
+ * exactly what a prefill of those tokens left: rewinding lets several
+ * continuations branch from one prefill (fathom agree, fathom needle). */
+int fathom_ctx_truncate(fathom_ctx *ctx, uint64_t n) {
+    FATHOM_CHECK_ARG(ctx, "fathom_ctx_truncate: ctx is NULL");
+    FATHOM_CHECK(ctx->broken, FATHOM_ERR_STATE, "fathom_ctx_truncate: an earlier call failed; reset the context");
+    FATHOM_CHECK_ARG(n <= ctx->n, "fathom_ctx_truncate: %llu is beyond the %llu positions filled",
+                     (unsigned long long)n, (unsigned long long)ctx->n);
+    ctx->n = n;
+    if (ctx->sparse) { /* the index is append-only: rebuild it over the kept rows */
+        int st = sparse_clear(ctx->sparse, &ctx->model->info);
+        for (uint32_t l = 0; st == FATHOM_OK && l < ctx->model->info.layers; l++)
+            st = sparse_append(ctx, l, 0, n);
+        if (st < 0) {
+            sparse_free(ctx->sparse, &ctx->model->info);
+            ctx->sparse = NULL;
+            return st;
+        }
+    }
+    return FATHOM_OK;
+}
+
+/* ===================================================================== *
+ * forward
+ * ===================================================================== */
+
+typedef struct attn_job {
+    fathom_ctx *c;
+    uint32_t layer;
+    uint64_t pos0;
+    uint32_t T;
+    uint32_t n_blocks; /* query blocks per KV head */
+} attn_job;
+
+/* Dense causal attention of the G query heads of one KV head for a block of
+ * up to ATTN_QBLOCK tokens: each key and value row is read once for all
+ * G*QBLOCK queries (at 8k context K and V of a head are 4 MB, so reading
+ * them once per query would be bound by memory). Each output row gets the
+ * same operations in the same order whatever block it is in, so a prefill
+ * gives the same bits as decode steps (blocks of one token). */
+static void attn_task(void *arg, uint32_t task, uint32_t worker) {
+    const attn_job *j = arg;
+    fathom_ctx *c = j->c;
+    const fathom_model_info *in = &c->model->info;
+    const uint32_t D = in->head_dim, Hq = in->q_heads, G = Hq / in->kv_heads;
+    const uint32_t kvh = task / j->n_blocks, t0 = (task % j->n_blocks) * ATTN_QBLOCK;
+    const uint32_t t1 = t0 + ATTN_QBLOCK < j->T ? t0 + ATTN_QBLOCK : j->T;
+    const uint32_t rows = (t1 - t0) * G;
+    const uint64_t n_max = j->pos0 + t1; /* keys the last token sees */
+    const float *keys = cache_row(c, c->k_cache, j->layer, kvh, 0);
+    const float *values = cache_row(c, c->v_cache, j->layer, kvh, 0);
+    float *S = c->scores + (uint64_t)worker * ATTN_QBLOCK * G * c->cap; /* [rows x n_max] */
+    const float scale = (float)(1.0 / sqrt((double)D));
+    /* row r: token t0 + r / G, query head kvh*G + r % G */
+#define ROW_Q(r) (c->q + ((uint64_t)(t0 + (r) / G) * Hq + kvh * G + (r) % G) * D)
+#define ROW_OUT(r) (c->att + ((uint64_t)(t0 + (r) / G) * Hq + kvh * G + (r) % G) * D)
+#define ROW_VIS(r) (j->pos0 + t0 + (r) / G + 1) /* keys row r sees */
+    /* scores: the block's queries gathered into rows of D, then 4 keys x 4
+     * queries per tile (entries past a row's visible keys are never read) */
+    float *Qb = c->qblock + (uint64_t)worker * ATTN_QBLOCK * G * D;
+    for (uint32_t r = 0; r < rows; r++) memcpy(Qb + (uint64_t)r * D, ROW_Q(r), D * sizeof(float));
+    uint64_t i = 0;
+    for (; i + 4 <= n_max; i += 4) {
+        uint32_t r = 0;
+        for (; r + 4 <= rows; r += 4) tile(keys + i * D, 4, Qb + (uint64_t)r * D, 4, D, S + r * n_max + i, n_max);
+        /* the rest (a decode step's G queries) in one tile: constants unroll */
+        const float *qr = Qb + (uint64_t)r * D;
+        float *sr = S + r * n_max + i;
+        switch (rows - r) {
+        case 3: tile(keys + i * D, 4, qr, 3, D, sr, n_max); break;
+        case 2: tile(keys + i * D, 4, qr, 2, D, sr, n_max); break;
+        case 1: tile(keys + i * D, 4, qr, 1, D, sr, n_max); break;
+        default: break;
+        }
+    }
+    for (; i < n_max; i++)
+        for (uint32_t r = 0; r < rows; r++) S[r * n_max + i] = dot(Qb + (uint64_t)r * D, keys + i * D, D);
+    for (uint32_t r = 0; r < rows; r++) {
+        const uint64_t n = ROW_VIS(r);
+        for (uint64_t k = 0; k < n; k++) S[r * n_max + k] *= scale;
+    }
+    double *inv = c->sums + (uint64_t)worker * ATTN_QBLOCK * G; /* softmax denominators */
+    for (uint32_t r = 0; r < rows; r++) {
+        float *s = S + r * n_max, max = -INFINITY;
+        const uint64_t n = ROW_VIS(r);
+        for (uint64_t m = 0; m < n; m++)
+            if (s[m] > max) max = s[m];
+        double sum = 0;
+        for (uint64_t m = 0; m < n; m++) {
+            float e = expf(s[m] - max);
+            s[m] = e;
+            sum += e;
+        }
+        inv[r] = sum;
+        float *out = ROW_OUT(r);
+        for (uint32_t ch = 0; ch < D; ch++) out[ch] = 0;
+    }
+    for (i = 0; i < n_max; i++) {
+        const float *v = values + i * D;
+        for (uint32_t r = 0; r < rows; r++) {
+            if (i >= ROW_VIS(r)) continue;
+            axpy(ROW_OUT(r), S[r * n_max + i], v, D);
+        }
+    }
+    for (uint32_t r = 0; r < rows; r++) {
+        const float f = (float)(1.0 / inv[r]);
+        float *out = ROW_OUT(r);
+        for (uint32_t ch = 0; ch < D; ch++) out[ch] *= f;
+    }
+#undef ROW_Q
+#undef ROW_OUT
+#undef ROW_VIS
+}
+
+/* Tokens [0, T) at positions n..n+T-1 (T <= PREFILL_BATCH) through every
+ * layer; the residual stream is left in c->x. sparse: a decode step (T = 1)
+ * whose attention goes through the sparse path. */
+static int forward(fathom_ctx *c, const int32_t *tokens, uint32_t T, bool sparse) {
+    const fathom_model *m = c->model;
+    const fathom_model_info *in = &m->info;
+    const uint32_t E = in->embed, F = in->ffn, D = in->head_dim;
+    const uint32_t Hq = in->q_heads, Hkv = in->kv_heads;
+    const uint32_t QD = Hq * D, KD = Hkv * D;
+    const uint64_t pos0 = c->n;
+
+    for (uint32_t t = 0; t < T; t++)
+        memcpy(c->x + (uint64_t)t * E, m->token_embd + (uint64_t)tokens[t] * E, E * sizeof(float));
+
+    for (uint32_t l = 0; l < in->layers; l++) {
+        const layer_weights *w = &m->layers[l];
+        /* attention */
+        for (uint32_t t = 0; t < T; t++)
+            rmsnorm(c->xn + (uint64_t)t * E, c->x + (uint64_t)t * E, w->attn_norm, E, in->rms_eps);
+        matmul(c->pool, c->q, c->xn, w->wq, T, E, QD);
+        matmul(c->pool, c->k, c->xn, w->wk, T, E, KD);
+        matmul(c->pool, c->v, c->xn, w->wv, T, E, KD);
+        for (uint32_t t = 0; t < T; t++) {
+            const uint64_t pos = pos0 + t;
+            const float *cs = c->rope_cos + pos * (D / 2), *sn = c->rope_sin + pos * (D / 2);
+            for (uint32_t h = 0; h < Hq; h++) {
+                float *q = c->q + (uint64_t)t * QD + (uint64_t)h * D;
+                if (w->q_norm) rmsnorm(q, q, w->q_norm, D, in->rms_eps);
+                rope(q, D, cs, sn, in->rope_neox);
+                if (c->rec && pos >= c->rec_first && pos - c->rec_first < c->rec_count)
+                    memcpy(c->rec + (((uint64_t)l * Hq + h) * c->rec_count + (pos - c->rec_first)) * D,
+                           q, D * sizeof(float));
+            }
+            for (uint32_t h = 0; h < Hkv; h++) {
+                float *k = c->k + (uint64_t)t * KD + (uint64_t)h * D;
+                if (w->k_norm) rmsnorm(k, k, w->k_norm, D, in->rms_eps);
+                rope(k, D, cs, sn, in->rope_neox);
+                memcpy(cache_row(c, c->k_cache, l, h, pos), k, D * sizeof(float));
+                memcpy(cache_row(c, c->v_cache, l, h, pos), c->v + (uint64_t)t * KD + (uint64_t)h * D,
+                       D * sizeof(float));
+            }
+        }
+        FATHOM_TRY(sparse_append(c, l, pos0, T));
+        if (sparse) {
+            sparse_job sj = {c, l, pos0};
+            pool_run(c->pool, sparse_task, &sj, Hkv);
+            FATHOM_TRY(take_task_error(c));
+        } else {
+            const uint32_t blocks = (T + ATTN_QBLOCK - 1) / ATTN_QBLOCK;
+            attn_job aj = {c, l, pos0, T, blocks};
+            pool_run(c->pool, attn_task, &aj, blocks * Hkv);
+        }
+        matmul(c->pool, c->proj, c->att, w->wo, T, QD, E);
+        for (uint64_t i = 0; i < (uint64_t)T * E; i++) c->x[i] += c->proj[i];
+
+        /* SwiGLU MLP */
+        for (uint32_t t = 0; t < T; t++)
+            rmsnorm(c->xn + (uint64_t)t * E, c->x + (uint64_t)t * E, w->ffn_norm, E, in->rms_eps);
+        matmul(c->pool, c->gate, c->xn, w->w_gate, T, E, F);
+        matmul(c->pool, c->up, c->xn, w->w_up, T, E, F);
+        for (uint64_t i = 0; i < (uint64_t)T * F; i++) {
+            const float g = c->gate[i];
+            c->gate[i] = g / (1.0f + expf(-g)) * c->up[i];
+        }
+        matmul(c->pool, c->proj, c->gate, w->w_down, T, F, E);
+        for (uint64_t i = 0; i < (uint64_t)T * E; i++) c->x[i] += c->proj[i];
+    }
+    c->n += T;
+    return FATHOM_OK;
+}
+
+/* Logits of the residual row t into out [vocab]. */
+static void compute_logits(fathom_ctx *c, uint32_t t, float *out) {
+    const fathom_model_info *in = &c->model->info;
+    rmsnorm(c->xn, c->x + (uint64_t)t * in->embed, c->model->output_norm, in->embed, in->rms_eps);
+    matmul(c->pool, out, c->xn, c->model->output, 1, in->embed, in->vocab);
+}
+
+static int check_tokens(const fathom_ctx *c, const int32_t *tokens, uint64_t n, const char *fn) {
+    FATHOM_CHECK(c->broken, FATHOM_ERR_STATE, "%s: an earlier call failed; reset the context", fn);
+    for (uint64_t i = 0; i < n; i++)
+        FATHOM_CHECK_ARG(tokens[i] >= 0 && (uint32_t)tokens[i] < c->model->info.vocab,
+                         "%s: token %llu is %d, outside the vocabulary [0, %u)", fn,
+                         (unsigned long long)i, tokens[i], c->model->info.vocab);
+    FATHOM_CHECK(n > c->cap - c->n, FATHOM_ERR_STATE,
+                 "%s: %llu tokens do not fit: %llu of %u positions are in use", fn,
+                 (unsigned long long)n, (unsigned long long)c->n, c->cap);
+    return FATHOM_OK;
+}
+
+int fathom_ctx_prefill(fathom_ctx *ctx, const int32_t *tokens, uint64_t n, float *logits_out) {
+    FATHOM_CHECK_ARG(ctx, "fathom_ctx_prefill: ctx is NULL");
+    FATHOM_CHECK_ARG(tokens, "fathom_ctx_prefill: tokens is NULL");
+    FATHOM_CHECK_ARG(n > 0, "fathom_ctx_prefill: no tokens");
+    FATHOM_TRY(check_tokens(ctx, tokens, n, "fathom_ctx_prefill"));
+    uint32_t last = 0;
+    for (uint64_t done = 0; done < n;) {
+        const uint32_t T = n - done < PREFILL_BATCH ? (uint32_t)(n - done) : PREFILL_BATCH;
+        int st = forward(ctx, tokens + done, T, false);
+        if (st < 0) {
+            ctx->broken = 1;
+            return st;
+        }
+        done += T;
+        last = T - 1;
+        if (ctx->progress) ctx->progress(ctx->progress_user, done, n);
+    }
+    ctx->stats.prefill_tokens += n;
+    if (logits_out) compute_logits(ctx, last, logits_out);
+    return FATHOM_OK;
+}
+
+int fathom_ctx_step(fathom_ctx *ctx, int32_t token, float *logits_out) {
+    FATHOM_CHECK_ARG(ctx, "fathom_ctx_step: ctx is NULL");
+    FATHOM_TRY(check_tokens(ctx, &token, 1, "fathom_ctx_step"));
+    const bool sparse = ctx->sparse != NULL;
+    if (sparse)
+        for (uint32_t kvh = 0; kvh < ctx->model->info.kv_heads; kvh++) {
+            sparse_scratch *sc = &ctx->sparse->scratch[kvh];
+            sc->scan_bytes = sc->selected = sc->visible = 0;
+        }
+    int st = forward(ctx, &token, 1, sparse);
+    if (st < 0) {
+        ctx->broken = 1;
+        return st;
+    }
+    ctx->stats.decode_steps++;
+    if (sparse) {
+        ctx->stats.sparse_steps++;
+        for (uint32_t kvh = 0; kvh < ctx->model->info.kv_heads; kvh++) {
+            const sparse_scratch *sc = &ctx->sparse->scratch[kvh];
+            ctx->stats.scan_bytes += sc->scan_bytes;
+            ctx->stats.selected_rows += sc->selected;
+            ctx->stats.visible_rows += sc->visible;
+        }
+    }
+    if (logits_out) compute_logits(ctx, 0, logits_out);
+    return FATHOM_OK;
+}
+
+int fathom_model_tokenizer(const fathom_model *model, fathom_tokenizer **out) {
+    FATHOM_CHECK_ARG(out, "fathom_model_tokenizer: out is NULL");
+    *out = NULL;
+    FATHOM_CHECK_ARG(model, "fathom_model_tokenizer: model is NULL");
+    fathom_tokenizer *tok = NULL;
+    FATHOM_TRY(fathom_tokenizer_from_gguf(&tok, model->gguf));
+    /* Every id it can produce must have an embedding row (the embedding may
+     * be padded beyond the vocabulary, never the other way round). */
+    const uint32_t n = fathom_tokenizer_vocab_size(tok);
+    if (n > model->info.vocab) {
+        fathom_tokenizer_free(tok);
+        return fathom_fail(FATHOM_ERR_FORMAT, "model: the tokenizer has %u tokens, the embedding %u rows",
+                           n, model->info.vocab);
+    }
+    *out = tok;
+    return FATHOM_OK;
+}

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# fathom agree / fathom needle / fathom tokenize with the SmolLM2-135M model:
+# usage errors, agreement identities (oracle with itself, dense with itself),
+# dense continuation after a rewind equal to plain generation, valid JSON,
+# and needle retrieval at ~1k tokens with dense attention.
+#   usage: test_agree.sh BUILD_DIR     (exit 77: model not available)
+set -uo pipefail
+fathom=$(cd "$1" && pwd)/fathom
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/../support/cli_expect.sh"
+
+# Usage errors need no model.
+expect 0 "usage: fathom agree" -- agree --help
+expect 0 "usage: fathom needle" -- needle --help
+expect 0 "usage: fathom tokenize" -- tokenize --help
+expect 2 "--prompts is required" -- agree --tokens 4
+expect 2 "--prompts needs a value" -- agree --prompts
+expect 2 "unknown option" -- agree --prompts x --bogus
+expect 2 "needs a value" -- agree --prompts x --tokens
+expect 2 "non-negative integer" -- agree --prompts x --tokens -1
+expect 2 "at least 1" -- agree --prompts x --tokens 0
+expect 2 "fractions in (0, 1]" -- agree --prompts "$tmp" --budgets 0.02,2
+expect 2 "fractions in (0, 1]" -- agree --prompts "$tmp" --budgets x
+expect 1 "unknown method\|invalid" -- agree --prompts "$tmp" --methods nonsense:3
+expect 1 "cannot open" -- agree --prompts "$tmp/missing.txt"
+mkdir "$tmp/empty"
+expect 1 "no prompt files" -- agree --prompts "$tmp/empty"
+expect 2 "--haystack is required" -- needle --samples 2
+expect 2 "unknown option" -- needle --haystack x --bogus
+expect 2 "--context in \[64" -- needle --haystack x --context 10
+expect 2 "exactly one of --text" -- tokenize
+expect 2 "exclude each other" -- tokenize --text a --count --offsets
+
+source "$(dirname "$0")/../support/model_path.sh" # exits 77 without the model
+export FATHOM_MODEL=$MODEL
+
+# tokenize: ASCII text round-trips, so the last offset is its byte length.
+text='def add(a, b):
+    return a + b  # sum'
+expect 0 "" -- tokenize --text "$text" --offsets
+last=$(tail -n 1 "$tmp/out" | cut -d' ' -f2)
+[ "$last" = "${#text}" ] || { echo "FAIL: tokenize offsets end at $last, text has ${#text} bytes"; fail=1; }
+expect 0 "" -- tokenize --text "$text" --count
+count=$(cat "$tmp/out")
+lines=$("$fathom" tokenize --text "$text" --offsets | wc -l)
+[ "$count" = "$lines" ] && [ "$count" -ge 5 ] || { echo "FAIL: tokenize count $count vs $lines offsets"; fail=1; }
+expect 2 "bit budget must be in \[1, 256\]" -- agree --prompts "$tmp/empty" --methods fathom:300 \
+  --prompts "$0"
+
+# agree on one short prompt: oracle agrees with itself, dense with itself.
+cat >"$tmp/prompt.txt" <<'EOF'
+import os
+import sys
+
+
+def read_lines(path):
+    """Return the lines of a text file without their line breaks."""
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def count_words(lines):
+    total = 0
+    for line in lines:
+EOF
+t0=$(date +%s)
+"$fathom" agree --prompts "$tmp/prompt.txt" --tokens 8 --methods fathom:48,sparq:16,fathom:48,oracle \
+  --budgets 0.02 --threads 2 --json >"$tmp/agree.json" 2>"$tmp/agree.err"
+rc=$?
+echo "agree: $(( $(date +%s) - t0 )) s"
+[ $rc -eq 0 ] || { echo "FAIL: agree exit $rc"; cat "$tmp/agree.err"; fail=1; }
+"$fathom" generate --prompt-file "$tmp/prompt.txt" --tokens 8 --ignore-eos --threads 2 \
+  >"$tmp/gen.txt" 2>/dev/null || { echo "FAIL: generate"; fail=1; }
+python3 - "$tmp/agree.json" "$tmp/gen.txt" <<'EOF' || fail=1
+import json, sys
+d = json.load(open(sys.argv[1]))
+gen = open(sys.argv[2], encoding="utf-8").read()[:-1]  # generate ends with a newline
+rows = {r["method"]: r for r in d["results"]}
+twice = [r for r in d["results"] if r["method"] == "fathom:48"]
+ok = True
+def check(cond, what):
+    global ok
+    if not cond:
+        print("FAIL:", what); ok = False
+check(d["tokens"] == 8 and len(d["prompts"]) == 1, "header")
+check(set(rows) == {"oracle", "dense", "fathom:48", "sparq:16"}, "rows %s" % sorted(rows))
+for m in ("token_vs_oracle", "word_vs_oracle"):
+    check(rows["oracle"][m]["mean"] == 1.0, "oracle vs itself: %s" % rows["oracle"][m])
+for m in ("token_vs_dense", "word_vs_dense"):
+    check(rows["dense"][m]["mean"] == 1.0, "dense vs itself: %s" % rows["dense"][m])
+for r in rows.values():
+    for m in ("token_vs_dense", "word_vs_dense", "token_vs_oracle", "word_vs_oracle"):
+        check(0.0 <= r[m]["mean"] <= 1.0 and r[m]["stderr"] == 0.0, "%s %s" % (r["method"], m))
+    check(r["k_mean"] == (0 if r["method"] == "dense" else 37), "k of %s" % r["method"])
+# The second fathom:48 run rebuilds its index after a rewind: same tokens.
+check(len(twice) == 2 and twice[0] == twice[1], "fathom:48 twice: %s" % twice)
+check(len(d["results"]) == 5, "%d rows" % len(d["results"]))
+# dense vs oracle is symmetric
+check(rows["dense"]["token_vs_oracle"] == rows["oracle"]["token_vs_dense"], "symmetry")
+check(rows["oracle"]["bits_per_token"] == 1024.0, "oracle reads bf16 keys (16 x 64 bits)")
+check(0 < rows["fathom:48"]["bits_per_token"] < rows["sparq:16"]["bits_per_token"] + 40,
+      "fathom bits %s" % rows["fathom:48"]["bits_per_token"])
+# Rewinding to the prefill and stepping the last prompt token reproduces
+# plain generation (prefill of the whole prompt) token for token.
+check(d["prompts"][0]["dense_text"] == gen, "dense continuation %r vs generate %r"
+      % (d["prompts"][0]["dense_text"], gen))
+sys.exit(0 if ok else 1)
+EOF
+
+# needle at ~1k tokens: dense attention retrieves the number.
+printf '%s\n' "$(sed -n '1,400p' "$(dirname "$0")/../../src/core/select.c")" >"$tmp/hay.txt"
+t0=$(date +%s)
+"$fathom" needle --haystack "$tmp/hay.txt" --context 1024 --samples 1 --methods dense \
+  --threads 2 --json >"$tmp/needle.json" 2>"$tmp/needle.err"
+rc=$?
+echo "needle: $(( $(date +%s) - t0 )) s"
+[ $rc -eq 0 ] || { echo "FAIL: needle exit $rc"; cat "$tmp/needle.err"; fail=1; }
+python3 - "$tmp/needle.json" <<'EOF' || fail=1
+import json, sys
+d = json.load(open(sys.argv[1]))
+ok = True
+for s in d["samples"]:
+    if not (900 <= s["n_tokens"] <= 1024):
+        print("FAIL: sample of %d tokens" % s["n_tokens"]); ok = False
+    if str(s["number"]) not in s["answers"]["dense@0"]:
+        print("FAIL: dense missed %s: %r" % (s["number"], s["answers"]["dense@0"])); ok = False
+r = d["results"]
+if len(r) != 1 or r[0]["method"] != "dense" or r[0]["score"] != 1.0:
+    print("FAIL: results", r); ok = False
+sys.exit(0 if ok else 1)
+EOF
+
+[ $fail -eq 0 ] && echo "test_agree: all passed"
+exit $fail
