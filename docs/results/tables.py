@@ -153,8 +153,8 @@ def synthetic_match(rec):
 # ---------------------------------------------------------------- SmolLM2
 
 SMOLLM2_SETUP = """
-Inputs (`scripts/make-captures DIR`, deterministic on a given machine: the texts are files that
-ship with it, cut by the model's tokenizer): a code prompt of about 4000 tokens (Python standard
+Inputs (`scripts/make-captures build-results/captures build-results/fathom`, deterministic on a
+given machine: the texts are files that ship with it, cut by the model's tokenizer): a code prompt of about 4000 tokens (Python standard
 library files shown as `$ cat PATH`) and a calibration capture of 2048 tokens of C headers, text
 the evaluated window does not contain; SmolLM2-135M-Instruct Q4_1 (`scripts/fetch-model`), 30
 layers, 9 query / 3 KV heads, d = 64.
