@@ -74,7 +74,7 @@ def compare(ms, a, b):
     x, y = ms[a], ms[b]
     e = ratio(y["rel_error"], x["rel_error"])
     rel = ("%.2fx lower error than" % e) if e >= 1 else ("%.2fx the error of" % (1 / e))
-    return "%s reads %.0f bits per token against %s's %.0f and has %s it. " % (
+    return "%s reads %.0f bits per token against %s's %.0f and has %s %s. " % (
         a, x["bits_per_token"], b, y["bits_per_token"], rel, b)
 
 
@@ -88,15 +88,15 @@ def synthetic_default(rec):
             "attention output against dense attention (± its standard error); bits and bytes are " \
             "the paper's accounting (code bits plus one fp16 scale per 64 tokens for every channel " \
             "read), per decode step over all layers and KV heads.\n\n" % (eval_shape(r), r["source"])
-    text += compare(ms, "fathom:48", "sparq:16") + compare(ms, "fathom:48", "ds:32")
+    text += (compare(ms, "fathom:48", "sparq:16") + compare(ms, "fathom:48", "ds:32")).strip()
     text += ("\n\nWhere it does not hold: this is the synthetic generator (docs/synthetic.md), not a "
              "model. It puts each head's content in a fixed low-dimensional topic subspace and gives "
              "it high-variance outlier channels that carry no content, which favours offline channel "
-             "choice (ds, loki) and the calibration KLT (fathom-klt) over raw-channel importance; the "
-             "real-model tables below and the paper's captures judge fidelity. The README's main job "
+             "choice (ds, loki) and the calibration KLT (fathom-klt) over raw-channel importance; "
+             "real-model captures (the SmolLM2 tables, and the paper's) judge fidelity. The README's main job "
              "(`scripts/run-default`) runs the same evaluation at 32768 tokens; this table uses %d "
-             "tokens so that it runs in minutes on the shared 2-core development machine, and k "
-             "follows n (n/64).\n" % r["tokens"])
+             "tokens so that it runs in a few minutes on an idle 2-core machine (the wall time above "
+             "was measured under the load shown), and k follows n (n/64).\n" % r["tokens"])
     return text
 
 
