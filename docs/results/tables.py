@@ -72,10 +72,9 @@ def compare(ms, a, b):
     if a not in ms or b not in ms:
         return ""
     x, y = ms[a], ms[b]
-    e = ratio(y["rel_error"], x["rel_error"])
-    rel = ("%.2fx lower error than" % e) if e >= 1 else ("%.2fx the error of" % (1 / e))
-    return "%s reads %.0f bits per token against %s's %.0f and has %s %s. " % (
-        a, x["bits_per_token"], b, y["bits_per_token"], rel, b)
+    return "%s reads %.0f bits per token against %s's %.0f, at an error of %.4f against %.4f (%.2fx). " % (
+        a, x["bits_per_token"], b, y["bits_per_token"], x["rel_error"], y["rel_error"],
+        ratio(x["rel_error"], y["rel_error"]))
 
 
 # ---------------------------------------------------------------- CPU fidelity
@@ -146,7 +145,7 @@ def synthetic_match(rec):
              "Table 6 analog. A method whose error the sweep never reaches shows \"> max\". Where it "
              "does not hold: synthetic keys (see above); the saving against offline-channel methods "
              "depends on how low-rank the keys' content is (§3.5), which the generator fixes.\n"
-             % eval_shape(r).capitalize())
+             % ("The window: " + eval_shape(r)))
     return text
 
 
@@ -165,8 +164,8 @@ def smollm2_eval(rec):
     r = rec["result"]
     ms = by_name(r["methods"])
     text = md_table(EVAL_HEADER, eval_rows(r["methods"]))
-    text += "\n" + SMOLLM2_SETUP.strip() + " " + eval_shape(r).capitalize() + ".\n\n"
-    text += compare(ms, "fathom:48", "sparq:16") + compare(ms, "fathom:48", "ds:32")
+    text += "\n" + " ".join(SMOLLM2_SETUP.split()) + " The window: " + eval_shape(r) + ".\n\n"
+    text += (compare(ms, "fathom:48", "sparq:16") + compare(ms, "fathom:48", "ds:32")).strip() + " "
     if "oracle" in ms:
         text += "The oracle (exact scores) itself is at %.4f: " % ms["oracle"]["rel_error"]
     text += ("at %d tokens k = %d (%.1f%% of n) keeps %d keys per query head beyond sink and local, "
