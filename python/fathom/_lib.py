@@ -121,15 +121,24 @@ _PROTOTYPES = {
     "fathom_eval_run": (STATUS, [P, C.POINTER(S.Method), u32, C.POINTER(S.EvalConfig), C.POINTER(S.MethodResult)]),
 }
 
-for _name, (_restype, _argtypes) in _PROTOTYPES.items():
-    _f = getattr(lib, _name)
-    _f.argtypes = _argtypes
-    if _restype is STATUS:
-        _f.restype = C.c_int
-        _f.errcheck = _check
-    else:
-        _f.restype = _restype
-del _name, _restype, _argtypes, _f
+
+
+def declare(library, prototypes):
+    """Set restype/argtypes of every function in ``prototypes`` on a loaded
+    library; STATUS functions raise on failure. A later binding of another
+    fathom library (the CUDA one shares these status codes and this
+    thread's fathom_last_error) declares its functions the same way."""
+    for name, (restype, argtypes) in prototypes.items():
+        f = getattr(library, name)
+        f.argtypes = argtypes
+        if restype is STATUS:
+            f.restype = C.c_int
+            f.errcheck = _check
+        else:
+            f.restype = restype
+
+
+declare(lib, _PROTOTYPES)
 
 
 def new_handle():

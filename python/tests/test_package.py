@@ -2,15 +2,17 @@
 with its own libfathom, and its public names."""
 import os
 
+import pytest
+
 import fathom
 
 from conftest import ROOT
 
 
 def test_imported_from_an_installation():
-    here = os.path.dirname(os.path.abspath(fathom.__file__))
     if os.environ.get("FATHOM_LIBRARY"):
-        return  # a deliberate run against a separate build
+        pytest.skip("FATHOM_LIBRARY set: a deliberate run against a separate build")
+    here = os.path.dirname(os.path.abspath(fathom.__file__))
     assert not here.startswith(os.path.join(ROOT, "python")), f"fathom imported from the source tree: {here}"
     assert os.path.dirname(fathom.library_path) == here
     assert os.path.isfile(fathom.library_path)

@@ -120,6 +120,9 @@ def test_rotated_store(keys):
     for seg in range(rot.segment_count):
         np.testing.assert_array_equal(rot.segment(seg).planes, plain.segment(seg).planes)
     np.testing.assert_allclose(basis.rotate_key(keys[0]), (keys[0] - basis.mean) @ basis.vectors, rtol=1e-4, atol=1e-5)
+    again = fathom.Basis(basis.mean, basis.vectors, basis.eigenvalues)  # from explicit parts
+    np.testing.assert_array_equal(again.vectors, basis.vectors)
+    np.testing.assert_array_equal(again.rotate_query(keys[:3]), basis.rotate_query(keys[:3]))
 
 
 def select_ref(scores, k, sink=4, local=32):
@@ -146,6 +149,11 @@ def test_select_against_numpy(n, k):
     idx = fathom.select(scores, k)
     assert idx.dtype == np.uint32
     np.testing.assert_array_equal(idx, select_ref(scores, k))
+
+
+def test_union_size():
+    assert fathom.union_size([[1, 2, 5], [2, 3], []]) == 4
+    assert fathom.union_size([np.arange(10, dtype=np.uint32), np.arange(5, 15, dtype=np.uint32)]) == 15
 
 
 def attend_ref(q, K, V):
