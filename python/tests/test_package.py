@@ -1,5 +1,5 @@
 """The installed package: imported from site-packages (not the source tree)
-with its own libfathom, and its public names."""
+with its own libfathom, and its version (the CMake project's)."""
 import os
 
 import pytest
