@@ -496,7 +496,13 @@ typedef struct fathom_method_result {
 
 /* Evaluate each method on src: index built once over the whole window, for
  * every queried position, layer and query head: select, attend exactly over
- * the selection, compare with dense attention. results[n_methods]. */
+ * the selection, compare with dense attention. results[n_methods]. Every
+ * method must pass fathom_method_check at the source's dim, with at most one
+ * ds:c. k may exceed the window (scratch is sized by min(k, n)). Finite but
+ * extreme keys or queries that overflow q.k give FATHOM_ERR_NONFINITE with a
+ * message naming the layer, head and position, never a NaN error. Calls on
+ * separate threads are independent (each hands its workers' errors back to
+ * its own caller). */
 FATHOM_API int fathom_eval_run(const fathom_source *src, const fathom_method *methods, uint32_t n_methods,
                                const fathom_eval_config *config, fathom_method_result *results);
 

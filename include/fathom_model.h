@@ -384,7 +384,12 @@ FATHOM_API int fathom_ctx_truncate(fathom_ctx *ctx, uint64_t n);
 
 /* Run n tokens (ids < vocab) at the next positions with dense causal
  * attention. logits_out [vocab] (may be NULL) gets the last token's logits.
- * FATHOM_ERR_STATE if the tokens do not fit in the capacity. */
+ * FATHOM_ERR_STATE if the tokens do not fit in the capacity.
+ * FATHOM_ERR_NONFINITE, with a message naming the layer, head and position,
+ * when a query, key, value, attention output, residual row or logit is not
+ * finite (finite but extreme weights overflow float): never NaN logits with
+ * FATHOM_OK. After any failure of prefill or step the context needs
+ * fathom_ctx_reset. */
 FATHOM_API int fathom_ctx_prefill(fathom_ctx *ctx, const int32_t *tokens, uint64_t n, float *logits_out);
 /* One decode step: the token at the next position, attention by the method
  * set with fathom_ctx_set_attention (dense by default). */
@@ -398,7 +403,8 @@ FATHOM_API int fathom_ctx_step(fathom_ctx *ctx, int32_t token, float *logits_out
  * + local 32 + top-k per query head (k in total) and fathom_attend attends
  * exactly over the selection. oracle scores with exact q.k. fathom's plan
  * uses the store's running channel variance, or the calibration keys' when
- * calib is given. fathom-klt, ds and loki need calib (a capture of this
+ * calib is given. The method must pass fathom_method_check at the model's
+ * head dim. fathom-klt, ds and loki need calib (a capture of this
  * model: same layers, heads and dim), else FATHOM_ERR_UNSUPPORTED. calib is
  * read during this call only. May be called at any time; prefill stays dense.
  */
