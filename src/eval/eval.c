@@ -6,9 +6,10 @@
  * keys at positions <= its own (causal).
  *
  * Work is split into (KV head, chunk of positions) items that the pool's
- * threads take from a shared counter; every item writes its own accumulator slot,
- * and slots are summed in a fixed order, so results do not depend on the
- * thread count. */
+ * threads take from a shared counter; every item writes its own accumulator
+ * slot, and slots are summed in a fixed order, so results do not depend on
+ * the thread count. Each call has its own pool, so a worker's failure goes
+ * back to that call's caller only. */
 #include "internal.h"
 #include "pool.h"
 
