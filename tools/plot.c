@@ -206,7 +206,7 @@ static void draw_ticks(canvas *c, const axis *a, bool horizontal, double at) {
     int n = 0;
     if (a->log) {
         const int d0 = (int)floor(log10(a->lo) + 1e-9), d1 = (int)ceil(log10(a->hi) - 1e-9);
-        const bool few = d1 - d0 <= 2; /* label 2 and 5 too when there are few decades */
+        const bool few = log10(a->hi / a->lo) <= 2.5; /* label 2 and 5 too when few decades show */
         for (int d = d0; d <= d1 && n < 256; d++)
             for (int m = 1; m <= 9 && n < 256; m++) {
                 const double v = m * pow(10, d);
@@ -257,6 +257,23 @@ static bool box_free(const box *b, const box *taken, uint32_t n_taken, const box
     return true;
 }
 
+typedef struct boxes {
+    box *v;
+    uint32_t n, cap;
+} boxes;
+
+/* Adds b (silently dropped when out of memory: a label may then overlap). */
+static void take(boxes *t, box b) {
+    if (t->n == t->cap) {
+        uint32_t cap = t->cap ? 2 * t->cap : 256;
+        box *bigger = realloc(t->v, cap * sizeof *bigger);
+        if (!bigger) return;
+        t->v = bigger;
+        t->cap = cap;
+    }
+    t->v[t->n++] = b;
+}
+
 /* ---- the plot ---- */
 
 static const char *const point_colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b",
@@ -264,7 +281,9 @@ static const char *const point_colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#94
 static const char *const series_colors[] = {"#000000", "#ff7f0e", "#1f77b4", "#2ca02c"};
 
 static void draw(canvas *c, const plot_spec *s, double W, double H) {
-    const double left = 78, right = W - 190, top = 34, bottom = H - 56;
+    double legend = 0;
+    for (uint32_t k = 0; k < s->n_series; k++) legend = fmax(legend, text_width(s->series[k].label, FONT));
+    const double left = 78, right = W - (legend > 0 ? legend + 66 : 20), top = 34, bottom = H - 56;
     double xmin = INFINITY, xmax = 0, ymin = INFINITY, ymax = 0;
 #define TAKE(x, y)                                                                                 \
     do {                                                                                           \
@@ -294,6 +313,8 @@ static void draw(canvas *c, const plot_spec *s, double W, double H) {
     draw_text(c, (left + right) / 2, H - 12, xl, ANCHOR_MIDDLE, FONT, false, "#000000");
     draw_text(c, 18, (top + bottom) / 2, yl, ANCHOR_MIDDLE, FONT, true, "#000000");
 
+    /* what labels must not cover: markers and the curves (boxes every few pixels along them) */
+    boxes taken = {0};
     /* curves, and their legend right of the plot */
     for (uint32_t k = 0; k < s->n_series; k++) {
         const plot_series *r = &s->series[k];
@@ -306,7 +327,16 @@ static void draw(canvas *c, const plot_spec *s, double W, double H) {
                 py[m++] = axis_px(&ay, r->y[i]);
             }
         draw_polyline(c, px, py, m, color, 2);
-        for (uint32_t i = 0; i < m; i++) draw_circle(c, px[i], py[i], 2.5, color);
+        for (uint32_t i = 0; i < m; i++) {
+            draw_circle(c, px[i], py[i], 2.5, color);
+            if (i + 1 == m) break;
+            const double len = hypot(px[i + 1] - px[i], py[i + 1] - py[i]);
+            for (double t = 0; t <= len; t += 4) {
+                const double bx = px[i] + (px[i + 1] - px[i]) * t / len, by = py[i] + (py[i + 1] - py[i]) * t / len;
+                take(&taken, (box){bx - 3, by - 3, bx + 3, by + 3});
+            }
+        }
+        if (m == 1) take(&taken, (box){px[0] - 3, py[0] - 3, px[0] + 3, py[0] + 3});
         free(px);
         free(py);
         const double ly = top + 10 + 18 * k;
@@ -316,16 +346,13 @@ static void draw(canvas *c, const plot_spec *s, double W, double H) {
 
     /* points, then their labels where they touch nothing placed before */
     const uint32_t n = s->n_points;
-    box *taken = malloc((2 * (size_t)n + 1) * sizeof *taken);
-    if (!taken) return;
-    uint32_t n_taken = 0;
     const box area = {left + 2, top + 2, right - 2, bottom - 2};
     for (uint32_t i = 0; i < n; i++) {
         const plot_point *p = &s->points[i];
         if (!(p->x > 0 && p->y > 0)) continue;
         const double x = axis_px(&ax, p->x), y = axis_px(&ay, p->y);
         draw_circle(c, x, y, 4, point_colors[i % 10]);
-        taken[n_taken++] = (box){x - 5, y - 5, x + 5, y + 5};
+        take(&taken, (box){x - 5, y - 5, x + 5, y + 5});
     }
     for (uint32_t i = 0; i < n; i++) {
         const plot_point *p = &s->points[i];
@@ -344,7 +371,7 @@ static void draw(canvas *c, const plot_spec *s, double W, double H) {
                 {x - w / 2, y + 7 + dy, x + w / 2, y + 7 + h + dy},
             };
             for (int k = 0; k < 4 && !placed; k++)
-                if (box_free(&cand[k], taken, n_taken, &area)) {
+                if (box_free(&cand[k], taken.v, taken.n, &area)) {
                     best = cand[k];
                     placed = true;
                     leader = ring > 1;
@@ -354,10 +381,10 @@ static void draw(canvas *c, const plot_spec *s, double W, double H) {
             const double bx = best.x0 > x ? best.x0 : best.x1, by = (best.y0 + best.y1) / 2;
             draw_line(c, x, y, bx, by, "#999999", 0.8);
         }
-        taken[n_taken++] = best;
+        take(&taken, best);
         draw_text(c, best.x0, best.y1 - 3, p->label, ANCHOR_START, FONT, false, point_colors[i % 10]);
     }
-    free(taken);
+    free(taken.v);
 }
 
 bool plot_png_supported(void) {
