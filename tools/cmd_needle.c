@@ -196,7 +196,7 @@ static int make_prompt(needle_run *r, uint32_t s, const char *needle, const char
         return cli_fail("haystack", st);
     /* The needle goes at the line break nearest below depth * length. */
     size_t hay_len = strlen(hay), at = (size_t)(depth * (double)hay_len);
-    if (hay_len == 0) {
+    if (strspn(hay, " \t\r\n") == hay_len) {
         free(hay);
         cli_error("the haystack files hold no text");
         return CLI_FAILURE;
@@ -209,6 +209,9 @@ static int make_prompt(needle_run *r, uint32_t s, const char *needle, const char
     free(hay);
     if (!ok) return out_of_memory();
     if ((st = cli_encode(tok, prompt->p, prompt->len, true, ids, n)) < 0) return cli_fail("encode", st);
+    if (s == 0 && *n < r->o->context * 9 / 10)
+        cli_warn("the prompt has %zu tokens, fewer than --context %u: the haystack files are too short",
+                 *n, r->o->context);
     if (*n + r->o->tokens > fathom_ctx_capacity(r->ctx)) {
         cli_error("sample %u has %zu tokens, more than the context", s, *n);
         return CLI_FAILURE;
