@@ -89,7 +89,11 @@ static int plan_capture(const char *path, uint32_t budget, int json) {
         cli_error("%s queries %u position(s); comparing plans needs 2", path, P);
         goto done;
     }
+    const bool show = cli_progress_wanted(CLI_PROGRESS_AUTO, json);
+    cli_progress prog;
+    cli_progress_start(&prog, "plan: layers");
     for (uint32_t l = 0; l < info.layers; l++) {
+        if (show) cli_progress_update(&prog, l, info.layers);
         st = fathom_source_layer(src, l, q, k, NULL);
         if (st < 0) {
             rc = cli_fail("capture layer", st);
@@ -140,6 +144,7 @@ static int plan_capture(const char *path, uint32_t budget, int json) {
             }
         }
     }
+    if (show) cli_progress_update(&prog, info.layers, info.layers);
     reuse_sum all = {0, 0, 0, 0, 0};
     for (uint32_t l = 0; l < info.layers; l++) {
         all.plan += layer[l].plan;

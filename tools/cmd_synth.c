@@ -21,7 +21,8 @@ static void synth_usage(FILE *f) {
             "  --seed S          token-level content seed (default 1; 2 for calibration text)\n"
             "  --dtype T         f32, f16 or bf16 (default bf16)\n"
             "  -o, --output FILE the capture to write\n"
-            "  -q, --quiet       no progress on stderr\n"
+            "  --progress        progress on stderr (default: only on a terminal)\n"
+            "  -q, --quiet       no progress\n"
             "  -h, --help        this help\n"
             "\n"
             "Exit status: 0 success, 1 failure, 2 usage error.\n");
@@ -47,6 +48,7 @@ enum { OPT_PRESET = 256, OPT_CONTEXT, OPT_POSITIONS, OPT_SEED, OPT_DTYPE };
 static const struct option long_options[] = {
     {"help", no_argument, NULL, 'h'},
     {"quiet", no_argument, NULL, 'q'},
+    {"progress", no_argument, NULL, 'P'},
     {"output", required_argument, NULL, 'o'},
     {"preset", required_argument, NULL, OPT_PRESET},
     {"context", required_argument, NULL, OPT_CONTEXT},
@@ -59,12 +61,14 @@ static const struct option long_options[] = {
 int cmd_synth(int argc, char **argv) {
     const char *preset = NULL, *output = NULL, *dtype_name = "bf16";
     uint64_t context = 0, positions = 0, seed = 1;
-    int quiet = 0, c;
+    cli_progress_mode progress = CLI_PROGRESS_AUTO;
+    int c;
     while ((c = cli_getopt(argc, argv, "hqo:", long_options)) != -1) {
         switch (c) {
         case 'h': synth_usage(stdout); return CLI_OK;
         case '?': return CLI_USAGE;
-        case 'q': quiet = 1; break;
+        case 'q': progress = CLI_PROGRESS_OFF; break;
+        case 'P': progress = CLI_PROGRESS_ON; break;
         case 'o': output = optarg; break;
         case OPT_PRESET: preset = optarg; break;
         case OPT_DTYPE: dtype_name = optarg; break;
@@ -122,6 +126,9 @@ int cmd_synth(int argc, char **argv) {
         rc = cli_fail("metadata", st);
         goto done;
     }
+    const bool show = cli_progress_wanted(progress, false);
+    cli_progress prog;
+    cli_progress_start(&prog, "synth: layers");
     for (uint32_t l = 0; l < info.layers; l++) {
         if ((st = fathom_source_layer(src, l, q, k, v)) < 0) {
             rc = cli_fail("generating a layer", st);
@@ -131,9 +138,8 @@ int cmd_synth(int argc, char **argv) {
             rc = cli_fail(output, st);
             goto done;
         }
-        if (!quiet) fprintf(stderr, "\rfathom synth: layer %u/%u", l + 1, info.layers);
+        if (show) cli_progress_update(&prog, l + 1, info.layers);
     }
-    if (!quiet) fprintf(stderr, "\n");
 done:
     if (w) {
         st = fathom_capture_writer_close(w); /* removes the file if anything failed */
