@@ -243,6 +243,14 @@ void cli_print_safe(FILE *f, const char *s) {
     }
 }
 
+void cli_write_text(FILE *f, const char *s, size_t len) {
+    for (size_t i = 0; i < len; i++) {
+        const unsigned char b = (unsigned char)s[i];
+        if ((b < 0x20 && b != '\n' && b != '\t' && b != '\r') || b == 0x7f) fprintf(f, "\\x%02x", b);
+        else fputc(b, f);
+    }
+}
+
 int cli_read_file(const char *path, char **text, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return -1;

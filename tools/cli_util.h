@@ -71,6 +71,10 @@ void cli_print_json_string(FILE *f, const char *s);
 /* s for a terminal: control bytes (C0, DEL, and C1 as UTF-8) as \xNN, so a
  * file's strings cannot move the cursor or recolour the screen. */
 void cli_print_safe(FILE *f, const char *s);
+/* Generated text for a terminal: as is, but control bytes other than
+ * newline, tab and carriage return (a token's bytes come from the GGUF) as
+ * \xNN. */
+void cli_write_text(FILE *f, const char *s, size_t len);
 /* The whole file into a malloc'd buffer (not NUL-terminated); -1 on error. */
 int cli_read_file(const char *path, char **text, size_t *len);
 /* Whether a file can be created or overwritten at path (opens it for

@@ -50,7 +50,7 @@ static void print_piece(const fathom_tokenizer *tok, int32_t id) {
     char buf[256];
     size_t len = 0;
     if (fathom_tokenizer_token_to_piece(tok, id, buf, sizeof buf, &len) == FATHOM_OK)
-        fwrite(buf, 1, len, stdout);
+        cli_write_text(stdout, buf, len);
     fflush(stdout);
 }
 
