@@ -65,7 +65,7 @@ typedef struct options {
     const char *kv, *preset, *calib, *plot;
     uint64_t context, seed;
     uint32_t positions, k, threads;
-    bool json, match, greedy, planes_keys;
+    bool json, match, greedy, planes_keys, positions_given;
     cli_progress_mode progress;
     char methods[4096];
     uint32_t sweep_budgets[MAX_SWEEP], n_sweep_budgets;
@@ -107,7 +107,7 @@ static bool set_option(options *o, int c, const char *v) {
     case OPT_SYNTHETIC: o->preset = v; return true;
     case OPT_CONTEXT: return cli_parse_u64(v, &o->context) && o->context;
     case OPT_SEED: return cli_parse_u64(v, &o->seed);
-    case OPT_POSITIONS: return cli_parse_u32(v, &o->positions) && o->positions;
+    case OPT_POSITIONS: o->positions_given = true; return cli_parse_u32(v, &o->positions) && o->positions;
     case OPT_K: return cli_parse_u32(v, &o->k) && o->k;
     case OPT_THREADS: return cli_parse_u32(v, &o->threads) && o->threads <= 256;
     case OPT_METHODS: return snprintf(o->methods, sizeof o->methods, "%s", v) < (int)sizeof o->methods;
@@ -398,7 +398,7 @@ static int build_methods(const options *o, fathom_method *methods, uint32_t *n_m
 
 static void warn_settings(const options *o, const fathom_source_info *info, const uint32_t *ks, uint32_t n_k) {
     for (uint32_t i = 0; i < n_k; i++) cli_check_k(ks[i], info->tokens, "k");
-    if (o->kv && o->positions > info->positions && o->positions != 128)
+    if (o->kv && o->positions_given && o->positions > info->positions)
         cli_warn("--positions %u: the capture queries only %u positions", o->positions, info->positions);
 }
 

@@ -72,7 +72,7 @@ static int plan_capture(const char *path, uint32_t budget, int json) {
     }
     const uint32_t d = info.dim, G = info.q_heads / info.kv_heads, P = info.positions;
     const uint64_t n = info.tokens;
-    int rc = 1;
+    int rc = CLI_FAILURE;
     float *q = malloc((size_t)info.q_heads * P * d * sizeof *q);
     float *k = malloc((size_t)info.kv_heads * n * d * sizeof *k);
     float *var = malloc((size_t)d * sizeof *var);
@@ -260,7 +260,7 @@ int cmd_plan(int argc, char **argv) {
     if (have_budget == have_theta) return cli_usage_error("give exactly one of --budget and --theta");
     if (bisect && !have_budget) return cli_usage_error("--bisect needs --budget");
 
-    int rc = 1;
+    int rc = CLI_FAILURE;
     float *var = malloc(PLAN_MAX_DIM * sizeof *var);
     /* + 1: the parse of the last query may read one value past dim to detect excess */
     float *queries = malloc(((size_t)n_queries * PLAN_MAX_DIM + 1) * sizeof *queries);

@@ -111,7 +111,7 @@ int cmd_synth(int argc, char **argv) {
     int rc = 0;
     if (!q || !k || !v) {
         cli_error("out of memory for one layer (%" PRIu64 " bytes)", (q_elems + 2 * kv_elems) * 4);
-        rc = 1;
+        rc = CLI_FAILURE;
         goto done;
     }
     st = fathom_capture_writer_open(&w, output, &info, dtype);
