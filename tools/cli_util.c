@@ -74,6 +74,11 @@ static int fail(const char *what, int status, int rc) {
     return rc;
 }
 
+int cli_out_of_memory(void) {
+    cli_error("out of memory");
+    return CLI_FAILURE;
+}
+
 int cli_fail(const char *what, int status) { return fail(what, status, CLI_FAILURE); }
 int cli_fail_usage(const char *what, int status) { return fail(what, status, CLI_USAGE); }
 

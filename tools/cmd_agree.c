@@ -121,17 +121,12 @@ typedef struct agree_run {
     char *dense_text, *oracle_text;
 } agree_run;
 
-static int out_of_memory(void) {
-    cli_error("out of memory");
-    return CLI_FAILURE;
-}
-
 /* Tokenise every prompt file; size the context for the longest. */
 static int load_prompts(agree_run *r) {
     const cli_session *s = &r->ses;
     r->ids = calloc(s->n_files, sizeof *r->ids);
     r->n_ids = calloc(s->n_files, sizeof *r->n_ids);
-    if (!r->ids || !r->n_ids) return out_of_memory();
+    if (!r->ids || !r->n_ids) return cli_out_of_memory();
     size_t longest = 0, shortest = SIZE_MAX;
     for (size_t p = 0; p < s->n_files; p++) {
         char *text = NULL;
@@ -170,7 +165,7 @@ static int make_rows(agree_run *r) {
     fathom_method_parse("dense", &dense_m);
     fathom_method_parse("oracle", &oracle_m);
     r->rows = calloc((size_t)s->n_budgets * (s->n_methods + 2), sizeof *r->rows);
-    if (!r->rows) return out_of_memory();
+    if (!r->rows) return cli_out_of_memory();
     for (uint32_t b = 0; b < s->n_budgets; b++) {
         r->rows[r->n_rows++] = (row){.method = oracle_m, .budget = s->budgets[b]};
         r->rows[r->n_rows++] = (row){.method = dense_m, .budget = s->budgets[b]};
@@ -182,13 +177,13 @@ static int make_rows(agree_run *r) {
     }
     for (uint32_t w = 0; w < r->n_rows; w++)
         for (int v = 0; v < N_MEASURES; v++)
-            if (!(r->rows[w].values[v] = calloc(s->n_files, sizeof(double)))) return out_of_memory();
+            if (!(r->rows[w].values[v] = calloc(s->n_files, sizeof(double)))) return cli_out_of_memory();
     const size_t n = r->o->tokens;
     r->logits = malloc((size_t)s->info.vocab * sizeof *r->logits);
     r->dense = malloc(n * sizeof *r->dense);
     r->oracle = malloc(n * sizeof *r->oracle);
     r->gen = malloc(n * sizeof *r->gen);
-    return r->logits && r->dense && r->oracle && r->gen ? CLI_OK : out_of_memory();
+    return r->logits && r->dense && r->oracle && r->gen ? CLI_OK : cli_out_of_memory();
 }
 
 /* One row's continuation of prompt p at selection size k, compared with
@@ -212,14 +207,14 @@ static int run_row(agree_run *r, size_t p, row *w, uint32_t k) {
         if (st < 0) return cli_fail(w->method.name, st);
     }
     char *text = cli_decode_text(s->tok, r->gen, n_gen);
-    if (!text) return out_of_memory();
+    if (!text) return cli_out_of_memory();
     if (is_oracle) { /* the oracle row comes before the methods of its budget */
         memcpy(r->oracle, r->gen, n_gen * sizeof *r->gen);
         r->n_oracle = n_gen;
         free(r->oracle_text);
         if (!(r->oracle_text = strdup(text))) {
             free(text);
-            return out_of_memory();
+            return cli_out_of_memory();
         }
     }
     w->values[VS_DENSE_TOK][p] = token_agreement(r->gen, n_gen, r->dense, r->n_dense);
@@ -263,7 +258,7 @@ static int run_prompt(agree_run *r, size_t p) {
         return cli_fail("dense decoding", st);
     if (r->progress) fprintf(stderr, "  dense decoding: %u steps in %.1f s\n", r->n_dense, cli_now() - t0);
     free(r->dense_text);
-    if (!(r->dense_text = cli_decode_text(s->tok, r->dense, r->n_dense))) return out_of_memory();
+    if (!(r->dense_text = cli_decode_text(s->tok, r->dense, r->n_dense))) return cli_out_of_memory();
     if (r->o->json) {
         printf("%s{\"file\": ", p ? ", " : "");
         cli_print_json_string(stdout, s->files[p]);
@@ -406,7 +401,7 @@ int cmd_agree(int argc, char **argv) {
     if (o.tokens == 0) return cli_usage_error("--tokens must be at least 1");
     /* --prompts a b c: getopt_long leaves b and c after the options */
     char **prompts = malloc((size_t)(argc - optind + 1) * sizeof *prompts);
-    if (!prompts) return out_of_memory();
+    if (!prompts) return cli_out_of_memory();
     prompts[0] = (char *)first_prompt;
     for (int i = optind; i < argc; i++) prompts[1 + i - optind] = argv[i];
     o.prompts = prompts;

@@ -148,17 +148,12 @@ typedef struct needle_run {
     uint64_t tokens_sum; /* prompt tokens over the samples */
 } needle_run;
 
-static int out_of_memory(void) {
-    cli_error("out of memory");
-    return CLI_FAILURE;
-}
-
 static int make_rows(needle_run *r) {
     const cli_session *s = &r->ses;
     fathom_method dense_m;
     fathom_method_parse("dense", &dense_m);
     r->rows = calloc(1 + (size_t)s->n_budgets * s->n_methods, sizeof *r->rows);
-    if (!r->rows) return out_of_memory();
+    if (!r->rows) return cli_out_of_memory();
     r->rows[r->n_rows++].method = dense_m;
     for (uint32_t b = 0; b < s->n_budgets; b++)
         for (uint32_t m = 0; m < s->n_methods; m++) {
@@ -167,10 +162,10 @@ static int make_rows(needle_run *r) {
             r->rows[r->n_rows++].budget = s->budgets[b];
         }
     for (uint32_t w = 0; w < r->n_rows; w++)
-        if (!(r->rows[w].hits = calloc(r->o->samples, sizeof(double)))) return out_of_memory();
+        if (!(r->rows[w].hits = calloc(r->o->samples, sizeof(double)))) return cli_out_of_memory();
     r->logits = malloc((size_t)s->info.vocab * sizeof *r->logits);
     r->gen = malloc((size_t)r->o->tokens * sizeof *r->gen);
-    return r->logits && r->gen ? CLI_OK : out_of_memory();
+    return r->logits && r->gen ? CLI_OK : cli_out_of_memory();
 }
 
 /* Sample s's prompt: the question's parts around a haystack that fills the
@@ -183,7 +178,7 @@ static int make_prompt(needle_run *r, uint32_t s, const char *needle, const char
     prompt->len = 0;
     if (!put(prompt, head_text, strlen(head_text)) || !put(prompt, needle, strlen(needle)) ||
         !put(prompt, tail, strlen(tail)))
-        return out_of_memory();
+        return cli_out_of_memory();
     size_t fixed = 0;
     if ((st = cli_encode(tok, prompt->p, prompt->len, true, ids, &fixed)) < 0) return cli_fail("encode", st);
     free(*ids);
@@ -207,7 +202,7 @@ static int make_prompt(needle_run *r, uint32_t s, const char *needle, const char
               put(prompt, needle, strlen(needle)) && put(prompt, hay + at, hay_len - at) &&
               put(prompt, tail, strlen(tail));
     free(hay);
-    if (!ok) return out_of_memory();
+    if (!ok) return cli_out_of_memory();
     if ((st = cli_encode(tok, prompt->p, prompt->len, true, ids, n)) < 0) return cli_fail("encode", st);
     if (s == 0 && *n < r->o->context * 9 / 10)
         cli_warn("the prompt has %zu tokens, fewer than --context %u: the haystack files are too short",
@@ -267,7 +262,7 @@ static int run_sample(needle_run *r, uint32_t s, text_buf *prompt) {
         }
         char *answer = cli_decode_text(r->ses.tok, r->gen, produced);
         if (!answer) {
-            rc = out_of_memory();
+            rc = cli_out_of_memory();
             break;
         }
         w->hits[s] = strstr(answer, digits) != NULL;
@@ -407,7 +402,7 @@ int cmd_needle(int argc, char **argv) {
         return cli_usage_error("--samples and --tokens must be >= 1, --context in [64, 2^24]");
     /* --haystack a b c: getopt_long leaves b and c after the options */
     char **hay = malloc((size_t)(argc - optind + 1) * sizeof *hay);
-    if (!hay) return out_of_memory();
+    if (!hay) return cli_out_of_memory();
     hay[0] = (char *)first_hay;
     for (int i = optind; i < argc; i++) hay[1 + i - optind] = argv[i];
     o.haystack = hay;
