@@ -34,10 +34,10 @@ int cli_usage_error(const char *fmt, ...) CLI_PRINTF(1, 2);
  * without `what` when the message already names it (a path); returns
  * CLI_FAILURE. `what` may be NULL. */
 int cli_fail(const char *what, int status);
-/* "fathom <cmd>: out of memory"; returns CLI_FAILURE. */
-int cli_out_of_memory(void);
 /* The same as cli_fail, returning CLI_USAGE (a bad method name, a bad budget). */
 int cli_fail_usage(const char *what, int status);
+/* "fathom <cmd>: out of memory"; returns CLI_FAILURE. */
+int cli_out_of_memory(void);
 
 /* ---- options ----
  * Each command lists its long options (and short ones in `shortopts`, which
