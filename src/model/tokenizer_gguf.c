@@ -41,7 +41,7 @@ static int optional_id(const fathom_gguf *g, const char *key, uint64_t n_tokens,
 
 static int build(fathom_tokenizer **out, const fathom_gguf *g, fathom_tokenizer_spec *spec,
                  const char ***tokens, uint64_t **token_lens, int32_t **types,
-                 const char ***merges, uint64_t **merge_lens) {
+                 const char ***merges, uint64_t **merge_lens, float **scores) {
     FATHOM_TRY(fathom_gguf_get_string(g, "tokenizer.ggml.model", &spec->model, NULL));
     spec->pre = "gpt2";
     if (fathom_gguf_find_key(g, "tokenizer.ggml.pre") >= 0)
@@ -77,6 +77,27 @@ static int build(fathom_tokenizer **out, const fathom_gguf *g, fathom_tokenizer_
         FATHOM_TRY(fathom_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &spec->add_bos));
     FATHOM_CHECK(spec->add_bos && spec->bos_id < 0, FATHOM_ERR_FORMAT,
                  "tokenizer: add_bos_token is set but bos_token_id is absent");
+    if (strcmp(spec->model, "llama") == 0) {
+        if (fathom_gguf_find_key(g, "tokenizer.ggml.scores") >= 0) {
+            fathom_gguf_value arr;
+            FATHOM_TRY(fathom_gguf_get_array(g, "tokenizer.ggml.scores", FATHOM_GGUF_FLOAT32, &arr));
+            FATHOM_CHECK(arr.count != spec->n_tokens, FATHOM_ERR_FORMAT,
+                         "tokenizer: scores has %llu entries for %llu tokens",
+                         (unsigned long long)arr.count, (unsigned long long)spec->n_tokens);
+            *scores = fathom_alloc_array(arr.count + 1, sizeof **scores);
+            FATHOM_CHECK(!*scores, FATHOM_ERR_NOMEM, "tokenizer: out of memory");
+            for (uint64_t i = 0; i < arr.count; i++) {
+                fathom_gguf_value e;
+                FATHOM_TRY(fathom_gguf_array_get(&arr, i, &e));
+                FATHOM_TRY(fathom_gguf_value_f32(&e, &(*scores)[i]));
+            }
+            spec->scores = *scores;
+        }
+        /* llama.cpp's default for SentencePiece vocabularies is a space prefix */
+        spec->add_space_prefix = 1;
+        if (fathom_gguf_find_key(g, "tokenizer.ggml.add_space_prefix") >= 0)
+            FATHOM_TRY(fathom_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &spec->add_space_prefix));
+    }
     return fathom_tokenizer_create(out, spec);
 }
 
@@ -89,7 +110,9 @@ int fathom_tokenizer_from_gguf(fathom_tokenizer **out, const fathom_gguf *gguf) 
     const char **tokens = NULL, **merges = NULL;
     uint64_t *token_lens = NULL, *merge_lens = NULL;
     int32_t *types = NULL;
-    int st = build(out, gguf, &spec, &tokens, &token_lens, &types, &merges, &merge_lens);
+    float *scores = NULL;
+    int st = build(out, gguf, &spec, &tokens, &token_lens, &types, &merges, &merge_lens, &scores);
+    free(scores);
     free(tokens);
     free(token_lens);
     free(types);

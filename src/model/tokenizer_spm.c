@@ -1,0 +1,210 @@
+/* SentencePiece-style tokenizer (GGUF tokenizer model "llama": Gemma,
+ * Llama 2), the encoding of text between special tokens as llama.cpp's
+ * llm_tokenizer_spm and SentencePiece's BPE model do it, and the decoded
+ * bytes of its tokens. The vocabulary and special tokens are tokenizer.c's. */
+#include "internal.h"
+#include "tokenizer_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* U+2581 LOWER ONE EIGHTH BLOCK, SentencePiece's visible space */
+static const char SPM_SPACE[] = "\xe2\x96\x81";
+
+typedef struct spm_symbol {
+    uint64_t start; /* into the escaped text */
+    uint64_t len;   /* 0: merged into its left neighbour */
+    int64_t prev, next;
+} spm_symbol;
+
+typedef struct spm_bigram {
+    float score;
+    int64_t left, right;
+    uint64_t len; /* of left + right when pushed: a stale entry no longer adds up */
+} spm_bigram;
+
+typedef struct spm_work {
+    char *text;          /* [cap] the escaped text */
+    spm_symbol *sym;     /* [cap] */
+    spm_bigram *heap;    /* [2 cap] every merge pushes at most two */
+    size_t heap_len;
+} spm_work;
+
+/* The higher score first, then the leftmost (llama.cpp's llm_bigram_spm::comparator). */
+static bool bigram_before(const spm_bigram *a, const spm_bigram *b) {
+    return a->score != b->score ? a->score > b->score : a->left < b->left;
+}
+
+static void heap_push(spm_work *w, spm_bigram b) {
+    size_t i = w->heap_len++;
+    while (i > 0 && bigram_before(&b, &w->heap[(i - 1) / 2])) {
+        w->heap[i] = w->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    w->heap[i] = b;
+}
+
+static spm_bigram heap_pop(spm_work *w) {
+    spm_bigram top = w->heap[0], last = w->heap[--w->heap_len];
+    size_t i = 0;
+    for (;;) {
+        size_t child = 2 * i + 1;
+        if (child >= w->heap_len) break;
+        if (child + 1 < w->heap_len && bigram_before(&w->heap[child + 1], &w->heap[child])) child++;
+        if (!bigram_before(&w->heap[child], &last)) break;
+        w->heap[i] = w->heap[child];
+        i = child;
+    }
+    if (w->heap_len > 0) w->heap[i] = last;
+    return top;
+}
+
+/* Queue left+right if their concatenation is a token. */
+static void try_bigram(const fathom_tokenizer *tok, spm_work *w, int64_t left, int64_t right) {
+    if (left < 0 || right < 0) return;
+    const spm_symbol *l = &w->sym[left], *r = &w->sym[right];
+    const uint64_t len = l->len + r->len;
+    const int32_t id = fathom_tok_lookup(tok, w->text + l->start, len);
+    if (id < 0) return;
+    heap_push(w, (spm_bigram){tok->score[id], left, right, len});
+}
+
+static int grow(encoder *e, size_t n) {
+    if (n <= e->spm_cap) return FATHOM_OK;
+    spm_work *w = e->spm_work;
+    if (!w) {
+        w = calloc(1, sizeof *w);
+        FATHOM_CHECK(!w, FATHOM_ERR_NOMEM, "tokenizer_encode: out of memory");
+        e->spm_work = w;
+    }
+    free(w->text);
+    free(w->sym);
+    free(w->heap);
+    e->spm_cap = 0;
+    w->text = fathom_alloc_array(n, 1);
+    w->sym = fathom_alloc_array(n, sizeof *w->sym);
+    w->heap = fathom_alloc_array(n, 2 * sizeof *w->heap);
+    FATHOM_CHECK(!w->text || !w->sym || !w->heap, FATHOM_ERR_NOMEM,
+                 "tokenizer_encode: out of memory for %zu bytes of text", n);
+    e->spm_cap = n;
+    return FATHOM_OK;
+}
+
+void fathom_spm_free_work(encoder *e) {
+    spm_work *w = e->spm_work;
+    if (!w) return;
+    free(w->text);
+    free(w->sym);
+    free(w->heap);
+    free(w);
+    e->spm_work = NULL;
+    e->spm_cap = 0;
+}
+
+int fathom_spm_encode(encoder *e, const uint8_t *s, size_t n, bool space_prefix) {
+    const fathom_tokenizer *tok = e->tok;
+    /* escaped: every byte at most 3 */
+    FATHOM_CHECK(n > (SIZE_MAX - 3) / 3, FATHOM_ERR_NOMEM, "tokenizer_encode: text too long");
+    FATHOM_TRY(grow(e, 3 * n + 3));
+    spm_work *w = e->spm_work;
+    size_t len = 0;
+    if (space_prefix) {
+        memcpy(w->text, SPM_SPACE, 3);
+        len = 3;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == ' ') {
+            memcpy(w->text + len, SPM_SPACE, 3);
+            len += 3;
+        } else {
+            w->text[len++] = (char)s[i];
+        }
+    }
+    /* one symbol per character; a byte of invalid UTF-8 is one of its own */
+    int64_t count = 0;
+    for (size_t at = 0; at < len;) {
+        uint32_t cp;
+        size_t step = fathom_utf8_decode((const uint8_t *)w->text + at, len - at, &cp);
+        if (step == 0) step = 1;
+        w->sym[count] = (spm_symbol){at, step, count - 1, -1};
+        if (count > 0) w->sym[count - 1].next = count;
+        count++;
+        at += step;
+    }
+    if (count == 0) return FATHOM_OK;
+    w->heap_len = 0;
+    for (int64_t i = 1; i < count; i++) try_bigram(tok, w, i - 1, i);
+    while (w->heap_len > 0) {
+        spm_bigram b = heap_pop(w);
+        spm_symbol *l = &w->sym[b.left], *r = &w->sym[b.right];
+        if (l->len == 0 || r->len == 0 || l->len + r->len != b.len) continue; /* stale */
+        l->len += r->len;
+        r->len = 0;
+        l->next = r->next;
+        if (r->next >= 0) w->sym[r->next].prev = b.left;
+        try_bigram(tok, w, l->prev, b.left);
+        try_bigram(tok, w, b.left, l->next);
+    }
+    for (int64_t i = 0; i >= 0; i = w->sym[i].next) {
+        const spm_symbol *y = &w->sym[i];
+        const int32_t id = fathom_tok_lookup(tok, w->text + y->start, y->len);
+        if (id >= 0) {
+            fathom_tok_emit(e, id);
+            continue;
+        }
+        /* Only single characters can be no token (every merge makes one):
+         * byte fallback. A byte without a <0xNN> token is dropped. */
+        for (uint64_t k = 0; k < y->len; k++) {
+            const int32_t b = tok->byte_token[(uint8_t)w->text[y->start + k]];
+            if (b >= 0) fathom_tok_emit(e, b);
+        }
+    }
+    return FATHOM_OK;
+}
+
+/* "<0xNN>" -> NN, or -1. */
+static int byte_value(const char *t, uint64_t len) {
+    if (len != 6 || memcmp(t, "<0x", 3) != 0 || t[5] != '>') return -1;
+    int v = 0;
+    for (int i = 3; i < 5; i++) {
+        char c = t[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+int fathom_spm_build_pieces(fathom_tokenizer *tok) {
+    const uint64_t total = tok->text_offset[tok->n_tokens]; /* decoding never grows a token */
+    tok->piece_arena = fathom_alloc_array(total, 1);
+    tok->piece_offset = fathom_alloc_array((uint64_t)tok->n_tokens + 1, sizeof(uint64_t));
+    FATHOM_CHECK(!tok->piece_arena || !tok->piece_offset, FATHOM_ERR_NOMEM,
+                 "tokenizer: out of memory for decoded pieces");
+    uint64_t at = 0;
+    for (uint32_t id = 0; id < tok->n_tokens; id++) {
+        const uint64_t len = tok->text_offset[id + 1] - tok->text_offset[id];
+        const char *t = tok->text_arena + tok->text_offset[id];
+        tok->piece_offset[id] = at;
+        const int byte = tok->type[id] == FATHOM_TOKEN_BYTE ? byte_value(t, len) : -1;
+        if (tok->type[id] == FATHOM_TOKEN_BYTE)
+            FATHOM_CHECK(byte < 0, FATHOM_ERR_FORMAT, "tokenizer: byte token %u is not <0xNN>", id);
+        if (byte >= 0) {
+            tok->piece_arena[at++] = (char)byte;
+        } else if (tok->type[id] != FATHOM_TOKEN_NORMAL) { /* control, user-defined, unknown, unused */
+            memcpy(tok->piece_arena + at, t, (size_t)len);
+            at += len;
+        } else {
+            for (uint64_t k = 0; k < len;) {
+                if (len - k >= 3 && memcmp(t + k, SPM_SPACE, 3) == 0) {
+                    tok->piece_arena[at++] = ' ';
+                    k += 3;
+                } else {
+                    tok->piece_arena[at++] = t[k++];
+                }
+            }
+        }
+    }
+    tok->piece_offset[tok->n_tokens] = at;
+    return FATHOM_OK;
+}
