@@ -133,6 +133,37 @@ int32_t fathom_tokenizer_eos(const fathom_tokenizer *tok);         /* -1: none *
 int fathom_tokenizer_token_type(const fathom_tokenizer *tok, int32_t id);
 
 /* ===================================================================== *
+ * chat — the chat templates of the models the runtime knows
+ * ===================================================================== */
+
+/* A single-turn prompt is
+ *   system_open SYSTEM system_close  (only when a system text is given)
+ *   user_open USER user_close assistant_open
+ * and the model's reply ends with the token end_of_turn. Strings are
+ * static; encode the rendered prompt with parse_special = 1. */
+typedef struct fathom_chat_template {
+    const char *name;           /* "chatml" (SmolLM2, Qwen) or "gemma" */
+    const char *system_open, *system_close;
+    const char *user_open, *user_close;
+    const char *assistant_open;
+    const char *end_of_turn;    /* "<|im_end|>", "<end_of_turn>" */
+} fathom_chat_template;
+
+/* The template of a tokenizer's model, recognized by its control tokens:
+ * <|im_start|> and <|im_end|> -> chatml; <start_of_turn> and <end_of_turn>
+ * -> gemma (whose template has no system turn: the system text opens the
+ * user's turn, followed by a blank line, as Gemma 3's chat template does).
+ * FATHOM_ERR_UNSUPPORTED when neither is in the vocabulary. */
+int fathom_chat_template_for(const fathom_tokenizer *tok, fathom_chat_template *out);
+
+/* Render a single-turn prompt (system may be NULL) into out[cap] (no NUL
+ * added); *len_out gets the bytes needed, and more than cap is
+ * FATHOM_ERR_INVALID_ARG as for fathom_tokenizer_decode (cap 0: a size
+ * query). */
+int fathom_chat_render(const fathom_chat_template *t, const char *system, size_t system_len,
+                       const char *user, size_t user_len, char *out, size_t cap, size_t *len_out);
+
+/* ===================================================================== *
  * gguf — a GGUF (v2, v3) reader and ggml dequantization
  * ===================================================================== */
 

@@ -197,6 +197,10 @@ static void test_spm(void) {
     ENCODES(t, "<s>a", 1, S_BOS, S_BOS, S_A);
     ENCODES(t, "<s>", 0, S_BOS, '<', 's', '>');
     {
+        fathom_chat_template ct;
+        CHECK_STATUS(fathom_chat_template_for(t, &ct), FATHOM_ERR_UNSUPPORTED); /* no turn tokens */
+    }
+    {
         const int32_t ids[] = {S_SPAB, 'c', S_BOS, 0xc3, 0xa9, S_NN};
         char out[64];
         size_t len = 0;
@@ -567,6 +571,22 @@ int main(void) {
     }
 
     test_spm();
+    /* --- chat templates: ChatML by <|im_start|> / <|im_end|> --- */
+    {
+        fathom_chat_template ct;
+        CHECK_OK(fathom_chat_template_for(tok, &ct));
+        CHECK(strcmp(ct.name, "chatml") == 0 && strcmp(ct.end_of_turn, "<|im_end|>") == 0);
+        char buf[128];
+        size_t len = 0;
+        CHECK_STATUS(fathom_chat_render(&ct, "S", 1, "hi", 2, buf, 8, &len), FATHOM_ERR_INVALID_ARG);
+        const char want[] = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+                            "<|im_start|>assistant\n";
+        CHECK(len == sizeof want - 1);
+        CHECK_OK(fathom_chat_render(&ct, "S", 1, "hi", 2, buf, sizeof buf, &len));
+        CHECK(len == sizeof want - 1 && memcmp(buf, want, len) == 0);
+        CHECK_OK(fathom_chat_render(&ct, NULL, 0, "hi", 2, buf, sizeof buf, &len));
+        CHECK(len == sizeof want - 1 - 31 && memcmp(buf, want + 31, len) == 0);
+    }
     fathom_tokenizer_free(tok);
     fathom_tokenizer_free(gpt2);
     return check_summary("test_tokenizer");

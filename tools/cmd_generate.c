@@ -27,8 +27,9 @@ static void usage(FILE *f) {
             "  --prompt TEXT       the prompt text\n"
             "  --prompt-file F     the prompt from a file\n"
             "  --prompt-ids LIST   the prompt as comma-separated token ids\n"
-            "  --chat              wrap the prompt in the chat template (user turn, then the\n"
-            "                      assistant's): <|im_start|>user\\n...<|im_end|>\\n<|im_start|>assistant\\n\n"
+            "  --chat              wrap the prompt in the model's chat template (user turn, then\n"
+            "                      the assistant's): ChatML <|im_start|>user\\n...<|im_end|>\\n\n"
+            "                      <|im_start|>assistant\\n, or Gemma's <start_of_turn>user ...\n"
             "  --system TEXT       with --chat, a system turn first\n"
             "  --tokens N          tokens to generate (default 64)\n"
             "  --attn METHOD       dense (default), oracle, fathom:B, sparq:r, thumb, full4,\n"
@@ -104,32 +105,21 @@ int cli_encode_prompt(const fathom_tokenizer *tok, const char *text, size_t len,
     char *buf = NULL;
     const char *src = text;
     size_t src_len = len;
-    if (chat) {
-        static const char sys_open[] = "<|im_start|>system\n", user_open[] = "<|im_start|>user\n",
-                          close_turn[] = "<|im_end|>\n", asst_open[] = "<|im_start|>assistant\n";
-        size_t sys_len = system ? strlen(system) : 0;
-        size_t total = len + sys_len + sizeof sys_open + sizeof user_open + 2 * sizeof close_turn +
-                       sizeof asst_open;
+    if (chat) { /* the model's template (fathom_chat_template_for) */
+        fathom_chat_template t;
+        int st = fathom_chat_template_for(tok, &t);
+        size_t sys_len = system ? strlen(system) : 0, total = 0;
+        if (st == FATHOM_OK) st = fathom_chat_render(&t, system, sys_len, text, len, NULL, 0, &total);
+        if (st == FATHOM_ERR_INVALID_ARG && total > 0) st = FATHOM_OK; /* the size query */
+        if (st < 0) return st;
         buf = malloc(total);
         if (!buf) return FATHOM_ERR_NOMEM;
-        size_t at = 0;
-#define PUT(p, l)                                                                                  \
-    do {                                                                                           \
-        memcpy(buf + at, (p), (l));                                                                \
-        at += (l);                                                                                 \
-    } while (0)
-        if (system) {
-            PUT(sys_open, sizeof sys_open - 1);
-            PUT(system, sys_len);
-            PUT(close_turn, sizeof close_turn - 1);
+        if ((st = fathom_chat_render(&t, system, sys_len, text, len, buf, total, &total)) < 0) {
+            free(buf);
+            return st;
         }
-        PUT(user_open, sizeof user_open - 1);
-        PUT(text, len);
-        PUT(close_turn, sizeof close_turn - 1);
-        PUT(asst_open, sizeof asst_open - 1);
-#undef PUT
         src = buf;
-        src_len = at;
+        src_len = total;
     }
     size_t need = 0;
     int st = fathom_tokenizer_encode(tok, src, src_len, chat, NULL, 0, &need);
@@ -290,7 +280,9 @@ static int run(const gen_options *o) {
         goto done;
     }
     int32_t stop_a = fathom_tokenizer_eos(tok), stop_b = -1;
-    fathom_tokenizer_find(tok, "<|im_end|>", 10, &stop_b);
+    fathom_chat_template tmpl; /* the end of a chat turn stops generation too */
+    if (fathom_chat_template_for(tok, &tmpl) == FATHOM_OK)
+        fathom_tokenizer_find(tok, tmpl.end_of_turn, strlen(tmpl.end_of_turn), &stop_b);
 
     double tp = cli_now();
     if ((st = fathom_ctx_prefill(ctx, prompt, n_prompt, logits)) < 0) {

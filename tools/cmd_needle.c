@@ -54,8 +54,9 @@ static const char *const keys_words[] = {
     "raven",   "saffron", "tunnel",  "umbrella", "willow", "yogurt",  "zephyr",  "anchor",
     "blossom", "canyon",  "dragon",  "engine",  "feather", "gravel",  "helmet",  "island"};
 
-static const char head_text[] =
-    "<|im_start|>user\nSome special magic numbers are hidden within the following text. Make sure "
+/* after the chat template's user_open */
+static const char head_body[] =
+    "Some special magic numbers are hidden within the following text. Make sure "
     "to memorize it. I will quiz you about the numbers afterwards.\n";
 
 typedef struct needle_options {
@@ -202,7 +203,14 @@ static int run(const needle_options *o) {
     gen = malloc((size_t)o->tokens * sizeof *gen);
     if (!logits || !gen) goto oom;
     int32_t stop_a = fathom_tokenizer_eos(tok), stop_b = -1;
-    fathom_tokenizer_find(tok, "<|im_end|>", 10, &stop_b);
+    fathom_chat_template tmpl; /* the model's: ChatML, Gemma */
+    if ((st = fathom_chat_template_for(tok, &tmpl)) < 0) {
+        rc = cli_fail("needle", "chat template", st);
+        goto done;
+    }
+    fathom_tokenizer_find(tok, tmpl.end_of_turn, strlen(tmpl.end_of_turn), &stop_b);
+    char head_text[512];
+    snprintf(head_text, sizeof head_text, "%s%s", tmpl.user_open, head_body);
 
     if (o->json) printf("{\"model\": \"%s\", \"context\": %u, \"samples\": [", info.name, o->context);
     for (uint32_t s = 0; s < o->samples; s++) {
@@ -215,9 +223,8 @@ static int run(const needle_options *o) {
         snprintf(digits, sizeof digits, "%u", number);
         snprintf(tail, sizeof tail,
                  "\nWhat is the special magic number for %s mentioned in the provided text?"
-                 "<|im_end|>\n<|im_start|>assistant\nThe special magic number for %s mentioned in "
-                 "the provided text is",
-                 word, word);
+                 "%s%sThe special magic number for %s mentioned in the provided text is",
+                 word, tmpl.user_close, tmpl.assistant_open, word);
         /* Token cost of everything but the haystack, then the haystack fills the rest. */
         prompt.len = 0;
         if (!put(&prompt, head_text, strlen(head_text)) || !put(&prompt, needle, strlen(needle)) ||

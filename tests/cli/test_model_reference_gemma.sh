@@ -81,5 +81,14 @@ echo "fathom:64 k=64: $pct% of visible keys selected"
 grep -q "prompt ids (6): $short$" "$tmp/tok.err" || {
   echo "FAIL: tokenizer: $(grep 'prompt ids' "$tmp/tok.err")"; fail=1; }
 
+# 5. --chat wraps the prompt in Gemma's template (bos, then the user's turn
+# and the opening of the model's).
+"$fathom" generate --model "$MODEL" --chat --prompt "hi" --tokens 1 --ids --quiet \
+  >/dev/null 2>"$tmp/chat.err" || fail=1
+want=$(printf '<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n' >"$tmp/chat.txt" &&
+  "$fathom" tokenize --model "$MODEL" --special --file "$tmp/chat.txt")
+grep -q "prompt ids ([0-9]*): $want$" "$tmp/chat.err" && [[ $want == 2,105,* ]] || {
+  echo "FAIL: --chat: $(grep 'prompt ids' "$tmp/chat.err"), template alone: $want"; fail=1; }
+
 [ $fail -eq 0 ] && echo "test_model_reference_gemma: ok" || echo "test_model_reference_gemma: FAILED"
 exit $fail
