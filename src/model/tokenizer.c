@@ -183,6 +183,7 @@ void fathom_tokenizer_free(fathom_tokenizer *tok) {
     free(tok->merge_slots);
     free(tok->special);
     free(tok->score);
+    free(tok->spm_rank);
     pcre2_code_free(tok->split_re);
     pcre2_code_free(tok->digit_re);
     free(tok);
@@ -385,6 +386,41 @@ static int load_special(fathom_tokenizer *tok) {
     return FATHOM_OK;
 }
 
+static int score_desc(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x > y ? -1 : x < y;
+}
+
+/* spm_rank[id]: how many distinct scores are higher than id's, so that the
+ * BPE heap's lowest rank is SentencePiece's highest score (ties equal). */
+static int spm_ranks(fathom_tokenizer *tok) {
+    const uint32_t n = tok->n_tokens;
+    float *sorted = fathom_alloc_array(n, sizeof *sorted);
+    tok->spm_rank = fathom_alloc_array(n, sizeof *tok->spm_rank);
+    if (!sorted || !tok->spm_rank) {
+        free(sorted);
+        return fathom_fail(FATHOM_ERR_NOMEM, "tokenizer: out of memory");
+    }
+    memcpy(sorted, tok->score, (size_t)n * sizeof *sorted);
+    qsort(sorted, n, sizeof *sorted, score_desc);
+    uint32_t distinct = 0; /* unique scores, in place */
+    for (uint32_t i = 0; i < n; i++)
+        if (distinct == 0 || sorted[distinct - 1] != sorted[i]) sorted[distinct++] = sorted[i];
+    for (uint32_t id = 0; id < n; id++) {
+        uint32_t lo = 0, hi = distinct; /* first index whose score is <= id's */
+        while (lo < hi) {
+            const uint32_t mid = lo + (hi - lo) / 2;
+            if (sorted[mid] > tok->score[id])
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        tok->spm_rank[id] = lo;
+    }
+    free(sorted);
+    return FATHOM_OK;
+}
+
 /* SentencePiece ("llama"): scores, <0xNN> byte tokens, no merges or regex. */
 static int spm_build(fathom_tokenizer *tok, const fathom_tokenizer_spec *spec) {
     FATHOM_CHECK_ARG(spec->n_merges == 0, "tokenizer_create: a \"llama\" tokenizer has no merges");
@@ -397,6 +433,7 @@ static int spm_build(fathom_tokenizer *tok, const fathom_tokenizer_spec *spec) {
         tok->score[i] = spec->scores ? spec->scores[i] : 0.0f;
         FATHOM_CHECK(tok->score[i] != tok->score[i], FATHOM_ERR_FORMAT, "tokenizer: score %u is NaN", i);
     }
+    FATHOM_TRY(spm_ranks(tok));
     for (int b = 0; b < 256; b++) {
         char s[8];
         snprintf(s, sizeof s, "<0x%02X>", b);
@@ -485,7 +522,7 @@ static bool candidate_before(const bpe_candidate *a, const bpe_candidate *b) {
     return a->rank != b->rank ? a->rank < b->rank : a->left < b->left;
 }
 
-static void heap_push(encoder *e, bpe_candidate c) {
+void fathom_tok_heap_push(encoder *e, bpe_candidate c) {
     size_t i = e->heap_len++;
     while (i > 0 && candidate_before(&c, &e->heap[(i - 1) / 2])) {
         e->heap[i] = e->heap[(i - 1) / 2];
@@ -494,7 +531,7 @@ static void heap_push(encoder *e, bpe_candidate c) {
     e->heap[i] = c;
 }
 
-static bpe_candidate heap_pop(encoder *e) {
+bpe_candidate fathom_tok_heap_pop(encoder *e) {
     bpe_candidate top = e->heap[0], last = e->heap[--e->heap_len];
     size_t i = 0;
     for (;;) {
@@ -514,11 +551,11 @@ static void push_pair(encoder *e, int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
     const merge_slot *m = merge_lookup(e->tok, e->sym_id[left], e->sym_id[right]);
     if (!m) return;
-    heap_push(e, (bpe_candidate){m->rank, (uint32_t)left, (uint32_t)right, e->sym_id[left],
+    fathom_tok_heap_push(e, (bpe_candidate){m->rank, (uint32_t)left, (uint32_t)right, e->sym_id[left],
                                  e->sym_id[right]});
 }
 
-static int grow_work(encoder *e, size_t n) {
+int fathom_tok_grow_work(encoder *e, size_t n) {
     if (n <= e->work_cap) return FATHOM_OK;
     size_t cap = n < 64 ? 64 : n;
     free(e->sym_id);
@@ -549,7 +586,7 @@ static int bpe_piece(encoder *e, const uint8_t *p, size_t n) {
         if (e->tok->byte_token[p[0]] >= 0) fathom_tok_emit(e, e->tok->byte_token[p[0]]);
         return FATHOM_OK;
     }
-    FATHOM_TRY(grow_work(e, n));
+    FATHOM_TRY(fathom_tok_grow_work(e, n));
     /* A byte without a token is left out, so its neighbours become adjacent
      * and may merge: what HF's BPE (no unk token) and llama.cpp do. */
     size_t count = 0;
@@ -564,7 +601,7 @@ static int bpe_piece(encoder *e, const uint8_t *p, size_t n) {
     e->heap_len = 0;
     for (size_t i = 0; i + 1 < n; i++) push_pair(e, (int32_t)i, (int32_t)i + 1);
     while (e->heap_len > 0) {
-        bpe_candidate c = heap_pop(e);
+        bpe_candidate c = fathom_tok_heap_pop(e);
         if (e->sym_id[c.left] != c.left_id || e->sym_id[c.right] != c.right_id ||
             e->sym_next[c.left] != (int32_t)c.right)
             continue;

@@ -51,6 +51,7 @@ struct fathom_tokenizer {
     bool spm;
     bool add_space_prefix; /* a space before text that starts the input or follows a special token */
     float *score;          /* [n_tokens] */
+    uint32_t *spm_rank;    /* [n_tokens] the score's rank, highest first (ties share one) */
 };
 
 typedef struct bpe_candidate {
@@ -80,6 +81,11 @@ typedef struct encoder {
 int32_t fathom_tok_lookup(const fathom_tokenizer *tok, const char *s, uint64_t n);
 /* Append id to the encoder's output (counted even past its capacity). */
 void fathom_tok_emit(encoder *e, int32_t id);
+/* The BPE merge queue (e->heap): the lowest rank first, then the leftmost;
+ * fathom_tok_grow_work sizes it (and the symbol arrays) for n symbols. */
+void fathom_tok_heap_push(encoder *e, bpe_candidate c);
+bpe_candidate fathom_tok_heap_pop(encoder *e);
+int fathom_tok_grow_work(encoder *e, size_t n);
 /* Strict UTF-8: the length of the character at s[0..n) (*cp its code
  * point), 0 if invalid. */
 size_t fathom_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);

@@ -17,56 +17,23 @@ typedef struct spm_symbol {
     int64_t prev, next;
 } spm_symbol;
 
-typedef struct spm_bigram {
-    float score;
-    int64_t left, right;
-    uint64_t len; /* of left + right when pushed: a stale entry no longer adds up */
-} spm_bigram;
-
 typedef struct spm_work {
-    char *text;          /* [cap] the escaped text */
-    spm_symbol *sym;     /* [cap] */
-    spm_bigram *heap;    /* [2 cap] every merge pushes at most two */
-    size_t heap_len;
+    char *text;      /* [cap] the escaped text */
+    spm_symbol *sym; /* [cap] */
 } spm_work;
 
-/* The higher score first, then the leftmost (llama.cpp's llm_bigram_spm::comparator). */
-static bool bigram_before(const spm_bigram *a, const spm_bigram *b) {
-    return a->score != b->score ? a->score > b->score : a->left < b->left;
-}
-
-static void heap_push(spm_work *w, spm_bigram b) {
-    size_t i = w->heap_len++;
-    while (i > 0 && bigram_before(&b, &w->heap[(i - 1) / 2])) {
-        w->heap[i] = w->heap[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    w->heap[i] = b;
-}
-
-static spm_bigram heap_pop(spm_work *w) {
-    spm_bigram top = w->heap[0], last = w->heap[--w->heap_len];
-    size_t i = 0;
-    for (;;) {
-        size_t child = 2 * i + 1;
-        if (child >= w->heap_len) break;
-        if (child + 1 < w->heap_len && bigram_before(&w->heap[child + 1], &w->heap[child])) child++;
-        if (!bigram_before(&w->heap[child], &last)) break;
-        w->heap[i] = w->heap[child];
-        i = child;
-    }
-    if (w->heap_len > 0) w->heap[i] = last;
-    return top;
-}
-
-/* Queue left+right if their concatenation is a token. */
-static void try_bigram(const fathom_tokenizer *tok, spm_work *w, int64_t left, int64_t right) {
+/* Queue left+right if their concatenation is a token, in the BPE heap with
+ * the token's score rank (the highest score first, the leftmost on ties, as
+ * llama.cpp's llm_bigram_spm::comparator); the candidate keeps the two
+ * lengths, so an entry whose symbols have grown since is stale. Symbols are
+ * characters or tokens, far shorter than 2^31 bytes. */
+static void try_bigram(encoder *e, spm_work *w, int64_t left, int64_t right) {
     if (left < 0 || right < 0) return;
     const spm_symbol *l = &w->sym[left], *r = &w->sym[right];
-    const uint64_t len = l->len + r->len;
-    const int32_t id = fathom_tok_lookup(tok, w->text + l->start, len);
+    const int32_t id = fathom_tok_lookup(e->tok, w->text + l->start, l->len + r->len);
     if (id < 0) return;
-    heap_push(w, (spm_bigram){tok->score[id], left, right, len});
+    fathom_tok_heap_push(e, (bpe_candidate){e->tok->spm_rank[id], (uint32_t)left, (uint32_t)right,
+                                            (int32_t)l->len, (int32_t)r->len});
 }
 
 static int grow(encoder *e, size_t n) {
@@ -79,12 +46,10 @@ static int grow(encoder *e, size_t n) {
     }
     free(w->text);
     free(w->sym);
-    free(w->heap);
     e->spm_cap = 0;
     w->text = fathom_alloc_array(n, 1);
     w->sym = fathom_alloc_array(n, sizeof *w->sym);
-    w->heap = fathom_alloc_array(n, 2 * sizeof *w->heap);
-    FATHOM_CHECK(!w->text || !w->sym || !w->heap, FATHOM_ERR_NOMEM,
+    FATHOM_CHECK(!w->text || !w->sym, FATHOM_ERR_NOMEM,
                  "tokenizer_encode: out of memory for %zu bytes of text", n);
     e->spm_cap = n;
     return FATHOM_OK;
@@ -95,7 +60,6 @@ void fathom_spm_free_work(encoder *e) {
     if (!w) return;
     free(w->text);
     free(w->sym);
-    free(w->heap);
     free(w);
     e->spm_work = NULL;
     e->spm_cap = 0;
@@ -132,18 +96,20 @@ int fathom_spm_encode(encoder *e, const uint8_t *s, size_t n, bool space_prefix)
         at += step;
     }
     if (count == 0) return FATHOM_OK;
-    w->heap_len = 0;
-    for (int64_t i = 1; i < count; i++) try_bigram(tok, w, i - 1, i);
-    while (w->heap_len > 0) {
-        spm_bigram b = heap_pop(w);
+    FATHOM_CHECK(count > UINT32_MAX, FATHOM_ERR_NOMEM, "tokenizer_encode: text too long");
+    FATHOM_TRY(fathom_tok_grow_work(e, (size_t)count));
+    e->heap_len = 0;
+    for (int64_t i = 1; i < count; i++) try_bigram(e, w, i - 1, i);
+    while (e->heap_len > 0) {
+        const bpe_candidate b = fathom_tok_heap_pop(e);
         spm_symbol *l = &w->sym[b.left], *r = &w->sym[b.right];
-        if (l->len == 0 || r->len == 0 || l->len + r->len != b.len) continue; /* stale */
+        if (l->len != (uint64_t)b.left_id || r->len != (uint64_t)b.right_id) continue; /* stale */
         l->len += r->len;
         r->len = 0;
         l->next = r->next;
         if (r->next >= 0) w->sym[r->next].prev = b.left;
-        try_bigram(tok, w, l->prev, b.left);
-        try_bigram(tok, w, b.left, l->next);
+        try_bigram(e, w, l->prev, b.left);
+        try_bigram(e, w, b.left, l->next);
     }
     for (int64_t i = 0; i >= 0; i = w->sym[i].next) {
         const spm_symbol *y = &w->sym[i];

@@ -53,13 +53,7 @@ python3 "$here/../support/model_reference.py" "$MODEL" "${cases[@]}" --capture "
 # 2. Sparse decode paths with k >= context select every key: the same tokens
 # as dense, and logits equal up to fathom_attend's double accumulation.
 compare_logits() { # a.bin b.bin label
-  python3 - "$1" "$2" "$3" <<'EOF' || return 1
-import sys, numpy as np
-a, b = np.fromfile(sys.argv[1], np.float32), np.fromfile(sys.argv[2], np.float32)
-rel = np.abs(a - b).max() / np.abs(b).max()
-print(f"{sys.argv[3]}: max |logit - dense| / max |dense| = {rel:.2e}")
-sys.exit(0 if a.size == b.size and rel < 1e-4 else 1)
-EOF
+  python3 "$here/../support/compare_logits.py" "$@"
 }
 for method in oracle fathom:256; do
   gen "${prompts[0]}" "$tmp/s" --attn "$method" --k 100000 || { fail=1; continue; }
