@@ -247,15 +247,20 @@ static int load_tokens(fathom_tokenizer *tok, const fathom_tokenizer_spec *spec)
 /* Decoded bytes of every token, so decode is a copy. A normal token maps
  * back through the byte alphabet; if it holds a character outside it, HF's
  * ByteLevel decoder keeps the token's UTF-8 as is, and so do we. */
-static int build_pieces(fathom_tokenizer *tok) {
-    int16_t cp_to_byte[324];
-    for (int i = 0; i < 324; i++) cp_to_byte[i] = -1;
-    for (int b = 0; b < 256; b++) cp_to_byte[byte_to_codepoint((uint8_t)b)] = (int16_t)b;
+static int alloc_pieces(fathom_tokenizer *tok) {
     uint64_t total = tok->text_offset[tok->n_tokens]; /* decoding never grows a token */
     tok->piece_arena = fathom_alloc_array(total, 1);
     tok->piece_offset = fathom_alloc_array((uint64_t)tok->n_tokens + 1, sizeof(uint64_t));
     FATHOM_CHECK(!tok->piece_arena || !tok->piece_offset, FATHOM_ERR_NOMEM,
                  "tokenizer: out of memory for decoded pieces");
+    return FATHOM_OK;
+}
+
+static int build_pieces(fathom_tokenizer *tok) {
+    int16_t cp_to_byte[324];
+    for (int i = 0; i < 324; i++) cp_to_byte[i] = -1;
+    for (int b = 0; b < 256; b++) cp_to_byte[byte_to_codepoint((uint8_t)b)] = (int16_t)b;
+    FATHOM_TRY(alloc_pieces(tok));
     uint64_t at = 0;
     for (uint32_t id = 0; id < tok->n_tokens; id++) {
         uint64_t len;
@@ -441,6 +446,7 @@ static int spm_build(fathom_tokenizer *tok, const fathom_tokenizer_spec *spec) {
         FATHOM_CHECK(tok->byte_token[b] >= 0 && tok->type[tok->byte_token[b]] != FATHOM_TOKEN_BYTE,
                      FATHOM_ERR_FORMAT, "tokenizer: %s is not a byte token", s);
     }
+    FATHOM_TRY(alloc_pieces(tok));
     FATHOM_TRY(fathom_spm_build_pieces(tok));
     FATHOM_TRY(load_merges(tok, spec)); /* an empty table */
     FATHOM_TRY(load_special(tok));

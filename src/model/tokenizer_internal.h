@@ -99,7 +99,7 @@ size_t fathom_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
 int fathom_spm_encode(encoder *e, const uint8_t *s, size_t n, bool space_prefix);
 void fathom_spm_free_work(encoder *e);
 /* Decoded bytes of every token of a SentencePiece vocabulary into
- * tok->piece_arena / piece_offset: U+2581 -> space, <0xNN> byte tokens ->
+ * tok->piece_arena / piece_offset (allocated by the caller): U+2581 -> space, <0xNN> byte tokens ->
  * the byte, special tokens verbatim. */
 int fathom_spm_build_pieces(fathom_tokenizer *tok);
 

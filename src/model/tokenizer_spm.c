@@ -142,12 +142,7 @@ static int byte_value(const char *t, uint64_t len) {
 }
 
 int fathom_spm_build_pieces(fathom_tokenizer *tok) {
-    const uint64_t total = tok->text_offset[tok->n_tokens]; /* decoding never grows a token */
-    tok->piece_arena = fathom_alloc_array(total, 1);
-    tok->piece_offset = fathom_alloc_array((uint64_t)tok->n_tokens + 1, sizeof(uint64_t));
-    FATHOM_CHECK(!tok->piece_arena || !tok->piece_offset, FATHOM_ERR_NOMEM,
-                 "tokenizer: out of memory for decoded pieces");
-    uint64_t at = 0;
+    uint64_t at = 0; /* the arena holds the token strings' total: decoding never grows a token */
     for (uint32_t id = 0; id < tok->n_tokens; id++) {
         const uint64_t len = tok->text_offset[id + 1] - tok->text_offset[id];
         const char *t = tok->text_arena + tok->text_offset[id];

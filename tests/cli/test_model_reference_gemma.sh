@@ -29,13 +29,7 @@ long=$("$fathom" tokenize --model "$MODEL" --file "$tmp/long.txt")
 n_long=$(echo "$long" | tr ',' '\n' | wc -l)
 [ "$n_long" -gt 600 ] || { echo "FAIL: the long prompt has $n_long tokens"; exit 1; }
 
-gen() { # prompt-ids out-prefix n [extra args...]
-  local ids=$1 out=$2 n=$3
-  shift 3
-  "$fathom" generate --model "$MODEL" --prompt-ids "$ids" --tokens "$n" --ignore-eos --ids --quiet \
-    --threads 2 --dump-logits "$out.bin" "$@" >"$out.ids" 2>"$out.err" || {
-    echo "FAIL: fathom generate $* exited $?"; cat "$out.err"; return 1; }
-}
+source "$here/../support/generate.sh" # gen PROMPT_IDS OUT N [args]
 
 # 1. Dense greedy decoding and the capture vs the numpy reference.
 gen "$short" "$tmp/a" 16 || fail=1
