@@ -78,5 +78,15 @@ want=$(printf '<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n' >"$
 grep -q "prompt ids ([0-9]*): $want$" "$tmp/chat.err" && [[ $want == 2,105,* ]] || {
   echo "FAIL: --chat: $(grep 'prompt ids' "$tmp/chat.err"), template alone: $want"; fail=1; }
 
+# 6. capture --global-only keeps the 3 global layers (5, 11, 17), and eval runs on it.
+"$fathom" capture --model "$MODEL" --prompt-ids "$short" --positions 4 --global-only --threads 2 \
+  --quiet --out "$tmp/glob.safetensors" || { echo "FAIL: capture --global-only"; fail=1; }
+"$fathom" info "$tmp/glob.safetensors" >"$tmp/glob.info" || fail=1
+grep -q "^layers *3$" "$tmp/glob.info" && grep -q "layers *5,11,17$" "$tmp/glob.info" || {
+  echo "FAIL: capture --global-only:"; cat "$tmp/glob.info"; fail=1; }
+"$fathom" eval --kv "$tmp/glob.safetensors" --k 4 --methods fathom:48,oracle,dense --threads 2 --quiet \
+  >"$tmp/glob.eval" || { echo "FAIL: eval of the Gemma capture"; fail=1; }
+grep -q "^oracle" "$tmp/glob.eval" || { echo "FAIL: eval printed no oracle row"; cat "$tmp/glob.eval"; fail=1; }
+
 [ $fail -eq 0 ] && echo "test_model_reference_gemma: ok" || echo "test_model_reference_gemma: FAILED"
 exit $fail
