@@ -39,6 +39,16 @@ int fathom_chat_template_for(const fathom_tokenizer *tok, fathom_chat_template *
                        "(<|im_start|>/<|im_end|>, <start_of_turn>/<end_of_turn>)");
 }
 
+int fathom_chat_template_by_name(const char *name, fathom_chat_template *out) {
+    FATHOM_CHECK_ARG(name && out, "fathom_chat_template_by_name: NULL argument");
+    for (size_t i = 0; i < sizeof templates / sizeof *templates; i++)
+        if (!strcmp(templates[i].name, name)) {
+            *out = templates[i];
+            return FATHOM_OK;
+        }
+    return fathom_fail(FATHOM_ERR_UNSUPPORTED, "chat: no template called \"%.40s\" (chatml, gemma)", name);
+}
+
 int fathom_chat_render(const fathom_chat_template *t, const char *system, size_t system_len,
                        const char *user, size_t user_len, char *out, size_t cap, size_t *len_out) {
     FATHOM_CHECK_ARG(t && len_out, "fathom_chat_render: NULL argument");
