@@ -21,13 +21,13 @@ trap 'rm -rf "$tmp"' EXIT
 fail=0
 
 # a: "The capital of France is" (bos first), fixed here so that nothing
-# depends on the tokenizer; b: four corpus files, about 750 tokens (> the
-# window), through the tokenizer (test_tokenizer_gemma.sh checks it).
+# depends on the tokenizer; b: three corpus files, about 550 tokens (> the
+# 512-key window), through the tokenizer (test_tokenizer_gemma.sh checks it).
 short="2,818,5279,529,7001,563"
-cat "$here/../data/tokenizer_corpus/"{prose.txt,code.c,code.py,unicode.txt} >"$tmp/long.txt"
+cat "$here/../data/tokenizer_corpus/"{prose.txt,code.c,code.py} >"$tmp/long.txt"
 long=$("$fathom" tokenize --model "$MODEL" --file "$tmp/long.txt")
 n_long=$(echo "$long" | tr ',' '\n' | wc -l)
-[ "$n_long" -gt 600 ] || { echo "FAIL: the long prompt has $n_long tokens"; exit 1; }
+[ "$n_long" -gt 520 ] || { echo "FAIL: the long prompt has $n_long tokens"; exit 1; }
 
 source "$here/../support/generate.sh" # gen PROMPT_IDS OUT N [args]
 
@@ -41,13 +41,13 @@ python3 "$here/../support/model_reference.py" "$MODEL" \
   --case "$long" "$(cat "$tmp/b.ids")" "$tmp/b.bin" \
   --capture "$long" "$tmp/cap.safetensors" --rel-tol 1e-4 || fail=1
 
-# 2. Sparse decode paths with k >= context select every key of the global
+# 2. A sparse decode path with k >= context selects every key of the global
 # layers: the same tokens as dense, logits equal up to fathom_attend's double
-# accumulation.
+# accumulation (every method: test_model.c on a tiny gemma3 file).
 compare_logits() { # a.bin b.bin label
   python3 "$here/../support/compare_logits.py" "$@"
 }
-for method in oracle fathom:256; do
+for method in oracle; do
   gen "$long" "$tmp/s" 4 --attn "$method" --k 100000 || { fail=1; continue; }
   cmp -s "$tmp/s.ids" "$tmp/b.ids" || {
     echo "FAIL: --attn $method --k 100000 tokens differ from dense: $(cat "$tmp/s.ids") vs $(cat "$tmp/b.ids")"
@@ -56,10 +56,10 @@ for method in oracle fathom:256; do
   grep -q "100.00% of visible keys selected" "$tmp/s.err" || {
     echo "FAIL: $method k=100000 did not select every key"; cat "$tmp/s.err"; fail=1; }
 done
-# 3. A truly sparse method selects a fraction (k = 64 of ~750 positions).
+# 3. A truly sparse method selects a fraction (k = 64 of ~550 positions).
 gen "$long" "$tmp/k64" 2 --attn fathom:64 --k 64 || fail=1
 pct=$(sed -n 's/.* \([0-9.]*\)% of visible keys selected/\1/p' "$tmp/k64.err")
-python3 -c "import sys; sys.exit(0 if 5 < float('${pct:-0}') < 12 else 1)" || {
+python3 -c "import sys; sys.exit(0 if 8 < float('${pct:-0}') < 15 else 1)" || {
   echo "FAIL: fathom:64 k=64 selected ${pct:-?}% of the keys"; fail=1; }
 echo "fathom:64 k=64: $pct% of visible keys selected"
 
