@@ -396,8 +396,11 @@ typedef struct fathom_model_info {
     float embed_scale;        /* token embeddings are multiplied by it: sqrt(embed) or 1 */
     float logit_softcap;      /* <arch>.final_logit_softcapping c: logits = c tanh(logits / c); 0: none */
     uint32_t sliding_window;  /* <arch>.attention.sliding_window: keys a sliding layer sees; 0: none */
-    uint32_t sliding_pattern; /* layer l is global iff l % pattern == pattern - 1 (0: all global) */
-    float rope_base_swa;      /* RoPE base of the sliding layers */
+    uint32_t sliding_pattern; /* layer l is global iff l % pattern == pattern - 1; 0: none or a
+                                 per-layer list (fathom_model_layer_sliding). gemma3 files
+                                 without the key: 6, llama.cpp's fixed value */
+    float rope_base_swa;      /* RoPE base of the sliding layers (gemma3 without
+                                 <arch>.rope.freq_base_swa: 10000, llama.cpp's) */
     int post_norms;           /* 1: RMSNorm of the attention and FFN outputs before each residual add */
     int gelu;                 /* 1: GeGLU with tanh GELU; 0: SwiGLU */
 } fathom_model_info;
