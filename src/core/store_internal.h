@@ -4,6 +4,20 @@
 
 #include "fathom.h"
 
+#include <stdint.h>
+
+/* Blocks of FATHOM_BLOCK_TOKENS that hold `tokens` tokens. */
+static inline uint64_t fathom_blocks_for(uint64_t tokens) {
+    return tokens / FATHOM_BLOCK_TOKENS + (tokens % FATHOM_BLOCK_TOKENS != 0);
+}
+
+/* FATHOM_ERR_INVALID_ARG naming `who` unless every depths[j] <= FATHOM_PLANES. */
+int fathom_depths_check(uint32_t dim, const uint8_t *depths, const char *who);
+
+/* Value of token `token` (absolute, < length) of channel j at depth 1..4:
+ * the t-bit mid-rise value, exact in float. No argument checks. */
+float fathom_store_token_value(const fathom_store *st, uint64_t token, uint32_t j, uint32_t t);
+
 /* Which implementation of fathom_store_scan runs. */
 typedef enum fathom_scan_kernel {
     FATHOM_SCAN_AUTO = 0,  /* what fathom_store_scan uses: the fastest this CPU supports */

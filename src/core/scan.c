@@ -1,0 +1,231 @@
+/* scan (§3.3) — scores of every token from the first t_j planes of each
+ * channel.
+ *
+ * fathom_store_scan_reference is the definition, written to be read: token
+ * by token, channel by channel, in double. The fast kernels below (portable,
+ * here; AVX2 and AVX-512 in scan_x86.c) compute the same scores in float and
+ * are picked at run time through cpu.h. */
+#include "internal.h"
+#include "scan_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------- *
+ * scan (§3.3): scores of every token from the first t_j planes
+ * ---------------------------------------------------------------------- */
+
+static int check_scan_args(const fathom_store *st, const uint8_t *depths, const float *queries,
+                           uint32_t group, uint64_t n, const float *scores,
+                           uint64_t *bytes_read_out) {
+    FATHOM_CHECK_ARG(st && depths && queries && scores, "store_scan: NULL argument");
+    FATHOM_CHECK_ARG(group > 0, "store_scan: group is 0");
+    FATHOM_CHECK_ARG(n > 0 && n <= fathom_store_length(st), "store_scan: n = %llu not in 1..length %llu",
+                     (unsigned long long)n, (unsigned long long)fathom_store_length(st));
+    uint64_t total;
+    FATHOM_CHECK(!fathom_mul_u64(group, n, &total) || total > SIZE_MAX / sizeof(float),
+                 FATHOM_ERR_NOMEM, "store_scan: group * n overflows");
+    FATHOM_TRY(fathom_depths_check(fathom_store_dim(st), depths, "store_scan"));
+    /* bytes: sum over active channels of ceil(n/64) * (8 t_j + 2) */
+    uint64_t per_block = 0;
+    for (uint32_t j = 0; j < fathom_store_dim(st); j++)
+        if (depths[j]) per_block += 8u * depths[j] + 2u;
+    FATHOM_CHECK(!fathom_mul_u64(fathom_blocks_for(n), per_block, bytes_read_out), FATHOM_ERR_NOMEM,
+                 "store_scan: byte count overflows");
+    return FATHOM_OK;
+}
+
+int fathom_store_scan_reference(const fathom_store *st, const uint8_t *depths, const float *queries,
+                                uint32_t group, uint64_t n, float *scores, uint64_t *bytes_read) {
+    uint64_t bytes;
+    FATHOM_TRY(check_scan_args(st, depths, queries, group, n, scores, &bytes));
+    const uint32_t dim = fathom_store_dim(st);
+    for (uint32_t h = 0; h < group; h++) {
+        const float *q = queries + (uint64_t)h * dim;
+        for (uint64_t i = 0; i < n; i++) {
+            double acc = 0.0;
+            for (uint32_t j = 0; j < dim; j++)
+                if (depths[j]) acc += (double)q[j] * fathom_store_token_value(st, i, j, depths[j]);
+            scores[(uint64_t)h * n + i] = (float)acc;
+        }
+    }
+    if (bytes_read) *bytes_read = bytes;
+    return FATHOM_OK;
+}
+
+#define EXPAND_ROW(x)                                                                              \
+    {                                                                                              \
+        (float)((x)&1), (float)(((x) >> 1) & 1), (float)(((x) >> 2) & 1), (float)(((x) >> 3) & 1), \
+            (float)(((x) >> 4) & 1), (float)(((x) >> 5) & 1), (float)(((x) >> 6) & 1),             \
+            (float)(((x) >> 7) & 1)                                                                \
+    }
+#define EXPAND_4(x) EXPAND_ROW(x), EXPAND_ROW((x) + 1), EXPAND_ROW((x) + 2), EXPAND_ROW((x) + 3)
+#define EXPAND_16(x) EXPAND_4(x), EXPAND_4((x) + 4), EXPAND_4((x) + 8), EXPAND_4((x) + 12)
+#define EXPAND_64(x) EXPAND_16(x), EXPAND_16((x) + 16), EXPAND_16((x) + 32), EXPAND_16((x) + 48)
+
+const float fathom_bit_expand[256][8]
+    __attribute__((aligned(32))) = {EXPAND_64(0), EXPAND_64(64), EXPAND_64(128), EXPAND_64(192)};
+
+/* ---- portable: GNU C vectors of 4 floats (SSE2, NEON, or scalar code) ----
+ * 8 tokens x up to 4 heads of accumulators per pass over the channels. */
+
+typedef float scan_v4 __attribute__((vector_size(16)));
+
+SCAN_INLINE scan_v4 v4_load(const float *p) {
+    scan_v4 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+SCAN_INLINE scan_v4 v4_splat(float x) { return (scan_v4){x, x, x, x}; }
+
+SCAN_INLINE void portable_channels(const scan_job *job, const scan_tile *tile, uint32_t b,
+                                   const uint32_t T, uint32_t h0, const uint32_t HC, uint32_t octet,
+                                   scan_v4 acc[4][2]) {
+    uint32_t r = job->row[T];
+    for (uint32_t k = job->first[T - 1]; k < job->first[T]; k++, r += T) {
+        const float *coef = tile->coef[k][b];
+        scan_v4 v0 = v4_splat(coef[0]), v1 = v0;
+        for (uint32_t p = 0; p < T; p++) {
+            const float *e = bit_expand[(tile->words[r + p][b] >> (8 * octet)) & 0xffu];
+            scan_v4 wp = v4_splat(coef[1 + p]);
+            v0 += v4_load(e) * wp;
+            v1 += v4_load(e + 4) * wp;
+        }
+        const float *q = job->queries + (uint64_t)h0 * job->dim + job->channels[k];
+        for (uint32_t h = 0; h < HC; h++) {
+            scan_v4 qh = v4_splat(q[(uint64_t)h * job->dim]);
+            acc[h][0] += qh * v0;
+            acc[h][1] += qh * v1;
+        }
+    }
+}
+
+SCAN_INLINE void portable_octet(const scan_job *job, const scan_tile *tile, uint32_t b, uint32_t h0,
+                                const uint32_t HC, uint32_t octet, float *out) {
+    scan_v4 acc[4][2];
+    for (uint32_t h = 0; h < HC; h++) acc[h][0] = acc[h][1] = v4_splat(0.0f);
+#define PORTABLE_DEPTH(T) portable_channels(job, tile, b, T, h0, HC, octet, acc)
+    SCAN_FOR_EACH_DEPTH(PORTABLE_DEPTH);
+#undef PORTABLE_DEPTH
+    for (uint32_t h = 0; h < HC; h++) {
+        memcpy(out + h * 8, &acc[h][0], sizeof acc[h][0]);
+        memcpy(out + h * 8 + 4, &acc[h][1], sizeof acc[h][1]);
+    }
+}
+
+static void portable_block(const scan_job *job, const scan_tile *tile, uint32_t b, uint32_t h0,
+                           uint32_t hc, uint64_t first, uint32_t valid) {
+    float out[4 * 8];
+    for (uint32_t octet = 0; octet * 8 < valid; octet++) {
+        uint32_t count = valid - octet * 8 < 8 ? valid - octet * 8 : 8;
+#define PORTABLE_OCTET(HC) portable_octet(job, tile, b, h0, HC, octet, out)
+        SCAN_HEAD_CHUNK(hc, PORTABLE_OCTET);
+#undef PORTABLE_OCTET
+        for (uint32_t h = 0; h < hc; h++)
+            add_scores(job->scores + (uint64_t)(h0 + h) * job->n + first + octet * 8, out + h * 8,
+                       count);
+    }
+}
+
+static void scan_segment_portable(const scan_job *job, scan_tile *tile,
+                                  const fathom_segment_view *view, uint64_t seg_n) {
+#define PORTABLE_BLOCK(b, h0, hc, first, valid) portable_block(job, tile, b, h0, hc, first, valid)
+    SCAN_SEGMENT_LOOP(job, tile, view, seg_n, fathom_f16_to_f32, PORTABLE_BLOCK);
+#undef PORTABLE_BLOCK
+}
+
+int fathom_scan_kernel_available(fathom_scan_kernel kernel) {
+    switch (kernel) {
+    case FATHOM_SCAN_AUTO:
+    case FATHOM_SCAN_REFERENCE:
+    case FATHOM_SCAN_PORTABLE: return 1;
+#ifdef FATHOM_X86
+    case FATHOM_SCAN_AVX2: return fathom_cpu_has(FATHOM_CPU_AVX2);
+    case FATHOM_SCAN_AVX512: return fathom_cpu_has(FATHOM_CPU_AVX512);
+#else
+    case FATHOM_SCAN_AVX2:
+    case FATHOM_SCAN_AVX512: return 0;
+#endif
+    }
+    return 0;
+}
+
+/* A scan call's working tables. */
+typedef struct scan_work {
+    scan_job job;
+    scan_tile tile;
+} scan_work;
+
+static scan_segment_fn pick_kernel(fathom_scan_kernel kernel) {
+#ifdef FATHOM_X86
+    if (kernel == FATHOM_SCAN_AVX512 ||
+        (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX512)))
+        return fathom_scan_segment_avx512;
+    if (kernel == FATHOM_SCAN_AVX2 || (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX2)))
+        return fathom_scan_segment_avx2;
+#endif
+    (void)kernel;
+    return scan_segment_portable;
+}
+
+int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st, const uint8_t *depths,
+                           const float *queries, uint32_t group, uint64_t n, float *scores,
+                           uint64_t *bytes_read) {
+    if (kernel == FATHOM_SCAN_REFERENCE)
+        return fathom_store_scan_reference(st, depths, queries, group, n, scores, bytes_read);
+    FATHOM_CHECK_ARG(kernel == FATHOM_SCAN_AUTO || kernel == FATHOM_SCAN_PORTABLE ||
+                         kernel == FATHOM_SCAN_AVX2 || kernel == FATHOM_SCAN_AVX512,
+                     "store_scan: unknown kernel %d", (int)kernel);
+    FATHOM_CHECK(!fathom_scan_kernel_available(kernel), FATHOM_ERR_UNSUPPORTED,
+                 "store_scan: kernel %d is not available on this CPU", (int)kernel);
+    uint64_t bytes;
+    FATHOM_TRY(check_scan_args(st, depths, queries, group, n, scores, &bytes));
+    scan_work work;
+    scan_job *job = &work.job;
+    scan_segment_fn segment_fn = pick_kernel(kernel);
+    memset(scores, 0, (size_t)(group * n) * sizeof(float));
+    job->S = fathom_store_segment_blocks(st);
+    job->dim = fathom_store_dim(st);
+    job->group = group;
+    job->n = n;
+    job->queries = queries;
+    job->scores = scores;
+    const uint64_t seg_tokens = (uint64_t)fathom_store_segment_blocks(st) * FATHOM_BLOCK_TOKENS;
+    /* Passes of up to SCAN_PASS_CHANNELS active channels; each adds into scores. */
+    for (uint32_t j = 0; j < fathom_store_dim(st);) {
+        /* the next up to SCAN_PASS_CHANNELS active channels, bucketed by depth */
+        uint32_t per_depth[FATHOM_PLANES + 1] = {0}, end = j, count = 0;
+        for (; end < fathom_store_dim(st) && count < SCAN_PASS_CHANNELS; end++)
+            if (depths[end]) per_depth[depths[end]]++, count++;
+        if (!count) break;
+        job->count = count;
+        job->first[0] = 0;
+        job->row[0] = job->row[1] = 0;
+        for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
+            job->first[t] = job->first[t - 1] + per_depth[t];
+            if (t > 1) job->row[t] = job->row[t - 1] + (t - 1) * per_depth[t - 1];
+        }
+        uint32_t fill[FATHOM_PLANES];
+        for (uint32_t t = 0; t < FATHOM_PLANES; t++) fill[t] = job->first[t];
+        for (; j < end; j++)
+            if (depths[j]) job->channels[fill[depths[j] - 1]++] = j;
+        for (uint32_t seg = 0; (uint64_t)seg * seg_tokens < n; seg++) {
+            fathom_segment_view view;
+            int status = fathom_store_segment(st, seg, &view);
+            if (status < 0) return status;
+            uint64_t seg_n =
+                n - view.first_token < view.tokens ? n - view.first_token : view.tokens;
+            segment_fn(job, &work.tile, &view, seg_n);
+        }
+    }
+    if (bytes_read) *bytes_read = bytes;
+    return FATHOM_OK;
+}
+
+int fathom_store_scan(const fathom_store *st, const uint8_t *depths, const float *queries,
+                      uint32_t group, uint64_t n, float *scores, uint64_t *bytes_read) {
+    return fathom_store_scan_with(FATHOM_SCAN_AUTO, st, depths, queries, group, n, scores,
+                                  bytes_read);
+}
