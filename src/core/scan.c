@@ -136,17 +136,100 @@ static void scan_segment_portable(const scan_job *job, scan_tile *tile,
 #undef PORTABLE_BLOCK
 }
 
+/* ---- tiled portable kernel: decode with bit_expand, 8 tokens x up to 4
+ * heads per GEMM step (a multiply then an add, as portable_channels) ---- */
+
+static void portable2_decode(const scan2_pass *ps, const scan2_tile *tile, uint32_t b, float *dec) {
+    for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
+        uint32_t r = ps->row[t];
+        for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++, r += t) {
+            const float *coef = tile->coef[k][b];
+            for (uint32_t octet = 0; octet < 8; octet++) {
+                scan_v4 v0 = v4_splat(coef[0]), v1 = v0;
+                for (uint32_t p = 0; p < t; p++) {
+                    const float *e = bit_expand[(tile->words[r + p][b] >> (8 * octet)) & 0xffu];
+                    scan_v4 wp = v4_splat(coef[1 + p]);
+                    v0 += v4_load(e) * wp;
+                    v1 += v4_load(e + 4) * wp;
+                }
+                memcpy(dec + (size_t)k * 64 + octet * 8, &v0, sizeof v0);
+                memcpy(dec + (size_t)k * 64 + octet * 8 + 4, &v1, sizeof v1);
+            }
+        }
+    }
+}
+
+SCAN_INLINE void portable2_gemm(const scan2_pass *ps, const float *dec, const uint32_t HC,
+                                float *out, uint64_t ld, uint32_t valid) {
+    for (uint32_t octet = 0; octet * 8 < valid; octet++) {
+        scan_v4 acc[4][2];
+        for (uint32_t h = 0; h < HC; h++) acc[h][0] = acc[h][1] = v4_splat(0.0f);
+        for (uint32_t k = 0; k < ps->count; k++) {
+            scan_v4 v0 = v4_load(dec + (size_t)k * 64 + octet * 8);
+            scan_v4 v1 = v4_load(dec + (size_t)k * 64 + octet * 8 + 4);
+            for (uint32_t h = 0; h < HC; h++) {
+                scan_v4 qh = v4_splat(ps->q[k][h]);
+                acc[h][0] += qh * v0;
+                acc[h][1] += qh * v1;
+            }
+        }
+        uint32_t n = valid - octet * 8 < 8 ? valid - octet * 8 : 8;
+        for (uint32_t h = 0; h < HC; h++) {
+            float a[8];
+            memcpy(a, &acc[h][0], sizeof acc[h][0]);
+            memcpy(a + 4, &acc[h][1], sizeof acc[h][1]);
+            scan2_put(out + h * ld + octet * 8, a, n, ps->add);
+        }
+    }
+}
+
+static void portable2_block(const scan2_pass *ps, const scan2_tile *tile, uint32_t b, float *dec,
+                            float *out, uint64_t ld, uint32_t valid) {
+    portable2_decode(ps, tile, b, dec);
+#define PORTABLE2_GEMM(HC) portable2_gemm(ps, dec, HC, out, ld, valid)
+    SCAN_HEAD_CHUNK(ps->heads, PORTABLE2_GEMM);
+#undef PORTABLE2_GEMM
+}
+
+/* The next pass: up to SCAN_PASS_CHANNELS active channels from channel j on,
+ * bucketed by depth (see scan_job). Returns the channel after the pass;
+ * *count = 0 when no active channel is left. */
+static uint32_t scan_next_pass(uint32_t dim, const uint8_t *depths, uint32_t j, uint32_t *count,
+                               uint32_t first[FATHOM_PLANES + 1], uint32_t row[FATHOM_PLANES + 1],
+                               uint32_t channels[SCAN_PASS_CHANNELS]) {
+    uint32_t per_depth[FATHOM_PLANES + 1] = {0}, end = j, n = 0;
+    for (; end < dim && n < SCAN_PASS_CHANNELS; end++)
+        if (depths[end]) per_depth[depths[end]]++, n++;
+    *count = n;
+    first[0] = 0;
+    row[0] = row[1] = 0;
+    for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
+        first[t] = first[t - 1] + per_depth[t];
+        if (t > 1) row[t] = row[t - 1] + (t - 1) * per_depth[t - 1];
+    }
+    uint32_t fill[FATHOM_PLANES];
+    for (uint32_t t = 0; t < FATHOM_PLANES; t++) fill[t] = first[t];
+    for (; j < end; j++)
+        if (depths[j]) channels[fill[depths[j] - 1]++] = j;
+    return end;
+}
+
 int fathom_scan_kernel_available(fathom_scan_kernel kernel) {
     switch (kernel) {
     case FATHOM_SCAN_AUTO:
     case FATHOM_SCAN_REFERENCE:
-    case FATHOM_SCAN_PORTABLE: return 1;
+    case FATHOM_SCAN_PORTABLE:
+    case FATHOM_SCAN_TILED_PORTABLE: return 1;
 #ifdef FATHOM_X86
-    case FATHOM_SCAN_AVX2: return fathom_cpu_has(FATHOM_CPU_AVX2);
-    case FATHOM_SCAN_AVX512: return fathom_cpu_has(FATHOM_CPU_AVX512);
+    case FATHOM_SCAN_AVX2:
+    case FATHOM_SCAN_TILED_AVX2: return fathom_cpu_has(FATHOM_CPU_AVX2);
+    case FATHOM_SCAN_AVX512:
+    case FATHOM_SCAN_TILED_AVX512: return fathom_cpu_has(FATHOM_CPU_AVX512);
 #else
     case FATHOM_SCAN_AVX2:
-    case FATHOM_SCAN_AVX512: return 0;
+    case FATHOM_SCAN_AVX512:
+    case FATHOM_SCAN_TILED_AVX2:
+    case FATHOM_SCAN_TILED_AVX512: return 0;
 #endif
     }
     return 0;
@@ -170,13 +253,132 @@ static scan_segment_fn pick_kernel(fathom_scan_kernel kernel) {
     return scan_segment_portable;
 }
 
+/* The tiled kernel for `kernel` (AUTO: the widest this CPU runs). */
+static scan2_block_fn pick_tiled(fathom_scan_kernel kernel) {
+#ifdef FATHOM_X86
+    if (kernel == FATHOM_SCAN_TILED_AVX512 ||
+        (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX512)))
+        return fathom_scan2_block_avx512;
+    if (kernel == FATHOM_SCAN_TILED_AVX2 ||
+        (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX2)))
+        return fathom_scan2_block_avx2;
+#endif
+    (void)kernel;
+    return portable2_block;
+}
+
+/* A tiled scan's working tables (about 40 KiB: callers' stacks hold it). */
+typedef struct scan2_work {
+    scan2_pass pass;
+    scan2_tile tile;
+    float dec[SCAN_PASS_CHANNELS * FATHOM_BLOCK_TOKENS] __attribute__((aligned(64)));
+} scan2_work;
+
+/* Scores heads [h0, h0 + pass->heads) over the range's blocks for one pass. */
+static int scan2_chunk(scan2_block_fn block_fn, scan2_work *w, const fathom_store *st,
+                       uint64_t first, uint64_t count, float *out, uint64_t ld) {
+    const uint64_t S = w->pass.S, end = first + count;
+    for (uint64_t blk = first / FATHOM_BLOCK_TOKENS; blk * FATHOM_BLOCK_TOKENS < end;) {
+        fathom_segment_view view;
+        FATHOM_TRY(fathom_store_segment(st, (uint32_t)(blk / S), &view));
+        const uint32_t b0 = (uint32_t)(blk % S);
+        uint64_t left = fathom_blocks_for(end) - blk;
+        uint32_t nb = SCAN2_TILE_BLOCKS;
+        if (S - b0 < nb) nb = (uint32_t)(S - b0);
+        if (left < nb) nb = (uint32_t)left;
+        SCAN_STAGE_TILE(&w->pass, &view, b0, nb, &w->tile, fathom_f16_to_f32);
+        for (uint32_t b = 0; b < nb; b++, blk++) {
+            uint64_t offset = blk * FATHOM_BLOCK_TOKENS - first;
+            uint32_t valid = count - offset < FATHOM_BLOCK_TOKENS ? (uint32_t)(count - offset)
+                                                                  : FATHOM_BLOCK_TOKENS;
+            block_fn(&w->pass, &w->tile, b, w->dec, out + offset, ld, valid);
+        }
+    }
+    return FATHOM_OK;
+}
+
+static int scan2_run(scan2_block_fn block_fn, const fathom_store *st, const uint8_t *depths,
+                     const float *queries, uint32_t group, uint64_t first, uint64_t count,
+                     float *scores, uint64_t ld) {
+    scan2_work *w = aligned_alloc(64, sizeof(scan2_work));
+    if (!w) return fathom_fail(FATHOM_ERR_NOMEM, "store_scan: out of memory");
+    const uint32_t dim = fathom_store_dim(st);
+    scan2_pass *ps = &w->pass;
+    ps->S = fathom_store_segment_blocks(st);
+    int status = FATHOM_OK, first_pass = 1;
+    for (uint32_t j = 0; j < dim && status == FATHOM_OK; first_pass = 0) {
+        j = scan_next_pass(dim, depths, j, &ps->count, ps->first, ps->row, ps->channels);
+        if (!ps->count) {
+            if (first_pass) /* no active channel: every score is 0 */
+                for (uint32_t h = 0; h < group; h++)
+                    memset(scores + h * ld, 0, (size_t)count * sizeof(float));
+            break;
+        }
+        for (uint32_t h0 = 0; h0 < group && status == FATHOM_OK; h0 += 4) {
+            ps->heads = group - h0 < 4 ? group - h0 : 4;
+            ps->add = !first_pass;
+            for (uint32_t k = 0; k < ps->count; k++)
+                for (uint32_t h = 0; h < 4; h++)
+                    ps->q[k][h] = h < ps->heads
+                                      ? queries[(uint64_t)(h0 + h) * dim + ps->channels[k]]
+                                      : 0.0f;
+            status = scan2_chunk(block_fn, w, st, first, count, scores + h0 * ld, ld);
+        }
+    }
+    free(w);
+    return status;
+}
+
+static int is_tiled(fathom_scan_kernel kernel) {
+    return kernel == FATHOM_SCAN_TILED_PORTABLE || kernel == FATHOM_SCAN_TILED_AVX2 ||
+           kernel == FATHOM_SCAN_TILED_AVX512;
+}
+
+int fathom_store_scan_range(fathom_scan_kernel kernel, const fathom_store *st,
+                            const uint8_t *depths, const float *queries, uint32_t group,
+                            uint64_t first, uint64_t count, float *scores, uint64_t ld,
+                            uint64_t *bytes_read) {
+    FATHOM_CHECK_ARG(kernel == FATHOM_SCAN_AUTO || is_tiled(kernel),
+                     "store_scan_range: kernel %d is not a tiled kernel", (int)kernel);
+    FATHOM_CHECK(!fathom_scan_kernel_available(kernel), FATHOM_ERR_UNSUPPORTED,
+                 "store_scan_range: kernel %d is not available on this CPU", (int)kernel);
+    FATHOM_CHECK_ARG(st && depths && queries && scores, "store_scan_range: NULL argument");
+    FATHOM_CHECK_ARG(group > 0, "store_scan_range: group is 0");
+    const uint64_t length = fathom_store_length(st);
+    FATHOM_CHECK_ARG(first % FATHOM_BLOCK_TOKENS == 0,
+                     "store_scan_range: first %llu is not a multiple of %d",
+                     (unsigned long long)first, FATHOM_BLOCK_TOKENS);
+    FATHOM_CHECK_ARG(count > 0 && first < length && count <= length - first,
+                     "store_scan_range: tokens [%llu, +%llu) not in 0..length %llu",
+                     (unsigned long long)first, (unsigned long long)count,
+                     (unsigned long long)length);
+    uint64_t total;
+    FATHOM_CHECK_ARG(ld >= count, "store_scan_range: ld %llu < count %llu",
+                     (unsigned long long)ld, (unsigned long long)count);
+    FATHOM_CHECK(!fathom_mul_u64(group, ld, &total) || total > SIZE_MAX / sizeof(float),
+                 FATHOM_ERR_NOMEM, "store_scan_range: group * ld overflows");
+    uint64_t bytes;
+    FATHOM_TRY(check_scan_args(st, depths, queries, group, count, scores, &bytes));
+    FATHOM_TRY(scan2_run(pick_tiled(kernel), st, depths, queries, group, first, count, scores, ld));
+    if (bytes_read) *bytes_read = bytes;
+    return FATHOM_OK;
+}
+
 int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st, const uint8_t *depths,
                            const float *queries, uint32_t group, uint64_t n, float *scores,
                            uint64_t *bytes_read) {
     if (kernel == FATHOM_SCAN_REFERENCE)
         return fathom_store_scan_reference(st, depths, queries, group, n, scores, bytes_read);
-    FATHOM_CHECK_ARG(kernel == FATHOM_SCAN_AUTO || kernel == FATHOM_SCAN_PORTABLE ||
-                         kernel == FATHOM_SCAN_AVX2 || kernel == FATHOM_SCAN_AVX512,
+    if (kernel == FATHOM_SCAN_AUTO || is_tiled(kernel)) {
+        FATHOM_CHECK(!fathom_scan_kernel_available(kernel), FATHOM_ERR_UNSUPPORTED,
+                     "store_scan: kernel %d is not available on this CPU", (int)kernel);
+        uint64_t bytes;
+        FATHOM_TRY(check_scan_args(st, depths, queries, group, n, scores, &bytes));
+        return fathom_store_scan_range(kernel, st, depths, queries, group, 0, n, scores, n,
+                                       bytes_read);
+    }
+    FATHOM_CHECK_ARG(kernel == FATHOM_SCAN_PORTABLE || kernel == FATHOM_SCAN_AVX2 ||
+                         kernel == FATHOM_SCAN_AVX512,
                      "store_scan: unknown kernel %d", (int)kernel);
     FATHOM_CHECK(!fathom_scan_kernel_available(kernel), FATHOM_ERR_UNSUPPORTED,
                  "store_scan: kernel %d is not available on this CPU", (int)kernel);
@@ -195,22 +397,9 @@ int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st, co
     const uint64_t seg_tokens = (uint64_t)fathom_store_segment_blocks(st) * FATHOM_BLOCK_TOKENS;
     /* Passes of up to SCAN_PASS_CHANNELS active channels; each adds into scores. */
     for (uint32_t j = 0; j < fathom_store_dim(st);) {
-        /* the next up to SCAN_PASS_CHANNELS active channels, bucketed by depth */
-        uint32_t per_depth[FATHOM_PLANES + 1] = {0}, end = j, count = 0;
-        for (; end < fathom_store_dim(st) && count < SCAN_PASS_CHANNELS; end++)
-            if (depths[end]) per_depth[depths[end]]++, count++;
-        if (!count) break;
-        job->count = count;
-        job->first[0] = 0;
-        job->row[0] = job->row[1] = 0;
-        for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
-            job->first[t] = job->first[t - 1] + per_depth[t];
-            if (t > 1) job->row[t] = job->row[t - 1] + (t - 1) * per_depth[t - 1];
-        }
-        uint32_t fill[FATHOM_PLANES];
-        for (uint32_t t = 0; t < FATHOM_PLANES; t++) fill[t] = job->first[t];
-        for (; j < end; j++)
-            if (depths[j]) job->channels[fill[depths[j] - 1]++] = j;
+        j = scan_next_pass(fathom_store_dim(st), depths, j, &job->count, job->first, job->row,
+                           job->channels);
+        if (!job->count) break;
         for (uint32_t seg = 0; (uint64_t)seg * seg_tokens < n; seg++) {
             fathom_segment_view view;
             int status = fathom_store_segment(st, seg, &view);

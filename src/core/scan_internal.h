@@ -139,6 +139,49 @@ SCAN_INLINE void add_scores(float *s, const float *acc, uint32_t count) {
     for (uint32_t i = 0; i < count; i++) s[i] += acc[i];
 }
 
+/* ---- the tiled kernels: token ranges, one decode per block, then a GEMM ----
+ *
+ * For each pass and chunk of up to 4 heads, a tile of up to
+ * SCAN2_TILE_BLOCKS blocks (one 64-byte line of every staged plane row) is
+ * staged as above; each block is decoded once into dec[k][64] (the exact
+ * values, shared by the chunk's heads) and then multiplied with the staged
+ * queries q[k][h]: for every token and head, acc = fma(q[k][h], dec[k][i],
+ * acc) over k in pass order from acc = 0 (the portable kernel: a multiply
+ * then an add), exactly the operations and order of the kernels above. The
+ * first pass stores 0.0f + acc, later passes add acc into the score (the
+ * older kernels' memset + add), so the scores are bit-identical to theirs. */
+#define SCAN2_TILE_BLOCKS 8
+
+typedef struct scan2_pass {
+    uint64_t S;                            /* segment blocks (SCAN_STAGE_TILE reads it) */
+    uint32_t count;                        /* active channels in this pass */
+    uint32_t first[FATHOM_PLANES + 1];     /* as scan_job */
+    uint32_t row[FATHOM_PLANES + 1];       /* as scan_job */
+    uint32_t channels[SCAN_PASS_CHANNELS]; /* as scan_job */
+    uint32_t heads;                        /* heads in this chunk, 1..4 */
+    int add;                               /* 0: store 0.0f + acc; 1: add acc to the score */
+    float q[SCAN_PASS_CHANNELS][4];        /* q[k][h] = query h's value of channels[k] */
+} scan2_pass;
+
+typedef struct scan2_tile {
+    uint64_t words[SCAN_PASS_CHANNELS * FATHOM_PLANES][SCAN2_TILE_BLOCKS];
+    float coef[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS][1 + FATHOM_PLANES];
+} scan2_tile;
+
+/* Scores tokens [0, valid) of block b of the tile for the pass's heads into
+ * out[h * ld + i]; dec is scratch of SCAN_PASS_CHANNELS * 64 floats, aligned
+ * to 64 bytes. */
+typedef void (*scan2_block_fn)(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
+                               float *dec, float *out, uint64_t ld, uint32_t valid);
+
+/* Writes acc[0..count) of one head to out: 0.0f + acc, or out + acc when add. */
+FATHOM_INLINE void scan2_put(float *out, const float *acc, uint32_t count, int add) {
+    if (add)
+        for (uint32_t i = 0; i < count; i++) out[i] += acc[i];
+    else
+        for (uint32_t i = 0; i < count; i++) out[i] = 0.0f + acc[i];
+}
+
 /* A kernel: scores the pass's channels over the first seg_n tokens of a
  * segment and adds them into job->scores. */
 typedef void (*scan_segment_fn)(const scan_job *, scan_tile *, const fathom_segment_view *,
@@ -149,6 +192,10 @@ void fathom_scan_segment_avx2(const scan_job *job, scan_tile *tile,
                               const fathom_segment_view *view, uint64_t seg_n);
 void fathom_scan_segment_avx512(const scan_job *job, scan_tile *tile,
                                 const fathom_segment_view *view, uint64_t seg_n);
+void fathom_scan2_block_avx2(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
+                             float *dec, float *out, uint64_t ld, uint32_t valid);
+void fathom_scan2_block_avx512(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
+                               float *dec, float *out, uint64_t ld, uint32_t valid);
 #endif
 
 #endif /* FATHOM_SCAN_INTERNAL_H */

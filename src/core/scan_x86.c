@@ -123,4 +123,130 @@ AVX512_TARGET void fathom_scan_segment_avx512(const scan_job *job, scan_tile *ti
     SCAN_SEGMENT_LOOP(job, tile, view, seg_n, _cvtsh_ss, AVX512_BLOCK);
 #undef AVX512_BLOCK
 }
+/* ---- tiled AVX2: decode 8 tokens per step; GEMM of 16 tokens x 4 heads ---- */
+
+AVX2_TARGET SCAN_INLINE void avx2_decode_depth(const scan2_pass *ps, const scan2_tile *tile,
+                                               uint32_t b, const uint32_t T, float *dec) {
+    uint32_t r = ps->row[T];
+    for (uint32_t k = ps->first[T - 1]; k < ps->first[T]; k++, r += T) {
+        const float *coef = tile->coef[k][b];
+        __m256 c0 = _mm256_broadcast_ss(&coef[0]), cp[FATHOM_PLANES];
+        uint64_t w[FATHOM_PLANES];
+        for (uint32_t p = 0; p < T; p++) {
+            cp[p] = _mm256_broadcast_ss(&coef[1 + p]);
+            w[p] = tile->words[r + p][b];
+        }
+        for (uint32_t octet = 0; octet < 8; octet++) {
+            __m256 v = c0;
+            for (uint32_t p = 0; p < T; p++)
+                v = _mm256_fmadd_ps(_mm256_load_ps(bit_expand[(w[p] >> (8 * octet)) & 0xffu]),
+                                    cp[p], v);
+            _mm256_store_ps(dec + (size_t)k * 64 + octet * 8, v);
+        }
+    }
+}
+
+AVX2_TARGET static void avx2_decode(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                    float *dec) {
+#define AVX2_DECODE(T) avx2_decode_depth(ps, tile, b, T, dec)
+    SCAN_FOR_EACH_DEPTH(AVX2_DECODE);
+#undef AVX2_DECODE
+}
+
+AVX2_TARGET SCAN_INLINE void avx2_gemm(const scan2_pass *ps, const float *dec, const uint32_t HC,
+                                       float *out, uint64_t ld, uint32_t valid) {
+    for (uint32_t quarter = 0; quarter * 16 < valid; quarter++) {
+        __m256 acc[4][2];
+        for (uint32_t h = 0; h < HC; h++) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
+        const float *d = dec + quarter * 16;
+        for (uint32_t k = 0; k < ps->count; k++, d += 64) {
+            __m256 v0 = _mm256_load_ps(d), v1 = _mm256_load_ps(d + 8);
+            for (uint32_t h = 0; h < HC; h++) {
+                __m256 qh = _mm256_broadcast_ss(&ps->q[k][h]);
+                acc[h][0] = _mm256_fmadd_ps(qh, v0, acc[h][0]);
+                acc[h][1] = _mm256_fmadd_ps(qh, v1, acc[h][1]);
+            }
+        }
+        uint32_t n = valid - quarter * 16 < 16 ? valid - quarter * 16 : 16;
+        for (uint32_t h = 0; h < HC; h++) {
+            float *o = out + h * ld + quarter * 16;
+            if (n == 16) {
+                __m256 base0 = ps->add ? _mm256_loadu_ps(o) : _mm256_setzero_ps();
+                __m256 base1 = ps->add ? _mm256_loadu_ps(o + 8) : _mm256_setzero_ps();
+                _mm256_storeu_ps(o, _mm256_add_ps(base0, acc[h][0]));
+                _mm256_storeu_ps(o + 8, _mm256_add_ps(base1, acc[h][1]));
+            } else {
+                float a[16];
+                _mm256_storeu_ps(a, acc[h][0]);
+                _mm256_storeu_ps(a + 8, acc[h][1]);
+                scan2_put(o, a, n, ps->add);
+            }
+        }
+    }
+}
+
+AVX2_TARGET void fathom_scan2_block_avx2(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                         float *dec, float *out, uint64_t ld, uint32_t valid) {
+    avx2_decode(ps, tile, b, dec);
+#define AVX2_GEMM(HC) avx2_gemm(ps, dec, HC, out, ld, valid)
+    SCAN_HEAD_CHUNK(ps->heads, AVX2_GEMM);
+#undef AVX2_GEMM
+}
+
+/* ---- tiled AVX-512: decode with plane bits as masks; GEMM of 64 tokens x 4 heads ---- */
+
+AVX512_TARGET static void avx512_decode(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                        float *dec) {
+    for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
+        uint32_t r = ps->row[t];
+        for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++, r += t) {
+            const float *coef = tile->coef[k][b];
+            __m512 v[4];
+            v[0] = v[1] = v[2] = v[3] = _mm512_set1_ps(coef[0]);
+            for (uint32_t p = 0; p < t; p++) {
+                uint64_t w = tile->words[r + p][b];
+                __m512 wp = _mm512_set1_ps(coef[1 + p]);
+                for (uint32_t g = 0; g < 4; g++)
+                    v[g] = _mm512_mask_add_ps(v[g], (__mmask16)(w >> (16 * g)), v[g], wp);
+            }
+            for (uint32_t g = 0; g < 4; g++) _mm512_store_ps(dec + (size_t)k * 64 + g * 16, v[g]);
+        }
+    }
+}
+
+AVX512_TARGET SCAN_INLINE void avx512_gemm(const scan2_pass *ps, const float *dec,
+                                           const uint32_t HC, float *out, uint64_t ld,
+                                           uint32_t valid) {
+    __m512 acc[4][4];
+    for (uint32_t h = 0; h < HC; h++)
+        for (uint32_t g = 0; g < 4; g++) acc[h][g] = _mm512_setzero_ps();
+    const float *d = dec;
+    for (uint32_t k = 0; k < ps->count; k++, d += 64) {
+        __m512 v[4];
+        for (uint32_t g = 0; g < 4; g++) v[g] = _mm512_load_ps(d + g * 16);
+        for (uint32_t h = 0; h < HC; h++) {
+            __m512 qh = _mm512_set1_ps(ps->q[k][h]);
+            for (uint32_t g = 0; g < 4; g++) acc[h][g] = _mm512_fmadd_ps(qh, v[g], acc[h][g]);
+        }
+    }
+    for (uint32_t h = 0; h < HC; h++) {
+        float *o = out + h * ld;
+        for (uint32_t g = 0; g * 16 < valid; g++) {
+            uint32_t n = valid - g * 16 < 16 ? valid - g * 16 : 16;
+            __mmask16 m = (__mmask16)((1u << n) - 1u);
+            __m512 base = ps->add ? _mm512_maskz_loadu_ps(m, o + g * 16) : _mm512_setzero_ps();
+            _mm512_mask_storeu_ps(o + g * 16, m, _mm512_add_ps(base, acc[h][g]));
+        }
+    }
+}
+
+AVX512_TARGET void fathom_scan2_block_avx512(const scan2_pass *ps, const scan2_tile *tile,
+                                             uint32_t b, float *dec, float *out, uint64_t ld,
+                                             uint32_t valid) {
+    avx512_decode(ps, tile, b, dec);
+#define AVX512_GEMM(HC) avx512_gemm(ps, dec, HC, out, ld, valid)
+    SCAN_HEAD_CHUNK(ps->heads, AVX512_GEMM);
+#undef AVX512_GEMM
+}
+
 #endif /* FATHOM_X86 */

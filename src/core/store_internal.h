@@ -24,7 +24,12 @@ typedef enum fathom_scan_kernel {
     FATHOM_SCAN_REFERENCE, /* plain per-token loop, double accumulation: the one to read */
     FATHOM_SCAN_PORTABLE,  /* the fast kernel compiled for the baseline ISA */
     FATHOM_SCAN_AVX2,      /* AVX2+FMA+F16C intrinsics (x86-64 only) */
-    FATHOM_SCAN_AVX512     /* AVX-512F intrinsics (x86-64 only) */
+    FATHOM_SCAN_AVX512,    /* AVX-512F intrinsics (x86-64 only) */
+    /* The tiled kernels (scan_internal.h): same scores, bit for bit, as the
+     * three above of the same instruction set; they also scan token ranges. */
+    FATHOM_SCAN_TILED_PORTABLE,
+    FATHOM_SCAN_TILED_AVX2,
+    FATHOM_SCAN_TILED_AVX512
 } fathom_scan_kernel;
 
 /* 1 when this build and CPU can run the kernel, else 0. */
@@ -36,6 +41,18 @@ int fathom_scan_kernel_available(fathom_scan_kernel kernel);
 int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *store,
                            const uint8_t *depths, const float *queries, uint32_t group, uint64_t n,
                            float *scores, uint64_t *bytes_read);
+
+/* Scores of tokens [first, first + count) only: score of head h and token
+ * first + i in scores[h * ld + i] (ld >= count). first is a multiple of
+ * FATHOM_BLOCK_TOKENS; first + count <= the store's length. kernel is
+ * FATHOM_SCAN_AUTO or a tiled kernel; the scores are bit-identical to
+ * fathom_store_scan_with's for the same kernel family. *bytes_read gets the
+ * plane and scale bytes of the range's blocks. Threads may scan disjoint
+ * ranges (or the same range into different buffers) of one store at once. */
+int fathom_store_scan_range(fathom_scan_kernel kernel, const fathom_store *store,
+                            const uint8_t *depths, const float *queries, uint32_t group,
+                            uint64_t first, uint64_t count, float *scores, uint64_t ld,
+                            uint64_t *bytes_read);
 
 /* The reference scan: scores[h*n + i] = sum_j q_hj * decode(i, j, depths[j]),
  * token by token, accumulated in double. */
