@@ -1,22 +1,33 @@
-/* bench_scan — CPU scan throughput of fathom:48 against the 4-bit channel
- * scan of Double Sparsity (ds:32), on the same store, with real plans from
- * real (synthetic Qwen3-8B) queries, and the machine's memory read
- * bandwidth measured in the same run. Runs are interleaved (A B A B ...)
- * and each figure is the median of its repeats.
+/* bench_scan — CPU scan throughput: today's kernel against the tiled one,
+ * fathom:48 against the 4-bit channel scan of Double Sparsity (ds:32), on
+ * the same stores, with real plans from real (synthetic Qwen3-8B) queries,
+ * and the scaling with threads of a split over (head, token range) tasks.
+ * The machine's memory read bandwidth is measured in the same run. Runs are
+ * interleaved (A B A B ...) and each figure is the median of its repeats.
  *
- *   bench_scan [--context N] [--heads H] [--queries Q] [--repeats R] [--threads T]
+ *   bench_scan [--context N] [--heads H] [--queries Q] [--repeats R]
+ *              [--threads T] [--range TOKENS] [--json]
  *
- * Prints plane bytes per second per core for each scan, the ratio of the two
- * and the fraction of the single-core and all-core read bandwidth. */
+ * "old" is fathom_store_scan (the untiled kernel, one call per head, a
+ * thread per head at most); "new" is fathom_store_scan_range with the tiled
+ * kernel, whose scores are bit-identical (checked here before timing). The
+ * thread pool is local to this benchmark. Plane bytes are those a scan
+ * reads (planes and fp16 scales). */
 #include "fathom.h"
+#include "store_internal.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#define MAX_HEADS 8
+#define MAX_THREADS 256
+#define MAX_REPEATS 64
 
 static double now_s(void) {
     struct timespec ts;
@@ -29,47 +40,132 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+static double median(const double *v, int n) {
+    double s[MAX_REPEATS];
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+/* ---- a benchmark-local pool: T threads pull task numbers from a counter ---- */
+
+typedef void (*task_fn)(void *ctx, uint64_t i, uint32_t thread);
+
+typedef struct pool_run {
+    task_fn task;
+    void *ctx;
+    uint64_t tasks;
+    atomic_uint_fast64_t next;
+} pool_run;
+
+typedef struct pool_thread {
+    pool_run *run;
+    uint32_t id;
+} pool_thread;
+
+static void *pool_worker(void *arg) {
+    pool_thread *w = arg;
+    for (;;) {
+        uint64_t i = atomic_fetch_add(&w->run->next, 1);
+        if (i >= w->run->tasks) return NULL;
+        w->run->task(w->run->ctx, i, w->id);
+    }
+}
+
+/* Runs task(ctx, i, thread) for i < tasks on `threads` threads; returns seconds. */
+static double pool_time(uint32_t threads, task_fn task, void *ctx, uint64_t tasks) {
+    pool_run r = {task, ctx, tasks, 0};
+    pthread_t tid[MAX_THREADS];
+    pool_thread w[MAX_THREADS];
+    uint32_t started = 0;
+    double t0 = now_s();
+    for (uint32_t t = 1; t < threads; t++) {
+        w[t] = (pool_thread){&r, t};
+        if (pthread_create(&tid[started], NULL, pool_worker, &w[t]) == 0) started++;
+    }
+    w[0] = (pool_thread){&r, 0};
+    pool_worker(&w[0]);
+    for (uint32_t t = 0; t < started; t++) pthread_join(tid[t], NULL);
+    return now_s() - t0;
 }
 
 /* ---- memory read bandwidth: sum of uint64 over a buffer larger than cache ---- */
-typedef struct read_arg {
-    const uint64_t *p;
-    size_t n;
-    uint64_t sum;
-} read_arg;
 
-static void *read_worker(void *a_) {
-    read_arg *a = a_;
+typedef struct read_ctx {
+    const uint64_t *p;
+    uint64_t per_task;
+    _Atomic uint64_t sink;
+} read_ctx;
+
+static void read_task(void *c_, uint64_t i, uint32_t thread) {
+    (void)thread;
+    read_ctx *c = c_;
+    const uint64_t *p = c->p + i * c->per_task;
     uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (size_t i = 0; i + 4 <= a->n; i += 4) {
-        s0 += a->p[i];
-        s1 += a->p[i + 1];
-        s2 += a->p[i + 2];
-        s3 += a->p[i + 3];
+    for (uint64_t k = 0; k + 4 <= c->per_task; k += 4) {
+        s0 += p[k];
+        s1 += p[k + 1];
+        s2 += p[k + 2];
+        s3 += p[k + 3];
     }
-    a->sum = s0 + s1 + s2 + s3;
-    return NULL;
+    atomic_fetch_add(&c->sink, s0 + s1 + s2 + s3);
 }
 
-static double read_bandwidth(const uint64_t *buf, size_t words, int threads) {
-    pthread_t tid[64];
-    read_arg args[64];
-    size_t per = words / (size_t)threads;
-    double t0 = now_s();
-    for (int t = 0; t < threads; t++) {
-        args[t] = (read_arg){buf + (size_t)t * per, per, 0};
-        if (t) pthread_create(&tid[t], NULL, read_worker, &args[t]);
-    }
-    read_worker(&args[0]);
-    for (int t = 1; t < threads; t++) pthread_join(tid[t], NULL);
-    double dt = now_s() - t0;
-    volatile uint64_t sink = 0;
-    for (int t = 0; t < threads; t++) sink += args[t].sum;
-    (void)sink;
-    return (double)(per * (size_t)threads * 8) / dt;
+static double read_bandwidth(const uint64_t *buf, uint64_t words, uint32_t threads) {
+    read_ctx c = {buf, words / threads, 0};
+    double dt = pool_time(threads, read_task, &c, threads);
+    return (double)(c.per_task * threads * 8) / dt;
+}
+
+/* ---- the scans ---- */
+
+typedef struct scan_ctx {
+    uint32_t heads, queries, G, d;
+    uint64_t n, range; /* tokens per task of the tiled split */
+    fathom_store **stores;
+    const float *q;           /* [head][G][query][d] as the source gives them */
+    const uint8_t *depths;    /* [head][query][d], or */
+    const uint8_t *ds_depths; /* [head][d] (one set for every query) */
+    float **scores;           /* per thread: [head][G][n] (each thread writes its own) */
+    float *qg;                /* [head][query][G][d] staged groups */
+    int status;
+} scan_ctx;
+
+static const uint8_t *task_depths(const scan_ctx *c, uint32_t h, uint32_t p) {
+    return c->ds_depths ? c->ds_depths + (size_t)h * c->d : c->depths + ((size_t)h * c->queries + p) * c->d;
+}
+
+/* old: task = (query, head), one fathom_store_scan over all n tokens */
+static void old_task(void *c_, uint64_t i, uint32_t thread) {
+    scan_ctx *c = c_;
+    uint32_t p = (uint32_t)(i / c->heads), h = (uint32_t)(i % c->heads);
+    const float *qg = c->qg + ((size_t)h * c->queries + p) * c->G * c->d;
+    int st = fathom_store_scan(c->stores[h], task_depths(c, h, p), qg, c->G, c->n,
+                               c->scores[thread] + (size_t)h * c->G * c->n, NULL);
+    if (st < 0) c->status = st;
+}
+
+/* new: task = (query, head, token range) */
+static void new_task(void *c_, uint64_t i, uint32_t thread) {
+    scan_ctx *c = c_;
+    uint64_t ranges = (c->n + c->range - 1) / c->range;
+    uint64_t r = i % ranges;
+    uint32_t h = (uint32_t)(i / ranges % c->heads), p = (uint32_t)(i / ranges / c->heads);
+    const float *qg = c->qg + ((size_t)h * c->queries + p) * c->G * c->d;
+    uint64_t first = r * c->range, count = c->n - first < c->range ? c->n - first : c->range;
+    int st = fathom_store_scan_range(FATHOM_SCAN_AUTO, c->stores[h], task_depths(c, h, p), qg, c->G,
+                                     first, count, c->scores[thread] + (size_t)h * c->G * c->n + first, c->n,
+                                     NULL);
+    if (st < 0) c->status = st;
+}
+
+static double run_old(scan_ctx *c, uint32_t threads) {
+    return pool_time(threads, old_task, c, (uint64_t)c->queries * c->heads);
+}
+
+static double run_new(scan_ctx *c, uint32_t threads) {
+    uint64_t ranges = (c->n + c->range - 1) / c->range;
+    return pool_time(threads, new_task, c, (uint64_t)c->queries * c->heads * ranges);
 }
 
 static int fail(const char *what, int st) {
@@ -77,21 +173,80 @@ static int fail(const char *what, int st) {
     return 1;
 }
 
+static void cpu_model(char *out, size_t cap) {
+    snprintf(out, cap, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10)) {
+            char *v = strchr(line, ':');
+            if (v) {
+                v += 1 + (v[1] == ' ');
+                v[strcspn(v, "\n")] = 0;
+                snprintf(out, cap, "%s", v);
+            }
+            break;
+        }
+    fclose(f);
+}
+
+/* Plane bytes one scan of each (head, query) reads, summed. */
+static double plan_bytes(const scan_ctx *c) {
+    double total = 0;
+    for (uint32_t h = 0; h < c->heads; h++)
+        for (uint32_t p = 0; p < c->queries; p++) {
+            const uint8_t *dep = task_depths(c, h, p);
+            uint64_t per_block = 0;
+            for (uint32_t j = 0; j < c->d; j++)
+                if (dep[j]) per_block += 8u * dep[j] + 2u;
+            total += (double)(per_block * ((c->n + 63) / 64));
+        }
+    return total;
+}
+
+/* Checks the tiled scan's scores against fathom_store_scan's, bit for bit. */
+static int check_identical(scan_ctx *c) {
+    float *a = malloc((size_t)c->G * c->n * sizeof(float));
+    if (!a) return -1;
+    int same = 1;
+    for (uint32_t h = 0; h < c->heads && same; h++) {
+        const float *qg = c->qg + (size_t)h * c->queries * c->G * c->d;
+        float *b = c->scores[0] + (size_t)h * c->G * c->n;
+        if (fathom_store_scan(c->stores[h], task_depths(c, h, 0), qg, c->G, c->n, a, NULL) < 0 ||
+            fathom_store_scan_range(FATHOM_SCAN_AUTO, c->stores[h], task_depths(c, h, 0), qg, c->G, 0,
+                                    c->n, b, c->n, NULL) < 0)
+            same = -1;
+        else
+            same = !memcmp(a, b, (size_t)c->G * c->n * sizeof(float));
+    }
+    free(a);
+    return same;
+}
+
 int main(int argc, char **argv) {
-    uint64_t context = 32768;
+    uint64_t context = 32768, range = 16384;
     uint32_t heads = 8, queries = 16, repeats = 7, threads = 2;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--context")) context = strtoull(argv[i + 1], NULL, 10);
-        else if (!strcmp(argv[i], "--heads")) heads = (uint32_t)atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--queries")) queries = (uint32_t)atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--repeats")) repeats = (uint32_t)atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--threads")) threads = (uint32_t)atoi(argv[i + 1]);
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--json")) { json = 1; continue; }
+        if (!v) a = "";
+        if (!strcmp(a, "--context")) context = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--heads")) heads = (uint32_t)atoi(v);
+        else if (!strcmp(a, "--queries")) queries = (uint32_t)atoi(v);
+        else if (!strcmp(a, "--repeats")) repeats = (uint32_t)atoi(v);
+        else if (!strcmp(a, "--threads")) threads = (uint32_t)atoi(v);
+        else if (!strcmp(a, "--range")) range = strtoull(v, NULL, 10);
         else {
-            fprintf(stderr, "usage: bench_scan [--context N] [--heads H<=8] [--queries Q] [--repeats R] [--threads T]\n");
+            fprintf(stderr, "usage: bench_scan [--context N] [--heads H<=8] [--queries Q] [--repeats R<=64] "
+                            "[--threads T] [--range TOKENS (multiple of 64)] [--json]\n");
             return 2;
         }
+        i++;
     }
-    if (!context || !heads || heads > 8 || !queries || !repeats || repeats > 64 || !threads || threads > 64) {
+    if (!context || !heads || heads > MAX_HEADS || !queries || !repeats || repeats > MAX_REPEATS || !threads ||
+        threads > MAX_THREADS || !range || range % 64) {
         fprintf(stderr, "bench_scan: bad arguments\n");
         return 2;
     }
@@ -102,99 +257,160 @@ int main(int argc, char **argv) {
     fathom_source_info info;
     fathom_source_get_info(src, &info);
     const uint32_t d = info.dim, G = info.q_heads / info.kv_heads;
+    if (heads > info.kv_heads || d > 512) return fail("source shape", FATHOM_ERR_UNSUPPORTED);
     float *q = malloc((size_t)info.q_heads * queries * d * sizeof(float));
     float *k = malloc((size_t)info.kv_heads * context * d * sizeof(float));
-    float *scores = malloc((size_t)G * context * sizeof(float));
-    if (!q || !k || !scores) return fail("allocation", FATHOM_ERR_NOMEM);
+    float *qg = malloc((size_t)heads * queries * G * d * sizeof(float));
+    float *scores[MAX_THREADS];
+    for (uint32_t t = 0; t < threads; t++)
+        if (!(scores[t] = malloc((size_t)heads * G * context * sizeof(float)))) return fail("allocation", FATHOM_ERR_NOMEM);
+    uint8_t *fathom_depths = malloc((size_t)heads * queries * d);
+    uint8_t *ds_depths = calloc((size_t)heads, d);
+    if (!q || !k || !qg || !fathom_depths || !ds_depths) return fail("allocation", FATHOM_ERR_NOMEM);
     if ((st = fathom_source_layer(src, info.layers / 2, q, k, NULL)) < 0) return fail("layer", st);
 
-    /* One store per KV head: heads * 68 B * n, well past the last-level cache. */
-    fathom_store *stores[8];
-    uint8_t *fathom_depths = malloc((size_t)heads * queries * d);
-    uint8_t ds_depths[8][512];
-    float qg[8 * 128];
+    /* One store per KV head: heads * 68 B * n, past the last-level cache at large n. */
+    fathom_store *stores[MAX_HEADS];
     for (uint32_t h = 0; h < heads; h++) {
         if ((st = fathom_store_create(&stores[h], d, 0, NULL)) < 0) return fail("store", st);
         if ((st = fathom_store_append(stores[h], k + (size_t)h * context * d, context)) < 0) return fail("append", st);
         float var[512];
-        double g[512];
+        double g[512], stat[512];
         fathom_store_variance(stores[h], var);
+        for (uint32_t p = 0; p < queries; p++)
+            for (uint32_t hh = 0; hh < G; hh++)
+                memcpy(qg + (((size_t)h * queries + p) * G + hh) * d, q + (((size_t)h * G + hh) * queries + p) * d,
+                       d * sizeof(float));
         /* ds:32: channels by mean|q| * mean|k| over this window. */
-        double stat[512];
         for (uint32_t j = 0; j < d; j++) {
             double mq = 0, mk = 0;
-            for (uint32_t hh = 0; hh < G; hh++)
-                for (uint32_t p = 0; p < queries; p++) mq += fabs(q[(((size_t)h * G + hh) * queries + p) * d + j]);
+            for (uint32_t i = 0; i < G * queries; i++) mq += fabs(qg[((size_t)h * queries * G + i) * d + j]);
             for (uint64_t i = 0; i < context; i++) mk += fabs(k[((size_t)h * context + i) * d + j]);
             stat[j] = mq * mk;
         }
-        memset(ds_depths[h], 0, d);
         for (int c = 0; c < 32; c++) {
             int best = -1;
             for (uint32_t j = 0; j < d; j++)
-                if (!ds_depths[h][j] && (best < 0 || stat[j] > stat[best])) best = (int)j;
-            ds_depths[h][best] = 4;
+                if (!ds_depths[h * d + j] && (best < 0 || stat[j] > stat[best])) best = (int)j;
+            ds_depths[h * d + best] = 4;
         }
         /* fathom:48: a real plan per query group. */
         for (uint32_t p = 0; p < queries; p++) {
-            for (uint32_t hh = 0; hh < G; hh++)
-                memcpy(qg + hh * d, q + (((size_t)h * G + hh) * queries + p) * d, d * sizeof(float));
-            fathom_importance(d, G, qg, var, g);
+            fathom_importance(d, G, qg + ((size_t)h * queries + p) * G * d, var, g);
             fathom_water_fill(d, g, 48, fathom_depths + ((size_t)h * queries + p) * d, NULL);
         }
     }
+    free(k);
 
-    /* Memory bandwidth, measured in this run: 1 GiB, 1 thread and T threads. */
-    size_t words = (size_t)1 << 27;
+    scan_ctx cf = {heads, queries, G, d, context, range, stores, q, fathom_depths, NULL, scores, qg, 0};
+    scan_ctx cd = cf;
+    cd.depths = NULL;
+    cd.ds_depths = ds_depths;
+    int same_f = check_identical(&cf), same_d = check_identical(&cd);
+    if (same_f < 0 || same_d < 0) return fail("scan", FATHOM_ERR_INVALID_ARG);
+    const double bytes_f = plan_bytes(&cf), bytes_d = plan_bytes(&cd);
+    double bits_f = 0;
+    for (uint32_t i = 0; i < heads * queries; i++) bits_f += fathom_depth_bits(d, fathom_depths + (size_t)i * d);
+    bits_f /= (double)heads * queries;
+
+    /* thread counts for the scaling table: 1, 2, 4, ... and T */
+    uint32_t tc[16], ntc = 0;
+    for (uint32_t t = 1; t < threads && ntc < 15; t *= 2) tc[ntc++] = t;
+    tc[ntc++] = threads;
+
+    size_t words = (size_t)1 << 27; /* 1 GiB */
     uint64_t *buf = malloc(words * 8);
     if (!buf) return fail("bandwidth buffer", FATHOM_ERR_NOMEM);
     for (size_t i = 0; i < words; i++) buf[i] = i;
 
-    double t_fathom[64], t_ds[64], bw1[64], bwT[64];
-    double bytes_fathom = 0, bytes_ds = 0, bits_fathom = 0;
+    static double bw1[MAX_REPEATS], bwT[MAX_REPEATS], old_f[MAX_REPEATS], old_d[MAX_REPEATS], new_f[MAX_REPEATS],
+        new_d[MAX_REPEATS], sc_new[16][MAX_REPEATS], sc_old[16][MAX_REPEATS];
     for (uint32_t r = 0; r < repeats; r++) {
         bw1[r] = read_bandwidth(buf, words, 1);
-        bwT[r] = read_bandwidth(buf, words, (int)threads);
-        for (int which = 0; which < 2; which++) {
-            double t0 = now_s();
-            uint64_t total = 0;
-            for (uint32_t h = 0; h < heads; h++)
-                for (uint32_t p = 0; p < queries; p++) {
-                    for (uint32_t hh = 0; hh < G; hh++)
-                        memcpy(qg + hh * d, q + (((size_t)h * G + hh) * queries + p) * d, d * sizeof(float));
-                    const uint8_t *dep = which == 0 ? fathom_depths + ((size_t)h * queries + p) * d : ds_depths[h];
-                    uint64_t b;
-                    fathom_store_scan(stores[h], dep, qg, G, context, scores, &b);
-                    total += b;
-                    if (r == 0 && which == 0) bits_fathom += fathom_depth_bits(d, dep);
-                }
-            double dt = now_s() - t0;
-            if (which == 0) t_fathom[r] = dt, bytes_fathom = (double)total;
-            else t_ds[r] = dt, bytes_ds = (double)total;
+        bwT[r] = read_bandwidth(buf, words, threads);
+        old_f[r] = run_old(&cf, 1);
+        new_f[r] = run_new(&cf, 1);
+        old_d[r] = run_old(&cd, 1);
+        new_d[r] = run_new(&cd, 1);
+        for (uint32_t i = 0; i < ntc; i++) {
+            sc_new[i][r] = run_new(&cf, tc[i]);
+            sc_old[i][r] = run_old(&cf, tc[i]);
         }
     }
-    bits_fathom /= (double)heads * queries;
-    double tf = median(t_fathom, (int)repeats), td = median(t_ds, (int)repeats);
-    double b1 = median(bw1, (int)repeats), bT = median(bwT, (int)repeats);
-    double rf = bytes_fathom / tf, rd = bytes_ds / td;
+    if (cf.status < 0 || cd.status < 0) return fail("scan", cf.status < 0 ? cf.status : cd.status);
+    const double b1 = median(bw1, (int)repeats), bT = median(bwT, (int)repeats);
+    const double tof = median(old_f, (int)repeats), tnf = median(new_f, (int)repeats);
+    const double tod = median(old_d, (int)repeats), tnd = median(new_d, (int)repeats);
+    double sn[16], so[16];
+    for (uint32_t i = 0; i < ntc; i++) sn[i] = median(sc_new[i], (int)repeats), so[i] = median(sc_old[i], (int)repeats);
+    const double Q = queries;
+    char cpu[256];
+    cpu_model(cpu, sizeof cpu);
+    const char *kern = fathom_scan_kernel_available(FATHOM_SCAN_AVX512) ? "avx512"
+                       : fathom_scan_kernel_available(FATHOM_SCAN_AVX2) ? "avx2"
+                                                                         : "portable";
+    /* per core: plane bytes / s on one thread; all: on the largest thread count */
+    const double pc_old = bytes_f / tof, pc_new = bytes_f / tnf, all_new = bytes_f / sn[ntc - 1];
 
-    printf("bench_scan: qwen3-8b synthetic, n = %llu, %u KV heads, G = %u, %u query groups each, %u repeats (median)\n",
-           (unsigned long long)context, heads, G, queries, repeats);
-    printf("memory read bandwidth: %.2f GB/s on 1 core, %.2f GB/s on %u threads\n", b1 / 1e9, bT / 1e9, threads);
-    printf("%-10s %10s %14s %12s %16s %14s\n", "scan", "bits/tok", "plane MB/step", "ms/step", "plane GB/s/core",
-           "of 1-core BW");
-    printf("%-10s %10.1f %14.2f %12.2f %16.2f %13.1f%%\n", "fathom:48", bits_fathom, bytes_fathom / 1e6 / queries,
-           1e3 * tf / queries, rf / 1e9, 100 * rf / b1);
-    printf("%-10s %10.1f %14.2f %12.2f %16.2f %13.1f%%\n", "ds:32", fathom_depth_bits(d, ds_depths[0]),
-           bytes_ds / 1e6 / queries, 1e3 * td / queries, rd / 1e9, 100 * rd / b1);
-    printf("ratio fathom:48 / ds:32: bytes %.3f, time %.3f, throughput %.3f\n", bytes_fathom / bytes_ds, tf / td, rf / rd);
+    if (json) {
+        printf("{\"cpu\": \"%s\", \"kernel_isa\": \"%s\", \"context\": %llu, \"kv_heads\": %u, \"group\": %u, "
+               "\"queries\": %u, \"repeats\": %u, \"threads\": %u, \"range_tokens\": %llu,\n",
+               cpu, kern, (unsigned long long)context, heads, G, queries, repeats, threads,
+               (unsigned long long)range);
+        printf(" \"read_bandwidth_gbs\": {\"one_core\": %.3f, \"all_threads\": %.3f},\n", b1 / 1e9, bT / 1e9);
+        printf(" \"identical_scores\": {\"fathom48\": %s, \"ds32\": %s},\n", same_f ? "true" : "false",
+               same_d ? "true" : "false");
+        printf(" \"single_core\": {\"fathom48\": {\"bits_per_token\": %.2f, \"plane_mb_per_step\": %.4f, "
+               "\"old_ms_per_step\": %.4f, \"new_ms_per_step\": %.4f, \"old_gbs\": %.4f, \"new_gbs\": %.4f},\n",
+               bits_f, bytes_f / 1e6 / Q, 1e3 * tof / Q, 1e3 * tnf / Q, pc_old / 1e9, pc_new / 1e9);
+        printf("  \"ds32\": {\"bits_per_token\": %.2f, \"plane_mb_per_step\": %.4f, \"old_ms_per_step\": %.4f, "
+               "\"new_ms_per_step\": %.4f, \"old_gbs\": %.4f, \"new_gbs\": %.4f}},\n",
+               fathom_depth_bits(d, ds_depths), bytes_d / 1e6 / Q, 1e3 * tod / Q, 1e3 * tnd / Q,
+               bytes_d / tod / 1e9, bytes_d / tnd / 1e9);
+        printf(" \"ratios\": {\"new_over_old_gbs_per_core_fathom48\": %.4f, \"fathom48_over_ds32_time_new\": %.4f, "
+               "\"fathom48_over_ds32_time_old\": %.4f, \"fathom48_over_ds32_bytes\": %.4f},\n",
+               pc_new / pc_old, tnf / tnd, tof / tod, bytes_f / bytes_d);
+        printf(" \"scaling_fathom48\": [");
+        for (uint32_t i = 0; i < ntc; i++)
+            printf("%s{\"threads\": %u, \"new_gbs\": %.4f, \"new_gbs_per_thread\": %.4f, \"old_gbs\": %.4f}",
+                   i ? ", " : "", tc[i], bytes_f / sn[i] / 1e9, bytes_f / sn[i] / 1e9 / tc[i], bytes_f / so[i] / 1e9);
+        printf("],\n \"gpu_host_check\": {\"per_core_gbs\": %.4f, \"per_core_target_gbs\": 3, \"all_threads_gbs\": "
+               "%.4f, \"all_threads_target_gbs\": 40, \"applies\": %s}}\n",
+               pc_new / 1e9, all_new / 1e9, context >= 1000000 && threads >= 16 ? "true" : "false");
+    } else {
+        printf("bench_scan: %s, qwen3-8b synthetic, n = %llu, %u KV heads, G = %u, %u query groups each, "
+               "%u repeats (median), tiled kernel %s, tasks of %llu tokens\n",
+               cpu, (unsigned long long)context, heads, G, queries, repeats, kern, (unsigned long long)range);
+        printf("scores of the tiled kernel identical to fathom_store_scan's: fathom:48 %s, ds:32 %s\n",
+               same_f ? "yes" : "NO", same_d ? "yes" : "NO");
+        printf("memory read bandwidth: %.2f GB/s on 1 core, %.2f GB/s on %u threads\n", b1 / 1e9, bT / 1e9, threads);
+        printf("%-10s %9s %13s %11s %11s %14s %14s\n", "scan (1 core)", "bits/tok", "plane MB/step", "old ms/step",
+               "new ms/step", "old GB/s/core", "new GB/s/core");
+        printf("%-13s %6.1f %13.2f %11.3f %11.3f %14.3f %14.3f\n", "fathom:48", bits_f, bytes_f / 1e6 / Q,
+               1e3 * tof / Q, 1e3 * tnf / Q, pc_old / 1e9, pc_new / 1e9);
+        printf("%-13s %6.1f %13.2f %11.3f %11.3f %14.3f %14.3f\n", "ds:32", fathom_depth_bits(d, ds_depths),
+               bytes_d / 1e6 / Q, 1e3 * tod / Q, 1e3 * tnd / Q, bytes_d / tod / 1e9, bytes_d / tnd / 1e9);
+        printf("ratio new / old, fathom:48 plane GB/s per core: %.3f (target >= 2.5)\n", pc_new / pc_old);
+        printf("ratio fathom:48 / ds:32 time: new %.3f, old %.3f (target <= 0.5); bytes %.3f\n", tnf / tnd,
+               tof / tod, bytes_f / bytes_d);
+        printf("scaling, fathom:48: %7s %14s %16s %14s\n", "threads", "new GB/s", "new GB/s/thread",
+               "old GB/s");
+        for (uint32_t i = 0; i < ntc; i++)
+            printf("                    %7u %14.3f %16.3f %14.3f\n", tc[i], bytes_f / sn[i] / 1e9,
+                   bytes_f / sn[i] / 1e9 / tc[i], bytes_f / so[i] / 1e9);
+        printf("GPU-host check (n >= 1M, 16 threads: --context 1048576 --threads 16): %.2f GB/s per core "
+               "(target >= 3), %.2f GB/s on %u threads (target >= 40)%s\n",
+               pc_new / 1e9, all_new / 1e9, threads,
+               context >= 1000000 && threads >= 16 ? "" : " [not that configuration]");
+    }
 
     for (uint32_t h = 0; h < heads; h++) fathom_store_free(stores[h]);
     fathom_source_free(src);
     free(buf);
     free(q);
-    free(k);
-    free(scores);
+    free(qg);
+    for (uint32_t t = 0; t < threads; t++) free(scores[t]);
     free(fathom_depths);
-    return 0;
+    free(ds_depths);
+    return same_f && same_d ? 0 : 1;
 }
