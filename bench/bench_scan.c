@@ -8,6 +8,9 @@
  *   bench_scan [--context N] [--heads H] [--queries Q] [--repeats R]
  *              [--threads T] [--range TOKENS] [--json]
  *
+ * --json: one JSON object on stdout (the table goes to stderr;
+ * scripts/record-result adds the machine, date and commit).
+ *
  * "old" is fathom_store_scan (the untiled kernel, one call per head, a
  * thread per head at most); "new" is fathom_store_scan_range with the tiled
  * kernel, whose scores are bit-identical (checked here before timing). The
@@ -353,56 +356,67 @@ int main(int argc, char **argv) {
     const double pc_old = bytes_f / tof, pc_new = bytes_f / tnf, all_new = bytes_f / sn[ntc - 1];
 
     if (json) {
-        printf("{\"cpu\": \"%s\", \"kernel_isa\": \"%s\", \"context\": %llu, \"kv_heads\": %u, \"group\": %u, "
-               "\"queries\": %u, \"repeats\": %u, \"threads\": %u, \"range_tokens\": %llu,\n",
+        /* bench, scans and ratio_fathom_to_ds keep the schema of the recorded
+         * bench-scan table (the untiled kernel, fathom_store_scan); the rest adds
+         * the tiled kernel, the ratios and the thread scaling */
+        const char *names[2] = {"fathom:48", "ds:32"};
+        const double bits[2] = {bits_f, fathom_depth_bits(d, ds_depths)}, bytes[2] = {bytes_f, bytes_d},
+                     t_old[2] = {tof, tod}, t_new[2] = {tnf, tnd};
+        printf("{\"bench\":\"bench_scan\",\"source\":\"qwen3-8b\",\"cpu\":\"%s\",\"tiled_isa\":\"%s\","
+               "\"context\":%llu,\"heads\":%u,\"group\":%u,\"queries\":%u,\"repeats\":%u,\"threads\":%u,"
+               "\"range_tokens\":%llu,\"read_GBps_1core\":%.3f,\"read_GBps_threads\":%.3f,"
+               "\"identical_scores\":%s,",
                cpu, kern, (unsigned long long)context, heads, G, queries, repeats, threads,
-               (unsigned long long)range);
-        printf(" \"read_bandwidth_gbs\": {\"one_core\": %.3f, \"all_threads\": %.3f},\n", b1 / 1e9, bT / 1e9);
-        printf(" \"identical_scores\": {\"fathom48\": %s, \"ds32\": %s},\n", same_f ? "true" : "false",
-               same_d ? "true" : "false");
-        printf(" \"single_core\": {\"fathom48\": {\"bits_per_token\": %.2f, \"plane_mb_per_step\": %.4f, "
-               "\"old_ms_per_step\": %.4f, \"new_ms_per_step\": %.4f, \"old_gbs\": %.4f, \"new_gbs\": %.4f},\n",
-               bits_f, bytes_f / 1e6 / Q, 1e3 * tof / Q, 1e3 * tnf / Q, pc_old / 1e9, pc_new / 1e9);
-        printf("  \"ds32\": {\"bits_per_token\": %.2f, \"plane_mb_per_step\": %.4f, \"old_ms_per_step\": %.4f, "
-               "\"new_ms_per_step\": %.4f, \"old_gbs\": %.4f, \"new_gbs\": %.4f}},\n",
-               fathom_depth_bits(d, ds_depths), bytes_d / 1e6 / Q, 1e3 * tod / Q, 1e3 * tnd / Q,
-               bytes_d / tod / 1e9, bytes_d / tnd / 1e9);
-        printf(" \"ratios\": {\"new_over_old_gbs_per_core_fathom48\": %.4f, \"fathom48_over_ds32_time_new\": %.4f, "
-               "\"fathom48_over_ds32_time_old\": %.4f, \"fathom48_over_ds32_bytes\": %.4f},\n",
-               pc_new / pc_old, tnf / tnd, tof / tod, bytes_f / bytes_d);
-        printf(" \"scaling_fathom48\": [");
+               (unsigned long long)range, b1 / 1e9, bT / 1e9, same_f && same_d ? "true" : "false");
+        for (int tiled = 0; tiled < 2; tiled++) {
+            printf("\"%s\":[", tiled ? "scans_tiled" : "scans");
+            for (int s = 0; s < 2; s++) {
+                const double t = tiled ? t_new[s] : t_old[s];
+                printf("%s{\"name\":\"%s\",\"bits_per_token\":%.3f,\"plane_MB_per_step\":%.4f,"
+                       "\"ms_per_step\":%.4f,\"plane_GBps_per_core\":%.4f,\"of_1core_read_pct\":%.2f}",
+                       s ? "," : "", names[s], bits[s], bytes[s] / 1e6 / Q, 1e3 * t / Q, bytes[s] / t / 1e9,
+                       100 * bytes[s] / t / b1);
+            }
+            printf("],");
+        }
+        printf("\"ratio_fathom_to_ds\":{\"bytes\":%.4f,\"time\":%.4f,\"throughput\":%.4f},"
+               "\"ratio_fathom_to_ds_tiled\":{\"bytes\":%.4f,\"time\":%.4f,\"throughput\":%.4f},"
+               "\"ratio_tiled_to_old_fathom_per_core\":%.4f,\"scaling_fathom\":[",
+               bytes_f / bytes_d, tof / tod, (bytes_f / tof) / (bytes_d / tod), bytes_f / bytes_d, tnf / tnd,
+               (bytes_f / tnf) / (bytes_d / tnd), pc_new / pc_old);
         for (uint32_t i = 0; i < ntc; i++)
-            printf("%s{\"threads\": %u, \"new_gbs\": %.4f, \"new_gbs_per_thread\": %.4f, \"old_gbs\": %.4f}",
-                   i ? ", " : "", tc[i], bytes_f / sn[i] / 1e9, bytes_f / sn[i] / 1e9 / tc[i], bytes_f / so[i] / 1e9);
-        printf("],\n \"gpu_host_check\": {\"per_core_gbs\": %.4f, \"per_core_target_gbs\": 3, \"all_threads_gbs\": "
-               "%.4f, \"all_threads_target_gbs\": 40, \"applies\": %s}}\n",
+            printf("%s{\"threads\":%u,\"tiled_GBps\":%.4f,\"tiled_GBps_per_thread\":%.4f,\"old_GBps\":%.4f}",
+                   i ? "," : "", tc[i], bytes_f / sn[i] / 1e9, bytes_f / sn[i] / 1e9 / tc[i],
+                   bytes_f / so[i] / 1e9);
+        printf("],\"gpu_host_check\":{\"per_core_GBps\":%.4f,\"per_core_target_GBps\":3,"
+               "\"all_threads_GBps\":%.4f,\"all_threads_target_GBps\":40,\"applies\":%s}}\n",
                pc_new / 1e9, all_new / 1e9, context >= 1000000 && threads >= 16 ? "true" : "false");
-    } else {
-        printf("bench_scan: %s, qwen3-8b synthetic, n = %llu, %u KV heads, G = %u, %u query groups each, "
-               "%u repeats (median), tiled kernel %s, tasks of %llu tokens\n",
-               cpu, (unsigned long long)context, heads, G, queries, repeats, kern, (unsigned long long)range);
-        printf("scores of the tiled kernel identical to fathom_store_scan's: fathom:48 %s, ds:32 %s\n",
-               same_f ? "yes" : "NO", same_d ? "yes" : "NO");
-        printf("memory read bandwidth: %.2f GB/s on 1 core, %.2f GB/s on %u threads\n", b1 / 1e9, bT / 1e9, threads);
-        printf("%-10s %9s %13s %11s %11s %14s %14s\n", "scan (1 core)", "bits/tok", "plane MB/step", "old ms/step",
-               "new ms/step", "old GB/s/core", "new GB/s/core");
-        printf("%-13s %6.1f %13.2f %11.3f %11.3f %14.3f %14.3f\n", "fathom:48", bits_f, bytes_f / 1e6 / Q,
-               1e3 * tof / Q, 1e3 * tnf / Q, pc_old / 1e9, pc_new / 1e9);
-        printf("%-13s %6.1f %13.2f %11.3f %11.3f %14.3f %14.3f\n", "ds:32", fathom_depth_bits(d, ds_depths),
-               bytes_d / 1e6 / Q, 1e3 * tod / Q, 1e3 * tnd / Q, bytes_d / tod / 1e9, bytes_d / tnd / 1e9);
-        printf("ratio new / old, fathom:48 plane GB/s per core: %.3f (target >= 2.5)\n", pc_new / pc_old);
-        printf("ratio fathom:48 / ds:32 time: new %.3f, old %.3f (target <= 0.5); bytes %.3f\n", tnf / tnd,
-               tof / tod, bytes_f / bytes_d);
-        printf("scaling, fathom:48: %7s %14s %16s %14s\n", "threads", "new GB/s", "new GB/s/thread",
-               "old GB/s");
-        for (uint32_t i = 0; i < ntc; i++)
-            printf("                    %7u %14.3f %16.3f %14.3f\n", tc[i], bytes_f / sn[i] / 1e9,
-                   bytes_f / sn[i] / 1e9 / tc[i], bytes_f / so[i] / 1e9);
-        printf("GPU-host check (n >= 1M, 16 threads: --context 1048576 --threads 16): %.2f GB/s per core "
-               "(target >= 3), %.2f GB/s on %u threads (target >= 40)%s\n",
-               pc_new / 1e9, all_new / 1e9, threads,
-               context >= 1000000 && threads >= 16 ? "" : " [not that configuration]");
     }
+    FILE *out = json ? stderr : stdout; /* the human table */
+    fprintf(out, "bench_scan: %s, qwen3-8b synthetic, n = %llu, %u KV heads, G = %u, %u query groups each, "
+           "%u repeats (median), tiled kernel %s, tasks of %llu tokens\n",
+           cpu, (unsigned long long)context, heads, G, queries, repeats, kern, (unsigned long long)range);
+    fprintf(out, "scores of the tiled kernel identical to fathom_store_scan's: fathom:48 %s, ds:32 %s\n",
+           same_f ? "yes" : "NO", same_d ? "yes" : "NO");
+    fprintf(out, "memory read bandwidth: %.2f GB/s on 1 core, %.2f GB/s on %u threads\n", b1 / 1e9, bT / 1e9, threads);
+    fprintf(out, "%-10s %9s %13s %11s %11s %14s %14s\n", "scan (1 core)", "bits/tok", "plane MB/step", "old ms/step",
+           "new ms/step", "old GB/s/core", "new GB/s/core");
+    fprintf(out, "%-13s %6.1f %13.2f %11.3f %11.3f %14.3f %14.3f\n", "fathom:48", bits_f, bytes_f / 1e6 / Q,
+           1e3 * tof / Q, 1e3 * tnf / Q, pc_old / 1e9, pc_new / 1e9);
+    fprintf(out, "%-13s %6.1f %13.2f %11.3f %11.3f %14.3f %14.3f\n", "ds:32", fathom_depth_bits(d, ds_depths),
+           bytes_d / 1e6 / Q, 1e3 * tod / Q, 1e3 * tnd / Q, bytes_d / tod / 1e9, bytes_d / tnd / 1e9);
+    fprintf(out, "ratio new / old, fathom:48 plane GB/s per core: %.3f (target >= 2.5)\n", pc_new / pc_old);
+    fprintf(out, "ratio fathom:48 / ds:32 time: new %.3f, old %.3f (target <= 0.5); bytes %.3f\n", tnf / tnd,
+           tof / tod, bytes_f / bytes_d);
+    fprintf(out, "scaling, fathom:48: %7s %14s %16s %14s\n", "threads", "new GB/s", "new GB/s/thread",
+           "old GB/s");
+    for (uint32_t i = 0; i < ntc; i++)
+        fprintf(out, "                    %7u %14.3f %16.3f %14.3f\n", tc[i], bytes_f / sn[i] / 1e9,
+               bytes_f / sn[i] / 1e9 / tc[i], bytes_f / so[i] / 1e9);
+    fprintf(out, "GPU-host check (n >= 1M, 16 threads: --context 1048576 --threads 16): %.2f GB/s per core "
+           "(target >= 3), %.2f GB/s on %u threads (target >= 40)%s\n",
+           pc_new / 1e9, all_new / 1e9, threads,
+           context >= 1000000 && threads >= 16 ? "" : " [not that configuration]");
 
     for (uint32_t h = 0; h < heads; h++) fathom_store_free(stores[h]);
     fathom_source_free(src);
