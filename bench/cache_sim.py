@@ -178,7 +178,7 @@ def main():
                 res["runs"].append(r)
         out.append(res)
     if a.json:
-        print(json.dumps(out, indent=1))
+        print(json.dumps({"traces": out}, indent=1))
         return
     for res in out:
         u = res["reuse"]
