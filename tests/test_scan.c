@@ -103,12 +103,12 @@ static void test_tiled_identical(void) {
 /* Ranges: scores[h * ld + i] of tokens first + i equal the full scan's; the
  * stride padding is untouched; bytes_read counts the range's blocks. */
 static void test_ranges(void) {
-    const uint32_t dim = 72, group = 5;
+    const uint32_t dim = 150, group = 5; /* about 120 active channels: two passes */
     const uint64_t len = 64 * 20 + 7;
     fathom_store *st = make_store(dim, 4, len);
-    float q[5 * 72];
+    float q[5 * 150];
     for (uint32_t i = 0; i < group * dim; i++) q[i] = rng_key(i);
-    uint8_t depths[72];
+    uint8_t depths[150];
     uint64_t per_block = 0;
     for (uint32_t j = 0; j < dim; j++) {
         depths[j] = (uint8_t)rng_below(5);
