@@ -143,12 +143,12 @@ static void portable2_decode(const scan2_pass *ps, const scan2_tile *tile, uint3
     for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
         uint32_t r = ps->row[t];
         for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++, r += t) {
-            const float *coef = tile->coef[k][b];
+            const float a = fathom_f16_to_f32(tile->scales[k][b]);
             for (uint32_t octet = 0; octet < 8; octet++) {
-                scan_v4 v0 = v4_splat(coef[0]), v1 = v0;
+                scan_v4 v0 = v4_splat(scan2_coef0(a, t)), v1 = v0;
                 for (uint32_t p = 0; p < t; p++) {
                     const float *e = bit_expand[(tile->words[r + p][b] >> (8 * octet)) & 0xffu];
-                    scan_v4 wp = v4_splat(coef[1 + p]);
+                    scan_v4 wp = v4_splat(scan2_coefp(a, p));
                     v0 += v4_load(e) * wp;
                     v1 += v4_load(e + 4) * wp;
                 }
@@ -274,6 +274,21 @@ typedef struct scan2_work {
     float dec[SCAN_PASS_CHANNELS * FATHOM_BLOCK_TOKENS] __attribute__((aligned(64)));
 } scan2_work;
 
+/* Copies blocks [b0, b0 + nb) of the pass's plane rows and scales into tile. */
+static void scan2_stage(const scan2_pass *ps, const fathom_segment_view *view, uint32_t b0,
+                        uint32_t nb, scan2_tile *tile) {
+    for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
+        uint32_t r = ps->row[t];
+        for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++) {
+            const uint64_t j = ps->channels[k];
+            for (uint32_t p = 0; p < t; p++, r++)
+                memcpy(tile->words[r], view->planes + (j * FATHOM_PLANES + p) * ps->S + b0,
+                       nb * sizeof(uint64_t));
+            memcpy(tile->scales[k], view->scales + j * ps->S + b0, nb * sizeof(uint16_t));
+        }
+    }
+}
+
 /* Scores heads [h0, h0 + pass->heads) over the range's blocks for one pass. */
 static int scan2_chunk(scan2_block_fn block_fn, scan2_work *w, const fathom_store *st,
                        uint64_t first, uint64_t count, float *out, uint64_t ld) {
@@ -286,7 +301,7 @@ static int scan2_chunk(scan2_block_fn block_fn, scan2_work *w, const fathom_stor
         uint32_t nb = SCAN2_TILE_BLOCKS;
         if (S - b0 < nb) nb = (uint32_t)(S - b0);
         if (left < nb) nb = (uint32_t)left;
-        SCAN_STAGE_TILE(&w->pass, &view, b0, nb, &w->tile, fathom_f16_to_f32);
+        scan2_stage(&w->pass, &view, b0, nb, &w->tile);
         for (uint32_t b = 0; b < nb; b++, blk++) {
             uint64_t offset = blk * FATHOM_BLOCK_TOKENS - first;
             uint32_t valid = count - offset < FATHOM_BLOCK_TOKENS ? (uint32_t)(count - offset)

@@ -153,7 +153,7 @@ SCAN_INLINE void add_scores(float *s, const float *acc, uint32_t count) {
 #define SCAN2_TILE_BLOCKS 8
 
 typedef struct scan2_pass {
-    uint64_t S;                            /* segment blocks (SCAN_STAGE_TILE reads it) */
+    uint64_t S;                            /* segment blocks */
     uint32_t count;                        /* active channels in this pass */
     uint32_t first[FATHOM_PLANES + 1];     /* as scan_job */
     uint32_t row[FATHOM_PLANES + 1];       /* as scan_job */
@@ -163,10 +163,18 @@ typedef struct scan2_pass {
     float q[SCAN_PASS_CHANNELS][4];        /* q[k][h] = query h's value of channels[k] */
 } scan2_pass;
 
+/* The staged plane words (rows as in scan_tile) and the raw fp16 scales of
+ * a tile; the kernels form each block's coefficients from its scale
+ * (products with powers of two and 2^-t - 1: exact, so equal to scan_tile's). */
 typedef struct scan2_tile {
     uint64_t words[SCAN_PASS_CHANNELS * FATHOM_PLANES][SCAN2_TILE_BLOCKS];
-    float coef[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS][1 + FATHOM_PLANES];
+    uint16_t scales[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS];
 } scan2_tile;
+
+/* coef0 = a (2^-t - 1), the value of code 0 at depth t, for scale a. */
+FATHOM_INLINE float scan2_coef0(float a, uint32_t t) { return a * (1.0f / (float)(1u << t) - 1.0f); }
+/* coef_p = a 2^-p, what bit p of the code adds. */
+FATHOM_INLINE float scan2_coefp(float a, uint32_t p) { return a * (1.0f / (float)(1u << p)); }
 
 /* Scores tokens [0, valid) of block b of the tile for the pass's heads into
  * out[h * ld + i]; dec is scratch of SCAN_PASS_CHANNELS * 64 floats, aligned

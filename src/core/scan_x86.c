@@ -129,11 +129,11 @@ AVX2_TARGET SCAN_INLINE void avx2_decode_depth(const scan2_pass *ps, const scan2
                                                uint32_t b, const uint32_t T, float *dec) {
     uint32_t r = ps->row[T];
     for (uint32_t k = ps->first[T - 1]; k < ps->first[T]; k++, r += T) {
-        const float *coef = tile->coef[k][b];
-        __m256 c0 = _mm256_broadcast_ss(&coef[0]), cp[FATHOM_PLANES];
+        const float a = _cvtsh_ss(tile->scales[k][b]);
+        __m256 c0 = _mm256_set1_ps(scan2_coef0(a, T)), cp[FATHOM_PLANES];
         uint64_t w[FATHOM_PLANES];
         for (uint32_t p = 0; p < T; p++) {
-            cp[p] = _mm256_broadcast_ss(&coef[1 + p]);
+            cp[p] = _mm256_set1_ps(scan2_coefp(a, p));
             w[p] = tile->words[r + p][b];
         }
         for (uint32_t octet = 0; octet < 8; octet++) {
@@ -153,35 +153,56 @@ AVX2_TARGET static void avx2_decode(const scan2_pass *ps, const scan2_tile *tile
 #undef AVX2_DECODE
 }
 
+/* Writes one head's 16 accumulated scores (n < 16: the first n). */
+AVX2_TARGET SCAN_INLINE void avx2_put16(float *o, __m256 a0, __m256 a1, uint32_t n, int add) {
+    if (n == 16) {
+        __m256 base0 = add ? _mm256_loadu_ps(o) : _mm256_setzero_ps();
+        __m256 base1 = add ? _mm256_loadu_ps(o + 8) : _mm256_setzero_ps();
+        _mm256_storeu_ps(o, _mm256_add_ps(base0, a0));
+        _mm256_storeu_ps(o + 8, _mm256_add_ps(base1, a1));
+    } else {
+        float a[16];
+        _mm256_storeu_ps(a, a0);
+        _mm256_storeu_ps(a + 8, a1);
+        scan2_put(o, a, n, add);
+    }
+}
+
+/* 16 tokens x HC heads; the accumulators are named variables so that they
+ * stay in registers (an array of them was spilled to the stack). */
 AVX2_TARGET SCAN_INLINE void avx2_gemm(const scan2_pass *ps, const float *dec, const uint32_t HC,
                                        float *out, uint64_t ld, uint32_t valid) {
     for (uint32_t quarter = 0; quarter * 16 < valid; quarter++) {
-        __m256 acc[4][2];
-        for (uint32_t h = 0; h < HC; h++) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
-        const float *d = dec + quarter * 16;
-        for (uint32_t k = 0; k < ps->count; k++, d += 64) {
-            __m256 v0 = _mm256_load_ps(d), v1 = _mm256_load_ps(d + 8);
-            for (uint32_t h = 0; h < HC; h++) {
-                __m256 qh = _mm256_broadcast_ss(&ps->q[k][h]);
-                acc[h][0] = _mm256_fmadd_ps(qh, v0, acc[h][0]);
-                acc[h][1] = _mm256_fmadd_ps(qh, v1, acc[h][1]);
+        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
+               a30 = a00, a31 = a00;
+        const float *d = dec + quarter * 16, *q = ps->q[0];
+        for (uint32_t k = 0; k < ps->count; k++, d += 64, q += 4) {
+            __m256 v0 = _mm256_load_ps(d), v1 = _mm256_load_ps(d + 8), qh;
+            qh = _mm256_broadcast_ss(q);
+            a00 = _mm256_fmadd_ps(qh, v0, a00);
+            a01 = _mm256_fmadd_ps(qh, v1, a01);
+            if (HC > 1) {
+                qh = _mm256_broadcast_ss(q + 1);
+                a10 = _mm256_fmadd_ps(qh, v0, a10);
+                a11 = _mm256_fmadd_ps(qh, v1, a11);
+            }
+            if (HC > 2) {
+                qh = _mm256_broadcast_ss(q + 2);
+                a20 = _mm256_fmadd_ps(qh, v0, a20);
+                a21 = _mm256_fmadd_ps(qh, v1, a21);
+            }
+            if (HC > 3) {
+                qh = _mm256_broadcast_ss(q + 3);
+                a30 = _mm256_fmadd_ps(qh, v0, a30);
+                a31 = _mm256_fmadd_ps(qh, v1, a31);
             }
         }
-        uint32_t n = valid - quarter * 16 < 16 ? valid - quarter * 16 : 16;
-        for (uint32_t h = 0; h < HC; h++) {
-            float *o = out + h * ld + quarter * 16;
-            if (n == 16) {
-                __m256 base0 = ps->add ? _mm256_loadu_ps(o) : _mm256_setzero_ps();
-                __m256 base1 = ps->add ? _mm256_loadu_ps(o + 8) : _mm256_setzero_ps();
-                _mm256_storeu_ps(o, _mm256_add_ps(base0, acc[h][0]));
-                _mm256_storeu_ps(o + 8, _mm256_add_ps(base1, acc[h][1]));
-            } else {
-                float a[16];
-                _mm256_storeu_ps(a, acc[h][0]);
-                _mm256_storeu_ps(a + 8, acc[h][1]);
-                scan2_put(o, a, n, ps->add);
-            }
-        }
+        const uint32_t n = valid - quarter * 16 < 16 ? valid - quarter * 16 : 16;
+        float *o = out + quarter * 16;
+        avx2_put16(o, a00, a01, n, ps->add);
+        if (HC > 1) avx2_put16(o + ld, a10, a11, n, ps->add);
+        if (HC > 2) avx2_put16(o + 2 * ld, a20, a21, n, ps->add);
+        if (HC > 3) avx2_put16(o + 3 * ld, a30, a31, n, ps->add);
     }
 }
 
@@ -200,12 +221,12 @@ AVX512_TARGET static void avx512_decode(const scan2_pass *ps, const scan2_tile *
     for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
         uint32_t r = ps->row[t];
         for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++, r += t) {
-            const float *coef = tile->coef[k][b];
+            const float a = _cvtsh_ss(tile->scales[k][b]);
             __m512 v[4];
-            v[0] = v[1] = v[2] = v[3] = _mm512_set1_ps(coef[0]);
+            v[0] = v[1] = v[2] = v[3] = _mm512_set1_ps(scan2_coef0(a, t));
             for (uint32_t p = 0; p < t; p++) {
                 uint64_t w = tile->words[r + p][b];
-                __m512 wp = _mm512_set1_ps(coef[1 + p]);
+                __m512 wp = _mm512_set1_ps(scan2_coefp(a, p));
                 for (uint32_t g = 0; g < 4; g++)
                     v[g] = _mm512_mask_add_ps(v[g], (__mmask16)(w >> (16 * g)), v[g], wp);
             }
