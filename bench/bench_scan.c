@@ -11,9 +11,11 @@
  * --json: one JSON object on stdout (the table goes to stderr;
  * scripts/record-result adds the machine, date and commit).
  *
- * "old" is fathom_store_scan (the untiled kernel, one call per head, a
- * thread per head at most); "new" is fathom_store_scan_range with the tiled
- * kernel, whose scores are bit-identical (checked here before timing). The
+ * "old" is the untiled kernel of the widest instruction set this CPU runs
+ * (what fathom_store_scan ran before the tiled kernels; one call per head, a
+ * thread per head at most); "new" is fathom_store_scan_range with a tiled
+ * kernel (--tiled auto|avx2|avx512|portable; auto: fathom_store_scan's),
+ * whose scores are bit-identical (checked here before timing). The
  * thread pool is local to this benchmark. Plane bytes are those a scan
  * reads (planes and fp16 scales). */
 #include "fathom.h"
@@ -123,6 +125,7 @@ static double read_bandwidth(const uint64_t *buf, uint64_t words, uint32_t threa
 /* ---- the scans ---- */
 
 typedef struct scan_ctx {
+    fathom_scan_kernel old_kernel, new_kernel;
     uint32_t heads, queries, G, d;
     uint64_t n, range; /* tokens per task of the tiled split */
     fathom_store **stores;
@@ -143,8 +146,8 @@ static void old_task(void *c_, uint64_t i, uint32_t thread) {
     scan_ctx *c = c_;
     uint32_t p = (uint32_t)(i / c->heads), h = (uint32_t)(i % c->heads);
     const float *qg = c->qg + ((size_t)h * c->queries + p) * c->G * c->d;
-    int st = fathom_store_scan(c->stores[h], task_depths(c, h, p), qg, c->G, c->n,
-                               c->scores[thread] + (size_t)h * c->G * c->n, NULL);
+    int st = fathom_store_scan_with(c->old_kernel, c->stores[h], task_depths(c, h, p), qg, c->G, c->n,
+                                    c->scores[thread] + (size_t)h * c->G * c->n, NULL);
     if (st < 0) c->status = st;
 }
 
@@ -156,7 +159,7 @@ static void new_task(void *c_, uint64_t i, uint32_t thread) {
     uint32_t h = (uint32_t)(i / ranges % c->heads), p = (uint32_t)(i / ranges / c->heads);
     const float *qg = c->qg + ((size_t)h * c->queries + p) * c->G * c->d;
     uint64_t first = r * c->range, count = c->n - first < c->range ? c->n - first : c->range;
-    int st = fathom_store_scan_range(FATHOM_SCAN_AUTO, c->stores[h], task_depths(c, h, p), qg, c->G,
+    int st = fathom_store_scan_range(c->new_kernel, c->stores[h], task_depths(c, h, p), qg, c->G,
                                      first, count, c->scores[thread] + (size_t)h * c->G * c->n + first, c->n,
                                      NULL);
     if (st < 0) c->status = st;
@@ -216,9 +219,10 @@ static int check_identical(scan_ctx *c) {
     for (uint32_t h = 0; h < c->heads && same; h++) {
         const float *qg = c->qg + (size_t)h * c->queries * c->G * c->d;
         float *b = c->scores[0] + (size_t)h * c->G * c->n;
-        if (fathom_store_scan(c->stores[h], task_depths(c, h, 0), qg, c->G, c->n, a, NULL) < 0 ||
-            fathom_store_scan_range(FATHOM_SCAN_AUTO, c->stores[h], task_depths(c, h, 0), qg, c->G, 0,
-                                    c->n, b, c->n, NULL) < 0)
+        if (fathom_store_scan_with(c->old_kernel, c->stores[h], task_depths(c, h, 0), qg, c->G, c->n, a,
+                                   NULL) < 0 ||
+            fathom_store_scan_range(c->new_kernel, c->stores[h], task_depths(c, h, 0), qg, c->G, 0, c->n, b,
+                                    c->n, NULL) < 0)
             same = -1;
         else
             same = !memcmp(a, b, (size_t)c->G * c->n * sizeof(float));
@@ -231,6 +235,7 @@ int main(int argc, char **argv) {
     uint64_t context = 32768, range = 16384;
     uint32_t heads = 8, queries = 16, repeats = 7, threads = 2;
     int json = 0;
+    const char *tiled = "auto";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) { json = 1; continue; }
@@ -241,12 +246,25 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--repeats")) repeats = (uint32_t)atoi(v);
         else if (!strcmp(a, "--threads")) threads = (uint32_t)atoi(v);
         else if (!strcmp(a, "--range")) range = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--tiled")) tiled = v;
         else {
             fprintf(stderr, "usage: bench_scan [--context N] [--heads H<=8] [--queries Q] [--repeats R<=64] "
-                            "[--threads T] [--range TOKENS (multiple of 64)] [--json]\n");
+                            "[--threads T] [--range TOKENS (multiple of 64)] [--tiled auto|avx2|avx512|portable] [--json]\n");
             return 2;
         }
         i++;
+    }
+    const fathom_scan_kernel old_kernel = fathom_scan_kernel_available(FATHOM_SCAN_AVX512) ? FATHOM_SCAN_AVX512
+                                          : fathom_scan_kernel_available(FATHOM_SCAN_AVX2)   ? FATHOM_SCAN_AVX2
+                                                                                           : FATHOM_SCAN_PORTABLE;
+    fathom_scan_kernel new_kernel = FATHOM_SCAN_AUTO;
+    if (!strcmp(tiled, "avx2")) new_kernel = FATHOM_SCAN_TILED_AVX2;
+    else if (!strcmp(tiled, "avx512")) new_kernel = FATHOM_SCAN_TILED_AVX512;
+    else if (!strcmp(tiled, "portable")) new_kernel = FATHOM_SCAN_TILED_PORTABLE;
+    else if (strcmp(tiled, "auto")) range = 0; /* rejected below */
+    if (!fathom_scan_kernel_available(new_kernel)) {
+        fprintf(stderr, "bench_scan: skipped: the tiled %s kernel does not run on this CPU\n", tiled);
+        return 77;
     }
     if (!context || !heads || heads > MAX_HEADS || !queries || !repeats || repeats > MAX_REPEATS || !threads ||
         threads > MAX_THREADS || !range || range % 64) {
@@ -305,7 +323,7 @@ int main(int argc, char **argv) {
     }
     free(k);
 
-    scan_ctx cf = {heads, queries, G, d, context, range, stores, q, fathom_depths, NULL, scores, qg, 0};
+    scan_ctx cf = {old_kernel, new_kernel, heads, queries, G, d, context, range, stores, q, fathom_depths, NULL, scores, qg, 0};
     scan_ctx cd = cf;
     cd.depths = NULL;
     cd.ds_depths = ds_depths;
@@ -349,9 +367,10 @@ int main(int argc, char **argv) {
     const double Q = queries;
     char cpu[256];
     cpu_model(cpu, sizeof cpu);
-    const char *kern = fathom_scan_kernel_available(FATHOM_SCAN_AVX512) ? "avx512"
-                       : fathom_scan_kernel_available(FATHOM_SCAN_AVX2) ? "avx2"
-                                                                         : "portable";
+    static const char *isa[] = {"auto", "reference", "portable", "avx2", "avx512", "portable", "avx2", "avx512"};
+    const char *kern = isa[new_kernel == FATHOM_SCAN_AUTO ? (fathom_scan_kernel_available(FATHOM_SCAN_AVX2) ? 6 : 5)
+                                                          : new_kernel];
+    const char *old_isa = isa[old_kernel];
     /* per core: plane bytes / s on one thread; all: on the largest thread count */
     const double pc_old = bytes_f / tof, pc_new = bytes_f / tnf, all_new = bytes_f / sn[ntc - 1];
 
@@ -363,15 +382,15 @@ int main(int argc, char **argv) {
         const double bits[2] = {bits_f, fathom_depth_bits(d, ds_depths)}, bytes[2] = {bytes_f, bytes_d},
                      t_old[2] = {tof, tod}, t_new[2] = {tnf, tnd};
         printf("{\"bench\":\"bench_scan\",\"source\":\"qwen3-8b\",\"cpu\":\"%s\",\"tiled_isa\":\"%s\","
-               "\"context\":%llu,\"heads\":%u,\"group\":%u,\"queries\":%u,\"repeats\":%u,\"threads\":%u,"
+               "\"old_isa\":\"%s\",\"context\":%llu,\"heads\":%u,\"group\":%u,\"queries\":%u,\"repeats\":%u,\"threads\":%u,"
                "\"range_tokens\":%llu,\"read_GBps_1core\":%.3f,\"read_GBps_threads\":%.3f,"
                "\"identical_scores\":%s,",
-               cpu, kern, (unsigned long long)context, heads, G, queries, repeats, threads,
+               cpu, kern, old_isa, (unsigned long long)context, heads, G, queries, repeats, threads,
                (unsigned long long)range, b1 / 1e9, bT / 1e9, same_f && same_d ? "true" : "false");
-        for (int tiled = 0; tiled < 2; tiled++) {
-            printf("\"%s\":[", tiled ? "scans_tiled" : "scans");
+        for (int tl = 0; tl < 2; tl++) {
+            printf("\"%s\":[", tl ? "scans_tiled" : "scans");
             for (int s = 0; s < 2; s++) {
-                const double t = tiled ? t_new[s] : t_old[s];
+                const double t = tl ? t_new[s] : t_old[s];
                 printf("%s{\"name\":\"%s\",\"bits_per_token\":%.3f,\"plane_MB_per_step\":%.4f,"
                        "\"ms_per_step\":%.4f,\"plane_GBps_per_core\":%.4f,\"of_1core_read_pct\":%.2f}",
                        s ? "," : "", names[s], bits[s], bytes[s] / 1e6 / Q, 1e3 * t / Q, bytes[s] / t / 1e9,
@@ -394,9 +413,9 @@ int main(int argc, char **argv) {
     }
     FILE *out = json ? stderr : stdout; /* the human table */
     fprintf(out, "bench_scan: %s, qwen3-8b synthetic, n = %llu, %u KV heads, G = %u, %u query groups each, "
-           "%u repeats (median), tiled kernel %s, tasks of %llu tokens\n",
-           cpu, (unsigned long long)context, heads, G, queries, repeats, kern, (unsigned long long)range);
-    fprintf(out, "scores of the tiled kernel identical to fathom_store_scan's: fathom:48 %s, ds:32 %s\n",
+           "%u repeats (median), old kernel %s, tiled kernel %s, tasks of %llu tokens\n",
+           cpu, (unsigned long long)context, heads, G, queries, repeats, old_isa, kern, (unsigned long long)range);
+    fprintf(out, "scores of the tiled kernel identical to the untiled one's: fathom:48 %s, ds:32 %s\n",
            same_f ? "yes" : "NO", same_d ? "yes" : "NO");
     fprintf(out, "memory read bandwidth: %.2f GB/s on 1 core, %.2f GB/s on %u threads\n", b1 / 1e9, bT / 1e9, threads);
     fprintf(out, "%-10s %9s %13s %11s %11s %14s %14s\n", "scan (1 core)", "bits/tok", "plane MB/step", "old ms/step",

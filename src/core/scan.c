@@ -253,12 +253,12 @@ static scan_segment_fn pick_kernel(fathom_scan_kernel kernel) {
     return scan_segment_portable;
 }
 
-/* The tiled kernel for `kernel` (AUTO: the widest this CPU runs). */
+/* The tiled kernel for `kernel`. AUTO takes the AVX2 one wherever AVX2 runs
+ * (its scores equal the AVX-512 kernels', operation for operation); the
+ * AVX-512 one is chosen by name. */
 static scan2_block_fn pick_tiled(fathom_scan_kernel kernel) {
 #ifdef FATHOM_X86
-    if (kernel == FATHOM_SCAN_TILED_AVX512 ||
-        (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX512)))
-        return fathom_scan2_block_avx512;
+    if (kernel == FATHOM_SCAN_TILED_AVX512) return fathom_scan2_block_avx512;
     if (kernel == FATHOM_SCAN_TILED_AVX2 ||
         (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX2)))
         return fathom_scan2_block_avx2;
@@ -267,7 +267,8 @@ static scan2_block_fn pick_tiled(fathom_scan_kernel kernel) {
     return portable2_block;
 }
 
-/* A tiled scan's working tables (about 40 KiB: callers' stacks hold it). */
+/* A tiled scan's working tables (about 35 KiB, on the caller's stack: a scan
+ * allocates nothing). */
 typedef struct scan2_work {
     scan2_pass pass;
     scan2_tile tile;
@@ -281,9 +282,13 @@ static void scan2_stage(const scan2_pass *ps, const fathom_segment_view *view, u
         uint32_t r = ps->row[t];
         for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++) {
             const uint64_t j = ps->channels[k];
-            for (uint32_t p = 0; p < t; p++, r++)
-                memcpy(tile->words[r], view->planes + (j * FATHOM_PLANES + p) * ps->S + b0,
-                       nb * sizeof(uint64_t));
+            for (uint32_t p = 0; p < t; p++, r++) {
+                const uint64_t *src = view->planes + (j * FATHOM_PLANES + p) * ps->S + b0;
+                if (nb == SCAN2_TILE_BLOCKS) /* a constant size: inlined moves */
+                    memcpy(tile->words[r], src, sizeof tile->words[r]);
+                else
+                    memcpy(tile->words[r], src, nb * sizeof(uint64_t));
+            }
             memcpy(tile->scales[k], view->scales + j * ps->S + b0, nb * sizeof(uint16_t));
         }
     }
@@ -315,8 +320,7 @@ static int scan2_chunk(scan2_block_fn block_fn, scan2_work *w, const fathom_stor
 static int scan2_run(scan2_block_fn block_fn, const fathom_store *st, const uint8_t *depths,
                      const float *queries, uint32_t group, uint64_t first, uint64_t count,
                      float *scores, uint64_t ld) {
-    scan2_work *w = aligned_alloc(64, sizeof(scan2_work));
-    if (!w) return fathom_fail(FATHOM_ERR_NOMEM, "store_scan: out of memory");
+    scan2_work work, *w = &work;
     const uint32_t dim = fathom_store_dim(st);
     scan2_pass *ps = &w->pass;
     ps->S = fathom_store_segment_blocks(st);
@@ -340,7 +344,6 @@ static int scan2_run(scan2_block_fn block_fn, const fathom_store *st, const uint
             status = scan2_chunk(block_fn, w, st, first, count, scores + h0 * ld, ld);
         }
     }
-    free(w);
     return status;
 }
 
