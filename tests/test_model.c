@@ -1020,14 +1020,19 @@ static void on_trace(const fathom_trace_record *r, void *user) {
     pthread_mutex_unlock(&t->lock);
 }
 
+/* Writes model m with weights from seed to the temporary folder as file. */
+static void write_tiny(const tiny *m, uint64_t seed, const char *file, char *path, size_t cap) {
+    weights w;
+    make_weights(m, &w, seed);
+    path_in_tmp(path, cap, file);
+    write_gguf(path, m, &w);
+    free_weights(&w);
+}
+
 static void test_trace(void) {
     tiny m = llama_tiny(); /* 2 layers, 4 query heads over 2 KV heads, head_dim 8 */
-    weights w;
-    make_weights(&m, &w, 5);
     char path[512];
-    path_in_tmp(path, sizeof path, "trace.gguf");
-    write_gguf(path, &m, &w);
-    free_weights(&w);
+    write_tiny(&m, 5, "trace.gguf", path, sizeof path);
     fathom_model *model = NULL;
     CHECK_OK(fathom_model_open(&model, path));
     if (!model) return;

@@ -18,11 +18,9 @@
 #include <string.h>
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static uint64_t rng_u64(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
+static uint64_t rng_u64(void) { /* Knuth's MMIX LCG, high bits folded down */
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return rng_state ^ (rng_state >> 29);
 }
 static uint32_t rng_below(uint32_t n) { return (uint32_t)(rng_u64() % n); }
 /* uniform in [-m, m) with m spanning 1e-3 .. 1e3 by channel */

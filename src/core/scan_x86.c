@@ -178,24 +178,17 @@ AVX2_TARGET SCAN_INLINE void avx2_gemm(const scan2_pass *ps, const float *dec, c
         const float *d = dec + quarter * 16, *q = ps->q[0];
         for (uint32_t k = 0; k < ps->count; k++, d += 64, q += 4) {
             __m256 v0 = _mm256_load_ps(d), v1 = _mm256_load_ps(d + 8), qh;
-            qh = _mm256_broadcast_ss(q);
-            a00 = _mm256_fmadd_ps(qh, v0, a00);
-            a01 = _mm256_fmadd_ps(qh, v1, a01);
-            if (HC > 1) {
-                qh = _mm256_broadcast_ss(q + 1);
-                a10 = _mm256_fmadd_ps(qh, v0, a10);
-                a11 = _mm256_fmadd_ps(qh, v1, a11);
-            }
-            if (HC > 2) {
-                qh = _mm256_broadcast_ss(q + 2);
-                a20 = _mm256_fmadd_ps(qh, v0, a20);
-                a21 = _mm256_fmadd_ps(qh, v1, a21);
-            }
-            if (HC > 3) {
-                qh = _mm256_broadcast_ss(q + 3);
-                a30 = _mm256_fmadd_ps(qh, v0, a30);
-                a31 = _mm256_fmadd_ps(qh, v1, a31);
-            }
+#define AVX2_GEMM_HEAD(i, acc0, acc1)                                                              \
+    if (HC > i) {                                                                                  \
+        qh = _mm256_broadcast_ss(q + i);                                                           \
+        acc0 = _mm256_fmadd_ps(qh, v0, acc0);                                                      \
+        acc1 = _mm256_fmadd_ps(qh, v1, acc1);                                                      \
+    }
+            AVX2_GEMM_HEAD(0, a00, a01)
+            AVX2_GEMM_HEAD(1, a10, a11)
+            AVX2_GEMM_HEAD(2, a20, a21)
+            AVX2_GEMM_HEAD(3, a30, a31)
+#undef AVX2_GEMM_HEAD
         }
         const uint32_t n = valid - quarter * 16 < 16 ? valid - quarter * 16 : 16;
         float *o = out + quarter * 16;
