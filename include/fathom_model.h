@@ -68,8 +68,8 @@ typedef struct fathom_tokenizer fathom_tokenizer;
  * FATHOM_ERR_FORMAT for a malformed vocabulary (invalid UTF-8, duplicate
  * token, a merge not "left right" or naming a string not in the vocabulary,
  * unknown token type). */
-int fathom_tokenizer_create(fathom_tokenizer **out, const fathom_tokenizer_spec *spec);
-void fathom_tokenizer_free(fathom_tokenizer *tok); /* NULL is fine */
+FATHOM_API int fathom_tokenizer_create(fathom_tokenizer **out, const fathom_tokenizer_spec *spec);
+FATHOM_API void fathom_tokenizer_free(fathom_tokenizer *tok); /* NULL is fine */
 
 /*
  * Encode len bytes of text (NULL is fine when len is 0) into ids[cap].
@@ -96,8 +96,8 @@ void fathom_tokenizer_free(fathom_tokenizer *tok); /* NULL is fine */
  * FATHOM_ERR_INVALID_ARG ("buffer too small, need N") and ids holds the
  * first cap of them. cap 0 (ids NULL) is thus a size query.
  */
-int fathom_tokenizer_encode(const fathom_tokenizer *tok, const char *text, size_t len,
-                            int parse_special, int32_t *ids, size_t cap, size_t *n_out);
+FATHOM_API int fathom_tokenizer_encode(const fathom_tokenizer *tok, const char *text, size_t len,
+                                       int parse_special, int32_t *ids, size_t cap, size_t *n_out);
 
 /* The bytes of n ids concatenated into out[cap] (no NUL terminator added).
  * Normal tokens map back through the byte-level alphabet; control,
@@ -105,20 +105,20 @@ int fathom_tokenizer_encode(const fathom_tokenizer *tok, const char *text, size_
  * invalid UTF-8 when ids cut a character (HF would print U+FFFD there).
  * *len_out gets the bytes needed; more than cap: FATHOM_ERR_INVALID_ARG as
  * for encode. An id out of range: FATHOM_ERR_INVALID_ARG. */
-int fathom_tokenizer_decode(const fathom_tokenizer *tok, const int32_t *ids, size_t n, char *out,
-                            size_t cap, size_t *len_out);
+FATHOM_API int fathom_tokenizer_decode(const fathom_tokenizer *tok, const int32_t *ids, size_t n, char *out,
+                                       size_t cap, size_t *len_out);
 /* The bytes of one token, as decode. */
-int fathom_tokenizer_token_to_piece(const fathom_tokenizer *tok, int32_t id, char *out, size_t cap,
-                                    size_t *len_out);
+FATHOM_API int fathom_tokenizer_token_to_piece(const fathom_tokenizer *tok, int32_t id, char *out, size_t cap,
+                                               size_t *len_out);
 /* The id of the token whose vocabulary string is exactly text[len]
  * (e.g. "<|im_end|>"), or -1 in *id if there is none. */
-int fathom_tokenizer_find(const fathom_tokenizer *tok, const char *text, size_t len, int32_t *id);
+FATHOM_API int fathom_tokenizer_find(const fathom_tokenizer *tok, const char *text, size_t len, int32_t *id);
 
-uint32_t fathom_tokenizer_vocab_size(const fathom_tokenizer *tok); /* 0 for NULL */
-int32_t fathom_tokenizer_bos(const fathom_tokenizer *tok);         /* -1: none */
-int32_t fathom_tokenizer_eos(const fathom_tokenizer *tok);         /* -1: none */
+FATHOM_API uint32_t fathom_tokenizer_vocab_size(const fathom_tokenizer *tok); /* 0 for NULL */
+FATHOM_API int32_t fathom_tokenizer_bos(const fathom_tokenizer *tok);         /* -1: none */
+FATHOM_API int32_t fathom_tokenizer_eos(const fathom_tokenizer *tok);         /* -1: none */
 /* The fathom_token_type of id, or FATHOM_ERR_INVALID_ARG. */
-int fathom_tokenizer_token_type(const fathom_tokenizer *tok, int32_t id);
+FATHOM_API int fathom_tokenizer_token_type(const fathom_tokenizer *tok, int32_t id);
 
 /* ===================================================================== *
  * gguf — a GGUF (v2, v3) reader and ggml dequantization
@@ -182,12 +182,12 @@ typedef enum fathom_ggml_type {
 /* Block layout of a type: elements per block and bytes per block (1 and the
  * element size for plain types). FATHOM_ERR_UNSUPPORTED for an id ggml does
  * not define; NULL outputs are skipped. */
-int fathom_ggml_type_block(fathom_ggml_type type, uint32_t *block_elements, uint32_t *block_bytes);
+FATHOM_API int fathom_ggml_type_block(fathom_ggml_type type, uint32_t *block_elements, uint32_t *block_bytes);
 /* Lower-case ggml name ("q4_1", "f32"); "unknown" for other ids. */
-const char *fathom_ggml_type_name(fathom_ggml_type type);
+FATHOM_API const char *fathom_ggml_type_name(fathom_ggml_type type);
 /* Bytes of n_elements of type: FATHOM_ERR_INVALID_ARG unless n_elements is a
  * multiple of the block size and the size fits in 64 bits. */
-int fathom_ggml_row_bytes(fathom_ggml_type type, uint64_t n_elements, uint64_t *bytes);
+FATHOM_API int fathom_ggml_row_bytes(fathom_ggml_type type, uint64_t n_elements, uint64_t *bytes);
 /* Decode n_elements (a multiple of the block size) from src into dst as
  * float32, exactly as ggml's reference dequantization does (same float
  * operations in the same order). src needs at least
@@ -195,8 +195,8 @@ int fathom_ggml_row_bytes(fathom_ggml_type type, uint64_t n_elements, uint64_t *
  * has; more is fine) and may be unaligned. Implemented: F32, F16, BF16,
  * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K;
  * FATHOM_ERR_UNSUPPORTED for other types. NaN/inf in the data (or in a block scale) pass through. */
-int fathom_dequantize(fathom_ggml_type type, const void *src, uint64_t src_bytes,
-                      uint64_t n_elements, float *dst);
+FATHOM_API int fathom_dequantize(fathom_ggml_type type, const void *src, uint64_t src_bytes,
+                                 uint64_t n_elements, float *dst);
 
 /* GGUF metadata value types (numbering of the format). */
 typedef enum fathom_gguf_type {
@@ -251,61 +251,61 @@ typedef struct fathom_gguf_tensor_info {
 /* Map and parse a GGUF v2 or v3 file. FATHOM_ERR_IO if it cannot be opened
  * or mapped, FATHOM_ERR_FORMAT (with the byte offset in the message) for
  * anything malformed. */
-int fathom_gguf_open(fathom_gguf **out, const char *path);
-void fathom_gguf_close(fathom_gguf *gguf); /* NULL is fine */
+FATHOM_API int fathom_gguf_open(fathom_gguf **out, const char *path);
+FATHOM_API void fathom_gguf_close(fathom_gguf *gguf); /* NULL is fine */
 
-uint32_t fathom_gguf_version(const fathom_gguf *gguf);     /* 2 or 3; 0 for NULL */
-uint64_t fathom_gguf_alignment(const fathom_gguf *gguf);   /* general.alignment or 32 */
+FATHOM_API uint32_t fathom_gguf_version(const fathom_gguf *gguf);     /* 2 or 3; 0 for NULL */
+FATHOM_API uint64_t fathom_gguf_alignment(const fathom_gguf *gguf);   /* general.alignment or 32 */
 /* File offset of the data section (past the end for a file without tensors). */
-uint64_t fathom_gguf_data_offset(const fathom_gguf *gguf);
-uint64_t fathom_gguf_file_size(const fathom_gguf *gguf);
+FATHOM_API uint64_t fathom_gguf_data_offset(const fathom_gguf *gguf);
+FATHOM_API uint64_t fathom_gguf_file_size(const fathom_gguf *gguf);
 
 /* Metadata, in file order. */
-uint64_t fathom_gguf_kv_count(const fathom_gguf *gguf);
+FATHOM_API uint64_t fathom_gguf_kv_count(const fathom_gguf *gguf);
 /* Key and value of entry index (< kv_count); either output may be NULL. */
-int fathom_gguf_kv_at(const fathom_gguf *gguf, uint64_t index, const char **key,
-                      fathom_gguf_value *value);
+FATHOM_API int fathom_gguf_kv_at(const fathom_gguf *gguf, uint64_t index, const char **key,
+                                 fathom_gguf_value *value);
 /* Index of key, or -1 when absent (or gguf/key NULL). O(log n). */
-int64_t fathom_gguf_find_key(const fathom_gguf *gguf, const char *key);
+FATHOM_API int64_t fathom_gguf_find_key(const fathom_gguf *gguf, const char *key);
 /* Value of key; FATHOM_ERR_FORMAT when the file lacks it. */
-int fathom_gguf_get(const fathom_gguf *gguf, const char *key, fathom_gguf_value *value);
+FATHOM_API int fathom_gguf_get(const fathom_gguf *gguf, const char *key, fathom_gguf_value *value);
 
 /* Typed reads of a value. Integer getters accept any integer type whose
  * value fits the result; float getters accept FLOAT32 and FLOAT64 (FLOAT64 is
  * rounded to float for _f32); bool and string need exactly BOOL / STRING.
  * Anything else is FATHOM_ERR_FORMAT (the file has the wrong type). */
-int fathom_gguf_value_u32(const fathom_gguf_value *value, uint32_t *out);
-int fathom_gguf_value_i32(const fathom_gguf_value *value, int32_t *out);
-int fathom_gguf_value_u64(const fathom_gguf_value *value, uint64_t *out);
-int fathom_gguf_value_i64(const fathom_gguf_value *value, int64_t *out);
-int fathom_gguf_value_f32(const fathom_gguf_value *value, float *out);
-int fathom_gguf_value_f64(const fathom_gguf_value *value, double *out);
-int fathom_gguf_value_bool(const fathom_gguf_value *value, int *out); /* 0 or 1 */
+FATHOM_API int fathom_gguf_value_u32(const fathom_gguf_value *value, uint32_t *out);
+FATHOM_API int fathom_gguf_value_i32(const fathom_gguf_value *value, int32_t *out);
+FATHOM_API int fathom_gguf_value_u64(const fathom_gguf_value *value, uint64_t *out);
+FATHOM_API int fathom_gguf_value_i64(const fathom_gguf_value *value, int64_t *out);
+FATHOM_API int fathom_gguf_value_f32(const fathom_gguf_value *value, float *out);
+FATHOM_API int fathom_gguf_value_f64(const fathom_gguf_value *value, double *out);
+FATHOM_API int fathom_gguf_value_bool(const fathom_gguf_value *value, int *out); /* 0 or 1 */
 /* len may be NULL. */
-int fathom_gguf_value_string(const fathom_gguf_value *value, const char **str, uint64_t *len);
+FATHOM_API int fathom_gguf_value_string(const fathom_gguf_value *value, const char **str, uint64_t *len);
 /* Element index (< value->count) of an ARRAY value; FATHOM_ERR_INVALID_ARG
  * if value is not an array or index is out of range. */
-int fathom_gguf_array_get(const fathom_gguf_value *array, uint64_t index, fathom_gguf_value *elem);
+FATHOM_API int fathom_gguf_array_get(const fathom_gguf_value *array, uint64_t index, fathom_gguf_value *elem);
 
 /* Shorthands: fathom_gguf_get() then the typed getter. */
-int fathom_gguf_get_u32(const fathom_gguf *gguf, const char *key, uint32_t *out);
-int fathom_gguf_get_i32(const fathom_gguf *gguf, const char *key, int32_t *out);
-int fathom_gguf_get_u64(const fathom_gguf *gguf, const char *key, uint64_t *out);
-int fathom_gguf_get_f32(const fathom_gguf *gguf, const char *key, float *out);
-int fathom_gguf_get_bool(const fathom_gguf *gguf, const char *key, int *out);
-int fathom_gguf_get_string(const fathom_gguf *gguf, const char *key, const char **str,
-                           uint64_t *len);
+FATHOM_API int fathom_gguf_get_u32(const fathom_gguf *gguf, const char *key, uint32_t *out);
+FATHOM_API int fathom_gguf_get_i32(const fathom_gguf *gguf, const char *key, int32_t *out);
+FATHOM_API int fathom_gguf_get_u64(const fathom_gguf *gguf, const char *key, uint64_t *out);
+FATHOM_API int fathom_gguf_get_f32(const fathom_gguf *gguf, const char *key, float *out);
+FATHOM_API int fathom_gguf_get_bool(const fathom_gguf *gguf, const char *key, int *out);
+FATHOM_API int fathom_gguf_get_string(const fathom_gguf *gguf, const char *key, const char **str,
+                                      uint64_t *len);
 /* An ARRAY whose elements have type elem_type, else FATHOM_ERR_FORMAT. */
-int fathom_gguf_get_array(const fathom_gguf *gguf, const char *key, fathom_gguf_type elem_type,
-                          fathom_gguf_value *array);
+FATHOM_API int fathom_gguf_get_array(const fathom_gguf *gguf, const char *key, fathom_gguf_type elem_type,
+                                     fathom_gguf_value *array);
 
 /* Tensors, in file order. */
-uint64_t fathom_gguf_tensor_count(const fathom_gguf *gguf);
-int fathom_gguf_tensor_at(const fathom_gguf *gguf, uint64_t index, fathom_gguf_tensor_info *info);
+FATHOM_API uint64_t fathom_gguf_tensor_count(const fathom_gguf *gguf);
+FATHOM_API int fathom_gguf_tensor_at(const fathom_gguf *gguf, uint64_t index, fathom_gguf_tensor_info *info);
 /* Index of the tensor called name, or -1 when absent (or arguments NULL). */
-int64_t fathom_gguf_find_tensor(const fathom_gguf *gguf, const char *name);
+FATHOM_API int64_t fathom_gguf_find_tensor(const fathom_gguf *gguf, const char *name);
 /* Info of the tensor called name; FATHOM_ERR_FORMAT when the file lacks it. */
-int fathom_gguf_tensor(const fathom_gguf *gguf, const char *name, fathom_gguf_tensor_info *info);
+FATHOM_API int fathom_gguf_tensor(const fathom_gguf *gguf, const char *name, fathom_gguf_tensor_info *info);
 
 /* ===================================================================== *
  * model — a Llama-family decoder (SmolLM2; Qwen3 with QK-norm) from a
@@ -345,16 +345,16 @@ typedef struct fathom_model_info {
 /* Open, validate and dequantize a GGUF model. FATHOM_ERR_IO / _FORMAT for a
  * bad file (the message names the key or tensor), _UNSUPPORTED for an
  * architecture, tensor type or feature this code does not run. */
-int fathom_model_open(fathom_model **out, const char *path);
-void fathom_model_free(fathom_model *model); /* NULL is fine */
-int fathom_model_get_info(const fathom_model *model, fathom_model_info *info);
+FATHOM_API int fathom_model_open(fathom_model **out, const char *path);
+FATHOM_API void fathom_model_free(fathom_model *model); /* NULL is fine */
+FATHOM_API int fathom_model_get_info(const fathom_model *model, fathom_model_info *info);
 
 /* A tokenizer built from the GGUF metadata tokenizer.ggml.* (model, pre,
  * tokens, token_type, merges, bos/eos_token_id, add_bos_token); free it with
  * fathom_tokenizer_free. fathom_model_tokenizer also checks that every token
  * has an embedding row (FATHOM_ERR_FORMAT otherwise). */
-int fathom_tokenizer_from_gguf(fathom_tokenizer **out, const fathom_gguf *gguf);
-int fathom_model_tokenizer(const fathom_model *model, fathom_tokenizer **out);
+FATHOM_API int fathom_tokenizer_from_gguf(fathom_tokenizer **out, const fathom_gguf *gguf);
+FATHOM_API int fathom_model_tokenizer(const fathom_model *model, fathom_tokenizer **out);
 
 /*
  * A decoding context: the KV cache (float32, [layer][kv head][position][d],
@@ -369,26 +369,31 @@ int fathom_model_tokenizer(const fathom_model *model, fathom_tokenizer **out);
 typedef struct fathom_ctx fathom_ctx;
 
 /* n_ctx: capacity in positions (0: the model's context_length). */
-int fathom_ctx_create(fathom_ctx **out, const fathom_model *model, uint32_t n_ctx,
-                      uint32_t threads);
-void fathom_ctx_free(fathom_ctx *ctx); /* NULL is fine */
-uint64_t fathom_ctx_length(const fathom_ctx *ctx);   /* positions filled */
-uint64_t fathom_ctx_capacity(const fathom_ctx *ctx);
+FATHOM_API int fathom_ctx_create(fathom_ctx **out, const fathom_model *model, uint32_t n_ctx,
+                                 uint32_t threads);
+FATHOM_API void fathom_ctx_free(fathom_ctx *ctx); /* NULL is fine */
+FATHOM_API uint64_t fathom_ctx_length(const fathom_ctx *ctx);   /* positions filled */
+FATHOM_API uint64_t fathom_ctx_capacity(const fathom_ctx *ctx);
 /* Forget every position (the attention method stays, its index is emptied). */
-int fathom_ctx_reset(fathom_ctx *ctx);
+FATHOM_API int fathom_ctx_reset(fathom_ctx *ctx);
 
 /* Forget positions [n, length): the cache keeps rows [0, n) as they are
  * and a sparse method's index is rebuilt over them, so decoding continues
  * from position n as if the later tokens had never run. n <= length. */
-int fathom_ctx_truncate(fathom_ctx *ctx, uint64_t n);
+FATHOM_API int fathom_ctx_truncate(fathom_ctx *ctx, uint64_t n);
 
 /* Run n tokens (ids < vocab) at the next positions with dense causal
  * attention. logits_out [vocab] (may be NULL) gets the last token's logits.
- * FATHOM_ERR_STATE if the tokens do not fit in the capacity. */
-int fathom_ctx_prefill(fathom_ctx *ctx, const int32_t *tokens, uint64_t n, float *logits_out);
+ * FATHOM_ERR_STATE if the tokens do not fit in the capacity.
+ * FATHOM_ERR_NONFINITE, with a message naming the layer, head and position,
+ * when a query, key, value, attention output, residual row or logit is not
+ * finite (finite but extreme weights overflow float): never NaN logits with
+ * FATHOM_OK. After any failure of prefill or step the context needs
+ * fathom_ctx_reset. */
+FATHOM_API int fathom_ctx_prefill(fathom_ctx *ctx, const int32_t *tokens, uint64_t n, float *logits_out);
 /* One decode step: the token at the next position, attention by the method
  * set with fathom_ctx_set_attention (dense by default). */
-int fathom_ctx_step(fathom_ctx *ctx, int32_t token, float *logits_out);
+FATHOM_API int fathom_ctx_step(fathom_ctx *ctx, int32_t token, float *logits_out);
 
 /*
  * Attention of decode steps. method NULL or dense: exact dense attention.
@@ -398,12 +403,13 @@ int fathom_ctx_step(fathom_ctx *ctx, int32_t token, float *logits_out);
  * + local 32 + top-k per query head (k in total) and fathom_attend attends
  * exactly over the selection. oracle scores with exact q.k. fathom's plan
  * uses the store's running channel variance, or the calibration keys' when
- * calib is given. fathom-klt, ds and loki need calib (a capture of this
+ * calib is given. The method must pass fathom_method_check at the model's
+ * head dim. fathom-klt, ds and loki need calib (a capture of this
  * model: same layers, heads and dim), else FATHOM_ERR_UNSUPPORTED. calib is
  * read during this call only. May be called at any time; prefill stays dense.
  */
-int fathom_ctx_set_attention(fathom_ctx *ctx, const fathom_method *method, uint32_t k,
-                             const fathom_source *calib);
+FATHOM_API int fathom_ctx_set_attention(fathom_ctx *ctx, const fathom_method *method, uint32_t k,
+                                        const fathom_source *calib);
 
 typedef struct fathom_ctx_stats {
     uint64_t prefill_tokens, decode_steps;
@@ -412,17 +418,17 @@ typedef struct fathom_ctx_stats {
     double selected_rows;      /* sum over steps, layers, query heads of |selection| */
     double visible_rows;       /* sum of the visible positions of those selections */
 } fathom_ctx_stats;
-int fathom_ctx_get_stats(const fathom_ctx *ctx, fathom_ctx_stats *stats);
+FATHOM_API int fathom_ctx_get_stats(const fathom_ctx *ctx, fathom_ctx_stats *stats);
 
 /* Record the queries (after RoPE / QK-norm) of positions [first, first+count)
  * as they are computed, into the caller's buffer [layers x q_heads x count x d]
  * (the capture layout), which must stay valid while positions in that range
  * are run. buffer NULL stops recording. */
-int fathom_ctx_record_queries(fathom_ctx *ctx, uint64_t first, uint32_t count, float *buffer);
+FATHOM_API int fathom_ctx_record_queries(fathom_ctx *ctx, uint64_t first, uint32_t count, float *buffer);
 /* The cached keys and values of one layer and KV head: rows
  * [0, fathom_ctx_length) of d floats; valid until the next call on ctx. */
-int fathom_ctx_kv(const fathom_ctx *ctx, uint32_t layer, uint32_t kv_head, const float **keys,
-                  const float **values);
+FATHOM_API int fathom_ctx_kv(const fathom_ctx *ctx, uint32_t layer, uint32_t kv_head, const float **keys,
+                             const float **values);
 /* A decode-trace record: what one sparse decode step read and selected for
  * one query head (q_head < q_heads / kv_heads, within its KV head's group)
  * of one layer. depths [dim] are the planes the scan read per channel (NULL
@@ -439,9 +445,9 @@ typedef void (*fathom_trace_fn)(const fathom_trace_record *record, void *user);
 /* Call fn for every (layer, query head) of every sparse decode step; fn
  * NULL stops. fn runs on the context's worker threads, concurrently for
  * different KV heads of a layer, so it must be thread-safe. */
-int fathom_ctx_set_trace(fathom_ctx *ctx, fathom_trace_fn fn, void *user);
+FATHOM_API int fathom_ctx_set_trace(fathom_ctx *ctx, fathom_trace_fn fn, void *user);
 /* Called during prefill with (tokens done, tokens of this call). */
-int fathom_ctx_set_progress(fathom_ctx *ctx, fathom_progress_fn fn, void *user);
+FATHOM_API int fathom_ctx_set_progress(fathom_ctx *ctx, fathom_progress_fn fn, void *user);
 
 #ifdef __cplusplus
 }

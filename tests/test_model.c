@@ -8,6 +8,7 @@
  *   selects exactly min(k, n) keys per head and changes the result;
  * - calibrated methods (fathom-klt, ds, loki) from a capture of the model;
  * - hostile files: wrong shapes, missing/extra tensors, bad metadata, NaN;
+ * - finite but extreme weights: FATHOM_ERR_NONFINITE naming the layer, not NaN logits;
  * - every bad argument of every public function. */
 #include "check.h"
 #include "fathom_model.h"
@@ -571,7 +572,7 @@ static void test_invariance_and_sparse(const tiny *mt, const char *file) {
 
     /* sparse with k >= n: everything selected, equal to dense up to
      * fathom_attend's double accumulation */
-    const char *all[] = {"oracle", "fathom:256", "fathom:8", "sparq:4", "thumb", "full4", "landmark", "dense"};
+    const char *all[] = {"oracle", "fathom:32", "fathom:8", "sparq:4", "thumb", "full4", "landmark", "dense"};
     fathom_ctx_stats st;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         fathom_method m;
@@ -785,6 +786,46 @@ static void test_hostile(void) {
     CHECK_STATUS(fathom_model_open(&model, path), FATHOM_ERR_IO);
 }
 
+/* Finite but extreme weights (3e38) load (they are finite), and the forward
+ * pass fails with FATHOM_ERR_NONFINITE naming where the overflow surfaced,
+ * never with NaN logits and FATHOM_OK. */
+static void extreme_case(const tiny *m, const char *tensor_name, const char *expect) {
+    weights w;
+    make_weights(m, &w, 3);
+    tensor *t = (tensor *)find_tensor(&w, tensor_name);
+    CHECK(t != NULL);
+    if (!t) return;
+    for (uint64_t i = 0; i < t->cols * (t->rows ? t->rows : 1); i++) t->data[i] = 3e38f;
+    char path[512];
+    path_in_tmp(path, sizeof path, "extreme.gguf");
+    write_gguf(path, m, &w);
+    free_weights(&w);
+    fathom_model *model = NULL;
+    fathom_ctx *ctx = NULL;
+    CHECK_OK(fathom_model_open(&model, path));
+    CHECK_OK(fathom_ctx_create(&ctx, model, 16, 2));
+    if (model && ctx) {
+        int32_t tok[4] = {1, 5, 9, 2};
+        float *logits = malloc(m->vocab * sizeof(float));
+        CHECK_STATUS(fathom_ctx_prefill(ctx, tok, 4, logits), FATHOM_ERR_NONFINITE);
+        if (!strstr(fathom_last_error(), expect)) {
+            fprintf(stderr, "%s: message \"%s\" lacks \"%s\"\n", tensor_name, fathom_last_error(), expect);
+            CHECK(0);
+        }
+        free(logits);
+    }
+    fathom_ctx_free(ctx);
+    fathom_model_free(model);
+    unlink(path);
+}
+
+static void test_extreme_weights(void) {
+    const tiny llama = llama_tiny(), qwen = qwen_tiny();
+    extreme_case(&llama, "blk.1.attn_k.weight", "model: layer 1, key head 0, position 0: not finite");
+    extreme_case(&llama, "blk.0.ffn_down.weight", "model: layer 0, position 0: the residual stream is not finite");
+    extreme_case(&qwen, "output.weight", "model: the logits at position 3 are not finite");
+}
+
 static void test_bad_args(void) {
     tiny m = llama_tiny();
     weights w;
@@ -839,6 +880,8 @@ static void test_bad_args(void) {
     odd.kind = (fathom_method_kind)77;
     CHECK_STATUS(fathom_ctx_set_attention(ctx, &odd, 8, NULL), FATHOM_ERR_INVALID_ARG);
     CHECK_OK(fathom_method_parse("sparq:9", &odd)); /* more channels than d = 8 */
+    CHECK_STATUS(fathom_ctx_set_attention(ctx, &odd, 8, NULL), FATHOM_ERR_INVALID_ARG);
+    CHECK_OK(fathom_method_parse("fathom:33", &odd)); /* more code bits than 4 * d (fathom_method_check) */
     CHECK_STATUS(fathom_ctx_set_attention(ctx, &odd, 8, NULL), FATHOM_ERR_INVALID_ARG);
 
     float buf[8];
@@ -1090,6 +1133,7 @@ int main(void) {
     test_against_reference(&qwen, "qwen3.gguf");
     test_invariance_and_sparse(&llama, "llama2.gguf");
     test_hostile();
+    test_extreme_weights();
     test_bad_args();
     test_tokenizer();
     test_progress();

@@ -8,14 +8,13 @@
  *               h = rmsnorm(x) ; x += (silu(h Wgate) * h Wup) Wdown
  *   logits = rmsnorm(x) Wout          (Wout = token_embd when tied)
  *
- * Sections: thread pool, kernels, loading, context, forward, sparse
+ * Sections: kernels, loading, context, forward, sparse
  * attention. Weights are dequantized to float32 once at load. */
 #include "internal.h"
 #include "fathom_model.h"
+#include "pool.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,123 +31,6 @@
 #define PREFILL_BATCH 64 /* tokens per forward chunk: weights are reused across them */
 #define DOT_LANES 8      /* independent partial sums of every dot product */
 #define ATTN_QBLOCK 16   /* prefill tokens whose queries share one pass over K and V */
-
-/* ===================================================================== *
- * thread pool: tasks 0..n-1 taken from a shared counter; the caller works too
- * ===================================================================== */
-
-typedef void (*task_fn)(void *arg, uint32_t task, uint32_t worker);
-
-typedef struct pool pool;
-typedef struct pool_worker {
-    pool *p;
-    uint32_t id;
-} pool_worker;
-
-struct pool {
-    uint32_t n_threads; /* workers + the caller */
-    pthread_t *tids;    /* [n_threads - 1] */
-    pool_worker *workers;
-    uint32_t started;
-    pthread_mutex_t lock;
-    pthread_cond_t wake, idle;
-    uint64_t generation;
-    uint32_t busy;
-    int stop;
-    task_fn fn;
-    void *arg;
-    uint32_t n_tasks;
-    atomic_uint next;
-};
-
-static void pool_drain(pool *p, uint32_t worker) {
-    for (;;) {
-        uint32_t t = atomic_fetch_add(&p->next, 1);
-        if (t >= p->n_tasks) break;
-        p->fn(p->arg, t, worker);
-    }
-}
-
-static void *pool_main(void *arg) {
-    pool_worker *w = arg;
-    pool *p = w->p;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&p->lock);
-    for (;;) {
-        while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->lock);
-        if (p->stop) break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->lock);
-        pool_drain(p, w->id);
-        pthread_mutex_lock(&p->lock);
-        if (--p->busy == 0) pthread_cond_signal(&p->idle);
-    }
-    pthread_mutex_unlock(&p->lock);
-    return NULL;
-}
-
-static void pool_free(pool *p) {
-    if (!p) return;
-    pthread_mutex_lock(&p->lock);
-    p->stop = 1;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->lock);
-    for (uint32_t i = 0; i < p->started; i++) pthread_join(p->tids[i], NULL);
-    pthread_mutex_destroy(&p->lock);
-    pthread_cond_destroy(&p->wake);
-    pthread_cond_destroy(&p->idle);
-    free(p->tids);
-    free(p->workers);
-    free(p);
-}
-
-static int pool_create(pool **out, uint32_t n_threads) {
-    pool *p = calloc(1, sizeof *p);
-    if (!p) return fathom_fail(FATHOM_ERR_NOMEM, "model: out of memory for the thread pool");
-    p->n_threads = n_threads;
-    pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->wake, NULL);
-    pthread_cond_init(&p->idle, NULL);
-    atomic_init(&p->next, 0);
-    if (n_threads > 1) {
-        p->tids = fathom_calloc_array(n_threads - 1, sizeof *p->tids);
-        p->workers = fathom_calloc_array(n_threads - 1, sizeof *p->workers);
-        if (!p->tids || !p->workers) {
-            pool_free(p);
-            return fathom_fail(FATHOM_ERR_NOMEM, "model: out of memory for the thread pool");
-        }
-        for (uint32_t i = 0; i + 1 < n_threads; i++) {
-            p->workers[i] = (pool_worker){p, i + 1};
-            if (pthread_create(&p->tids[i], NULL, pool_main, &p->workers[i]) != 0) {
-                pool_free(p);
-                return fathom_fail(FATHOM_ERR_NOMEM, "model: cannot start worker thread %u", i + 1);
-            }
-            p->started++;
-        }
-    }
-    *out = p;
-    return FATHOM_OK;
-}
-
-static void pool_run(pool *p, task_fn fn, void *arg, uint32_t n_tasks) {
-    if (p->n_threads <= 1 || n_tasks <= 1) {
-        for (uint32_t t = 0; t < n_tasks; t++) fn(arg, t, 0);
-        return;
-    }
-    pthread_mutex_lock(&p->lock);
-    p->fn = fn;
-    p->arg = arg;
-    p->n_tasks = n_tasks;
-    atomic_store(&p->next, 0);
-    p->busy = p->n_threads - 1;
-    p->generation++;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->lock);
-    pool_drain(p, 0);
-    pthread_mutex_lock(&p->lock);
-    while (p->busy) pthread_cond_wait(&p->idle, &p->lock);
-    pthread_mutex_unlock(&p->lock);
-}
 
 /* ===================================================================== *
  * kernels
@@ -235,7 +117,7 @@ typedef struct matmul_job {
     uint32_t n_tok, in, out, rows_per_task;
 } matmul_job;
 
-static void matmul_task(void *arg, uint32_t task, uint32_t worker) {
+static int matmul_task(void *arg, uint32_t task, uint32_t worker) {
     const matmul_job *j = arg;
     const uint32_t o0 = task * j->rows_per_task;
     const uint32_t o1 = o0 + j->rows_per_task < j->out ? o0 + j->rows_per_task : j->out;
@@ -244,7 +126,7 @@ static void matmul_task(void *arg, uint32_t task, uint32_t worker) {
     if (j->n_tok == 1) { /* decode: four rows per pass over x */
         for (; o + 4 <= o1; o += 4) tile(j->w + (uint64_t)o * n, 4, j->x, 1, n, j->y + o, j->out);
         for (; o < o1; o++) tile(j->w + (uint64_t)o * n, 1, j->x, 1, n, j->y + o, j->out);
-        return;
+        return FATHOM_OK;
     }
     /* prefill: 2 rows x 4 tokens per tile */
     for (; o < o1; o += 2) {
@@ -262,16 +144,17 @@ static void matmul_task(void *arg, uint32_t task, uint32_t worker) {
         for (; t < j->n_tok; t++)
             tile(w, nr == 2 ? 2 : 1, j->x + (uint64_t)t * n, 1, n, j->y + (uint64_t)t * j->out + o, j->out);
     }
+    return FATHOM_OK;
 }
 
-static void matmul(pool *p, float *y, const float *x, const float *w, uint32_t n_tok, uint32_t in,
-                   uint32_t out) {
+static int matmul(fathom_pool *p, float *y, const float *x, const float *w, uint32_t n_tok, uint32_t in,
+                  uint32_t out) {
     /* About 8 tasks per thread for balance, at least 4 rows each. */
-    uint32_t per = out / (p->n_threads * 8);
+    uint32_t per = out / (fathom_pool_threads(p) * 8);
     if (per < 4) per = 4;
     per = (per + 3) / 4 * 4; /* whole decode tiles */
     matmul_job j = {y, x, w, n_tok, in, out, per};
-    pool_run(p, matmul_task, &j, (out + per - 1) / per);
+    return fathom_pool_run(p, matmul_task, &j, (out + per - 1) / per);
 }
 
 /* out += w * v, elementwise (restrict lets it vectorize). */
@@ -568,40 +451,27 @@ int fathom_model_get_info(const fathom_model *model, fathom_model_info *info) {
  * context
  * ===================================================================== */
 
-/* The index of one (layer, KV head) for a sparse method. */
-typedef struct sparse_head {
-    fathom_store *store;         /* raw planes (fathom, sparq, ds, thumb, full4) */
-    fathom_store *rotated;       /* planes of (k - mean)V (fathom-klt, loki) */
-    fathom_basis *basis;         /* from calibration */
-    fathom_landmarks *landmarks; /* landmark */
-    float *calib_var;            /* [d] calibration channel variance, or NULL: the store's */
-    uint8_t *ds_depths;          /* [d] Double Sparsity's channels */
-} sparse_head;
-
 /* Scratch of one KV head's sparse attention (tasks run per KV head). */
 typedef struct sparse_scratch {
-    float *qrot;     /* [G x d] */
+    void *index;     /* fathom_index_scratch_size(d, G) */
     float *scores;   /* [G x cap] */
     uint64_t *work;  /* [cap] */
-    uint32_t *idx;   /* [G x k] */
-    double *g;       /* [d] */
-    uint8_t *depths; /* [d] */
-    float *var;      /* [d] */
+    uint32_t *idx;   /* [G x min(k, cap)] */
     double scan_bytes, selected, visible; /* this step */
 } sparse_scratch;
 
 typedef struct sparse_state {
     fathom_method method;
     uint32_t k;
-    sparse_head *heads;       /* [layers x kv_heads] */
-    sparse_scratch *scratch;  /* [kv_heads] */
+    fathom_index **heads;    /* [layers x kv_heads] the method's index of each (layer, KV head) */
+    sparse_scratch *scratch; /* [kv_heads] */
 } sparse_state;
 
 struct fathom_ctx {
     const fathom_model *model;
     uint32_t cap;     /* positions the cache holds */
     uint64_t n;       /* positions filled */
-    pool *pool;
+    fathom_pool *pool;
     float *k_cache;   /* [layers][kv_heads][cap][d] after RoPE / QK-norm */
     float *v_cache;   /* [layers][kv_heads][cap][d] */
     float *rope_cos;  /* [cap][d/2] */
@@ -630,34 +500,19 @@ struct fathom_ctx {
     void *trace_user;
     fathom_ctx_stats stats;
     int broken; /* a forward pass failed half-way: the cache is inconsistent until reset */
-    /* first failure inside a worker task (fathom_last_error is per thread) */
-    pthread_mutex_t err_lock;
-    int err_status;
-    char err_msg[256];
 };
 
 static void sparse_free(sparse_state *s, const fathom_model_info *in) {
     if (!s) return;
     if (s->heads)
-        for (uint64_t i = 0; i < (uint64_t)in->layers * in->kv_heads; i++) {
-            sparse_head *h = &s->heads[i];
-            fathom_store_free(h->store);
-            fathom_store_free(h->rotated);
-            fathom_landmarks_free(h->landmarks);
-            fathom_basis_free(h->basis);
-            free(h->calib_var);
-            free(h->ds_depths);
-        }
+        for (uint64_t i = 0; i < (uint64_t)in->layers * in->kv_heads; i++) fathom_index_free(s->heads[i]);
     if (s->scratch)
         for (uint32_t i = 0; i < in->kv_heads; i++) {
             sparse_scratch *c = &s->scratch[i];
-            free(c->qrot);
+            free(c->index);
             free(c->scores);
             free(c->work);
             free(c->idx);
-            free(c->g);
-            free(c->depths);
-            free(c->var);
         }
     free(s->heads);
     free(s->scratch);
@@ -666,14 +521,13 @@ static void sparse_free(sparse_state *s, const fathom_model_info *in) {
 
 void fathom_ctx_free(fathom_ctx *ctx) {
     if (!ctx) return;
-    pool_free(ctx->pool);
+    fathom_pool_free(ctx->pool);
     sparse_free(ctx->sparse, &ctx->model->info);
     float *all[] = {ctx->k_cache, ctx->v_cache, ctx->rope_cos, ctx->rope_sin, ctx->x, ctx->xn,
                     ctx->q, ctx->k, ctx->v, ctx->att, ctx->proj, ctx->gate, ctx->up, ctx->scores};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     free(ctx->sums);
     free(ctx->qblock);
-    pthread_mutex_destroy(&ctx->err_lock);
     free(ctx);
 }
 
@@ -692,7 +546,6 @@ int fathom_ctx_create(fathom_ctx **out, const fathom_model *model, uint32_t n_ct
 
     fathom_ctx *c = calloc(1, sizeof *c);
     FATHOM_CHECK(!c, FATHOM_ERR_NOMEM, "model: out of memory for the context");
-    pthread_mutex_init(&c->err_lock, NULL);
     c->model = model;
     c->cap = n_ctx;
     const uint64_t D = in->head_dim, B = PREFILL_BATCH;
@@ -736,7 +589,7 @@ int fathom_ctx_create(fathom_ctx **out, const fathom_model *model, uint32_t n_ct
             c->rope_cos[p * (D / 2) + i] = (float)cos(a);
             c->rope_sin[p * (D / 2) + i] = (float)sin(a);
         }
-    int st = pool_create(&c->pool, threads);
+    int st = fathom_pool_create(&c->pool, threads);
     if (st < 0) {
         fathom_ctx_free(c);
         return st;
@@ -804,52 +657,23 @@ int fathom_ctx_get_stats(const fathom_ctx *ctx, fathom_ctx_stats *stats) {
     return FATHOM_OK;
 }
 
-static void note_task_error(fathom_ctx *c, int status) {
-    pthread_mutex_lock(&c->err_lock);
-    if (c->err_status == FATHOM_OK) {
-        c->err_status = status;
-        snprintf(c->err_msg, sizeof c->err_msg, "%s", fathom_last_error());
-    }
-    pthread_mutex_unlock(&c->err_lock);
-}
-
-/* Hand a worker's failure to the calling thread. */
-static int take_task_error(fathom_ctx *c) {
-    if (c->err_status == FATHOM_OK) return FATHOM_OK;
-    int st = c->err_status;
-    c->err_status = FATHOM_OK;
-    return fathom_fail(st, "%s", c->err_msg);
-}
-
 /* ===================================================================== *
  * sparse attention of decode steps (§2: sink + local + top-k per query head)
  * ===================================================================== */
-
-static bool method_uses_store(fathom_method_kind kind) {
-    return kind == FATHOM_METHOD_FATHOM || kind == FATHOM_METHOD_SPARQ || kind == FATHOM_METHOD_DS ||
-           kind == FATHOM_METHOD_THUMB || kind == FATHOM_METHOD_FULL4;
-}
-
-static bool method_uses_rotated(fathom_method_kind kind) {
-    return kind == FATHOM_METHOD_FATHOM_KLT || kind == FATHOM_METHOD_LOKI;
-}
 
 /* Append cached keys [pos0, pos0+count) of one layer to its indexes. */
 static int sparse_append(fathom_ctx *c, uint32_t layer, uint64_t pos0, uint64_t count) {
     sparse_state *s = c->sparse;
     if (!s || count == 0) return FATHOM_OK;
     for (uint32_t kvh = 0; kvh < c->model->info.kv_heads; kvh++) {
-        sparse_head *h = &s->heads[(uint64_t)layer * c->model->info.kv_heads + kvh];
-        const float *keys = cache_row(c, c->k_cache, layer, kvh, pos0);
-        if (h->store) FATHOM_TRY(fathom_store_append(h->store, keys, count));
-        if (h->rotated) FATHOM_TRY(fathom_store_append(h->rotated, keys, count));
-        if (h->landmarks) FATHOM_TRY(fathom_landmarks_append(h->landmarks, keys, count));
+        FATHOM_TRY(fathom_index_append(s->heads[(uint64_t)layer * c->model->info.kv_heads + kvh],
+                                       cache_row(c, c->k_cache, layer, kvh, pos0), count));
     }
     return FATHOM_OK;
 }
 
 /* Scores [G x n_vis] of the group's queries qg [G x d] for one KV head. */
-static int sparse_scores(const fathom_ctx *c, const sparse_state *s, const sparse_head *hs,
+static int sparse_scores(const fathom_ctx *c, const sparse_state *s, const fathom_index *hs,
                          sparse_scratch *sc, const float *qg, const float *keys, uint64_t n_vis) {
     const fathom_model_info *in = &c->model->info;
     const uint32_t D = in->head_dim, G = in->q_heads / in->kv_heads;
@@ -864,19 +688,7 @@ static int sparse_scores(const fathom_ctx *c, const sparse_state *s, const spars
                 sc->scores[h * n_vis + i] = dot(qg + h * D, keys + i * D, D);
         bytes = n_vis * (uint64_t)D * 2;
     } else {
-        /* Var: the calibration keys' when given, else the store's running sums (App. D). */
-        const float *var = NULL;
-        if (m->kind == FATHOM_METHOD_FATHOM) {
-            if (hs->calib_var)
-                var = hs->calib_var;
-            else {
-                FATHOM_TRY(fathom_store_variance(hs->store, sc->var));
-                var = sc->var;
-            }
-        }
-        const fathom_scorer_index ix = {hs->store, hs->rotated, hs->basis, hs->landmarks, var, hs->ds_depths};
-        fathom_scorer_scratch scr = {sc->g, sc->qrot, sc->depths};
-        FATHOM_TRY(fathom_method_scores(m, m->param, &ix, D, G, qg, n_vis, sc->scores, &scr, NULL, &bytes));
+        FATHOM_TRY(fathom_index_scores(hs, m, m->param, G, qg, n_vis, sc->scores, sc->index, NULL, &bytes));
     }
     sc->scan_bytes += (double)bytes;
     return FATHOM_OK;
@@ -892,7 +704,7 @@ static int sparse_head_attend(fathom_ctx *c, uint32_t layer, uint32_t kvh, uint6
     const fathom_model_info *in = &c->model->info;
     const uint32_t D = in->head_dim, G = in->q_heads / in->kv_heads;
     const sparse_state *s = c->sparse;
-    const sparse_head *hs = &s->heads[(uint64_t)layer * in->kv_heads + kvh];
+    const fathom_index *hs = s->heads[(uint64_t)layer * in->kv_heads + kvh];
     sparse_scratch *sc = &s->scratch[kvh];
     const uint64_t n_vis = pos + 1;
     const float *qg = c->q + (uint64_t)kvh * G * D; /* the step's one token */
@@ -910,19 +722,19 @@ static int sparse_head_attend(fathom_ctx *c, uint32_t layer, uint32_t kvh, uint6
         sc->visible += (double)n_vis;
         if (c->trace) {
             const fathom_method_kind kind = s->method.kind;
-            const bool planes = method_uses_store(kind) || method_uses_rotated(kind);
-            const fathom_trace_record rec = {pos, layer, kvh, h, D, planes ? sc->depths : NULL,
-                                             idx, count};
+            const bool planes = kind != FATHOM_METHOD_ORACLE && kind != FATHOM_METHOD_LANDMARK;
+            const fathom_trace_record rec = {
+                pos, layer, kvh, h, D, planes ? fathom_index_scratch_depths(sc->index, D, G) : NULL,
+                idx, count};
             c->trace(&rec, c->trace_user);
         }
     }
     return FATHOM_OK;
 }
 
-static void sparse_task(void *arg, uint32_t task, uint32_t worker) {
-    sparse_job *j = arg;
-    int st = sparse_head_attend(j->c, j->layer, task, j->pos);
-    if (st < 0) note_task_error(j->c, st);
+static int sparse_task(void *arg, uint32_t task, uint32_t worker) {
+    const sparse_job *j = arg;
+    return sparse_head_attend(j->c, j->layer, task, j->pos);
 }
 
 
@@ -931,23 +743,10 @@ static void sparse_task(void *arg, uint32_t task, uint32_t worker) {
 static int sparse_calibrate_layer(sparse_state *s, const fathom_model_info *in, uint32_t layer,
                                   const float *q, const float *k, uint64_t n, uint32_t P) {
     const uint32_t D = in->head_dim, G = in->q_heads / in->kv_heads;
-    const fathom_method_kind kind = s->method.kind;
     for (uint32_t kvh = 0; kvh < in->kv_heads; kvh++) {
-        sparse_head *h = &s->heads[(uint64_t)layer * in->kv_heads + kvh];
-        const float *keys = k + (uint64_t)kvh * n * D;
-        const float *queries = q + (uint64_t)kvh * G * P * D;
-        const uint64_t q_rows = (uint64_t)G * P;
-        if (kind == FATHOM_METHOD_FATHOM) {
-            h->calib_var = fathom_alloc_array(D, sizeof(float));
-            FATHOM_CHECK(!h->calib_var, FATHOM_ERR_NOMEM, "model: out of memory");
-            fathom_channel_variance(D, keys, n, h->calib_var);
-        } else if (kind == FATHOM_METHOD_DS) {
-            h->ds_depths = fathom_alloc_array(D, 1);
-            FATHOM_CHECK(!h->ds_depths, FATHOM_ERR_NOMEM, "model: out of memory");
-            FATHOM_TRY(fathom_ds_depths(D, keys, n, queries, q_rows, s->method.param, h->ds_depths));
-        } else if (method_uses_rotated(kind)) {
-            FATHOM_TRY(fathom_basis_fit_strided(&h->basis, D, keys, n, queries, q_rows));
-        }
+        const fathom_index_calib cal = {k + (uint64_t)kvh * n * D, n, q + (uint64_t)kvh * G * P * D,
+                                        (uint64_t)G * P, 0};
+        FATHOM_TRY(fathom_index_calibrate(s->heads[(uint64_t)layer * in->kv_heads + kvh], &cal));
     }
     return FATHOM_OK;
 }
@@ -979,15 +778,8 @@ static int sparse_create(fathom_ctx *c, const fathom_method *method, uint32_t k,
                          const fathom_source *calib, sparse_state **out) {
     const fathom_model_info *in = &c->model->info;
     const uint32_t D = in->head_dim, G = in->q_heads / in->kv_heads;
-    const fathom_method_kind kind = method->kind;
-    const bool needs_calib = kind == FATHOM_METHOD_FATHOM_KLT || kind == FATHOM_METHOD_DS ||
-                             kind == FATHOM_METHOD_LOKI;
-    FATHOM_CHECK(needs_calib && !calib, FATHOM_ERR_UNSUPPORTED,
+    FATHOM_CHECK((fathom_method_needs(method) & FATHOM_NEEDS_CALIB) && !calib, FATHOM_ERR_UNSUPPORTED,
                  "model: %s needs calibration statistics (a capture of this model)", method->name);
-    FATHOM_CHECK((kind == FATHOM_METHOD_SPARQ || kind == FATHOM_METHOD_DS || kind == FATHOM_METHOD_LOKI) &&
-                     (method->param < 1 || method->param > D),
-                 FATHOM_ERR_INVALID_ARG, "model: %s: the channel count must be in [1, %u]",
-                 method->name, D);
     sparse_state *s = calloc(1, sizeof *s);
     FATHOM_CHECK(!s, FATHOM_ERR_NOMEM, "model: out of memory");
     *out = s;
@@ -999,24 +791,16 @@ static int sparse_create(fathom_ctx *c, const fathom_method *method, uint32_t k,
     const uint64_t idx_cap = k < c->cap ? k : c->cap;
     for (uint32_t kvh = 0; kvh < in->kv_heads; kvh++) {
         sparse_scratch *sc = &s->scratch[kvh];
-        sc->qrot = fathom_alloc_array((uint64_t)G * D, sizeof(float));
+        sc->index = malloc(fathom_index_scratch_size(D, G));
         sc->scores = fathom_alloc_array((uint64_t)G * c->cap, sizeof(float));
         sc->work = fathom_alloc_array(c->cap, sizeof(uint64_t));
         sc->idx = fathom_alloc_array((uint64_t)G * idx_cap, sizeof(uint32_t));
-        sc->g = fathom_alloc_array(D, sizeof(double));
-        sc->depths = fathom_alloc_array(D, 1);
-        sc->var = fathom_alloc_array(D, sizeof(float));
-        FATHOM_CHECK(!sc->qrot || !sc->scores || !sc->work || !sc->idx || !sc->g || !sc->depths ||
-                         !sc->var,
-                     FATHOM_ERR_NOMEM, "model: out of memory for sparse attention scratch");
+        FATHOM_CHECK(!sc->index || !sc->scores || !sc->work || !sc->idx, FATHOM_ERR_NOMEM,
+                     "model: out of memory for sparse attention scratch");
     }
+    for (uint64_t i = 0; i < (uint64_t)in->layers * in->kv_heads; i++)
+        FATHOM_TRY(fathom_index_create(&s->heads[i], method, 1, D, 0));
     if (calib) FATHOM_TRY(sparse_calibrate(s, in, calib));
-    for (uint64_t i = 0; i < (uint64_t)in->layers * in->kv_heads; i++) {
-        sparse_head *h = &s->heads[i];
-        if (method_uses_store(kind)) FATHOM_TRY(fathom_store_create(&h->store, D, 0, NULL));
-        if (method_uses_rotated(kind)) FATHOM_TRY(fathom_store_create(&h->rotated, D, 0, h->basis));
-        if (kind == FATHOM_METHOD_LANDMARK) FATHOM_TRY(fathom_landmarks_create(&h->landmarks, D));
-    }
     return FATHOM_OK;
 }
 
@@ -1028,8 +812,7 @@ int fathom_ctx_set_attention(fathom_ctx *ctx, const fathom_method *method, uint3
         ctx->sparse = NULL;
         return FATHOM_OK;
     }
-    FATHOM_CHECK_ARG((unsigned)method->kind <= FATHOM_METHOD_DENSE,
-                     "fathom_ctx_set_attention: unknown method kind %d", (int)method->kind);
+    FATHOM_TRY(fathom_method_check(method, ctx->model->info.head_dim));
     FATHOM_CHECK_ARG(k >= 1, "fathom_ctx_set_attention: k is 0");
     sparse_state *s = NULL;
     int st = sparse_create(ctx, method, k, calib, &s);
@@ -1053,24 +836,7 @@ int fathom_ctx_set_attention(fathom_ctx *ctx, const fathom_method *method, uint3
 
 /* Replace the method's indexes by empty ones; calibration is kept. */
 static int sparse_clear(sparse_state *s, const fathom_model_info *in) {
-    for (uint64_t i = 0; i < (uint64_t)in->layers * in->kv_heads; i++) {
-        sparse_head *h = &s->heads[i];
-        if (h->store) {
-            fathom_store_free(h->store);
-            h->store = NULL;
-            FATHOM_TRY(fathom_store_create(&h->store, in->head_dim, 0, NULL));
-        }
-        if (h->rotated) {
-            fathom_store_free(h->rotated);
-            h->rotated = NULL;
-            FATHOM_TRY(fathom_store_create(&h->rotated, in->head_dim, 0, h->basis));
-        }
-        if (h->landmarks) {
-            fathom_landmarks_free(h->landmarks);
-            h->landmarks = NULL;
-            FATHOM_TRY(fathom_landmarks_create(&h->landmarks, in->head_dim));
-        }
-    }
+    for (uint64_t i = 0; i < (uint64_t)in->layers * in->kv_heads; i++) FATHOM_TRY(fathom_index_clear(s->heads[i]));
     return FATHOM_OK;
 }
 
@@ -1130,7 +896,7 @@ typedef struct attn_job {
  * them once per query would be bound by memory). Each output row gets the
  * same operations in the same order whatever block it is in, so a prefill
  * gives the same bits as decode steps (blocks of one token). */
-static void attn_task(void *arg, uint32_t task, uint32_t worker) {
+static int attn_task(void *arg, uint32_t task, uint32_t worker) {
     const attn_job *j = arg;
     fathom_ctx *c = j->c;
     const fathom_model_info *in = &c->model->info;
@@ -1202,6 +968,31 @@ static void attn_task(void *arg, uint32_t task, uint32_t worker) {
 #undef ROW_Q
 #undef ROW_OUT
 #undef ROW_VIS
+    return FATHOM_OK;
+}
+
+/* FATHOM_ERR_NONFINITE naming the first non-finite entry of rows x
+ * [T x heads*D] of `layer` at positions pos0.. (its head when `what` names
+ * one, e.g. "key head"; NULL: the residual stream): finite but extreme
+ * weights overflow float, and the next softmax turns that into NaN. */
+static int check_finite(const float *x, uint32_t T, uint32_t heads, uint32_t D, uint32_t layer, uint64_t pos0,
+                        const char *what) {
+    const uint64_t row = (uint64_t)heads * D;
+    for (uint32_t t = 0; t < T; t++) {
+        const float *r = x + t * row;
+        if (fathom_all_finite(r, row)) continue;
+        uint64_t i = 0;
+        while (__builtin_isfinite(r[i])) i++;
+        if (!what)
+            return fathom_fail(FATHOM_ERR_NONFINITE,
+                               "model: layer %u, position %llu: the residual stream is not finite (a weight "
+                               "overflows float)",
+                               layer, (unsigned long long)(pos0 + t));
+        return fathom_fail(FATHOM_ERR_NONFINITE,
+                           "model: layer %u, %s %llu, position %llu: not finite (a weight overflows float)",
+                           layer, what, (unsigned long long)(i / D), (unsigned long long)(pos0 + t));
+    }
+    return FATHOM_OK;
 }
 
 /* Tokens [0, T) at positions n..n+T-1 (T <= PREFILL_BATCH) through every
@@ -1223,9 +1014,9 @@ static int forward(fathom_ctx *c, const int32_t *tokens, uint32_t T, bool sparse
         /* attention */
         for (uint32_t t = 0; t < T; t++)
             rmsnorm(c->xn + (uint64_t)t * E, c->x + (uint64_t)t * E, w->attn_norm, E, in->rms_eps);
-        matmul(c->pool, c->q, c->xn, w->wq, T, E, QD);
-        matmul(c->pool, c->k, c->xn, w->wk, T, E, KD);
-        matmul(c->pool, c->v, c->xn, w->wv, T, E, KD);
+        FATHOM_TRY(matmul(c->pool, c->q, c->xn, w->wq, T, E, QD));
+        FATHOM_TRY(matmul(c->pool, c->k, c->xn, w->wk, T, E, KD));
+        FATHOM_TRY(matmul(c->pool, c->v, c->xn, w->wv, T, E, KD));
         for (uint32_t t = 0; t < T; t++) {
             const uint64_t pos = pos0 + t;
             const float *cs = c->rope_cos + pos * (D / 2), *sn = c->rope_sin + pos * (D / 2);
@@ -1246,40 +1037,48 @@ static int forward(fathom_ctx *c, const int32_t *tokens, uint32_t T, bool sparse
                        D * sizeof(float));
             }
         }
+        FATHOM_TRY(check_finite(c->q, T, Hq, D, l, pos0, "query head"));
+        FATHOM_TRY(check_finite(c->k, T, Hkv, D, l, pos0, "key head"));
+        FATHOM_TRY(check_finite(c->v, T, Hkv, D, l, pos0, "value head"));
         FATHOM_TRY(sparse_append(c, l, pos0, T));
         if (sparse) {
             sparse_job sj = {c, l, pos0};
-            pool_run(c->pool, sparse_task, &sj, Hkv);
-            FATHOM_TRY(take_task_error(c));
+            FATHOM_TRY(fathom_pool_run(c->pool, sparse_task, &sj, Hkv));
         } else {
             const uint32_t blocks = (T + ATTN_QBLOCK - 1) / ATTN_QBLOCK;
             attn_job aj = {c, l, pos0, T, blocks};
-            pool_run(c->pool, attn_task, &aj, blocks * Hkv);
+            FATHOM_TRY(fathom_pool_run(c->pool, attn_task, &aj, blocks * Hkv));
         }
-        matmul(c->pool, c->proj, c->att, w->wo, T, QD, E);
+        FATHOM_TRY(check_finite(c->att, T, Hq, D, l, pos0, "attention output of query head"));
+        FATHOM_TRY(matmul(c->pool, c->proj, c->att, w->wo, T, QD, E));
         for (uint64_t i = 0; i < (uint64_t)T * E; i++) c->x[i] += c->proj[i];
 
         /* SwiGLU MLP */
         for (uint32_t t = 0; t < T; t++)
             rmsnorm(c->xn + (uint64_t)t * E, c->x + (uint64_t)t * E, w->ffn_norm, E, in->rms_eps);
-        matmul(c->pool, c->gate, c->xn, w->w_gate, T, E, F);
-        matmul(c->pool, c->up, c->xn, w->w_up, T, E, F);
+        FATHOM_TRY(matmul(c->pool, c->gate, c->xn, w->w_gate, T, E, F));
+        FATHOM_TRY(matmul(c->pool, c->up, c->xn, w->w_up, T, E, F));
         for (uint64_t i = 0; i < (uint64_t)T * F; i++) {
             const float g = c->gate[i];
             c->gate[i] = g / (1.0f + expf(-g)) * c->up[i];
         }
-        matmul(c->pool, c->proj, c->gate, w->w_down, T, F, E);
+        FATHOM_TRY(matmul(c->pool, c->proj, c->gate, w->w_down, T, F, E));
         for (uint64_t i = 0; i < (uint64_t)T * E; i++) c->x[i] += c->proj[i];
+        FATHOM_TRY(check_finite(c->x, T, 1, E, l, pos0, NULL));
     }
     c->n += T;
     return FATHOM_OK;
 }
 
 /* Logits of the residual row t into out [vocab]. */
-static void compute_logits(fathom_ctx *c, uint32_t t, float *out) {
+static int compute_logits(fathom_ctx *c, uint32_t t, float *out) {
     const fathom_model_info *in = &c->model->info;
     rmsnorm(c->xn, c->x + (uint64_t)t * in->embed, c->model->output_norm, in->embed, in->rms_eps);
-    matmul(c->pool, out, c->xn, c->model->output, 1, in->embed, in->vocab);
+    FATHOM_TRY(matmul(c->pool, out, c->xn, c->model->output, 1, in->embed, in->vocab));
+    FATHOM_CHECK(!fathom_all_finite(out, in->vocab), FATHOM_ERR_NONFINITE,
+                 "model: the logits at position %llu are not finite (the output weights overflow float)",
+                 (unsigned long long)(c->n - 1));
+    return FATHOM_OK;
 }
 
 static int check_tokens(const fathom_ctx *c, const int32_t *tokens, uint64_t n, const char *fn) {
@@ -1312,7 +1111,7 @@ int fathom_ctx_prefill(fathom_ctx *ctx, const int32_t *tokens, uint64_t n, float
         if (ctx->progress) ctx->progress(ctx->progress_user, done, n);
     }
     ctx->stats.prefill_tokens += n;
-    if (logits_out) compute_logits(ctx, last, logits_out);
+    if (logits_out) FATHOM_TRY(compute_logits(ctx, last, logits_out));
     return FATHOM_OK;
 }
 
@@ -1340,7 +1139,7 @@ int fathom_ctx_step(fathom_ctx *ctx, int32_t token, float *logits_out) {
             ctx->stats.visible_rows += sc->visible;
         }
     }
-    if (logits_out) compute_logits(ctx, 0, logits_out);
+    if (logits_out) FATHOM_TRY(compute_logits(ctx, 0, logits_out));
     return FATHOM_OK;
 }
 
