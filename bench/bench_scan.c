@@ -15,14 +15,16 @@
  * (what fathom_store_scan ran before the tiled kernels; one call per head, a
  * thread per head at most); "new" is fathom_store_scan_range with a tiled
  * kernel (--tiled auto|avx2|avx512|portable; auto: fathom_store_scan's),
- * whose scores are bit-identical (checked here before timing). The
- * thread pool is local to this benchmark. Plane bytes are those a scan
+ * whose scores are bit-identical (checked here before timing). Both run on
+ * the library's pool (pool.h), one query step at a time: old with a task per
+ * head, new through fathom_scan_parallel's (head, token range) tasks. Plane
+ * bytes are those a scan
  * reads (planes and fp16 scales). */
 #include "fathom.h"
+#include "pool.h"
 #include "store_internal.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -52,46 +54,15 @@ static double median(const double *v, int n) {
     return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
 
-/* ---- a benchmark-local pool: T threads pull task numbers from a counter ---- */
+/* ---- timing a pool run ---- */
 
-typedef void (*task_fn)(void *ctx, uint64_t i, uint32_t thread);
-
-typedef struct pool_run {
-    task_fn task;
-    void *ctx;
-    uint64_t tasks;
-    atomic_uint_fast64_t next;
-} pool_run;
-
-typedef struct pool_thread {
-    pool_run *run;
-    uint32_t id;
-} pool_thread;
-
-static void *pool_worker(void *arg) {
-    pool_thread *w = arg;
-    for (;;) {
-        uint64_t i = atomic_fetch_add(&w->run->next, 1);
-        if (i >= w->run->tasks) return NULL;
-        w->run->task(w->run->ctx, i, w->id);
-    }
-}
-
-/* Runs task(ctx, i, thread) for i < tasks on `threads` threads; returns seconds. */
-static double pool_time(uint32_t threads, task_fn task, void *ctx, uint64_t tasks) {
-    pool_run r = {task, ctx, tasks, 0};
-    pthread_t tid[MAX_THREADS];
-    pool_thread w[MAX_THREADS];
-    uint32_t started = 0;
+/* Runs task(ctx, i, worker) for i < tasks on the pool; returns seconds. */
+static double pool_time(fathom_pool *pool, fathom_task_fn task, void *ctx, uint32_t tasks) {
     double t0 = now_s();
-    for (uint32_t t = 1; t < threads; t++) {
-        w[t] = (pool_thread){&r, t};
-        if (pthread_create(&tid[started], NULL, pool_worker, &w[t]) == 0) started++;
-    }
-    w[0] = (pool_thread){&r, 0};
-    pool_worker(&w[0]);
-    for (uint32_t t = 0; t < started; t++) pthread_join(tid[t], NULL);
-    return now_s() - t0;
+    int st = fathom_pool_run(pool, task, ctx, tasks);
+    double dt = now_s() - t0;
+    if (st < 0) fprintf(stderr, "bench_scan: %s: %s\n", fathom_status_name(st), fathom_last_error());
+    return st < 0 ? NAN : dt;
 }
 
 /* ---- memory read bandwidth: sum of uint64 over a buffer larger than cache ---- */
@@ -102,7 +73,7 @@ typedef struct read_ctx {
     _Atomic uint64_t sink;
 } read_ctx;
 
-static void read_task(void *c_, uint64_t i, uint32_t thread) {
+static int read_task(void *c_, uint32_t i, uint32_t thread) {
     (void)thread;
     read_ctx *c = c_;
     const uint64_t *p = c->p + i * c->per_task;
@@ -114,11 +85,13 @@ static void read_task(void *c_, uint64_t i, uint32_t thread) {
         s3 += p[k + 3];
     }
     atomic_fetch_add(&c->sink, s0 + s1 + s2 + s3);
+    return FATHOM_OK;
 }
 
-static double read_bandwidth(const uint64_t *buf, uint64_t words, uint32_t threads) {
+static double read_bandwidth(fathom_pool *pool, const uint64_t *buf, uint64_t words) {
+    const uint32_t threads = fathom_pool_threads(pool);
     read_ctx c = {buf, words / threads, 0};
-    double dt = pool_time(threads, read_task, &c, threads);
+    double dt = pool_time(pool, read_task, &c, threads);
     return (double)(c.per_task * threads * 8) / dt;
 }
 
@@ -132,7 +105,7 @@ typedef struct scan_ctx {
     const float *q;           /* [head][G][query][d] as the source gives them */
     const uint8_t *depths;    /* [head][query][d], or */
     const uint8_t *ds_depths; /* [head][d] (one set for every query) */
-    float **scores;           /* per thread: [head][G][n] (each thread writes its own) */
+    float *scores;            /* [head][G][n] */
     float *qg;                /* [head][query][G][d] staged groups */
     int status;
 } scan_ctx;
@@ -141,37 +114,45 @@ static const uint8_t *task_depths(const scan_ctx *c, uint32_t h, uint32_t p) {
     return c->ds_depths ? c->ds_depths + (size_t)h * c->d : c->depths + ((size_t)h * c->queries + p) * c->d;
 }
 
-/* old: task = (query, head), one fathom_store_scan over all n tokens */
-static void old_task(void *c_, uint64_t i, uint32_t thread) {
-    scan_ctx *c = c_;
-    uint32_t p = (uint32_t)(i / c->heads), h = (uint32_t)(i % c->heads);
-    const float *qg = c->qg + ((size_t)h * c->queries + p) * c->G * c->d;
-    int st = fathom_store_scan_with(c->old_kernel, c->stores[h], task_depths(c, h, p), qg, c->G, c->n,
-                                    c->scores[thread] + (size_t)h * c->G * c->n, NULL);
-    if (st < 0) c->status = st;
+/* old: per query step, one task per head: fathom_store_scan_with over all n */
+typedef struct old_step {
+    scan_ctx *c;
+    uint32_t p;
+} old_step;
+
+static int old_task(void *s_, uint32_t h, uint32_t worker) {
+    (void)worker;
+    const old_step *s = s_;
+    const scan_ctx *c = s->c;
+    const float *qg = c->qg + ((size_t)h * c->queries + s->p) * c->G * c->d;
+    return fathom_store_scan_with(c->old_kernel, c->stores[h], task_depths(c, h, s->p), qg, c->G, c->n,
+                                  c->scores + (size_t)h * c->G * c->n, NULL);
 }
 
-/* new: task = (query, head, token range) */
-static void new_task(void *c_, uint64_t i, uint32_t thread) {
-    scan_ctx *c = c_;
-    uint64_t ranges = (c->n + c->range - 1) / c->range;
-    uint64_t r = i % ranges;
-    uint32_t h = (uint32_t)(i / ranges % c->heads), p = (uint32_t)(i / ranges / c->heads);
-    const float *qg = c->qg + ((size_t)h * c->queries + p) * c->G * c->d;
-    uint64_t first = r * c->range, count = c->n - first < c->range ? c->n - first : c->range;
-    int st = fathom_store_scan_range(c->new_kernel, c->stores[h], task_depths(c, h, p), qg, c->G,
-                                     first, count, c->scores[thread] + (size_t)h * c->G * c->n + first, c->n,
-                                     NULL);
-    if (st < 0) c->status = st;
+static double run_old(scan_ctx *c, fathom_pool *pool) {
+    double total = 0;
+    for (uint32_t p = 0; p < c->queries; p++) {
+        old_step s = {c, p};
+        total += pool_time(pool, old_task, &s, c->heads);
+    }
+    return total;
 }
 
-static double run_old(scan_ctx *c, uint32_t threads) {
-    return pool_time(threads, old_task, c, (uint64_t)c->queries * c->heads);
-}
-
-static double run_new(scan_ctx *c, uint32_t threads) {
-    uint64_t ranges = (c->n + c->range - 1) / c->range;
-    return pool_time(threads, new_task, c, (uint64_t)c->queries * c->heads * ranges);
+/* new: per query step, fathom_scan_parallel over (head, token range) tasks */
+static double run_new(scan_ctx *c, fathom_pool *pool) {
+    fathom_scan_item items[MAX_HEADS];
+    double total = 0;
+    for (uint32_t p = 0; p < c->queries; p++) {
+        for (uint32_t h = 0; h < c->heads; h++)
+            items[h] = (fathom_scan_item){c->stores[h], task_depths(c, h, p),
+                                          c->qg + ((size_t)h * c->queries + p) * c->G * c->d, c->G, c->n,
+                                          c->scores + (size_t)h * c->G * c->n};
+        double t0 = now_s();
+        int st = fathom_scan_parallel(pool, c->new_kernel, items, c->heads, c->range);
+        total += now_s() - t0;
+        if (st < 0) c->status = st;
+    }
+    return total;
 }
 
 static int fail(const char *what, int st) {
@@ -218,7 +199,7 @@ static int check_identical(scan_ctx *c) {
     int same = 1;
     for (uint32_t h = 0; h < c->heads && same; h++) {
         const float *qg = c->qg + (size_t)h * c->queries * c->G * c->d;
-        float *b = c->scores[0] + (size_t)h * c->G * c->n;
+        float *b = c->scores + (size_t)h * c->G * c->n;
         if (fathom_store_scan_with(c->old_kernel, c->stores[h], task_depths(c, h, 0), qg, c->G, c->n, a,
                                    NULL) < 0 ||
             fathom_store_scan_range(c->new_kernel, c->stores[h], task_depths(c, h, 0), qg, c->G, 0, c->n, b,
@@ -282,12 +263,10 @@ int main(int argc, char **argv) {
     float *q = malloc((size_t)info.q_heads * queries * d * sizeof(float));
     float *k = malloc((size_t)info.kv_heads * context * d * sizeof(float));
     float *qg = malloc((size_t)heads * queries * G * d * sizeof(float));
-    float *scores[MAX_THREADS];
-    for (uint32_t t = 0; t < threads; t++)
-        if (!(scores[t] = malloc((size_t)heads * G * context * sizeof(float)))) return fail("allocation", FATHOM_ERR_NOMEM);
+    float *scores = malloc((size_t)heads * G * context * sizeof(float));
     uint8_t *fathom_depths = malloc((size_t)heads * queries * d);
     uint8_t *ds_depths = calloc((size_t)heads, d);
-    if (!q || !k || !qg || !fathom_depths || !ds_depths) return fail("allocation", FATHOM_ERR_NOMEM);
+    if (!q || !k || !qg || !scores || !fathom_depths || !ds_depths) return fail("allocation", FATHOM_ERR_NOMEM);
     if ((st = fathom_source_layer(src, info.layers / 2, q, k, NULL)) < 0) return fail("layer", st);
 
     /* One store per KV head: heads * 68 B * n, past the last-level cache at large n. */
@@ -346,18 +325,22 @@ int main(int argc, char **argv) {
 
     static double bw1[MAX_REPEATS], bwT[MAX_REPEATS], old_f[MAX_REPEATS], old_d[MAX_REPEATS], new_f[MAX_REPEATS],
         new_d[MAX_REPEATS], sc_new[16][MAX_REPEATS], sc_old[16][MAX_REPEATS];
+    fathom_pool *pools[16];
+    for (uint32_t i = 0; i < ntc; i++)
+        if ((st = fathom_pool_create(&pools[i], tc[i])) < 0) return fail("pool", st);
     for (uint32_t r = 0; r < repeats; r++) {
-        bw1[r] = read_bandwidth(buf, words, 1);
-        bwT[r] = read_bandwidth(buf, words, threads);
-        old_f[r] = run_old(&cf, 1);
-        new_f[r] = run_new(&cf, 1);
-        old_d[r] = run_old(&cd, 1);
-        new_d[r] = run_new(&cd, 1);
+        bw1[r] = read_bandwidth(pools[0], buf, words);
+        bwT[r] = read_bandwidth(pools[ntc - 1], buf, words);
+        old_f[r] = run_old(&cf, pools[0]);
+        new_f[r] = run_new(&cf, pools[0]);
+        old_d[r] = run_old(&cd, pools[0]);
+        new_d[r] = run_new(&cd, pools[0]);
         for (uint32_t i = 0; i < ntc; i++) {
-            sc_new[i][r] = run_new(&cf, tc[i]);
-            sc_old[i][r] = run_old(&cf, tc[i]);
+            sc_new[i][r] = run_new(&cf, pools[i]);
+            sc_old[i][r] = run_old(&cf, pools[i]);
         }
     }
+    for (uint32_t i = 0; i < ntc; i++) fathom_pool_free(pools[i]);
     if (cf.status < 0 || cd.status < 0) return fail("scan", cf.status < 0 ? cf.status : cd.status);
     const double b1 = median(bw1, (int)repeats), bT = median(bwT, (int)repeats);
     const double tof = median(old_f, (int)repeats), tnf = median(new_f, (int)repeats);
@@ -442,7 +425,7 @@ int main(int argc, char **argv) {
     free(buf);
     free(q);
     free(qg);
-    for (uint32_t t = 0; t < threads; t++) free(scores[t]);
+    free(scores);
     free(fathom_depths);
     free(ds_depths);
     return same_f && same_d ? 0 : 1;

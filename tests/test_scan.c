@@ -3,12 +3,14 @@
  * same instruction set (which test_store checks against the reference and
  * decode), over full ranges, sub-ranges with a row stride, several passes,
  * head counts that are not multiples of 4 and tiles cut by segment ends;
- * range arguments are validated; cpu.h's feature bits agree with the
+ * range arguments are validated; the pool driver gives the same scores;
+ * cpu.h's feature bits agree with the
  * compiler's own cpuid reading. Kernels this CPU cannot run are compiled
  * in and reported as skipped, never as passing. */
 #include "check.h"
 #include "cpu.h"
 #include "fathom.h"
+#include "pool.h"
 #include "store_internal.h"
 
 #include <math.h>
@@ -197,6 +199,47 @@ static void test_range_args(void) {
     fathom_store_free(st);
 }
 
+/* fathom_scan_parallel: (item, token range) tasks on a pool give every
+ * item's scores bit for bit; a failing item's status comes back. */
+static void test_parallel(void) {
+    const uint32_t dim = 24;
+    fathom_store *a = make_store(dim, 2, 64 * 9 + 5), *b = make_store(dim, 0, 300);
+    float q[3 * 24];
+    for (uint32_t i = 0; i < 3 * dim; i++) q[i] = rng_key(i);
+    uint8_t da[24], db[24], bad[24];
+    for (uint32_t j = 0; j < dim; j++) da[j] = (uint8_t)rng_below(5), db[j] = (uint8_t)(j % 5), bad[j] = 0;
+    bad[3] = 9;
+    float *sa = malloc(sizeof(float) * 3 * 581), *sb = malloc(sizeof(float) * 2 * 300);
+    float *ra = malloc(sizeof(float) * 3 * 581), *rb = malloc(sizeof(float) * 2 * 300);
+    CHECK_OK(fathom_store_scan(a, da, q, 3, 581, ra, NULL));
+    CHECK_OK(fathom_store_scan(b, db, q, 2, 299, rb, NULL));
+    fathom_pool *pool = NULL;
+    CHECK_OK(fathom_pool_create(&pool, 3));
+    if (pool) {
+        const uint64_t ranges[3] = {64, 128, 0};
+        for (int r = 0; r < 3; r++) {
+            for (uint32_t i = 0; i < 3 * 581; i++) sa[i] = NAN;
+            for (uint32_t i = 0; i < 2 * 300; i++) sb[i] = NAN;
+            fathom_scan_item items[2] = {{a, da, q, 3, 581, sa}, {b, db, q, 2, 299, sb}};
+            CHECK_OK(fathom_scan_parallel(pool, FATHOM_SCAN_AUTO, items, 2, ranges[r]));
+            CHECK(memcmp(sa, ra, sizeof(float) * 3 * 581) == 0);
+            CHECK(memcmp(sb, rb, sizeof(float) * 2 * 299) == 0);
+        }
+        fathom_scan_item items[2] = {{a, da, q, 3, 581, sa}, {b, bad, q, 2, 299, sb}};
+        CHECK_STATUS(fathom_scan_parallel(pool, FATHOM_SCAN_AUTO, items, 2, 64), FATHOM_ERR_INVALID_ARG);
+        CHECK_STATUS(fathom_scan_parallel(pool, FATHOM_SCAN_AUTO, items, 2, 100), FATHOM_ERR_INVALID_ARG);
+        CHECK_STATUS(fathom_scan_parallel(pool, FATHOM_SCAN_AUTO, items, 0, 64), FATHOM_ERR_INVALID_ARG);
+        CHECK_STATUS(fathom_scan_parallel(NULL, FATHOM_SCAN_AUTO, items, 1, 64), FATHOM_ERR_INVALID_ARG);
+    }
+    fathom_pool_free(pool);
+    free(sa);
+    free(sb);
+    free(ra);
+    free(rb);
+    fathom_store_free(a);
+    fathom_store_free(b);
+}
+
 /* cpu.h against the compiler's own cpuid reading. */
 static void test_cpu_features(void) {
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
@@ -221,6 +264,7 @@ int main(void) {
     test_tiled_identical();
     test_ranges();
     test_range_args();
+    test_parallel();
     CHECK(pairs_run[0] > 0); /* the portable pair runs everywhere */
     for (int k = 0; k < 3; k++)
         if (pairs_run[k])

@@ -6,6 +6,7 @@
  * here; AVX2 and AVX-512 in scan_x86.c) compute the same scores in float and
  * are picked at run time through cpu.h. */
 #include "internal.h"
+#include "pool.h"
 #include "scan_internal.h"
 
 #include <math.h>
@@ -435,4 +436,52 @@ int fathom_store_scan(const fathom_store *st, const uint8_t *depths, const float
                       uint32_t group, uint64_t n, float *scores, uint64_t *bytes_read) {
     return fathom_store_scan_with(FATHOM_SCAN_AUTO, st, depths, queries, group, n, scores,
                                   bytes_read);
+}
+
+/* ---- the parallel driver: (item, token range) tasks on the pool ---- */
+
+typedef struct scan_batch {
+    fathom_scan_kernel kernel;
+    const fathom_scan_item *items;
+    const uint64_t *first_task; /* [count + 1] prefix sums of each item's ranges */
+    uint32_t count;
+    uint64_t range;
+} scan_batch;
+
+static int scan_batch_task(void *arg, uint32_t task, uint32_t worker) {
+    (void)worker;
+    const scan_batch *b = arg;
+    uint32_t i = 0;
+    while (b->first_task[i + 1] <= task) i++; /* items are few: a linear search */
+    const fathom_scan_item *it = &b->items[i];
+    const uint64_t first = (task - b->first_task[i]) * b->range;
+    const uint64_t count = it->n - first < b->range ? it->n - first : b->range;
+    return fathom_store_scan_range(b->kernel, it->store, it->depths, it->queries, it->group, first,
+                                   count, it->scores + first, it->n, NULL);
+}
+
+int fathom_scan_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
+                         const fathom_scan_item *items, uint32_t count, uint64_t range_tokens) {
+    FATHOM_CHECK_ARG(pool && items && count > 0, "scan_parallel: NULL pool or no items");
+    if (range_tokens == 0) range_tokens = 16384;
+    FATHOM_CHECK_ARG(range_tokens % FATHOM_BLOCK_TOKENS == 0,
+                     "scan_parallel: range %llu is not a multiple of %d",
+                     (unsigned long long)range_tokens, FATHOM_BLOCK_TOKENS);
+    uint64_t *first_task = fathom_alloc_array((uint64_t)count + 1, sizeof(uint64_t));
+    if (!first_task) return fathom_fail(FATHOM_ERR_NOMEM, "scan_parallel: out of memory");
+    first_task[0] = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        const uint64_t n = items[i].n;
+        first_task[i + 1] = first_task[i] + (n ? (n - 1) / range_tokens + 1 : 1);
+    }
+    int status;
+    if (first_task[count] > UINT32_MAX)
+        status = fathom_fail(FATHOM_ERR_INVALID_ARG, "scan_parallel: %llu tasks",
+                             (unsigned long long)first_task[count]);
+    else {
+        const scan_batch batch = {kernel, items, first_task, count, range_tokens};
+        status = fathom_pool_run(pool, scan_batch_task, (void *)&batch, (uint32_t)first_task[count]);
+    }
+    free(first_task);
+    return status;
 }

@@ -55,6 +55,28 @@ int fathom_store_scan_range(fathom_scan_kernel kernel, const fathom_store *store
                             uint64_t first, uint64_t count, float *scores, uint64_t ld,
                             uint64_t *bytes_read);
 
+/* One scan of a batch: scores [group x n] (row stride n) of `queries`
+ * [group x dim] over the first n tokens of store at depths [dim]. */
+typedef struct fathom_scan_item {
+    const fathom_store *store;
+    const uint8_t *depths;
+    const float *queries;
+    uint32_t group;
+    uint64_t n;
+    float *scores;
+} fathom_scan_item;
+
+struct fathom_pool;
+
+/* Scans items [0, count) on the pool's threads (pool.h), split into tasks
+ * of one item and a range of range_tokens tokens (a multiple of
+ * FATHOM_BLOCK_TOKENS; 0: 16384), so that threads share a long context as
+ * well as the heads. kernel: FATHOM_SCAN_AUTO or a tiled kernel. The
+ * scores are those of scanning each item alone, bit for bit. On failure the
+ * first failing task's status and message come back. */
+int fathom_scan_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
+                         const fathom_scan_item *items, uint32_t count, uint64_t range_tokens);
+
 /* The reference scan: scores[h*n + i] = sum_j q_hj * decode(i, j, depths[j]),
  * token by token, accumulated in double. */
 int fathom_store_scan_reference(const fathom_store *store, const uint8_t *depths,
