@@ -65,6 +65,17 @@ FATHOM_API const char *fathom_status_name(int status);
  * stays valid until the next failing call on this thread. */
 FATHOM_API const char *fathom_last_error(void);
 
+/* Layout of a struct of this header as compiled, for bindings that mirror it
+ * (ctypes, cffi): with field NULL, *size = sizeof(type) and *offset = 0; else
+ * the field's offsetof and sizeof. type is the struct's name, e.g.
+ * "fathom_source_info". FATHOM_ERR_INVALID_ARG for a struct or field not in
+ * the table (every struct passed by value or pointer-to-struct is listed).
+ * offset and size may be NULL. */
+FATHOM_API int fathom_abi_layout(const char *type, const char *field, size_t *offset, size_t *size);
+/* Name of field `index` (declaration order) of struct `type`; NULL past the
+ * last field or for an unknown type. */
+FATHOM_API const char *fathom_abi_field(const char *type, uint32_t index);
+
 /* ===================================================================== *
  * fp16 (IEEE binary16), round to nearest even; used for scales and dtypes
  * ===================================================================== */

@@ -15,7 +15,8 @@
 extern "C" {
 #endif
 /* ===================================================================== *
- * tokenizer — GPT-2 style byte-level BPE (SmolLM2 and kin)
+ * tokenizer — GPT-2 style byte-level BPE (SmolLM2 and kin) and
+ * SentencePiece-style BPE with byte fallback (GGUF model "llama": Gemma)
  * ===================================================================== */
 
 /* Token types, with the values of GGUF tokenizer.ggml.token_type. */
@@ -44,7 +45,7 @@ typedef enum fathom_token_type {
  * 0xf2 0xf5-0xff), so only text without those bytes round-trips exactly.
  */
 typedef struct fathom_tokenizer_spec {
-    const char *model;            /* tokenizer.ggml.model: only "gpt2" */
+    const char *model;            /* tokenizer.ggml.model: "gpt2" or "llama" (below) */
     const char *pre;              /* tokenizer.ggml.pre: "smollm" (or a llama.cpp alias
                                      with the same split: "starcoder", "refact",
                                      "command-r", "codeshell", "exaone", "minerva")
@@ -59,6 +60,10 @@ typedef struct fathom_tokenizer_spec {
     int32_t bos_id;               /* tokenizer.ggml.bos_token_id, -1: none */
     int32_t eos_id;               /* tokenizer.ggml.eos_token_id, -1: none */
     int add_bos;                  /* tokenizer.ggml.add_bos_token: prepend bos_id */
+    /* model "llama" (SentencePiece BPE, Gemma): no merges; the pair whose
+     * concatenation has the highest score merges first */
+    const float *scores;          /* [n_tokens] tokenizer.ggml.scores, or NULL: all 0 */
+    int add_space_prefix;         /* tokenizer.ggml.add_space_prefix */
 } fathom_tokenizer_spec;
 
 typedef struct fathom_tokenizer fathom_tokenizer;
@@ -92,6 +97,12 @@ FATHOM_API void fathom_tokenizer_free(fathom_tokenizer *tok); /* NULL is fine */
  * returns the exact bytes when the vocabulary has them all (HF cannot take
  * such input; llama.cpp would turn each bad byte into U+FFFD). The bos
  * token is prepended if the spec asked.
+ * Model "llama" keeps step 1 and replaces steps 2-3 by llama.cpp's
+ * llm_tokenizer_spm (= SentencePiece's BPE model): spaces become U+2581
+ * (with one more in front when add_space_prefix), one symbol per UTF-8
+ * character (per byte of invalid UTF-8), the adjacent pair whose
+ * concatenation is the highest-scored token merges first (leftmost on
+ * ties), and a character that is no token becomes its bytes' <0xNN> tokens.
  * *n_out gets the number of ids the text needs; if that exceeds cap,
  * FATHOM_ERR_INVALID_ARG ("buffer too small, need N") and ids holds the
  * first cap of them. cap 0 (ids NULL) is thus a size query.
@@ -100,8 +111,9 @@ FATHOM_API int fathom_tokenizer_encode(const fathom_tokenizer *tok, const char *
                                        int parse_special, int32_t *ids, size_t cap, size_t *n_out);
 
 /* The bytes of n ids concatenated into out[cap] (no NUL terminator added).
- * Normal tokens map back through the byte-level alphabet; control,
- * user-defined and unknown tokens give their text verbatim. The bytes may be
+ * Normal tokens map back through the byte-level alphabet (model "llama":
+ * U+2581 becomes a space, <0xNN> the byte); control, user-defined and
+ * unknown tokens give their text verbatim. The bytes may be
  * invalid UTF-8 when ids cut a character (HF would print U+FFFD there).
  * *len_out gets the bytes needed; more than cap: FATHOM_ERR_INVALID_ARG as
  * for encode. An id out of range: FATHOM_ERR_INVALID_ARG. */
@@ -119,6 +131,40 @@ FATHOM_API int32_t fathom_tokenizer_bos(const fathom_tokenizer *tok);         /*
 FATHOM_API int32_t fathom_tokenizer_eos(const fathom_tokenizer *tok);         /* -1: none */
 /* The fathom_token_type of id, or FATHOM_ERR_INVALID_ARG. */
 FATHOM_API int fathom_tokenizer_token_type(const fathom_tokenizer *tok, int32_t id);
+
+/* ===================================================================== *
+ * chat — the chat templates of the models the runtime knows
+ * ===================================================================== */
+
+/* A single-turn prompt is
+ *   system_open SYSTEM system_close  (only when a system text is given)
+ *   user_open USER user_close assistant_open
+ * and the model's reply ends with the token end_of_turn. Strings are
+ * static; encode the rendered prompt with parse_special = 1. */
+typedef struct fathom_chat_template {
+    const char *name;           /* "chatml" (SmolLM2, Qwen) or "gemma" */
+    const char *system_open, *system_close;
+    const char *user_open, *user_close;
+    const char *assistant_open;
+    const char *end_of_turn;    /* "<|im_end|>", "<end_of_turn>" */
+} fathom_chat_template;
+
+/* The template of a tokenizer's model, recognized by its control tokens:
+ * <|im_start|> and <|im_end|> -> chatml; <start_of_turn> and <end_of_turn>
+ * -> gemma (whose template has no system turn: the system text opens the
+ * user's turn, followed by a blank line, as Gemma 3's chat template does).
+ * FATHOM_ERR_UNSUPPORTED when neither is in the vocabulary. */
+FATHOM_API int fathom_chat_template_for(const fathom_tokenizer *tok, fathom_chat_template *out);
+/* The template called name ("chatml", "gemma"); FATHOM_ERR_UNSUPPORTED for another. */
+FATHOM_API int fathom_chat_template_by_name(const char *name, fathom_chat_template *out);
+
+/* Render a single-turn prompt (system may be NULL) into out[cap] (no NUL
+ * added); *len_out gets the bytes needed, and more than cap is
+ * FATHOM_ERR_INVALID_ARG as for fathom_tokenizer_decode (cap 0: a size
+ * query). */
+FATHOM_API int fathom_chat_render(const fathom_chat_template *t, const char *system, size_t system_len,
+                                  const char *user, size_t user_len, char *out, size_t cap,
+                                  size_t *len_out);
 
 /* ===================================================================== *
  * gguf — a GGUF (v2, v3) reader and ggml dequantization
@@ -308,7 +354,7 @@ FATHOM_API int64_t fathom_gguf_find_tensor(const fathom_gguf *gguf, const char *
 FATHOM_API int fathom_gguf_tensor(const fathom_gguf *gguf, const char *name, fathom_gguf_tensor_info *info);
 
 /* ===================================================================== *
- * model — a Llama-family decoder (SmolLM2; Qwen3 with QK-norm) from a
+ * model — a Llama-family decoder (SmolLM2; Qwen3; Gemma 3) from a
  * GGUF file, run on the CPU in plain C
  * ===================================================================== */
 
@@ -317,8 +363,13 @@ FATHOM_API int fathom_gguf_tensor(const fathom_gguf *gguf, const char *name, fat
  * and never touched again; every hyper-parameter comes from the GGUF
  * metadata and every tensor's shape is checked against them. Architectures:
  * "llama" (RoPE on adjacent pairs (2i, 2i+1): GGUF stores Q/K rows permuted
- * for it) and "qwen3" (QK-norm, RoPE on pairs (i, i + d/2) as llama.cpp's
- * NEOX mode). Biases, RoPE scaling and unknown tensors are
+ * for it), "qwen3" (QK-norm, RoPE on pairs (i, i + d/2) as llama.cpp's
+ * NEOX mode) and "gemma3" (as llama.cpp's gemma3 graph: embeddings times
+ * sqrt(embed), QK-norm, NEOX RoPE with a base for global and one for
+ * sliding-window layers, RMSNorm after attention and after the FFN, GeGLU,
+ * optional final logit soft-capping; the GGUF's norm weights already hold
+ * Gemma's 1 + w, as convert_hf_to_gguf writes them). Biases, RoPE scaling,
+ * attention logit soft-capping and unknown tensors are
  * FATHOM_ERR_UNSUPPORTED, not silently ignored.
  */
 typedef struct fathom_model fathom_model;
@@ -340,6 +391,18 @@ typedef struct fathom_model_info {
     int qk_norm;              /* 1: per-head RMSNorm of q and k before RoPE */
     int tied_output;          /* 1: output.weight absent, token_embd reused */
     uint64_t params;          /* weights held, in floats (tied output counted once) */
+    /* gemma3 (the other architectures have the neutral values) */
+    float attn_scale;         /* q.k is multiplied by it: 1/sqrt(head_dim), or as declared */
+    float embed_scale;        /* token embeddings are multiplied by it: sqrt(embed) or 1 */
+    float logit_softcap;      /* <arch>.final_logit_softcapping c: logits = c tanh(logits / c); 0: none */
+    uint32_t sliding_window;  /* <arch>.attention.sliding_window: keys a sliding layer sees; 0: none */
+    uint32_t sliding_pattern; /* layer l is global iff l % pattern == pattern - 1; 0: none or a
+                                 per-layer list (fathom_model_layer_sliding). gemma3 files
+                                 without the key: 6, llama.cpp's fixed value */
+    float rope_base_swa;      /* RoPE base of the sliding layers (gemma3 without
+                                 <arch>.rope.freq_base_swa: 10000, llama.cpp's) */
+    int post_norms;           /* 1: RMSNorm of the attention and FFN outputs before each residual add */
+    int gelu;                 /* 1: GeGLU with tanh GELU; 0: SwiGLU */
 } fathom_model_info;
 
 /* Open, validate and dequantize a GGUF model. FATHOM_ERR_IO / _FORMAT for a
@@ -348,6 +411,10 @@ typedef struct fathom_model_info {
 FATHOM_API int fathom_model_open(fathom_model **out, const char *path);
 FATHOM_API void fathom_model_free(fathom_model *model); /* NULL is fine */
 FATHOM_API int fathom_model_get_info(const fathom_model *model, fathom_model_info *info);
+/* 1 if layer attends a sliding window (of info.sliding_window keys, always
+ * exactly: sparse methods apply to global layers only), 0 if it is global;
+ * a negative status for a bad argument. */
+FATHOM_API int fathom_model_layer_sliding(const fathom_model *model, uint32_t layer);
 
 /* A tokenizer built from the GGUF metadata tokenizer.ggml.* (model, pre,
  * tokens, token_type, merges, bos/eos_token_id, add_bos_token); free it with

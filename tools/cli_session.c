@@ -88,8 +88,21 @@ int cli_chat_load(const char *model_path, cli_chat *chat) {
                            strstr(t, "message['content'] + '<|im_end|>'") &&
                            strstr(t, "<|im_start|>assistant");
             if (chat->chatml) default_system(t, chat->default_system, sizeof chat->default_system);
+            /* Gemma: <start_of_turn>user\n ... <end_of_turn>\n<start_of_turn>model\n */
+            const bool gemma = strlen(t) == len && strstr(t, "<start_of_turn>") &&
+                               strstr(t, "<end_of_turn>") && strstr(t, "<start_of_turn>model");
+            if (chat->chatml || gemma)
+                chat->known = fathom_chat_template_by_name(gemma ? "gemma" : "chatml", &chat->tmpl) ==
+                              FATHOM_OK;
             free(t);
         }
+    } else {
+        /* None declared (a conversion may drop it): the template whose turn
+         * tokens the vocabulary has, if any. */
+        fathom_tokenizer *tok = NULL;
+        if (fathom_tokenizer_from_gguf(&tok, gguf) == FATHOM_OK)
+            chat->known = fathom_chat_template_for(tok, &chat->tmpl) == FATHOM_OK;
+        fathom_tokenizer_free(tok);
     }
     fathom_gguf_close(gguf);
     return CLI_OK;
@@ -97,45 +110,27 @@ int cli_chat_load(const char *model_path, cli_chat *chat) {
 
 char *cli_chat_text(const cli_chat *chat, const char *system, const char *user, size_t user_len,
                     size_t *len) {
-    if (!chat->declared) {
-        cli_error("--chat: the model declares no chat template (tokenizer.chat_template); give "
-                  "the prompt as plain text instead");
+    if (!chat->known) {
+        if (!chat->declared)
+            cli_error("--chat: the model declares no chat template (tokenizer.chat_template) and its "
+                      "vocabulary has no known turn tokens; give the prompt as plain text instead");
+        else
+            cli_error("--chat: the model's chat template is neither ChatML nor Gemma's, the ones "
+                      "fathom knows; give the prompt with its turns written out, without --chat");
         return NULL;
     }
-    if (!chat->chatml) {
-        cli_error("--chat: the model's chat template is not ChatML, the only one fathom knows; "
-                  "give the prompt with its turns written out, without --chat");
-        return NULL;
-    }
-    static const char sys_open[] = "<|im_start|>system\n", user_open[] = "<|im_start|>user\n",
-                      close_turn[] = "<|im_end|>\n", asst_open[] = "<|im_start|>assistant\n";
     if (!system && chat->default_system[0]) system = chat->default_system;
     const size_t sys_len = system ? strlen(system) : 0;
-    const size_t total = user_len + sys_len + sizeof sys_open + sizeof user_open +
-                         2 * sizeof close_turn + sizeof asst_open;
-    char *buf = malloc(total);
-    if (!buf) {
+    size_t total = 0;
+    int st = fathom_chat_render(&chat->tmpl, system, sys_len, user, user_len, NULL, 0, &total);
+    char *buf = st == FATHOM_OK || st == FATHOM_ERR_INVALID_ARG ? malloc(total + 1) : NULL;
+    if (!buf || fathom_chat_render(&chat->tmpl, system, sys_len, user, user_len, buf, total, &total) < 0) {
+        free(buf);
         cli_error("out of memory");
         return NULL;
     }
-    size_t at = 0;
-#define PUT(p, l)                                                                                  \
-    do {                                                                                           \
-        memcpy(buf + at, (p), (l));                                                                \
-        at += (l);                                                                                 \
-    } while (0)
-    if (system) {
-        PUT(sys_open, sizeof sys_open - 1);
-        PUT(system, sys_len);
-        PUT(close_turn, sizeof close_turn - 1);
-    }
-    PUT(user_open, sizeof user_open - 1);
-    PUT(user, user_len);
-    PUT(close_turn, sizeof close_turn - 1);
-    PUT(asst_open, sizeof asst_open - 1);
-#undef PUT
-    buf[at] = '\0';
-    *len = at;
+    buf[total] = '\0';
+    *len = total;
     return buf;
 }
 
@@ -175,7 +170,9 @@ char *cli_decode_text(const fathom_tokenizer *tok, const int32_t *ids, uint32_t 
 void cli_stop_tokens(const fathom_tokenizer *tok, int32_t *stop_a, int32_t *stop_b) {
     *stop_a = fathom_tokenizer_eos(tok);
     *stop_b = -1;
-    fathom_tokenizer_find(tok, "<|im_end|>", 10, stop_b);
+    fathom_chat_template t;
+    if (fathom_chat_template_for(tok, &t) == FATHOM_OK)
+        fathom_tokenizer_find(tok, t.end_of_turn, strlen(t.end_of_turn), stop_b);
 }
 
 /* ---- checks ---- */

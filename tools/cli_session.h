@@ -29,6 +29,9 @@ const char *cli_model_path(const char *given);
 typedef struct cli_chat {
     bool declared;        /* the GGUF has a chat template */
     bool chatml;          /* ... and it is ChatML (<|im_start|>role\n...<|im_end|>\n) */
+    bool known;           /* tmpl holds the template: ChatML or Gemma's as declared, or (none
+                             declared) the one the vocabulary's turn tokens name */
+    fathom_chat_template tmpl;
     char default_system[512]; /* the system turn the template adds when none is given ("" none) */
 } cli_chat;
 /* Reads the template of the GGUF at path. CLI_OK, or CLI_FAILURE after a message. */
@@ -47,7 +50,8 @@ int cli_encode(const fathom_tokenizer *tok, const char *text, size_t len, bool s
                size_t *n);
 /* The text of ids, malloc'd and NUL-terminated; NULL on failure. */
 char *cli_decode_text(const fathom_tokenizer *tok, const int32_t *ids, uint32_t n);
-/* The end-of-turn tokens: the tokenizer's eos and <|im_end|> (-1 if absent). */
+/* The end-of-turn tokens: the tokenizer's eos and the end of a chat turn
+ * (<|im_end|>, <end_of_turn>: fathom_chat_template_for), -1 if absent. */
 void cli_stop_tokens(const fathom_tokenizer *tok, int32_t *stop_a, int32_t *stop_b);
 
 /* ---- checks (warnings on stderr) ---- */

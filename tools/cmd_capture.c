@@ -30,6 +30,9 @@ static void usage(FILE *f) {
             "  --positions P      queried positions, the last P (default 128)\n"
             "  --max-tokens N     keep only the first N tokens of the text\n"
             "  --dtype T          f32 | f16 | bf16 (default bf16)\n"
+            "  --global-only      only the layers that attend the whole context (Gemma 3: not\n"
+            "                     the sliding-window ones, whose attention sparse methods\n"
+            "                     never replace); metadata 'layers' names them\n"
             "  --threads N        threads (default: one per core)\n"
             "  --progress         prefill progress on stderr (default: only on a terminal)\n"
             "  --quiet            no progress or summary on stderr\n"
@@ -40,7 +43,7 @@ static void usage(FILE *f) {
 typedef struct cap_options {
     const char *model, *text_file, *text, *chat, *system, *out, *dtype, *prompt_ids;
     uint32_t positions, max_tokens, threads;
-    bool quiet;
+    bool quiet, global_only;
     cli_progress_mode progress;
 } cap_options;
 
@@ -124,9 +127,22 @@ static int run(const cap_options *o, fathom_dtype dtype) {
     }
     double dt = cli_now() - t0;
 
+    /* the model layers written, and their indices for the metadata */
+    uint32_t n_out = 0;
+    char layer_list[4096] = "";
+    for (uint32_t l = 0; l < mi.layers; l++) {
+        if (o->global_only && fathom_model_layer_sliding(model, l)) continue;
+        size_t at = strlen(layer_list);
+        snprintf(layer_list + at, sizeof layer_list - at, "%s%u", n_out ? "," : "", l);
+        n_out++;
+    }
+    if (n_out == 0 || strlen(layer_list) + 1 >= sizeof layer_list) {
+        cli_error("%s", n_out ? "too many layers" : "the model has no global layer");
+        goto done;
+    }
     fathom_source_info info = {0};
     snprintf(info.model, sizeof info.model, "%s", mi.name[0] ? mi.name : mi.arch);
-    info.layers = mi.layers;
+    info.layers = n_out;
     info.q_heads = mi.q_heads;
     info.kv_heads = mi.kv_heads;
     info.dim = mi.head_dim;
@@ -142,18 +158,20 @@ static int run(const cap_options *o, fathom_dtype dtype) {
         (st = fathom_capture_writer_meta(w, "producer", "fathom capture")) < 0 ||
         (st = fathom_capture_writer_meta(w, "query_layout",
                                          mi.rope_neox ? "after QK-norm and RoPE (pairs i, i+d/2)"
-                                                      : "after RoPE (adjacent pairs, GGUF order)")) < 0) {
+                                                      : "after RoPE (adjacent pairs, GGUF order)")) < 0 ||
+        (st = fathom_capture_writer_meta(w, "layers", layer_list)) < 0) {
         rc = cli_fail("metadata", st);
         goto done;
     }
-    for (uint32_t l = 0; l < mi.layers; l++) {
+    for (uint32_t l = 0, out_l = 0; l < mi.layers; l++) {
+        if (o->global_only && fathom_model_layer_sliding(model, l)) continue;
         for (uint32_t h = 0; h < mi.kv_heads; h++) {
             const float *keys, *values;
             fathom_ctx_kv(ctx, l, h, &keys, &values);
             memcpy(k + (size_t)h * n * D, keys, n * D * sizeof *k);
             memcpy(v + (size_t)h * n * D, values, n * D * sizeof *v);
         }
-        st = fathom_capture_writer_layer(w, l, q + (size_t)l * mi.q_heads * P * D, k, v);
+        st = fathom_capture_writer_layer(w, out_l++, q + (size_t)l * mi.q_heads * P * D, k, v);
         if (st < 0) {
             rc = cli_fail("write layer", st);
             goto done;
@@ -185,7 +203,7 @@ done:
 }
 
 enum { OPT_MODEL = 256, OPT_TEXT_FILE, OPT_TEXT, OPT_CHAT, OPT_SYSTEM, OPT_OUT, OPT_PROMPT_IDS, OPT_DTYPE,
-       OPT_POSITIONS, OPT_MAX_TOKENS, OPT_THREADS, OPT_QUIET, OPT_PROGRESS };
+       OPT_POSITIONS, OPT_MAX_TOKENS, OPT_THREADS, OPT_QUIET, OPT_PROGRESS, OPT_GLOBAL_ONLY };
 static const struct option long_options[] = {
     {"help", no_argument, NULL, 'h'},
     {"model", required_argument, NULL, OPT_MODEL},
@@ -201,6 +219,7 @@ static const struct option long_options[] = {
     {"threads", required_argument, NULL, OPT_THREADS},
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"progress", no_argument, NULL, OPT_PROGRESS},
+    {"global-only", no_argument, NULL, OPT_GLOBAL_ONLY},
     {NULL, 0, NULL, 0},
 };
 
@@ -227,6 +246,7 @@ int cmd_capture(int argc, char **argv) {
         case OPT_THREADS: num = &o.threads; break;
         case OPT_QUIET: o.quiet = true; break;
         case OPT_PROGRESS: o.progress = CLI_PROGRESS_ON; break;
+        case OPT_GLOBAL_ONLY: o.global_only = true; break;
         }
         if (num && !cli_parse_u32(optarg, num)) return cli_bad_value("a non-negative integer");
     }

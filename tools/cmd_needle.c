@@ -57,8 +57,9 @@ static const char *const keys_words[] = {
     "raven",   "saffron", "tunnel",  "umbrella", "willow", "yogurt",  "zephyr",  "anchor",
     "blossom", "canyon",  "dragon",  "engine",  "feather", "gravel",  "helmet",  "island"};
 
-static const char head_text[] =
-    "<|im_start|>user\nSome special magic numbers are hidden within the following text. Make sure "
+/* after the chat template's user_open */
+static const char head_body[] =
+    "Some special magic numbers are hidden within the following text. Make sure "
     "to memorize it. I will quiz you about the numbers afterwards.\n";
 
 typedef struct text_buf {
@@ -146,6 +147,8 @@ typedef struct needle_run {
     float *logits;
     int32_t *gen, stop_a, stop_b;
     uint64_t tokens_sum; /* prompt tokens over the samples */
+    fathom_chat_template tmpl; /* the model's (ChatML, Gemma): by its turn tokens */
+    char head_text[512];       /* tmpl.user_open + head_body */
 } needle_run;
 
 static int make_rows(needle_run *r) {
@@ -176,7 +179,7 @@ static int make_prompt(needle_run *r, uint32_t s, const char *needle, const char
     int st;
     /* Token cost of everything but the haystack, then the haystack fills the rest. */
     prompt->len = 0;
-    if (!put(prompt, head_text, strlen(head_text)) || !put(prompt, needle, strlen(needle)) ||
+    if (!put(prompt, r->head_text, strlen(r->head_text)) || !put(prompt, needle, strlen(needle)) ||
         !put(prompt, tail, strlen(tail)))
         return cli_out_of_memory();
     size_t fixed = 0;
@@ -198,7 +201,7 @@ static int make_prompt(needle_run *r, uint32_t s, const char *needle, const char
     }
     while (at > 0 && hay[at - 1] != '\n') at--;
     prompt->len = 0;
-    bool ok = put(prompt, head_text, strlen(head_text)) && put(prompt, hay, at) &&
+    bool ok = put(prompt, r->head_text, strlen(r->head_text)) && put(prompt, hay, at) &&
               put(prompt, needle, strlen(needle)) && put(prompt, hay + at, hay_len - at) &&
               put(prompt, tail, strlen(tail));
     free(hay);
@@ -226,9 +229,8 @@ static int run_sample(needle_run *r, uint32_t s, text_buf *prompt) {
     snprintf(digits, sizeof digits, "%u", number);
     snprintf(tail, sizeof tail,
              "\nWhat is the special magic number for %s mentioned in the provided text?"
-             "<|im_end|>\n<|im_start|>assistant\nThe special magic number for %s mentioned in "
-             "the provided text is",
-             word, word);
+             "%s%sThe special magic number for %s mentioned in the provided text is",
+             word, r->tmpl.user_close, r->tmpl.assistant_open, word);
     int32_t *ids = NULL;
     size_t n = 0;
     int rc = make_prompt(r, s, needle, tail, depth, prompt, &ids, &n);
@@ -322,7 +324,9 @@ static int run(const needle_options *o) {
     cli_check_window(&r.ses.info, (uint64_t)o->context + o->tokens);
     int st = fathom_ctx_create(&r.ctx, r.ses.model, o->context + o->tokens + 64, o->threads);
     if (st < 0) rc = cli_fail("context", st);
+    else if ((st = fathom_chat_template_for(r.ses.tok, &r.tmpl)) < 0) rc = cli_fail("chat template", st);
     else rc = make_rows(&r);
+    snprintf(r.head_text, sizeof r.head_text, "%s%s", r.tmpl.user_open, head_body);
     if (rc == CLI_OK) {
         cli_stop_tokens(r.ses.tok, &r.stop_a, &r.stop_b);
         if (o->json) {

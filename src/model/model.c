@@ -1,12 +1,17 @@
-/* model — a Llama-family decoder (SmolLM2, Qwen3) from a GGUF file, in
- * plain C, in the manner of llama2.c's run.c but checked against the file:
+/* model — a Llama-family decoder (SmolLM2, Qwen3, Gemma 3) from a GGUF
+ * file, in plain C, in the manner of llama2.c's run.c but checked against
+ * the file:
  *
- *   x = token_embd[token]
+ *   x = token_embd[token]             (gemma3: times sqrt(embed))
  *   per layer:  h = rmsnorm(x) ; q, k, v = h Wq, h Wk, h Wv
- *               (qwen3: q, k = rmsnorm per head) ; q, k = rope(q, k)
- *               x += attention(q, K, V) Wo
- *               h = rmsnorm(x) ; x += (silu(h Wgate) * h Wup) Wdown
- *   logits = rmsnorm(x) Wout          (Wout = token_embd when tied)
+ *               (qwen3, gemma3: q, k = rmsnorm per head) ; q, k = rope(q, k)
+ *               a = attention(q, K, V) Wo   (gemma3 sliding layers: the last
+ *                                            sliding_window keys only)
+ *               x += a                (gemma3: x += rmsnorm(a))
+ *               h = rmsnorm(x) ; f = (act(h Wgate) * h Wup) Wdown
+ *               x += f                (gemma3: x += rmsnorm(f))
+ *   logits = rmsnorm(x) Wout          (Wout = token_embd when tied;
+ *                                      act = silu, gemma3: tanh GELU)
  *
  * Sections: kernels, loading, context, forward, sparse
  * attention. Weights are dequantized to float32 once at load. */
@@ -199,6 +204,8 @@ typedef struct layer_weights {
     float *w_gate;    /* [ffn x embed] */
     float *w_up;      /* [ffn x embed] */
     float *w_down;    /* [embed x ffn] */
+    float *post_attn_norm; /* [embed] gemma3, else NULL */
+    float *post_ffn_norm;  /* [embed] gemma3, else NULL */
 } layer_weights;
 
 struct fathom_model {
@@ -208,6 +215,7 @@ struct fathom_model {
     float *output_norm;    /* [embed] */
     float *output;         /* [vocab x embed]; == token_embd when tied */
     layer_weights *layers; /* [layers] */
+    uint8_t *sliding;      /* [layers] 1: the layer attends a sliding window */
 };
 
 void fathom_model_free(fathom_model *m) {
@@ -215,8 +223,9 @@ void fathom_model_free(fathom_model *m) {
     if (m->layers) {
         for (uint32_t l = 0; l < m->info.layers; l++) {
             layer_weights *w = &m->layers[l];
-            float *all[] = {w->attn_norm, w->wq, w->wk, w->wv, w->wo, w->q_norm,
-                            w->k_norm, w->ffn_norm, w->w_gate, w->w_up, w->w_down};
+            float *all[] = {w->attn_norm, w->wq, w->wk, w->wv, w->wo, w->q_norm, w->k_norm,
+                            w->ffn_norm, w->w_gate, w->w_up, w->w_down, w->post_attn_norm,
+                            w->post_ffn_norm};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
         }
         free(m->layers);
@@ -224,6 +233,7 @@ void fathom_model_free(fathom_model *m) {
     if (m->output != m->token_embd) free(m->output);
     free(m->token_embd);
     free(m->output_norm);
+    free(m->sliding);
     fathom_gguf_close(m->gguf);
     free(m);
 }
@@ -306,20 +316,103 @@ static int load_tensor(loader *ld, const char *name, uint64_t cols, uint64_t row
     return FATHOM_OK;
 }
 
+/* Is "<arch>.<suffix>" in the file? */
+static bool has_meta(const fathom_gguf *g, const char *arch, const char *suffix) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    return fathom_gguf_find_key(g, key) >= 0;
+}
+
+/* The layers that attend a sliding window: <arch>.attention.sliding_window_pattern
+ * as a period n (layer l slides iff l % n < n - 1, llama.cpp's
+ * set_swa_pattern) or as one bool per layer; gemma3 files without the key
+ * have period 6 (llama.cpp's fixed value for gemma3). */
+static int load_sliding_layers(fathom_model *m, bool gemma) {
+    const fathom_gguf *g = m->gguf;
+    fathom_model_info *in = &m->info;
+    m->sliding = fathom_calloc_array(in->layers, 1);
+    FATHOM_CHECK(!m->sliding, FATHOM_ERR_NOMEM, "model: out of memory");
+    if (!in->sliding_window) return FATHOM_OK;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", in->arch);
+    fathom_gguf_value v;
+    if (fathom_gguf_find_key(g, key) >= 0) {
+        FATHOM_TRY(fathom_gguf_get(g, key, &v));
+        if (v.type == FATHOM_GGUF_ARRAY) {
+            FATHOM_CHECK(v.elem_type != FATHOM_GGUF_BOOL || v.count != in->layers, FATHOM_ERR_FORMAT,
+                         "model: %s must be a bool per layer (%u)", key, in->layers);
+            for (uint32_t l = 0; l < in->layers; l++) {
+                fathom_gguf_value e;
+                int b;
+                FATHOM_TRY(fathom_gguf_array_get(&v, l, &e));
+                FATHOM_TRY(fathom_gguf_value_bool(&e, &b));
+                m->sliding[l] = (uint8_t)b;
+            }
+            return FATHOM_OK;
+        }
+        FATHOM_TRY(meta_u32(g, in->arch, "attention.sliding_window_pattern", NULL, 0, MAX_LAYERS,
+                            &in->sliding_pattern));
+    } else {
+        FATHOM_CHECK(!gemma, FATHOM_ERR_UNSUPPORTED,
+                     "model: %s.attention.sliding_window without a pattern is not supported",
+                     in->arch);
+        in->sliding_pattern = 6;
+    }
+    for (uint32_t l = 0; l < in->layers; l++)
+        m->sliding[l] = in->sliding_pattern && l % in->sliding_pattern < in->sliding_pattern - 1;
+    return FATHOM_OK;
+}
+
+/* What gemma3 adds (the other architectures get the neutral values), and
+ * keys that change the computation in ways this code does not run. */
+static int load_gemma_hparams(fathom_model *m, bool gemma) {
+    const fathom_gguf *g = m->gguf;
+    fathom_model_info *in = &m->info;
+    const char *arch = in->arch;
+    FATHOM_CHECK(has_meta(g, arch, "attn_logit_softcapping"), FATHOM_ERR_UNSUPPORTED,
+                 "model: %s.attn_logit_softcapping is not supported", arch);
+    FATHOM_CHECK(has_meta(g, arch, "rope.scaling.factor") &&
+                     !has_meta(g, arch, "rope.scaling.type"),
+                 FATHOM_ERR_UNSUPPORTED, "model: %s.rope.scaling.factor is not supported", arch);
+    in->post_norms = gemma;
+    in->gelu = gemma;
+    in->embed_scale = gemma ? sqrtf((float)in->embed) : 1.0f; /* llama.cpp: sqrtf(n_embd) */
+    /* llama.cpp's gemma3: 1/sqrt(head_dim) (query_pre_attn_scalar = head_dim)
+     * except the 27B (62 layers), whose scalar is embed / heads. */
+    double scalar = gemma && in->layers == 62 ? (double)in->embed / in->q_heads : in->head_dim;
+    in->attn_scale = (float)(1.0 / sqrt(scalar));
+    if (has_meta(g, arch, "attention.scale"))
+        FATHOM_TRY(meta_f32(g, arch, "attention.scale", NULL, &in->attn_scale));
+    in->logit_softcap = 0;
+    if (has_meta(g, arch, "final_logit_softcapping"))
+        FATHOM_TRY(meta_f32(g, arch, "final_logit_softcapping", NULL, &in->logit_softcap));
+    in->rope_base_swa = in->rope_base;
+    in->sliding_window = 0;
+    if (gemma || has_meta(g, arch, "attention.sliding_window")) {
+        FATHOM_TRY(meta_u32(g, arch, "attention.sliding_window", NULL, 1, MAX_CONTEXT,
+                            &in->sliding_window));
+        const float def_swa = gemma ? 10000.0f : in->rope_base; /* llama.cpp's gemma3 value */
+        FATHOM_TRY(meta_f32(g, arch, "rope.freq_base_swa", &def_swa, &in->rope_base_swa));
+    }
+    return load_sliding_layers(m, gemma);
+}
+
 static int load_hparams(fathom_model *m) {
     const fathom_gguf *g = m->gguf;
     fathom_model_info *in = &m->info;
     const char *arch;
     uint64_t arch_len;
     FATHOM_TRY(fathom_gguf_get_string(g, "general.architecture", &arch, &arch_len));
-    FATHOM_CHECK(strcmp(arch, "llama") && strcmp(arch, "qwen3"), FATHOM_ERR_UNSUPPORTED,
-                 "model: architecture \"%.40s\" is not supported (llama, qwen3)", arch);
+    FATHOM_CHECK(strcmp(arch, "llama") && strcmp(arch, "qwen3") && strcmp(arch, "gemma3"),
+                 FATHOM_ERR_UNSUPPORTED,
+                 "model: architecture \"%.40s\" is not supported (llama, qwen3, gemma3)", arch);
     snprintf(in->arch, sizeof in->arch, "%s", arch);
     const char *name;
     if (fathom_gguf_find_key(g, "general.name") >= 0 &&
         fathom_gguf_get_string(g, "general.name", &name, NULL) == FATHOM_OK)
         snprintf(in->name, sizeof in->name, "%s", name);
-    in->rope_neox = !strcmp(arch, "qwen3");
+    const bool gemma = !strcmp(arch, "gemma3");
+    in->rope_neox = !strcmp(arch, "qwen3") || gemma;
 
     FATHOM_TRY(meta_u32(g, arch, "block_count", NULL, 1, MAX_LAYERS, &in->layers));
     FATHOM_TRY(meta_u32(g, arch, "embedding_length", NULL, 1, MAX_EMBED, &in->embed));
@@ -352,7 +445,7 @@ static int load_hparams(fathom_model *m) {
     const float def_base = 10000.0f;
     FATHOM_TRY(meta_f32(g, arch, "rope.freq_base", &def_base, &in->rope_base));
     FATHOM_TRY(meta_f32(g, arch, "attention.layer_norm_rms_epsilon", NULL, &in->rms_eps));
-    return FATHOM_OK;
+    return load_gemma_hparams(m, gemma);
 }
 
 static int load_weights(fathom_model *m, loader *ld) {
@@ -402,6 +495,10 @@ static int load_weights(fathom_model *m, loader *ld) {
             LOAD(q_norm, "attn_q_norm", D, 0, 0);
             LOAD(k_norm, "attn_k_norm", D, 0, 0);
         }
+        if (in->post_norms) {
+            LOAD(post_attn_norm, "post_attention_norm", E, 0, 0);
+            LOAD(post_ffn_norm, "post_ffw_norm", E, 0, 0);
+        }
 #undef LOAD
     }
     /* Anything left over (biases, rope_freqs, MoE experts, ...) would change
@@ -447,6 +544,13 @@ int fathom_model_get_info(const fathom_model *model, fathom_model_info *info) {
     return FATHOM_OK;
 }
 
+int fathom_model_layer_sliding(const fathom_model *model, uint32_t layer) {
+    FATHOM_CHECK_ARG(model, "fathom_model_layer_sliding: model is NULL");
+    FATHOM_CHECK_ARG(layer < model->info.layers, "fathom_model_layer_sliding: layer %u of %u", layer,
+                     model->info.layers);
+    return model->sliding[layer];
+}
+
 /* ===================================================================== *
  * context
  * ===================================================================== */
@@ -476,6 +580,7 @@ struct fathom_ctx {
     float *v_cache;   /* [layers][kv_heads][cap][d] */
     float *rope_cos;  /* [cap][d/2] */
     float *rope_sin;  /* [cap][d/2] */
+    float *rope_cos_swa, *rope_sin_swa; /* [cap][d/2] sliding layers; == rope_cos/sin when the bases agree */
     /* activations of up to PREFILL_BATCH tokens */
     float *x;         /* [B x embed] the residual stream */
     float *xn;        /* [B x embed] normalized */
@@ -523,12 +628,26 @@ void fathom_ctx_free(fathom_ctx *ctx) {
     if (!ctx) return;
     fathom_pool_free(ctx->pool);
     sparse_free(ctx->sparse, &ctx->model->info);
+    if (ctx->rope_cos_swa != ctx->rope_cos) free(ctx->rope_cos_swa);
+    if (ctx->rope_sin_swa != ctx->rope_sin) free(ctx->rope_sin_swa);
     float *all[] = {ctx->k_cache, ctx->v_cache, ctx->rope_cos, ctx->rope_sin, ctx->x, ctx->xn,
                     ctx->q, ctx->k, ctx->v, ctx->att, ctx->proj, ctx->gate, ctx->up, ctx->scores};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     free(ctx->sums);
     free(ctx->qblock);
     free(ctx);
+}
+
+/* theta_i = base^(-2i/d); angles in double so long contexts keep their
+ * precision, then rounded once. */
+static void rope_table(float *cs, float *sn, uint64_t n_ctx, uint64_t D, float base) {
+    for (uint64_t p = 0; p < n_ctx; p++)
+        for (uint64_t i = 0; i < D / 2; i++) {
+            double theta = pow((double)base, -2.0 * (double)i / (double)D);
+            double a = (double)p * theta;
+            cs[p * (D / 2) + i] = (float)cos(a);
+            sn[p * (D / 2) + i] = (float)sin(a);
+        }
 }
 
 int fathom_ctx_create(fathom_ctx **out, const fathom_model *model, uint32_t n_ctx,
@@ -580,16 +699,20 @@ int fathom_ctx_create(fathom_ctx **out, const fathom_model *model, uint32_t n_ct
         return fathom_fail(FATHOM_ERR_NOMEM, "model: out of memory for a context of %u positions",
                            n_ctx);
     }
-    /* theta_i = base^(-2i/d); angles in double so long contexts keep their
-     * precision, then rounded once. */
-    for (uint64_t p = 0; p < n_ctx; p++)
-        for (uint64_t i = 0; i < D / 2; i++) {
-            double theta = pow((double)in->rope_base, -2.0 * (double)i / (double)D);
-            double a = (double)p * theta;
-            c->rope_cos[p * (D / 2) + i] = (float)cos(a);
-            c->rope_sin[p * (D / 2) + i] = (float)sin(a);
-        }
-    int st = fathom_pool_create(&c->pool, threads);
+    rope_table(c->rope_cos, c->rope_sin, n_ctx, D, in->rope_base);
+    c->rope_cos_swa = c->rope_cos;
+    c->rope_sin_swa = c->rope_sin;
+    int st = FATHOM_OK;
+    if (in->rope_base_swa != in->rope_base) {
+        c->rope_cos_swa = fathom_alloc_array((uint64_t)n_ctx, D / 2 * sizeof(float));
+        c->rope_sin_swa = fathom_alloc_array((uint64_t)n_ctx, D / 2 * sizeof(float));
+        if (!c->rope_cos_swa || !c->rope_sin_swa)
+            st = fathom_fail(FATHOM_ERR_NOMEM, "model: out of memory for a context of %u positions",
+                             n_ctx);
+        else
+            rope_table(c->rope_cos_swa, c->rope_sin_swa, n_ctx, D, in->rope_base_swa);
+    }
+    if (st == FATHOM_OK) st = fathom_pool_create(&c->pool, threads);
     if (st < 0) {
         fathom_ctx_free(c);
         return st;
@@ -814,6 +937,11 @@ int fathom_ctx_set_attention(fathom_ctx *ctx, const fathom_method *method, uint3
     }
     FATHOM_TRY(fathom_method_check(method, ctx->model->info.head_dim));
     FATHOM_CHECK_ARG(k >= 1, "fathom_ctx_set_attention: k is 0");
+    const fathom_model_info *in = &ctx->model->info;
+    /* fathom_attend scales by 1/sqrt(dim) */
+    FATHOM_CHECK(in->attn_scale != (float)(1.0 / sqrt((double)in->head_dim)), FATHOM_ERR_UNSUPPORTED,
+                 "fathom_ctx_set_attention: attention scale %g is not 1/sqrt(%u), which sparse attention assumes",
+                 (double)in->attn_scale, in->head_dim);
     sparse_state *s = NULL;
     int st = sparse_create(ctx, method, k, calib, &s);
     if (st < 0) {
@@ -888,6 +1016,7 @@ typedef struct attn_job {
     uint64_t pos0;
     uint32_t T;
     uint32_t n_blocks; /* query blocks per KV head */
+    uint32_t window;   /* keys a query sees at most (a sliding layer), 0: all before it */
 } attn_job;
 
 /* Dense causal attention of the G query heads of one KV head for a block of
@@ -895,7 +1024,8 @@ typedef struct attn_job {
  * G*QBLOCK queries (at 8k context K and V of a head are 4 MB, so reading
  * them once per query would be bound by memory). Each output row gets the
  * same operations in the same order whatever block it is in, so a prefill
- * gives the same bits as decode steps (blocks of one token). */
+ * gives the same bits as decode steps (blocks of one token). In a sliding
+ * layer, the query at position p sees keys (p - window, p]. */
 static int attn_task(void *arg, uint32_t task, uint32_t worker) {
     const attn_job *j = arg;
     fathom_ctx *c = j->c;
@@ -908,16 +1038,17 @@ static int attn_task(void *arg, uint32_t task, uint32_t worker) {
     const float *keys = cache_row(c, c->k_cache, j->layer, kvh, 0);
     const float *values = cache_row(c, c->v_cache, j->layer, kvh, 0);
     float *S = c->scores + (uint64_t)worker * ATTN_QBLOCK * G * c->cap; /* [rows x n_max] */
-    const float scale = (float)(1.0 / sqrt((double)D));
+    const float scale = in->attn_scale;
     /* row r: token t0 + r / G, query head kvh*G + r % G */
 #define ROW_Q(r) (c->q + ((uint64_t)(t0 + (r) / G) * Hq + kvh * G + (r) % G) * D)
 #define ROW_OUT(r) (c->att + ((uint64_t)(t0 + (r) / G) * Hq + kvh * G + (r) % G) * D)
-#define ROW_VIS(r) (j->pos0 + t0 + (r) / G + 1) /* keys row r sees */
+#define ROW_VIS(r) (j->pos0 + t0 + (r) / G + 1) /* keys row r sees: [ROW_LO(r), ROW_VIS(r)) */
+#define ROW_LO(r) (j->window && ROW_VIS(r) > j->window ? ROW_VIS(r) - j->window : 0)
     /* scores: the block's queries gathered into rows of D, then 4 keys x 4
      * queries per tile (entries past a row's visible keys are never read) */
     float *Qb = c->qblock + (uint64_t)worker * ATTN_QBLOCK * G * D;
     for (uint32_t r = 0; r < rows; r++) memcpy(Qb + (uint64_t)r * D, ROW_Q(r), D * sizeof(float));
-    uint64_t i = 0;
+    uint64_t i = ROW_LO(0); /* rows are in position order: row 0 sees the earliest key */
     for (; i + 4 <= n_max; i += 4) {
         uint32_t r = 0;
         for (; r + 4 <= rows; r += 4) tile(keys + i * D, 4, Qb + (uint64_t)r * D, 4, D, S + r * n_max + i, n_max);
@@ -935,16 +1066,16 @@ static int attn_task(void *arg, uint32_t task, uint32_t worker) {
         for (uint32_t r = 0; r < rows; r++) S[r * n_max + i] = dot(Qb + (uint64_t)r * D, keys + i * D, D);
     for (uint32_t r = 0; r < rows; r++) {
         const uint64_t n = ROW_VIS(r);
-        for (uint64_t k = 0; k < n; k++) S[r * n_max + k] *= scale;
+        for (uint64_t k = ROW_LO(r); k < n; k++) S[r * n_max + k] *= scale;
     }
     double *inv = c->sums + (uint64_t)worker * ATTN_QBLOCK * G; /* softmax denominators */
     for (uint32_t r = 0; r < rows; r++) {
         float *s = S + r * n_max, max = -INFINITY;
-        const uint64_t n = ROW_VIS(r);
-        for (uint64_t m = 0; m < n; m++)
+        const uint64_t n = ROW_VIS(r), lo = ROW_LO(r);
+        for (uint64_t m = lo; m < n; m++)
             if (s[m] > max) max = s[m];
         double sum = 0;
-        for (uint64_t m = 0; m < n; m++) {
+        for (uint64_t m = lo; m < n; m++) {
             float e = expf(s[m] - max);
             s[m] = e;
             sum += e;
@@ -953,10 +1084,10 @@ static int attn_task(void *arg, uint32_t task, uint32_t worker) {
         float *out = ROW_OUT(r);
         for (uint32_t ch = 0; ch < D; ch++) out[ch] = 0;
     }
-    for (i = 0; i < n_max; i++) {
+    for (i = ROW_LO(0); i < n_max; i++) {
         const float *v = values + i * D;
         for (uint32_t r = 0; r < rows; r++) {
-            if (i >= ROW_VIS(r)) continue;
+            if (i >= ROW_VIS(r) || i < ROW_LO(r)) continue;
             axpy(ROW_OUT(r), S[r * n_max + i], v, D);
         }
     }
@@ -968,7 +1099,24 @@ static int attn_task(void *arg, uint32_t task, uint32_t worker) {
 #undef ROW_Q
 #undef ROW_OUT
 #undef ROW_VIS
+#undef ROW_LO
     return FATHOM_OK;
+}
+
+/* GELU, tanh form (Gemma's gelu_pytorch_tanh), in double. */
+static float gelu_tanh(float x) {
+    const double v = x;
+    return (float)(0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))));
+}
+
+/* x += proj for T rows, proj first RMS-normalized with post_norm when given. */
+static void add_residual(fathom_ctx *c, const float *post_norm, uint32_t T) {
+    const fathom_model_info *in = &c->model->info;
+    const uint32_t E = in->embed;
+    if (post_norm)
+        for (uint32_t t = 0; t < T; t++)
+            rmsnorm(c->proj + (uint64_t)t * E, c->proj + (uint64_t)t * E, post_norm, E, in->rms_eps);
+    for (uint64_t i = 0; i < (uint64_t)T * E; i++) c->x[i] += c->proj[i];
 }
 
 /* FATHOM_ERR_NONFINITE naming the first non-finite entry of rows x
@@ -1006,11 +1154,18 @@ static int forward(fathom_ctx *c, const int32_t *tokens, uint32_t T, bool sparse
     const uint32_t QD = Hq * D, KD = Hkv * D;
     const uint64_t pos0 = c->n;
 
-    for (uint32_t t = 0; t < T; t++)
-        memcpy(c->x + (uint64_t)t * E, m->token_embd + (uint64_t)tokens[t] * E, E * sizeof(float));
+    for (uint32_t t = 0; t < T; t++) {
+        float *x = c->x + (uint64_t)t * E;
+        memcpy(x, m->token_embd + (uint64_t)tokens[t] * E, E * sizeof(float));
+        if (in->embed_scale != 1.0f)
+            for (uint32_t i = 0; i < E; i++) x[i] *= in->embed_scale;
+    }
 
     for (uint32_t l = 0; l < in->layers; l++) {
         const layer_weights *w = &m->layers[l];
+        const bool sliding = m->sliding[l];
+        const float *rope_cs = sliding ? c->rope_cos_swa : c->rope_cos;
+        const float *rope_sn = sliding ? c->rope_sin_swa : c->rope_sin;
         /* attention */
         for (uint32_t t = 0; t < T; t++)
             rmsnorm(c->xn + (uint64_t)t * E, c->x + (uint64_t)t * E, w->attn_norm, E, in->rms_eps);
@@ -1019,7 +1174,7 @@ static int forward(fathom_ctx *c, const int32_t *tokens, uint32_t T, bool sparse
         FATHOM_TRY(matmul(c->pool, c->v, c->xn, w->wv, T, E, KD));
         for (uint32_t t = 0; t < T; t++) {
             const uint64_t pos = pos0 + t;
-            const float *cs = c->rope_cos + pos * (D / 2), *sn = c->rope_sin + pos * (D / 2);
+            const float *cs = rope_cs + pos * (D / 2), *sn = rope_sn + pos * (D / 2);
             for (uint32_t h = 0; h < Hq; h++) {
                 float *q = c->q + (uint64_t)t * QD + (uint64_t)h * D;
                 if (w->q_norm) rmsnorm(q, q, w->q_norm, D, in->rms_eps);
@@ -1041,29 +1196,29 @@ static int forward(fathom_ctx *c, const int32_t *tokens, uint32_t T, bool sparse
         FATHOM_TRY(check_finite(c->k, T, Hkv, D, l, pos0, "key head"));
         FATHOM_TRY(check_finite(c->v, T, Hkv, D, l, pos0, "value head"));
         FATHOM_TRY(sparse_append(c, l, pos0, T));
-        if (sparse) {
+        if (sparse && !sliding) { /* sliding layers attend their window exactly */
             sparse_job sj = {c, l, pos0};
             FATHOM_TRY(fathom_pool_run(c->pool, sparse_task, &sj, Hkv));
         } else {
             const uint32_t blocks = (T + ATTN_QBLOCK - 1) / ATTN_QBLOCK;
-            attn_job aj = {c, l, pos0, T, blocks};
+            attn_job aj = {c, l, pos0, T, blocks, sliding ? in->sliding_window : 0};
             FATHOM_TRY(fathom_pool_run(c->pool, attn_task, &aj, blocks * Hkv));
         }
         FATHOM_TRY(check_finite(c->att, T, Hq, D, l, pos0, "attention output of query head"));
         FATHOM_TRY(matmul(c->pool, c->proj, c->att, w->wo, T, QD, E));
-        for (uint64_t i = 0; i < (uint64_t)T * E; i++) c->x[i] += c->proj[i];
+        add_residual(c, w->post_attn_norm, T);
 
-        /* SwiGLU MLP */
+        /* SwiGLU or GeGLU MLP */
         for (uint32_t t = 0; t < T; t++)
             rmsnorm(c->xn + (uint64_t)t * E, c->x + (uint64_t)t * E, w->ffn_norm, E, in->rms_eps);
         FATHOM_TRY(matmul(c->pool, c->gate, c->xn, w->w_gate, T, E, F));
         FATHOM_TRY(matmul(c->pool, c->up, c->xn, w->w_up, T, E, F));
         for (uint64_t i = 0; i < (uint64_t)T * F; i++) {
             const float g = c->gate[i];
-            c->gate[i] = g / (1.0f + expf(-g)) * c->up[i];
+            c->gate[i] = (in->gelu ? gelu_tanh(g) : g / (1.0f + expf(-g))) * c->up[i];
         }
         FATHOM_TRY(matmul(c->pool, c->proj, c->gate, w->w_down, T, F, E));
-        for (uint64_t i = 0; i < (uint64_t)T * E; i++) c->x[i] += c->proj[i];
+        add_residual(c, w->post_ffn_norm, T);
         FATHOM_TRY(check_finite(c->x, T, 1, E, l, pos0, NULL));
     }
     c->n += T;
@@ -1075,6 +1230,9 @@ static int compute_logits(fathom_ctx *c, uint32_t t, float *out) {
     const fathom_model_info *in = &c->model->info;
     rmsnorm(c->xn, c->x + (uint64_t)t * in->embed, c->model->output_norm, in->embed, in->rms_eps);
     FATHOM_TRY(matmul(c->pool, out, c->xn, c->model->output, 1, in->embed, in->vocab));
+    if (in->logit_softcap > 0)
+        for (uint32_t i = 0; i < in->vocab; i++)
+            out[i] = (float)(in->logit_softcap * tanh((double)out[i] / in->logit_softcap));
     FATHOM_CHECK(!fathom_all_finite(out, in->vocab), FATHOM_ERR_NONFINITE,
                  "model: the logits at position %llu are not finite (the output weights overflow float)",
                  (unsigned long long)(c->n - 1));
