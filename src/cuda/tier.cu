@@ -34,10 +34,7 @@ struct fathom_cuda_tier {
     uint8_t **d_table;
     uint32_t *d_len, *d_cap, *d_error;
     double **d_sums;
-    tier_lanes lanes;
 };
-
-const tier_lanes *fc_tier_lanes(const fathom_cuda_tier *t) { return &t->lanes; }
 
 const tier_dev *fc_tier_dev(const fathom_cuda_tier *t) { return &t->dev; }
 uint32_t fc_tier_group(const fathom_cuda_tier *t) { return t->shape.group; }
@@ -64,16 +61,6 @@ extern "C" void fathom_cuda_tier_destroy(fathom_cuda_tier *t) {
     cudaFree(t->d_cap);
     cudaFree(t->d_error);
     cudaFree(t->d_sums);
-    tier_lanes *q = &t->lanes;
-    if (q->link) cudaStreamDestroy(q->link);
-    for (int i = 0; i < TIER_LANES; i++) {
-        if (q->lane[i]) cudaStreamDestroy(q->lane[i]);
-        if (q->done[i]) cudaEventDestroy(q->done[i]);
-    }
-    for (int i = 0; i < TIER_MAX_CHUNKS; i++)
-        if (q->scanned[i]) cudaEventDestroy(q->scanned[i]);
-    if (q->fork) cudaEventDestroy(q->fork);
-    if (q->link_done) cudaEventDestroy(q->link_done);
     free(t);
 }
 
@@ -147,18 +134,6 @@ extern "C" int fathom_cuda_tier_create(const fathom_cuda_tier_shape *shape, fath
     TIER_TRY(cudaMemset(t->d_error, 0, 4));
     TIER_TRY(cudaMalloc((void **)&t->d_sums, (size_t)sh.max_sessions * sizeof(double *)));
     TIER_TRY(cudaMemset(t->d_sums, 0, (size_t)sh.max_sessions * sizeof(double *)));
-    int least = 0, greatest = 0;
-    tier_lanes *q = &t->lanes;
-    const unsigned ev = cudaEventDisableTiming;
-    TIER_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    TIER_TRY(cudaStreamCreateWithPriority(&q->link, cudaStreamNonBlocking, greatest));
-    for (int i = 0; i < TIER_LANES; i++) {
-        TIER_TRY(cudaStreamCreateWithPriority(&q->lane[i], cudaStreamNonBlocking, least));
-        TIER_TRY(cudaEventCreateWithFlags(&q->done[i], ev));
-    }
-    for (int i = 0; i < TIER_MAX_CHUNKS; i++) TIER_TRY(cudaEventCreateWithFlags(&q->scanned[i], ev));
-    TIER_TRY(cudaEventCreateWithFlags(&q->fork, ev));
-    TIER_TRY(cudaEventCreateWithFlags(&q->link_done, ev));
     d->table = t->d_table;
     d->len = t->d_len;
     d->cap = t->d_cap;

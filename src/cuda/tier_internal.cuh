@@ -40,22 +40,9 @@ static __device__ __forceinline__ uint8_t *tier_slice(const tier_dev &t, uint32_
            ((uint64_t)layer * t.heads + head) * t.head_bytes;
 }
 
-/* Streams and events of a tier's pipelined steps: the scans of the heads
- * run chunk after chunk on `link` (they are bound by the link), each
- * chunk's top-k, fetch and attention on lane c % TIER_LANES beside the next
- * chunk's scan. Steps of one tier are enqueued from one host thread at a
- * time. */
-#define TIER_LANES 2
-#define TIER_MAX_CHUNKS 16
-typedef struct tier_lanes {
-    cudaStream_t link, lane[TIER_LANES];
-    cudaEvent_t fork, scanned[TIER_MAX_CHUNKS], link_done, done[TIER_LANES];
-} tier_lanes;
-
 /* The device description of a tier (tier.cu). */
 const tier_dev *fc_tier_dev(const fathom_cuda_tier *tier);
 uint32_t fc_tier_group(const fathom_cuda_tier *tier);
-const tier_lanes *fc_tier_lanes(const fathom_cuda_tier *tier);
 
 /* The fp16 scale of a block from max |k|, saturated at 65504 (store.c's block_scale). */
 static __host__ __device__ __forceinline__ uint16_t tier_saturate_scale(uint16_t h) {

@@ -195,7 +195,7 @@ struct tier_scan_shape {
  * 256-byte runs of host memory), then decoded by every warp. */
 template <int D, int GP>
 static __global__ void __launch_bounds__(tier_scan_shape<GP>::THREADS)
-tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t G, uint32_t p0, tier_ws w) {
+tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t G, tier_ws w) {
     typedef tier_scan_shape<GP> SH;
     extern __shared__ uint64_t s_words[]; /* [pass words][32] */
     __shared__ float s_q[GP][PASS];
@@ -203,7 +203,7 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
     __shared__ uint8_t s_t[PASS];
     __shared__ uint16_t s_row_j[PASS * FATHOM_PLANES];
     __shared__ uint8_t s_row_p[PASS * FATHOM_PLANES];
-    const uint32_t p = blockIdx.y + p0, tid = threadIdx.x, lane = tid & 31, part = tid >> 5;
+    const uint32_t p = blockIdx.y, tid = threadIdx.x, lane = tid & 31, part = tid >> 5;
     const uint64_t n = w.n_of[p], nb = (n + 63) / 64, b0 = (uint64_t)blockIdx.x * 32;
     if (b0 >= nb) return; /* uniform */
     const uint32_t S = t.segment_blocks, h = p % t.heads;
@@ -291,8 +291,8 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
 
 template <int D>
 static __global__ void __launch_bounds__(FETCH_WARPS * 32)
-tier_fetch_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t cap, uint32_t p0, tier_ws w) {
-    const uint32_t p = blockIdx.y + p0, lane = threadIdx.x & 31;
+tier_fetch_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t cap, tier_ws w) {
+    const uint32_t p = blockIdx.y, lane = threadIdx.x & 31;
     const uint32_t u = blockIdx.x * FETCH_WARPS + (threadIdx.x >> 5);
     if (u >= w.top.uni_count[p]) return;
     const uint64_t seg_tokens = (uint64_t)t.segment_blocks * FATHOM_BLOCK_TOKENS;
@@ -334,15 +334,15 @@ static __device__ double att_reduce(double x, bool is_max, double *part) {
  * over ATT_THREADS / D row subsets (fixed order: deterministic). */
 template <int D>
 static __global__ void __launch_bounds__(ATT_THREADS)
-tier_attend_kernel(uint32_t G, uint32_t k, double scale, const uint32_t *sel_count, uint32_t r0,
-                   tier_ws w, uint16_t *out, float *lse) {
+tier_attend_kernel(uint32_t G, uint32_t k, double scale, const uint32_t *sel_count, tier_ws w,
+                   uint16_t *out, float *lse) {
     constexpr int SPLIT = ATT_THREADS / D > 0 ? ATT_THREADS / D : 1;
     __shared__ double logit[FATHOM_CUDA_MAX_K];
     __shared__ double part[ATT_THREADS / 32];
     __shared__ double s_acc[SPLIT][D];
     __shared__ float s_q[D];
     __shared__ uint16_t s_slot[FATHOM_CUDA_MAX_K];
-    const uint32_t r = blockIdx.x + r0, p = r / G, cap = G * k, tid = threadIdx.x;
+    const uint32_t r = blockIdx.x, p = r / G, cap = G * k, tid = threadIdx.x;
     const uint32_t count = sel_count[r];
     for (uint32_t c = tid; c < D; c += ATT_THREADS) s_q[c] = w.qf[(size_t)r * D + c];
     for (uint32_t i = tid; i < count; i += ATT_THREADS) s_slot[i] = w.top.slot[(size_t)r * k + i];
@@ -392,7 +392,7 @@ tier_attend_kernel(uint32_t G, uint32_t k, double scale, const uint32_t *sel_cou
 
 template <int D, int GP>
 static int launch_scan(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G,
-                       const tier_ws *w, uint32_t p0, uint32_t count, cudaStream_t stream) {
+                       const tier_ws *w, cudaStream_t stream) {
     typedef tier_scan_shape<GP> SH;
     const uint32_t pass_words = a->budget < PASS * FATHOM_PLANES ? a->budget : PASS * FATHOM_PLANES;
     const size_t smem = (size_t)pass_words * 32 * 8;
@@ -400,96 +400,37 @@ static int launch_scan(const tier_dev *t, const fathom_cuda_tier_step_args *a, u
         FATHOM_CUDA_TRY(cudaFuncSetAttribute(tier_scan_kernel<D, GP>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const uint64_t nb = (a->capacity_tokens + 63) / 64;
-    const dim3 grid((uint32_t)((nb + 31) / 32), count);
-    tier_scan_kernel<D, GP><<<grid, SH::THREADS, smem, stream>>>(*t, a->layer, a->sessions, G, p0, *w);
+    const dim3 grid((uint32_t)((nb + 31) / 32), a->batch * t->heads);
+    tier_scan_kernel<D, GP><<<grid, SH::THREADS, smem, stream>>>(*t, a->layer, a->sessions, G, *w);
     FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
 }
 
 template <int D>
-static int scan_range(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G,
-                      const tier_ws *w, uint32_t p0, uint32_t count, cudaStream_t stream) {
-    if (G == 1) return launch_scan<D, 1>(t, a, G, w, p0, count, stream);
-    if (G == 2) return launch_scan<D, 2>(t, a, G, w, p0, count, stream);
-    if (G <= 4) return launch_scan<D, 4>(t, a, G, w, p0, count, stream);
-    if (G <= 8) return launch_scan<D, 8>(t, a, G, w, p0, count, stream);
-    return launch_scan<D, 16>(t, a, G, w, p0, count, stream);
-}
-
-/* Top-k, fetch and attention of problems [p0, p0 + count). */
-template <int D>
-static int tail_range(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G,
-                      const tier_ws *w, uint32_t *sel, uint32_t *sel_count, uint32_t p0,
-                      uint32_t count, cudaStream_t stream) {
-    const uint64_t k = a->k, r0 = (uint64_t)p0 * G;
-    fc_workspace f = w->top; /* the chunk's rows: every per-row array offset */
-    f.hist += r0 * 2 * FC_HIST_BINS;
-    f.counters += r0 * FC_COUNTERS;
-    f.cand_fill += r0;
-    f.state += r0;
-    f.mid += r0 * k;
-    f.cand += r0 * FC_CAND_CAP;
-    f.slot += r0 * k;
-    f.uni += r0 * k;
-    f.uni_count += p0;
-    const fc_rows rows = {a->capacity_tokens, w->n_of + p0, G, w->stride};
-    FATHOM_TRY(fc_topk_rows(count, G, a->k, a->sink, a->local, rows, a->capacity_tokens, false, &f,
-                            w->scores + r0 * w->stride, sel + r0 * k, sel_count + r0, stream));
-    const uint32_t cap = G * a->k;
-    tier_fetch_kernel<D><<<dim3((cap + FETCH_WARPS - 1) / FETCH_WARPS, count), FETCH_WARPS * 32, 0, stream>>>(
-        *t, a->layer, a->sessions, cap, p0, *w);
-    FATHOM_CUDA_LAUNCHED();
-    tier_attend_kernel<D><<<count * G, ATT_THREADS, 0, stream>>>(G, a->k, (double)a->scale, sel_count,
-                                                                (uint32_t)r0, *w, a->out, a->lse);
-    FATHOM_CUDA_LAUNCHED();
-    return FATHOM_OK;
-}
-
-/* Problems per pipeline chunk: one chunk below 64k tokens of capacity
- * (the fixed latency of a chunk outweighs what it hides), else up to 4
- * (below 192k) or 8 chunks, at most TIER_MAX_CHUNKS. */
-static uint32_t chunk_size(uint32_t P, uint64_t capacity) {
-    uint32_t want = capacity < 65536 ? 1 : capacity < 196608 ? 4 : 8;
-    if (want > P) want = P;
-    uint32_t per = (P + want - 1) / want;
-    if ((P + per - 1) / per > TIER_MAX_CHUNKS) per = (P + TIER_MAX_CHUNKS - 1) / TIER_MAX_CHUNKS;
-    return per;
-}
-
-template <int D>
-static int launch_all(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a, uint32_t G,
-                      const tier_ws *w, uint32_t *sel, uint32_t *sel_count, cudaStream_t stream) {
-    const tier_dev *t = fc_tier_dev(tier);
+static int launch_all(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G,
+                      const tier_ws *w, const uint32_t *sel, const uint32_t *sel_count,
+                      cudaStream_t stream) {
     const uint32_t P = a->batch * t->heads;
     tier_prep_kernel<D><<<P, D, 0, stream>>>(*t, a->layer, a->sessions, G, a->budget,
                                              a->capacity_tokens, a->queries, *w);
     FATHOM_CUDA_LAUNCHED();
-    const uint32_t per = chunk_size(P, a->capacity_tokens), chunks = (P + per - 1) / per;
-    if (chunks == 1) {
-        FATHOM_TRY(scan_range<D>(t, a, G, w, 0, P, stream));
-        return tail_range<D>(t, a, G, w, sel, sel_count, 0, P, stream);
-    }
-    const tier_lanes *q = fc_tier_lanes(tier);
-    FATHOM_CUDA_TRY(cudaEventRecord(q->fork, stream));
-    FATHOM_CUDA_TRY(cudaStreamWaitEvent(q->link, q->fork, 0));
-    for (uint32_t c = 0; c < chunks; c++) {
-        const uint32_t p0 = c * per, count = P - p0 < per ? P - p0 : per;
-        FATHOM_TRY(scan_range<D>(t, a, G, w, p0, count, q->link));
-        FATHOM_CUDA_TRY(cudaEventRecord(q->scanned[c], q->link));
-    }
-    FATHOM_CUDA_TRY(cudaEventRecord(q->link_done, q->link));
-    for (uint32_t c = 0; c < chunks; c++) {
-        const uint32_t p0 = c * per, count = P - p0 < per ? P - p0 : per;
-        cudaStream_t s = q->lane[c % TIER_LANES];
-        if (c < TIER_LANES) FATHOM_CUDA_TRY(cudaStreamWaitEvent(s, q->fork, 0));
-        FATHOM_CUDA_TRY(cudaStreamWaitEvent(s, q->scanned[c], 0));
-        FATHOM_TRY(tail_range<D>(t, a, G, w, sel, sel_count, p0, count, s));
-    }
-    FATHOM_CUDA_TRY(cudaStreamWaitEvent(stream, q->link_done, 0));
-    for (uint32_t l = 0; l < TIER_LANES && l < chunks; l++) {
-        FATHOM_CUDA_TRY(cudaEventRecord(q->done[l], q->lane[l]));
-        FATHOM_CUDA_TRY(cudaStreamWaitEvent(stream, q->done[l], 0));
-    }
+    int st;
+    if (G == 1) st = launch_scan<D, 1>(t, a, G, w, stream);
+    else if (G == 2) st = launch_scan<D, 2>(t, a, G, w, stream);
+    else if (G <= 4) st = launch_scan<D, 4>(t, a, G, w, stream);
+    else if (G <= 8) st = launch_scan<D, 8>(t, a, G, w, stream);
+    else st = launch_scan<D, 16>(t, a, G, w, stream);
+    FATHOM_TRY(st);
+    const fc_rows rows = {a->capacity_tokens, w->n_of, G, w->stride};
+    FATHOM_TRY(fc_topk_rows(P, G, a->k, a->sink, a->local, rows, a->capacity_tokens, false, &w->top,
+                            w->scores, (uint32_t *)sel, (uint32_t *)sel_count, stream));
+    const uint32_t cap = G * a->k;
+    tier_fetch_kernel<D><<<dim3((cap + FETCH_WARPS - 1) / FETCH_WARPS, P), FETCH_WARPS * 32, 0, stream>>>(
+        *t, a->layer, a->sessions, cap, *w);
+    FATHOM_CUDA_LAUNCHED();
+    tier_attend_kernel<D><<<P * G, ATT_THREADS, 0, stream>>>(G, a->k, (double)a->scale, sel_count, *w,
+                                                            a->out, a->lse);
+    FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
 }
 
@@ -538,13 +479,13 @@ extern "C" int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_t
     FATHOM_TRY(layout(tier, a, a->workspace, &w));
     const tier_dev *t = fc_tier_dev(tier);
     const uint32_t G = fc_tier_group(tier), P = a->batch * t->heads;
-    uint32_t *sel = a->selected ? a->selected : w.top.sel;
-    uint32_t *sel_count = a->selected_count ? a->selected_count : w.top.sel_count;
+    const uint32_t *sel = a->selected ? a->selected : w.top.sel;
+    const uint32_t *sel_count = a->selected_count ? a->selected_count : w.top.sel_count;
     FATHOM_CUDA_TRY(cudaMemsetAsync(w.top.hist, 0, w.top.zero_bytes, stream));
     switch (t->dim) {
-    case 64: FATHOM_TRY(launch_all<64>(tier, a, G, &w, sel, sel_count, stream)); break;
-    case 128: FATHOM_TRY(launch_all<128>(tier, a, G, &w, sel, sel_count, stream)); break;
-    case 256: FATHOM_TRY(launch_all<256>(tier, a, G, &w, sel, sel_count, stream)); break;
+    case 64: FATHOM_TRY(launch_all<64>(t, a, G, &w, sel, sel_count, stream)); break;
+    case 128: FATHOM_TRY(launch_all<128>(t, a, G, &w, sel, sel_count, stream)); break;
+    case 256: FATHOM_TRY(launch_all<256>(t, a, G, &w, sel, sel_count, stream)); break;
     default: return fathom_fail(FATHOM_ERR_UNSUPPORTED, "tier_step: dim %u", t->dim);
     }
     if (a->depths)

@@ -360,7 +360,7 @@ static void test_ragged(void) {
     const uint32_t H = 2, G = 4, D = 128, S = 64;
     const uint64_t full[4] = {3001, 70000, 131072, 4099}, small[4] = {301, 2000, 5000, 409};
     const uint64_t *lens = quick ? small : full;
-    const uint64_t capacity = quick ? 65536 : 131072; /* >= 64k: the step pipelines its heads */
+    const uint64_t capacity = quick ? 5000 : 131072;
     fathom_cuda_tier_shape sh = {1, H, G, D, S, 4, 131072};
     fathom_cuda_tier *tier = NULL;
     CHECK_OK(fathom_cuda_tier_create(&sh, &tier));
@@ -486,7 +486,7 @@ static void test_graph(void) {
     const uint32_t L = 2, H = 2, G = 4, D = 128, S = 32, B = 3;
     const uint64_t start[B] = {2040, 500, 4090};
     const uint32_t steps = quick ? 12 : 1000;
-    const uint64_t capacity = 65536; /* >= 64k: the step pipelines its heads */
+    const uint64_t capacity = 8192;
     fathom_cuda_tier_shape sh = {L, H, G, D, S, 4, capacity};
     fathom_cuda_tier *tg = NULL, *te = NULL;
     CHECK_OK(fathom_cuda_tier_create(&sh, &tg));
