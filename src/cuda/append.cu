@@ -81,10 +81,18 @@ append_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, const uint32
         kv[(size_t)i * 2 * D + j] = in_k[at * in_stride + j];
         kv[(size_t)i * 2 * D + D + j] = in_v[at * in_stride + j];
     }
+    /* the block's rows already in the segment, read once into shared memory
+     * with every load in flight (one host round trip, not one per row) */
+    __shared__ uint4 s_old[FATHOM_BLOCK_TOKENS * D / 8];
+    const uint32_t old_rows = first < r.old ? r.old - (uint32_t)first : 0;
+#pragma unroll 8
+    for (uint32_t i = j; i < old_rows * (D / 8); i += D)
+        s_old[i] = __ldcv((const uint4 *)(kv + (size_t)(i / (D / 8)) * 2 * D) + i % (D / 8));
+    __syncthreads();
+    const uint16_t *old_k = (const uint16_t *)s_old;
     auto value = [&](uint32_t i) {
         const uint64_t tok = first + i;
-        return tok < r.old ? tier_bf16(__ldcv(&kv[(size_t)i * 2 * D + j]))
-                           : tier_bf16(in_k[(tok - r.old) * in_stride + j]);
+        return tok < r.old ? tier_bf16(old_k[(size_t)i * D + j]) : tier_bf16(in_k[(tok - r.old) * in_stride + j]);
     };
     uint64_t w[FATHOM_PLANES];
     uint16_t scale;

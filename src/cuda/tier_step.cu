@@ -374,8 +374,15 @@ tier_attend_kernel(uint32_t G, uint32_t k, double scale, const uint32_t *sel_cou
     for (uint32_t x = tid; x < SPLIT * D; x += ATT_THREADS) {
         const uint32_t c = x % D, sub = x / D;
         double a = 0.0;
-        for (uint32_t i = sub; i < count; i += SPLIT)
-            a += logit[i] * (double)tier_bf16(base_v[(size_t)s_slot[i] * D + c]);
+        uint32_t i = sub;
+        for (; i + 7 * SPLIT < count; i += 8 * SPLIT) { /* 8 loads in flight, then the adds in order */
+            uint16_t v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) v[u] = base_v[(size_t)s_slot[i + u * SPLIT] * D + c];
+#pragma unroll
+            for (int u = 0; u < 8; u++) a += logit[i + u * SPLIT] * (double)tier_bf16(v[u]);
+        }
+        for (; i < count; i += SPLIT) a += logit[i] * (double)tier_bf16(base_v[(size_t)s_slot[i] * D + c]);
         s_acc[sub][c] = a;
     }
     __syncthreads();
