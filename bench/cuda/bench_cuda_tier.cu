@@ -24,6 +24,7 @@
  *   blocks), one graph of L x (append + step): ms per step against the link
  *   floor of the bytes it moved.
  * The link: one 1 GiB pinned host -> device copy, best of 3, in the same run. */
+#define FATHOM_CUDA_EXPERIMENTAL /* the direct transport, for the fixed step's comparison */
 #include "fathom_cuda.h"
 
 #include <algorithm>
