@@ -388,6 +388,34 @@ def gpu_resident_scan(rec):
     return text
 
 
+def gpu_tier(rec):
+    r = rec["result"]
+    out = [[ctx(d["context"]), "%.2f" % d["tier_ms"], "%.2f" % d["fixed_best_ms"], "%.2f" % d["fixed_direct_ms"],
+            "%.2fx" % d["tier_vs_fixed"], "%.1f%%" % (100 * d["append_share"]), "%.2fx" % d["tier_x_floor"],
+            "%.1f" % d["tier_host_us"], "%.0f" % d["eager_enqueue_us"]] for d in r["decode"]]
+    text = md_table(["context", "tier ms", "fixed best ms", "fixed direct ms", "tier / fixed best", "append share",
+                     "tier x floor", "host us / replay", "eager enqueue us"], out)
+    g = r.get("ragged")
+    if g:
+        text += ("\nRagged batch of 4 sessions (%s tokens, segments of %d blocks): %.2f ms per step, "
+                 "%.2fx the link floor of its %.3f GB (scan %.3f + rows %.3f GB at %.1f GB/s), "
+                 "%.1f us of host time per replay.\n" %
+                 (" / ".join(str(x) for x in g["lengths"]), g["segment_blocks"], g["ms"], g["x_floor"],
+                  g["scan_GB"] + g["row_GB"], g["scan_GB"], g["row_GB"], r["link_GBps"], g["host_us"]))
+    text += ("\nGPU ms per decode step of the KV tier (fathom_cuda_tier_append + fathom_cuda_tier_step): "
+             "%d layers x %d KV heads, G = %d, d = %d, k = %d, %s, one session growing by one token per "
+             "step, ONE captured graph of every layer's append and step replayed %d times; \"fixed\" is "
+             "fathom_cuda_step (no appends) over the same host memory at the session's final length: the best "
+             "of one stream, 3 lanes (kernel transport) and the direct transport, no prefetch. Append share = "
+             "a graph of the appends alone / the tier step. Floor = (scan + row bytes) / link (%.1f GB/s, same "
+             "run). Where it does not hold: the tier step runs its heads on one stream (a chunked pipeline "
+             "measured slower) and prefetches nothing, so it trails the pipelined fixed step; only %d layers "
+             "were held (the step is per layer, so the ratios carry over to 36).\n" %
+             (r["layers"], r["kv_heads"], r["group"], r["dim"], r["k"], r["method"], r["reps"], r["link_GBps"],
+              r["layers"]))
+    return text
+
+
 # ---------------------------------------------------------------- order
 
 TABLES = [
@@ -417,4 +445,6 @@ TABLES = [
           gpu_offload_step, GPU_PENDING),
     Table("gpu-resident-scan", "GPU offload step (H200)", "The index in HBM",
           gpu_resident_scan, GPU_RESIDENT_PENDING),
+    Table("gpu-tier", "GPU offload step (H200)", "The KV tier: sessions that grow, one graph for every step",
+          gpu_tier, None),
 ]

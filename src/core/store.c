@@ -382,3 +382,10 @@ int fathom_store_variance(const fathom_store *st, float *out) {
     }
     return FATHOM_OK;
 }
+
+void fathom_store_sums(const fathom_store *st, const double **shift, const double **sum,
+                       const double **sum_sq) {
+    *shift = st ? st->shift : NULL;
+    *sum = st ? st->sum : NULL;
+    *sum_sq = st ? st->sum_sq : NULL;
+}

@@ -83,4 +83,10 @@ int fathom_store_scan_reference(const fathom_store *store, const uint8_t *depths
                                 const float *queries, uint32_t group, uint64_t n, float *scores,
                                 uint64_t *bytes_read);
 
+/* The running sums fathom_store_append keeps, [dim] each: shift (the first
+ * stored row), sum and sum of squares of (row - shift). For tests that
+ * compare another encoder byte for byte. NULL store: all NULL. */
+void fathom_store_sums(const fathom_store *store, const double **shift, const double **sum,
+                       const double **sum_sq);
+
 #endif /* FATHOM_STORE_INTERNAL_H */
