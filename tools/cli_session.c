@@ -197,19 +197,8 @@ void cli_check_k(uint64_t k, uint64_t n, const char *what) {
 }
 
 int cli_check_method(const fathom_method *m, uint32_t dim) {
-    if ((m->kind == FATHOM_METHOD_FATHOM || m->kind == FATHOM_METHOD_FATHOM_KLT) &&
-        (m->param < 1 || m->param > FATHOM_MAX_DEPTH * dim)) {
-        cli_error("%s: the bit budget must be in [1, %u] at head dim %u", m->name,
-                  FATHOM_MAX_DEPTH * dim, dim);
-        return CLI_USAGE;
-    }
-    if ((m->kind == FATHOM_METHOD_SPARQ || m->kind == FATHOM_METHOD_DS ||
-         m->kind == FATHOM_METHOD_LOKI) &&
-        (m->param < 1 || m->param > dim)) {
-        cli_error("%s: the channel count must be in [1, %u]", m->name, dim);
-        return CLI_USAGE;
-    }
-    return CLI_OK;
+    const int st = fathom_method_check(m, dim);
+    return st < 0 ? cli_fail_usage(NULL, st) : CLI_OK;
 }
 
 bool cli_method_uses_calib(const fathom_method *m) {

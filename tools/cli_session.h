@@ -61,7 +61,7 @@ void cli_check_window(const fathom_model_info *info, uint64_t tokens);
  * known): below sink + local nothing is scanned; at or above n every key is
  * selected (dense attention). */
 void cli_check_k(uint64_t k, uint64_t n, const char *what);
-/* CLI_USAGE (after a message) if a method's parameter cannot run at dim. */
+/* CLI_USAGE (after fathom_method_check's message) if a method cannot run at dim. */
 int cli_check_method(const fathom_method *m, uint32_t dim);
 /* Whether a method reads the calibration capture (fathom-klt, ds, loki). */
 bool cli_method_uses_calib(const fathom_method *m);
