@@ -287,8 +287,7 @@ GPU_RESIDENT_COMMAND = ("FATHOM_COMMIT=<commit> scripts/record-result gpu-reside
 
 HBM_CAVEAT = ("Where it does not hold: every ratio here assumes the index is in host memory too. With "
               "the index in HBM (K/V rows still fetched from host) a ds:32 step at 1M tokens is about "
-              "30 ms and fathom:48 about 29 ms (H200, measured 2026-12-01; the HBM-resident table below "
-              "reproduces it when recorded): there the scan is "
+              "30 ms and fathom:48 about 29 ms (the HBM table below, same machine): there the scan is "
               "bound by integer work, not bytes, and reading fewer bits buys little. A host-resident "
               "index matters where HBM is full (many sessions, long contexts).")
 
