@@ -65,6 +65,17 @@ FATHOM_API const char *fathom_status_name(int status);
  * stays valid until the next failing call on this thread. */
 FATHOM_API const char *fathom_last_error(void);
 
+/* Layout of a struct of this header as compiled, for bindings that mirror it
+ * (ctypes, cffi): with field NULL, *size = sizeof(type) and *offset = 0; else
+ * the field's offsetof and sizeof. type is the struct's name, e.g.
+ * "fathom_source_info". FATHOM_ERR_INVALID_ARG for a struct or field not in
+ * the table (every struct passed by value or pointer-to-struct is listed).
+ * offset and size may be NULL. */
+FATHOM_API int fathom_abi_layout(const char *type, const char *field, size_t *offset, size_t *size);
+/* Name of field `index` (declaration order) of struct `type`; NULL past the
+ * last field or for an unknown type. */
+FATHOM_API const char *fathom_abi_field(const char *type, uint32_t index);
+
 /* ===================================================================== *
  * fp16 (IEEE binary16), round to nearest even; used for scales and dtypes
  * ===================================================================== */
@@ -404,6 +415,10 @@ FATHOM_API size_t fathom_index_scratch_size(uint32_t dim, uint32_t group);
 FATHOM_API int fathom_index_scores(const fathom_index *index, const fathom_method *method, uint32_t budget,
                                    uint32_t group, const float *queries, uint64_t n, float *scores,
                                    void *scratch, double *bits, uint64_t *bytes);
+/* The per-channel depths [dim] that the last fathom_index_scores call with
+ * this scratch (same dim and group) read, for the methods that scan planes
+ * (not landmark); NULL when dim or group is out of range. */
+FATHOM_API const uint8_t *fathom_index_scratch_depths(const void *scratch, uint32_t dim, uint32_t group);
 
 /* ===================================================================== *
  * source — where keys, values and queries come from: a capture file

@@ -139,24 +139,26 @@ typedef struct fathom_cuda_step_args {
                                   Else the step is pipelined over the KV heads: the plan runs
                                   for all of them, then chunk by chunk of heads (up to
                                   FATHOM_CUDA_MAX_CHUNKS; fathom_cuda_lanes_set_chunk) the
-                                  link-bound phase (the gather) runs in order, one chunk at a time, while earlier chunks scan,
-                                  select, fetch and attend on the lanes. The link stays busy, and
+                                  link-bound phase (the gather) runs in order, one chunk at a
+                                  time, while earlier chunks scan, select, fetch and attend on
+                                  the lanes. The link stays busy, and
                                   only one chunk's K/V rows are being fetched at a time (on an
                                   H200, scattered rows over a few GiB of host memory read at
                                   about half the link rate, over < 1 GiB near the full rate:
                                   bench/cuda/bench_host_rows). Same results, bit for bit, as
                                   without lanes. */
     /* Speculative prefetch (needs lanes, the kernel transport and a plane
-     * scan: water-fill, top-channels or fixed): once this step's last gather is issued,
-     * the planes and scales that prefetch_depths name for the first
+     * scan: water-fill, top-channels or fixed): once this step's last gather
+     * is issued, the planes and scales that prefetch_depths name for the first
      * prefetch_count problems of the NEXT step are gathered into the staging
      * slots those problems will use (each after this step's scan of that
      * slot), while this step's last chunks finish: the link would idle
      * otherwise (the next layer's query depends on this layer's output). The
      * depths are a guess, e.g. the same layer's plan at the previous decode
      * step (on real activations that guess holds ~79 % of a plan's bytes;
-     * bench_cuda_step --prefetch reports the share it hits); every prefetched byte crosses the link whether used or not. The
-     * prefetch stays on the lanes' link stream: the next step must run with
+     * bench_cuda_step --prefetch reports the share it hits); every
+     * prefetched byte crosses the link whether used or not. The prefetch
+     * stays on the lanes' link stream: the next step must run with
      * the same config, lanes and workspace (it joins the prefetch), and the
      * last step of a graph must not prefetch. */
     const fathom_cuda_problem *prefetch_problems; /* [prefetch_count], device; NULL if 0 */
@@ -253,6 +255,153 @@ typedef enum fathom_cuda_key_rows {
 #define FATHOM_CUDA_TRACE_SLOTS (2 + 6 * FATHOM_CUDA_MAX_CHUNKS)
 int fathom_cuda_lanes_trace(fathom_cuda_lanes *lanes, uint64_t *stamps, uint32_t steps);
 #endif /* FATHOM_CUDA_EXPERIMENTAL */
+
+
+/* ===================================================================== *
+ * KV tier — sessions in pinned host memory that grow on the GPU
+ * ===================================================================== *
+ *
+ * A tier holds many sessions of one model shape (layers, KV heads, G query
+ * heads per KV head, head dim d). Per session, per layer and KV head, it
+ * keeps the bit-plane K index (the CPU store's layout, fathom_store_create:
+ * per segment [d][4][S] plane words and [d][S] fp16 scales), the running
+ * channel sums of fathom_store_append (calibration-free variance) and the
+ * bf16 K and V rows, all in pinned mapped host memory. Memory comes in
+ * segments of S blocks (64*S tokens, all layers and heads of a session),
+ * allocated whole and never moved; the GPU finds them through a segment
+ * table in device memory. Capacity grows by adding segments.
+ *
+ * Per decode step and layer an engine enqueues fathom_cuda_tier_append (the
+ * new tokens' bf16 K and V from device memory, quantized on the GPU) and
+ * fathom_cuda_tier_step (plan -> scan -> top-k -> row fetch -> attention).
+ * Both read every length, count and segment pointer from device memory, so
+ * a CUDA graph captured once replays for every later step while sessions
+ * grow; re-capture when the batch's sessions or the step's capacity_tokens
+ * change. The host must fathom_cuda_tier_reserve capacity before a replay
+ * that appends beyond it.
+ *
+ * Errors that only the GPU can see (a session id out of range, an append
+ * beyond a session's capacity, a length above the step's capacity_tokens)
+ * skip that session's work and are reported by fathom_cuda_tier_check.
+ *
+ * Host-side calls (session create/free/fork/truncate/reserve, length, usage,
+ * views) must not run while work that touches the same session is in flight:
+ * synchronize its streams first. A failed call leaves every session as it was.
+ */
+#define FATHOM_CUDA_TIER_MAX_GROUP 16
+
+typedef struct fathom_cuda_tier fathom_cuda_tier;
+
+typedef struct fathom_cuda_tier_shape {
+    uint32_t layers;         /* >= 1 */
+    uint32_t kv_heads;       /* >= 1 */
+    uint32_t group;          /* query heads per KV head, 1..FATHOM_CUDA_TIER_MAX_GROUP */
+    uint32_t dim;            /* head dimension: 64, 128 or 256 */
+    uint32_t segment_blocks; /* S, blocks of 64 tokens per segment, a multiple of 32 (0: 64) */
+    uint32_t max_sessions;   /* sessions alive at once, >= 1 */
+    uint64_t max_tokens;     /* per session, <= 2^32 - 65; sizes the segment table */
+} fathom_cuda_tier_shape;
+
+/* Create a tier on the current device (allocates the device tables). */
+int fathom_cuda_tier_create(const fathom_cuda_tier_shape *shape, fathom_cuda_tier **out);
+void fathom_cuda_tier_destroy(fathom_cuda_tier *tier); /* NULL is a no-op */
+
+/* A new empty session; *session is its id (< max_sessions). */
+int fathom_cuda_tier_session_create(fathom_cuda_tier *tier, uint32_t *session);
+/* Release a session and its references to segments. */
+int fathom_cuda_tier_session_free(fathom_cuda_tier *tier, uint32_t session);
+/* Make room for `tokens` tokens in total (allocates segments; never shrinks).
+ * FATHOM_ERR_NOMEM with nothing changed when host memory runs out. */
+int fathom_cuda_tier_reserve(fathom_cuda_tier *tier, uint32_t session, uint64_t tokens);
+/* Tokens in the session (read from the device; FATHOM_ERR_STATE if its
+ * layers disagree, i.e. a step's appends are incomplete). */
+int fathom_cuda_tier_length(fathom_cuda_tier *tier, uint32_t session, uint64_t *length);
+/* Forget tokens [n, length) (n <= length): planes and scales of the kept
+ * tokens are those of appending them alone (the open block re-encoded from
+ * the kept K rows), the running sums are recomputed over them, as
+ * fathom_ctx_truncate rebuilds its index. A segment shared with a fork that
+ * becomes writable is copied first. */
+int fathom_cuda_tier_truncate(fathom_cuda_tier *tier, uint32_t session, uint64_t n);
+/* A new session with the same tokens: full segments are shared (reference
+ * counted, never written again), the partly filled one is copied. */
+int fathom_cuda_tier_fork(fathom_cuda_tier *tier, uint32_t source, uint32_t *session);
+
+typedef struct fathom_cuda_tier_usage {
+    uint64_t length;          /* tokens */
+    uint64_t capacity;        /* tokens its segments hold */
+    uint32_t segments;        /* segments it references */
+    uint32_t shared_segments; /* of those, referenced by other sessions too */
+    uint64_t bytes;           /* host bytes it references: segments + running sums */
+    uint64_t exclusive_bytes; /* of those, held by this session alone */
+} fathom_cuda_tier_usage;
+int fathom_cuda_tier_usage_of(fathom_cuda_tier *tier, uint32_t session,
+                              fathom_cuda_tier_usage *usage);
+
+/* Host view of one segment of (session, layer, KV head), for tests and
+ * tools: planes [dim][4][S], scales [dim][S], kv [64*S][2][dim] bf16 (the
+ * K row then the V row of each token). */
+typedef struct fathom_cuda_tier_view {
+    const uint64_t *planes;
+    const uint16_t *scales;
+    const uint16_t *kv;
+    uint64_t first_token;
+    uint32_t segment_blocks;
+} fathom_cuda_tier_view;
+int fathom_cuda_tier_segment(const fathom_cuda_tier *tier, uint32_t session, uint32_t layer,
+                             uint32_t head, uint32_t segment, fathom_cuda_tier_view *view);
+/* The running sums (shift = first stored row, sum and sum of squares of
+ * row - shift, as fathom_store_append keeps them) of (session, layer, head):
+ * three arrays of dim doubles in host memory. */
+int fathom_cuda_tier_sums(const fathom_cuda_tier *tier, uint32_t session, uint32_t layer,
+                          uint32_t head, const double **shift, const double **sum,
+                          const double **sum_sq);
+
+/* Errors the GPU recorded since the last call (FATHOM_OK if none; the
+ * first one's reason in the message). Synchronizes the device. */
+int fathom_cuda_tier_check(fathom_cuda_tier *tier);
+
+/* Append to every session of a batch, for one layer. keys and values: bf16,
+ * device, [total][kv_heads][dim] with the rows of batch entry i after those
+ * of entries < i (total = sum of counts). sessions and counts: [batch],
+ * device; an entry appends counts[i] tokens (0..max_count) at the
+ * session's length for this layer. max_count (host) bounds every count and
+ * sizes the grid: 1 for decode, the chunk size for a prefill. The planes,
+ * scales and sums are byte-identical to fathom_store_append of the same
+ * keys (bf16 -> float32 exactly), however the tokens are split into calls.
+ * A session appears at most once per batch. */
+int fathom_cuda_tier_append(fathom_cuda_tier *tier, uint32_t layer, const uint32_t *sessions,
+                            uint32_t batch, const uint32_t *counts, uint32_t max_count,
+                            const uint16_t *keys, const uint16_t *values, cudaStream_t stream);
+
+typedef struct fathom_cuda_tier_step_args {
+    uint32_t layer;
+    const uint32_t *sessions;  /* [batch], device */
+    uint32_t batch;            /* >= 1; batch * kv_heads <= 65535 */
+    uint64_t capacity_tokens;  /* every session's length at run time must be <= it
+                                  (else its heads output 0 and tier_check reports it);
+                                  sizes grids and workspace: the graph's capacity class */
+    uint32_t k, sink, local;   /* as fathom_cuda_config; group * k <= 4096 */
+    uint32_t budget;           /* water-filling budget B (fathom:B), 1..4*dim */
+    float scale;               /* softmax scale (1/sqrt(dim) for fathom_attend's) */
+    const uint16_t *queries;   /* bf16 [batch][kv_heads][group][dim], device */
+    uint16_t *out;             /* bf16 [batch][kv_heads][group][dim], device */
+    float *lse;                /* [batch][kv_heads][group] log sum exp(scale q.k) over the
+                                  selection, natural log; may be NULL. -inf when empty. */
+    uint32_t *selected;        /* [batch*kv_heads*group][k] ascending; may be NULL */
+    uint32_t *selected_count;  /* [batch*kv_heads*group]; may be NULL */
+    uint8_t *depths;           /* [batch*kv_heads][dim] planned depths; may be NULL */
+    uint32_t *union_count;     /* [batch*kv_heads] rows fetched; may be NULL */
+    void *workspace;           /* fathom_cuda_tier_workspace_size bytes, 256-aligned */
+    size_t workspace_bytes;
+} fathom_cuda_tier_step_args;
+
+int fathom_cuda_tier_workspace_size(const fathom_cuda_tier *tier,
+                                    const fathom_cuda_tier_step_args *args, size_t *bytes);
+/* Sparse attention of one layer for every session of a batch, each at its
+ * own length (the one this layer's appends reached). The scan reads the
+ * planes in place from host memory (each byte crosses the link once). */
+int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *args,
+                          cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -93,6 +93,20 @@ static inline bool fc_staged(fathom_cuda_transport t) {
 
 static inline uint32_t fc_blocks_of(uint64_t n) { return (uint32_t)((n + 63) / 64); }
 
+/* Lengths of a top-k's rows: n for every row, or, with n_of, n_of[row /
+ * group] read from device memory (ragged batches); a row's scores start
+ * stride floats after the previous row's. */
+typedef struct fc_rows {
+    uint64_t n;
+    const uint32_t *n_of;
+    uint32_t group;
+    uint64_t stride;
+} fc_rows;
+
+static __device__ __forceinline__ uint64_t fc_row_len(const fc_rows &r, uint32_t row) {
+    return r.n_of ? r.n_of[row / r.group] : r.n;
+}
+
 /* Launchers (stream last). */
 int fc_plan(const fathom_cuda_config *cfg, const float *queries, const float *variance,
             const uint8_t *fixed_depths, uint8_t *depths, cudaStream_t stream);
@@ -109,6 +123,12 @@ int fc_scan(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems,
             const fc_workspace *ws, const float *queries, float *scores, cudaStream_t stream);
 int fc_topk(const fathom_cuda_config *cfg, const fc_workspace *ws, const float *scores,
             uint32_t *sel, uint32_t *sel_count, cudaStream_t stream);
+/* The top-k for `problems` KV heads of `group` rows each with lengths from
+ * rows_n (each <= max_n, which sizes the grid); level0_counted: the scan
+ * already counted the first histogram level. */
+int fc_topk_rows(uint32_t problems, uint32_t group, uint32_t k, uint32_t sink, uint32_t local,
+                 fc_rows rows_n, uint64_t max_n, bool level0_counted, const fc_workspace *ws,
+                 const float *scores, uint32_t *sel, uint32_t *sel_count, cudaStream_t stream);
 int fc_fetch(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems,
              const fc_workspace *ws, cudaStream_t stream);
 int fc_attend(const fathom_cuda_config *cfg, const fc_workspace *ws, const float *queries,

@@ -118,16 +118,17 @@ static __device__ found_bin find_bin(const uint32_t *ghist, uint32_t need) {
 /* Level 0 for the scans that do not count it (landmarks, oracle): the
  * histogram of the first 11 bits of every middle key. */
 static __global__ void __launch_bounds__(TOPK_THREADS)
-hist0_kernel(uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
+hist0_kernel(fc_rows rows, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
              uint32_t *hist) {
     __shared__ uint32_t h[FC_HIST_BINS];
     const uint32_t r = blockIdx.y;
+    const uint64_t n = fc_row_len(rows, r);
     const uint64_t lo = sink + (uint64_t)blockIdx.x * TOPK_CHUNK;
     const uint64_t end = n - local, hi = lo + TOPK_CHUNK < end ? lo + TOPK_CHUNK : end;
     if (n <= k || lo >= hi) return; /* uniform in the block */
     for (uint32_t b = threadIdx.x; b < FC_HIST_BINS; b += blockDim.x) h[b] = 0;
     __syncthreads();
-    for_range(scores + (size_t)r * n, lo, hi,
+    for_range(scores + (size_t)r * rows.stride, lo, hi,
               [&](uint64_t, float s) { atomicAdd(&h[fc_score_order(s) >> (32 - FC_HIST_BITS)], 1u); });
     __syncthreads();
     uint32_t *ghist = hist + (size_t)r * 2 * FC_HIST_BINS;
@@ -140,10 +141,11 @@ hist0_kernel(uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const float 
  * counts the next 11 bits of the keys inside that digit, and the row's last
  * block finds the 22-bit prefix holding the m-th largest key. */
 static __global__ void __launch_bounds__(TOPK_THREADS)
-hist1_find_kernel(uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
+hist1_find_kernel(fc_rows rows, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
                   fc_select_state *state, uint32_t *hist, uint32_t *counters) {
     __shared__ uint32_t h[FC_HIST_BINS];
     const uint32_t r = blockIdx.y;
+    const uint64_t n = fc_row_len(rows, r);
     /* uniform in the launch: everything is selected, or nothing in the
      * middle is (k = sink + local; find_bin needs need >= 1) */
     if (n <= k || k == sink + local) {
@@ -160,7 +162,7 @@ hist1_find_kernel(uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const f
     if (lo < hi) { /* uniform in the block */
         for (uint32_t b = threadIdx.x; b < FC_HIST_BINS; b += blockDim.x) h[b] = 0;
         __syncthreads();
-        for_range(scores + (size_t)r * n, lo, hi, [&](uint64_t, float s) {
+        for_range(scores + (size_t)r * rows.stride, lo, hi, [&](uint64_t, float s) {
             const uint32_t key = fc_score_order(s);
             if ((key >> (32 - FC_HIST_BITS)) == f0.bin)
                 atomicAdd(&h[(key >> (32 - 2 * FC_HIST_BITS)) & (FC_HIST_BINS - 1)], 1u);
@@ -247,19 +249,20 @@ static __device__ void select_tail(const Source &src, uint32_t digit, uint32_t n
  * or, if they overflowed the buffer (only with massive exact ties), the same
  * select over the scores row (one block, slow, exact). */
 static __global__ void __launch_bounds__(TOPK_THREADS)
-compact_final_kernel(uint64_t n, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
+compact_final_kernel(fc_rows rows, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
                      fc_select_state *state, uint32_t *cand_fill, uint32_t *mid, uint64_t *cand,
                      uint32_t *counters) {
     __shared__ uint64_t s_cand[FC_CAND_CAP];
     __shared__ uint32_t bins[256], choice[3], fill;
     const uint32_t r = blockIdx.y;
+    const uint64_t n = fc_row_len(rows, r);
     bool work = n > k;
     uint32_t digit = NO_DIGIT;
     if (work) {
         digit = state[r].digit;
         work = digit != NO_DIGIT;
     }
-    const float *row = scores + (size_t)r * n;
+    const float *row = scores + (size_t)r * rows.stride;
     const uint64_t lo = sink + (uint64_t)blockIdx.x * TOPK_CHUNK;
     const uint64_t end = n - local, hi = lo + TOPK_CHUNK < end ? lo + TOPK_CHUNK : end;
     if (work && lo < hi)
@@ -335,7 +338,7 @@ static __device__ uint32_t pow2_at_least(uint32_t x) {
  * searches of 9 steps replace a 2048-wide bitonic sort (66 barriers): the
  * kernel ran 47 us per layer-step, in every step's critical path. */
 static __global__ void __launch_bounds__(1024)
-union_kernel(uint64_t n, uint32_t group, uint32_t k, uint32_t sink, uint32_t local,
+union_kernel(fc_rows rows, uint32_t group, uint32_t k, uint32_t sink, uint32_t local,
              const uint32_t *mid, uint32_t *sel, uint32_t *sel_count, uint32_t *uni,
              uint32_t *uni_count, uint16_t *slot) {
     typedef cub::BlockScan<uint32_t, 1024> scan_t;
@@ -343,6 +346,7 @@ union_kernel(uint64_t n, uint32_t group, uint32_t k, uint32_t sink, uint32_t loc
     __shared__ uint32_t all[UNION_CAP], merged[UNION_CAP];
     __shared__ uint32_t s_ucount;
     const uint32_t p = blockIdx.x;
+    const uint64_t n = fc_row_len(rows, p * group);
     const uint32_t count = n <= k ? (uint32_t)n : k;
     const uint32_t m = n <= k ? 0 : k - sink - local;
     const uint32_t msize = pow2_at_least(m ? m : 1);
@@ -451,30 +455,37 @@ union_kernel(uint64_t n, uint32_t group, uint32_t k, uint32_t sink, uint32_t loc
     }
 }
 
-int fc_topk(const fathom_cuda_config *cfg, const fc_workspace *ws, const float *scores,
-            uint32_t *sel, uint32_t *sel_count, cudaStream_t stream) {
-    const uint32_t rows = cfg->problems * cfg->group;
-    const uint64_t n = cfg->tokens;
-    const uint64_t middle = n > (uint64_t)cfg->sink + cfg->local ? n - cfg->sink - cfg->local : 0;
+int fc_topk_rows(uint32_t problems, uint32_t group, uint32_t k, uint32_t sink, uint32_t local,
+                 fc_rows rows_n, uint64_t max_n, bool level0_counted, const fc_workspace *ws,
+                 const float *scores, uint32_t *sel, uint32_t *sel_count, cudaStream_t stream) {
+    const uint32_t rows = problems * group;
+    const uint64_t middle = max_n > (uint64_t)sink + local ? max_n - sink - local : 0;
     uint32_t chunks = (uint32_t)((middle + TOPK_CHUNK - 1) / TOPK_CHUNK);
     if (chunks == 0) chunks = 1;
     /* the step zeroed hist, counters and cand_fill before its first top-k;
      * plane scans counted level 0 as they wrote the scores */
-    if (!fc_scan_counts_level0(cfg->scan)) {
-        hist0_kernel<<<dim3(chunks, rows), TOPK_THREADS, 0, stream>>>(n, cfg->k, cfg->sink, cfg->local,
+    if (!level0_counted) {
+        hist0_kernel<<<dim3(chunks, rows), TOPK_THREADS, 0, stream>>>(rows_n, k, sink, local,
                                                                        scores, ws->hist);
         FATHOM_CUDA_LAUNCHED();
     }
     hist1_find_kernel<<<dim3(chunks, rows), TOPK_THREADS, 0, stream>>>(
-        n, cfg->k, cfg->sink, cfg->local, scores, ws->state, ws->hist, ws->counters);
+        rows_n, k, sink, local, scores, ws->state, ws->hist, ws->counters);
     FATHOM_CUDA_LAUNCHED();
     compact_final_kernel<<<dim3(chunks, rows), TOPK_THREADS, 0, stream>>>(
-        n, cfg->k, cfg->sink, cfg->local, scores, ws->state, ws->cand_fill, ws->mid, ws->cand,
+        rows_n, k, sink, local, scores, ws->state, ws->cand_fill, ws->mid, ws->cand,
         ws->counters);
     FATHOM_CUDA_LAUNCHED();
-    union_kernel<<<cfg->problems, 1024, 0, stream>>>(n, cfg->group, cfg->k, cfg->sink, cfg->local,
-                                                      ws->mid, sel, sel_count, ws->uni,
-                                                      ws->uni_count, ws->slot);
+    union_kernel<<<problems, 1024, 0, stream>>>(rows_n, group, k, sink, local,
+                                                 ws->mid, sel, sel_count, ws->uni,
+                                                 ws->uni_count, ws->slot);
     FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
+}
+
+int fc_topk(const fathom_cuda_config *cfg, const fc_workspace *ws, const float *scores,
+            uint32_t *sel, uint32_t *sel_count, cudaStream_t stream) {
+    const fc_rows rows = {cfg->tokens, NULL, cfg->group, cfg->tokens};
+    return fc_topk_rows(cfg->problems, cfg->group, cfg->k, cfg->sink, cfg->local, rows, cfg->tokens,
+                        fc_scan_counts_level0(cfg->scan), ws, scores, sel, sel_count, stream);
 }

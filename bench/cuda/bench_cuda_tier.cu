@@ -1,0 +1,488 @@
+/* bench_cuda_tier — the KV tier on the GPU, one JSON object on stdout
+ * (progress on stderr).
+ *
+ * Shapes: --layers L (4) layers x 8 KV heads, G = 4, d = 128, k = 512,
+ * fathom:48 (water-filling, budget 48), sink 4, local 32. Keys: bf16 with
+ * log-normal per-channel scales, generated on the GPU and appended through
+ * fathom_cuda_tier_append (so planes, scales and sums are real).
+ *
+ * decode (per --contexts N): one session, one segment of N tokens (S =
+ * N/64), filled to N - 2R - 10; then
+ *   tier     ONE graph of L x (append one token + tier step), replayed R
+ *            times back to back: GPU ms per step (events), host us per
+ *            cudaGraphLaunch (host clock), the bytes the plans and unions
+ *            moved and their link floor;
+ *   append   a graph of the L appends alone, replayed R times: its share;
+ *   fixed    fathom_cuda_step (the fixed-context step of bench_cuda_step)
+ *            over the SAME host memory at the session's final length
+ *            (whose nb equals S, so the segment is its whole-context layout,
+ *            K/V interleaved, row_stride 2*dim), same queries and variance:
+ *            one-stream kernel transport, pipelined on 3 lanes, and direct;
+ *            graphs of L layer-steps, R replays; "fixed_best" the fastest;
+ *   eager    host us to enqueue the L tier steps without a graph.
+ * ragged: four sessions of --ragged lengths in one batch (segments of 1024
+ *   blocks), one graph of L x (append + step): ms per step against the link
+ *   floor of the bytes it moved.
+ * The link: one 1 GiB pinned host -> device copy, best of 3, in the same run. */
+#define FATHOM_CUDA_EXPERIMENTAL /* the direct transport, for the fixed step's comparison */
+#include "fathom_cuda.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_check.cuh"
+
+#define FK(call)                                                                                   \
+    do {                                                                                           \
+        int s_ = (call);                                                                           \
+        if (s_ != FATHOM_OK) {                                                                     \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, fathom_last_error());    \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static const uint32_t H = 8, G = 4, D = 128, K = 512, BUDGET = 48;
+
+static double now_s(void) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+static __device__ uint32_t hash3(uint64_t a, uint32_t b) {
+    uint64_t z = a * 0x9e3779b97f4a7c15ull + b * 0xbf58476d1ce4e5b9ull + 0x94d049bb133111ebull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (uint32_t)(z ^ (z >> 31));
+}
+
+/* rows [count][H][D] bf16: channel (h, j) ~ scale_hj * (sum of 4 uniforms - 2) */
+static __global__ void fill_rows(uint16_t *rows, uint64_t first, uint64_t count, uint32_t seed) {
+    const uint64_t total = count * H * D;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (uint64_t)gridDim.x * blockDim.x) {
+        const uint32_t c = (uint32_t)(i % (H * D));
+        const uint64_t tok = first + i / (H * D);
+        const float scale = __expf(((float)(hash3(c, seed) >> 8) * (1.0f / 16777216.0f) - 0.5f) * 4.0f);
+        float u = 0.0f;
+        for (int r = 0; r < 4; r++) u += (float)(hash3(tok * 4 + r, c ^ (seed << 16)) >> 8) * (1.0f / 16777216.0f);
+        rows[i] = __bfloat16_as_ushort(__float2bfloat16_rn(scale * (u - 2.0f)));
+    }
+}
+
+typedef struct timing {
+    double gpu_ms, host_us;
+} timing;
+
+/* Replay exec `reps` times back to back: GPU ms per replay (events around
+ * all of them) and mean host us per cudaGraphLaunch. */
+static timing replay(cudaGraphExec_t exec, cudaStream_t s, int reps) {
+    CK(cudaGraphLaunch(exec, s));
+    CK(cudaStreamSynchronize(s));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    double host = 0;
+    CK(cudaEventRecord(e0, s));
+    for (int i = 0; i < reps; i++) {
+        const double h0 = now_s();
+        CK(cudaGraphLaunch(exec, s));
+        host += now_s() - h0;
+    }
+    CK(cudaEventRecord(e1, s));
+    CK(cudaStreamSynchronize(s));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    timing t = {ms / reps, host / reps * 1e6};
+    return t;
+}
+
+static double link_gbps(void) {
+    const size_t bytes = 1ull << 30;
+    void *h, *d;
+    CK(cudaHostAlloc(&h, bytes, cudaHostAllocDefault));
+    CK(cudaMalloc(&d, bytes));
+    memset(h, 1, bytes);
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    double best = 0;
+    for (int i = 0; i < 3; i++) {
+        CK(cudaEventRecord(e0, 0));
+        CK(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, 0));
+        CK(cudaEventRecord(e1, 0));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        best = std::max(best, bytes / (ms * 1e-3) / 1e9);
+    }
+    CK(cudaFreeHost(h));
+    CK(cudaFree(d));
+    return best;
+}
+
+/* A tier with the given sessions filled to `lens` through the GPU append. */
+typedef struct setup {
+    fathom_cuda_tier *tier;
+    uint32_t L, batch;
+    std::vector<uint32_t> ids;
+    uint32_t *d_ids, *d_ones;
+    uint16_t *d_q, *d_out, *d_kv1;
+    uint8_t *d_depths;
+    uint32_t *d_union;
+    void *ws;
+    size_t ws_bytes;
+    uint64_t capacity;
+} setup;
+
+static setup make_setup(uint32_t L, uint32_t S, const std::vector<uint64_t> &lens, uint64_t capacity) {
+    setup st;
+    st.L = L;
+    st.batch = (uint32_t)lens.size();
+    st.capacity = capacity;
+    fathom_cuda_tier_shape sh = {L, H, G, D, S, st.batch, capacity};
+    FK(fathom_cuda_tier_create(&sh, &st.tier));
+    st.ids.resize(st.batch);
+    const double t0 = now_s();
+    for (uint32_t i = 0; i < st.batch; i++) {
+        FK(fathom_cuda_tier_session_create(st.tier, &st.ids[i]));
+        FK(fathom_cuda_tier_reserve(st.tier, st.ids[i], std::min<uint64_t>(capacity, lens[i] + 4096)));
+    }
+    fprintf(stderr, "  reserved %u sessions x %llu tokens in %.1f s\n", st.batch,
+            (unsigned long long)capacity, now_s() - t0);
+    CK(cudaMalloc((void **)&st.d_ids, st.batch * 4));
+    CK(cudaMemcpy(st.d_ids, st.ids.data(), st.batch * 4, cudaMemcpyHostToDevice));
+    /* prefill in chunks of 65536 tokens per session */
+    const uint32_t chunk = 65536;
+    uint16_t *dk, *dv;
+    uint32_t *dc;
+    CK(cudaMalloc((void **)&dk, (size_t)st.batch * chunk * H * D * 2));
+    CK(cudaMalloc((void **)&dv, (size_t)st.batch * chunk * H * D * 2));
+    CK(cudaMalloc((void **)&dc, st.batch * 4));
+    const double t1 = now_s();
+    for (uint64_t at = 0;; at += chunk) {
+        std::vector<uint32_t> c(st.batch);
+        uint64_t total = 0;
+        for (uint32_t i = 0; i < st.batch; i++) {
+            c[i] = (uint32_t)(lens[i] > at ? std::min<uint64_t>(lens[i] - at, chunk) : 0);
+            total += c[i];
+        }
+        if (!total) break;
+        CK(cudaMemcpy(dc, c.data(), st.batch * 4, cudaMemcpyHostToDevice));
+        for (uint32_t l = 0; l < L; l++) {
+            uint64_t off = 0;
+            for (uint32_t i = 0; i < st.batch; i++) {
+                if (c[i]) {
+                    fill_rows<<<1024, 256>>>(dk + off * H * D, at, c[i], 1 + l * 64 + i);
+                    fill_rows<<<1024, 256>>>(dv + off * H * D, at, c[i], 1000 + l * 64 + i);
+                }
+                off += c[i];
+            }
+            FK(fathom_cuda_tier_append(st.tier, l, st.d_ids, st.batch, dc, chunk, dk, dv, 0));
+        }
+    }
+    CK(cudaDeviceSynchronize());
+    FK(fathom_cuda_tier_check(st.tier));
+    fprintf(stderr, "  prefilled in %.1f s\n", now_s() - t1);
+    cudaFree(dk);
+    cudaFree(dv);
+    cudaFree(dc);
+    const size_t R = (size_t)st.batch * H * G;
+    std::vector<uint32_t> ones(st.batch, 1);
+    CK(cudaMalloc((void **)&st.d_ones, st.batch * 4));
+    CK(cudaMemcpy(st.d_ones, ones.data(), st.batch * 4, cudaMemcpyHostToDevice));
+    CK(cudaMalloc((void **)&st.d_kv1, (size_t)st.batch * H * D * 2));
+    fill_rows<<<64, 256>>>(st.d_kv1, 7, st.batch, 77);
+    CK(cudaMalloc((void **)&st.d_q, L * R * D * 2));
+    CK(cudaMalloc((void **)&st.d_out, L * R * D * 2));
+    CK(cudaMalloc((void **)&st.d_depths, (size_t)L * st.batch * H * D));
+    CK(cudaMalloc((void **)&st.d_union, (size_t)L * st.batch * H * 4));
+    for (uint32_t l = 0; l < L; l++) /* queries: 4 query heads as 4 of the K rows' channels, rescaled */
+        fill_rows<<<64, 256>>>(st.d_q + l * R * D, 0, R / H, 5000 + l);
+    fathom_cuda_tier_step_args a;
+    memset(&a, 0, sizeof a);
+    a.sessions = st.d_ids;
+    a.batch = st.batch;
+    a.capacity_tokens = capacity;
+    a.k = K;
+    a.sink = 4;
+    a.local = 32;
+    a.budget = BUDGET;
+    a.scale = 1.0f / sqrtf((float)D);
+    a.queries = st.d_q;
+    a.out = st.d_out;
+    FK(fathom_cuda_tier_workspace_size(st.tier, &a, &st.ws_bytes));
+    CK(cudaMalloc(&st.ws, st.ws_bytes));
+    CK(cudaDeviceSynchronize());
+    return st;
+}
+
+static fathom_cuda_tier_step_args args_of(const setup &st, uint32_t l) {
+    const size_t R = (size_t)st.batch * H * G;
+    fathom_cuda_tier_step_args a;
+    memset(&a, 0, sizeof a);
+    a.layer = l;
+    a.sessions = st.d_ids;
+    a.batch = st.batch;
+    a.capacity_tokens = st.capacity;
+    a.k = K;
+    a.sink = 4;
+    a.local = 32;
+    a.budget = BUDGET;
+    a.scale = 1.0f / sqrtf((float)D);
+    a.queries = st.d_q + l * R * D;
+    a.out = st.d_out + l * R * D;
+    a.depths = st.d_depths + (size_t)l * st.batch * H * D;
+    a.union_count = st.d_union + (size_t)l * st.batch * H;
+    a.workspace = st.ws;
+    a.workspace_bytes = st.ws_bytes;
+    return a;
+}
+
+/* Capture L x (append, if with_append; step, if with_step). */
+static cudaGraphExec_t capture(setup &st, cudaStream_t s, bool with_append, bool with_step) {
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (uint32_t l = 0; l < st.L; l++) {
+        if (with_append)
+            FK(fathom_cuda_tier_append(st.tier, l, st.d_ids, st.batch, st.d_ones, 1, st.d_kv1, st.d_kv1, s));
+        if (with_step) {
+            fathom_cuda_tier_step_args a = args_of(st, l);
+            FK(fathom_cuda_tier_step(st.tier, &a, s));
+        }
+    }
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&exec, g, 0));
+    CK(cudaGraphDestroy(g));
+    return exec;
+}
+
+/* Bytes the last steps moved: plane runs + scales of the plans, K and V rows of the unions. */
+static void bytes_of(const setup &st, const std::vector<uint64_t> &lens, double *scan, double *rows) {
+    const size_t P = (size_t)st.batch * H;
+    std::vector<uint8_t> dep(st.L * P * D);
+    std::vector<uint32_t> uni(st.L * P);
+    CK(cudaMemcpy(dep.data(), st.d_depths, dep.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(uni.data(), st.d_union, uni.size() * 4, cudaMemcpyDeviceToHost));
+    *scan = *rows = 0;
+    for (uint32_t l = 0; l < st.L; l++)
+        for (size_t p = 0; p < P; p++) {
+            *scan += (double)fathom_cuda_plane_bytes(D, lens[p / H], &dep[(l * P + p) * D]);
+            *rows += (double)uni[l * P + p] * D * 2 * 2;
+        }
+}
+
+static void free_setup(setup &st) {
+    fathom_cuda_tier_destroy(st.tier);
+    cudaFree(st.d_ids);
+    cudaFree(st.d_ones);
+    cudaFree(st.d_kv1);
+    cudaFree(st.d_q);
+    cudaFree(st.d_out);
+    cudaFree(st.d_depths);
+    cudaFree(st.d_union);
+    cudaFree(st.ws);
+}
+
+/* fathom_cuda_step over the tier's segment 0 of session 0 at n tokens
+ * (n/64 rounded up = S): graphs of L layer-steps. */
+static void fixed_steps(setup &st, uint64_t n, cudaStream_t s, int reps, double *kernel_ms,
+                        double *lanes_ms, double *direct_ms) {
+    const uint32_t L = st.L, P = H;
+    std::vector<fathom_cuda_problem> probs(L * P);
+    std::vector<float> var(L * P * D), qf(L * P * G * D);
+    std::vector<uint16_t> qb(L * P * G * D);
+    CK(cudaMemcpy(qb.data(), st.d_q, qb.size() * 2, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < qb.size(); i++) qf[i] = fathom_bf16_to_f32(qb[i]);
+    for (uint32_t l = 0; l < L; l++)
+        for (uint32_t h = 0; h < P; h++) {
+            fathom_cuda_tier_view v;
+            FK(fathom_cuda_tier_segment(st.tier, st.ids[0], l, h, 0, &v));
+            fathom_cuda_problem &pr = probs[l * P + h];
+            memset(&pr, 0, sizeof pr);
+            pr.planes = v.planes; /* mapped memory: the same address on the device (UVA) */
+            pr.scales = v.scales;
+            pr.keys = v.kv;
+            pr.values = v.kv + D;
+            const double *shift, *sum, *sum_sq;
+            FK(fathom_cuda_tier_sums(st.tier, st.ids[0], l, h, &shift, &sum, &sum_sq));
+            for (uint32_t j = 0; j < D; j++) { /* fathom_store_variance */
+                const double mean = sum[j] / (double)n, x = sum_sq[j] / (double)n - mean * mean;
+                var[(l * P + h) * D + j] = x > 0.0 ? (float)x : 0.0f;
+            }
+        }
+    fathom_cuda_problem *d_probs;
+    float *d_var, *d_qf, *d_out;
+    CK(cudaMalloc((void **)&d_probs, probs.size() * sizeof probs[0]));
+    CK(cudaMemcpy(d_probs, probs.data(), probs.size() * sizeof probs[0], cudaMemcpyHostToDevice));
+    CK(cudaMalloc((void **)&d_var, var.size() * 4));
+    CK(cudaMemcpy(d_var, var.data(), var.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMalloc((void **)&d_qf, qf.size() * 4));
+    CK(cudaMemcpy(d_qf, qf.data(), qf.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMalloc((void **)&d_out, qf.size() * 4));
+    fathom_cuda_lanes *lanes;
+    FK(fathom_cuda_lanes_create(3, &lanes));
+    const fathom_cuda_transport tr[3] = {FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_DIRECT};
+    double *res[3] = {kernel_ms, lanes_ms, direct_ms};
+    for (int v = 0; v < 3; v++) {
+        fathom_cuda_config cfg = {D, G, P, n, K, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, BUDGET, tr[v],
+                                  FATHOM_CUDA_KEYS_BF16, 2 * D};
+        size_t need;
+        FK(fathom_cuda_workspace_size(&cfg, &need));
+        void *ws;
+        CK(cudaMalloc(&ws, need));
+        cudaGraph_t g;
+        cudaGraphExec_t exec;
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        for (uint32_t l = 0; l < L; l++) {
+            fathom_cuda_step_args a;
+            memset(&a, 0, sizeof a);
+            a.problems = d_probs + l * P;
+            a.queries = d_qf + (size_t)l * P * G * D;
+            a.variance = d_var + (size_t)l * P * D;
+            a.out = d_out + (size_t)l * P * G * D;
+            a.workspace = ws;
+            a.workspace_bytes = need;
+            a.lanes = v == 1 ? lanes : NULL;
+            FK(fathom_cuda_step(&cfg, &a, s));
+        }
+        CK(cudaStreamEndCapture(s, &g));
+        CK(cudaGraphInstantiate(&exec, g, 0));
+        *res[v] = replay(exec, s, reps).gpu_ms;
+        CK(cudaGraphExecDestroy(exec));
+        CK(cudaGraphDestroy(g));
+        cudaFree(ws);
+    }
+    fathom_cuda_lanes_destroy(lanes);
+    cudaFree(d_probs);
+    cudaFree(d_var);
+    cudaFree(d_qf);
+    cudaFree(d_out);
+}
+
+int main(int argc, char **argv) {
+    std::vector<uint64_t> contexts = {131072, 1048576};
+    std::vector<uint64_t> ragged = {1000000, 600000, 300000, 131072};
+    uint32_t L = 4;
+    int reps = 50;
+    for (int i = 1; i < argc; i++) {
+        auto list = [&](std::vector<uint64_t> &v) {
+            v.clear();
+            for (char *p = argv[++i]; *p;) {
+                v.push_back(strtoull(p, &p, 10));
+                if (*p == ',') p++;
+            }
+        };
+        if (!strcmp(argv[i], "--contexts") && i + 1 < argc) list(contexts);
+        else if (!strcmp(argv[i], "--ragged") && i + 1 < argc) list(ragged);
+        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) L = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--json")) {
+        } else {
+            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--json]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (!fathom_cuda_device_present()) {
+        fprintf(stderr, "no CUDA device\n");
+        return 77;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const double link = link_gbps();
+    fprintf(stderr, "link %.1f GB/s\n", link);
+    std::string js;
+    char buf[1024];
+    snprintf(buf, sizeof buf,
+             "{\"bench\": \"tier\", \"gpu\": \"%s\", \"layers\": %u, \"kv_heads\": %u, \"group\": %u, "
+             "\"dim\": %u, \"k\": %u, \"method\": \"fathom:%u\", \"reps\": %d, \"link_GBps\": %.2f, \"decode\": [",
+             prop.name, L, H, G, D, K, BUDGET, reps, link);
+    js += buf;
+    for (size_t c = 0; c < contexts.size(); c++) {
+        const uint64_t N = contexts[c];
+        fprintf(stderr, "decode at %llu tokens\n", (unsigned long long)N);
+        const uint64_t n0 = N - 2 * (uint64_t)reps - 10;
+        setup st = make_setup(L, (uint32_t)(N / 64), {n0}, N);
+        /* eager enqueue of the L steps (no appends), host clock */
+        double eager_us = 1e30;
+        for (int i = 0; i < 5; i++) {
+            const double h0 = now_s();
+            for (uint32_t l = 0; l < L; l++) {
+                fathom_cuda_tier_step_args a = args_of(st, l);
+                FK(fathom_cuda_tier_step(st.tier, &a, s));
+            }
+            eager_us = std::min(eager_us, (now_s() - h0) * 1e6);
+            CK(cudaStreamSynchronize(s));
+        }
+        cudaGraphExec_t full = capture(st, s, true, true);
+        const timing tier = replay(full, s, reps); /* reps + 1 tokens appended */
+        double scan_b, row_b;
+        const uint64_t n_now = n0 + reps + 1;
+        bytes_of(st, {n_now}, &scan_b, &row_b);
+        cudaGraphExec_t app = capture(st, s, true, false);
+        const timing append = replay(app, s, reps);
+        CK(cudaGraphExecDestroy(full));
+        CK(cudaGraphExecDestroy(app));
+        FK(fathom_cuda_tier_check(st.tier));
+        uint64_t len;
+        FK(fathom_cuda_tier_length(st.tier, st.ids[0], &len));
+        double fk, fl, fd;
+        fixed_steps(st, len, s, reps, &fk, &fl, &fd);
+        const double best = std::min(fk, std::min(fl, fd));
+        const double floor_ms = (scan_b + row_b) / (link * 1e9) * 1e3;
+        snprintf(buf, sizeof buf,
+                 "%s{\"context\": %llu, \"length_after\": %llu, \"tier_ms\": %.4f, \"tier_host_us\": %.2f, "
+                 "\"append_ms\": %.4f, \"append_share\": %.4f, \"fixed_kernel_ms\": %.4f, \"fixed_lanes_ms\": %.4f, "
+                 "\"fixed_direct_ms\": %.4f, \"fixed_best_ms\": %.4f, \"tier_vs_fixed\": %.4f, "
+                 "\"eager_enqueue_us\": %.1f, \"scan_GB\": %.4f, \"row_GB\": %.4f, \"floor_ms\": %.4f, "
+                 "\"tier_x_floor\": %.4f}",
+                 c ? ", " : "", (unsigned long long)N, (unsigned long long)len, tier.gpu_ms, tier.host_us,
+                 append.gpu_ms, append.gpu_ms / tier.gpu_ms, fk, fl, fd, best, tier.gpu_ms / best, eager_us,
+                 scan_b / 1e9, row_b / 1e9, floor_ms, tier.gpu_ms / floor_ms);
+        fprintf(stderr, "  %s\n", buf);
+        js += buf;
+        free_setup(st);
+    }
+    js += "]";
+    if (ragged.size() == 4) {
+        fprintf(stderr, "ragged batch\n");
+        uint64_t cap = 0;
+        for (uint64_t n : ragged) cap = std::max(cap, n + reps + 2);
+        cap = (cap + 65535) / 65536 * 65536;
+        setup st = make_setup(L, 1024, ragged, cap);
+        cudaGraphExec_t full = capture(st, s, true, true);
+        const timing t = replay(full, s, reps);
+        std::vector<uint64_t> now(4);
+        for (int i = 0; i < 4; i++) now[i] = ragged[i] + reps + 1;
+        double scan_b, row_b;
+        bytes_of(st, now, &scan_b, &row_b);
+        FK(fathom_cuda_tier_check(st.tier));
+        CK(cudaGraphExecDestroy(full));
+        const double floor_ms = (scan_b + row_b) / (link * 1e9) * 1e3;
+        snprintf(buf, sizeof buf,
+                 ", \"ragged\": {\"lengths\": [%llu, %llu, %llu, %llu], \"segment_blocks\": 1024, "
+                 "\"capacity_tokens\": %llu, \"ms\": %.4f, \"host_us\": %.2f, \"scan_GB\": %.4f, \"row_GB\": %.4f, "
+                 "\"floor_ms\": %.4f, \"x_floor\": %.4f}",
+                 (unsigned long long)ragged[0], (unsigned long long)ragged[1], (unsigned long long)ragged[2],
+                 (unsigned long long)ragged[3], (unsigned long long)cap, t.gpu_ms, t.host_us, scan_b / 1e9,
+                 row_b / 1e9, floor_ms, t.gpu_ms / floor_ms);
+        fprintf(stderr, "  %s\n", buf);
+        js += buf;
+        free_setup(st);
+    }
+    js += "}";
+    printf("%s\n", js.c_str());
+    return 0;
+}

@@ -1,0 +1,508 @@
+/* The KV tier's host side: segments in pinned mapped host memory, sessions,
+ * reserve / truncate / fork / free, usage, views and the device tables.
+ *
+ * A segment holds S blocks (64*S tokens) of every (layer, head) of one
+ * session, each slice laid out as [dim][4][S] plane words, [dim][S] fp16
+ * scales, then [64*S][2][dim] bf16 K and V rows. A segment is written only
+ * while it holds the session's open end; full segments are immutable, so a
+ * fork shares them by reference count. */
+#include "tier_internal.cuh"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct tier_segment {
+    uint8_t *host; /* cudaHostAlloc, mapped */
+    uint8_t *dev;  /* its device pointer */
+    uint32_t refs;
+} tier_segment;
+
+typedef struct tier_session {
+    int live;
+    uint32_t count;       /* segments referenced: [0, count) */
+    tier_segment **segs;  /* [max_segments] */
+    double *sums;         /* [layers][heads][3][dim], mapped */
+    double *sums_dev;
+} tier_session;
+
+struct fathom_cuda_tier {
+    fathom_cuda_tier_shape shape;
+    uint64_t seg_tokens, seg_bytes, sums_bytes;
+    tier_session *sessions;
+    tier_dev dev;
+    uint8_t **d_table;
+    uint32_t *d_len, *d_cap, *d_error;
+    double **d_sums;
+};
+
+const tier_dev *fc_tier_dev(const fathom_cuda_tier *t) { return &t->dev; }
+uint32_t fc_tier_group(const fathom_cuda_tier *t) { return t->shape.group; }
+
+static uint64_t round256(uint64_t x) { return (x + 255) & ~(uint64_t)255; }
+
+extern "C" void fathom_cuda_tier_destroy(fathom_cuda_tier *t) {
+    if (!t) return;
+    if (t->sessions) {
+        for (uint32_t s = 0; s < t->shape.max_sessions; s++) {
+            tier_session *se = &t->sessions[s];
+            for (uint32_t i = 0; se->segs && i < se->count; i++)
+                if (--se->segs[i]->refs == 0) {
+                    cudaFreeHost(se->segs[i]->host);
+                    free(se->segs[i]);
+                }
+            free(se->segs);
+            if (se->sums) cudaFreeHost(se->sums);
+        }
+        free(t->sessions);
+    }
+    cudaFree(t->d_table);
+    cudaFree(t->d_len);
+    cudaFree(t->d_cap);
+    cudaFree(t->d_error);
+    cudaFree(t->d_sums);
+    free(t);
+}
+
+#define TIER_TRY(call)                                                                             \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fathom_cuda_tier_destroy(t);                                                           \
+            return fathom_fail(FATHOM_ERR_DEVICE, "tier_create: %s: %s", #call,                    \
+                               cudaGetErrorName(e_));                                              \
+        }                                                                                          \
+    } while (0)
+
+extern "C" int fathom_cuda_tier_create(const fathom_cuda_tier_shape *shape, fathom_cuda_tier **out) {
+    FATHOM_CHECK_ARG(out != NULL, "tier_create: out is NULL");
+    *out = NULL;
+    FATHOM_CHECK_ARG(shape != NULL, "tier_create: shape is NULL");
+    fathom_cuda_tier_shape sh = *shape;
+    if (sh.segment_blocks == 0) sh.segment_blocks = 64;
+    FATHOM_CHECK_ARG(sh.layers >= 1 && sh.layers <= 4096, "tier_create: layers %u not in 1..4096", sh.layers);
+    FATHOM_CHECK_ARG(sh.kv_heads >= 1 && sh.kv_heads <= 4096, "tier_create: kv_heads %u not in 1..4096",
+                     sh.kv_heads);
+    FATHOM_CHECK_ARG(sh.group >= 1 && sh.group <= FATHOM_CUDA_TIER_MAX_GROUP,
+                     "tier_create: group %u not in 1..%d", sh.group, FATHOM_CUDA_TIER_MAX_GROUP);
+    FATHOM_CHECK(sh.dim != 64 && sh.dim != 128 && sh.dim != 256, FATHOM_ERR_UNSUPPORTED,
+                 "tier_create: dim %u: the kernels are built for 64, 128 and 256", sh.dim);
+    FATHOM_CHECK_ARG(sh.segment_blocks % 32 == 0 && sh.segment_blocks <= (1u << 20),
+                     "tier_create: segment_blocks %u is not a multiple of 32 up to 2^20",
+                     sh.segment_blocks);
+    FATHOM_CHECK_ARG(sh.max_sessions >= 1 && sh.max_sessions <= (1u << 20),
+                     "tier_create: max_sessions %u not in 1..2^20", sh.max_sessions);
+    FATHOM_CHECK_ARG(sh.max_tokens >= 1 && sh.max_tokens <= 0xffffffffull - 64,
+                     "tier_create: max_tokens %llu not in 1..2^32-65",
+                     (unsigned long long)sh.max_tokens);
+    fathom_cuda_tier *t = (fathom_cuda_tier *)calloc(1, sizeof *t);
+    FATHOM_CHECK(t == NULL, FATHOM_ERR_NOMEM, "tier_create: out of memory");
+    t->shape = sh;
+    const uint64_t D = sh.dim, S = sh.segment_blocks;
+    t->seg_tokens = S * FATHOM_BLOCK_TOKENS;
+    tier_dev *d = &t->dev;
+    d->layers = sh.layers;
+    d->heads = sh.kv_heads;
+    d->dim = sh.dim;
+    d->segment_blocks = sh.segment_blocks;
+    d->max_sessions = sh.max_sessions;
+    d->max_segments = (uint32_t)((sh.max_tokens + t->seg_tokens - 1) / t->seg_tokens);
+    d->scales_off = round256(D * FATHOM_PLANES * S * 8);
+    d->kv_off = d->scales_off + round256(D * S * 2);
+    d->head_bytes = d->kv_off + round256(t->seg_tokens * 2 * D * 2);
+    uint64_t slices, tbl;
+    if (!fathom_mul_u64((uint64_t)sh.layers, sh.kv_heads, &slices) ||
+        !fathom_mul_u64(slices, d->head_bytes, &t->seg_bytes) ||
+        !fathom_mul_u64((uint64_t)sh.max_sessions, d->max_segments, &tbl) || tbl > (1ull << 32)) {
+        free(t);
+        return fathom_fail(FATHOM_ERR_NOMEM, "tier_create: sizes overflow");
+    }
+    t->sums_bytes = slices * 3 * D * sizeof(double);
+    t->sessions = (tier_session *)calloc(sh.max_sessions, sizeof *t->sessions);
+    if (!t->sessions) {
+        free(t);
+        return fathom_fail(FATHOM_ERR_NOMEM, "tier_create: out of memory for %u sessions",
+                           sh.max_sessions);
+    }
+    TIER_TRY(cudaMalloc((void **)&t->d_table, tbl * sizeof(uint8_t *)));
+    TIER_TRY(cudaMemset(t->d_table, 0, tbl * sizeof(uint8_t *)));
+    TIER_TRY(cudaMalloc((void **)&t->d_len, (size_t)sh.max_sessions * sh.layers * 4));
+    TIER_TRY(cudaMemset(t->d_len, 0, (size_t)sh.max_sessions * sh.layers * 4));
+    TIER_TRY(cudaMalloc((void **)&t->d_cap, (size_t)sh.max_sessions * 4));
+    TIER_TRY(cudaMemset(t->d_cap, 0, (size_t)sh.max_sessions * 4));
+    TIER_TRY(cudaMalloc((void **)&t->d_error, 4));
+    TIER_TRY(cudaMemset(t->d_error, 0, 4));
+    TIER_TRY(cudaMalloc((void **)&t->d_sums, (size_t)sh.max_sessions * sizeof(double *)));
+    TIER_TRY(cudaMemset(t->d_sums, 0, (size_t)sh.max_sessions * sizeof(double *)));
+    d->table = t->d_table;
+    d->len = t->d_len;
+    d->cap = t->d_cap;
+    d->sums = t->d_sums;
+    d->error = t->d_error;
+    *out = t;
+    return FATHOM_OK;
+}
+
+static int check_session(const fathom_cuda_tier *t, uint32_t s, const char *who) {
+    FATHOM_CHECK_ARG(t != NULL, "%s: tier is NULL", who);
+    FATHOM_CHECK_ARG(s < t->shape.max_sessions && t->sessions[s].live, "%s: no session %u", who, s);
+    return FATHOM_OK;
+}
+
+/* Device tables of session s from its host state: segment pointers, capacity. */
+static int publish(fathom_cuda_tier *t, uint32_t s) {
+    tier_session *se = &t->sessions[s];
+    const uint32_t M = t->dev.max_segments;
+    uint8_t **row = (uint8_t **)calloc(M ? M : 1, sizeof *row);
+    FATHOM_CHECK(row == NULL, FATHOM_ERR_NOMEM, "tier: out of memory");
+    for (uint32_t i = 0; i < se->count; i++) row[i] = se->segs[i]->dev;
+    const uint32_t cap = (uint32_t)((uint64_t)se->count * t->seg_tokens < t->shape.max_tokens
+                                        ? (uint64_t)se->count * t->seg_tokens
+                                        : t->shape.max_tokens);
+    cudaError_t e = cudaMemcpy(t->d_table + (size_t)s * M, row, (size_t)M * sizeof *row,
+                               cudaMemcpyHostToDevice);
+    free(row);
+    if (e == cudaSuccess) e = cudaMemcpy(t->d_cap + s, &cap, 4, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaMemcpy(t->d_sums + s, &se->sums_dev, sizeof(double *), cudaMemcpyHostToDevice);
+    FATHOM_CHECK(e != cudaSuccess, FATHOM_ERR_DEVICE, "tier: updating the device tables: %s",
+                 cudaGetErrorName(e));
+    return FATHOM_OK;
+}
+
+static int set_lengths(fathom_cuda_tier *t, uint32_t s, uint64_t n) {
+    const uint32_t L = t->shape.layers;
+    uint32_t *v = (uint32_t *)malloc((size_t)L * 4);
+    FATHOM_CHECK(v == NULL, FATHOM_ERR_NOMEM, "tier: out of memory");
+    for (uint32_t l = 0; l < L; l++) v[l] = (uint32_t)n;
+    cudaError_t e = cudaMemcpy(t->d_len + (size_t)s * L, v, (size_t)L * 4, cudaMemcpyHostToDevice);
+    free(v);
+    FATHOM_CHECK(e != cudaSuccess, FATHOM_ERR_DEVICE, "tier: setting lengths: %s", cudaGetErrorName(e));
+    return FATHOM_OK;
+}
+
+static tier_segment *segment_new(const fathom_cuda_tier *t) {
+    tier_segment *g = (tier_segment *)calloc(1, sizeof *g);
+    if (!g) return NULL;
+    if (cudaHostAlloc((void **)&g->host, t->seg_bytes, cudaHostAllocMapped) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky-free error state of a failed allocation */
+        free(g);
+        return NULL;
+    }
+    if (cudaHostGetDevicePointer((void **)&g->dev, g->host, 0) != cudaSuccess) {
+        cudaGetLastError();
+        cudaFreeHost(g->host);
+        free(g);
+        return NULL;
+    }
+    g->refs = 1;
+    return g;
+}
+
+static void segment_release(tier_segment *g) {
+    if (g && --g->refs == 0) {
+        cudaFreeHost(g->host);
+        free(g);
+    }
+}
+
+extern "C" int fathom_cuda_tier_session_create(fathom_cuda_tier *t, uint32_t *session) {
+    FATHOM_CHECK_ARG(t != NULL && session != NULL, "tier_session_create: NULL argument");
+    uint32_t s = 0;
+    while (s < t->shape.max_sessions && t->sessions[s].live) s++;
+    FATHOM_CHECK(s == t->shape.max_sessions, FATHOM_ERR_NOMEM,
+                 "tier_session_create: all %u sessions are in use", t->shape.max_sessions);
+    tier_session se;
+    memset(&se, 0, sizeof se);
+    se.segs = (tier_segment **)calloc(t->dev.max_segments ? t->dev.max_segments : 1, sizeof *se.segs);
+    if (!se.segs) return fathom_fail(FATHOM_ERR_NOMEM, "tier_session_create: out of memory");
+    if (cudaHostAlloc((void **)&se.sums, t->sums_bytes, cudaHostAllocMapped) != cudaSuccess ||
+        cudaHostGetDevicePointer((void **)&se.sums_dev, se.sums, 0) != cudaSuccess) {
+        cudaGetLastError();
+        if (se.sums) cudaFreeHost(se.sums);
+        free(se.segs);
+        return fathom_fail(FATHOM_ERR_NOMEM, "tier_session_create: no pinned memory for %llu bytes of sums",
+                           (unsigned long long)t->sums_bytes);
+    }
+    memset(se.sums, 0, t->sums_bytes);
+    se.live = 1;
+    t->sessions[s] = se;
+    int st = publish(t, s);
+    if (st == FATHOM_OK) st = set_lengths(t, s, 0);
+    if (st < 0) {
+        cudaFreeHost(se.sums);
+        free(se.segs);
+        memset(&t->sessions[s], 0, sizeof t->sessions[s]);
+        return st;
+    }
+    *session = s;
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_tier_session_free(fathom_cuda_tier *t, uint32_t s) {
+    FATHOM_TRY(check_session(t, s, "tier_session_free"));
+    tier_session *se = &t->sessions[s];
+    const uint32_t count = se->count;
+    se->count = 0;
+    double *sums = se->sums, *sums_dev = se->sums_dev;
+    se->sums_dev = NULL;
+    int st = publish(t, s); /* the device no longer sees its segments */
+    if (st == FATHOM_OK) st = set_lengths(t, s, 0);
+    if (st < 0) {
+        se->count = count;
+        se->sums_dev = sums_dev;
+        publish(t, s);
+        return st;
+    }
+    for (uint32_t i = 0; i < count; i++) segment_release(se->segs[i]);
+    free(se->segs);
+    cudaFreeHost(sums);
+    memset(se, 0, sizeof *se);
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_tier_reserve(fathom_cuda_tier *t, uint32_t s, uint64_t tokens) {
+    FATHOM_TRY(check_session(t, s, "tier_reserve"));
+    FATHOM_CHECK_ARG(tokens <= t->shape.max_tokens, "tier_reserve: %llu tokens exceed max_tokens %llu",
+                     (unsigned long long)tokens, (unsigned long long)t->shape.max_tokens);
+    tier_session *se = &t->sessions[s];
+    const uint32_t need = (uint32_t)((tokens + t->seg_tokens - 1) / t->seg_tokens);
+    if (need <= se->count) return FATHOM_OK;
+    const uint32_t first = se->count;
+    for (uint32_t i = first; i < need; i++) {
+        se->segs[i] = segment_new(t);
+        if (!se->segs[i]) {
+            for (uint32_t r = first; r < i; r++) segment_release(se->segs[r]);
+            return fathom_fail(FATHOM_ERR_NOMEM,
+                               "tier_reserve: no pinned host memory for segment %u (%llu bytes)", i,
+                               (unsigned long long)t->seg_bytes);
+        }
+    }
+    se->count = need;
+    int st = publish(t, s);
+    if (st < 0) {
+        for (uint32_t r = first; r < need; r++) segment_release(se->segs[r]);
+        se->count = first;
+        publish(t, s);
+    }
+    return st;
+}
+
+extern "C" int fathom_cuda_tier_length(fathom_cuda_tier *t, uint32_t s, uint64_t *length) {
+    FATHOM_TRY(check_session(t, s, "tier_length"));
+    FATHOM_CHECK_ARG(length != NULL, "tier_length: length is NULL");
+    const uint32_t L = t->shape.layers;
+    uint32_t *v = (uint32_t *)malloc((size_t)L * 4);
+    FATHOM_CHECK(v == NULL, FATHOM_ERR_NOMEM, "tier_length: out of memory");
+    cudaError_t e = cudaMemcpy(v, t->d_len + (size_t)s * L, (size_t)L * 4, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        free(v);
+        return fathom_fail(FATHOM_ERR_DEVICE, "tier_length: %s", cudaGetErrorName(e));
+    }
+    uint32_t l = 1;
+    while (l < L && v[l] == v[0]) l++;
+    const uint32_t n0 = v[0], nl = l < L ? v[l] : 0;
+    free(v);
+    FATHOM_CHECK(l < L, FATHOM_ERR_STATE, "tier_length: session %u: layer 0 has %u tokens, layer %u %u",
+                 s, n0, l, nl);
+    *length = n0;
+    return FATHOM_OK;
+}
+
+/* Slice of (layer, head) in segment i of a session, host side. */
+static uint8_t *host_slice(const fathom_cuda_tier *t, const tier_session *se, uint32_t i,
+                           uint32_t layer, uint32_t head) {
+    return se->segs[i]->host + ((uint64_t)layer * t->shape.kv_heads + head) * t->dev.head_bytes;
+}
+
+static const uint16_t *host_row(const fathom_cuda_tier *t, const tier_session *se, uint64_t token,
+                                uint32_t layer, uint32_t head) {
+    const uint8_t *sl = host_slice(t, se, (uint32_t)(token / t->seg_tokens), layer, head);
+    return (const uint16_t *)(sl + t->dev.kv_off) + (token % t->seg_tokens) * 2 * t->shape.dim;
+}
+
+/* After a truncation to n: the open block re-encoded from its K rows and
+ * the sums recomputed over rows [0, n), for every layer and head. */
+static void rebuild(fathom_cuda_tier *t, tier_session *se, uint64_t n) {
+    const uint32_t D = t->shape.dim, S = t->shape.segment_blocks;
+    memset(se->sums, 0, t->sums_bytes);
+    for (uint32_t l = 0; l < t->shape.layers; l++)
+        for (uint32_t h = 0; h < t->shape.kv_heads; h++) {
+            double *shift = se->sums + ((uint64_t)l * t->shape.kv_heads + h) * 3 * D;
+            double *sum = shift + D, *sum_sq = shift + 2 * D;
+            for (uint64_t i = 0; i < n; i++) {
+                const uint16_t *row = host_row(t, se, i, l, h);
+                for (uint32_t j = 0; j < D; j++) {
+                    const float v = fathom_bf16_to_f32(row[j]);
+                    if (i == 0) shift[j] = v;
+                    tier_sums_add(v, shift[j], &sum[j], &sum_sq[j]);
+                }
+            }
+            if (n % FATHOM_BLOCK_TOKENS == 0) continue;
+            const uint64_t block = n / FATHOM_BLOCK_TOKENS, first = block * FATHOM_BLOCK_TOKENS;
+            uint8_t *sl = host_slice(t, se, (uint32_t)(block / S), l, h);
+            uint64_t *planes = (uint64_t *)sl;
+            uint16_t *scales = (uint16_t *)(sl + t->dev.scales_off);
+            const uint64_t b = block % S;
+            for (uint32_t j = 0; j < D; j++) {
+                uint64_t w[FATHOM_PLANES];
+                float vals[FATHOM_BLOCK_TOKENS];
+                for (uint64_t i = first; i < n; i++) vals[i - first] = fathom_bf16_to_f32(host_row(t, se, i, l, h)[j]);
+                const tier_values value = {vals};
+                tier_encode_channel(value, (uint32_t)(n - first), w, &scales[(uint64_t)j * S + b]);
+                for (int p = 0; p < FATHOM_PLANES; p++) planes[((uint64_t)j * FATHOM_PLANES + p) * S + b] = w[p];
+            }
+        }
+}
+
+extern "C" int fathom_cuda_tier_truncate(fathom_cuda_tier *t, uint32_t s, uint64_t n) {
+    uint64_t length;
+    FATHOM_TRY(fathom_cuda_tier_length(t, s, &length));
+    FATHOM_CHECK_ARG(n <= length, "tier_truncate: %llu is beyond the %llu tokens of session %u",
+                     (unsigned long long)n, (unsigned long long)length, s);
+    tier_session *se = &t->sessions[s];
+    const uint32_t keep = (uint32_t)((n + t->seg_tokens - 1) / t->seg_tokens);
+    const uint32_t open = (uint32_t)(n / t->seg_tokens); /* the segment appends write next */
+    tier_segment *copy = NULL;
+    if (n % t->seg_tokens != 0 && se->segs[open]->refs > 1) {
+        copy = segment_new(t);
+        FATHOM_CHECK(copy == NULL, FATHOM_ERR_NOMEM,
+                     "tier_truncate: no pinned host memory to copy shared segment %u", open);
+        memcpy(copy->host, se->segs[open]->host, t->seg_bytes);
+    }
+    const uint32_t count = se->count;
+    tier_segment *old_open = copy ? se->segs[open] : NULL;
+    if (copy) se->segs[open] = copy;
+    se->count = keep;
+    int st = publish(t, s);
+    if (st == FATHOM_OK) st = set_lengths(t, s, n);
+    if (st < 0) { /* back to the old tables */
+        if (copy) {
+            se->segs[open] = old_open;
+            segment_release(copy);
+        }
+        se->count = count;
+        publish(t, s);
+        set_lengths(t, s, length);
+        return st;
+    }
+    if (old_open) segment_release(old_open);
+    for (uint32_t i = keep; i < count; i++) segment_release(se->segs[i]);
+    rebuild(t, se, n);
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_tier_fork(fathom_cuda_tier *t, uint32_t src, uint32_t *session) {
+    uint64_t n;
+    FATHOM_TRY(fathom_cuda_tier_length(t, src, &n));
+    FATHOM_CHECK_ARG(session != NULL, "tier_fork: session is NULL");
+    const uint32_t full = (uint32_t)(n / t->seg_tokens);
+    tier_segment *copy = NULL;
+    if (n % t->seg_tokens != 0) {
+        copy = segment_new(t);
+        FATHOM_CHECK(copy == NULL, FATHOM_ERR_NOMEM, "tier_fork: no pinned host memory for segment %u",
+                     full);
+        memcpy(copy->host, t->sessions[src].segs[full]->host, t->seg_bytes);
+    }
+    uint32_t s;
+    int st = fathom_cuda_tier_session_create(t, &s);
+    if (st < 0) {
+        segment_release(copy);
+        return st;
+    }
+    tier_session *a = &t->sessions[src], *b = &t->sessions[s];
+    for (uint32_t i = 0; i < full; i++) {
+        b->segs[i] = a->segs[i];
+        b->segs[i]->refs++;
+    }
+    if (copy) b->segs[full] = copy;
+    b->count = full + (copy != NULL);
+    memcpy(b->sums, a->sums, t->sums_bytes);
+    st = publish(t, s);
+    if (st == FATHOM_OK) st = set_lengths(t, s, n);
+    if (st < 0) {
+        fathom_cuda_tier_session_free(t, s);
+        return st;
+    }
+    *session = s;
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_tier_usage_of(fathom_cuda_tier *t, uint32_t s, fathom_cuda_tier_usage *u) {
+    FATHOM_CHECK_ARG(u != NULL, "tier_usage: usage is NULL");
+    uint64_t n;
+    FATHOM_TRY(fathom_cuda_tier_length(t, s, &n));
+    const tier_session *se = &t->sessions[s];
+    memset(u, 0, sizeof *u);
+    u->length = n;
+    u->capacity = (uint64_t)se->count * t->seg_tokens;
+    if (u->capacity > t->shape.max_tokens) u->capacity = t->shape.max_tokens;
+    u->segments = se->count;
+    u->bytes = u->exclusive_bytes = t->sums_bytes;
+    for (uint32_t i = 0; i < se->count; i++) {
+        u->bytes += t->seg_bytes;
+        if (se->segs[i]->refs > 1) u->shared_segments++;
+        else u->exclusive_bytes += t->seg_bytes;
+    }
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_tier_segment(const fathom_cuda_tier *t, uint32_t s, uint32_t layer,
+                                        uint32_t head, uint32_t segment, fathom_cuda_tier_view *v) {
+    FATHOM_TRY(check_session(t, s, "tier_segment"));
+    FATHOM_CHECK_ARG(v != NULL, "tier_segment: view is NULL");
+    FATHOM_CHECK_ARG(layer < t->shape.layers && head < t->shape.kv_heads,
+                     "tier_segment: layer %u / head %u out of range", layer, head);
+    const tier_session *se = &t->sessions[s];
+    FATHOM_CHECK_ARG(segment < se->count, "tier_segment: segment %u >= %u reserved", segment, se->count);
+    const uint8_t *sl = host_slice(t, se, segment, layer, head);
+    v->planes = (const uint64_t *)sl;
+    v->scales = (const uint16_t *)(sl + t->dev.scales_off);
+    v->kv = (const uint16_t *)(sl + t->dev.kv_off);
+    v->first_token = (uint64_t)segment * t->seg_tokens;
+    v->segment_blocks = t->shape.segment_blocks;
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_tier_sums(const fathom_cuda_tier *t, uint32_t s, uint32_t layer,
+                                     uint32_t head, const double **shift, const double **sum,
+                                     const double **sum_sq) {
+    FATHOM_TRY(check_session(t, s, "tier_sums"));
+    FATHOM_CHECK_ARG(shift && sum && sum_sq, "tier_sums: NULL argument");
+    FATHOM_CHECK_ARG(layer < t->shape.layers && head < t->shape.kv_heads,
+                     "tier_sums: layer %u / head %u out of range", layer, head);
+    const uint32_t D = t->shape.dim;
+    const double *base = t->sessions[s].sums + ((uint64_t)layer * t->shape.kv_heads + head) * 3 * D;
+    *shift = base;
+    *sum = base + D;
+    *sum_sq = base + 2 * D;
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_tier_check(fathom_cuda_tier *t) {
+    FATHOM_CHECK_ARG(t != NULL, "tier_check: tier is NULL");
+    FATHOM_CUDA_TRY(cudaDeviceSynchronize());
+    uint32_t code = 0;
+    FATHOM_CUDA_TRY(cudaMemcpy(&code, t->d_error, 4, cudaMemcpyDeviceToHost));
+    FATHOM_CUDA_TRY(cudaMemset(t->d_error, 0, 4));
+    static const char *const why[] = {
+        "", "a batch named a session id >= max_sessions",
+        "an append went beyond a session's reserved capacity (fathom_cuda_tier_reserve)",
+        "an append count exceeded max_count",
+        "a session's length exceeded the step's capacity_tokens"};
+    FATHOM_CHECK(code != 0, FATHOM_ERR_STATE, "tier: %s (skipped)", code < 5 ? why[code] : "unknown error");
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_tier_append(fathom_cuda_tier *t, uint32_t layer, const uint32_t *sessions,
+                                       uint32_t batch, const uint32_t *counts, uint32_t max_count,
+                                       const uint16_t *keys, const uint16_t *values,
+                                       cudaStream_t stream) {
+    FATHOM_CHECK_ARG(t != NULL, "tier_append: tier is NULL");
+    FATHOM_CHECK_ARG(layer < t->shape.layers, "tier_append: layer %u >= %u", layer, t->shape.layers);
+    FATHOM_CHECK_ARG(sessions && counts && keys && values, "tier_append: NULL argument");
+    FATHOM_CHECK_ARG(batch >= 1 && (uint64_t)batch * t->shape.kv_heads <= 65535,
+                     "tier_append: batch %u x kv_heads %u not in 1..65535", batch, t->shape.kv_heads);
+    FATHOM_CHECK_ARG(max_count >= 1 && max_count <= (1u << 24), "tier_append: max_count %u not in 1..2^24",
+                     max_count);
+    return fc_tier_append(&t->dev, layer, sessions, batch, counts, max_count, keys, values, stream);
+}

@@ -1,0 +1,129 @@
+/* Internal layout of the KV tier, shared by tier.cu (host side), append.cu
+ * and tier_step.cu (kernels). */
+#ifndef FATHOM_TIER_INTERNAL_CUH
+#define FATHOM_TIER_INTERNAL_CUH
+
+#include "cuda_internal.cuh"
+
+/* Error codes the kernels record in tier_dev.error (the first one wins). */
+enum {
+    TIER_ERR_NONE = 0,
+    TIER_ERR_SESSION = 1,  /* a session id >= max_sessions */
+    TIER_ERR_CAPACITY = 2, /* an append beyond the session's reserved capacity */
+    TIER_ERR_COUNT = 3,    /* an append count above max_count */
+    TIER_ERR_LENGTH = 4    /* a length above the step's capacity_tokens */
+};
+
+/* What the kernels see: everything in device memory except the segments and
+ * sums, which are mapped pinned host memory. Passed by value. */
+typedef struct tier_dev {
+    uint32_t layers, heads, dim, segment_blocks;
+    uint32_t max_sessions, max_segments;
+    uint64_t head_bytes;   /* one (layer, head) slice of a segment */
+    uint64_t scales_off;   /* byte offsets inside a slice */
+    uint64_t kv_off;
+    uint8_t *const *table; /* [max_sessions][max_segments] segment bases (device pointers) */
+    uint32_t *len;         /* [max_sessions][layers] tokens appended per layer */
+    const uint32_t *cap;   /* [max_sessions] tokens the segments hold */
+    double *const *sums;   /* [max_sessions] -> [layers][heads][3][dim] (mapped host) */
+    uint32_t *error;       /* first error code */
+} tier_dev;
+
+static __device__ __forceinline__ void tier_fail(const tier_dev &t, uint32_t code) {
+    atomicCAS(t.error, 0u, code);
+}
+
+/* Base of (layer, head)'s slice in segment seg of session s. */
+static __device__ __forceinline__ uint8_t *tier_slice(const tier_dev &t, uint32_t s, uint32_t seg,
+                                                      uint32_t layer, uint32_t head) {
+    return t.table[(size_t)s * t.max_segments + seg] +
+           ((uint64_t)layer * t.heads + head) * t.head_bytes;
+}
+
+/* The device description of a tier (tier.cu). */
+const tier_dev *fc_tier_dev(const fathom_cuda_tier *tier);
+uint32_t fc_tier_group(const fathom_cuda_tier *tier);
+
+/* The fp16 scale of a block from max |k|, saturated at 65504 (store.c's block_scale). */
+static __host__ __device__ __forceinline__ uint16_t tier_saturate_scale(uint16_t h) {
+    return (h & 0x7c00u) == 0x7c00u ? (uint16_t)0x7bffu : h;
+}
+
+/* store.c's quantize_code: c = clip(floor(k/s) + 8, 0, 15). */
+static __host__ __device__ __forceinline__ unsigned tier_code(float k, float s) {
+    const float f = floorf(k / s) + 8.0f;
+    if (!(f >= 0.0f)) return 0;
+    if (f > 15.0f) return 15;
+    return (unsigned)f;
+}
+
+
+/* fp16 conversions that give the same bits on host and device. */
+static __host__ __device__ __forceinline__ uint16_t tier_f16(float x) {
+#ifdef __CUDA_ARCH__
+    return __half_as_ushort(__float2half_rn(x));
+#else
+    return fathom_f32_to_f16(x);
+#endif
+}
+static __host__ __device__ __forceinline__ float tier_f32(uint16_t h) {
+#ifdef __CUDA_ARCH__
+    return __half2float(__ushort_as_half(h));
+#else
+    return fathom_f16_to_f32(h);
+#endif
+}
+static __host__ __device__ __forceinline__ float tier_bf16(uint16_t b) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float((uint32_t)b << 16);
+#else
+    return fathom_bf16_to_f32(b);
+#endif
+}
+
+/* Encode one channel of one block whose rows 0..count-1 have values
+ * value(i): the four plane words (bits of tokens >= count are 0) and the
+ * fp16 scale, exactly as store.c's quantize_block leaves them. */
+template <typename F>
+static __host__ __device__ __forceinline__ void tier_encode_channel(F value, uint32_t count,
+                                                                    uint64_t (&w)[FATHOM_PLANES],
+                                                                    uint16_t *scale) {
+    float max_abs = 0.0f;
+    for (uint32_t i = 0; i < count; i++) max_abs = fmaxf(max_abs, fabsf(value(i)));
+    const uint16_t h = tier_saturate_scale(tier_f16(max_abs));
+    const float a = tier_f32(h);
+    for (int p = 0; p < FATHOM_PLANES; p++) w[p] = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        const unsigned c = a > 0.0f ? tier_code(value(i), a / 8.0f) : 8u;
+        for (int p = 0; p < FATHOM_PLANES; p++) w[p] |= (uint64_t)((c >> (3 - p)) & 1u) << i;
+    }
+    *scale = h;
+}
+
+/* Values from an array, for tier_encode_channel on the host. */
+typedef struct tier_values {
+    const float *v;
+    __host__ __device__ float operator()(uint32_t i) const { return v[i]; }
+} tier_values;
+
+/* store.c's running sums for one channel: x = row - shift, sum += x,
+ * sum_sq += x*x, in double without contraction. */
+static __host__ __device__ __forceinline__ void tier_sums_add(float v, double shift, double *sum,
+                                                              double *sum_sq) {
+#ifdef __CUDA_ARCH__
+    const double x = __dsub_rn((double)v, shift);
+    *sum = __dadd_rn(*sum, x);
+    *sum_sq = __dadd_rn(*sum_sq, __dmul_rn(x, x));
+#else
+    const double x = (double)v - shift;
+    *sum += x;
+    *sum_sq += x * x;
+#endif
+}
+
+/* Launchers for tier.cu's host code that need kernels. */
+int fc_tier_append(const tier_dev *t, uint32_t layer, const uint32_t *sessions, uint32_t batch,
+                   const uint32_t *counts, uint32_t max_count, const uint16_t *keys,
+                   const uint16_t *values, cudaStream_t stream);
+
+#endif

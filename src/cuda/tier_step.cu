@@ -1,0 +1,504 @@
+/* The step over a KV tier: for every (batch entry, KV head) of one layer,
+ *   prep    the length from device memory, bf16 queries to float, the
+ *           variance from the running sums (fathom_store_variance), the
+ *           water-filling depths (fathom_water_fill) and the scan order;
+ *   scan    approximate scores of every token, plane words read in place
+ *           from the host segments through the segment table;
+ *   top-k   topk.cu's radix select, each row at its own length;
+ *   fetch   the union of the group's winners, K and V rows from the host;
+ *   attend  softmax(scale q.k) v over each head's own winners, in double;
+ *           bf16 output and optional log-sum-exp.
+ * Grids depend only on the host arguments (batch, capacity_tokens, k), so a
+ * captured graph stays valid while lengths grow. Kernels are templated on
+ * the head dimension (64, 128, 256) and on G rounded up to a power of two.
+ *
+ * Scores are bit-identical to fathom_store_scan's fast kernels: active
+ * channels in passes of 64 (index order), inside a pass by depth then
+ * index, fmaf(q, khat, acc) from 0 per pass, each pass added to the score
+ * (scan.cu explains why khat is exact). */
+#include "tier_internal.cuh"
+
+#include <cuda_bf16.h>
+#include <math.h>
+#include <string.h>
+
+#define PASS 64 /* active channels per scan pass, as the CPU kernels */
+
+/* ---- workspace ---- */
+
+typedef struct tier_ws {
+    uint32_t *n_of;    /* [P] */
+    float *qf;         /* [R][D] */
+    uint8_t *depths;   /* [P][D] */
+    uint16_t *order;   /* [P][D] channels in scan order */
+    uint8_t *order_t;  /* [P][D] their depths */
+    uint32_t *active;  /* [P] */
+    float *scores;     /* [R][stride] */
+    uint64_t stride;
+    fc_workspace top;  /* the top-k's arrays (hist .. uni_count) */
+    float *rows_k;     /* [P][G*k][D] */
+    uint16_t *rows_v;  /* [P][G*k][D] */
+    size_t total;
+} tier_ws;
+
+/* A bump allocator over the workspace: 256-byte aligned pieces. */
+typedef struct bump {
+    uint8_t *base;
+    uint64_t off;
+    bool overflow;
+} bump;
+
+template <typename T>
+static T *take(bump *b, uint64_t count) {
+    const uint64_t at = (b->off + 255) & ~(uint64_t)255;
+    uint64_t bytes;
+    if (!fathom_mul_u64(count, sizeof(T), &bytes) || at + bytes < at || at + bytes > (1ull << 46))
+        b->overflow = true;
+    b->off = at + bytes;
+    return b->base && !b->overflow ? (T *)(b->base + at) : NULL;
+}
+
+static int layout(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a, void *base,
+                  tier_ws *w) {
+    const tier_dev *t = fc_tier_dev(tier);
+    const uint64_t G = fc_tier_group(tier), D = t->dim, P = (uint64_t)a->batch * t->heads, R = P * G;
+    const uint64_t k = a->k;
+    bump b = {(uint8_t *)base, 0, false};
+    memset(w, 0, sizeof *w);
+    w->stride = (a->capacity_tokens + 63) & ~(uint64_t)63;
+    w->n_of = take<uint32_t>(&b, P);
+    w->qf = take<float>(&b, R * D);
+    w->depths = take<uint8_t>(&b, P * D);
+    w->order = take<uint16_t>(&b, P * D);
+    w->order_t = take<uint8_t>(&b, P * D);
+    w->active = take<uint32_t>(&b, P);
+    w->scores = take<float>(&b, R * w->stride);
+    fc_workspace *f = &w->top;
+    /* hist, counters and cand_fill adjacent: one memset zeroes them */
+    const uint64_t zero_from = (b.off + 255) & ~(uint64_t)255;
+    f->hist = take<uint32_t>(&b, R * 2 * FC_HIST_BINS);
+    f->counters = take<uint32_t>(&b, R * FC_COUNTERS);
+    f->cand_fill = take<uint32_t>(&b, R);
+    f->zero_bytes = (size_t)(b.off - zero_from);
+    f->state = take<fc_select_state>(&b, R);
+    f->mid = take<uint32_t>(&b, R * k);
+    f->cand = take<uint64_t>(&b, R * FC_CAND_CAP);
+    f->sel = take<uint32_t>(&b, R * k);
+    f->sel_count = take<uint32_t>(&b, R);
+    f->slot = take<uint16_t>(&b, R * k);
+    f->uni = take<uint32_t>(&b, R * k);
+    f->uni_count = take<uint32_t>(&b, P);
+    w->rows_k = take<float>(&b, R * k * D);
+    w->rows_v = take<uint16_t>(&b, R * k * D);
+    FATHOM_CHECK(b.overflow, FATHOM_ERR_NOMEM, "tier_step: workspace size overflows");
+    w->total = (size_t)b.off + 256;
+    return FATHOM_OK;
+}
+
+/* ---- prep: length, queries, variance, depths, scan order ---- */
+
+template <int D>
+static __global__ void __launch_bounds__(D)
+tier_prep_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t G, uint32_t budget,
+                 uint64_t capacity, const uint16_t *queries, tier_ws w) {
+    __shared__ double bp[D * FATHOM_PLANES];
+    __shared__ double best[D / 32];
+    __shared__ uint8_t s_dep[D];
+    __shared__ uint16_t s_rank[D];
+    __shared__ uint32_t s_active;
+    const uint32_t p = blockIdx.x, j = threadIdx.x;
+    const uint32_t s = sessions[p / t.heads], h = p % t.heads;
+    uint32_t n = 0;
+    if (s >= t.max_sessions) {
+        if (j == 0 && h == 0) tier_fail(t, TIER_ERR_SESSION);
+    } else {
+        n = t.len[(size_t)s * t.layers + layer];
+        if (n > capacity) {
+            if (j == 0 && h == 0) tier_fail(t, TIER_ERR_LENGTH);
+            n = 0;
+        }
+    }
+    if (j == 0) w.n_of[p] = n;
+    /* queries, and g_j = (sum_h q_hj^2) var_j in fathom_importance's order */
+    double q2 = 0.0;
+    for (uint32_t g = 0; g < G; g++) {
+        const size_t at = ((size_t)p * G + g) * D + j;
+        const float q = tier_bf16(queries[at]);
+        w.qf[at] = q;
+        q2 = __dadd_rn(q2, __dmul_rn((double)q, (double)q));
+    }
+    float var = 0.0f;
+    if (n > 0) { /* fathom_store_variance */
+        const double *base = t.sums[s] + ((size_t)layer * t.heads + h) * 3 * D;
+        const double sum = __ldcv(&base[D + j]), sum_sq = __ldcv(&base[2 * D + j]);
+        const double mean = __ddiv_rn(sum, (double)n);
+        const double v = __dsub_rn(__ddiv_rn(sum_sq, (double)n), __dmul_rn(mean, mean));
+        var = v > 0.0 ? (float)v : 0.0f;
+    }
+    const double g = __dmul_rn(q2, (double)var);
+    /* water-filling (plan.cu): theta* = max { v : #{bp >= v} > budget } */
+    double mine[FATHOM_PLANES];
+    for (int m = 0; m < FATHOM_PLANES; m++) {
+        mine[m] = g > 0.0 ? g / (double)(2u << (2 * m)) : -1.0;
+        bp[j * FATHOM_PLANES + m] = mine[m];
+    }
+    __syncthreads();
+    double theta = 0.0;
+    for (int m = 0; m < FATHOM_PLANES; m++) {
+        const double v = mine[m];
+        if (v <= 0.0) continue;
+        uint32_t count = 0;
+        for (uint32_t i = 0; i < D * FATHOM_PLANES; i++) count += bp[i] >= v;
+        if (count > budget && v > theta) theta = v;
+    }
+    for (int off = 16; off > 0; off >>= 1) theta = fmax(theta, __shfl_xor_sync(0xffffffffu, theta, off));
+    if ((j & 31) == 0) best[j / 32] = theta;
+    __syncthreads();
+    theta = 0.0;
+    for (int i = 0; i < D / 32; i++) theta = fmax(theta, best[i]);
+    uint32_t depth = 0;
+    for (int m = 0; m < FATHOM_PLANES; m++) depth += mine[m] > theta;
+    w.depths[(size_t)p * D + j] = (uint8_t)depth;
+    /* scan order: passes of PASS active channels (index order), by depth then index */
+    s_dep[j] = (uint8_t)depth;
+    __syncthreads();
+    uint32_t rank = 0;
+    for (uint32_t i = 0; i < j; i++) rank += s_dep[i] > 0;
+    s_rank[j] = (uint16_t)rank;
+    if (j == D - 1) s_active = rank + (depth > 0);
+    __syncthreads();
+    if (depth > 0) {
+        const uint32_t pass = rank / PASS;
+        uint32_t pos = pass * PASS;
+        for (uint32_t i = 0; i < D; i++) {
+            const uint32_t ti = s_dep[i];
+            pos += ti > 0 && s_rank[i] / PASS == pass && (ti < depth || (ti == depth && i < j));
+        }
+        w.order[(size_t)p * D + pos] = (uint16_t)j;
+        w.order_t[(size_t)p * D + pos] = (uint8_t)depth;
+    }
+    if (j == 0) w.active[p] = s_active;
+}
+
+/* ---- scan ---- */
+
+template <int GP>
+struct tier_scan_shape {
+    static const int TOK = GP <= 4 ? 16 : GP == 8 ? 8 : 4; /* tokens per lane */
+    static const int PARTS = 64 / TOK;                    /* warps per 32 blocks */
+    static const int THREADS = 32 * PARTS;
+};
+
+/* One CTA: 32 consecutive blocks (lane = block) of one KV head, warps
+ * splitting each block's 64 tokens. Per pass, the pass's plane words and
+ * scales of the 32 blocks are loaded once into shared memory (coalesced
+ * 256-byte runs of host memory), then decoded by every warp. */
+template <int D, int GP>
+static __global__ void __launch_bounds__(tier_scan_shape<GP>::THREADS)
+tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t G, tier_ws w) {
+    typedef tier_scan_shape<GP> SH;
+    extern __shared__ uint64_t s_words[]; /* [pass words][32] */
+    __shared__ float s_q[GP][PASS];
+    __shared__ uint16_t s_j[PASS], s_off[PASS + 1], s_scale[PASS][32];
+    __shared__ uint8_t s_t[PASS];
+    __shared__ uint16_t s_row_j[PASS * FATHOM_PLANES];
+    __shared__ uint8_t s_row_p[PASS * FATHOM_PLANES];
+    const uint32_t p = blockIdx.y, tid = threadIdx.x, lane = tid & 31, part = tid >> 5;
+    const uint64_t n = w.n_of[p], nb = (n + 63) / 64, b0 = (uint64_t)blockIdx.x * 32;
+    if (b0 >= nb) return; /* uniform */
+    const uint32_t S = t.segment_blocks, h = p % t.heads;
+    const uint32_t s = sessions[p / t.heads];
+    const uint8_t *slice = tier_slice(t, s, (uint32_t)(b0 / S), layer, h);
+    const uint64_t *planes = (const uint64_t *)slice;
+    const uint16_t *scales = (const uint16_t *)(slice + t.scales_off);
+    const uint32_t bs0 = (uint32_t)(b0 % S), nblk = nb - b0 < 32 ? (uint32_t)(nb - b0) : 32;
+    const uint32_t active = w.active[p], shift = part * SH::TOK;
+    const uint64_t first = (b0 + lane) * 64 + shift;
+    for (uint32_t c0 = 0; c0 < active || (c0 == 0 && active == 0); c0 += PASS) {
+        const uint32_t np = active - c0 < PASS ? active - c0 : PASS;
+        __syncthreads(); /* the previous pass is done with shared memory */
+        if (tid < np) {
+            s_j[tid] = w.order[(size_t)p * D + c0 + tid];
+            s_t[tid] = w.order_t[(size_t)p * D + c0 + tid];
+        }
+        __syncthreads();
+        if (tid == 0) {
+            uint32_t r = 0;
+            for (uint32_t c = 0; c < np; c++) {
+                s_off[c] = (uint16_t)r;
+                for (uint32_t pl = 0; pl < s_t[c]; pl++, r++) {
+                    s_row_j[r] = s_j[c];
+                    s_row_p[r] = (uint8_t)pl;
+                }
+            }
+            s_off[np] = (uint16_t)r;
+        }
+        for (uint32_t i = tid; i < GP * np; i += SH::THREADS) {
+            const uint32_t g = i / np, c = i % np;
+            s_q[g][c] = g < G ? w.qf[((size_t)p * G + g) * D + s_j[c]] : 0.0f;
+        }
+        for (uint32_t i = tid; i < np * 32; i += SH::THREADS) {
+            const uint32_t c = i >> 5, l = i & 31;
+            s_scale[c][l] = l < nblk ? __ldcv(&scales[(size_t)s_j[c] * S + bs0 + l]) : 0;
+        }
+        __syncthreads();
+        const uint32_t rows = s_off[np];
+        for (uint32_t i = tid; i < rows * 32; i += SH::THREADS) {
+            const uint32_t r = i >> 5, l = i & 31;
+            if (l < nblk)
+                s_words[i] = __ldcv((const unsigned long long *)&planes[((size_t)s_row_j[r] * FATHOM_PLANES + s_row_p[r]) * S + bs0 + l]);
+        }
+        __syncthreads();
+        if (lane >= nblk) continue;
+        float acc[SH::TOK][GP];
+#pragma unroll
+        for (int i = 0; i < SH::TOK; i++)
+#pragma unroll
+            for (int g = 0; g < GP; g++) acc[i][g] = 0.0f;
+        for (uint32_t c = 0; c < np; c++) {
+            const uint32_t depth = s_t[c], half = 1u << (depth - 1);
+            const float unit = tier_f32(s_scale[c][lane]) / (float)half; /* exact: a power of two */
+            const float base = 0.5f - (float)half;
+            uint32_t bits[FATHOM_PLANES];
+#pragma unroll
+            for (int pl = 0; pl < FATHOM_PLANES; pl++)
+                bits[pl] = pl < (int)depth ? (uint32_t)(s_words[(s_off[c] + pl) * 32 + lane] >> shift) : 0u;
+#pragma unroll
+            for (int i = 0; i < SH::TOK; i++) {
+                uint32_t code = 0;
+#pragma unroll
+                for (int pl = 0; pl < FATHOM_PLANES; pl++)
+                    if (pl < (int)depth) code = (code << 1) | ((bits[pl] >> i) & 1u);
+                const float khat = ((float)code + base) * unit; /* exact */
+#pragma unroll
+                for (int g = 0; g < GP; g++) acc[i][g] = fmaf(s_q[g][c], khat, acc[i][g]);
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < GP; g++) {
+            if (g >= (int)G) break;
+            float *row = w.scores + ((size_t)p * G + g) * w.stride + first;
+#pragma unroll
+            for (int i = 0; i < SH::TOK; i++)
+                if (first + i < n) row[i] = (c0 == 0 ? 0.0f : row[i]) + acc[i][g];
+        }
+    }
+}
+
+/* ---- fetch and attention ---- */
+
+#define FETCH_WARPS 8
+
+template <int D>
+static __global__ void __launch_bounds__(FETCH_WARPS * 32)
+tier_fetch_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t cap, tier_ws w) {
+    const uint32_t p = blockIdx.y, lane = threadIdx.x & 31;
+    const uint32_t u = blockIdx.x * FETCH_WARPS + (threadIdx.x >> 5);
+    if (u >= w.top.uni_count[p]) return;
+    const uint64_t seg_tokens = (uint64_t)t.segment_blocks * FATHOM_BLOCK_TOKENS;
+    const uint32_t idx = w.top.uni[(size_t)p * cap + u];
+    const uint32_t s = sessions[p / t.heads], h = p % t.heads;
+    const uint16_t *row = (const uint16_t *)(tier_slice(t, s, (uint32_t)(idx / seg_tokens), layer, h) + t.kv_off) +
+                          (idx % seg_tokens) * 2 * D;
+    const size_t at = (size_t)p * cap + u;
+    for (uint32_t e = lane * 8; e < 2 * D; e += 256) {
+        const uint4 v = __ldcv((const uint4 *)(row + e));
+        if (e < D) {
+            float *dst = w.rows_k + at * D + e;
+            *(float4 *)dst = make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u),
+                                         __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xffff0000u));
+            *(float4 *)(dst + 4) = make_float4(__uint_as_float(v.z << 16), __uint_as_float(v.z & 0xffff0000u),
+                                               __uint_as_float(v.w << 16), __uint_as_float(v.w & 0xffff0000u));
+        } else {
+            *(uint4 *)(w.rows_v + at * D + (e - D)) = v;
+        }
+    }
+}
+
+#define ATT_THREADS 256
+
+static __device__ double att_reduce(double x, bool is_max, double *part) {
+    for (int off = 16; off > 0; off >>= 1) {
+        const double y = __shfl_xor_sync(0xffffffffu, x, off);
+        x = is_max ? fmax(x, y) : x + y;
+    }
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
+    __syncthreads();
+    double r = part[0];
+    for (int i = 1; i < ATT_THREADS / 32; i++) r = is_max ? fmax(r, part[i]) : r + part[i];
+    return r;
+}
+
+/* One CTA per query head: logits in double, softmax, the value sum split
+ * over ATT_THREADS / D row subsets (fixed order: deterministic). */
+template <int D>
+static __global__ void __launch_bounds__(ATT_THREADS)
+tier_attend_kernel(uint32_t G, uint32_t k, double scale, const uint32_t *sel_count, tier_ws w,
+                   uint16_t *out, float *lse) {
+    constexpr int SPLIT = ATT_THREADS / D > 0 ? ATT_THREADS / D : 1;
+    __shared__ double logit[FATHOM_CUDA_MAX_K];
+    __shared__ double part[ATT_THREADS / 32];
+    __shared__ double s_acc[SPLIT][D];
+    __shared__ float s_q[D];
+    __shared__ uint16_t s_slot[FATHOM_CUDA_MAX_K];
+    const uint32_t r = blockIdx.x, p = r / G, cap = G * k, tid = threadIdx.x;
+    const uint32_t count = sel_count[r];
+    for (uint32_t c = tid; c < D; c += ATT_THREADS) s_q[c] = w.qf[(size_t)r * D + c];
+    for (uint32_t i = tid; i < count; i += ATT_THREADS) s_slot[i] = w.top.slot[(size_t)r * k + i];
+    __syncthreads();
+    const float *base_k = w.rows_k + (size_t)p * cap * D;
+    double mx = -INFINITY;
+    for (uint32_t i = tid; i < count; i += ATT_THREADS) {
+        const float4 *row = (const float4 *)(base_k + (size_t)s_slot[i] * D);
+        double d0 = 0.0, d1 = 0.0;
+#pragma unroll 8
+        for (int c = 0; c < D / 4; c++) {
+            const float4 kv = row[c];
+            d0 += (double)s_q[4 * c] * kv.x + (double)s_q[4 * c + 1] * kv.y;
+            d1 += (double)s_q[4 * c + 2] * kv.z + (double)s_q[4 * c + 3] * kv.w;
+        }
+        const double l = (d0 + d1) * scale;
+        logit[i] = l;
+        mx = fmax(mx, l);
+    }
+    mx = att_reduce(mx, true, part);
+    double sum = 0.0;
+    for (uint32_t i = tid; i < count; i += ATT_THREADS) {
+        const double e = exp(logit[i] - mx);
+        logit[i] = e;
+        sum += e;
+    }
+    sum = att_reduce(sum, false, part); /* its barriers publish logit[] */
+    const uint16_t *base_v = w.rows_v + (size_t)p * cap * D;
+    for (uint32_t x = tid; x < SPLIT * D; x += ATT_THREADS) {
+        const uint32_t c = x % D, sub = x / D;
+        double a = 0.0;
+        uint32_t i = sub;
+        for (; i + 7 * SPLIT < count; i += 8 * SPLIT) { /* 8 loads in flight, then the adds in order */
+            uint16_t v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) v[u] = base_v[(size_t)s_slot[i + u * SPLIT] * D + c];
+#pragma unroll
+            for (int u = 0; u < 8; u++) a += logit[i + u * SPLIT] * (double)tier_bf16(v[u]);
+        }
+        for (; i < count; i += SPLIT) a += logit[i] * (double)tier_bf16(base_v[(size_t)s_slot[i] * D + c]);
+        s_acc[sub][c] = a;
+    }
+    __syncthreads();
+    for (uint32_t c = tid; c < D; c += ATT_THREADS) {
+        double a = 0.0;
+        for (int sub = 0; sub < SPLIT; sub++) a += s_acc[sub][c];
+        const float o = count ? (float)(a / sum) : 0.0f;
+        out[(size_t)r * D + c] = __bfloat16_as_ushort(__float2bfloat16_rn(o));
+    }
+    if (lse && tid == 0) lse[r] = count ? (float)(mx + log(sum)) : -INFINITY;
+}
+
+/* ---- launch ---- */
+
+template <int D, int GP>
+static int launch_scan(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G,
+                       const tier_ws *w, cudaStream_t stream) {
+    typedef tier_scan_shape<GP> SH;
+    const uint32_t pass_words = a->budget < PASS * FATHOM_PLANES ? a->budget : PASS * FATHOM_PLANES;
+    const size_t smem = (size_t)pass_words * 32 * 8;
+    if (smem > 48 * 1024)
+        FATHOM_CUDA_TRY(cudaFuncSetAttribute(tier_scan_kernel<D, GP>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const uint64_t nb = (a->capacity_tokens + 63) / 64;
+    const dim3 grid((uint32_t)((nb + 31) / 32), a->batch * t->heads);
+    tier_scan_kernel<D, GP><<<grid, SH::THREADS, smem, stream>>>(*t, a->layer, a->sessions, G, *w);
+    FATHOM_CUDA_LAUNCHED();
+    return FATHOM_OK;
+}
+
+template <int D>
+static int launch_all(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G,
+                      const tier_ws *w, const uint32_t *sel, const uint32_t *sel_count,
+                      cudaStream_t stream) {
+    const uint32_t P = a->batch * t->heads;
+    tier_prep_kernel<D><<<P, D, 0, stream>>>(*t, a->layer, a->sessions, G, a->budget,
+                                             a->capacity_tokens, a->queries, *w);
+    FATHOM_CUDA_LAUNCHED();
+    int st;
+    if (G == 1) st = launch_scan<D, 1>(t, a, G, w, stream);
+    else if (G == 2) st = launch_scan<D, 2>(t, a, G, w, stream);
+    else if (G <= 4) st = launch_scan<D, 4>(t, a, G, w, stream);
+    else if (G <= 8) st = launch_scan<D, 8>(t, a, G, w, stream);
+    else st = launch_scan<D, 16>(t, a, G, w, stream);
+    FATHOM_TRY(st);
+    const fc_rows rows = {a->capacity_tokens, w->n_of, G, w->stride};
+    FATHOM_TRY(fc_topk_rows(P, G, a->k, a->sink, a->local, rows, a->capacity_tokens, false, &w->top,
+                            w->scores, (uint32_t *)sel, (uint32_t *)sel_count, stream));
+    const uint32_t cap = G * a->k;
+    tier_fetch_kernel<D><<<dim3((cap + FETCH_WARPS - 1) / FETCH_WARPS, P), FETCH_WARPS * 32, 0, stream>>>(
+        *t, a->layer, a->sessions, cap, *w);
+    FATHOM_CUDA_LAUNCHED();
+    tier_attend_kernel<D><<<P * G, ATT_THREADS, 0, stream>>>(G, a->k, (double)a->scale, sel_count, *w,
+                                                            a->out, a->lse);
+    FATHOM_CUDA_LAUNCHED();
+    return FATHOM_OK;
+}
+
+static int check_args(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a) {
+    FATHOM_CHECK_ARG(tier != NULL && a != NULL, "tier_step: NULL tier or args");
+    const tier_dev *t = fc_tier_dev(tier);
+    const uint32_t G = fc_tier_group(tier);
+    FATHOM_CHECK_ARG(a->layer < t->layers, "tier_step: layer %u >= %u", a->layer, t->layers);
+    FATHOM_CHECK_ARG(a->sessions && a->queries && a->out, "tier_step: NULL sessions, queries or out");
+    FATHOM_CHECK_ARG(a->batch >= 1 && (uint64_t)a->batch * t->heads <= 65535 &&
+                         (uint64_t)a->batch * t->heads * G <= 0x7fffffffu,
+                     "tier_step: batch %u x kv_heads %u not in 1..65535", a->batch, t->heads);
+    FATHOM_CHECK_ARG(a->capacity_tokens >= 1 && a->capacity_tokens <= 0xffffffffull - 64,
+                     "tier_step: capacity_tokens %llu not in 1..2^32-65",
+                     (unsigned long long)a->capacity_tokens);
+    FATHOM_CHECK_ARG(a->k >= 1 && a->k <= FATHOM_CUDA_MAX_K, "tier_step: k %u not in 1..%d", a->k,
+                     FATHOM_CUDA_MAX_K);
+    FATHOM_CHECK_ARG((uint64_t)a->sink + a->local <= a->k, "tier_step: sink %u + local %u exceed k %u",
+                     a->sink, a->local, a->k);
+    FATHOM_CHECK_ARG((uint64_t)G * a->k <= 4096, "tier_step: group %u x k %u exceeds 4096", G, a->k);
+    FATHOM_CHECK_ARG(a->budget >= 1 && a->budget <= FATHOM_PLANES * t->dim,
+                     "tier_step: budget %u not in 1..%u", a->budget, FATHOM_PLANES * t->dim);
+    FATHOM_CHECK_ARG(isfinite(a->scale), "tier_step: scale is not finite");
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_tier_workspace_size(const fathom_cuda_tier *tier,
+                                               const fathom_cuda_tier_step_args *args, size_t *bytes) {
+    FATHOM_CHECK_ARG(bytes != NULL, "tier_workspace_size: bytes is NULL");
+    FATHOM_TRY(check_args(tier, args));
+    tier_ws w;
+    FATHOM_TRY(layout(tier, args, NULL, &w));
+    *bytes = w.total;
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a,
+                                     cudaStream_t stream) {
+    FATHOM_TRY(check_args(tier, a));
+    FATHOM_CHECK_ARG(a->workspace != NULL && ((uintptr_t)a->workspace & 255) == 0,
+                     "tier_step: workspace is NULL or not 256-byte aligned");
+    tier_ws w;
+    FATHOM_TRY(layout(tier, a, NULL, &w));
+    FATHOM_CHECK_ARG(a->workspace_bytes >= w.total, "tier_step: workspace of %zu bytes, need %zu",
+                     a->workspace_bytes, w.total);
+    FATHOM_TRY(layout(tier, a, a->workspace, &w));
+    const tier_dev *t = fc_tier_dev(tier);
+    const uint32_t G = fc_tier_group(tier), P = a->batch * t->heads;
+    const uint32_t *sel = a->selected ? a->selected : w.top.sel;
+    const uint32_t *sel_count = a->selected_count ? a->selected_count : w.top.sel_count;
+    FATHOM_CUDA_TRY(cudaMemsetAsync(w.top.hist, 0, w.top.zero_bytes, stream));
+    switch (t->dim) {
+    case 64: FATHOM_TRY(launch_all<64>(t, a, G, &w, sel, sel_count, stream)); break;
+    case 128: FATHOM_TRY(launch_all<128>(t, a, G, &w, sel, sel_count, stream)); break;
+    case 256: FATHOM_TRY(launch_all<256>(t, a, G, &w, sel, sel_count, stream)); break;
+    default: return fathom_fail(FATHOM_ERR_UNSUPPORTED, "tier_step: dim %u", t->dim);
+    }
+    if (a->depths)
+        FATHOM_CUDA_TRY(cudaMemcpyAsync(a->depths, w.depths, (size_t)P * t->dim, cudaMemcpyDeviceToDevice, stream));
+    if (a->union_count)
+        FATHOM_CUDA_TRY(cudaMemcpyAsync(a->union_count, w.top.uni_count, (size_t)P * 4,
+                                        cudaMemcpyDeviceToDevice, stream));
+    return FATHOM_OK;
+}

@@ -1,0 +1,676 @@
+/* The KV tier against the CPU library.
+ *   append: GPU appends (ragged batches, token by token and in bulk, across
+ *           block and segment boundaries; d = 64, 128, 256) leave planes,
+ *           scales and running sums byte-identical to fathom_store_append of
+ *           the same keys, and the K/V rows as given;
+ *   truncate / fork: a fork shares full segments; truncating and appending
+ *           to it gives the bytes of a store fed the kept + new keys, and the
+ *           source is untouched;
+ *   ragged: a batch of sessions of different lengths selects the same
+ *           tokens and outputs the same bits as each session alone, and the
+ *           depths, winners and outputs of fathom_store_variance /
+ *           fathom_importance / fathom_water_fill / fathom_store_scan /
+ *           fathom_select / fathom_attend on the same data;
+ *   graph:  decode steps with appends replaying ONE captured graph (sessions
+ *           crossing segment boundaries) equal eager steps bit for bit.
+ * FATHOM_TEST_QUICK=1 shrinks lengths and steps (for compute-sanitizer).
+ * Argument checks run without a GPU; the rest exits 77 when none is present. */
+#include "check.h"
+#include "fathom_cuda.h"
+extern "C" {
+#include "store_internal.h"
+}
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#include "cuda/cuda_check.cuh"
+
+static bool quick;
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+static uint64_t rng_u64(void) {
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double rng_unit(void) { return (double)(rng_u64() >> 11) * 0x1.0p-53; }
+static float rng_normal(void) {
+    double u = rng_unit() + 1e-300, v = rng_unit();
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+/* bf16 rows [n][heads][dim]: channel j of head h ~ N(mean_hj, sd_hj), a few
+ * channels with a large mean (the store's shifted sums), some huge rows. */
+static std::vector<uint16_t> make_rows(uint64_t n, uint32_t heads, uint32_t dim, uint64_t seed) {
+    rng_state = seed;
+    std::vector<float> sd(heads * dim), mean(heads * dim);
+    for (uint32_t i = 0; i < heads * dim; i++) {
+        sd[i] = (float)exp(rng_normal());
+        mean[i] = i % 17 == 3 ? 40.0f * rng_normal() : 0.0f;
+    }
+    std::vector<uint16_t> rows(n * heads * dim);
+    for (uint64_t t = 0; t < n; t++)
+        for (uint32_t i = 0; i < heads * dim; i++) {
+            float x = mean[i] + sd[i] * rng_normal();
+            if (t % 997 == 5 && i % 5 == 0) x *= 30.0f;
+            rows[t * heads * dim + i] = fathom_f32_to_bf16(x);
+        }
+    return rows;
+}
+
+/* One head's keys as float [n][dim] from rows [n][heads][dim]. */
+static std::vector<float> head_floats(const std::vector<uint16_t> &rows, uint64_t first, uint64_t n,
+                                      uint32_t heads, uint32_t dim, uint32_t h) {
+    std::vector<float> out(n * dim);
+    for (uint64_t t = 0; t < n; t++)
+        for (uint32_t j = 0; j < dim; j++)
+            out[t * dim + j] = fathom_bf16_to_f32(rows[((first + t) * heads + h) * dim + j]);
+    return out;
+}
+
+template <typename T>
+static T *to_device(const T *host, size_t count) {
+    T *d = NULL;
+    CK(cudaMalloc((void **)&d, count * sizeof(T) + 16));
+    if (count) CK(cudaMemcpy(d, host, count * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* The tier's (session, layer, head) equals a CPU store fed `keys` [n][dim]
+ * float: planes and scales of every block in use, the sums, and (when
+ * rows_k is given, [n][heads][dim] bf16 with head h) the K rows. */
+static void compare_store(fathom_cuda_tier *tier, uint32_t s, uint32_t layer, uint32_t h, uint32_t dim,
+                          uint32_t S, const float *keys, uint64_t n, const char *what) {
+    fathom_store *st = NULL;
+    CHECK_OK(fathom_store_create(&st, dim, S, NULL));
+    CHECK_OK(fathom_store_append(st, keys, n));
+    uint64_t bad_words = 0, bad_scales = 0, bad_rows = 0, compared = 0;
+    const uint64_t nb = (n + 63) / 64;
+    for (uint32_t seg = 0; (uint64_t)seg * S < nb; seg++) {
+        fathom_cuda_tier_view v;
+        fathom_segment_view c;
+        CHECK_OK(fathom_cuda_tier_segment(tier, s, layer, h, seg, &v));
+        CHECK_OK(fathom_store_segment(st, seg, &c));
+        for (uint32_t j = 0; j < dim; j++)
+            for (uint32_t b = 0; b < c.blocks; b++) {
+                for (uint32_t p = 0; p < 4; p++)
+                    bad_words += v.planes[((uint64_t)j * 4 + p) * S + b] != c.planes[((uint64_t)j * 4 + p) * S + b];
+                bad_scales += v.scales[(uint64_t)j * S + b] != c.scales[(uint64_t)j * S + b];
+                compared += 5;
+            }
+        for (uint32_t i = 0; i < c.tokens; i++)
+            for (uint32_t j = 0; j < dim; j++)
+                bad_rows += fathom_bf16_to_f32(v.kv[(uint64_t)i * 2 * dim + j]) != keys[(c.first_token + i) * dim + j];
+    }
+    const double *a0, *a1, *a2, *b0, *b1, *b2;
+    CHECK_OK(fathom_cuda_tier_sums(tier, s, layer, h, &a0, &a1, &a2));
+    fathom_store_sums(st, &b0, &b1, &b2);
+    const bool sums_equal = memcmp(a0, b0, dim * 8) == 0 && memcmp(a1, b1, dim * 8) == 0 &&
+                            memcmp(a2, b2, dim * 8) == 0;
+    if (bad_words || bad_scales || bad_rows || !sums_equal)
+        fprintf(stderr, "%s: session %u layer %u head %u n %llu: %llu words, %llu scales, %llu rows differ, sums %s\n",
+                what, s, layer, h, (unsigned long long)n, (unsigned long long)bad_words,
+                (unsigned long long)bad_scales, (unsigned long long)bad_rows, sums_equal ? "equal" : "DIFFER");
+    CHECK(compared > 0);
+    CHECK(bad_words == 0);
+    CHECK(bad_scales == 0);
+    CHECK(bad_rows == 0);
+    CHECK(sums_equal);
+    fathom_store_free(st);
+}
+
+/* Append `counts[call][entry]` tokens per call to the batch's sessions;
+ * entry e's tokens come from src[e] in order (rows [n][heads][dim]). */
+static void append_calls(fathom_cuda_tier *tier, uint32_t layers, uint32_t heads, uint32_t dim,
+                         const std::vector<uint32_t> &sessions,
+                         const std::vector<std::vector<uint32_t>> &calls,
+                         const std::vector<const std::vector<uint16_t> *> &src,
+                         std::vector<uint64_t> &done) {
+    const uint32_t B = (uint32_t)sessions.size();
+    uint32_t *d_s = to_device(sessions.data(), B);
+    uint32_t *d_c = NULL;
+    CK(cudaMalloc((void **)&d_c, B * 4));
+    uint32_t maxc = 1;
+    for (auto &c : calls)
+        for (uint32_t x : c) maxc = x > maxc ? x : maxc;
+    uint16_t *d_k = NULL, *d_v = NULL;
+    const size_t row = (size_t)heads * dim;
+    CK(cudaMalloc((void **)&d_k, (size_t)maxc * B * row * 2));
+    CK(cudaMalloc((void **)&d_v, (size_t)maxc * B * row * 2));
+    std::vector<uint16_t> hk, hv;
+    for (auto &c : calls) {
+        hk.clear();
+        hv.clear();
+        for (uint32_t e = 0; e < B; e++) {
+            const uint16_t *r = src[e]->data() + done[e] * row;
+            hk.insert(hk.end(), r, r + (size_t)c[e] * row);
+            for (size_t i = 0; i < (size_t)c[e] * row; i++) hv.push_back((uint16_t)(r[i] ^ 0x8000u)); /* V = -K */
+        }
+        if (!hk.empty()) {
+            CK(cudaMemcpy(d_k, hk.data(), hk.size() * 2, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(d_v, hv.data(), hv.size() * 2, cudaMemcpyHostToDevice));
+        }
+        CK(cudaMemcpy(d_c, c.data(), B * 4, cudaMemcpyHostToDevice));
+        for (uint32_t l = 0; l < layers; l++)
+            CHECK_OK(fathom_cuda_tier_append(tier, l, d_s, B, d_c, maxc, d_k, d_v, 0));
+        for (uint32_t e = 0; e < B; e++) done[e] += c[e];
+    }
+    CK(cudaDeviceSynchronize());
+    cudaFree(d_s);
+    cudaFree(d_c);
+    cudaFree(d_k);
+    cudaFree(d_v);
+}
+
+static void test_append(uint32_t dim) {
+    const uint32_t L = 2, H = 2, S = 32, seg_tokens = S * 64;
+    fathom_cuda_tier_shape sh = {L, H, 2, dim, S, 4, 1u << 16};
+    fathom_cuda_tier *tier = NULL;
+    CHECK_OK(fathom_cuda_tier_create(&sh, &tier));
+    if (!tier) return;
+    const uint64_t total = quick ? 2 * seg_tokens + 200 : 2 * seg_tokens + 1500;
+    const uint64_t slow = quick ? 150 : 700; /* tokens appended one at a time by session b */
+    std::vector<uint16_t> ka = make_rows(total, H, dim, 11 + dim), kb = make_rows(total, H, dim, 12 + dim);
+    uint32_t a, b;
+    CHECK_OK(fathom_cuda_tier_session_create(tier, &a));
+    CHECK_OK(fathom_cuda_tier_session_create(tier, &b));
+    CHECK_OK(fathom_cuda_tier_reserve(tier, a, total));
+    CHECK_OK(fathom_cuda_tier_reserve(tier, b, total));
+    /* a: chunks of varied size; b: one token per call, then big chunks */
+    static const uint32_t sizes[] = {1, 5, 64, 63, 130, 2000, 3, 700, 61, 1, 2048, 4000};
+    std::vector<std::vector<uint32_t>> calls;
+    uint64_t na = 0, nb = 0;
+    for (uint32_t i = 0; na < total || nb < total; i++) {
+        uint32_t ca = (uint32_t)(total - na < sizes[i % 12] ? total - na : sizes[i % 12]);
+        uint32_t cb = nb < slow ? 1 : (uint32_t)(total - nb < 1500 ? total - nb : 1500);
+        if (na < 600 && nb < slow) ca = i % 4 == 0 ? 1 : 0; /* stay ragged while b crawls */
+        calls.push_back({ca, cb});
+        na += ca;
+        nb += cb;
+    }
+    std::vector<uint64_t> done = {0, 0};
+    append_calls(tier, L, H, dim, {a, b}, calls, {&ka, &kb}, done);
+    CHECK_OK(fathom_cuda_tier_check(tier));
+    uint64_t len = 0;
+    CHECK_OK(fathom_cuda_tier_length(tier, a, &len));
+    CHECK(len == total);
+    CHECK_OK(fathom_cuda_tier_length(tier, b, &len));
+    CHECK(len == total);
+    for (uint32_t l = 0; l < L; l++)
+        for (uint32_t h = 0; h < H; h++) {
+            std::vector<float> fa = head_floats(ka, 0, total, H, dim, h), fb = head_floats(kb, 0, total, H, dim, h);
+            compare_store(tier, a, l, h, dim, S, fa.data(), total, "append bulk");
+            compare_store(tier, b, l, h, dim, S, fb.data(), total, "append token by token");
+        }
+    /* an append beyond the reserved capacity is skipped and reported */
+    {
+        uint32_t d;
+        CHECK_OK(fathom_cuda_tier_session_create(tier, &d));
+        CHECK_OK(fathom_cuda_tier_reserve(tier, d, 10)); /* one segment */
+        std::vector<uint64_t> dd = {0};
+        append_calls(tier, L, H, dim, {d}, {{seg_tokens + 1}}, {&ka}, dd);
+        CHECK_STATUS(fathom_cuda_tier_check(tier), FATHOM_ERR_STATE);
+        CHECK_OK(fathom_cuda_tier_length(tier, d, &len));
+        CHECK(len == 0);
+        CHECK_OK(fathom_cuda_tier_session_free(tier, d));
+    }
+    /* fork and truncate (dim 128 only: the logic does not depend on dim) */
+    if (dim == 128) {
+        CHECK_OK(fathom_cuda_tier_truncate(tier, a, total));
+        uint32_t c;
+        CHECK_OK(fathom_cuda_tier_fork(tier, a, &c));
+        fathom_cuda_tier_usage ua, uc;
+        CHECK_OK(fathom_cuda_tier_usage_of(tier, a, &ua));
+        CHECK_OK(fathom_cuda_tier_usage_of(tier, c, &uc));
+        CHECK(uc.length == total && uc.shared_segments == total / seg_tokens);
+        CHECK(ua.shared_segments == total / seg_tokens);
+        CHECK(uc.exclusive_bytes < uc.bytes && uc.segments == (total + seg_tokens - 1) / seg_tokens);
+        const uint64_t cut = seg_tokens + 37; /* inside the shared segment 1 */
+        CHECK_OK(fathom_cuda_tier_truncate(tier, c, cut));
+        CHECK_STATUS(fathom_cuda_tier_truncate(tier, c, cut + 1), FATHOM_ERR_INVALID_ARG);
+        CHECK_OK(fathom_cuda_tier_usage_of(tier, c, &uc));
+        CHECK(uc.length == cut && uc.shared_segments == 1);
+        const uint64_t extra = 900;
+        std::vector<uint16_t> kc = make_rows(extra, H, dim, 99);
+        CHECK_OK(fathom_cuda_tier_reserve(tier, c, cut + extra));
+        std::vector<uint64_t> dc = {0};
+        append_calls(tier, L, H, dim, {c}, {{1}, {7}, {(uint32_t)(extra - 8)}}, {&kc}, dc);
+        CHECK_OK(fathom_cuda_tier_check(tier));
+        for (uint32_t l = 0; l < L; l++)
+            for (uint32_t h = 0; h < H; h++) {
+                std::vector<float> f = head_floats(ka, 0, cut, H, dim, h), g = head_floats(kc, 0, extra, H, dim, h);
+                f.insert(f.end(), g.begin(), g.end());
+                compare_store(tier, c, l, h, dim, S, f.data(), cut + extra, "fork+truncate+append");
+                std::vector<float> fa = head_floats(ka, 0, total, H, dim, h);
+                compare_store(tier, a, l, h, dim, S, fa.data(), total, "fork source");
+            }
+        CHECK_OK(fathom_cuda_tier_session_free(tier, c));
+        CHECK_STATUS(fathom_cuda_tier_session_free(tier, c), FATHOM_ERR_INVALID_ARG);
+    }
+    fathom_cuda_tier_destroy(tier);
+}
+
+/* ---- steps ---- */
+
+typedef struct step_out {
+    std::vector<uint16_t> out;
+    std::vector<float> lse;
+    std::vector<uint32_t> sel, sel_count;
+    std::vector<uint8_t> depths;
+} step_out;
+
+typedef struct step_bufs {
+    uint16_t *q, *out;
+    float *lse;
+    uint32_t *sel, *sel_count, *sessions;
+    uint8_t *depths;
+    void *ws;
+    size_t ws_bytes;
+} step_bufs;
+
+static fathom_cuda_tier_step_args step_args(uint32_t layer, uint32_t batch, uint64_t capacity,
+                                            const step_bufs &b) {
+    fathom_cuda_tier_step_args a;
+    memset(&a, 0, sizeof a);
+    a.layer = layer;
+    a.sessions = b.sessions;
+    a.batch = batch;
+    a.capacity_tokens = capacity;
+    a.k = 256;
+    a.sink = FATHOM_SINK_TOKENS;
+    a.local = FATHOM_LOCAL_TOKENS;
+    a.budget = 48;
+    a.scale = 0.08838834764831845f; /* 1/sqrt(128) */
+    a.queries = b.q;
+    a.out = b.out;
+    a.lse = b.lse;
+    a.selected = b.sel;
+    a.selected_count = b.sel_count;
+    a.depths = b.depths;
+    a.workspace = b.ws;
+    a.workspace_bytes = b.ws_bytes;
+    return a;
+}
+
+static step_bufs alloc_bufs(fathom_cuda_tier *tier, uint32_t batch, uint32_t H, uint32_t G, uint32_t D,
+                            uint64_t capacity, uint32_t layers) {
+    step_bufs b;
+    const size_t R = (size_t)batch * H * G;
+    CK(cudaMalloc((void **)&b.q, R * D * 2 * layers));
+    CK(cudaMalloc((void **)&b.out, R * D * 2 * layers));
+    CK(cudaMalloc((void **)&b.lse, R * 4 * layers));
+    CK(cudaMalloc((void **)&b.sel, R * 256 * 4 * layers));
+    CK(cudaMalloc((void **)&b.sel_count, R * 4 * layers));
+    CK(cudaMalloc((void **)&b.depths, (size_t)batch * H * D * layers));
+    CK(cudaMalloc((void **)&b.sessions, batch * 4));
+    fathom_cuda_tier_step_args a = step_args(0, batch, capacity, b);
+    a.workspace = NULL;
+    CHECK_OK(fathom_cuda_tier_workspace_size(tier, &a, &b.ws_bytes));
+    CK(cudaMalloc(&b.ws, b.ws_bytes));
+    return b;
+}
+
+static void free_bufs(step_bufs &b) {
+    cudaFree(b.q);
+    cudaFree(b.out);
+    cudaFree(b.lse);
+    cudaFree(b.sel);
+    cudaFree(b.sel_count);
+    cudaFree(b.depths);
+    cudaFree(b.sessions);
+    cudaFree(b.ws);
+}
+
+/* Step args for layer l of a multi-layer buffer set. */
+static fathom_cuda_tier_step_args layer_args(uint32_t l, uint32_t batch, uint32_t H, uint32_t G, uint32_t D,
+                                             uint64_t capacity, const step_bufs &b) {
+    const size_t R = (size_t)batch * H * G;
+    step_bufs v = b;
+    v.q += l * R * D;
+    v.out += l * R * D;
+    v.lse += l * R;
+    v.sel += l * R * 256;
+    v.sel_count += l * R;
+    v.depths += (size_t)l * batch * H * D;
+    return step_args(l, batch, capacity, v);
+}
+
+static step_out read_out(const step_bufs &b, size_t R, uint32_t D, uint32_t P, uint32_t layers) {
+    step_out o;
+    o.out.resize(R * D * layers);
+    o.lse.resize(R * layers);
+    o.sel.resize(R * 256 * layers);
+    o.sel_count.resize(R * layers);
+    o.depths.resize((size_t)P * D * layers);
+    CK(cudaMemcpy(o.out.data(), b.out, o.out.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(o.lse.data(), b.lse, o.lse.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(o.sel.data(), b.sel, o.sel.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(o.sel_count.data(), b.sel_count, o.sel_count.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(o.depths.data(), b.depths, o.depths.size(), cudaMemcpyDeviceToHost));
+    return o;
+}
+
+static void test_ragged(void) {
+    const uint32_t H = 2, G = 4, D = 128, S = 64;
+    const uint64_t full[4] = {3001, 70000, 131072, 4099}, small[4] = {301, 2000, 5000, 409};
+    const uint64_t *lens = quick ? small : full;
+    const uint64_t capacity = quick ? 5000 : 131072;
+    fathom_cuda_tier_shape sh = {1, H, G, D, S, 4, 131072};
+    fathom_cuda_tier *tier = NULL;
+    CHECK_OK(fathom_cuda_tier_create(&sh, &tier));
+    if (!tier) return;
+    std::vector<std::vector<uint16_t>> rows(4);
+    std::vector<uint32_t> ids(4);
+    for (int i = 0; i < 4; i++) {
+        rows[i] = make_rows(lens[i], H, D, 100 + i);
+        CHECK_OK(fathom_cuda_tier_session_create(tier, &ids[i]));
+        CHECK_OK(fathom_cuda_tier_reserve(tier, ids[i], lens[i]));
+    }
+    /* prefill in chunks of up to 16384 tokens, all four in each call */
+    std::vector<std::vector<uint32_t>> calls;
+    for (uint64_t at = 0;; at += 16384) {
+        std::vector<uint32_t> c(4);
+        bool any = false;
+        for (int i = 0; i < 4; i++) {
+            c[i] = (uint32_t)(lens[i] > at ? (lens[i] - at < 16384 ? lens[i] - at : 16384) : 0);
+            any |= c[i] > 0;
+        }
+        if (!any) break;
+        calls.push_back(c);
+    }
+    std::vector<uint64_t> done(4, 0);
+    append_calls(tier, 1, H, D, ids, calls, {&rows[0], &rows[1], &rows[2], &rows[3]}, done);
+    CHECK_OK(fathom_cuda_tier_check(tier));
+    /* queries: random, plus a copy of a key in one head so some token clearly wins */
+    const size_t R = 4 * H * G;
+    std::vector<uint16_t> q(R * D);
+    rng_state = 777;
+    for (size_t i = 0; i < q.size(); i++) q[i] = fathom_f32_to_bf16(0.3f * rng_normal());
+    step_bufs b = alloc_bufs(tier, 4, H, G, D, capacity, 1);
+    CK(cudaMemcpy(b.q, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b.sessions, ids.data(), 16, cudaMemcpyHostToDevice));
+    fathom_cuda_tier_step_args a = step_args(0, 4, capacity, b);
+    CHECK_OK(fathom_cuda_tier_step(tier, &a, 0));
+    CHECK_OK(fathom_cuda_tier_check(tier));
+    step_out all = read_out(b, R, D, 4 * H, 1);
+    /* each session alone, same capacity class */
+    uint64_t alone_bad = 0;
+    for (int i = 0; i < 4; i++) {
+        step_bufs one = b;
+        one.sessions = b.sessions + i;
+        one.q = b.q + (size_t)i * H * G * D;
+        fathom_cuda_tier_step_args a1 = step_args(0, 1, capacity, one);
+        CHECK_OK(fathom_cuda_tier_step(tier, &a1, 0));
+        CK(cudaDeviceSynchronize());
+        step_out o = read_out(one, H * G, D, H, 1);
+        const size_t r0 = (size_t)i * H * G;
+        alone_bad += memcmp(o.out.data(), all.out.data() + r0 * D, (size_t)H * G * D * 2) != 0;
+        alone_bad += memcmp(o.lse.data(), all.lse.data() + r0, (size_t)H * G * 4) != 0;
+        alone_bad += memcmp(o.sel_count.data(), all.sel_count.data() + r0, (size_t)H * G * 4) != 0;
+        for (size_t r = 0; r < (size_t)H * G; r++)
+            alone_bad += memcmp(o.sel.data() + r * 256, all.sel.data() + (r0 + r) * 256, o.sel_count[r] * 4) != 0;
+    }
+    CHECK(alone_bad == 0);
+    /* the CPU library on the same data */
+    uint64_t dep_bad = 0, sel_bad = 0, out_bad = 0, lse_bad = 0, outs = 0;
+    double worst = 0.0;
+    for (int i = 0; i < 4; i++)
+        for (uint32_t h = 0; h < H; h++) {
+            const uint64_t n = lens[i];
+            const uint32_t p = i * H + h;
+            std::vector<float> keys = head_floats(rows[i], 0, n, H, D, h), vals(keys.size());
+            for (size_t x = 0; x < keys.size(); x++) vals[x] = -keys[x];
+            fathom_store *st = NULL;
+            CHECK_OK(fathom_store_create(&st, D, S, NULL));
+            CHECK_OK(fathom_store_append(st, keys.data(), n));
+            float var[D];
+            CHECK_OK(fathom_store_variance(st, var));
+            std::vector<float> qf(G * D);
+            for (uint32_t x = 0; x < G * D; x++) qf[x] = fathom_bf16_to_f32(q[(size_t)p * G * D + x]);
+            double g[D];
+            uint8_t dep[D];
+            CHECK_OK(fathom_importance(D, G, qf.data(), var, g));
+            CHECK_OK(fathom_water_fill(D, g, 48, dep, NULL));
+            dep_bad += memcmp(dep, all.depths.data() + (size_t)p * D, D) != 0;
+            std::vector<float> scores(G * n);
+            CHECK_OK(fathom_store_scan(st, dep, qf.data(), G, n, scores.data(), NULL));
+            std::vector<uint64_t> work(n);
+            for (uint32_t hh = 0; hh < G; hh++) {
+                const size_t r = (size_t)p * G + hh;
+                std::vector<uint32_t> idx(256);
+                uint32_t count = 0;
+                CHECK_OK(fathom_select(scores.data() + hh * n, n, 256, FATHOM_SINK_TOKENS, FATHOM_LOCAL_TOKENS,
+                                       work.data(), idx.data(), &count));
+                sel_bad += count != all.sel_count[r] || memcmp(idx.data(), all.sel.data() + r * 256, count * 4) != 0;
+                float ref[D];
+                CHECK_OK(fathom_attend(D, qf.data() + hh * D, keys.data(), vals.data(), idx.data(), count, ref));
+                for (uint32_t c = 0; c < D; c++) {
+                    const float gpu = fathom_bf16_to_f32(all.out[r * D + c]);
+                    const double err = fabs(gpu - ref[c]);
+                    worst = err > worst ? err : worst;
+                    out_bad += err > 0.0079 * fabs(ref[c]) + 1e-6;
+                    outs++;
+                }
+                double mx = -INFINITY, sum = 0.0;
+                std::vector<double> l(count);
+                for (uint32_t x = 0; x < count; x++) {
+                    double d = 0.0;
+                    for (uint32_t c = 0; c < D; c++) d += (double)qf[hh * D + c] * keys[(size_t)idx[x] * D + c];
+                    l[x] = d / sqrt((double)D);
+                    mx = l[x] > mx ? l[x] : mx;
+                }
+                for (uint32_t x = 0; x < count; x++) sum += exp(l[x] - mx);
+                lse_bad += fabs(all.lse[r] - (mx + log(sum))) > 1e-4 * (1.0 + fabs(mx));
+            }
+            fathom_store_free(st);
+        }
+    printf("ragged: %llu outputs compared, worst |gpu - cpu| %.3g\n", (unsigned long long)outs, worst);
+    CHECK(outs == 4ull * H * G * D);
+    CHECK(dep_bad == 0);
+    CHECK(sel_bad == 0);
+    CHECK(out_bad == 0);
+    CHECK(lse_bad == 0);
+    free_bufs(b);
+    fathom_cuda_tier_destroy(tier);
+}
+
+/* Decode steps: per layer append one token per session, then attend;
+ * tier g replays one captured graph, tier e runs eagerly; same bits. */
+static void test_graph(void) {
+    const uint32_t L = 2, H = 2, G = 4, D = 128, S = 32, B = 3;
+    const uint64_t start[B] = {2040, 500, 4090};
+    const uint32_t steps = quick ? 12 : 1000;
+    const uint64_t capacity = 8192;
+    fathom_cuda_tier_shape sh = {L, H, G, D, S, 4, capacity};
+    fathom_cuda_tier *tg = NULL, *te = NULL;
+    CHECK_OK(fathom_cuda_tier_create(&sh, &tg));
+    CHECK_OK(fathom_cuda_tier_create(&sh, &te));
+    if (!tg || !te) return;
+    std::vector<std::vector<uint16_t>> rows(B);
+    std::vector<uint32_t> ids(B);
+    fathom_cuda_tier *tiers[2] = {tg, te};
+    for (uint32_t i = 0; i < B; i++) rows[i] = make_rows(start[i] + steps, H, D, 300 + i);
+    for (fathom_cuda_tier *t : tiers) {
+        for (uint32_t i = 0; i < B; i++) {
+            CHECK_OK(fathom_cuda_tier_session_create(t, &ids[i]));
+            CHECK_OK(fathom_cuda_tier_reserve(t, ids[i], start[i]));
+        }
+        std::vector<uint64_t> done(B, 0);
+        append_calls(t, L, H, D, ids, {{(uint32_t)start[0], (uint32_t)start[1], (uint32_t)start[2]}},
+                     {&rows[0], &rows[1], &rows[2]}, done);
+    }
+    step_bufs bg = alloc_bufs(tg, B, H, G, D, capacity, L), be = alloc_bufs(te, B, H, G, D, capacity, L);
+    CK(cudaMemcpy(bg.sessions, ids.data(), B * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(be.sessions, ids.data(), B * 4, cudaMemcpyHostToDevice));
+    const size_t R = (size_t)B * H * G, row = (size_t)H * D;
+    uint16_t *d_k, *d_v, *d_q;
+    uint32_t *d_counts;
+    CK(cudaMalloc((void **)&d_k, B * row * 2));
+    CK(cudaMalloc((void **)&d_v, B * row * 2));
+    CK(cudaMalloc((void **)&d_q, L * R * D * 2));
+    std::vector<uint32_t> ones(B, 1);
+    d_counts = to_device(ones.data(), B);
+    cudaStream_t stream;
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    auto enqueue = [&](fathom_cuda_tier *t, step_bufs &b) {
+        for (uint32_t l = 0; l < L; l++) {
+            CHECK_OK(fathom_cuda_tier_append(t, l, b.sessions, B, d_counts, 1, d_k, d_v, stream));
+            fathom_cuda_tier_step_args a = layer_args(l, B, H, G, D, capacity, b);
+            CK(cudaMemcpyAsync(b.q + l * R * D, d_q + l * R * D, R * D * 2, cudaMemcpyDeviceToDevice, stream));
+            CHECK_OK(fathom_cuda_tier_step(t, &a, stream));
+        }
+    };
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    enqueue(tg, bg);
+    CK(cudaStreamEndCapture(stream, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    std::vector<uint16_t> hk(B * row), hv(B * row), hq(L * R * D);
+    uint64_t diff = 0, crossed = 0;
+    for (uint32_t s = 0; s < steps; s++) {
+        for (uint32_t i = 0; i < B; i++) {
+            const uint64_t tok = start[i] + s;
+            if (tok % (S * 64) == 0) crossed++;
+            for (fathom_cuda_tier *t : tiers) CHECK_OK(fathom_cuda_tier_reserve(t, ids[i], tok + 1));
+            memcpy(&hk[i * row], &rows[i][tok * row], row * 2);
+            for (size_t x = 0; x < row; x++) hv[i * row + x] = (uint16_t)(rows[i][tok * row + x] ^ 0x8000u);
+        }
+        for (size_t x = 0; x < hq.size(); x++) hq[x] = fathom_f32_to_bf16(0.3f * rng_normal());
+        CK(cudaMemcpyAsync(d_k, hk.data(), hk.size() * 2, cudaMemcpyHostToDevice, stream));
+        CK(cudaMemcpyAsync(d_v, hv.data(), hv.size() * 2, cudaMemcpyHostToDevice, stream));
+        CK(cudaMemcpyAsync(d_q, hq.data(), hq.size() * 2, cudaMemcpyHostToDevice, stream));
+        CK(cudaGraphLaunch(exec, stream));
+        enqueue(te, be);
+        CK(cudaStreamSynchronize(stream));
+        step_out og = read_out(bg, R, D, B * H, L), oe = read_out(be, R, D, B * H, L);
+        diff += og.out != oe.out || og.sel != oe.sel || og.sel_count != oe.sel_count ||
+                memcmp(og.lse.data(), oe.lse.data(), og.lse.size() * 4) != 0;
+        if (s == steps - 1) { /* the last step saw every session's full length */
+            uint64_t expect = 0, got = 0;
+            for (uint32_t i = 0; i < B; i++) expect += (start[i] + steps) > 256 ? 256 : start[i] + steps;
+            for (size_t r = 0; r < H * G; r++) got += og.sel_count[r];
+            CHECK(got * B == expect * H * G);
+        }
+    }
+    CHECK_OK(fathom_cuda_tier_check(tg));
+    CHECK_OK(fathom_cuda_tier_check(te));
+    printf("graph: %u steps x %u layers replayed, %llu segment crossings, %llu steps differ\n", steps, L,
+           (unsigned long long)crossed, (unsigned long long)diff);
+    CHECK(crossed >= 2);
+    CHECK(diff == 0);
+    for (uint32_t i = 0; i < B; i++) {
+        uint64_t lg, le;
+        CHECK_OK(fathom_cuda_tier_length(tg, ids[i], &lg));
+        CHECK_OK(fathom_cuda_tier_length(te, ids[i], &le));
+        CHECK(lg == start[i] + steps && le == lg);
+        std::vector<float> f = head_floats(rows[i], 0, lg, H, D, 1);
+        compare_store(tg, ids[i], L - 1, 1, D, S, f.data(), lg, "graph appends");
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    cudaFree(d_k);
+    cudaFree(d_v);
+    cudaFree(d_q);
+    cudaFree(d_counts);
+    free_bufs(bg);
+    free_bufs(be);
+    fathom_cuda_tier_destroy(tg);
+    fathom_cuda_tier_destroy(te);
+}
+
+static void test_args(void) {
+    fathom_cuda_tier *t = NULL;
+    fathom_cuda_tier_shape sh = {2, 2, 4, 128, 32, 4, 1u << 16};
+    CHECK_STATUS(fathom_cuda_tier_create(NULL, &t), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_cuda_tier_create(&sh, NULL), FATHOM_ERR_INVALID_ARG);
+    fathom_cuda_tier_shape bad = sh;
+    bad.dim = 96;
+    CHECK_STATUS(fathom_cuda_tier_create(&bad, &t), FATHOM_ERR_UNSUPPORTED);
+    bad = sh;
+    bad.group = 17;
+    CHECK_STATUS(fathom_cuda_tier_create(&bad, &t), FATHOM_ERR_INVALID_ARG);
+    bad = sh;
+    bad.segment_blocks = 48;
+    CHECK_STATUS(fathom_cuda_tier_create(&bad, &t), FATHOM_ERR_INVALID_ARG);
+    bad = sh;
+    bad.max_tokens = 0;
+    CHECK_STATUS(fathom_cuda_tier_create(&bad, &t), FATHOM_ERR_INVALID_ARG);
+    CHECK(t == NULL);
+    CHECK_STATUS(fathom_cuda_tier_session_create(NULL, NULL), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_cuda_tier_append(NULL, 0, NULL, 1, NULL, 1, NULL, NULL, 0), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_cuda_tier_step(NULL, NULL, 0), FATHOM_ERR_INVALID_ARG);
+}
+
+/* With a tier: bad sessions, reserve beyond max_tokens, step arguments. */
+static void test_args_gpu(void) {
+    fathom_cuda_tier *t = NULL;
+    fathom_cuda_tier_shape sh = {2, 2, 4, 128, 32, 2, 1u << 16};
+    CHECK_OK(fathom_cuda_tier_create(&sh, &t));
+    if (!t) return;
+    uint32_t a, b, c;
+    CHECK_OK(fathom_cuda_tier_session_create(t, &a));
+    CHECK_OK(fathom_cuda_tier_session_create(t, &b));
+    CHECK_STATUS(fathom_cuda_tier_session_create(t, &c), FATHOM_ERR_NOMEM); /* max_sessions 2 */
+    CHECK_STATUS(fathom_cuda_tier_reserve(t, a, (1u << 16) + 1), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_cuda_tier_reserve(t, 7, 10), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_cuda_tier_truncate(t, a, 1), FATHOM_ERR_INVALID_ARG);
+    fathom_cuda_tier_usage u;
+    CHECK_OK(fathom_cuda_tier_usage_of(t, a, &u));
+    CHECK(u.length == 0 && u.segments == 0 && u.bytes > 0);
+    step_bufs bf = alloc_bufs(t, 1, 2, 4, 128, 1024, 1);
+    fathom_cuda_tier_step_args s = step_args(0, 1, 1024, bf);
+    s.layer = 2;
+    CHECK_STATUS(fathom_cuda_tier_step(t, &s, 0), FATHOM_ERR_INVALID_ARG);
+    s = step_args(0, 1, 1024, bf);
+    s.k = 2048;
+    CHECK_STATUS(fathom_cuda_tier_step(t, &s, 0), FATHOM_ERR_INVALID_ARG);
+    s = step_args(0, 1, 1024, bf);
+    s.workspace_bytes = 100;
+    CHECK_STATUS(fathom_cuda_tier_step(t, &s, 0), FATHOM_ERR_INVALID_ARG);
+    /* an empty session: output 0, LSE -inf, nothing selected */
+    CK(cudaMemcpy(bf.sessions, &b, 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(bf.q, 0, 4 * 128 * 2 * 2));
+    s = step_args(0, 1, 1024, bf);
+    CHECK_OK(fathom_cuda_tier_step(t, &s, 0));
+    CHECK_OK(fathom_cuda_tier_check(t));
+    float lse[8];
+    uint32_t cnt[8];
+    CK(cudaMemcpy(lse, bf.lse, sizeof lse, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(cnt, bf.sel_count, sizeof cnt, cudaMemcpyDeviceToHost));
+    CHECK(isinf(lse[0]) && lse[0] < 0 && cnt[0] == 0 && cnt[7] == 0);
+    /* a session id out of range is reported, not followed */
+    const uint32_t wild = 1000;
+    CK(cudaMemcpy(bf.sessions, &wild, 4, cudaMemcpyHostToDevice));
+    CHECK_OK(fathom_cuda_tier_step(t, &s, 0));
+    CHECK_STATUS(fathom_cuda_tier_check(t), FATHOM_ERR_STATE);
+    free_bufs(bf);
+    CHECK_OK(fathom_cuda_tier_session_free(t, a));
+    CHECK_OK(fathom_cuda_tier_session_create(t, &c));
+    CHECK(c == a);
+    fathom_cuda_tier_destroy(t);
+}
+
+int main(void) {
+    quick = getenv("FATHOM_TEST_QUICK") && atoi(getenv("FATHOM_TEST_QUICK")) > 0;
+    test_args();
+    if (!fathom_cuda_device_present()) {
+        check_summary("test_cuda_tier (argument checks only)");
+        printf("no CUDA device: skipping the GPU tests\n");
+        return 77;
+    }
+    test_args_gpu();
+    test_append(64);
+    test_append(128);
+    test_append(256);
+    test_ragged();
+    test_graph();
+    return check_summary("test_cuda_tier");
+}
