@@ -23,7 +23,7 @@ static void usage(FILE *f) {
             "  --text-file F      the text\n"
             "  --text TEXT        the text, inline\n"
             "  --chat MESSAGE     a user message in the model's chat template (ChatML, with its\n"
-            "                     default system turn), up to the assistant's turn\n"
+            "                     default system turn, or Gemma's), up to the assistant's turn\n"
             "  --prompt-ids LIST  the tokens themselves, comma-separated ids\n"
             "  --system TEXT      with --chat, this system turn instead of the template's default\n"
             "  --out FILE         the capture file to write\n"
