@@ -4,10 +4,12 @@
  * bandwidth measured in the same run. Runs are interleaved (A B A B ...)
  * and each figure is the median of its repeats.
  *
- *   bench_scan [--context N] [--heads H] [--queries Q] [--repeats R] [--threads T]
+ *   bench_scan [--context N] [--heads H] [--queries Q] [--repeats R] [--threads T] [--json]
  *
  * Prints plane bytes per second per core for each scan, the ratio of the two
- * and the fraction of the single-core and all-core read bandwidth. */
+ * and the fraction of the single-core and all-core read bandwidth. --json:
+ * the same numbers as one JSON object on stdout (the table goes to stderr;
+ * scripts/record-result adds the machine, date and commit). */
 #include "fathom.h"
 
 #include <math.h>
@@ -80,17 +82,21 @@ static int fail(const char *what, int st) {
 int main(int argc, char **argv) {
     uint64_t context = 32768;
     uint32_t heads = 8, queries = 16, repeats = 7, threads = 2;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--context")) context = strtoull(argv[i + 1], NULL, 10);
-        else if (!strcmp(argv[i], "--heads")) heads = (uint32_t)atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--queries")) queries = (uint32_t)atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--repeats")) repeats = (uint32_t)atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--threads")) threads = (uint32_t)atoi(argv[i + 1]);
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        const int has_value = i + 1 < argc;
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else if (has_value && !strcmp(argv[i], "--context")) context = strtoull(argv[++i], NULL, 10);
+        else if (has_value && !strcmp(argv[i], "--heads")) heads = (uint32_t)atoi(argv[++i]);
+        else if (has_value && !strcmp(argv[i], "--queries")) queries = (uint32_t)atoi(argv[++i]);
+        else if (has_value && !strcmp(argv[i], "--repeats")) repeats = (uint32_t)atoi(argv[++i]);
+        else if (has_value && !strcmp(argv[i], "--threads")) threads = (uint32_t)atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_scan [--context N] [--heads H<=8] [--queries Q] [--repeats R] [--threads T]\n");
+            fprintf(stderr, "usage: bench_scan [--context N] [--heads H<=8] [--queries Q] [--repeats R] [--threads T] [--json]\n");
             return 2;
         }
     }
+    FILE *out = json ? stderr : stdout; /* the human table */
     if (!context || !heads || heads > 8 || !queries || !repeats || repeats > 64 || !threads || threads > 64) {
         fprintf(stderr, "bench_scan: bad arguments\n");
         return 2;
@@ -178,16 +184,32 @@ int main(int argc, char **argv) {
     double b1 = median(bw1, (int)repeats), bT = median(bwT, (int)repeats);
     double rf = bytes_fathom / tf, rd = bytes_ds / td;
 
-    printf("bench_scan: qwen3-8b synthetic, n = %llu, %u KV heads, G = %u, %u query groups each, %u repeats (median)\n",
-           (unsigned long long)context, heads, G, queries, repeats);
-    printf("memory read bandwidth: %.2f GB/s on 1 core, %.2f GB/s on %u threads\n", b1 / 1e9, bT / 1e9, threads);
-    printf("%-10s %10s %14s %12s %16s %14s\n", "scan", "bits/tok", "plane MB/step", "ms/step", "plane GB/s/core",
-           "of 1-core BW");
-    printf("%-10s %10.1f %14.2f %12.2f %16.2f %13.1f%%\n", "fathom:48", bits_fathom, bytes_fathom / 1e6 / queries,
-           1e3 * tf / queries, rf / 1e9, 100 * rf / b1);
-    printf("%-10s %10.1f %14.2f %12.2f %16.2f %13.1f%%\n", "ds:32", fathom_depth_bits(d, ds_depths[0]),
-           bytes_ds / 1e6 / queries, 1e3 * td / queries, rd / 1e9, 100 * rd / b1);
-    printf("ratio fathom:48 / ds:32: bytes %.3f, time %.3f, throughput %.3f\n", bytes_fathom / bytes_ds, tf / td, rf / rd);
+    fprintf(out, "bench_scan: qwen3-8b synthetic, n = %llu, %u KV heads, G = %u, %u query groups each, %u repeats (median)\n",
+            (unsigned long long)context, heads, G, queries, repeats);
+    fprintf(out, "memory read bandwidth: %.2f GB/s on 1 core, %.2f GB/s on %u threads\n", b1 / 1e9, bT / 1e9, threads);
+    fprintf(out, "%-10s %10s %14s %12s %16s %14s\n", "scan", "bits/tok", "plane MB/step", "ms/step", "plane GB/s/core",
+            "of 1-core BW");
+    const char *names[2] = {"fathom:48", "ds:32"};
+    const double bits[2] = {bits_fathom, fathom_depth_bits(d, ds_depths[0])}, bytes[2] = {bytes_fathom, bytes_ds},
+                 secs[2] = {tf, td}, rate[2] = {rf, rd};
+    for (int s = 0; s < 2; s++)
+        fprintf(out, "%-10s %10.1f %14.2f %12.2f %16.2f %13.1f%%\n", names[s], bits[s], bytes[s] / 1e6 / queries,
+                1e3 * secs[s] / queries, rate[s] / 1e9, 100 * rate[s] / b1);
+    fprintf(out, "ratio fathom:48 / ds:32: bytes %.3f, time %.3f, throughput %.3f\n", bytes_fathom / bytes_ds, tf / td,
+            rf / rd);
+    if (json) {
+        printf("{\"bench\":\"bench_scan\",\"source\":\"qwen3-8b\",\"context\":%llu,\"heads\":%u,\"group\":%u,"
+               "\"queries\":%u,\"repeats\":%u,\"threads\":%u,\"read_GBps_1core\":%.3f,\"read_GBps_threads\":%.3f,"
+               "\"scans\":[",
+               (unsigned long long)context, heads, G, queries, repeats, threads, b1 / 1e9, bT / 1e9);
+        for (int s = 0; s < 2; s++)
+            printf("%s{\"name\":\"%s\",\"bits_per_token\":%.3f,\"plane_MB_per_step\":%.4f,\"ms_per_step\":%.4f,"
+                   "\"plane_GBps_per_core\":%.4f,\"of_1core_read_pct\":%.2f}",
+                   s ? "," : "", names[s], bits[s], bytes[s] / 1e6 / queries, 1e3 * secs[s] / queries, rate[s] / 1e9,
+                   100 * rate[s] / b1);
+        printf("],\"ratio_fathom_to_ds\":{\"bytes\":%.4f,\"time\":%.4f,\"throughput\":%.4f}}\n",
+               bytes_fathom / bytes_ds, tf / td, rf / rd);
+    }
 
     for (uint32_t h = 0; h < heads; h++) fathom_store_free(stores[h]);
     fathom_source_free(src);

@@ -49,3 +49,8 @@ foreach(src ${FATHOM_CUDA_BENCHES})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(${name} PRIVATE fathom_cuda CUDA::cuda_driver)
 endforeach()
+
+# The stable API alone, from C11: compiled (not run) so that a header change
+# that needs FATHOM_CUDA_EXPERIMENTAL for the plain path fails the build.
+add_library(fathom_cuda_stable_api OBJECT ${PROJECT_SOURCE_DIR}/tests/cuda/stable_api.c)
+target_link_libraries(fathom_cuda_stable_api PRIVATE fathom_cuda)

@@ -11,8 +11,8 @@
  *   transfer  the planned runs (the first t_j planes of channel j are ONE
  *             contiguous run, plus that channel's scales) from pinned host
  *             memory into an HBM staging buffer: a fixed run list, one slot
- *             per channel and kind, length 0 when inactive (or none: the
- *             DIRECT transport scans host memory in place);
+ *             per channel and kind, length 0 when inactive (none when the
+ *             index is RESIDENT in device memory);
  *   scan      approximate scores of every token for each query head;
  *   top-k     sink + local + top of the rest per query head (fathom_select's
  *             semantics: ties to the lower index, NaN lowest);
@@ -25,7 +25,24 @@
  *
  * Errors: every function returns FATHOM_OK or a negative fathom_status and
  * sets fathom_last_error(). A failing CUDA call is FATHOM_ERR_DEVICE with the
- * CUDA error's name in the message.
+ * CUDA error's name in the message. Device data is not validated on the
+ * host: a depth above 4 is clamped; a top-k whose scores contradict its own
+ * histogram (memory corrupted under it, a workspace shared by two steps in
+ * flight) traps on the device, so the stream reports an error (the caller's
+ * bug is loud, never a silently wrong selection).
+ *
+ * Stable and experimental: this header's plain part (config, problems,
+ * workspace size, step, lanes, the next layer's prefetch) is the API.
+ * Switches kept to measure alternatives against it (the nibble-packed scan,
+ * bit planes as the K cache, the DIRECT transport, per-phase events, lane
+ * traces) are declared only when FATHOM_CUDA_EXPERIMENTAL is defined before
+ * this header is included (zstd's ZSTD_STATIC_LINKING_ONLY pattern); they
+ * may change or go. Their struct fields exist in every build (the layout
+ * does not depend on the macro) and zero selects the stable behaviour, so
+ * a zero-initialised config or args is a stable one. The prefetch is
+ * stable: it is how a pipelined step keeps the link busy across layers;
+ * staged_depths is its other half (the step after a prefetch), so it is
+ * stable too.
  */
 #ifndef FATHOM_CUDA_H
 #define FATHOM_CUDA_H
@@ -45,32 +62,32 @@ extern "C" {
 #define FATHOM_CUDA_MAX_K 1024  /* selection size per query head */
 
 typedef enum fathom_cuda_scan_kind {
-    FATHOM_CUDA_SCAN_WATER_FILL = 0, /* fathom:B  depths by water-filling, budget B code bits */
-    FATHOM_CUDA_SCAN_TOP_CHANNELS,   /* sparq:r   depth 4 on the r largest sum_h |q_j| */
-    FATHOM_CUDA_SCAN_FIXED,          /* caller's depths: ds:c, thumb (2 on all), full4 */
-    FATHOM_CUDA_SCAN_LANDMARK,       /* fp16 mean key per 8 tokens, 256 bits/token */
-    FATHOM_CUDA_SCAN_ORACLE,         /* exact q.k over the bf16 keys */
-    FATHOM_CUDA_SCAN_NIBBLE4         /* 4-bit channel scan of a nibble-packed K cache (the same
-                                        codes as full4, another layout), of every channel or of
-                                        the fixed_depths channels: the baselines the bit-plane
-                                        scan is compared with in HBM */
+    FATHOM_CUDA_SCAN_WATER_FILL = 0,   /* fathom:B  depths by water-filling, budget B code bits */
+    FATHOM_CUDA_SCAN_TOP_CHANNELS = 1, /* sparq:r   depth 4 on the r largest sum_h |q_j| */
+    FATHOM_CUDA_SCAN_FIXED = 2,        /* caller's depths: ds:c, thumb (2 on all), full4 */
+    FATHOM_CUDA_SCAN_LANDMARK = 3,     /* fp16 mean key per 8 tokens, 256 bits/token */
+    FATHOM_CUDA_SCAN_ORACLE = 4        /* exact q.k over the bf16 keys */
+#ifdef FATHOM_CUDA_EXPERIMENTAL
+    ,
+    FATHOM_CUDA_SCAN_NIBBLE4 = 5 /* 4-bit channel scan of a nibble-packed K cache (the same
+                                    codes as full4, another layout), of every channel or of
+                                    the fixed_depths channels: the baselines the bit-plane
+                                    scan is compared with in HBM */
+#endif
 } fathom_cuda_scan_kind;
 
 typedef enum fathom_cuda_transport {
-    FATHOM_CUDA_GATHER_KERNEL = 0, /* hand-written gather, 16-byte loads of mapped host memory */
-    FATHOM_CUDA_GATHER_CUB,        /* cub::DeviceMemcpy::Batched over the same run list */
-    FATHOM_CUDA_RESIDENT,          /* no transfer: the index is in device memory, scan it there */
-    FATHOM_CUDA_DIRECT             /* no staging: the scan reads the planes and scales where they
-                                      are, in mapped pinned host memory; the link carries exactly
-                                      the words and scales the scan touches (the staged copy's
-                                      HBM write and re-read disappear, and the scan overlaps the
-                                      transfer by construction) */
+    FATHOM_CUDA_GATHER_KERNEL = 0, /* gather kernel, 16-byte loads of mapped host memory */
+    FATHOM_CUDA_RESIDENT = 1       /* no transfer: the index is in device memory, scan it there */
+#ifdef FATHOM_CUDA_EXPERIMENTAL
+    ,
+    FATHOM_CUDA_DIRECT = 2 /* no staging: the scan reads the planes and scales where they
+                              are, in mapped pinned host memory; the link carries exactly
+                              the words and scales the scan touches (the staged copy's
+                              HBM write and re-read disappear, and the scan overlaps the
+                              transfer by construction) */
+#endif
 } fathom_cuda_transport;
-
-typedef enum fathom_cuda_key_rows {
-    FATHOM_CUDA_KEYS_BF16 = 0, /* K rows fetched from the bf16 keys */
-    FATHOM_CUDA_KEYS_PLANES    /* bit planes are the K cache: rows decoded from all 4 planes */
-} fathom_cuda_key_rows;
 
 /* Shapes and method of one step; the same for every problem of the call. */
 typedef struct fathom_cuda_config {
@@ -84,20 +101,20 @@ typedef struct fathom_cuda_config {
     fathom_cuda_scan_kind scan;
     uint32_t param;    /* WATER_FILL: budget B (1..4*dim); TOP_CHANNELS: r (1..dim) */
     fathom_cuda_transport transport;
-    fathom_cuda_key_rows key_rows;
     uint32_t row_stride; /* bf16 elements from one K (or V) row to the next: 0 or dim for
                             separate [n][dim] arrays; 2*dim for K and V interleaved per
                             token (values = keys + dim), one host page per fetched row
                             instead of two. Not with ORACLE, which reads keys whole. */
+    uint32_t key_rows;   /* 0: K rows fetched from the bf16 keys; experimental values
+                            under FATHOM_CUDA_EXPERIMENTAL (fathom_cuda_key_rows) */
 } fathom_cuda_config;
 
 /* Where one problem's data lives; every pointer device-accessible. The index
  * is one store segment covering the whole context (fathom_store_create with
  * segment_blocks = ceil(n/64)), so nb = ceil(n/64) in the layouts below. */
 typedef struct fathom_cuda_problem {
-    const uint64_t *planes;    /* [dim][4][nb] plane words (plane scans, KEYS_PLANES); for
-                                  NIBBLE4 [dim][nb][4] words, word w of block b holding tokens
-                                  16w..16w+15 as nibbles (token 16w+i in bits 4i..4i+3) */
+    const uint64_t *planes;    /* [dim][4][nb] plane words (plane scans); the experimental
+                                  NIBBLE4 scan reads another layout here (below) */
     const uint16_t *scales;    /* [dim][nb] fp16 scales */
     const uint16_t *landmarks; /* [ceil(n/8)][dim] fp16 mean keys (LANDMARK only) */
     const uint16_t *keys;      /* [n][row_stride] bf16 (KEYS_BF16, ORACLE) */
@@ -109,9 +126,7 @@ typedef struct fathom_cuda_step_args {
     const fathom_cuda_problem *problems; /* [problems], in device memory */
     const float *queries;                /* [problems][group][dim], stored coordinates */
     const float *variance;               /* [problems][dim]; WATER_FILL only (else NULL) */
-    const uint8_t *fixed_depths;         /* [problems][dim], 0..4; FIXED only (else NULL); with
-                                            NIBBLE4 optional: the channels read (nonzero), each
-                                            whole, as a nibble label cache of those channels */
+    const uint8_t *fixed_depths;         /* [problems][dim], 0..4; FIXED only (else NULL) */
     float *out;                          /* [problems][group][dim] attention output */
     uint32_t *selected;                  /* [problems][group][k] ascending positions; may be NULL */
     uint32_t *selected_count;            /* [problems][group]; may be NULL */
@@ -120,30 +135,27 @@ typedef struct fathom_cuda_step_args {
     uint32_t *union_count;               /* [problems] rows the fetch moved; may be NULL */
     void *workspace;                     /* fathom_cuda_workspace_size() bytes, 256-byte aligned */
     size_t workspace_bytes;
-    cudaEvent_t *phase_events; /* NULL, or FATHOM_CUDA_PHASES + 1 events recorded at the
-                                  start and after each phase (for breakdowns, not graphs; not
-                                  with lanes) */
     const struct fathom_cuda_lanes *lanes; /* NULL: every phase on `stream`, one after another.
                                   Else the step is pipelined over the KV heads: the plan runs
                                   for all of them, then chunk by chunk of heads (up to
                                   FATHOM_CUDA_MAX_CHUNKS; fathom_cuda_lanes_set_chunk) the
-                                  link-bound phase (the gather, or the scan itself with DIRECT)
-                                  runs in order, one chunk at a time, while earlier chunks scan,
+                                  link-bound phase (the gather) runs in order, one chunk at a time, while earlier chunks scan,
                                   select, fetch and attend on the lanes. The link stays busy, and
-                                  only one chunk's K/V rows are being fetched at a time (scattered
-                                  rows over a few GiB of host memory read at half the link
-                                  rate, over < 1 GiB near the full rate: bench/RESULTS.md).
-                                  Same results, bit for bit, as without lanes. */
-    /* Speculative prefetch (needs lanes and the kernel transport; plane
-     * scans other than NIBBLE4): once this step's last gather is issued,
+                                  only one chunk's K/V rows are being fetched at a time (on an
+                                  H200, scattered rows over a few GiB of host memory read at
+                                  about half the link rate, over < 1 GiB near the full rate:
+                                  bench/cuda/bench_host_rows). Same results, bit for bit, as
+                                  without lanes. */
+    /* Speculative prefetch (needs lanes, the kernel transport and a plane
+     * scan: water-fill, top-channels or fixed): once this step's last gather is issued,
      * the planes and scales that prefetch_depths name for the first
      * prefetch_count problems of the NEXT step are gathered into the staging
      * slots those problems will use (each after this step's scan of that
      * slot), while this step's last chunks finish: the link would idle
      * otherwise (the next layer's query depends on this layer's output). The
      * depths are a guess, e.g. the same layer's plan at the previous decode
-     * step (bench/RESULTS.md: 79 % of a plan's bytes on real activations);
-     * every prefetched byte crosses the link whether used or not. The
+     * step (on real activations that guess holds ~79 % of a plan's bytes;
+     * bench_cuda_step --prefetch reports the share it hits); every prefetched byte crosses the link whether used or not. The
      * prefetch stays on the lanes' link stream: the next step must run with
      * the same config, lanes and workspace (it joins the prefetch), and the
      * last step of a graph must not prefetch. */
@@ -157,9 +169,8 @@ typedef struct fathom_cuda_step_args {
      * wrong scores: pass exactly the previous step's prefetch. */
     const uint8_t *staged_depths; /* [staged_count][dim], device */
     uint32_t staged_count;
+    cudaEvent_t *phase_events; /* NULL; experimental under FATHOM_CUDA_EXPERIMENTAL (below) */
 } fathom_cuda_step_args;
-
-#define FATHOM_CUDA_PHASES 6 /* plan, transfer, scan, top-k, fetch, attend */
 
 #define FATHOM_CUDA_MAX_LANES 8   /* streams of a lanes object */
 #define FATHOM_CUDA_MAX_CHUNKS 16 /* pipeline chunks of a step (at least ceil(problems/16) heads each) */
@@ -180,14 +191,55 @@ void fathom_cuda_lanes_destroy(fathom_cuda_lanes *lanes); /* NULL is a no-op */
 /* KV heads (problems) per pipeline chunk for the following steps, at least
  * ceil(problems / FATHOM_CUDA_MAX_CHUNKS). 0 (the default) picks by context:
  * all problems in one chunk below 64k tokens, 2 per chunk below 192k, else
- * 1 (measured on an H200, bench/RESULTS.md: a chunk's fixed latency of
- * launches outweighs the transfer it hides at short contexts). Bigger
- * chunks mean fewer graph nodes, less of the transfer hidden. */
+ * 1 (measured on an H200 with bench_cuda_step --chunk: a chunk's fixed
+ * latency of launches outweighs the transfer it hides at short contexts).
+ * Bigger chunks mean fewer graph nodes, less of the transfer hidden. */
 int fathom_cuda_lanes_set_chunk(fathom_cuda_lanes *lanes, uint32_t problems_per_chunk);
 
 /* Problems per chunk a pipelined step with these lanes and this config
- * uses (for reading its trace); 0 if either is NULL. */
+ * uses; 0 if either is NULL. */
 uint32_t fathom_cuda_lanes_chunk(const fathom_cuda_lanes *lanes, const fathom_cuda_config *config);
+
+/* Bytes of workspace a step with this config needs. */
+int fathom_cuda_workspace_size(const fathom_cuda_config *config, size_t *bytes);
+
+/* Enqueue one step on stream. Asynchronous: a device-side failure (a trap
+ * in the top-k, see the header's first comment) surfaces at the stream's
+ * next synchronisation as a CUDA error, and the stream's context is lost. */
+int fathom_cuda_step(const fathom_cuda_config *config, const fathom_cuda_step_args *args,
+                     cudaStream_t stream);
+
+/* Bytes a plane scan moves for a depth vector (host copy): the plane runs and
+ * scales of the active channels, sum_j [t_j > 0] (8*t_j + 2) * nb. */
+uint64_t fathom_cuda_plane_bytes(uint32_t dim, uint64_t tokens, const uint8_t *depths);
+
+/* 1 if a CUDA device is usable, else 0 (and the reason in fathom_last_error). */
+int fathom_cuda_device_present(void);
+
+#ifdef FATHOM_CUDA_EXPERIMENTAL
+/* ---- Experimental: switches for measuring alternatives to the stable
+ * step. They may change or go; zero in their fields is the stable path. */
+
+/* fathom_cuda_config.key_rows */
+typedef enum fathom_cuda_key_rows {
+    FATHOM_CUDA_KEYS_BF16 = 0, /* K rows fetched from the bf16 keys (the stable path) */
+    FATHOM_CUDA_KEYS_PLANES = 1 /* bit planes are the K cache: rows decoded from all 4 planes,
+                                   only V rows fetched (not with NIBBLE4) */
+} fathom_cuda_key_rows;
+
+/* FATHOM_CUDA_SCAN_NIBBLE4 reads fathom_cuda_problem.planes as [dim][nb][4]
+ * words, word w of block b holding tokens 16w..16w+15 as nibbles (token
+ * 16w+i in bits 4i..4i+3). fixed_depths is optional with it: the channels
+ * read (nonzero), each whole, as a nibble label cache of those channels;
+ * NULL reads every channel. No prefetch with it.
+ *
+ * FATHOM_CUDA_DIRECT: the scan itself is the link-bound phase of a
+ * pipelined step. No prefetch with it. */
+
+/* fathom_cuda_step_args.phase_events: NULL, or FATHOM_CUDA_PHASES + 1
+ * events recorded at the start and after each phase (for breakdowns, not
+ * graphs; not with lanes). */
+#define FATHOM_CUDA_PHASES 6 /* plan, transfer, scan, top-k, fetch, attend */
 
 /* A timeline of pipelined steps, for finding where a step's time goes:
  * with stamps (device memory, steps * FATHOM_CUDA_TRACE_SLOTS uint64) set,
@@ -200,20 +252,7 @@ uint32_t fathom_cuda_lanes_chunk(const fathom_cuda_lanes *lanes, const fathom_cu
  * NULL, 0 turns tracing off. */
 #define FATHOM_CUDA_TRACE_SLOTS (2 + 6 * FATHOM_CUDA_MAX_CHUNKS)
 int fathom_cuda_lanes_trace(fathom_cuda_lanes *lanes, uint64_t *stamps, uint32_t steps);
-
-/* Bytes of workspace a step with this config needs. */
-int fathom_cuda_workspace_size(const fathom_cuda_config *config, size_t *bytes);
-
-/* Enqueue one step on stream. */
-int fathom_cuda_step(const fathom_cuda_config *config, const fathom_cuda_step_args *args,
-                     cudaStream_t stream);
-
-/* Bytes a plane scan moves for a depth vector (host copy): the plane runs and
- * scales of the active channels, sum_j [t_j > 0] (8*t_j + 2) * nb. */
-uint64_t fathom_cuda_plane_bytes(uint32_t dim, uint64_t tokens, const uint8_t *depths);
-
-/* 1 if a CUDA device is usable, else 0 (and the reason in fathom_last_error). */
-int fathom_cuda_device_present(void);
+#endif /* FATHOM_CUDA_EXPERIMENTAL */
 
 #ifdef __cplusplus
 }

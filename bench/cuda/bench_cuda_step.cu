@@ -1,8 +1,8 @@
 /* bench_cuda_step — GPU time of one decode step (every layer and KV head),
  * Qwen3-8B shapes (36 layers x 8 KV heads, G = 4, d = 128, k = 512), per
  * method, context and batch, with a phase breakdown, the bytes moved and
- * the link rate measured in the same run. Also: the three gather transports
- * on the same run lists, the HBM-resident variant (scan bandwidth; each
+ * the link rate measured in the same run. Also: the gather kernel against
+ * cudaMemcpyBatchAsync on the same run lists, the HBM-resident variant (scan bandwidth; each
  * phase the median of 5 recorded runs, with the nibble layouts the plane
  * scans are compared with: nibble4, every channel, and dsnib:c, each ds:c's
  * channels as a nibble label cache), and the bit planes as the primary K
@@ -44,9 +44,15 @@
  * of phases (>= 0).
  * Transports: "kernel" gathers the planned runs into HBM staging, then
  * scans; "direct" scans the pinned host memory in place. K/V rows are
- * interleaved per token (row_stride 2*dim) unless a row says "bf16" (K and
+ * interleaved per token (row_stride 2*dim) unless a row says "sep" (K and
  * V in separate arrays).
+ * --json: the human output goes to stderr and stdout carries one JSON object
+ * with every number the tables print, and what produced them: machine (GPU
+ * and host CPU), date, the command line, the commit (FATHOM_COMMIT in the
+ * environment, else null) and the parameters (docs/results.md is rendered
+ * from it by scripts/render-results).
  */
+#define FATHOM_CUDA_EXPERIMENTAL /* direct transport, planes as K, nibble scans, phase events, traces */
 #include "fathom_cuda.h"
 
 #include <algorithm>
@@ -57,7 +63,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <string>
 #include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 #include <vector>
 
 #include "cuda/cuda_check.cuh"
@@ -78,6 +87,53 @@ static uint32_t g_topk = 512; /* --k: the selection per query head */
     } while (0)
 
 static const double GB = 1e9;
+
+/* ---------------------------------------------------------------- JSON */
+
+/* One JSON object built field by field; numbers that are not finite are null. */
+typedef struct jobj {
+    std::string s;
+    void key(const char *k) {
+        s += s.empty() ? "{" : ",";
+        str_value(k);
+        s += ":";
+    }
+    void str_value(const char *v) {
+        s += '"';
+        for (const char *c = v; *c; c++) {
+            char buf[8];
+            if (*c == '"' || *c == '\\') { s += '\\'; s += *c; }
+            else if ((unsigned char)*c < 0x20) { snprintf(buf, sizeof buf, "\\u%04x", *c); s += buf; }
+            else s += *c;
+        }
+        s += '"';
+    }
+    void str(const char *k, const char *v) { key(k); if (v) str_value(v); else s += "null"; }
+    void num(const char *k, double v, int prec = 4) {
+        key(k);
+        char buf[64];
+        if (isfinite(v)) snprintf(buf, sizeof buf, "%.*f", prec, v);
+        else snprintf(buf, sizeof buf, "null");
+        s += buf;
+    }
+    void u64(const char *k, uint64_t v) {
+        key(k);
+        s += std::to_string((unsigned long long)v);
+    }
+    void raw(const char *k, const std::string &v) { key(k); s += v; }
+    std::string done() const { return s.empty() ? "{}" : s + "}"; }
+} jobj;
+
+/* A JSON array of already-built values. */
+static std::string jarray(const std::vector<std::string> &items) {
+    std::string s = "[";
+    for (size_t i = 0; i < items.size(); i++) s += (i ? "," : "") + items[i];
+    return s + "]";
+}
+
+static std::vector<std::string> g_json_rows;      /* one per printed table row */
+static std::vector<std::string> g_json_transfers; /* gather kernel vs cudaMemcpyBatchAsync */
+static std::vector<std::string> g_json_timelines; /* traced replays */
 
 /* ---------------------------------------------------------------- setup */
 
@@ -311,8 +367,8 @@ static run_result run_config(bench_ctx *b, const method_spec *m, uint64_t n, uin
                              int graph_reps, uint32_t row_stride = 0, int breakdown_reps = 1) {
     run_result r;
     memset(&r, 0, sizeof r);
-    fathom_cuda_config cfg = {DIM, GROUP, P, n, g_topk, 4, 32, m->scan, m->param, transport, key_rows,
-                              row_stride};
+    fathom_cuda_config cfg = {DIM, GROUP, P, n, g_topk, 4, 32, m->scan, m->param, transport, row_stride,
+                              (uint32_t)key_rows};
     size_t need = 0;
     FK(fathom_cuda_workspace_size(&cfg, &need));
     if (need > b->ws_bytes) { fprintf(stderr, "workspace %zu > %zu\n", need, b->ws_bytes); exit(1); }
@@ -418,10 +474,31 @@ static run_result run_config(bench_ctx *b, const method_spec *m, uint64_t n, uin
                traced, layer * us, lead * us, busy * us, gaps * us, tail * us, chain * us / chunks,
                wait * us / chunks, L > 1 ? between * 1e-3 / (L - 1) : 0.0, sel * us / chunks, fetch * us / chunks,
                att * us / chunks, last_sel * us, last_fetch * us, last_att * us);
+        jobj t_j;
+        t_j.str("method", m->name);
+        t_j.u64("context", n);
+        t_j.u64("batch", P / KV_HEADS);
+        t_j.u64("chunks", chunks);
+        t_j.num("traced_ms", traced, 3);
+        t_j.num("layer_us", layer * us, 1);
+        t_j.num("lead_us", lead * us, 1);
+        t_j.num("link_phases_us", busy * us, 1);
+        t_j.num("link_gaps_us", gaps * us, 1);
+        t_j.num("tail_us", tail * us, 1);
+        t_j.num("chunk_chain_us", chain * us / chunks, 1);
+        t_j.num("lane_start_after_bytes_us", wait * us / chunks, 1);
+        t_j.num("between_layers_us", L > 1 ? between * 1e-3 / (L - 1) : 0.0, 1);
+        t_j.num("chunk_topk_us", sel * us / chunks, 1);
+        t_j.num("chunk_fetch_us", fetch * us / chunks, 1);
+        t_j.num("chunk_attend_us", att * us / chunks, 1);
+        t_j.num("last_chunk_topk_us", last_sel * us, 1);
+        t_j.num("last_chunk_fetch_us", last_fetch * us, 1);
+        t_j.num("last_chunk_attend_us", last_att * us, 1);
+        g_json_timelines.push_back(t_j.done());
     }
     r.lanes_ms = 0;
     r.wall_ms = 0;
-    if (b->lanes && transport != FATHOM_CUDA_GATHER_CUB) {
+    if (b->lanes) {
         CK(cudaMemset(b->d_out, 0xff, (size_t)L * P * GROUP * DIM * 4));
         r.lanes_ms = time_graph(b, &cfg, args.data(), b->lanes, graph_reps, &r.wall_ms);
     }
@@ -431,8 +508,8 @@ static run_result run_config(bench_ctx *b, const method_spec *m, uint64_t n, uin
         /* speculative prefetch: during layer l's tail, the first `pf` heads of
          * layer l+1 as that layer planned them one decode step earlier (its
          * plans from the previous step's queries: same channel scales, fresh
-         * draws, which reuse ~77 % of a head's bytes, real activations 79 %,
-         * RESULTS). Every prefetched byte is counted as moved. */
+         * draws, which reuse ~77 % of a head's bytes; on real activations
+         * 79 %). Every prefetched byte is counted as moved. */
         const uint32_t pf = std::min(b->prefetch, P);
         for (uint32_t l = 0; l < L; l++) {
             fathom_cuda_step_args a = args[l];
@@ -596,6 +673,32 @@ static std::vector<uint64_t> parse_list_u64(const char *s) {
     return v;
 }
 
+/* The host CPU's model name and online cores. */
+static std::string host_cpu(void) {
+    std::string model = "unknown CPU";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "model name", 10)) {
+                const char *c = strchr(line, ':');
+                if (c) {
+                    model = c + 1 + (c[1] == ' ');
+                    while (!model.empty() && (model.back() == '\n' || model.back() == ' ')) model.pop_back();
+                }
+                break;
+            }
+        fclose(f);
+    }
+    return model + ", " + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " cores";
+}
+
+static std::string list_json(const std::vector<uint64_t> &v) {
+    std::vector<std::string> items;
+    for (uint64_t x : v) items.push_back(std::to_string((unsigned long long)x));
+    return jarray(items);
+}
+
 int main(int argc, char **argv) {
     const char *out_dir = ".";
     std::vector<uint64_t> contexts = parse_list_u64("32k,128k,256k,512k,1M");
@@ -606,8 +709,10 @@ int main(int argc, char **argv) {
     uint64_t oracle_max = 1ull << 20;
     int extras = 1, resident_only = 0; /* --resident-only: just the HBM-resident section */
     uint32_t lane_count = 3, per_chunk = 0, prefetch = 0, prefetch_last_min = 0;
+    int json = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
+        else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--contexts") && i + 1 < argc) contexts = parse_list_u64(argv[++i]);
         else if (!strcmp(argv[i], "--batches") && i + 1 < argc) batches = parse_list_u64(argv[++i]);
         else if (!strcmp(argv[i], "--methods") && i + 1 < argc) method_list = argv[++i];
@@ -629,6 +734,13 @@ int main(int argc, char **argv) {
     }
     if (g_topk < 36 || g_topk > FATHOM_CUDA_MAX_K) { fprintf(stderr, "--k 36..%d\n", FATHOM_CUDA_MAX_K); return 2; }
     if (lane_count > FATHOM_CUDA_MAX_LANES) { fprintf(stderr, "--lanes 0..%d\n", FATHOM_CUDA_MAX_LANES); return 2; }
+    /* --json: stdout is the JSON's alone; the human output goes to stderr */
+    FILE *json_out = NULL;
+    if (json) {
+        fflush(stdout);
+        const int fd = dup(1);
+        if (fd < 0 || dup2(2, 1) < 0 || !(json_out = fdopen(fd, "w"))) { perror("--json"); return 1; }
+    }
     if (!fathom_cuda_device_present()) { printf("bench_cuda_step: %s\n", fathom_last_error()); return 77; }
     std::vector<method_spec> methods;
     {
@@ -650,6 +762,48 @@ int main(int argc, char **argv) {
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+    jobj head; /* what produced the numbers */
+    {
+        char date[16], machine[512];
+        const time_t now = time(NULL);
+        strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
+        snprintf(machine, sizeof machine, "%s / %s", prop.name, host_cpu().c_str());
+        std::string cmd;
+        for (int i = 0; i < argc; i++) {
+            if (i) cmd += " ";
+            const bool quote = strpbrk(argv[i], " \t'\"$") != NULL || !*argv[i];
+            if (!quote) { cmd += argv[i]; continue; }
+            cmd += "'";
+            for (const char *c = argv[i]; *c; c++) cmd += *c == '\'' ? std::string("'\\''") : std::string(1, *c);
+            cmd += "'";
+        }
+        head.str("bench", "bench_cuda_step");
+        head.str("machine", machine);
+        head.str("gpu", prop.name);
+        head.u64("gpu_sms", (uint64_t)prop.multiProcessorCount);
+        head.u64("gpu_l2_mib", (uint64_t)(prop.l2CacheSize >> 20));
+        head.str("cpu", host_cpu().c_str());
+        head.str("date", date);
+        head.str("command", cmd.c_str());
+        head.str("commit", getenv("FATHOM_COMMIT") && *getenv("FATHOM_COMMIT") ? getenv("FATHOM_COMMIT") : NULL);
+        jobj par;
+        par.u64("layers", layers);
+        par.u64("kv_heads", KV_HEADS);
+        par.u64("group", GROUP);
+        par.u64("dim", DIM);
+        par.u64("k", g_topk);
+        par.u64("reps", reps);
+        par.u64("lanes", lane_count);
+        par.u64("chunk", per_chunk);
+        par.u64("prefetch", prefetch);
+        par.u64("prefetch_last_min", prefetch_last_min);
+        par.raw("contexts", list_json(contexts));
+        par.raw("batches", list_json(batches));
+        par.str("methods", method_list);
+        par.u64("extras", (uint64_t)extras);
+        par.u64("resident_only", (uint64_t)resident_only);
+        head.raw("params", par.done());
+    }
 
     const uint64_t n_max = *std::max_element(contexts.begin(), contexts.end());
     const uint64_t N_max = *std::max_element(batches.begin(), batches.end());
@@ -672,6 +826,16 @@ int main(int argc, char **argv) {
     printf("host arenas (pinned, mapped): planes %.1f GiB, scales %.2f GiB, landmarks %.1f GiB, K %.1f GiB, "
            "V %.1f GiB; filled and registered in %.1f s\n",
            a.planes_cap / gib, a.scales_cap / gib, a.lm_cap / gib, a.kv_cap / gib, a.kv_cap / gib, now_s() - t0);
+    {
+        jobj ar;
+        ar.num("planes_gib", a.planes_cap / gib, 3);
+        ar.num("scales_gib", a.scales_cap / gib, 3);
+        ar.num("landmarks_gib", a.lm_cap / gib, 3);
+        ar.num("k_gib", a.kv_cap / gib, 3);
+        ar.num("v_gib", a.kv_cap / gib, 3);
+        ar.num("fill_s", now_s() - t0, 1);
+        head.raw("host_arenas", ar.done());
+    }
 
     bench_ctx b;
     memset(&b, 0, sizeof b);
@@ -690,6 +854,7 @@ int main(int argc, char **argv) {
     const double link = link_rate(a.planes, link_dev, link_bytes, b.stream);
     CK(cudaFree(link_dev));
     printf("link: %.1f GB/s host->device (1 GiB cudaMemcpyAsync from the pinned arena)\n", link);
+    head.num("link_GBps", link, 2);
     fprintf(csv, "link,memcpy,0,0,copy,-,0,0,0,0,0,0,0,0,0,0,0,0,0,%.2f,0,0,0,0,0\n", link);
 
     /* workspace for the largest config */
@@ -703,11 +868,10 @@ int main(int argc, char **argv) {
     for (uint64_t N : batches)
         for (uint64_t n : contexts)
             for (const method_spec &m : all_methods)
-                for (int tr = 0; tr <= FATHOM_CUDA_DIRECT; tr++) {
-                    if ((m.scan == FATHOM_CUDA_SCAN_LANDMARK || m.scan == FATHOM_CUDA_SCAN_ORACLE) && tr == 1) continue;
+                for (fathom_cuda_transport tr : {FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_RESIDENT, FATHOM_CUDA_DIRECT}) {
                     if (m.scan == FATHOM_CUDA_SCAN_ORACLE && (n > oracle_max || N != 1)) continue;
                     fathom_cuda_config cfg = {DIM, GROUP, (uint32_t)(N * KV_HEADS), n, g_topk, 4, 32,
-                                              m.scan, m.param, (fathom_cuda_transport)tr, FATHOM_CUDA_KEYS_BF16, 0};
+                                              m.scan, m.param, tr, 0, FATHOM_CUDA_KEYS_BF16};
                     if (cfg.param == 0 && m.scan <= FATHOM_CUDA_SCAN_TOP_CHANNELS) continue;
                     size_t s;
                     FK(fathom_cuda_workspace_size(&cfg, &s));
@@ -730,6 +894,7 @@ int main(int argc, char **argv) {
     b.ev = (cudaEvent_t *)malloc(sizeof(cudaEvent_t) * layers * (FATHOM_CUDA_PHASES + 1));
     for (uint32_t i = 0; i < layers * (FATHOM_CUDA_PHASES + 1); i++) CK(cudaEventCreate(&b.ev[i]));
     printf("workspace %.2f GiB\n", ws_max / gib);
+    head.num("workspace_gib", ws_max / gib, 3);
 
     /* queries and variances: log-normal channel scales, fixed per (layer, head) */
     std::vector<float> q(layers * P_max * GROUP * DIM), var(layers * P_max * DIM), qscale(q.size());
@@ -783,6 +948,36 @@ int main(int argc, char **argv) {
                wall, r.phase_ms[0], r.phase_ms[1], r.phase_ms[2], r.phase_ms[3], r.phase_ms[4], r.phase_ms[5],
                other, r.scan_bytes / GB, r.row_bytes / GB, r.bits_per_token, best / floor_ms,
                h.idx_sets < needed ? " (rotated)" : "");
+        jobj row;
+        row.str("section", section);
+        row.str("method", m.name);
+        row.u64("context", n);
+        row.u64("batch", N);
+        row.str("transport", tr);
+        row.str("keys", keys);
+        row.num("step_ms", r.step_ms, 3);
+        row.num("lanes_ms", r.lanes_ms, 3);
+        row.num("best_ms", best, 3);
+        row.num("wall_ms", wall, 3);
+        row.num("plan_ms", r.phase_ms[0], 3);
+        row.num("transfer_ms", r.phase_ms[1], 3);
+        row.num("scan_ms", r.phase_ms[2], 3);
+        row.num("topk_ms", r.phase_ms[3], 3);
+        row.num("fetch_ms", r.phase_ms[4], 3);
+        row.num("attend_ms", r.phase_ms[5], 3);
+        row.num("other_ms", other, 3);
+        row.num("scan_GB", r.scan_bytes / GB, 4);
+        row.num("row_GB", r.row_bytes / GB, 4);
+        row.num("bits_per_token", r.bits_per_token, 2);
+        row.num("link_GBps", link, 2);
+        row.num("floor_ms", floor_ms, 3);
+        row.num("xfloor", best / floor_ms, 3);
+        if (resident) row.num("scan_index_GBps", r.scan_bytes / (r.phase_ms[2] * 1e-3) / GB, 1);
+        row.u64("idx_sets_held", h.idx_sets);
+        row.u64("idx_sets_needed", needed);
+        row.u64("lm_sets_held", h.lm_sets);
+        row.u64("kv_sets_held", h.kv_sets);
+        row.u64("rotated", h.idx_sets < needed);
         fprintf(csv, "%s,%s,%llu,%llu,%s,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,%.2f,%.2f,%.3f,%.3f,%llu,%llu,%llu\n",
                 section, m.name, (unsigned long long)n, (unsigned long long)N, tr, keys, r.step_ms,
                 r.lanes_ms, wall, r.phase_ms[0], r.phase_ms[1], r.phase_ms[2], r.phase_ms[3], r.phase_ms[4], r.phase_ms[5], other,
@@ -802,7 +997,22 @@ int main(int argc, char **argv) {
                     r.phase_ms[5], other, r.pf_scan_bytes / GB, r.row_bytes / GB, r.bits_per_token, link,
                     pf_floor, r.pf_ms / pf_floor, (unsigned long long)h.idx_sets, (unsigned long long)needed,
                     (unsigned long long)h.kv_sets);
+            jobj pf;
+            pf.u64("heads", b.prefetch);
+            pf.u64("last_min_depth", b.prefetch_last_min);
+            pf.num("ms", r.pf_ms, 3);
+            pf.num("wall_ms", r.pf_wall_ms, 3);
+            pf.num("without_ms", r.lanes_ms, 3);
+            pf.num("plane_GB", r.pf_scan_bytes / GB, 4);
+            pf.num("plans_GB", r.scan_bytes / GB, 4);
+            pf.num("hit_pct", 100 * r.pf_hit, 2);
+            pf.num("waste_pct", 100 * r.pf_waste, 2);
+            pf.num("floor_ms", pf_floor, 3);
+            pf.num("xfloor", r.pf_ms / pf_floor, 3);
+            pf.num("xfloor_of_plans", r.pf_ms / floor_ms, 3);
+            row.raw("prefetch", pf.done());
         }
+        g_json_rows.push_back(row.done());
         fflush(csv);
         fflush(stdout);
     };
@@ -856,17 +1066,25 @@ int main(int argc, char **argv) {
                 make_fixed(&m0, var.data(), layers * P, fixed.data());
                 CK(cudaMemcpy(b.d_fixed, fixed.data(), fixed.size(), cudaMemcpyHostToDevice));
                 run_result rk = run_config(&b, &m0, n, P, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 3, 2 * DIM);
-                run_result rc = run_config(&b, &m0, n, P, FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 3, 2 * DIM);
-                report("transport", m0, n, N, "cub", "kv", rc, h, needed);
                 /* cudaMemcpyBatchAsync over the same runs (plans from the last run) */
                 const float batch_ms = time_batch_memcpy(&b, probs, n, P, (uint8_t *)b.ws);
-                printf("   transfer of %s, %llu tokens, %u layers: kernel %.2f ms (%.1f GB/s), cub %.2f ms (%.1f GB/s), "
+                printf("   transfer of %s, %llu tokens, %u layers: kernel %.2f ms (%.1f GB/s), "
                        "cudaMemcpyBatchAsync %.2f ms (%.1f GB/s), link %.1f GB/s\n",
                        m0.name, (unsigned long long)n, layers, rk.phase_ms[1], rk.scan_bytes / (rk.phase_ms[1] * 1e-3) / GB,
-                       rc.phase_ms[1], rc.scan_bytes / (rc.phase_ms[1] * 1e-3) / GB, batch_ms,
-                       rk.scan_bytes / (batch_ms * 1e-3) / GB, link);
-                fprintf(csv, "gather,%s,%llu,1,kernel|cub|batch,-,%.3f,%.3f,%.3f,0,0,0,0,0,0,0,%.4f,0,0,%.2f,0,0,0,0,0\n",
-                        m0.name, (unsigned long long)n, rk.phase_ms[1], rc.phase_ms[1], batch_ms, rk.scan_bytes / GB, link);
+                       batch_ms, rk.scan_bytes / (batch_ms * 1e-3) / GB, link);
+                fprintf(csv, "gather,%s,%llu,1,kernel|batch,-,%.3f,0,%.3f,0,0,0,0,0,0,0,%.4f,0,0,%.2f,0,0,0,0,0\n",
+                        m0.name, (unsigned long long)n, rk.phase_ms[1], batch_ms, rk.scan_bytes / GB, link);
+                jobj tj;
+                tj.str("method", m0.name);
+                tj.u64("context", n);
+                tj.u64("layers", layers);
+                tj.num("scan_GB", rk.scan_bytes / GB, 4);
+                tj.num("kernel_ms", rk.phase_ms[1], 3);
+                tj.num("kernel_GBps", rk.scan_bytes / (rk.phase_ms[1] * 1e-3) / GB, 1);
+                tj.num("batch_memcpy_ms", batch_ms > 0 ? batch_ms : NAN, 3); /* null: the call failed */
+                tj.num("batch_memcpy_GBps", batch_ms > 0 ? rk.scan_bytes / (batch_ms * 1e-3) / GB : NAN, 1);
+                tj.num("link_GBps", link, 2);
+                g_json_transfers.push_back(tj.done());
                 /* K and V in separate arrays (two reads per fetched token), and the bit
                  * planes as the primary K cache (winners decoded from all four planes,
                  * only V rows fetched) */
@@ -945,9 +1163,17 @@ int main(int argc, char **argv) {
         const double link_end = link_rate(a.planes, link_dev2, link_bytes, b.stream);
         CK(cudaFree(link_dev2));
         printf("link at the end: %.1f GB/s (start %.1f)\n", link_end, link);
+        head.num("link_end_GBps", link_end, 2);
         fprintf(csv, "link-end,memcpy,0,0,copy,-,0,0,0,0,0,0,0,0,0,0,0,0,0,%.2f,0,0,0,0,0\n", link_end);
     }
     fclose(csv);
     printf("\nwrote %s\n", path);
+    if (json_out) {
+        head.raw("rows", jarray(g_json_rows));
+        head.raw("transfers", jarray(g_json_transfers));
+        head.raw("timelines", jarray(g_json_timelines));
+        fprintf(json_out, "%s\n", head.done().c_str());
+        if (fclose(json_out) != 0) { perror("--json"); return 1; }
+    }
     return 0;
 }

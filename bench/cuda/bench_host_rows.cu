@@ -4,7 +4,7 @@
  * The offload step fetches the union of each KV head's winners: ~1-2k rows
  * of 512 bytes (K and V interleaved) scattered over the head's whole
  * context. At 32k tokens those reads reach the link rate; at 1M they run at
- * a third of it for the same bytes (bench/RESULTS.md). This program reads
+ * a third of it for the same bytes (measured on an H200). This program reads
  * sorted random 512-byte rows from spans of 8 MiB .. 8 GiB of host memory
  * allocated four ways and prints GB/s, so the cause (page translation) and
  * the cure (larger pages) are measured side by side:

@@ -1,12 +1,12 @@
 /* bench_link_share — how the copy engines and SM-side reads share the link.
  *
- * SM-side reads of mapped host memory top out near 51 GB/s on the H200 host,
- * the copy engines near 55 (bench/RESULTS.md). If both run at once, does the
- * link carry more than either alone, and in what shares? And what does one
+ * SM-side reads of mapped host memory top out near 51 GB/s on the H200 host
+ * (bench_host_rows), the copy engines near 55 (bench_cuda_step's link line).
+ * If both run at once, does the link carry more than either alone, and in what shares? And what does one
  * copy cost when the runs are those of a plane prefix (one cudaMemcpy2DAsync
  * for m equal runs at the channel stride, or one graph memcpy node a run)?
  * This decides whether moving part of a step's planes by copy engine can beat
- * the gather kernel (RESULTS, sixth session).
+ * the gather kernel (on the H200 it did not: the gather kernel stays).
  *
  * It prints, for one 1 GiB transfer split between a cudaMemcpyAsync and the
  * gather kernel's shape (32 blocks x 256 threads, equal contiguous shares,

@@ -3,6 +3,8 @@
 #ifndef FATHOM_CUDA_INTERNAL_CUH
 #define FATHOM_CUDA_INTERNAL_CUH
 
+/* the library implements the experimental switches too */
+#define FATHOM_CUDA_EXPERIMENTAL
 #include "fathom_cuda.h"
 
 extern "C" {
@@ -53,11 +55,6 @@ typedef struct fc_workspace {
     uint64_t *stage;       /* staging: plane words / landmarks / bf16 keys, [P][stage_words] */
     uint16_t *stage_scales;/* [P][dim][nb] */
     uint64_t stage_words;  /* per problem, in uint64 */
-    const void **run_src;  /* [P][2*dim] for the CUB transport */
-    void **run_dst;
-    size_t *run_size;
-    void *cub_temp;
-    size_t cub_temp_bytes;
     float *scores;         /* [P][G][n] */
     uint32_t *hist;        /* [P*G][2][FC_HIST_BINS]: the select's two histogram levels */
     uint32_t *counters;    /* [P*G][FC_COUNTERS] blocks finished: histogram level 1, compact */
@@ -91,7 +88,7 @@ static inline bool fc_scan_counts_level0(fathom_cuda_scan_kind s) { return fc_us
 
 /* Transports that copy the index into HBM staging before the scan. */
 static inline bool fc_staged(fathom_cuda_transport t) {
-    return t == FATHOM_CUDA_GATHER_KERNEL || t == FATHOM_CUDA_GATHER_CUB;
+    return t == FATHOM_CUDA_GATHER_KERNEL;
 }
 
 static inline uint32_t fc_blocks_of(uint64_t n) { return (uint32_t)((n + 63) / 64); }

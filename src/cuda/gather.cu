@@ -14,47 +14,35 @@
  * The kernel transport: a fixed grid, each block an equal share of the
  * planned bytes, 16-byte loads (the measured ceiling for mapped host reads,
  * HARDWARE.md), four in flight per thread; behind another gather on the
- * same stream it starts as that one's last loads are issued. The CUB transport builds the same
- * list as pointer arrays and hands it to cub::DeviceMemcpy::Batched. */
+ * same stream it starts as that one's last loads are issued. (cub::DeviceMemcpy::Batched
+ * over the same run list measured no faster: docs/results.md.) */
 #include "cuda_internal.cuh"
 
 #include <cub/block/block_scan.cuh>
-#include <cub/device/device_memcpy.cuh>
 
 #define GATHER_THREADS 256
 #define GATHER_CHUNK (64u * 1024u) /* a dense run's unit; 32 and 128 KiB measured no better */
 /* Blocks of the plane gather, each with an equal share of the bytes: 33
  * blocks of 256 threads with 4 loads in flight already read mapped host
- * memory at the link's SM-side rate (51.3 GB/s, bench_host_rows), and every
- * block more holds an SM the scans of a pipelined step need (at 1M, 128
- * busy blocks stretched the tail of a layer from 155 to 235 us; 32 gave the
- * shortest step of 16-128, RESULTS fifth session). -D FC_GATHER_GRID and
- * FC_GATHER_LOADS set them for an A/B. */
-#ifndef FC_GATHER_GRID
-#define FC_GATHER_GRID 32u
-#endif
-#define GATHER_GRID FC_GATHER_GRID
-#ifndef FC_GATHER_LOADS
-#define FC_GATHER_LOADS 4
-#endif
-#define GATHER_LOADS FC_GATHER_LOADS /* 16-byte loads in flight per thread */
+ * memory at the link's SM-side rate (51.3 GB/s on an H200, bench_host_rows),
+ * and every block more holds an SM the scans of a pipelined step need (at
+ * 1M, 128 busy blocks stretched the tail of a layer from 155 to 235 us; 32
+ * gave the shortest step of 16-128). */
+#define GATHER_GRID 32u
+#define GATHER_LOADS 4 /* 16-byte loads in flight per thread */
 /* Bytes of a block's share still to load when the next gather on the stream
  * may launch (at most a quarter of the share). Before another chunk's
- * gather: three rounds of the copy loop (256 threads x 4 x 16 B each), so
- * the next head's bytes start while this one's last ones are in flight (1M
- * prefetch step -1.1 % against one round; 32/64/96 KiB measured, RESULTS
- * sixth session). Before the next layer's prefetch (FC_GATHER_EARLY_LAST):
- * one round; a prefetch started earlier takes the link from the last head,
- * whose scan the layer's tail waits for (32 KiB for both: +0.2 % with
- * prefetch, run 50). Much earlier still lets the launches chain until every
- * chunk's gather shares the link and no chunk's bytes arrive before the end
- * (run 48: +35 %). */
-#ifndef FC_GATHER_EARLY
-#define FC_GATHER_EARLY (48u * 1024u)
-#endif
-#ifndef FC_GATHER_EARLY_LAST
-#define FC_GATHER_EARLY_LAST (16u * 1024u)
-#endif
+ * gather (GATHER_EARLY): three rounds of the copy loop (256 threads x 4 x
+ * 16 B each), so the next head's bytes start while this one's last ones are
+ * in flight (a 1M step with prefetch 1.1 % faster than with one round; 32,
+ * 64 and 96 KiB no better). Before the next layer's prefetch
+ * (GATHER_EARLY_LAST): one round; a prefetch started earlier takes the link
+ * from the last head, whose scan the layer's tail waits for (32 KiB for
+ * both: 0.2 % slower with prefetch). Much earlier still lets the launches
+ * chain until every chunk's gather shares the link and no chunk's bytes
+ * arrive before the end (35 % slower). */
+#define GATHER_EARLY (48u * 1024u)
+#define GATHER_EARLY_LAST (16u * 1024u)
 /* landmark and bf16-key runs: a grid-stride over 64 KiB chunks (1024 blocks
  * filled the SMs, so the scan of one chunk waited for the next chunk's gather) */
 #define GATHER_DENSE_GRID 128u
@@ -151,7 +139,7 @@ gather_planes_kernel(uint32_t problems_n, uint32_t nb, const uint8_t *depths,
                              hi = total * (blockIdx.x + 1) / gridDim.x;
     /* the next gather may launch once early_bytes, and at most a quarter,
      * of the share are left (at 256k tokens a block's share of one head is
-     * ~56 KiB: 48 KiB left made the launches chain, RESULTS sixth session) */
+     * ~56 KiB: with 48 KiB left the launches chain) */
     const unsigned long long left = early_bytes < (hi - lo) / 4 ? early_bytes : (hi - lo) / 4,
                              early = hi - lo - left;
     unsigned long long base = 0, done = 0;
@@ -207,22 +195,6 @@ gather_dense_kernel(int landmarks, uint64_t len, const fathom_cuda_problem *prob
     }
 }
 
-/* The same run list as pointer arrays for cub::DeviceMemcpy::Batched. */
-static __global__ void build_runs_kernel(uint32_t nb, const uint8_t *depths,
-                                         const fathom_cuda_problem *problems, uint64_t *stage,
-                                         uint64_t stage_words, uint16_t *stage_scales,
-                                         const void **src, void **dst, size_t *size) {
-    const uint32_t p = blockIdx.x, j = threadIdx.x;
-    const uint32_t t = depths[(size_t)p * FC_DIM + j];
-    const size_t slot = ((size_t)p * FC_DIM + j) * 2;
-    src[slot] = problems[p].planes + (size_t)j * FATHOM_PLANES * nb;
-    dst[slot] = stage + p * stage_words + (size_t)j * FATHOM_PLANES * nb;
-    size[slot] = (size_t)t * nb * 8;
-    src[slot + 1] = problems[p].scales + (size_t)j * nb;
-    dst[slot + 1] = stage_scales + ((size_t)p * FC_DIM + j) * nb;
-    size[slot + 1] = t ? (size_t)nb * 2 : 0;
-}
-
 int fc_gather(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems,
               const fc_workspace *ws, const uint8_t *staged, uint32_t staged_count,
               bool behind, bool chunk_follows, cudaStream_t stream) {
@@ -241,19 +213,6 @@ int fc_gather(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems
         FATHOM_CUDA_LAUNCHED();
         return FATHOM_OK;
     }
-    if (cfg->transport == FATHOM_CUDA_GATHER_CUB) {
-        build_runs_kernel<<<cfg->problems, FC_DIM, 0, stream>>>(nb, ws->depths, problems, ws->stage,
-                                                                 ws->stage_words, ws->stage_scales,
-                                                                 ws->run_src, ws->run_dst,
-                                                                 ws->run_size);
-        FATHOM_CUDA_LAUNCHED();
-        size_t temp = ws->cub_temp_bytes;
-        FATHOM_CUDA_TRY(cub::DeviceMemcpy::Batched(ws->cub_temp, temp, ws->run_src, ws->run_dst,
-                                                   ws->run_size,
-                                                   (uint32_t)((size_t)cfg->problems * FC_DIM * 2),
-                                                   stream));
-        return FATHOM_OK;
-    }
     /* Behind another gather (the chunks of a pipelined step, back to back on
      * the link stream) this one launches while that one's last bytes are in
      * flight, so the link does not drain between them. */
@@ -270,16 +229,7 @@ int fc_gather(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems
                                        (const uint8_t *)ws->depths, problems, ws->stage,
                                        ws->stage_words, ws->stage_scales, staged,
                                        staged ? staged_count : 0u,
-                                       chunk_follows ? FC_GATHER_EARLY : FC_GATHER_EARLY_LAST));
+                                       chunk_follows ? GATHER_EARLY : GATHER_EARLY_LAST));
     FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
-}
-
-/* Temporary bytes cub::DeviceMemcpy::Batched needs for `runs` buffers. */
-extern "C++" size_t fc_cub_temp_bytes(uint32_t runs) {
-    size_t bytes = 0;
-    if (cub::DeviceMemcpy::Batched(NULL, bytes, (const void **)NULL, (void **)NULL,
-                                   (const size_t *)NULL, runs, (cudaStream_t)0) != cudaSuccess)
-        return 0;
-    return bytes;
 }

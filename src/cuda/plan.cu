@@ -72,17 +72,13 @@ static __global__ void plan_top_channels_kernel(uint32_t group, uint32_t r, cons
     depths[(size_t)p * FC_DIM + j] = rank < r ? FATHOM_PLANES : 0;
 }
 
-static __global__ void plan_fixed_kernel(const uint8_t *fixed, uint8_t *depths) {
+/* The caller's depths, clamped to 0..4 (device data is not validated).
+ * whole: a nibble label cache of the channels whose fixed depth is nonzero
+ * (a nibble is read whole: its run is 4 * nb words whatever the depth). */
+static __global__ void plan_fixed_kernel(const uint8_t *fixed, bool whole, uint8_t *depths) {
     size_t i = (size_t)blockIdx.x * FC_DIM + threadIdx.x;
-    uint8_t t = fixed[i];
-    depths[i] = t > FATHOM_PLANES ? FATHOM_PLANES : t; /* clamp: device data is not validated */
-}
-
-/* A nibble label cache of the channels whose fixed depth is nonzero (a
- * nibble is read whole: its run is 4 * nb words whatever the depth). */
-static __global__ void plan_nibble_kernel(const uint8_t *fixed, uint8_t *depths) {
-    size_t i = (size_t)blockIdx.x * FC_DIM + threadIdx.x;
-    depths[i] = fixed[i] ? FATHOM_PLANES : 0;
+    const uint8_t t = fixed[i];
+    depths[i] = whole ? (t ? FATHOM_PLANES : 0) : t > FATHOM_PLANES ? FATHOM_PLANES : t;
 }
 
 int fc_plan(const fathom_cuda_config *cfg, const float *queries, const float *variance,
@@ -97,11 +93,11 @@ int fc_plan(const fathom_cuda_config *cfg, const float *queries, const float *va
                                                                        queries, depths);
         break;
     case FATHOM_CUDA_SCAN_FIXED:
-        plan_fixed_kernel<<<cfg->problems, FC_DIM, 0, stream>>>(fixed_depths, depths);
+        plan_fixed_kernel<<<cfg->problems, FC_DIM, 0, stream>>>(fixed_depths, false, depths);
         break;
     case FATHOM_CUDA_SCAN_NIBBLE4: /* all 4 bits of every channel, or of the fixed ones */
         if (fixed_depths) {
-            plan_nibble_kernel<<<cfg->problems, FC_DIM, 0, stream>>>(fixed_depths, depths);
+            plan_fixed_kernel<<<cfg->problems, FC_DIM, 0, stream>>>(fixed_depths, true, depths);
             break;
         }
         FATHOM_CUDA_TRY(cudaMemsetAsync(depths, FATHOM_PLANES, (size_t)cfg->problems * FC_DIM, stream));

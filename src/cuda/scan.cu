@@ -20,7 +20,7 @@
  * and khat is one fma of it with a and a per-channel constant (below):
  * ~2.5 fewer operations per token and channel than 2^22 + c + 0.5 from
  * c << 1, a subtraction and a multiply, which made the scans in HBM only
- * 1-3 % faster (they are latency- as much as issue-bound; RESULTS).
+ * 1-3 % faster (they are latency- as much as issue-bound).
  *
  * Exactness: khat = (c + 0.5 - 2^(t-1)) * (a / 2^(t-1)) is exact in float (5
  * and 11 significant bits), as is the CPU kernels' plane-by-plane form of
@@ -68,8 +68,7 @@ scan_lane(float (&acc)[TOK][G], uint32_t c0, uint32_t c1, const uint8_t *s_chan,
      * a channel's words are turned into codes first, which frees its buffer
      * for the load two channels ahead before the multiply-adds (one channel
      * ahead left half the issue slots idle at a quarter of the warp slots;
-     * a third buffer for the words being decoded spilled at 128 registers,
-     * RESULTS run 39) */
+     * a third buffer for the words being decoded spilled at 128 registers) */
     uint64_t wa[FATHOM_PLANES], wb[FATHOM_PLANES];
     uint16_t sa = 0, sb = 0;
     auto load = [&](uint32_t c, uint64_t (&next)[FATHOM_PLANES], uint16_t &next_scale) {
@@ -410,7 +409,7 @@ static int launch_scan(const fathom_cuda_config *cfg, const fathom_cuda_problem 
     const bool nibble = cfg->scan == FATHOM_CUDA_SCAN_NIBBLE4;
     /* 16 tokens a lane (G accumulators each) up to G = 4, else 8. Measured
      * for one KV head at 1M in a pipelined step, 8 tokens (twice the CTAs)
-     * made the chunk's scan + top-k slower (92 -> 119 us), RESULTS. */
+     * made the chunk's scan + top-k slower (92 -> 119 us on an H200). */
     const int TOK = G <= 4 ? 16 : 8;
     if (nibble) return launch_planes<G, TOK, true>(cfg, problems, ws, queries, scores, tally, stream);
     return launch_planes<G, TOK, false>(cfg, problems, ws, queries, scores, tally, stream);

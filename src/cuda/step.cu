@@ -4,8 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-size_t fc_cub_temp_bytes(uint32_t runs);
-
 static int check_config(const fathom_cuda_config *c) {
     FATHOM_CHECK_ARG(c != NULL, "config is NULL");
     FATHOM_CHECK(c->dim != FC_DIM, FATHOM_ERR_UNSUPPORTED, "dim %u: the CUDA kernels need %d",
@@ -25,25 +23,21 @@ static int check_config(const fathom_cuda_config *c) {
     /* Enum fields are read as plain ints: in C++ loading an enum that holds
      * an undeclared value is undefined, and a bad value is exactly what this
      * check is for. */
-    int scan_v, transport_v, key_rows_v;
+    int scan_v, transport_v;
     memcpy(&scan_v, &c->scan, sizeof scan_v);
     memcpy(&transport_v, &c->transport, sizeof transport_v);
-    memcpy(&key_rows_v, &c->key_rows, sizeof key_rows_v);
     FATHOM_CHECK_ARG(scan_v >= FATHOM_CUDA_SCAN_WATER_FILL && scan_v <= FATHOM_CUDA_SCAN_NIBBLE4,
                      "unknown scan kind %d", scan_v);
     FATHOM_CHECK_ARG(transport_v >= FATHOM_CUDA_GATHER_KERNEL && transport_v <= FATHOM_CUDA_DIRECT,
                      "unknown transport %d", transport_v);
-    FATHOM_CHECK_ARG(key_rows_v == FATHOM_CUDA_KEYS_BF16 || key_rows_v == FATHOM_CUDA_KEYS_PLANES,
-                     "unknown key rows %d", key_rows_v);
+    FATHOM_CHECK_ARG(c->key_rows == FATHOM_CUDA_KEYS_BF16 || c->key_rows == FATHOM_CUDA_KEYS_PLANES,
+                     "unknown key rows %u", c->key_rows);
     if (c->scan == FATHOM_CUDA_SCAN_WATER_FILL)
         FATHOM_CHECK_ARG(c->param >= 1 && c->param <= FATHOM_PLANES * FC_DIM,
                          "water-fill budget %u not in 1..%d", c->param, FATHOM_PLANES * FC_DIM);
     if (c->scan == FATHOM_CUDA_SCAN_TOP_CHANNELS)
         FATHOM_CHECK_ARG(c->param >= 1 && c->param <= FC_DIM, "top-channels r %u not in 1..%d",
                          c->param, FC_DIM);
-    FATHOM_CHECK_ARG(!(c->transport == FATHOM_CUDA_GATHER_CUB &&
-                       (c->scan == FATHOM_CUDA_SCAN_LANDMARK || c->scan == FATHOM_CUDA_SCAN_ORACLE)),
-                     "the CUB transport serves plane scans only");
     FATHOM_CHECK_ARG(c->row_stride == 0 || c->row_stride == FC_DIM || c->row_stride == 2 * FC_DIM,
                      "row_stride %u: 0, %d or %d", c->row_stride, FC_DIM, 2 * FC_DIM);
     FATHOM_CHECK_ARG(!(c->scan == FATHOM_CUDA_SCAN_ORACLE && c->row_stride == 2 * FC_DIM),
@@ -81,8 +75,6 @@ int fc_workspace_layout(const fathom_cuda_config *cfg, void *base_v, fc_workspac
             words = (uint64_t)FC_DIM * FATHOM_PLANES * nb;
         words = (words + 31) & ~(uint64_t)31; /* keep every problem's stage 256-byte aligned */
     }
-    const bool cub = cfg->transport == FATHOM_CUDA_GATHER_CUB;
-    const uint64_t runs = P * FC_DIM * 2;
     memset(ws, 0, sizeof *ws);
     size_t off = 0;
     ws->stage_words = words;
@@ -90,16 +82,6 @@ int fc_workspace_layout(const fathom_cuda_config *cfg, void *base_v, fc_workspac
     FATHOM_TRY(carve(base, &off, P * words, 8, (void **)&ws->stage));
     FATHOM_TRY(carve(base, &off, (staged && !dense) ? P * FC_DIM * nb : 0, 2,
                      (void **)&ws->stage_scales));
-    FATHOM_TRY(carve(base, &off, cub ? runs : 0, sizeof(void *), (void **)&ws->run_src));
-    FATHOM_TRY(carve(base, &off, cub ? runs : 0, sizeof(void *), (void **)&ws->run_dst));
-    FATHOM_TRY(carve(base, &off, cub ? runs : 0, sizeof(size_t), (void **)&ws->run_size));
-    ws->cub_temp_bytes = 0;
-    if (cub) {
-        FATHOM_CHECK(runs > 0xffffffffu, FATHOM_ERR_INVALID_ARG, "too many runs for CUB");
-        ws->cub_temp_bytes = fc_cub_temp_bytes((uint32_t)runs);
-        FATHOM_CHECK(ws->cub_temp_bytes == 0, FATHOM_ERR_DEVICE, "cub::DeviceMemcpy::Batched size query failed");
-    }
-    FATHOM_TRY(carve(base, &off, ws->cub_temp_bytes, 1, &ws->cub_temp));
     FATHOM_TRY(carve(base, &off, rows * n, 4, (void **)&ws->scores));
     /* hist, counters and cand_fill are adjacent: one memset per step zeroes them */
     FATHOM_TRY(carve(base, &off, rows * 2 * FC_HIST_BINS, 4, (void **)&ws->hist));
@@ -304,9 +286,6 @@ extern "C" int fathom_cuda_step(const fathom_cuda_config *config, const fathom_c
                      "a fixed scan needs fixed_depths");
     const fathom_cuda_lanes *lanes = args->lanes;
     FATHOM_CHECK_ARG(!lanes || !args->phase_events, "phase events time a one-stream step, not lanes");
-    FATHOM_CHECK_ARG(!lanes || config->transport != FATHOM_CUDA_GATHER_CUB,
-                     "lanes need the kernel, resident or direct transport (the CUB transport's "
-                     "temporary storage is one for the step)");
     FATHOM_CHECK_ARG(!lanes || (lanes->count >= 1 && lanes->count <= FATHOM_CUDA_MAX_LANES),
                      "lanes object is not one fathom_cuda_lanes_create made");
     /* prefetch and staged planes: plane runs in HBM staging, ordered on the lanes' link stream */

@@ -18,7 +18,9 @@
  *                memory; if they overflow the buffer, only with massive
  *                exact ties, the same select over the scores row: slow, exact).
  * The scores are read twice after the scan, by many blocks each (a single 11-bit
- * level left 5-20k candidates at 1M tokens and sent rows down the slow path).
+ * level leaves 5-20k candidates at 1M tokens and sends rows down the slow path).
+ * A histogram that cannot hold the m-th key (a workspace shared by two steps
+ * in flight, corrupted memory) makes find_bin trap: see there.
  * Then one block per KV head sorts each head's winners and builds the
  * union the row fetch moves. */
 #include "cuda_internal.cuh"
@@ -75,7 +77,7 @@ static __device__ bool last_block_of_row(uint32_t *counter, uint32_t blocks) {
 /* The bin (of ghist's FC_HIST_BINS, highest first) that holds the need-th
  * largest key, how many it still owes there and how many keys it holds.
  * Run by every thread of a block of TOPK_THREADS; need >= 1 and at most the
- * histogram's total, so exactly one bin qualifies. */
+ * histogram's total, so exactly one bin qualifies; otherwise it traps. */
 typedef struct found_bin {
     uint32_t bin, need, count;
 } found_bin;
@@ -99,8 +101,15 @@ static __device__ found_bin find_bin(const uint32_t *ghist, uint32_t need) {
         }
     __syncthreads();
     const found_bin f = s_found;
-    /* need outside 1..total is a caller's bug: fail loudly rather than
-     * select from an unset bin (k = sink + local once did, at 1M tokens) */
+    /* No bin holds the need-th key: need is 0 or the histogram counts fewer
+     * keys than the config promises. The host checks rule out both for a
+     * valid config (need = 0, k = sink + local, is handled before any
+     * find_bin), so this means the histogram was written under the step:
+     * a workspace used by two steps in flight, or memory corrupted. The
+     * block traps rather than select from an unset bin: the launch fails,
+     * the stream's next synchronisation returns a CUDA error (the context is
+     * lost), and a caller's bug is loud, never a silently wrong selection
+     * (fathom_cuda.h states this in its contract). */
     if (f.bin == NO_DIGIT) __trap();
     __syncthreads(); /* s_found and tmp are free again */
     return f;

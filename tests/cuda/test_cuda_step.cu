@@ -4,8 +4,13 @@
  * arithmetic (oracle scores within a stated tolerance); the winners equal
  * fathom_select over the GPU's own scores; the output matches fathom_attend
  * over the GPU's winners. Every output is poisoned before each step.
- * Argument checks run without a GPU; the rest exits 77 when none is present. */
+ * Every printed check says how many values it compared, and fails if it
+ * compared none where the case must compare some. Argument checks run
+ * without a GPU; the rest exits 77 when none is present. FATHOM_TEST_QUICK
+ * set (compute-sanitizer runs) keeps the cases of at most 20000 tokens
+ * over all problems. */
 #include "check.h"
+#define FATHOM_CUDA_EXPERIMENTAL /* nibble scans, planes as K, direct transport, traces */
 #include "fathom_cuda.h"
 extern "C" {
 #include "store_internal.h"
@@ -171,7 +176,7 @@ static void run_case(const test_case *tc) {
     const uint64_t n = tc->n, nb = (n + 63) / 64, nl = (n + 7) / 8;
     const uint32_t P = tc->problems, G = tc->group, rows = P * G;
     fathom_cuda_config cfg = {DIM, G, P, n, tc->k, tc->sink, tc->local, tc->scan, tc->param,
-                              tc->transport, tc->key_rows, tc->row_stride};
+                              tc->transport, tc->row_stride, (uint32_t)tc->key_rows};
     host_problem *hp = (host_problem *)calloc(P, sizeof *hp);
     fathom_cuda_problem *probs = (fathom_cuda_problem *)calloc(P, sizeof *probs);
     float *queries = (float *)malloc((size_t)rows * DIM * sizeof(float));
@@ -369,6 +374,8 @@ static void run_case(const test_case *tc) {
 
     int depth_bad = 0, score_bad = 0, sel_bad = 0, out_bad = 0, union_bad = 0;
     int layout_bad = 0, cpu_bad = 0, cpu_checked = 0;
+    /* comparisons made, per check */
+    uint64_t depth_n = 0, score_n = 0, sel_n = 0, out_n = 0, union_n = 0, layout_n = 0;
     /* the CPU kernels that fathom_store_scan picks on x86-64 with AVX2 or AVX-512 use fused
      * multiply-adds, as the GPU does; the portable one does not (then a tolerance applies) */
     const int cpu_exact = fathom_scan_kernel_available(FATHOM_SCAN_AVX2) ||
@@ -407,7 +414,7 @@ static void run_case(const test_case *tc) {
             memcpy(wdepth, fixed + p * DIM, DIM);
         }
         if (planes_scan)
-            for (uint32_t j = 0; j < DIM; j++) depth_bad += depths[p * DIM + j] != wdepth[j];
+            for (uint32_t j = 0; j < DIM; j++, depth_n++) depth_bad += depths[p * DIM + j] != wdepth[j];
         if (tc->scan <= FATHOM_CUDA_SCAN_FIXED || tc->scan == FATHOM_CUDA_SCAN_LANDMARK) {
             /* the CPU library on the same keys: the store's bytes are this test's layout, and
              * fathom_store_scan / fathom_landmarks_scan give the GPU's scores */
@@ -425,6 +432,7 @@ static void run_case(const test_case *tc) {
                 CHECK_OK(fathom_store_segment(st, 0, &view));
                 layout_bad += memcmp(view.planes, h->planes, nb * DIM * 32) != 0;
                 layout_bad += memcmp(view.scales, h->scales, nb * DIM * 2) != 0;
+                layout_n += 2;
                 CHECK_OK(fathom_store_scan(st, wdepth, qg, G, n, cpu_scores, NULL));
                 fathom_store_free(st);
             }
@@ -447,12 +455,13 @@ static void run_case(const test_case *tc) {
             }
             CHECK_OK(fathom_union_size(G, sets, counts, &want_union));
             union_bad += uni[p] != want_union;
+            union_n++;
         }
         for (uint32_t hh = 0; hh < G; hh++) {
             const uint32_t r = p * G + hh;
             const float *q = qg + hh * DIM;
             const float *sc = scores + (size_t)r * n;
-            for (uint64_t i = 0; i < n; i++) {
+            for (uint64_t i = 0; i < n; i++, score_n++) {
                 float ref;
                 if (planes_scan) {
                     ref = ref_plane_score(h->planes, h->scales, n, i, wdepth, q);
@@ -477,6 +486,7 @@ static void run_case(const test_case *tc) {
             uint32_t wc = 0;
             CHECK_OK(fathom_select(sc, n, tc->k, tc->sink, tc->local, work, want, &wc));
             if (cnt[r] != wc || memcmp(want, sel + (size_t)r * tc->k, wc * 4) != 0) sel_bad++;
+            sel_n++;
             /* attention over the GPU's winners, keys as the GPU reads them */
             const uint32_t c = cnt[r] <= tc->k ? cnt[r] : 0;
             for (uint32_t s = 0; s < c; s++) {
@@ -496,14 +506,29 @@ static void run_case(const test_case *tc) {
             CHECK_OK(fathom_attend(DIM, q, kf, vf, sel + (size_t)r * tc->k, c, ref_out));
             for (uint32_t j = 0; j < DIM; j++) out_bad += !isfinite(out[(size_t)r * DIM + j]);
             double rel = fathom_rel_l2(DIM, out + (size_t)r * DIM, ref_out);
+            out_n++;
             if (!(rel <= worst_rel)) worst_rel = rel;
         }
     }
-    printf("%-34s depths %d bad, scores %d bad (worst %.2g), vs CPU library %d of %d bad%s, "
-           "layout %d bad, selections %d bad, unions %d bad, out %d bad, worst rel %.2g\n",
-           tc->name, depth_bad, score_bad, worst_score, cpu_bad, cpu_checked,
-           cpu_exact ? " (bit-exact)" : " (tolerance)", layout_bad, sel_bad, union_bad, out_bad,
-           worst_rel);
+    /* the CPU library has kernels for the plane and landmark scans only; the
+     * store's layout is compared where the store is built (plane scans) */
+    const int want_cpu = tc->scan <= FATHOM_CUDA_SCAN_FIXED || tc->scan == FATHOM_CUDA_SCAN_LANDMARK;
+    const char *cpu_how = cpu_checked == 0 ? ""
+                          : cpu_exact || tc->scan == FATHOM_CUDA_SCAN_LANDMARK ? " bit-exact"
+                                                                               : " within 1e-5";
+    printf("%-34s depths %d bad of %llu, scores %d bad of %llu (worst %.2g), vs CPU library %d bad "
+           "of %d%s, layout %d bad of %llu, selections %d bad of %llu, unions %d bad of %llu, "
+           "out %d bad of %llu rows, worst rel %.2g\n",
+           tc->name, depth_bad, (unsigned long long)depth_n, score_bad, (unsigned long long)score_n,
+           worst_score, cpu_bad, cpu_checked, cpu_how, layout_bad, (unsigned long long)layout_n,
+           sel_bad, (unsigned long long)sel_n, union_bad, (unsigned long long)union_n, out_bad,
+           (unsigned long long)out_n, worst_rel);
+    /* every check that applies to this case compared something */
+    CHECK(!planes_scan || depth_n == (uint64_t)P * DIM);
+    CHECK(score_n == (uint64_t)rows * n);
+    CHECK(!want_cpu || cpu_checked == (int)(rows * n));
+    CHECK(!(want_cpu && tc->scan != FATHOM_CUDA_SCAN_LANDMARK) || layout_n == 2ull * P);
+    CHECK(sel_n == rows && union_n == P && out_n == rows);
     CHECK(cpu_bad == 0);
     CHECK(layout_bad == 0);
     CHECK(union_bad == 0);
@@ -535,7 +560,7 @@ static void run_case(const test_case *tc) {
 
 static void check_bad_arguments(void) {
     const fathom_cuda_config good = {DIM, 4, 2, 1000, 64, 4, 8, FATHOM_CUDA_SCAN_WATER_FILL, 48,
-                                     FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0};
+                                     FATHOM_CUDA_GATHER_KERNEL, 0, FATHOM_CUDA_KEYS_BF16};
     size_t bytes = 0;
     CHECK_OK(fathom_cuda_workspace_size(&good, &bytes));
     CHECK(bytes > 0);
@@ -563,7 +588,9 @@ static void check_bad_arguments(void) {
     BAD(param, 0, FATHOM_ERR_INVALID_ARG);
     BAD(param, 513, FATHOM_ERR_INVALID_ARG);
     BAD(transport, (fathom_cuda_transport)5, FATHOM_ERR_INVALID_ARG);
-    BAD(key_rows, (fathom_cuda_key_rows)3, FATHOM_ERR_INVALID_ARG);
+    BAD(transport, (fathom_cuda_transport)3, FATHOM_ERR_INVALID_ARG); /* the removed CUB transport's place */
+    BAD(key_rows, 3, FATHOM_ERR_INVALID_ARG);
+    BAD(key_rows, 2, FATHOM_ERR_INVALID_ARG);
     BAD(row_stride, 64, FATHOM_ERR_INVALID_ARG);
     BAD(row_stride, 3 * DIM, FATHOM_ERR_INVALID_ARG);
     c = good;
@@ -581,10 +608,6 @@ static void check_bad_arguments(void) {
     c = good;
     c.scan = FATHOM_CUDA_SCAN_NIBBLE4;
     c.key_rows = FATHOM_CUDA_KEYS_PLANES;
-    CHECK_STATUS(fathom_cuda_workspace_size(&c, &bytes), FATHOM_ERR_INVALID_ARG);
-    c = good;
-    c.scan = FATHOM_CUDA_SCAN_LANDMARK;
-    c.transport = FATHOM_CUDA_GATHER_CUB;
     CHECK_STATUS(fathom_cuda_workspace_size(&c, &bytes), FATHOM_ERR_INVALID_ARG);
     /* step arguments: each missing pointer, a small or misaligned workspace */
     fathom_cuda_step_args a;
@@ -618,12 +641,9 @@ static void check_bad_arguments(void) {
     BAD_ARG(prefetch_count, good.problems + 1);
     BAD_ARG(staged_count, 1);
     BAD_ARG(staged_count, good.problems + 1);
-    /* lanes: not with the CUB transport, not with phase events; 2..8 streams */
+    /* lanes: not with phase events; 1..8 streams */
     b = a;
     b.lanes = (const fathom_cuda_lanes *)dummy;
-    c = good;
-    c.transport = FATHOM_CUDA_GATHER_CUB;
-    CHECK_STATUS(fathom_cuda_step(&c, &b, 0), FATHOM_ERR_INVALID_ARG);
     cudaEvent_t no_events[FATHOM_CUDA_PHASES + 1];
     b.phase_events = no_events;
     CHECK_STATUS(fathom_cuda_step(&good, &b, 0), FATHOM_ERR_INVALID_ARG);
@@ -653,14 +673,14 @@ int main(void) {
     const test_case cases[] = {
         {"water-fill B=48, kernel, n=5000", 5000, 3, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
          FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
-        {"water-fill B=20, cub, n=1000 g=3", 1000, 2, 3, 64, 4, 8, FATHOM_CUDA_SCAN_WATER_FILL, 20,
-         FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
+        {"water-fill B=20, kernel, n=1000 g=3", 1000, 2, 3, 64, 4, 8, FATHOM_CUDA_SCAN_WATER_FILL, 20,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
         {"water-fill B=300, resident, planes", 3001, 2, 4, 128, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL,
          300, FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_PLANES, 0, 0, 0, 0, 0},
         {"top-channels r=16, kernel, n=4099", 4099, 2, 4, 512, 4, 32, FATHOM_CUDA_SCAN_TOP_CHANNELS,
          16, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_PLANES, 0, 0, 0, 0, 0},
-        {"fixed random depths, cub, n=700", 700, 2, 2, 100, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
-         FATHOM_CUDA_GATHER_CUB, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
+        {"fixed random depths, kernel, n=700", 700, 2, 2, 100, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
         {"landmark, kernel, n=2047", 2047, 2, 4, 256, 4, 32, FATHOM_CUDA_SCAN_LANDMARK, 0,
          FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
         {"oracle, resident, n=3000", 3000, 1, 4, 512, 4, 32, FATHOM_CUDA_SCAN_ORACLE, 0,
@@ -719,6 +739,16 @@ int main(void) {
         {"prefetch, one head, top-channels", 2000, 1, 4, 256, 4, 32, FATHOM_CUDA_SCAN_TOP_CHANNELS, 16,
          FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 2 * DIM, 1, 0, 1},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+    const size_t total = sizeof cases / sizeof cases[0];
+    const char *quick_env = getenv("FATHOM_TEST_QUICK");
+    const int quick = quick_env && *quick_env && strcmp(quick_env, "0") != 0;
+    size_t ran = 0;
+    for (size_t i = 0; i < total; i++) {
+        if (quick && cases[i].n * cases[i].problems > 20000) continue;
+        run_case(&cases[i]);
+        ran++;
+    }
+    printf("test_cuda_step: %zu of %zu cases%s\n", ran, total, quick ? " (FATHOM_TEST_QUICK)" : "");
+    CHECK(ran > 0);
     return check_summary("test_cuda_step");
 }
