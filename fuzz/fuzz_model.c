@@ -3,8 +3,8 @@
  * and, when it is accepted, read its info and build its tokenizer. Rejecting
  * with FATHOM_ERR_FORMAT, _UNSUPPORTED or _NOMEM is the expected outcome;
  * any other status, a crash or a sanitizer report is a bug. Seeds:
- * tests/data/malformed/gguf/ and a valid tiny model written by
- * tests/cli/test_gguf_model.sh. */
+ * tests/data/malformed/gguf/ and fuzz/corpus/model/tiny_llama.gguf, a valid
+ * one-layer model (fuzz/make_seeds.py). */
 #include "gguf_internal.h"
 
 #include <stdint.h>
