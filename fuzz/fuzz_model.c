@@ -1,7 +1,8 @@
 /* libFuzzer target for model validation: open the input as a GGUF model
  * (every hyper-parameter and tensor shape checked, weights dequantized)
  * and, when it is accepted, read its info and build its tokenizer. Rejecting
- * with FATHOM_ERR_FORMAT, _UNSUPPORTED or _NOMEM is the expected outcome;
+ * with FATHOM_ERR_FORMAT, _UNSUPPORTED, _NONFINITE (a weight that is NaN or
+ * infinite) or _NOMEM is the expected outcome;
  * any other status, a crash or a sanitizer report is a bug. Seeds:
  * tests/data/malformed/gguf/ and fuzz/corpus/model/tiny_llama.gguf, a valid
  * one-layer model (fuzz/make_seeds.py). */
@@ -15,7 +16,7 @@ static void bug(void) { __builtin_trap(); }
 
 static int expected_failure(int status) {
     return status == FATHOM_ERR_FORMAT || status == FATHOM_ERR_UNSUPPORTED ||
-           status == FATHOM_ERR_NOMEM;
+           status == FATHOM_ERR_NONFINITE || status == FATHOM_ERR_NOMEM;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
