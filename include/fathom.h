@@ -15,9 +15,9 @@
  *   plus 16 bits of fp16 scale per 64 tokens for every channel read (§4).
  *
  * Module sections, in dependency order: status, fp16, basis, store,
- * landmarks, plan, select, attend, methods, source (capture + synthetic),
- * eval. The model test bed (GGUF, tokenizer, decoder) is declared in
- * fathom_model.h, the CUDA backend in fathom_cuda.h.
+ * landmarks, plan, select, attend, methods, index, source (capture +
+ * synthetic), eval. The model test bed (GGUF, tokenizer, decoder) is
+ * declared in fathom_model.h, the CUDA backend in fathom_cuda.h.
  */
 #ifndef FATHOM_H
 #define FATHOM_H
@@ -27,6 +27,14 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/* Marks the library's public functions: libfathom.so is built with
+ * -fvisibility=hidden and exports only these (tests/cli/test_symbols.sh). */
+#if defined(__GNUC__)
+#define FATHOM_API __attribute__((visibility("default")))
+#else
+#define FATHOM_API
 #endif
 
 #define FATHOM_VERSION_MAJOR 0
@@ -51,20 +59,31 @@ typedef enum fathom_status {
 } fathom_status;
 
 /* Fixed name of a status code, e.g. "invalid argument". Never NULL. */
-const char *fathom_status_name(int status);
+FATHOM_API const char *fathom_status_name(int status);
 
 /* The message of the last failure on this thread ("" if none). The pointer
  * stays valid until the next failing call on this thread. */
-const char *fathom_last_error(void);
+FATHOM_API const char *fathom_last_error(void);
+
+/* Layout of a struct of this header as compiled, for bindings that mirror it
+ * (ctypes, cffi): with field NULL, *size = sizeof(type) and *offset = 0; else
+ * the field's offsetof and sizeof. type is the struct's name, e.g.
+ * "fathom_source_info". FATHOM_ERR_INVALID_ARG for a struct or field not in
+ * the table (every struct passed by value or pointer-to-struct is listed).
+ * offset and size may be NULL. */
+FATHOM_API int fathom_abi_layout(const char *type, const char *field, size_t *offset, size_t *size);
+/* Name of field `index` (declaration order) of struct `type`; NULL past the
+ * last field or for an unknown type. */
+FATHOM_API const char *fathom_abi_field(const char *type, uint32_t index);
 
 /* ===================================================================== *
  * fp16 (IEEE binary16), round to nearest even; used for scales and dtypes
  * ===================================================================== */
 
-uint16_t fathom_f32_to_f16(float x);
-float fathom_f16_to_f32(uint16_t h);
-uint16_t fathom_f32_to_bf16(float x); /* round to nearest even; NaN stays NaN */
-float fathom_bf16_to_f32(uint16_t h);
+FATHOM_API uint16_t fathom_f32_to_f16(float x);
+FATHOM_API float fathom_f16_to_f32(uint16_t h);
+FATHOM_API uint16_t fathom_f32_to_bf16(float x); /* round to nearest even; NaN stays NaN */
+FATHOM_API float fathom_bf16_to_f32(uint16_t h);
 
 /* ===================================================================== *
  * basis — the KLT of calibration keys (§3.5), used by fathom-klt and loki
@@ -81,21 +100,21 @@ typedef struct fathom_basis fathom_basis;
 /* Fit from n_keys calibration keys [n_keys x dim] and optional calibration
  * queries [n_queries x dim] (NULL/0: order by eigenvalue). Uses LAPACK
  * (dsyev). Needs n_keys >= 2 and finite inputs. */
-int fathom_basis_fit(fathom_basis **out, uint32_t dim, const float *keys, uint64_t n_keys,
-                     const float *queries, uint64_t n_queries);
+FATHOM_API int fathom_basis_fit(fathom_basis **out, uint32_t dim, const float *keys, uint64_t n_keys,
+                                const float *queries, uint64_t n_queries);
 /* Build from explicit parts (copied). vectors is dim x dim column-major as above. */
-int fathom_basis_create(fathom_basis **out, uint32_t dim, const float *mean, const float *vectors,
-                        const float *eigenvalues);
-void fathom_basis_free(fathom_basis *basis); /* NULL is fine */
-uint32_t fathom_basis_dim(const fathom_basis *basis);
-const float *fathom_basis_mean(const fathom_basis *basis);        /* [dim] */
-const float *fathom_basis_vectors(const fathom_basis *basis);     /* [dim*dim], column-major */
-const float *fathom_basis_eigenvalues(const fathom_basis *basis); /* [dim] */
+FATHOM_API int fathom_basis_create(fathom_basis **out, uint32_t dim, const float *mean, const float *vectors,
+                                   const float *eigenvalues);
+FATHOM_API void fathom_basis_free(fathom_basis *basis); /* NULL is fine */
+FATHOM_API uint32_t fathom_basis_dim(const fathom_basis *basis);
+FATHOM_API const float *fathom_basis_mean(const fathom_basis *basis);        /* [dim] */
+FATHOM_API const float *fathom_basis_vectors(const fathom_basis *basis);     /* [dim*dim], column-major */
+FATHOM_API const float *fathom_basis_eigenvalues(const fathom_basis *basis); /* [dim] */
 /* out[c] = sum_i (x[i] - mean[i]) V[i,c]: a key into stored coordinates. */
-int fathom_basis_rotate_key(const fathom_basis *basis, const float *key, float *out);
+FATHOM_API int fathom_basis_rotate_key(const fathom_basis *basis, const float *key, float *out);
 /* out[c] = sum_i q[i] V[i,c]: a query into stored coordinates (no centering;
  * q.k = qV.(k-mean)V + q.mean, and the last term is the same for every key). */
-int fathom_basis_rotate_query(const fathom_basis *basis, const float *query, float *out);
+FATHOM_API int fathom_basis_rotate_query(const fathom_basis *basis, const float *query, float *out);
 
 /* ===================================================================== *
  * store — the bit-plane K store (§3.2)
@@ -140,26 +159,26 @@ typedef struct fathom_store fathom_store;
 
 /* segment_blocks 0 means FATHOM_DEFAULT_SEGMENT_BLOCKS. basis may be NULL
  * (raw channels); if given it must have the same dim and outlive the store. */
-int fathom_store_create(fathom_store **out, uint32_t dim, uint32_t segment_blocks,
-                        const fathom_basis *basis);
-void fathom_store_free(fathom_store *store); /* NULL is fine */
+FATHOM_API int fathom_store_create(fathom_store **out, uint32_t dim, uint32_t segment_blocks,
+                                   const fathom_basis *basis);
+FATHOM_API void fathom_store_free(fathom_store *store); /* NULL is fine */
 
 /* Append count key rows [count x dim] (original coordinates). All values must
  * be finite (else FATHOM_ERR_NONFINITE and nothing is appended). A scale above
  * the largest finite fp16 (65504) saturates there and codes clip; see docs. */
-int fathom_store_append(fathom_store *store, const float *keys, uint64_t count);
+FATHOM_API int fathom_store_append(fathom_store *store, const float *keys, uint64_t count);
 
-uint64_t fathom_store_length(const fathom_store *store); /* tokens appended */
-uint32_t fathom_store_dim(const fathom_store *store);
-uint32_t fathom_store_segment_blocks(const fathom_store *store);
-uint32_t fathom_store_segment_count(const fathom_store *store);
-const fathom_basis *fathom_store_basis(const fathom_store *store); /* NULL if raw */
+FATHOM_API uint64_t fathom_store_length(const fathom_store *store); /* tokens appended */
+FATHOM_API uint32_t fathom_store_dim(const fathom_store *store);
+FATHOM_API uint32_t fathom_store_segment_blocks(const fathom_store *store);
+FATHOM_API uint32_t fathom_store_segment_count(const fathom_store *store);
+FATHOM_API const fathom_basis *fathom_store_basis(const fathom_store *store); /* NULL if raw */
 
 /* Bytes of plane words and scales for the blocks in use (n rounded up to 64
  * tokens); exactly 68 per token at dim 128 when n is a multiple of 64. */
-uint64_t fathom_store_index_bytes(const fathom_store *store);
+FATHOM_API uint64_t fathom_store_index_bytes(const fathom_store *store);
 /* Bytes allocated: whole segments plus the open-block buffer. */
-uint64_t fathom_store_allocated_bytes(const fathom_store *store);
+FATHOM_API uint64_t fathom_store_allocated_bytes(const fathom_store *store);
 
 typedef struct fathom_segment_view {
     const uint64_t *planes; /* [dim][4][segment_blocks] */
@@ -170,31 +189,31 @@ typedef struct fathom_segment_view {
 } fathom_segment_view;
 
 /* View of segment seg (< fathom_store_segment_count()). */
-int fathom_store_segment(const fathom_store *store, uint32_t seg, fathom_segment_view *out);
+FATHOM_API int fathom_store_segment(const fathom_store *store, uint32_t seg, fathom_segment_view *out);
 
 /* Word of plane p for channel j and absolute block index b, and that block's
  * fp16 scale. For tests and tools; the scan reads segments directly. */
-int fathom_store_word(const fathom_store *store, uint32_t channel, uint32_t plane, uint64_t block,
-                      uint64_t *word, uint16_t *scale);
+FATHOM_API int fathom_store_word(const fathom_store *store, uint32_t channel, uint32_t plane, uint64_t block,
+                                 uint64_t *word, uint16_t *scale);
 
 /* Decode tokens [first, first+count) at per-channel depth depths[dim]
  * (0..4) into out [count x dim], stored coordinates. A channel read to t
  * planes decodes to (c>>(4-t) + 0.5 - 2^(t-1)) * a / 2^(t-1), the t-bit
  * mid-rise quantizer of [-a, a); t = 0 gives 0. */
-int fathom_store_decode(const fathom_store *store, uint64_t first, uint64_t count,
-                        const uint8_t *depths, float *out);
+FATHOM_API int fathom_store_decode(const fathom_store *store, uint64_t first, uint64_t count,
+                                   const uint8_t *depths, float *out);
 
 /* Population variance of each stored coordinate over every appended token,
  * from the running sums. out[dim]. Needs length >= 1. */
-int fathom_store_variance(const fathom_store *store, float *out);
+FATHOM_API int fathom_store_variance(const fathom_store *store, float *out);
 
 /* Approximate scores of the first n tokens for `group` queries
  * [group x dim] (stored coordinates): scores[h*n + i] = sum_j q_hj khat_ij,
  * khat at depths[j]. Reads only planes p < depths[j] and scales of channels
  * with depths[j] > 0. bytes_read (may be NULL) gets the plane and scale bytes
  * it touched: sum over active channels of ceil(n/64)*(8*t_j + 2). */
-int fathom_store_scan(const fathom_store *store, const uint8_t *depths, const float *queries,
-                      uint32_t group, uint64_t n, float *scores, uint64_t *bytes_read);
+FATHOM_API int fathom_store_scan(const fathom_store *store, const uint8_t *depths, const float *queries,
+                                 uint32_t group, uint64_t n, float *scores, uint64_t *bytes_read);
 
 /* ===================================================================== *
  * landmarks — fp16 mean key of each 8-token block (ShadowKV-style baseline)
@@ -203,14 +222,14 @@ int fathom_store_scan(const fathom_store *store, const uint8_t *depths, const fl
 #define FATHOM_LANDMARK_TOKENS 8
 
 typedef struct fathom_landmarks fathom_landmarks;
-int fathom_landmarks_create(fathom_landmarks **out, uint32_t dim);
-void fathom_landmarks_free(fathom_landmarks *lm);
+FATHOM_API int fathom_landmarks_create(fathom_landmarks **out, uint32_t dim);
+FATHOM_API void fathom_landmarks_free(fathom_landmarks *lm);
 /* Append key rows; an open last block's mean is over the tokens it has. */
-int fathom_landmarks_append(fathom_landmarks *lm, const float *keys, uint64_t count);
-uint64_t fathom_landmarks_length(const fathom_landmarks *lm);
+FATHOM_API int fathom_landmarks_append(fathom_landmarks *lm, const float *keys, uint64_t count);
+FATHOM_API uint64_t fathom_landmarks_length(const fathom_landmarks *lm);
 /* scores[h*n + i] = q_h . mean(block of i) for the first n tokens. */
-int fathom_landmarks_scan(const fathom_landmarks *lm, const float *queries, uint32_t group,
-                          uint64_t n, float *scores, uint64_t *bytes_read);
+FATHOM_API int fathom_landmarks_scan(const fathom_landmarks *lm, const float *queries, uint32_t group,
+                                     uint64_t n, float *scores, uint64_t *bytes_read);
 
 /* ===================================================================== *
  * plan — channel importance and reverse water-filling (§3.3, §3.4)
@@ -221,12 +240,12 @@ int fathom_landmarks_scan(const fathom_landmarks *lm, const float *queries, uint
 
 /* g[j] = sum_h q_hj^2 * var[j] over the group's queries [group x dim]. For the
  * rotated store pass rotated queries and the basis eigenvalues as var. */
-int fathom_importance(uint32_t dim, uint32_t group, const float *queries, const float *var,
-                      double *g);
+FATHOM_API int fathom_importance(uint32_t dim, uint32_t group, const float *queries, const float *var,
+                                 double *g);
 
 /* t_j(theta) = clip(round(log4(g_j/theta)), 0, 4), round half up; g_j <= 0
  * gives 0. theta must be > 0. */
-int fathom_depths_at(uint32_t dim, const double *g, double theta, uint8_t *depths);
+FATHOM_API int fathom_depths_at(uint32_t dim, const double *g, double theta, uint8_t *depths);
 
 /* Depths for the smallest water line theta with sum_j t_j <= budget. The sum
  * is a step function of theta, so the depths are those just above the first
@@ -234,23 +253,23 @@ int fathom_depths_at(uint32_t dim, const double *g, double theta, uint8_t *depth
  * breakpoint (0 when every positive channel fits at depth 4). Exact search
  * over the breakpoints g_j / 4^(m - 1/2), m = 1..4; tied breakpoints enter
  * together. */
-int fathom_water_fill(uint32_t dim, const double *g, uint32_t budget, uint8_t *depths,
-                      double *theta);
+FATHOM_API int fathom_water_fill(uint32_t dim, const double *g, uint32_t budget, uint8_t *depths,
+                                 double *theta);
 /* The paper's procedure: 30 steps of bisection on log(theta). Same depths as
  * fathom_water_fill unless two breakpoints lie within the final bracket. */
-int fathom_water_fill_bisect(uint32_t dim, const double *g, uint32_t budget, uint8_t *depths,
-                             double *theta);
+FATHOM_API int fathom_water_fill_bisect(uint32_t dim, const double *g, uint32_t budget, uint8_t *depths,
+                                        double *theta);
 
 /* Code bits plus scale bits per token for a depth vector:
  * sum_j t_j + (16/64) * #{j : t_j > 0}. */
-double fathom_depth_bits(uint32_t dim, const uint8_t *depths);
+FATHOM_API double fathom_depth_bits(uint32_t dim, const uint8_t *depths);
 
 /* Greedy per-layer budget (§3.4). err[l*n_levels + i] is the calibration
  * error of layer l at budget levels[i] (ascending). Every layer starts at
  * levels[0]; while the total allows, one step moves a layer to its next level,
  * choosing the largest error drop per bit. Mean of budgets_out <= target. */
-int fathom_greedy_layer_budgets(uint32_t layers, const uint32_t *levels, uint32_t n_levels,
-                                const double *err, double target_mean, uint32_t *budgets_out);
+FATHOM_API int fathom_greedy_layer_budgets(uint32_t layers, const uint32_t *levels, uint32_t n_levels,
+                                           const double *err, double target_mean, uint32_t *budgets_out);
 
 /* ===================================================================== *
  * select — sink + local + top-k per query head (§2)
@@ -265,13 +284,13 @@ int fathom_greedy_layer_budgets(uint32_t layers, const uint32_t *levels, uint32_
  * index; NaN scores rank lowest. idx_out (capacity min(k, n_visible)) gets the
  * chosen positions in ascending order, *count their number. work must hold
  * n_visible uint64 (fathom_select_work_size). Allocates nothing. */
-int fathom_select(const float *scores, uint64_t n_visible, uint32_t k, uint32_t sink,
-                  uint32_t local, uint64_t *work, uint32_t *idx_out, uint32_t *count);
-size_t fathom_select_work_size(uint64_t n_visible); /* in bytes */
+FATHOM_API int fathom_select(const float *scores, uint64_t n_visible, uint32_t k, uint32_t sink,
+                             uint32_t local, uint64_t *work, uint32_t *idx_out, uint32_t *count);
+FATHOM_API size_t fathom_select_work_size(uint64_t n_visible); /* in bytes */
 
 /* Size of the union of `sets` sorted index lists (the rows a fetch moves). */
-int fathom_union_size(uint32_t n_sets, const uint32_t *const *sets, const uint32_t *counts,
-                      uint32_t *union_count);
+FATHOM_API int fathom_union_size(uint32_t n_sets, const uint32_t *const *sets, const uint32_t *counts,
+                                 uint32_t *union_count);
 
 /* ===================================================================== *
  * attend — exact softmax attention, scale 1/sqrt(dim)
@@ -280,11 +299,11 @@ int fathom_union_size(uint32_t n_sets, const uint32_t *const *sets, const uint32
 /* out[dim] = softmax(q.K_S / sqrt(dim)) V_S over rows S = idx[0..count) of
  * keys/values [n x dim] (idx NULL: rows 0..count-1, dense). Accumulates in
  * double. */
-int fathom_attend(uint32_t dim, const float *query, const float *keys, const float *values,
-                  const uint32_t *idx, uint64_t count, float *out);
+FATHOM_API int fathom_attend(uint32_t dim, const float *query, const float *keys, const float *values,
+                             const uint32_t *idx, uint64_t count, float *out);
 
 /* ||a - b|| / ||b||; 0 if both are zero. */
-double fathom_rel_l2(uint32_t dim, const float *a, const float *b);
+FATHOM_API double fathom_rel_l2(uint32_t dim, const float *a, const float *b);
 
 /* ===================================================================== *
  * methods — every scan under one protocol and byte accounting (§4)
@@ -310,14 +329,92 @@ typedef struct fathom_method {
 } fathom_method;
 
 /* Parse one spec ("fathom:48", "sparq:16", "thumb", ...). */
-int fathom_method_parse(const char *spec, fathom_method *out);
+FATHOM_API int fathom_method_parse(const char *spec, fathom_method *out);
 /* Parse a comma-separated list into out[cap]; *count gets the number. */
-int fathom_method_parse_list(const char *list, fathom_method *out, uint32_t cap, uint32_t *count);
+FATHOM_API int fathom_method_parse_list(const char *list, fathom_method *out, uint32_t cap, uint32_t *count);
 /* Bits per token of a fixed-depth method at this dim (sparq, ds, loki,
  * thumb, landmark, full4: 68/136/136/288/256/544 at dim 128, r=c=16/32);
  * oracle reads bf16 keys (16*dim); dense scans nothing (0). For fathom and
  * fathom-klt the bits depend on the plan: returns -1. */
-double fathom_method_fixed_bits(const fathom_method *method, uint32_t dim);
+FATHOM_API double fathom_method_fixed_bits(const fathom_method *method, uint32_t dim);
+
+/* Check a method against a head dimension: a known kind; fathom:B and
+ * fathom-klt:B with 1 <= B <= 4*dim code bits; sparq:r, ds:c and loki:r
+ * with 1 <= r <= dim channels. FATHOM_ERR_INVALID_ARG with a message that
+ * names the method otherwise. Every caller that takes a method for a shape
+ * (the index, eval, the decoder) checks it here. */
+FATHOM_API int fathom_method_check(const fathom_method *method, uint32_t dim);
+
+/* ===================================================================== *
+ * index — one KV head's index for a set of methods: the bit-plane store,
+ * the rotated store and its basis, the landmarks, and the calibration
+ * statistics the methods read. The fidelity harness (eval) and the decoder's
+ * sparse attention (fathom_model.h) build the same index.
+ * ===================================================================== */
+
+/* What a method reads, as bit flags (fathom_method_needs). */
+#define FATHOM_NEEDS_STORE 1u     /* raw-channel planes: fathom, sparq, ds, thumb, full4 */
+#define FATHOM_NEEDS_ROTATED 2u   /* planes of (k - mean)V and the basis: fathom-klt, loki */
+#define FATHOM_NEEDS_LANDMARKS 4u /* block means: landmark */
+#define FATHOM_NEEDS_CALIB 8u     /* calibration keys and queries: fathom-klt, ds, loki */
+
+/* The FATHOM_NEEDS_* flags of a method (0 for oracle, dense and NULL). */
+FATHOM_API unsigned fathom_method_needs(const fathom_method *method);
+
+typedef struct fathom_index fathom_index;
+
+/* An empty index for methods[n_methods] (each passes fathom_method_check at
+ * dim; at most one ds:c, whose channels the index keeps) plus extra_needs
+ * (FATHOM_NEEDS_STORE keeps the raw store when no method reads it). Oracle
+ * and dense are allowed and need nothing. */
+FATHOM_API int fathom_index_create(fathom_index **out, const fathom_method *methods, uint32_t n_methods,
+                                   uint32_t dim, unsigned extra_needs);
+FATHOM_API void fathom_index_free(fathom_index *index); /* NULL is fine */
+
+/* Calibration data of one KV head: keys [n_keys x dim] and the group's
+ * queries [n_queries x dim]. */
+typedef struct fathom_index_calib {
+    const float *keys;
+    uint64_t n_keys;
+    const float *queries;
+    uint64_t n_queries;
+    int variance_from_store; /* nonzero: fathom's Var from the store's running sums
+                                (calibration-free, App. D), not from these keys */
+} fathom_index_calib;
+
+/* Fit what the method set reads from calibration data: fathom's channel
+ * variance (unless variance_from_store), Double Sparsity's channels, the
+ * KLT basis (creating the rotated store). Once, before the first append;
+ * needs n_keys >= 2 and n_queries >= 1 when a method needs calibration.
+ * Without it, fathom reads the store's variance and methods that need
+ * calibration fail with FATHOM_ERR_STATE. */
+FATHOM_API int fathom_index_calibrate(fathom_index *index, const fathom_index_calib *calib);
+
+/* Append key rows [count x dim] to every store and the landmarks. On failure
+ * the index is unusable until fathom_index_clear. */
+FATHOM_API int fathom_index_append(fathom_index *index, const float *keys, uint64_t count);
+/* Drop every key; calibration is kept. */
+FATHOM_API int fathom_index_clear(fathom_index *index);
+FATHOM_API uint64_t fathom_index_length(const fathom_index *index); /* keys appended */
+FATHOM_API uint32_t fathom_index_dim(const fathom_index *index);
+/* The raw store (NULL when the index has none), e.g. to decode keys. */
+FATHOM_API const fathom_store *fathom_index_store(const fathom_index *index);
+
+/* Bytes of scratch fathom_index_scores needs for `group` queries (0 when
+ * dim or group is 0 or too large). Aligned as malloc aligns. */
+FATHOM_API size_t fathom_index_scratch_size(uint32_t dim, uint32_t group);
+
+/* Approximate scores [group x n] of the group's queries [group x dim] over
+ * the first n keys, for a method of the index's set other than oracle and
+ * dense (their exact scores each caller computes its own way). budget is
+ * fathom's and fathom-klt's bit budget (e.g. method->param, or a per-layer
+ * budget), ignored by the others. *bits (may be NULL) gets the bits per
+ * token the method read, *bytes (may be NULL) the bytes. scratch holds
+ * fathom_index_scratch_size(dim, group) bytes; concurrent calls on one index
+ * are fine with separate scratch. */
+FATHOM_API int fathom_index_scores(const fathom_index *index, const fathom_method *method, uint32_t budget,
+                                   uint32_t group, const float *queries, uint64_t n, float *scores,
+                                   void *scratch, double *bits, uint64_t *bytes);
 
 /* ===================================================================== *
  * source — where keys, values and queries come from: a capture file
@@ -338,44 +435,44 @@ typedef struct fathom_source_info {
 } fathom_source_info;
 
 /* Open a capture file (mapped, every length/offset/shape/dtype checked). */
-int fathom_capture_open(fathom_source **out, const char *path);
+FATHOM_API int fathom_capture_open(fathom_source **out, const char *path);
 /* Synthetic generator, seeded and deterministic. preset: "qwen3-8b",
  * "llama-3.1-8b", "smollm2-135m". See docs/synthetic.md. */
-int fathom_synth_open(fathom_source **out, const char *preset, uint64_t context, uint32_t positions,
-                      uint64_t seed);
-void fathom_source_free(fathom_source *src);
-int fathom_source_get_info(const fathom_source *src, fathom_source_info *info);
+FATHOM_API int fathom_synth_open(fathom_source **out, const char *preset, uint64_t context, uint32_t positions,
+                                 uint64_t seed);
+FATHOM_API void fathom_source_free(fathom_source *src);
+FATHOM_API int fathom_source_get_info(const fathom_source *src, fathom_source_info *info);
 /* One layer as float32: q [Hq x P x d], k and v [Hkv x n x d]; any may be
  * NULL to skip it. Thread-safe for distinct output buffers. */
-int fathom_source_layer(const fathom_source *src, uint32_t layer, float *q, float *k, float *v);
+FATHOM_API int fathom_source_layer(const fathom_source *src, uint32_t layer, float *q, float *k, float *v);
 /* Extra metadata string of a capture ("" for none/synthetic). */
-int fathom_source_metadata(const fathom_source *src, const char *key, const char **value);
+FATHOM_API int fathom_source_metadata(const fathom_source *src, const char *key, const char **value);
 /* Metadata entry `index` in file order: *key and *value, or both NULL past
  * the last entry (a synthetic source has none). Valid while src lives. */
-int fathom_source_metadata_at(const fathom_source *src, uint64_t index, const char **key,
-                              const char **value);
+FATHOM_API int fathom_source_metadata_at(const fathom_source *src, uint64_t index, const char **key,
+                                         const char **value);
 
 typedef enum fathom_dtype { FATHOM_DTYPE_F32 = 0, FATHOM_DTYPE_F16, FATHOM_DTYPE_BF16 } fathom_dtype;
 
 /* How layer's q, k and v are stored (a synthetic source: F32); NULL outputs
  * are skipped. */
-int fathom_source_dtypes(const fathom_source *src, uint32_t layer, fathom_dtype *q, fathom_dtype *k,
-                         fathom_dtype *v);
+FATHOM_API int fathom_source_dtypes(const fathom_source *src, uint32_t layer, fathom_dtype *q, fathom_dtype *k,
+                                    fathom_dtype *v);
 
 /* Write src (every layer) to a capture file in the given dtype. */
-int fathom_capture_write(const fathom_source *src, const char *path, fathom_dtype dtype);
+FATHOM_API int fathom_capture_write(const fathom_source *src, const char *path, fathom_dtype dtype);
 
 /* Streaming writer, for producers such as the model's capture. */
 typedef struct fathom_capture_writer fathom_capture_writer;
-int fathom_capture_writer_open(fathom_capture_writer **out, const char *path,
-                               const fathom_source_info *info, fathom_dtype dtype);
+FATHOM_API int fathom_capture_writer_open(fathom_capture_writer **out, const char *path,
+                                          const fathom_source_info *info, fathom_dtype dtype);
 /* Extra __metadata__ entry (before the first layer). */
-int fathom_capture_writer_meta(fathom_capture_writer *w, const char *key, const char *value);
+FATHOM_API int fathom_capture_writer_meta(fathom_capture_writer *w, const char *key, const char *value);
 /* Layers in order 0..layers-1, shapes as fathom_source_layer. */
-int fathom_capture_writer_layer(fathom_capture_writer *w, uint32_t layer, const float *q,
-                                const float *k, const float *v);
+FATHOM_API int fathom_capture_writer_layer(fathom_capture_writer *w, uint32_t layer, const float *q,
+                                           const float *k, const float *v);
 /* Writes the header and closes; frees w in every case. */
-int fathom_capture_writer_close(fathom_capture_writer *w);
+FATHOM_API int fathom_capture_writer_close(fathom_capture_writer *w);
 
 /* ===================================================================== *
  * eval — the fidelity harness (§4)
@@ -410,9 +507,15 @@ typedef struct fathom_method_result {
 
 /* Evaluate each method on src: index built once over the whole window, for
  * every queried position, layer and query head: select, attend exactly over
- * the selection, compare with dense attention. results[n_methods]. */
-int fathom_eval_run(const fathom_source *src, const fathom_method *methods, uint32_t n_methods,
-                    const fathom_eval_config *config, fathom_method_result *results);
+ * the selection, compare with dense attention. results[n_methods]. Every
+ * method must pass fathom_method_check at the source's dim, with at most one
+ * ds:c. k may exceed the window (scratch is sized by min(k, n)). Finite but
+ * extreme keys or queries that overflow q.k give FATHOM_ERR_NONFINITE with a
+ * message naming the layer, head and position, never a NaN error. Calls on
+ * separate threads are independent (each hands its workers' errors back to
+ * its own caller). */
+FATHOM_API int fathom_eval_run(const fathom_source *src, const fathom_method *methods, uint32_t n_methods,
+                               const fathom_eval_config *config, fathom_method_result *results);
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,8 @@
 extern "C" {
 #endif
 /* ===================================================================== *
- * tokenizer — GPT-2 style byte-level BPE (SmolLM2 and kin)
+ * tokenizer — GPT-2 style byte-level BPE (SmolLM2 and kin) and
+ * SentencePiece-style BPE with byte fallback (GGUF model "llama": Gemma)
  * ===================================================================== */
 
 /* Token types, with the values of GGUF tokenizer.ggml.token_type. */
@@ -44,7 +45,7 @@ typedef enum fathom_token_type {
  * 0xf2 0xf5-0xff), so only text without those bytes round-trips exactly.
  */
 typedef struct fathom_tokenizer_spec {
-    const char *model;            /* tokenizer.ggml.model: only "gpt2" */
+    const char *model;            /* tokenizer.ggml.model: "gpt2" or "llama" (below) */
     const char *pre;              /* tokenizer.ggml.pre: "smollm" (or a llama.cpp alias
                                      with the same split: "starcoder", "refact",
                                      "command-r", "codeshell", "exaone", "minerva")
@@ -59,6 +60,10 @@ typedef struct fathom_tokenizer_spec {
     int32_t bos_id;               /* tokenizer.ggml.bos_token_id, -1: none */
     int32_t eos_id;               /* tokenizer.ggml.eos_token_id, -1: none */
     int add_bos;                  /* tokenizer.ggml.add_bos_token: prepend bos_id */
+    /* model "llama" (SentencePiece BPE, Gemma): no merges; the pair whose
+     * concatenation has the highest score merges first */
+    const float *scores;          /* [n_tokens] tokenizer.ggml.scores, or NULL: all 0 */
+    int add_space_prefix;         /* tokenizer.ggml.add_space_prefix */
 } fathom_tokenizer_spec;
 
 typedef struct fathom_tokenizer fathom_tokenizer;
@@ -68,8 +73,8 @@ typedef struct fathom_tokenizer fathom_tokenizer;
  * FATHOM_ERR_FORMAT for a malformed vocabulary (invalid UTF-8, duplicate
  * token, a merge not "left right" or naming a string not in the vocabulary,
  * unknown token type). */
-int fathom_tokenizer_create(fathom_tokenizer **out, const fathom_tokenizer_spec *spec);
-void fathom_tokenizer_free(fathom_tokenizer *tok); /* NULL is fine */
+FATHOM_API int fathom_tokenizer_create(fathom_tokenizer **out, const fathom_tokenizer_spec *spec);
+FATHOM_API void fathom_tokenizer_free(fathom_tokenizer *tok); /* NULL is fine */
 
 #define FATHOM_TOKENIZER_MAX_INPUT (64 << 20) /* bytes of text per encode call */
 #define FATHOM_TOKENIZER_MAX_PIECE 16384      /* bytes of one BPE run, see below */
@@ -99,35 +104,76 @@ void fathom_tokenizer_free(fathom_tokenizer *tok); /* NULL is fine */
  * returns the exact bytes when the vocabulary has them all (HF cannot take
  * such input; llama.cpp would turn each bad byte into U+FFFD). The bos
  * token is prepended if the spec asked.
+ * Model "llama" keeps step 1 and replaces steps 2-3 by llama.cpp's
+ * llm_tokenizer_spm (= SentencePiece's BPE model): spaces become U+2581
+ * (with one more in front when add_space_prefix), one symbol per UTF-8
+ * character (per byte of invalid UTF-8), the adjacent pair whose
+ * concatenation is the highest-scored token merges first (leftmost on
+ * ties), and a character that is no token becomes its bytes' <0xNN> tokens.
  * Text longer than FATHOM_TOKENIZER_MAX_INPUT bytes is
  * FATHOM_ERR_INVALID_ARG.
  * *n_out gets the number of ids the text needs; if that exceeds cap,
  * FATHOM_ERR_INVALID_ARG ("buffer too small, need N") and ids holds the
  * first cap of them. cap 0 (ids NULL) is thus a size query.
  */
-int fathom_tokenizer_encode(const fathom_tokenizer *tok, const char *text, size_t len,
-                            int parse_special, int32_t *ids, size_t cap, size_t *n_out);
+FATHOM_API int fathom_tokenizer_encode(const fathom_tokenizer *tok, const char *text, size_t len,
+                                       int parse_special, int32_t *ids, size_t cap, size_t *n_out);
 
 /* The bytes of n ids concatenated into out[cap] (no NUL terminator added).
- * Normal tokens map back through the byte-level alphabet; control,
- * user-defined and unknown tokens give their text verbatim. The bytes may be
+ * Normal tokens map back through the byte-level alphabet (model "llama":
+ * U+2581 becomes a space, <0xNN> the byte); control, user-defined and
+ * unknown tokens give their text verbatim. The bytes may be
  * invalid UTF-8 when ids cut a character (HF would print U+FFFD there).
  * *len_out gets the bytes needed; more than cap: FATHOM_ERR_INVALID_ARG as
  * for encode. An id out of range: FATHOM_ERR_INVALID_ARG. */
-int fathom_tokenizer_decode(const fathom_tokenizer *tok, const int32_t *ids, size_t n, char *out,
-                            size_t cap, size_t *len_out);
+FATHOM_API int fathom_tokenizer_decode(const fathom_tokenizer *tok, const int32_t *ids, size_t n, char *out,
+                                       size_t cap, size_t *len_out);
 /* The bytes of one token, as decode. */
-int fathom_tokenizer_token_to_piece(const fathom_tokenizer *tok, int32_t id, char *out, size_t cap,
-                                    size_t *len_out);
+FATHOM_API int fathom_tokenizer_token_to_piece(const fathom_tokenizer *tok, int32_t id, char *out, size_t cap,
+                                               size_t *len_out);
 /* The id of the token whose vocabulary string is exactly text[len]
  * (e.g. "<|im_end|>"), or -1 in *id if there is none. */
-int fathom_tokenizer_find(const fathom_tokenizer *tok, const char *text, size_t len, int32_t *id);
+FATHOM_API int fathom_tokenizer_find(const fathom_tokenizer *tok, const char *text, size_t len, int32_t *id);
 
-uint32_t fathom_tokenizer_vocab_size(const fathom_tokenizer *tok); /* 0 for NULL */
-int32_t fathom_tokenizer_bos(const fathom_tokenizer *tok);         /* -1: none */
-int32_t fathom_tokenizer_eos(const fathom_tokenizer *tok);         /* -1: none */
+FATHOM_API uint32_t fathom_tokenizer_vocab_size(const fathom_tokenizer *tok); /* 0 for NULL */
+FATHOM_API int32_t fathom_tokenizer_bos(const fathom_tokenizer *tok);         /* -1: none */
+FATHOM_API int32_t fathom_tokenizer_eos(const fathom_tokenizer *tok);         /* -1: none */
 /* The fathom_token_type of id, or FATHOM_ERR_INVALID_ARG. */
-int fathom_tokenizer_token_type(const fathom_tokenizer *tok, int32_t id);
+FATHOM_API int fathom_tokenizer_token_type(const fathom_tokenizer *tok, int32_t id);
+
+/* ===================================================================== *
+ * chat — the chat templates of the models the runtime knows
+ * ===================================================================== */
+
+/* A single-turn prompt is
+ *   system_open SYSTEM system_close  (only when a system text is given)
+ *   user_open USER user_close assistant_open
+ * and the model's reply ends with the token end_of_turn. Strings are
+ * static; encode the rendered prompt with parse_special = 1. */
+typedef struct fathom_chat_template {
+    const char *name;           /* "chatml" (SmolLM2, Qwen) or "gemma" */
+    const char *system_open, *system_close;
+    const char *user_open, *user_close;
+    const char *assistant_open;
+    const char *end_of_turn;    /* "<|im_end|>", "<end_of_turn>" */
+} fathom_chat_template;
+
+/* The template of a tokenizer's model, recognized by its control tokens:
+ * <|im_start|> and <|im_end|> -> chatml; <start_of_turn> and <end_of_turn>
+ * -> gemma (whose template has no system turn: the system text opens the
+ * user's turn, followed by a blank line, as Gemma 3's chat template does).
+ * FATHOM_ERR_UNSUPPORTED when neither is in the vocabulary. */
+FATHOM_API int fathom_chat_template_for(const fathom_tokenizer *tok, fathom_chat_template *out);
+/* The template called name ("chatml", "gemma"); FATHOM_ERR_UNSUPPORTED for another. */
+FATHOM_API int fathom_chat_template_by_name(const char *name, fathom_chat_template *out);
+
+/* Render a single-turn prompt (system may be NULL) into out[cap] (no NUL
+ * added); *len_out gets the bytes needed, and more than cap is
+ * FATHOM_ERR_INVALID_ARG as for fathom_tokenizer_decode (cap 0: a size
+ * query). */
+FATHOM_API int fathom_chat_render(const fathom_chat_template *t, const char *system, size_t system_len,
+                                  const char *user, size_t user_len, char *out, size_t cap,
+                                  size_t *len_out);
 
 /* ===================================================================== *
  * gguf — a GGUF (v2, v3) reader and ggml dequantization
@@ -191,12 +237,12 @@ typedef enum fathom_ggml_type {
 /* Block layout of a type: elements per block and bytes per block (1 and the
  * element size for plain types). FATHOM_ERR_UNSUPPORTED for an id ggml does
  * not define; NULL outputs are skipped. */
-int fathom_ggml_type_block(fathom_ggml_type type, uint32_t *block_elements, uint32_t *block_bytes);
+FATHOM_API int fathom_ggml_type_block(fathom_ggml_type type, uint32_t *block_elements, uint32_t *block_bytes);
 /* Lower-case ggml name ("q4_1", "f32"); "unknown" for other ids. */
-const char *fathom_ggml_type_name(fathom_ggml_type type);
+FATHOM_API const char *fathom_ggml_type_name(fathom_ggml_type type);
 /* Bytes of n_elements of type: FATHOM_ERR_INVALID_ARG unless n_elements is a
  * multiple of the block size and the size fits in 64 bits. */
-int fathom_ggml_row_bytes(fathom_ggml_type type, uint64_t n_elements, uint64_t *bytes);
+FATHOM_API int fathom_ggml_row_bytes(fathom_ggml_type type, uint64_t n_elements, uint64_t *bytes);
 /* Decode n_elements (a multiple of the block size) from src into dst as
  * float32, exactly as ggml's reference dequantization does (same float
  * operations in the same order). src needs at least
@@ -204,8 +250,8 @@ int fathom_ggml_row_bytes(fathom_ggml_type type, uint64_t n_elements, uint64_t *
  * has; more is fine) and may be unaligned. Implemented: F32, F16, BF16,
  * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K;
  * FATHOM_ERR_UNSUPPORTED for other types. NaN/inf in the data (or in a block scale) pass through. */
-int fathom_dequantize(fathom_ggml_type type, const void *src, uint64_t src_bytes,
-                      uint64_t n_elements, float *dst);
+FATHOM_API int fathom_dequantize(fathom_ggml_type type, const void *src, uint64_t src_bytes,
+                                 uint64_t n_elements, float *dst);
 
 /* GGUF metadata value types (numbering of the format). */
 typedef enum fathom_gguf_type {
@@ -260,64 +306,64 @@ typedef struct fathom_gguf_tensor_info {
 /* Map and parse a GGUF v2 or v3 file. FATHOM_ERR_IO if it cannot be opened
  * or mapped, FATHOM_ERR_FORMAT (with the byte offset in the message) for
  * anything malformed. */
-int fathom_gguf_open(fathom_gguf **out, const char *path);
-void fathom_gguf_close(fathom_gguf *gguf); /* NULL is fine */
+FATHOM_API int fathom_gguf_open(fathom_gguf **out, const char *path);
+FATHOM_API void fathom_gguf_close(fathom_gguf *gguf); /* NULL is fine */
 
-uint32_t fathom_gguf_version(const fathom_gguf *gguf);     /* 2 or 3; 0 for NULL */
-uint64_t fathom_gguf_alignment(const fathom_gguf *gguf);   /* general.alignment or 32 */
+FATHOM_API uint32_t fathom_gguf_version(const fathom_gguf *gguf);     /* 2 or 3; 0 for NULL */
+FATHOM_API uint64_t fathom_gguf_alignment(const fathom_gguf *gguf);   /* general.alignment or 32 */
 /* File offset of the data section (past the end for a file without tensors). */
-uint64_t fathom_gguf_data_offset(const fathom_gguf *gguf);
-uint64_t fathom_gguf_file_size(const fathom_gguf *gguf);
+FATHOM_API uint64_t fathom_gguf_data_offset(const fathom_gguf *gguf);
+FATHOM_API uint64_t fathom_gguf_file_size(const fathom_gguf *gguf);
 
 /* Metadata, in file order. */
-uint64_t fathom_gguf_kv_count(const fathom_gguf *gguf);
+FATHOM_API uint64_t fathom_gguf_kv_count(const fathom_gguf *gguf);
 /* Key and value of entry index (< kv_count); either output may be NULL. */
-int fathom_gguf_kv_at(const fathom_gguf *gguf, uint64_t index, const char **key,
-                      fathom_gguf_value *value);
+FATHOM_API int fathom_gguf_kv_at(const fathom_gguf *gguf, uint64_t index, const char **key,
+                                 fathom_gguf_value *value);
 /* Index of key, or -1 when absent (or gguf/key NULL). O(log n). */
-int64_t fathom_gguf_find_key(const fathom_gguf *gguf, const char *key);
+FATHOM_API int64_t fathom_gguf_find_key(const fathom_gguf *gguf, const char *key);
 /* Value of key; FATHOM_ERR_FORMAT when the file lacks it. */
-int fathom_gguf_get(const fathom_gguf *gguf, const char *key, fathom_gguf_value *value);
+FATHOM_API int fathom_gguf_get(const fathom_gguf *gguf, const char *key, fathom_gguf_value *value);
 
 /* Typed reads of a value. Integer getters accept any integer type whose
  * value fits the result; float getters accept FLOAT32 and FLOAT64 (FLOAT64 is
  * rounded to float for _f32); bool and string need exactly BOOL / STRING.
  * Anything else is FATHOM_ERR_FORMAT (the file has the wrong type). */
-int fathom_gguf_value_u32(const fathom_gguf_value *value, uint32_t *out);
-int fathom_gguf_value_i32(const fathom_gguf_value *value, int32_t *out);
-int fathom_gguf_value_u64(const fathom_gguf_value *value, uint64_t *out);
-int fathom_gguf_value_i64(const fathom_gguf_value *value, int64_t *out);
-int fathom_gguf_value_f32(const fathom_gguf_value *value, float *out);
-int fathom_gguf_value_f64(const fathom_gguf_value *value, double *out);
-int fathom_gguf_value_bool(const fathom_gguf_value *value, int *out); /* 0 or 1 */
+FATHOM_API int fathom_gguf_value_u32(const fathom_gguf_value *value, uint32_t *out);
+FATHOM_API int fathom_gguf_value_i32(const fathom_gguf_value *value, int32_t *out);
+FATHOM_API int fathom_gguf_value_u64(const fathom_gguf_value *value, uint64_t *out);
+FATHOM_API int fathom_gguf_value_i64(const fathom_gguf_value *value, int64_t *out);
+FATHOM_API int fathom_gguf_value_f32(const fathom_gguf_value *value, float *out);
+FATHOM_API int fathom_gguf_value_f64(const fathom_gguf_value *value, double *out);
+FATHOM_API int fathom_gguf_value_bool(const fathom_gguf_value *value, int *out); /* 0 or 1 */
 /* len may be NULL. */
-int fathom_gguf_value_string(const fathom_gguf_value *value, const char **str, uint64_t *len);
+FATHOM_API int fathom_gguf_value_string(const fathom_gguf_value *value, const char **str, uint64_t *len);
 /* Element index (< value->count) of an ARRAY value; FATHOM_ERR_INVALID_ARG
  * if value is not an array or index is out of range. */
-int fathom_gguf_array_get(const fathom_gguf_value *array, uint64_t index, fathom_gguf_value *elem);
+FATHOM_API int fathom_gguf_array_get(const fathom_gguf_value *array, uint64_t index, fathom_gguf_value *elem);
 
 /* Shorthands: fathom_gguf_get() then the typed getter. */
-int fathom_gguf_get_u32(const fathom_gguf *gguf, const char *key, uint32_t *out);
-int fathom_gguf_get_i32(const fathom_gguf *gguf, const char *key, int32_t *out);
-int fathom_gguf_get_u64(const fathom_gguf *gguf, const char *key, uint64_t *out);
-int fathom_gguf_get_f32(const fathom_gguf *gguf, const char *key, float *out);
-int fathom_gguf_get_bool(const fathom_gguf *gguf, const char *key, int *out);
-int fathom_gguf_get_string(const fathom_gguf *gguf, const char *key, const char **str,
-                           uint64_t *len);
+FATHOM_API int fathom_gguf_get_u32(const fathom_gguf *gguf, const char *key, uint32_t *out);
+FATHOM_API int fathom_gguf_get_i32(const fathom_gguf *gguf, const char *key, int32_t *out);
+FATHOM_API int fathom_gguf_get_u64(const fathom_gguf *gguf, const char *key, uint64_t *out);
+FATHOM_API int fathom_gguf_get_f32(const fathom_gguf *gguf, const char *key, float *out);
+FATHOM_API int fathom_gguf_get_bool(const fathom_gguf *gguf, const char *key, int *out);
+FATHOM_API int fathom_gguf_get_string(const fathom_gguf *gguf, const char *key, const char **str,
+                                      uint64_t *len);
 /* An ARRAY whose elements have type elem_type, else FATHOM_ERR_FORMAT. */
-int fathom_gguf_get_array(const fathom_gguf *gguf, const char *key, fathom_gguf_type elem_type,
-                          fathom_gguf_value *array);
+FATHOM_API int fathom_gguf_get_array(const fathom_gguf *gguf, const char *key, fathom_gguf_type elem_type,
+                                     fathom_gguf_value *array);
 
 /* Tensors, in file order. */
-uint64_t fathom_gguf_tensor_count(const fathom_gguf *gguf);
-int fathom_gguf_tensor_at(const fathom_gguf *gguf, uint64_t index, fathom_gguf_tensor_info *info);
+FATHOM_API uint64_t fathom_gguf_tensor_count(const fathom_gguf *gguf);
+FATHOM_API int fathom_gguf_tensor_at(const fathom_gguf *gguf, uint64_t index, fathom_gguf_tensor_info *info);
 /* Index of the tensor called name, or -1 when absent (or arguments NULL). */
-int64_t fathom_gguf_find_tensor(const fathom_gguf *gguf, const char *name);
+FATHOM_API int64_t fathom_gguf_find_tensor(const fathom_gguf *gguf, const char *name);
 /* Info of the tensor called name; FATHOM_ERR_FORMAT when the file lacks it. */
-int fathom_gguf_tensor(const fathom_gguf *gguf, const char *name, fathom_gguf_tensor_info *info);
+FATHOM_API int fathom_gguf_tensor(const fathom_gguf *gguf, const char *name, fathom_gguf_tensor_info *info);
 
 /* ===================================================================== *
- * model — a Llama-family decoder (SmolLM2; Qwen3 with QK-norm) from a
+ * model — a Llama-family decoder (SmolLM2; Qwen3; Gemma 3) from a
  * GGUF file, run on the CPU in plain C
  * ===================================================================== */
 
@@ -326,8 +372,13 @@ int fathom_gguf_tensor(const fathom_gguf *gguf, const char *name, fathom_gguf_te
  * and never touched again; every hyper-parameter comes from the GGUF
  * metadata and every tensor's shape is checked against them. Architectures:
  * "llama" (RoPE on adjacent pairs (2i, 2i+1): GGUF stores Q/K rows permuted
- * for it) and "qwen3" (QK-norm, RoPE on pairs (i, i + d/2) as llama.cpp's
- * NEOX mode). Biases, RoPE scaling and unknown tensors are
+ * for it), "qwen3" (QK-norm, RoPE on pairs (i, i + d/2) as llama.cpp's
+ * NEOX mode) and "gemma3" (as llama.cpp's gemma3 graph: embeddings times
+ * sqrt(embed), QK-norm, NEOX RoPE with a base for global and one for
+ * sliding-window layers, RMSNorm after attention and after the FFN, GeGLU,
+ * optional final logit soft-capping; the GGUF's norm weights already hold
+ * Gemma's 1 + w, as convert_hf_to_gguf writes them). Biases, RoPE scaling,
+ * attention logit soft-capping and unknown tensors are
  * FATHOM_ERR_UNSUPPORTED, not silently ignored.
  */
 typedef struct fathom_model fathom_model;
@@ -349,21 +400,37 @@ typedef struct fathom_model_info {
     int qk_norm;              /* 1: per-head RMSNorm of q and k before RoPE */
     int tied_output;          /* 1: output.weight absent, token_embd reused */
     uint64_t params;          /* weights held, in floats (tied output counted once) */
+    /* gemma3 (the other architectures have the neutral values) */
+    float attn_scale;         /* q.k is multiplied by it: 1/sqrt(head_dim), or as declared */
+    float embed_scale;        /* token embeddings are multiplied by it: sqrt(embed) or 1 */
+    float logit_softcap;      /* <arch>.final_logit_softcapping c: logits = c tanh(logits / c); 0: none */
+    uint32_t sliding_window;  /* <arch>.attention.sliding_window: keys a sliding layer sees; 0: none */
+    uint32_t sliding_pattern; /* layer l is global iff l % pattern == pattern - 1; 0: none or a
+                                 per-layer list (fathom_model_layer_sliding). gemma3 files
+                                 without the key: 6, llama.cpp's fixed value */
+    float rope_base_swa;      /* RoPE base of the sliding layers (gemma3 without
+                                 <arch>.rope.freq_base_swa: 10000, llama.cpp's) */
+    int post_norms;           /* 1: RMSNorm of the attention and FFN outputs before each residual add */
+    int gelu;                 /* 1: GeGLU with tanh GELU; 0: SwiGLU */
 } fathom_model_info;
 
 /* Open, validate and dequantize a GGUF model. FATHOM_ERR_IO / _FORMAT for a
  * bad file (the message names the key or tensor), _UNSUPPORTED for an
  * architecture, tensor type or feature this code does not run. */
-int fathom_model_open(fathom_model **out, const char *path);
-void fathom_model_free(fathom_model *model); /* NULL is fine */
-int fathom_model_get_info(const fathom_model *model, fathom_model_info *info);
+FATHOM_API int fathom_model_open(fathom_model **out, const char *path);
+FATHOM_API void fathom_model_free(fathom_model *model); /* NULL is fine */
+FATHOM_API int fathom_model_get_info(const fathom_model *model, fathom_model_info *info);
+/* 1 if layer attends a sliding window (of info.sliding_window keys, always
+ * exactly: sparse methods apply to global layers only), 0 if it is global;
+ * a negative status for a bad argument. */
+FATHOM_API int fathom_model_layer_sliding(const fathom_model *model, uint32_t layer);
 
 /* A tokenizer built from the GGUF metadata tokenizer.ggml.* (model, pre,
  * tokens, token_type, merges, bos/eos_token_id, add_bos_token); free it with
  * fathom_tokenizer_free. fathom_model_tokenizer also checks that every token
  * has an embedding row (FATHOM_ERR_FORMAT otherwise). */
-int fathom_tokenizer_from_gguf(fathom_tokenizer **out, const fathom_gguf *gguf);
-int fathom_model_tokenizer(const fathom_model *model, fathom_tokenizer **out);
+FATHOM_API int fathom_tokenizer_from_gguf(fathom_tokenizer **out, const fathom_gguf *gguf);
+FATHOM_API int fathom_model_tokenizer(const fathom_model *model, fathom_tokenizer **out);
 
 /*
  * A decoding context: the KV cache (float32, [layer][kv head][position][d],
@@ -378,26 +445,31 @@ int fathom_model_tokenizer(const fathom_model *model, fathom_tokenizer **out);
 typedef struct fathom_ctx fathom_ctx;
 
 /* n_ctx: capacity in positions (0: the model's context_length). */
-int fathom_ctx_create(fathom_ctx **out, const fathom_model *model, uint32_t n_ctx,
-                      uint32_t threads);
-void fathom_ctx_free(fathom_ctx *ctx); /* NULL is fine */
-uint64_t fathom_ctx_length(const fathom_ctx *ctx);   /* positions filled */
-uint64_t fathom_ctx_capacity(const fathom_ctx *ctx);
+FATHOM_API int fathom_ctx_create(fathom_ctx **out, const fathom_model *model, uint32_t n_ctx,
+                                 uint32_t threads);
+FATHOM_API void fathom_ctx_free(fathom_ctx *ctx); /* NULL is fine */
+FATHOM_API uint64_t fathom_ctx_length(const fathom_ctx *ctx);   /* positions filled */
+FATHOM_API uint64_t fathom_ctx_capacity(const fathom_ctx *ctx);
 /* Forget every position (the attention method stays, its index is emptied). */
-int fathom_ctx_reset(fathom_ctx *ctx);
+FATHOM_API int fathom_ctx_reset(fathom_ctx *ctx);
 
 /* Forget positions [n, length): the cache keeps rows [0, n) as they are
  * and a sparse method's index is rebuilt over them, so decoding continues
  * from position n as if the later tokens had never run. n <= length. */
-int fathom_ctx_truncate(fathom_ctx *ctx, uint64_t n);
+FATHOM_API int fathom_ctx_truncate(fathom_ctx *ctx, uint64_t n);
 
 /* Run n tokens (ids < vocab) at the next positions with dense causal
  * attention. logits_out [vocab] (may be NULL) gets the last token's logits.
- * FATHOM_ERR_STATE if the tokens do not fit in the capacity. */
-int fathom_ctx_prefill(fathom_ctx *ctx, const int32_t *tokens, uint64_t n, float *logits_out);
+ * FATHOM_ERR_STATE if the tokens do not fit in the capacity.
+ * FATHOM_ERR_NONFINITE, with a message naming the layer, head and position,
+ * when a query, key, value, attention output, residual row or logit is not
+ * finite (finite but extreme weights overflow float): never NaN logits with
+ * FATHOM_OK. After any failure of prefill or step the context needs
+ * fathom_ctx_reset. */
+FATHOM_API int fathom_ctx_prefill(fathom_ctx *ctx, const int32_t *tokens, uint64_t n, float *logits_out);
 /* One decode step: the token at the next position, attention by the method
  * set with fathom_ctx_set_attention (dense by default). */
-int fathom_ctx_step(fathom_ctx *ctx, int32_t token, float *logits_out);
+FATHOM_API int fathom_ctx_step(fathom_ctx *ctx, int32_t token, float *logits_out);
 
 /*
  * Attention of decode steps. method NULL or dense: exact dense attention.
@@ -407,12 +479,13 @@ int fathom_ctx_step(fathom_ctx *ctx, int32_t token, float *logits_out);
  * + local 32 + top-k per query head (k in total) and fathom_attend attends
  * exactly over the selection. oracle scores with exact q.k. fathom's plan
  * uses the store's running channel variance, or the calibration keys' when
- * calib is given. fathom-klt, ds and loki need calib (a capture of this
+ * calib is given. The method must pass fathom_method_check at the model's
+ * head dim. fathom-klt, ds and loki need calib (a capture of this
  * model: same layers, heads and dim), else FATHOM_ERR_UNSUPPORTED. calib is
  * read during this call only. May be called at any time; prefill stays dense.
  */
-int fathom_ctx_set_attention(fathom_ctx *ctx, const fathom_method *method, uint32_t k,
-                             const fathom_source *calib);
+FATHOM_API int fathom_ctx_set_attention(fathom_ctx *ctx, const fathom_method *method, uint32_t k,
+                                        const fathom_source *calib);
 
 typedef struct fathom_ctx_stats {
     uint64_t prefill_tokens, decode_steps;
@@ -421,19 +494,19 @@ typedef struct fathom_ctx_stats {
     double selected_rows;      /* sum over steps, layers, query heads of |selection| */
     double visible_rows;       /* sum of the visible positions of those selections */
 } fathom_ctx_stats;
-int fathom_ctx_get_stats(const fathom_ctx *ctx, fathom_ctx_stats *stats);
+FATHOM_API int fathom_ctx_get_stats(const fathom_ctx *ctx, fathom_ctx_stats *stats);
 
 /* Record the queries (after RoPE / QK-norm) of positions [first, first+count)
  * as they are computed, into the caller's buffer [layers x q_heads x count x d]
  * (the capture layout), which must stay valid while positions in that range
  * are run. buffer NULL stops recording. */
-int fathom_ctx_record_queries(fathom_ctx *ctx, uint64_t first, uint32_t count, float *buffer);
+FATHOM_API int fathom_ctx_record_queries(fathom_ctx *ctx, uint64_t first, uint32_t count, float *buffer);
 /* The cached keys and values of one layer and KV head: rows
  * [0, fathom_ctx_length) of d floats; valid until the next call on ctx. */
-int fathom_ctx_kv(const fathom_ctx *ctx, uint32_t layer, uint32_t kv_head, const float **keys,
-                  const float **values);
+FATHOM_API int fathom_ctx_kv(const fathom_ctx *ctx, uint32_t layer, uint32_t kv_head, const float **keys,
+                             const float **values);
 /* Called during prefill with (tokens done, tokens of this call). */
-int fathom_ctx_set_progress(fathom_ctx *ctx, fathom_progress_fn fn, void *user);
+FATHOM_API int fathom_ctx_set_progress(fathom_ctx *ctx, fathom_progress_fn fn, void *user);
 
 #ifdef __cplusplus
 }

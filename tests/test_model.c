@@ -1,13 +1,16 @@
 /* The model module on tiny synthetic GGUF files written here (no download):
  * - logits, queries and keys against a naive double-precision forward pass
  *   written apart from src/model.c, for a llama file (adjacent-pair RoPE,
- *   tied output) and a qwen3 file (QK-norm, NEOX RoPE, separate output);
+ *   tied output), a qwen3 file (QK-norm, NEOX RoPE, separate output) and a
+ *   gemma3 file (sliding-window and global layers with their RoPE bases,
+ *   post norms, GeGLU, scaled embeddings, final soft-cap);
  * - results do not depend on the thread count or on how tokens are split
  *   between prefill chunks and decode steps (bit-identical);
  * - every sparse method with k >= context equals dense; with a small k it
  *   selects exactly min(k, n) keys per head and changes the result;
  * - calibrated methods (fathom-klt, ds, loki) from a capture of the model;
  * - hostile files: wrong shapes, missing/extra tensors, bad metadata, NaN;
+ * - finite but extreme weights: FATHOM_ERR_NONFINITE naming the layer, not NaN logits;
  * - every bad argument of every public function. */
 #include "check.h"
 #include "fathom_model.h"
@@ -45,13 +48,36 @@ typedef struct tiny {
     const char *rope_scaling;
     int block_count_meta; /* 0: layers */
     int tokenizer;        /* 1: a byte-level BPE vocabulary of 258 tokens */
+    /* gemma3 */
+    uint32_t window, pattern; /* attention.sliding_window, attention.sliding_window_pattern */
+    float rope_base_swa;      /* rope.freq_base_swa */
+    float softcap;            /* final_logit_softcapping, 0: not written */
+    int attn_softcap;         /* 1: write attn_logit_softcapping (unsupported) */
 } tiny;
 
 static tiny llama_tiny(void) {
     tiny t = {"llama", 2, 32, 4, 2, 8, 48, 64, 160, 0, 1, 10000.0f, 1e-5f,
-              NULL,    NULL, NULL, NULL, 0, 0, NULL, 0, 0};
+              NULL,    NULL, NULL, NULL, 0, 0, NULL, 0, 0, 0, 0, 0, 0, 0};
     return t;
 }
+
+/* Layers 0 and 1 slide (window 7 of the 100 test tokens), layer 2 is global. */
+static tiny gemma_tiny(void) {
+    tiny t = llama_tiny();
+    t.arch = "gemma3";
+    t.layers = 3;
+    t.head_dim = 16;
+    t.qk_norm = 1;
+    t.rope_base = 1000000.0f;
+    t.eps = 1e-6f;
+    t.window = 7;
+    t.pattern = 3;
+    t.rope_base_swa = 10000.0f;
+    t.softcap = 3.0f;
+    return t;
+}
+
+static bool is_gemma(const tiny *m) { return !strcmp(m->arch, "gemma3"); }
 
 static tiny qwen_tiny(void) {
     tiny t = llama_tiny();
@@ -115,6 +141,10 @@ static void make_weights(const tiny *m, weights *w, uint64_t seed) {
         if (m->qk_norm) {
             ADD("attn_q_norm", m->head_dim, 0, 0.2f, 1.0f);
             ADD("attn_k_norm", m->head_dim, 0, 0.2f, 1.0f);
+        }
+        if (is_gemma(m)) {
+            ADD("post_attention_norm", E, 0, 0.2f, 1.0f);
+            ADD("post_ffw_norm", E, 0, 0.2f, 1.0f);
         }
 #undef ADD
     }
@@ -234,7 +264,7 @@ static void write_gguf(const char *path, const tiny *m, const weights *w) {
         list[n++] = &extra;
     }
     uint32_t n_kv = 11 + (m->vocab_meta >= 0) + (m->rope_scaling != NULL) + (m->qk_norm ? 1 : 0) +
-                    (m->tokenizer ? 6 : 0);
+                    (m->tokenizer ? 6 : 0) + (m->window ? 3 : 0) + (m->softcap > 0) + m->attn_softcap;
     put(f, "GGUF", 4);
     put_u32(f, 3);
     put_u64(f, n);
@@ -259,6 +289,13 @@ static void write_gguf(const char *path, const tiny *m, const weights *w) {
         kv_str(f, k, m->rope_scaling);
     }
     if (m->tokenizer) write_tokenizer(f);
+    if (m->window) {
+        kv_u32(f, m->arch, "attention.sliding_window", m->window);
+        kv_u32(f, m->arch, "attention.sliding_window_pattern", m->pattern);
+        kv_f32(f, m->arch, "rope.freq_base_swa", m->rope_base_swa);
+    }
+    if (m->softcap > 0) kv_f32(f, m->arch, "final_logit_softcapping", m->softcap);
+    if (m->attn_softcap) kv_f32(f, m->arch, "attn_logit_softcapping", 50.0f);
     uint64_t offset = 0;
     for (uint32_t i = 0; i < n; i++) {
         put_str(f, list[i]->name);
@@ -333,15 +370,20 @@ static void ref_rope(double *v, uint32_t d, uint64_t pos, double base, int neox)
 
 static void ref_forward(const tiny *m, const weights *w, const int32_t *tok, uint64_t n, ref_out *o) {
     const uint32_t E = m->embed, D = m->head_dim, Hq = m->q_heads, Hk = m->kv_heads, F = m->ffn;
-    const int neox = !strcmp(m->arch, "qwen3");
+    const bool gemma = is_gemma(m);
+    const int neox = !strcmp(m->arch, "qwen3") || gemma;
     double *x = calloc(n * E, sizeof *x), *h = malloc(E * sizeof *h);
     double *q = malloc(n * Hq * D * sizeof *q), *k = malloc(n * Hk * D * sizeof *k);
     double *v = malloc(n * Hk * D * sizeof *v), *att = malloc(Hq * D * sizeof *att);
     double *tmp = malloc((F > E ? F : E) * sizeof *tmp), *g = malloc(F * sizeof *g);
     double *u = malloc(F * sizeof *u), *p = malloc(n * sizeof *p);
     for (uint64_t t = 0; t < n; t++)
-        for (uint32_t e = 0; e < E; e++) x[t * E + e] = W(w, UINT32_MAX, "token_embd")[tok[t] * E + e];
+        for (uint32_t e = 0; e < E; e++)
+            x[t * E + e] = W(w, UINT32_MAX, "token_embd")[tok[t] * E + e] * (gemma ? sqrt((double)E) : 1.0);
     for (uint32_t l = 0; l < m->layers; l++) {
+        /* gemma3: layer l slides unless l % pattern == pattern - 1 */
+        const bool slide = gemma && l % m->pattern != m->pattern - 1;
+        const double base = slide ? m->rope_base_swa : m->rope_base;
         for (uint64_t t = 0; t < n; t++) {
             memcpy(h, x + t * E, E * sizeof *h);
             ref_rmsnorm(h, W(w, l, "attn_norm"), E, m->eps);
@@ -350,11 +392,11 @@ static void ref_forward(const tiny *m, const weights *w, const int32_t *tok, uin
             ref_matvec(v + t * Hk * D, W(w, l, "attn_v"), h, Hk * D, E);
             for (uint32_t hh = 0; hh < Hq; hh++) {
                 if (m->qk_norm) ref_rmsnorm(q + (t * Hq + hh) * D, W(w, l, "attn_q_norm"), D, m->eps);
-                ref_rope(q + (t * Hq + hh) * D, D, t, m->rope_base, neox);
+                ref_rope(q + (t * Hq + hh) * D, D, t, base, neox);
             }
             for (uint32_t hh = 0; hh < Hk; hh++) {
                 if (m->qk_norm) ref_rmsnorm(k + (t * Hk + hh) * D, W(w, l, "attn_k_norm"), D, m->eps);
-                ref_rope(k + (t * Hk + hh) * D, D, t, m->rope_base, neox);
+                ref_rope(k + (t * Hk + hh) * D, D, t, base, neox);
             }
         }
         if (o->q) memcpy(o->q + (uint64_t)l * n * Hq * D, q, n * Hq * D * sizeof *q);
@@ -363,21 +405,23 @@ static void ref_forward(const tiny *m, const weights *w, const int32_t *tok, uin
         for (uint64_t t = 0; t < n; t++) {
             for (uint32_t hh = 0; hh < Hq; hh++) {
                 const uint32_t kv = hh / (Hq / Hk);
+                const uint64_t lo = slide && t + 1 > m->window ? t + 1 - m->window : 0;
                 double mx = -INFINITY, sum = 0;
-                for (uint64_t s = 0; s <= t; s++) {
+                for (uint64_t s = lo; s <= t; s++) {
                     double d = 0;
                     for (uint32_t c = 0; c < D; c++) d += q[(t * Hq + hh) * D + c] * k[(s * Hk + kv) * D + c];
                     p[s] = d / sqrt((double)D);
                     if (p[s] > mx) mx = p[s];
                 }
-                for (uint64_t s = 0; s <= t; s++) sum += (p[s] = exp(p[s] - mx));
+                for (uint64_t s = lo; s <= t; s++) sum += (p[s] = exp(p[s] - mx));
                 for (uint32_t c = 0; c < D; c++) {
                     double a = 0;
-                    for (uint64_t s = 0; s <= t; s++) a += p[s] * v[(s * Hk + kv) * D + c];
+                    for (uint64_t s = lo; s <= t; s++) a += p[s] * v[(s * Hk + kv) * D + c];
                     att[hh * D + c] = a / sum;
                 }
             }
             ref_matvec(tmp, W(w, l, "attn_output"), att, E, Hq * D);
+            if (gemma) ref_rmsnorm(tmp, W(w, l, "post_attention_norm"), E, m->eps);
             for (uint32_t e = 0; e < E; e++) xo[t * E + e] = x[t * E + e] + tmp[e];
         }
         for (uint64_t t = 0; t < n; t++) {
@@ -385,8 +429,12 @@ static void ref_forward(const tiny *m, const weights *w, const int32_t *tok, uin
             ref_rmsnorm(h, W(w, l, "ffn_norm"), E, m->eps);
             ref_matvec(g, W(w, l, "ffn_gate"), h, F, E);
             ref_matvec(u, W(w, l, "ffn_up"), h, F, E);
-            for (uint32_t i = 0; i < F; i++) g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+            for (uint32_t i = 0; i < F; i++)
+                g[i] = (gemma ? 0.5 * g[i] * (1 + tanh(sqrt(2 / 3.14159265358979323846) * (g[i] + 0.044715 * pow(g[i], 3))))
+                              : g[i] / (1 + exp(-g[i]))) *
+                       u[i];
             ref_matvec(tmp, W(w, l, "ffn_down"), g, E, F);
+            if (gemma) ref_rmsnorm(tmp, W(w, l, "post_ffw_norm"), E, m->eps);
             for (uint32_t e = 0; e < E; e++) x[t * E + e] = xo[t * E + e] + tmp[e];
         }
         free(xo);
@@ -396,6 +444,8 @@ static void ref_forward(const tiny *m, const weights *w, const int32_t *tok, uin
         memcpy(h, x + t * E, E * sizeof *h);
         ref_rmsnorm(h, W(w, UINT32_MAX, "output_norm"), E, m->eps);
         ref_matvec(o->logits + t * m->vocab, out_w, h, m->vocab, E);
+        for (uint32_t i = 0; m->softcap > 0 && i < m->vocab; i++)
+            o->logits[t * m->vocab + i] = m->softcap * tanh(o->logits[t * m->vocab + i] / m->softcap);
     }
     free(x), free(h), free(q), free(k), free(v), free(att), free(tmp), free(g), free(u), free(p);
 }
@@ -456,7 +506,12 @@ static void test_against_reference(const tiny *m, const char *file) {
     CHECK(info.q_heads == m->q_heads && info.kv_heads == m->kv_heads && info.head_dim == m->head_dim);
     CHECK(info.vocab == m->vocab && info.context_length == m->ctx);
     CHECK(info.qk_norm == m->qk_norm && info.tied_output == m->tied);
-    CHECK(info.rope_neox == !strcmp(m->arch, "qwen3"));
+    CHECK(info.rope_neox == (!strcmp(m->arch, "qwen3") || is_gemma(m)));
+    CHECK(info.sliding_window == m->window && info.gelu == is_gemma(m) && info.post_norms == is_gemma(m));
+    CHECK_NEAR(info.logit_softcap, m->softcap, 0);
+    CHECK_NEAR(info.attn_scale, 1.0 / sqrt((double)m->head_dim), 1e-7);
+    for (uint32_t l = 0; l < m->layers; l++)
+        CHECK(fathom_model_layer_sliding(model, l) == (is_gemma(m) && l % m->pattern != m->pattern - 1));
     CHECK_NEAR(info.rope_base, m->rope_base, 0);
     CHECK_NEAR(info.rms_eps, m->eps, 0);
     uint64_t params = 0;
@@ -545,6 +600,11 @@ static void run_split(fathom_model *model, const int32_t *tok, uint32_t split, u
     fathom_ctx_free(ctx);
 }
 
+/* Layers a sparse method applies to (gemma3: the global ones). */
+static uint32_t global_layers(const tiny *m) {
+    return is_gemma(m) ? m->layers / m->pattern : m->layers;
+}
+
 static void test_invariance_and_sparse(const tiny *mt, const char *file) {
     weights w;
     make_weights(mt, &w, 11);
@@ -570,7 +630,7 @@ static void test_invariance_and_sparse(const tiny *mt, const char *file) {
 
     /* sparse with k >= n: everything selected, equal to dense up to
      * fathom_attend's double accumulation */
-    const char *all[] = {"oracle", "fathom:256", "fathom:8", "sparq:4", "thumb", "full4", "landmark", "dense"};
+    const char *all[] = {"oracle", "fathom:32", "fathom:8", "sparq:4", "thumb", "full4", "landmark", "dense"};
     fathom_ctx_stats st;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         fathom_method m;
@@ -584,7 +644,7 @@ static void test_invariance_and_sparse(const tiny *mt, const char *file) {
         CHECK(st.sparse_steps == (dense ? 0 : NTOK - 40));
         CHECK(st.selected_rows == st.visible_rows);
         /* visible rows: steps at positions 40..99 see 41..100 keys, per layer and query head */
-        CHECK(dense || st.visible_rows == (double)mt->layers * mt->q_heads * (41 + 100) * 60 / 2);
+        CHECK(dense || st.visible_rows == (double)global_layers(mt) * mt->q_heads * (41 + 100) * 60 / 2);
         CHECK(dense || st.scan_bytes > 0);
     }
 
@@ -594,7 +654,7 @@ static void test_invariance_and_sparse(const tiny *mt, const char *file) {
         fathom_method m;
         CHECK_OK(fathom_method_parse(sparse[i], &m));
         run_split(model, tok, 40, 2, &m, 40, NULL, b, &st);
-        CHECK(st.selected_rows == (double)mt->layers * mt->q_heads * 40 * 60);
+        CHECK(st.selected_rows == (double)global_layers(mt) * mt->q_heads * 40 * 60);
         double r = rel_diff_f(b, a, V);
         CHECK(r > 0 && r < 1);
         /* and it is deterministic across thread counts */
@@ -668,7 +728,7 @@ static void test_invariance_and_sparse(const tiny *mt, const char *file) {
         run_split(model, tok, 40, 2, &m, 1000, calib, b, &st);
         CHECK(rel_diff_f(b, a, V) < 1e-5);
         run_split(model, tok, 40, 2, &m, 40, calib, b, &st);
-        CHECK(st.selected_rows == (double)mt->layers * mt->q_heads * 40 * 60);
+        CHECK(st.selected_rows == (double)global_layers(mt) * mt->q_heads * 40 * 60);
         CHECK(rel_diff_f(b, a, V) > 0 && st.scan_bytes > 0);
     }
     /* a calibration of another shape is refused */
@@ -711,7 +771,20 @@ static int open_status(const tiny *m, const char *expect_in_message) {
 }
 
 static void test_hostile(void) {
-    tiny m = llama_tiny();
+    tiny m = gemma_tiny();
+    CHECK_STATUS(open_status(&m, NULL), FATHOM_OK);
+    m.attn_softcap = 1; /* declared, not implemented */
+    CHECK_STATUS(open_status(&m, "attn_logit_softcapping"), FATHOM_ERR_UNSUPPORTED);
+    m = gemma_tiny();
+    m.skip = "blk.2.post_ffw_norm.weight";
+    CHECK_STATUS(open_status(&m, "blk.2.post_ffw_norm.weight is missing"), FATHOM_ERR_FORMAT);
+    m = llama_tiny();
+    m.window = 4; /* a sliding window with its pattern and base outside gemma3: run */
+    m.pattern = 2;
+    CHECK_STATUS(open_status(&m, "freq_base_swa = 0"), FATHOM_ERR_FORMAT);
+    m.rope_base_swa = 500.0f;
+    CHECK_STATUS(open_status(&m, NULL), FATHOM_OK);
+    m = llama_tiny();
     CHECK_STATUS(open_status(&m, NULL), FATHOM_OK);
     m.reshape = "blk.1.attn_k.weight";
     CHECK_STATUS(open_status(&m, "blk.1.attn_k.weight"), FATHOM_ERR_FORMAT);
@@ -784,6 +857,46 @@ static void test_hostile(void) {
     CHECK_STATUS(fathom_model_open(&model, path), FATHOM_ERR_IO);
 }
 
+/* Finite but extreme weights (3e38) load (they are finite), and the forward
+ * pass fails with FATHOM_ERR_NONFINITE naming where the overflow surfaced,
+ * never with NaN logits and FATHOM_OK. */
+static void extreme_case(const tiny *m, const char *tensor_name, const char *expect) {
+    weights w;
+    make_weights(m, &w, 3);
+    tensor *t = (tensor *)find_tensor(&w, tensor_name);
+    CHECK(t != NULL);
+    if (!t) return;
+    for (uint64_t i = 0; i < t->cols * (t->rows ? t->rows : 1); i++) t->data[i] = 3e38f;
+    char path[512];
+    path_in_tmp(path, sizeof path, "extreme.gguf");
+    write_gguf(path, m, &w);
+    free_weights(&w);
+    fathom_model *model = NULL;
+    fathom_ctx *ctx = NULL;
+    CHECK_OK(fathom_model_open(&model, path));
+    CHECK_OK(fathom_ctx_create(&ctx, model, 16, 2));
+    if (model && ctx) {
+        int32_t tok[4] = {1, 5, 9, 2};
+        float *logits = malloc(m->vocab * sizeof(float));
+        CHECK_STATUS(fathom_ctx_prefill(ctx, tok, 4, logits), FATHOM_ERR_NONFINITE);
+        if (!strstr(fathom_last_error(), expect)) {
+            fprintf(stderr, "%s: message \"%s\" lacks \"%s\"\n", tensor_name, fathom_last_error(), expect);
+            CHECK(0);
+        }
+        free(logits);
+    }
+    fathom_ctx_free(ctx);
+    fathom_model_free(model);
+    unlink(path);
+}
+
+static void test_extreme_weights(void) {
+    const tiny llama = llama_tiny(), qwen = qwen_tiny();
+    extreme_case(&llama, "blk.1.attn_k.weight", "model: layer 1, key head 0, position 0: not finite");
+    extreme_case(&llama, "blk.0.ffn_down.weight", "model: layer 0, position 0: the residual stream is not finite");
+    extreme_case(&qwen, "output.weight", "model: the logits at position 3 are not finite");
+}
+
 static void test_bad_args(void) {
     tiny m = llama_tiny();
     weights w;
@@ -838,6 +951,8 @@ static void test_bad_args(void) {
     odd.kind = (fathom_method_kind)77;
     CHECK_STATUS(fathom_ctx_set_attention(ctx, &odd, 8, NULL), FATHOM_ERR_INVALID_ARG);
     CHECK_OK(fathom_method_parse("sparq:9", &odd)); /* more channels than d = 8 */
+    CHECK_STATUS(fathom_ctx_set_attention(ctx, &odd, 8, NULL), FATHOM_ERR_INVALID_ARG);
+    CHECK_OK(fathom_method_parse("fathom:33", &odd)); /* more code bits than 4 * d (fathom_method_check) */
     CHECK_STATUS(fathom_ctx_set_attention(ctx, &odd, 8, NULL), FATHOM_ERR_INVALID_ARG);
 
     float buf[8];
@@ -998,18 +1113,21 @@ int main(void) {
         perror("mkdtemp");
         return 1;
     }
-    tiny llama = llama_tiny(), qwen = qwen_tiny();
+    tiny llama = llama_tiny(), qwen = qwen_tiny(), gemma = gemma_tiny();
     test_against_reference(&llama, "llama.gguf");
     test_against_reference(&qwen, "qwen3.gguf");
+    test_against_reference(&gemma, "gemma3.gguf");
     test_invariance_and_sparse(&llama, "llama2.gguf");
+    test_invariance_and_sparse(&gemma, "gemma3b.gguf");
     test_hostile();
+    test_extreme_weights();
     test_bad_args();
     test_tokenizer();
     test_progress();
     test_truncate();
     char path[512];
-    const char *names[] = {"llama.gguf", "qwen3.gguf", "llama2.gguf"};
-    for (size_t i = 0; i < 3; i++) {
+    const char *names[] = {"llama.gguf", "qwen3.gguf", "llama2.gguf", "gemma3.gguf", "gemma3b.gguf"};
+    for (size_t i = 0; i < 5; i++) {
         path_in_tmp(path, sizeof path, names[i]);
         unlink(path);
     }

@@ -50,6 +50,71 @@ static int round_trips(const fathom_tokenizer *tok, const char *text, size_t len
     return ok;
 }
 
+/* SentencePiece ("llama"): 256 byte tokens <0x00>..<0xFF> (ids 0..255),
+ * then the pieces below with their scores; control <s> and user-defined
+ * "\n\n". "\xe2\x96\x81" is U+2581, the escaped space. */
+static void test_spm(void) {
+    enum { SPM_N = 256 + 9 };
+    static const char *const extra[] = {"<s>",  "\n\n", "a",  "b", "ab",
+                                        "\xe2\x96\x81", "\xe2\x96\x81" "a", "\xe2\x96\x81" "ab", "ba"};
+    static const float extra_score[] = {0, 0, -1, -2, -3, -4, -5, -0.5f, -3};
+    static const int32_t extra_type[] = {FATHOM_TOKEN_CONTROL, FATHOM_TOKEN_USER_DEFINED, 1, 1, 1, 1, 1, 1, 1};
+    enum { S_BOS = 256, S_NN, S_A, S_B, S_AB, S_SP, S_SPA, S_SPAB, S_BA };
+    static char bytes[256][8];
+    const char *tokens[SPM_N];
+    int32_t types[SPM_N];
+    float scores[SPM_N];
+    for (int b = 0; b < 256; b++) {
+        snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
+        tokens[b] = bytes[b];
+        types[b] = FATHOM_TOKEN_BYTE;
+        scores[b] = 0;
+    }
+    for (int i = 0; i < 9; i++) {
+        tokens[256 + i] = extra[i];
+        types[256 + i] = extra_type[i];
+        scores[256 + i] = extra_score[i];
+    }
+    fathom_tokenizer_spec spec = {.model = "llama", .pre = "default", .n_tokens = SPM_N,
+                                  .tokens = tokens, .token_types = types, .scores = scores,
+                                  .bos_id = S_BOS, .eos_id = -1, .add_bos = 1};
+    fathom_tokenizer *t = NULL;
+    CHECK_OK(fathom_tokenizer_create(&t, &spec));
+    if (!t) return;
+    /* " ab": the pairs (U+2581, a) -5 and (a, b) -3: ab first, then U+2581 + ab */
+    ENCODES(t, " ab", 0, S_BOS, S_SPAB);
+    ENCODES(t, "ab", 0, S_BOS, S_AB);
+    ENCODES(t, "aba", 0, S_BOS, S_AB, S_A); /* ab -3 and ba -3 tie: the left one */
+    ENCODES(t, " a", 0, S_BOS, S_SPA);
+    ENCODES(t, "c", 0, S_BOS, 'c');                  /* byte fallback */
+    ENCODES(t, "\xc3\xa9", 0, S_BOS, 0xc3, 0xa9);     /* per byte of the character */
+    ENCODES(t, "a\xff" "b", 0, S_BOS, S_A, 0xff, S_B); /* invalid UTF-8: a byte symbol */
+    ENCODES(t, "a\n\nb", 0, S_BOS, S_A, S_NN, S_B); /* user-defined: always cut out */
+    ENCODES(t, "<s>a", 1, S_BOS, S_BOS, S_A);
+    ENCODES(t, "<s>", 0, S_BOS, '<', 's', '>');
+    {
+        fathom_chat_template ct;
+        CHECK_STATUS(fathom_chat_template_for(t, &ct), FATHOM_ERR_UNSUPPORTED); /* no turn tokens */
+    }
+    {
+        const int32_t ids[] = {S_SPAB, 'c', S_BOS, 0xc3, 0xa9, S_NN};
+        char out[64];
+        size_t len = 0;
+        CHECK_OK(fathom_tokenizer_decode(t, ids, 6, out, sizeof out, &len));
+        CHECK(len == 11 && memcmp(out, " abc<s>\xc3\xa9\n\n", 11) == 0);
+    }
+    fathom_tokenizer_free(t);
+    spec.add_space_prefix = 1; /* before the text and after each special token */
+    spec.add_bos = 0;
+    CHECK_OK(fathom_tokenizer_create(&t, &spec));
+    if (t) ENCODES(t, "ab<s>a", 1, S_SPAB, S_BOS, S_SPA);
+    fathom_tokenizer_free(t);
+    types[0x41] = FATHOM_TOKEN_NORMAL; /* "<0x41>" must be a byte token */
+    t = NULL;
+    CHECK_STATUS(fathom_tokenizer_create(&t, &spec), FATHOM_ERR_FORMAT);
+    CHECK(t == NULL);
+}
+
 int main(void) {
     vocab v;
     build_vocab(&v);
@@ -359,7 +424,8 @@ int main(void) {
     } while (0)
         BAD_SPEC(b_.model = NULL, FATHOM_ERR_INVALID_ARG);
         BAD_SPEC(b_.pre = NULL, FATHOM_ERR_INVALID_ARG);
-        BAD_SPEC(b_.model = "llama", FATHOM_ERR_UNSUPPORTED);
+        BAD_SPEC(b_.model = "bert", FATHOM_ERR_UNSUPPORTED);
+        BAD_SPEC(b_.model = "llama", FATHOM_ERR_INVALID_ARG); /* SentencePiece has no merges */
         BAD_SPEC(b_.pre = "qwen2", FATHOM_ERR_UNSUPPORTED);
         BAD_SPEC(b_.n_tokens = 255, FATHOM_ERR_INVALID_ARG);
         BAD_SPEC(b_.n_tokens = (uint64_t)INT32_MAX + 1, FATHOM_ERR_INVALID_ARG);
@@ -439,6 +505,23 @@ int main(void) {
         }
     }
 
+    test_spm();
+    /* --- chat templates: ChatML by <|im_start|> / <|im_end|> --- */
+    {
+        fathom_chat_template ct;
+        CHECK_OK(fathom_chat_template_for(tok, &ct));
+        CHECK(strcmp(ct.name, "chatml") == 0 && strcmp(ct.end_of_turn, "<|im_end|>") == 0);
+        char buf[128];
+        size_t len = 0;
+        CHECK_STATUS(fathom_chat_render(&ct, "S", 1, "hi", 2, buf, 8, &len), FATHOM_ERR_INVALID_ARG);
+        const char want[] = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+                            "<|im_start|>assistant\n";
+        CHECK(len == sizeof want - 1);
+        CHECK_OK(fathom_chat_render(&ct, "S", 1, "hi", 2, buf, sizeof buf, &len));
+        CHECK(len == sizeof want - 1 && memcmp(buf, want, len) == 0);
+        CHECK_OK(fathom_chat_render(&ct, NULL, 0, "hi", 2, buf, sizeof buf, &len));
+        CHECK(len == sizeof want - 1 - 31 && memcmp(buf, want + 31, len) == 0);
+    }
     fathom_tokenizer_free(tok);
     fathom_tokenizer_free(gpt2);
     return check_summary("test_tokenizer");

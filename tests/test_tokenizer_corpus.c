@@ -1,7 +1,8 @@
 /* Encode and decode a corpus with libfathom and compare with the reference
  * (HF tokenizers) ids and text written by tests/tokenizer_reference.py.
  *
- * usage: test_tokenizer_corpus VOCAB.bin CASES.bin   (no arguments: skip, 77)
+ * usage: test_tokenizer_corpus VOCAB CASES.bin   (no arguments: skip, 77)
+ * VOCAB is a vocab.bin or a GGUF model (*.gguf) whose tokenizer is taken.
  *
  * vocab.bin: "FTOKVOC1", str model, str pre, i32 bos, i32 eos, u32 add_bos,
  *            u32 n_tokens, n x (i32 type, str), u32 n_merges, n x str
@@ -73,18 +74,14 @@ static void show(const char *what, const int32_t *ids, size_t n) {
     fprintf(stderr, n > 40 ? " ...\n" : "\n");
 }
 
-int main(int argc, char **argv) {
-    if (argc != 3) {
-        printf("test_tokenizer_corpus: needs VOCAB.bin CASES.bin (run by test_tokenizer_model.sh); "
-               "skipped\n");
-        return 77;
-    }
-    size_t vlen, clen;
-    uint8_t *vbuf = slurp(argv[1], &vlen), *cbuf = slurp(argv[2], &clen);
-    if (!vbuf || !cbuf || vlen < 8 || clen < 8 || memcmp(vbuf, "FTOKVOC1", 8) ||
-        memcmp(cbuf, "FTOKCAS1", 8)) {
-        fprintf(stderr, "test_tokenizer_corpus: cannot read %s / %s\n", argv[1], argv[2]);
-        return 1;
+/* The tokenizer of vocab.bin; NULL (with a message) if it cannot be built. */
+static fathom_tokenizer *tokenizer_from_vocab(const char *path) {
+    size_t vlen;
+    uint8_t *vbuf = slurp(path, &vlen);
+    if (!vbuf || vlen < 8 || memcmp(vbuf, "FTOKVOC1", 8)) {
+        fprintf(stderr, "test_tokenizer_corpus: cannot read %s\n", path);
+        free(vbuf);
+        return NULL;
     }
     reader r = {vbuf + 8, vbuf + vlen, 1};
     uint32_t len;
@@ -110,28 +107,64 @@ int main(int argc, char **argv) {
         merges[i] = read_str(&r, &len);
         merge_lens[i] = len;
     }
+    fathom_tokenizer *tok = NULL;
     if (!r.ok) {
-        fprintf(stderr, "test_tokenizer_corpus: %s is truncated\n", argv[1]);
+        fprintf(stderr, "test_tokenizer_corpus: %s is truncated\n", path);
+    } else {
+        fathom_tokenizer_spec spec = {.model = model,
+                                      .pre = pre,
+                                      .n_tokens = n_tokens,
+                                      .tokens = tokens,
+                                      .token_lens = token_lens,
+                                      .token_types = types,
+                                      .n_merges = n_merges,
+                                      .merges = merges,
+                                      .merge_lens = merge_lens,
+                                      .bos_id = bos,
+                                      .eos_id = eos,
+                                      .add_bos = add_bos};
+        CHECK_OK(fathom_tokenizer_create(&tok, &spec));
+        if (tok) CHECK(fathom_tokenizer_vocab_size(tok) == n_tokens);
+    }
+    free(tokens);
+    free(token_lens);
+    free(types);
+    free(merges);
+    free(merge_lens);
+    free(model);
+    free(pre);
+    free(vbuf);
+    return tok;
+}
+
+/* The tokenizer a GGUF file declares (tokenizer.ggml.*). */
+static fathom_tokenizer *tokenizer_from_gguf(const char *path) {
+    fathom_gguf *g = NULL;
+    fathom_tokenizer *tok = NULL;
+    CHECK_OK(fathom_gguf_open(&g, path));
+    if (g) CHECK_OK(fathom_tokenizer_from_gguf(&tok, g));
+    fathom_gguf_close(g);
+    return tok;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        printf("test_tokenizer_corpus: needs VOCAB CASES.bin (run by test_tokenizer_model.sh); "
+               "skipped\n");
+        return 77;
+    }
+    size_t clen, vpath = strlen(argv[1]);
+    uint8_t *cbuf = slurp(argv[2], &clen);
+    if (!cbuf || clen < 8 || memcmp(cbuf, "FTOKCAS1", 8)) {
+        fprintf(stderr, "test_tokenizer_corpus: cannot read %s\n", argv[2]);
         return 1;
     }
-    fathom_tokenizer_spec spec = {.model = model,
-                                  .pre = pre,
-                                  .n_tokens = n_tokens,
-                                  .tokens = tokens,
-                                  .token_lens = token_lens,
-                                  .token_types = types,
-                                  .n_merges = n_merges,
-                                  .merges = merges,
-                                  .merge_lens = merge_lens,
-                                  .bos_id = bos,
-                                  .eos_id = eos,
-                                  .add_bos = add_bos};
-    fathom_tokenizer *tok = NULL;
-    CHECK_OK(fathom_tokenizer_create(&tok, &spec));
+    fathom_tokenizer *tok = vpath > 5 && strcmp(argv[1] + vpath - 5, ".gguf") == 0
+                                ? tokenizer_from_gguf(argv[1])
+                                : tokenizer_from_vocab(argv[1]);
     if (!tok) return check_summary("test_tokenizer_corpus");
-    CHECK(fathom_tokenizer_vocab_size(tok) == n_tokens);
 
-    r = (reader){cbuf + 8, cbuf + clen, 1};
+    reader r = {cbuf + 8, cbuf + clen, 1};
     uint32_t n_cases = read_u32(&r);
     size_t enc_match = 0, dec_match = 0, round_trip = 0, total_ids = 0, total_bytes = 0, shown = 0;
     size_t ids_cap = 1 << 16, out_cap = 1 << 20;
@@ -196,14 +229,6 @@ int main(int argc, char **argv) {
     free(ids);
     free(want);
     free(out);
-    free(tokens);
-    free(token_lens);
-    free(types);
-    free(merges);
-    free(merge_lens);
-    free(model);
-    free(pre);
-    free(vbuf);
     free(cbuf);
     return check_summary("test_tokenizer_corpus");
 }

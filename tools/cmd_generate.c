@@ -1,18 +1,13 @@
 /* fathom generate — greedy decoding with the GGUF model, with dense or
- * sparse attention in the decode steps (prefill is always dense). Also holds
- * the helpers the model commands share (declared in cli.h). */
+ * sparse attention in the decode steps (prefill is always dense). */
 #include "cli.h"
 #include "fathom.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-#define DEFAULT_MODEL_NAME "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -23,13 +18,14 @@ static void usage(FILE *f) {
             "KV head the method scans its index of the cached keys, keeps sink 4 + local 32 +\n"
             "top-k per query head (k in total) and attends exactly over them.\n"
             "\n"
-            "  --model FILE        GGUF model (default $FATHOM_MODEL, else models/" DEFAULT_MODEL_NAME ")\n"
+            "  --model FILE        " CLI_MODEL_HELP "\n"
             "  --prompt TEXT       the prompt text\n"
             "  --prompt-file F     the prompt from a file\n"
             "  --prompt-ids LIST   the prompt as comma-separated token ids\n"
-            "  --chat              wrap the prompt in the chat template (user turn, then the\n"
-            "                      assistant's): <|im_start|>user\\n...<|im_end|>\\n<|im_start|>assistant\\n\n"
-            "  --system TEXT       with --chat, a system turn first\n"
+            "  --chat              wrap the prompt in the chat template the model declares\n"
+            "                      (ChatML: its default system turn, the user turn, the\n"
+            "                      assistant's opening); generation stops at the end of the turn\n"
+            "  --system TEXT       with --chat, this system turn instead of the template's default\n"
             "  --tokens N          tokens to generate (default 64)\n"
             "  --attn METHOD       dense (default), oracle, fathom:B, sparq:r, thumb, full4,\n"
             "                      landmark; fathom-klt:B, ds:c, loki:r need --calib\n"
@@ -42,150 +38,11 @@ static void usage(FILE *f) {
             "  --max-prompt N      keep only the first N prompt tokens\n"
             "  --ctx N             context capacity (default: prompt + tokens)\n"
             "  --threads N         threads (default: one per core)\n"
-            "  --quiet             no text on stdout (with --ids: only the ids)\n");
-}
-
-/* ---- helpers shared by the model commands ---- */
-
-bool cli_parse_u32(const char *s, uint32_t *out) {
-    if (!s || !*s || *s == '-') return false;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v > UINT32_MAX) return false;
-    *out = (uint32_t)v;
-    return true;
-}
-
-double cli_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-const char *cli_model_path(const char *given) {
-    if (given) return given;
-    const char *env = getenv("FATHOM_MODEL");
-    if (env && *env) return env;
-    return "models/" DEFAULT_MODEL_NAME;
-}
-
-int cli_read_file(const char *path, char **text, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) break;
-        char *bigger = realloc(buf, cap * 2);
-        if (!bigger) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = bigger;
-        cap *= 2;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (!buf || err) {
-        free(buf);
-        return -1;
-    }
-    *text = buf;
-    *len = n;
-    return 0;
-}
-
-int cli_encode_prompt(const fathom_tokenizer *tok, const char *text, size_t len, bool chat,
-                      const char *system, int32_t **ids, size_t *n) {
-    char *buf = NULL;
-    const char *src = text;
-    size_t src_len = len;
-    if (chat) {
-        static const char sys_open[] = "<|im_start|>system\n", user_open[] = "<|im_start|>user\n",
-                          close_turn[] = "<|im_end|>\n", asst_open[] = "<|im_start|>assistant\n";
-        size_t sys_len = system ? strlen(system) : 0;
-        size_t total = len + sys_len + sizeof sys_open + sizeof user_open + 2 * sizeof close_turn +
-                       sizeof asst_open;
-        buf = malloc(total);
-        if (!buf) return FATHOM_ERR_NOMEM;
-        size_t at = 0;
-#define PUT(p, l)                                                                                  \
-    do {                                                                                           \
-        memcpy(buf + at, (p), (l));                                                                \
-        at += (l);                                                                                 \
-    } while (0)
-        if (system) {
-            PUT(sys_open, sizeof sys_open - 1);
-            PUT(system, sys_len);
-            PUT(close_turn, sizeof close_turn - 1);
-        }
-        PUT(user_open, sizeof user_open - 1);
-        PUT(text, len);
-        PUT(close_turn, sizeof close_turn - 1);
-        PUT(asst_open, sizeof asst_open - 1);
-#undef PUT
-        src = buf;
-        src_len = at;
-    }
-    size_t need = 0;
-    int st = fathom_tokenizer_encode(tok, src, src_len, chat, NULL, 0, &need);
-    if (st == FATHOM_ERR_INVALID_ARG && need > 0) st = FATHOM_OK; /* the size query */
-    int32_t *out = NULL;
-    if (st == FATHOM_OK) {
-        out = malloc((need ? need : 1) * sizeof *out);
-        st = out ? fathom_tokenizer_encode(tok, src, src_len, chat, out, need, &need) : FATHOM_ERR_NOMEM;
-    }
-    free(buf);
-    if (st < 0) {
-        free(out);
-        return st;
-    }
-    *ids = out;
-    *n = need;
-    return FATHOM_OK;
-}
-
-/* ---- generate ---- */
-
-bool cli_parse_ids(const char *list, int32_t **ids, size_t *n) {
-    size_t cap = 16, count = 0;
-    int32_t *out = malloc(cap * sizeof *out);
-    const char *p = list;
-    while (out && *p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
-            free(out);
-            return false;
-        }
-        if (count == cap) {
-            int32_t *bigger = realloc(out, 2 * cap * sizeof *out);
-            if (!bigger) break;
-            out = bigger;
-            cap *= 2;
-        }
-        out[count++] = (int32_t)v;
-        p = *end ? end + 1 : end;
-    }
-    if (!out || count == 0 || *p) {
-        free(out);
-        return false;
-    }
-    *ids = out;
-    *n = count;
-    return true;
-}
-
-static int32_t argmax(const float *x, uint32_t n) {
-    uint32_t best = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return (int32_t)best;
+            "  --progress          prefill progress on stderr (default: only on a terminal)\n"
+            "  --quiet             no text on stdout (with --ids: only the ids)\n"
+            "\n"
+            "The end-of-turn token stops generation (unless --ignore-eos) and is not printed;\n"
+            "--ids lists it. Exit status: 0 success, 1 failure, 2 usage error.\n");
 }
 
 /* Print a token's bytes. */
@@ -193,18 +50,65 @@ static void print_piece(const fathom_tokenizer *tok, int32_t id) {
     char buf[256];
     size_t len = 0;
     if (fathom_tokenizer_token_to_piece(tok, id, buf, sizeof buf, &len) == FATHOM_OK)
-        fwrite(buf, 1, len, stdout);
+        cli_write_text(stdout, buf, len);
     fflush(stdout);
 }
 
 typedef struct gen_options {
     const char *model, *prompt, *prompt_file, *prompt_ids, *system, *attn, *calib, *dump;
     uint32_t tokens, k, ctx, threads, max_prompt;
-    bool chat, ignore_eos, ids, quiet;
+    bool chat, ignore_eos, ids, quiet, progress;
 } gen_options;
 
+/* The prompt's token ids: given, or the text (from --prompt or the file),
+ * in the chat template with --chat. CLI_OK or an exit status after a message. */
+static int load_prompt(const gen_options *o, const char *model_path, const fathom_tokenizer *tok,
+                       int32_t **ids, size_t *n) {
+    if (o->prompt_ids)
+        return cli_parse_ids(o->prompt_ids, ids, n) ? CLI_OK
+                                                    : cli_usage_error("--prompt-ids needs comma-separated token ids");
+    char *file_text = NULL, *chat_text = NULL;
+    size_t len = 0;
+    if (o->prompt_file && cli_read_file(o->prompt_file, &file_text, &len) < 0) {
+        cli_error("cannot read %s", o->prompt_file);
+        return CLI_FAILURE;
+    }
+    const char *text = o->prompt_file ? file_text : o->prompt;
+    if (!o->prompt_file) len = strlen(o->prompt);
+    cli_chat chat;
+    int rc = cli_chat_load(model_path, &chat);
+    if (rc == CLI_OK && o->chat) {
+        chat_text = cli_chat_text(&chat, o->system, text, len, &len);
+        if (!chat_text) rc = CLI_FAILURE;
+        text = chat_text;
+    } else if (rc == CLI_OK && chat.declared) {
+        cli_warn("the model declares a chat template (an instruct model): --chat is probably "
+                 "wanted, without it the prompt is continued as plain text");
+    }
+    int st;
+    if (rc == CLI_OK && (st = cli_encode(tok, text, len, o->chat, ids, n)) < 0) rc = cli_fail("prompt", st);
+    free(file_text);
+    free(chat_text);
+    return rc;
+}
+
+static void print_stats(const fathom_ctx *ctx, const fathom_method *method, uint32_t k, size_t n_prompt,
+                        double prefill_s, double decode_s) {
+    fathom_ctx_stats stats;
+    fathom_ctx_get_stats(ctx, &stats);
+    fprintf(stderr, "prefill: %zu tokens in %.3f s, %.1f tokens/s\n", n_prompt, prefill_s,
+            (double)n_prompt / prefill_s);
+    if (stats.decode_steps)
+        fprintf(stderr, "decode: %" PRIu64 " steps in %.3f s, %.2f tokens/s (attention %s, k %u)\n",
+                stats.decode_steps, decode_s, (double)stats.decode_steps / decode_s, method->name, k);
+    if (stats.sparse_steps)
+        fprintf(stderr, "sparse: %.1f KB scanned per step, %.2f%% of visible keys selected\n",
+                stats.scan_bytes / (double)stats.sparse_steps / 1024.0,
+                100.0 * stats.selected_rows / (stats.visible_rows > 0 ? stats.visible_rows : 1));
+}
+
 static int run(const gen_options *o) {
-    int rc = 1, st;
+    int rc = CLI_FAILURE, st;
     fathom_model *model = NULL;
     fathom_tokenizer *tok = NULL;
     fathom_ctx *ctx = NULL;
@@ -213,47 +117,30 @@ static int run(const gen_options *o) {
     size_t n_prompt = 0;
     float *logits = NULL;
     FILE *dump = NULL;
-    char *text = NULL;
 
     fathom_method method;
-    if ((st = fathom_method_parse(o->attn, &method)) < 0) return cli_fail("generate", o->attn, st);
+    if ((st = fathom_method_parse(o->attn, &method)) < 0) return cli_fail_usage("--attn", st);
     const char *path = cli_model_path(o->model);
+    if (!path) return CLI_FAILURE;
+    if (o->dump && !cli_check_writable(o->dump)) return CLI_FAILURE;
     double t0 = cli_now();
-    if ((st = fathom_model_open(&model, path)) < 0) {
-        rc = cli_fail("generate", path, st);
-        goto done;
-    }
+    if ((st = fathom_model_open(&model, path)) < 0) return cli_fail(path, st);
     fathom_model_info info;
     fathom_model_get_info(model, &info);
-    fprintf(stderr, "fathom generate: %s (%s, %u layers, %u/%u heads of %u) loaded in %.2f s\n",
-            info.name, info.arch, info.layers, info.q_heads, info.kv_heads, info.head_dim,
-            cli_now() - t0);
+    if ((rc = cli_check_method(&method, info.head_dim)) != CLI_OK) goto done;
+    rc = CLI_FAILURE;
+    fprintf(stderr, "fathom generate: ");
+    cli_print_safe(stderr, info.name[0] ? info.name : path);
+    fprintf(stderr, " (");
+    cli_print_safe(stderr, info.arch);
+    fprintf(stderr, ", %u layers, %u/%u heads of %u) loaded in %.2f s\n", info.layers, info.q_heads,
+            info.kv_heads, info.head_dim, cli_now() - t0);
     if ((st = fathom_model_tokenizer(model, &tok)) < 0) {
-        rc = cli_fail("generate", "tokenizer", st);
+        rc = cli_fail("tokenizer", st);
         goto done;
     }
-    if (o->prompt_ids) {
-        if (!cli_parse_ids(o->prompt_ids, &prompt, &n_prompt)) {
-            fprintf(stderr, "fathom generate: --prompt-ids needs comma-separated token ids\n");
-            rc = 2;
-            goto done;
-        }
-    } else {
-        size_t len;
-        if (o->prompt_file) {
-            if (cli_read_file(o->prompt_file, &text, &len) < 0) {
-                fprintf(stderr, "fathom generate: cannot read %s\n", o->prompt_file);
-                goto done;
-            }
-        } else {
-            len = strlen(o->prompt);
-        }
-        if ((st = cli_encode_prompt(tok, text ? text : o->prompt, len, o->chat, o->system, &prompt,
-                                    &n_prompt)) < 0) {
-            rc = cli_fail("generate", "encode", st);
-            goto done;
-        }
-    }
+    if ((rc = load_prompt(o, path, tok, &prompt, &n_prompt)) != CLI_OK) goto done;
+    rc = CLI_FAILURE;
     if (o->max_prompt && n_prompt > o->max_prompt) n_prompt = o->max_prompt;
     if (o->ids) {
         fprintf(stderr, "prompt ids (%zu): ", n_prompt);
@@ -261,84 +148,75 @@ static int run(const gen_options *o) {
         fprintf(stderr, "\n");
     }
     if (n_prompt == 0) {
-        fprintf(stderr, "fathom generate: the prompt is empty\n");
-        rc = 2;
+        rc = cli_usage_error("the prompt is empty");
         goto done;
     }
-    uint64_t need = (uint64_t)n_prompt + o->tokens;
-    uint32_t cap = o->ctx ? o->ctx : (need < UINT32_MAX ? (uint32_t)need : UINT32_MAX);
+    const uint64_t need = (uint64_t)n_prompt + o->tokens;
+    const uint32_t cap = o->ctx ? o->ctx : (need < UINT32_MAX ? (uint32_t)need : UINT32_MAX);
+    cli_check_window(&info, need < cap ? need : cap);
+    if (method.kind != FATHOM_METHOD_DENSE) cli_check_k(o->k, need, "k");
     if ((st = fathom_ctx_create(&ctx, model, cap, o->threads)) < 0) {
-        rc = cli_fail("generate", "context", st);
+        rc = cli_fail("context", st);
         goto done;
     }
     if (o->calib && (st = fathom_capture_open(&calib, o->calib)) < 0) {
-        rc = cli_fail("generate", o->calib, st);
-        goto done;
-    }
-    if ((st = fathom_ctx_set_attention(ctx, &method, o->k, calib)) < 0) {
-        rc = cli_fail("generate", o->attn, st);
+        rc = cli_fail(o->calib, st);
         goto done;
     }
     logits = malloc((size_t)info.vocab * sizeof *logits);
     out_ids = malloc(((size_t)o->tokens + 1) * sizeof *out_ids);
     if (!logits || !out_ids) {
-        fprintf(stderr, "fathom generate: out of memory\n");
+        cli_error("out of memory");
         goto done;
     }
     if (o->dump && !(dump = fopen(o->dump, "wb"))) {
-        fprintf(stderr, "fathom generate: cannot write %s\n", o->dump);
+        cli_error("cannot write %s", o->dump);
         goto done;
     }
-    int32_t stop_a = fathom_tokenizer_eos(tok), stop_b = -1;
-    fathom_tokenizer_find(tok, "<|im_end|>", 10, &stop_b);
+    int32_t stop_a, stop_b;
+    cli_stop_tokens(tok, &stop_a, &stop_b);
 
-    double tp = cli_now();
-    if ((st = fathom_ctx_prefill(ctx, prompt, n_prompt, logits)) < 0) {
-        rc = cli_fail("generate", "prefill", st);
+    if ((st = fathom_ctx_set_attention(ctx, &method, o->k, calib)) < 0) {
+        rc = cli_fail("--attn", st);
         goto done;
     }
-    double prefill_s = cli_now() - tp;
+    const double tp = cli_now();
+    const bool progress = cli_progress_wanted(o->progress ? CLI_PROGRESS_ON : CLI_PROGRESS_AUTO, false);
+    if ((st = cli_prefill(ctx, prompt, n_prompt, logits, progress)) < 0) {
+        rc = cli_fail("prefill", st);
+        goto done;
+    }
+    const double prefill_s = cli_now() - tp;
     uint32_t produced = 0;
-    double td = cli_now();
+    const double td = cli_now();
     while (produced < o->tokens) {
         if (dump && fwrite(logits, sizeof *logits, info.vocab, dump) != info.vocab) {
-            fprintf(stderr, "fathom generate: write error on %s\n", o->dump);
+            cli_error("write error on %s", o->dump);
             goto done;
         }
-        int32_t next = argmax(logits, info.vocab);
+        int32_t next = cli_argmax(logits, info.vocab);
         out_ids[produced++] = next;
+        if (!o->ignore_eos && (next == stop_a || next == stop_b)) break; /* the end of the turn: not printed */
         if (!o->quiet) print_piece(tok, next);
-        if (!o->ignore_eos && (next == stop_a || next == stop_b)) break;
         if (produced == o->tokens) break;
         if ((st = fathom_ctx_step(ctx, next, logits)) < 0) {
-            rc = cli_fail("generate", "decode step", st);
+            rc = cli_fail("decode step", st);
             goto done;
         }
     }
-    double decode_s = cli_now() - td;
+    const double decode_s = cli_now() - td;
     if (!o->quiet) printf("\n");
     if (o->ids) {
         for (uint32_t i = 0; i < produced; i++) printf("%s%d", i ? "," : "", out_ids[i]);
         printf("\n");
     }
-    fathom_ctx_stats stats;
-    fathom_ctx_get_stats(ctx, &stats);
-    fprintf(stderr, "prefill: %zu tokens in %.3f s, %.1f tokens/s\n", n_prompt, prefill_s,
-            (double)n_prompt / prefill_s);
-    if (stats.decode_steps)
-        fprintf(stderr, "decode: %" PRIu64 " steps in %.3f s, %.2f tokens/s (attention %s, k %u)\n",
-                stats.decode_steps, decode_s, (double)stats.decode_steps / decode_s, method.name, o->k);
-    if (stats.sparse_steps)
-        fprintf(stderr, "sparse: %.1f KB scanned per step, %.2f%% of visible keys selected\n",
-                stats.scan_bytes / (double)stats.sparse_steps / 1024.0,
-                100.0 * stats.selected_rows / (stats.visible_rows > 0 ? stats.visible_rows : 1));
-    rc = 0;
+    print_stats(ctx, &method, o->k, n_prompt, prefill_s, decode_s);
+    rc = CLI_OK;
 done:
-    if (dump && fclose(dump) != 0 && rc == 0) {
-        fprintf(stderr, "fathom generate: write error on %s\n", o->dump);
-        rc = 1;
+    if (dump && fclose(dump) != 0 && rc == CLI_OK) {
+        cli_error("write error on %s", o->dump);
+        rc = CLI_FAILURE;
     }
-    free(text);
     free(prompt);
     free(out_ids);
     free(logits);
@@ -349,72 +227,71 @@ done:
     return rc;
 }
 
+enum {
+    OPT_MODEL = 256, OPT_PROMPT, OPT_PROMPT_FILE, OPT_PROMPT_IDS, OPT_SYSTEM, OPT_ATTN, OPT_CALIB,
+    OPT_DUMP, OPT_TOKENS, OPT_K, OPT_CTX, OPT_MAX_PROMPT, OPT_THREADS, OPT_CHAT, OPT_IGNORE_EOS,
+    OPT_IDS, OPT_QUIET, OPT_PROGRESS
+};
+static const struct option long_options[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"prompt", required_argument, NULL, OPT_PROMPT},
+    {"prompt-file", required_argument, NULL, OPT_PROMPT_FILE},
+    {"prompt-ids", required_argument, NULL, OPT_PROMPT_IDS},
+    {"system", required_argument, NULL, OPT_SYSTEM},
+    {"attn", required_argument, NULL, OPT_ATTN},
+    {"calib", required_argument, NULL, OPT_CALIB},
+    {"dump-logits", required_argument, NULL, OPT_DUMP},
+    {"tokens", required_argument, NULL, OPT_TOKENS},
+    {"k", required_argument, NULL, OPT_K},
+    {"ctx", required_argument, NULL, OPT_CTX},
+    {"max-prompt", required_argument, NULL, OPT_MAX_PROMPT},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"chat", no_argument, NULL, OPT_CHAT},
+    {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
+    {"ids", no_argument, NULL, OPT_IDS},
+    {"quiet", no_argument, NULL, OPT_QUIET},
+    {"progress", no_argument, NULL, OPT_PROGRESS},
+    {NULL, 0, NULL, 0},
+};
+
 int cmd_generate(int argc, char **argv) {
     gen_options o = {0};
     o.attn = "dense";
     o.tokens = 64;
     o.k = 256;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define TAKE(field)                                                                                \
-    do {                                                                                           \
-        if (!v) goto missing;                                                                      \
-        o.field = v;                                                                               \
-        i++;                                                                                       \
-    } while (0)
-#define TAKE_U32(field)                                                                            \
-    do {                                                                                           \
-        if (!cli_parse_u32(v, &o.field)) goto bad_number;                                          \
-        i++;                                                                                       \
-    } while (0)
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--model")) TAKE(model);
-        else if (!strcmp(a, "--prompt")) TAKE(prompt);
-        else if (!strcmp(a, "--prompt-file")) TAKE(prompt_file);
-        else if (!strcmp(a, "--prompt-ids")) TAKE(prompt_ids);
-        else if (!strcmp(a, "--system")) TAKE(system);
-        else if (!strcmp(a, "--attn")) TAKE(attn);
-        else if (!strcmp(a, "--calib")) TAKE(calib);
-        else if (!strcmp(a, "--dump-logits")) TAKE(dump);
-        else if (!strcmp(a, "--tokens")) TAKE_U32(tokens);
-        else if (!strcmp(a, "--k")) TAKE_U32(k);
-        else if (!strcmp(a, "--ctx")) TAKE_U32(ctx);
-        else if (!strcmp(a, "--max-prompt")) TAKE_U32(max_prompt);
-        else if (!strcmp(a, "--threads")) TAKE_U32(threads);
-        else if (!strcmp(a, "--chat")) o.chat = true;
-        else if (!strcmp(a, "--ignore-eos")) o.ignore_eos = true;
-        else if (!strcmp(a, "--ids")) o.ids = true;
-        else if (!strcmp(a, "--quiet")) o.quiet = true;
-        else {
-            fprintf(stderr, "fathom generate: unknown option %s\n\n", a);
-            usage(stderr);
-            return 2;
+    int c;
+    while ((c = cli_getopt(argc, argv, "h", long_options)) != -1) {
+        uint32_t *num = NULL;
+        switch (c) {
+        case 'h': usage(stdout); return CLI_OK;
+        case '?': return CLI_USAGE;
+        case OPT_MODEL: o.model = optarg; break;
+        case OPT_PROMPT: o.prompt = optarg; break;
+        case OPT_PROMPT_FILE: o.prompt_file = optarg; break;
+        case OPT_PROMPT_IDS: o.prompt_ids = optarg; break;
+        case OPT_SYSTEM: o.system = optarg; break;
+        case OPT_ATTN: o.attn = optarg; break;
+        case OPT_CALIB: o.calib = optarg; break;
+        case OPT_DUMP: o.dump = optarg; break;
+        case OPT_TOKENS: num = &o.tokens; break;
+        case OPT_K: num = &o.k; break;
+        case OPT_CTX: num = &o.ctx; break;
+        case OPT_MAX_PROMPT: num = &o.max_prompt; break;
+        case OPT_THREADS: num = &o.threads; break;
+        case OPT_CHAT: o.chat = true; break;
+        case OPT_IGNORE_EOS: o.ignore_eos = true; break;
+        case OPT_IDS: o.ids = true; break;
+        case OPT_QUIET: o.quiet = true; break;
+        case OPT_PROGRESS: o.progress = true; break;
         }
-        continue;
-    missing:
-        fprintf(stderr, "fathom generate: %s needs a value\n", a);
-        return 2;
-    bad_number:
-        fprintf(stderr, "fathom generate: %s needs a non-negative integer, not '%s'\n", a, v ? v : "");
-        return 2;
-#undef TAKE
-#undef TAKE_U32
+        if (num && !cli_parse_u32(optarg, num)) return cli_bad_value("a non-negative integer");
     }
-    int sources = !!o.prompt + !!o.prompt_file + !!o.prompt_ids;
-    if (sources != 1) {
-        fprintf(stderr, "fathom generate: give exactly one of --prompt, --prompt-file, --prompt-ids\n");
-        return 2;
-    }
-    if (o.prompt_ids && o.chat) {
-        fprintf(stderr, "fathom generate: --chat needs text, not --prompt-ids\n");
-        return 2;
-    }
-    if (o.tokens == 0 || o.k == 0) {
-        fprintf(stderr, "fathom generate: --tokens and --k must be at least 1\n");
-        return 2;
-    }
+    if (optind < argc) return cli_usage_error("unexpected argument '%s'", argv[optind]);
+    if (!!o.prompt + !!o.prompt_file + !!o.prompt_ids != 1)
+        return cli_usage_error("give exactly one of --prompt, --prompt-file, --prompt-ids");
+    if (o.prompt_ids && o.chat) return cli_usage_error("--chat needs text, not --prompt-ids");
+    if (o.system && !o.chat) return cli_usage_error("--system needs --chat");
+    if (o.tokens == 0 || o.k == 0) return cli_usage_error("--tokens and --k must be at least 1");
     return run(&o);
 }

@@ -18,7 +18,9 @@ static void info_usage(FILE *f) {
             "tokens, query positions, first query position, dtypes, size, metadata.\n"
             "\n"
             "  --json      one JSON object on stdout\n"
-            "  -h, --help  this help\n");
+            "  -h, --help  this help\n"
+            "\n"
+            "Exit status: 0 success, 1 failure, 2 usage error.\n");
 }
 
 static const char *dtype_name(fathom_dtype d) {
@@ -37,34 +39,28 @@ static const char *role_dtype(const fathom_source *src, uint32_t layers, int rol
     return dtype_name(common);
 }
 
+static const struct option long_options[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"json", no_argument, NULL, 'j'},
+    {NULL, 0, NULL, 0},
+};
+
 int cmd_info(int argc, char **argv) {
-    const char *path = NULL;
-    int as_json = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+    int as_json = 0, c;
+    while ((c = cli_getopt(argc, argv, "h", long_options)) != -1) {
+        if (c == '?') return CLI_USAGE;
+        if (c == 'h') {
             info_usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--json")) {
-            as_json = 1;
-        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            fprintf(stderr, "fathom info: unknown option '%s'\n\n", argv[i]);
-            info_usage(stderr);
-            return 2;
-        } else if (path) {
-            fprintf(stderr, "fathom info: one FILE only\n\n");
-            info_usage(stderr);
-            return 2;
-        } else {
-            path = argv[i];
+            return CLI_OK;
         }
+        as_json = 1;
     }
-    if (!path) {
-        info_usage(stderr);
-        return 2;
-    }
+    if (optind == argc) return cli_usage_error("FILE is required");
+    if (argc - optind > 1) return cli_usage_error("one FILE only");
+    const char *path = argv[optind];
     fathom_source *src = NULL;
     int st = fathom_capture_open(&src, path);
-    if (st < 0) return cli_fail("info", path, st);
+    if (st < 0) return cli_fail(path, st);
     fathom_source_info in;
     fathom_source_get_info(src, &in);
     struct stat sb;
@@ -88,13 +84,17 @@ int cmd_info(int argc, char **argv) {
                                 "file_bytes", (json_int_t)file_bytes, "metadata", meta);
         char *text = out ? json_dumps(out, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
         if (text) printf("%s\n", text);
-        else fprintf(stderr, "fathom info: out of memory\n"), rc = 1;
+        else cli_error("out of memory"), rc = CLI_FAILURE;
         free(text);
         json_decref(out);
     } else {
-        printf("file         %s (%" PRIu64 " bytes)\n", path, file_bytes);
-        printf("model        %s\n", in.model);
-        printf("layers       %u\n", in.layers);
+        /* the path, the model name and the metadata come from outside: escaped */
+        printf("file         ");
+        cli_print_safe(stdout, path);
+        printf(" (%" PRIu64 " bytes)\n", file_bytes);
+        printf("model        ");
+        cli_print_safe(stdout, in.model);
+        printf("\nlayers       %u\n", in.layers);
         printf("heads        %u query, %u KV (group %u)\n", in.q_heads, in.kv_heads, in.q_heads / in.kv_heads);
         printf("dim          %u\n", in.dim);
         printf("tokens       %" PRIu64 "\n", in.tokens);
@@ -104,7 +104,11 @@ int cmd_info(int argc, char **argv) {
         for (uint64_t i = 0;; i++) {
             const char *key, *value;
             if (fathom_source_metadata_at(src, i, &key, &value) < 0 || !key) break;
-            printf("  %-12s %s\n", key, value);
+            printf("  ");
+            cli_print_safe(stdout, key);
+            printf("%*s ", (int)(strlen(key) < 12 ? 12 - strlen(key) : 0), "");
+            cli_print_safe(stdout, value);
+            printf("\n");
         }
     }
     fathom_source_free(src);

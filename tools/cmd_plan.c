@@ -31,14 +31,9 @@ static void plan_usage(FILE *f) {
             "                 (variance over the keys the position sees) against the previous\n"
             "                 position's plan. hit: share of the planned bytes (planes and\n"
             "                 fp16 scales) the previous plan also read; waste: the previous\n"
-            "                 plan's other bytes, as a share of the planned bytes\n");
-}
-
-static int usage_error(const char *fmt, const char *arg) {
-    fprintf(stderr, "fathom plan: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n(fathom plan --help for usage)\n");
-    return 2;
+            "                 plan's other bytes, as a share of the planned bytes\n"
+            "\n"
+            "Exit status: 0 success, 1 failure, 2 usage error.\n");
 }
 
 /* Parse "a,b,c" into finite floats; returns the count, 0 on any error. */
@@ -60,16 +55,6 @@ static uint32_t parse_floats(const char *s, float *out, uint32_t cap) {
     }
 }
 
-static int parse_u32(const char *s, uint32_t *out) {
-    if (!s || *s < '0' || *s > '9') return 0;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end || errno == ERANGE || v > UINT32_MAX) return 0;
-    *out = (uint32_t)v;
-    return 1;
-}
-
 typedef struct reuse_sum {
     double plan, hit, waste; /* bits per token, summed over steps */
     uint64_t steps, same;    /* (position, KV head) pairs compared; with identical plans */
@@ -78,16 +63,16 @@ typedef struct reuse_sum {
 static int plan_capture(const char *path, uint32_t budget, int json) {
     fathom_source *src = NULL;
     int st = fathom_capture_open(&src, path);
-    if (st < 0) return cli_fail("plan", path, st);
+    if (st < 0) return cli_fail(path, st);
     fathom_source_info info;
     st = fathom_source_get_info(src, &info);
     if (st < 0) {
         fathom_source_free(src);
-        return cli_fail("plan", "capture info", st);
+        return cli_fail("capture info", st);
     }
     const uint32_t d = info.dim, G = info.q_heads / info.kv_heads, P = info.positions;
     const uint64_t n = info.tokens;
-    int rc = 1;
+    int rc = CLI_FAILURE;
     float *q = malloc((size_t)info.q_heads * P * d * sizeof *q);
     float *k = malloc((size_t)info.kv_heads * n * d * sizeof *k);
     float *var = malloc((size_t)d * sizeof *var);
@@ -97,17 +82,21 @@ static int plan_capture(const char *path, uint32_t budget, int json) {
     double *sum = malloc((size_t)d * sizeof *sum), *sq = malloc((size_t)d * sizeof *sq);
     reuse_sum *layer = calloc(info.layers, sizeof *layer);
     if (!q || !k || !var || !g || !depths || !group_q || !sum || !sq || !layer) {
-        fprintf(stderr, "fathom plan: out of memory for a layer of %s\n", path);
+        cli_error("out of memory for a layer of %s", path);
         goto done;
     }
     if (P < 2) {
-        fprintf(stderr, "fathom plan: %s queries %u position(s); comparing plans needs 2\n", path, P);
+        cli_error("%s queries %u position(s); comparing plans needs 2", path, P);
         goto done;
     }
+    const bool show = cli_progress_wanted(CLI_PROGRESS_AUTO, json);
+    cli_progress prog;
+    cli_progress_start(&prog, "plan: layers");
     for (uint32_t l = 0; l < info.layers; l++) {
+        if (show) cli_progress_update(&prog, l, info.layers);
         st = fathom_source_layer(src, l, q, k, NULL);
         if (st < 0) {
-            rc = cli_fail("plan", "capture layer", st);
+            rc = cli_fail("capture layer", st);
             goto done;
         }
         for (uint32_t kv = 0; kv < info.kv_heads; kv++) {
@@ -137,7 +126,7 @@ static int plan_capture(const char *path, uint32_t budget, int json) {
                 st = fathom_importance(d, G, group_q, var, g);
                 if (st >= 0) st = fathom_water_fill(d, g, budget, now, NULL);
                 if (st < 0) {
-                    rc = cli_fail("plan", "water-filling", st);
+                    rc = cli_fail("water-filling", st);
                     goto done;
                 }
                 if (p == 0) continue;
@@ -155,6 +144,7 @@ static int plan_capture(const char *path, uint32_t budget, int json) {
             }
         }
     }
+    if (show) cli_progress_update(&prog, info.layers, info.layers);
     reuse_sum all = {0, 0, 0, 0, 0};
     for (uint32_t l = 0; l < info.layers; l++) {
         all.plan += layer[l].plan;
@@ -165,9 +155,11 @@ static int plan_capture(const char *path, uint32_t budget, int json) {
     }
 #define SHARE(a, b) ((b) > 0.0 ? (a) / (b) : 0.0)
     if (json) {
-        printf("{\"capture\":\"%s\",\"budget\":%u,\"dim\":%u,\"steps\":%llu,\"plan_bits\":%.6f,"
+        printf("{\"capture\":");
+        cli_print_json_string(stdout, info.model);
+        printf(",\"budget\":%u,\"dim\":%u,\"steps\":%llu,\"plan_bits\":%.6f,"
                "\"hit\":%.6f,\"waste\":%.6f,\"same\":%.6f,\"layers\":[",
-               info.model, budget, d, (unsigned long long)all.steps, SHARE(all.plan, (double)all.steps),
+               budget, d, (unsigned long long)all.steps, SHARE(all.plan, (double)all.steps),
                SHARE(all.hit, all.plan), SHARE(all.waste, all.plan),
                SHARE((double)all.same, (double)all.steps));
         for (uint32_t l = 0; l < info.layers; l++)
@@ -177,9 +169,10 @@ static int plan_capture(const char *path, uint32_t budget, int json) {
                    SHARE((double)layer[l].same, (double)layer[l].steps));
         printf("]}\n");
     } else {
-        printf("%s: %u layers, %u KV heads x %u, dim %u, %llu tokens, %u consecutive positions; "
+        cli_print_safe(stdout, info.model);
+        printf(": %u layers, %u KV heads x %u, dim %u, %llu tokens, %u consecutive positions; "
                "budget %u\n",
-               info.model, info.layers, info.kv_heads, G, d, (unsigned long long)n, P, budget);
+               info.layers, info.kv_heads, G, d, (unsigned long long)n, P, budget);
         printf("layer  plan bits/token  hit     waste   same plan\n");
         for (uint32_t l = 0; l < info.layers; l++)
             printf("%5u  %15.2f  %5.1f%%  %5.1f%%  %5.1f%%\n", l,
@@ -207,96 +200,102 @@ done:
     return rc;
 }
 
+enum { OPT_VAR = 256, OPT_QUERY, OPT_BUDGET, OPT_THETA, OPT_CAPTURE, OPT_BISECT, OPT_JSON };
+static const struct option long_options[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"var", required_argument, NULL, OPT_VAR},
+    {"query", required_argument, NULL, OPT_QUERY},
+    {"budget", required_argument, NULL, OPT_BUDGET},
+    {"theta", required_argument, NULL, OPT_THETA},
+    {"capture", required_argument, NULL, OPT_CAPTURE},
+    {"bisect", no_argument, NULL, OPT_BISECT},
+    {"json", no_argument, NULL, OPT_JSON},
+    {NULL, 0, NULL, 0},
+};
+
 int cmd_plan(int argc, char **argv) {
     const char *var_arg = NULL, *query_args[PLAN_MAX_QUERIES], *capture = NULL;
     uint32_t n_queries = 0, budget = 0;
     int have_budget = 0, have_theta = 0, bisect = 0, json = 0;
     double theta = 0.0;
-
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            plan_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--bisect")) {
-            bisect = 1;
-            continue;
-        }
-        if (!strcmp(a, "--json")) {
-            json = 1;
-            continue;
-        }
-        if (strcmp(a, "--var") && strcmp(a, "--query") && strcmp(a, "--budget") &&
-            strcmp(a, "--theta") && strcmp(a, "--capture"))
-            return usage_error("unknown option '%s'", a);
-        if (i + 1 >= argc) return usage_error("%s needs a value", a);
-        const char *v = argv[++i];
-        if (!strcmp(a, "--capture")) {
-            if (capture) return usage_error("%s given twice", a);
-            capture = v;
-        } else if (!strcmp(a, "--var")) {
-            if (var_arg) return usage_error("%s given twice", a);
-            var_arg = v;
-        } else if (!strcmp(a, "--query")) {
-            if (n_queries == PLAN_MAX_QUERIES) return usage_error("more than 256 %s", a);
-            query_args[n_queries++] = v;
-        } else if (!strcmp(a, "--budget")) {
-            if (have_budget) return usage_error("%s given twice", a);
-            if (!parse_u32(v, &budget)) return usage_error("bad --budget '%s' (a bit count)", v);
+    int c;
+    while ((c = cli_getopt(argc, argv, "h", long_options)) != -1) {
+        switch (c) {
+        case 'h': plan_usage(stdout); return CLI_OK;
+        case '?': return CLI_USAGE;
+        case OPT_BISECT: bisect = 1; break;
+        case OPT_JSON: json = 1; break;
+        case OPT_CAPTURE:
+            if (capture) return cli_usage_error("--capture given twice");
+            capture = optarg;
+            break;
+        case OPT_VAR:
+            if (var_arg) return cli_usage_error("--var given twice");
+            var_arg = optarg;
+            break;
+        case OPT_QUERY:
+            if (n_queries == PLAN_MAX_QUERIES) return cli_usage_error("more than %d --query", PLAN_MAX_QUERIES);
+            query_args[n_queries++] = optarg;
+            break;
+        case OPT_BUDGET:
+            if (have_budget) return cli_usage_error("--budget given twice");
+            if (!cli_parse_u32(optarg, &budget)) return cli_bad_value("a bit count");
             have_budget = 1;
-        } else {
-            if (have_theta) return usage_error("%s given twice", a);
-            char *end;
-            errno = 0;
-            theta = strtod(v, &end);
-            if (end == v || *end || errno == ERANGE || !isfinite(theta) || !(theta > 0.0))
-                return usage_error("bad --theta '%s' (a number > 0)", v);
+            break;
+        case OPT_THETA:
+            if (have_theta) return cli_usage_error("--theta given twice");
+            if (!cli_parse_double(optarg, &theta) || !(theta > 0.0)) return cli_bad_value("a number > 0");
             have_theta = 1;
+            break;
         }
     }
+    if (optind < argc) return cli_usage_error("unexpected argument '%s'", argv[optind]);
     if (capture) {
-        if (var_arg || n_queries) return usage_error("%s", "--capture takes the queries from the file (no --var/--query)");
-        if (!have_budget || have_theta || bisect) return usage_error("%s", "--capture needs --budget (exact water-filling)");
+        if (var_arg || n_queries) return cli_usage_error("--capture takes the queries from the file (no --var/--query)");
+        if (!have_budget || have_theta || bisect) return cli_usage_error("--capture needs --budget (exact water-filling)");
         return plan_capture(capture, budget, json);
     }
-    if (!var_arg) return usage_error("%s", "missing --var");
-    if (n_queries == 0) return usage_error("%s", "missing --query");
-    if (have_budget == have_theta) return usage_error("%s", "give exactly one of --budget and --theta");
-    if (bisect && !have_budget) return usage_error("%s", "--bisect needs --budget");
+    if (!var_arg) return cli_usage_error("missing --var");
+    if (n_queries == 0) return cli_usage_error("missing --query");
+    if (have_budget == have_theta) return cli_usage_error("give exactly one of --budget and --theta");
+    if (bisect && !have_budget) return cli_usage_error("--bisect needs --budget");
 
-    int rc = 1;
+    int rc = CLI_FAILURE;
     float *var = malloc(PLAN_MAX_DIM * sizeof *var);
     /* + 1: the parse of the last query may read one value past dim to detect excess */
     float *queries = malloc(((size_t)n_queries * PLAN_MAX_DIM + 1) * sizeof *queries);
     double *g = malloc(PLAN_MAX_DIM * sizeof *g);
     uint8_t *depths = malloc(PLAN_MAX_DIM);
     if (!var || !queries || !g || !depths) {
-        fprintf(stderr, "fathom plan: out of memory\n");
+        cli_error("out of memory");
         goto done;
     }
     uint32_t dim = parse_floats(var_arg, var, PLAN_MAX_DIM);
     if (dim == 0) {
-        rc = usage_error("bad --var '%s' (finite numbers separated by commas)", var_arg);
+        rc = cli_usage_error("bad --var '%s' (finite numbers separated by commas)", var_arg);
         goto done;
     }
+    for (uint32_t j = 0; j < dim; j++)
+        if (var[j] < 0) {
+            rc = cli_usage_error("--var: a variance cannot be negative (channel %u is %g)", j, var[j]);
+            goto done;
+        }
     for (uint32_t h = 0; h < n_queries; h++) {
         uint32_t n = parse_floats(query_args[h], queries + (size_t)h * dim, dim + 1);
         if (n == 0) {
-            rc = usage_error("bad --query '%s' (finite numbers separated by commas)", query_args[h]);
+            rc = cli_usage_error("bad --query '%s' (finite numbers separated by commas)", query_args[h]);
             goto done;
         }
         if (n != dim) {
-            fprintf(stderr, "fathom plan: --query '%s' has %s values than --var (%u)\n",
-                    query_args[h], n < dim ? "fewer" : "more", dim);
-            rc = 2;
+            rc = cli_usage_error("--query '%s' has %s values than --var (%u)", query_args[h],
+                                 n < dim ? "fewer" : "more", dim);
             goto done;
         }
     }
 
     int st = fathom_importance(dim, n_queries, queries, var, g);
     if (st < 0) {
-        rc = cli_fail("plan", "importance", st);
+        rc = cli_fail("importance", st);
         goto done;
     }
     if (have_theta)
@@ -306,7 +305,7 @@ int cmd_plan(int argc, char **argv) {
     else
         st = fathom_water_fill(dim, g, budget, depths, &theta);
     if (st < 0) {
-        rc = cli_fail("plan", "water-filling", st);
+        rc = cli_fail("water-filling", st);
         goto done;
     }
 

@@ -21,8 +21,11 @@ static void synth_usage(FILE *f) {
             "  --seed S          token-level content seed (default 1; 2 for calibration text)\n"
             "  --dtype T         f32, f16 or bf16 (default bf16)\n"
             "  -o, --output FILE the capture to write\n"
-            "  -q, --quiet       no progress on stderr\n"
-            "  -h, --help        this help\n");
+            "  --progress        progress on stderr (default: only on a terminal)\n"
+            "  -q, --quiet       no progress\n"
+            "  -h, --help        this help\n"
+            "\n"
+            "Exit status: 0 success, 1 failure, 2 usage error.\n");
 }
 
 /* Decimal with an optional k/m suffix (powers of 1024); false on junk or overflow. */
@@ -41,65 +44,63 @@ static int parse_count(const char *s, uint64_t *out) {
     return 1;
 }
 
+enum { OPT_PRESET = 256, OPT_CONTEXT, OPT_POSITIONS, OPT_SEED, OPT_DTYPE };
+static const struct option long_options[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"quiet", no_argument, NULL, 'q'},
+    {"progress", no_argument, NULL, 'P'},
+    {"output", required_argument, NULL, 'o'},
+    {"preset", required_argument, NULL, OPT_PRESET},
+    {"context", required_argument, NULL, OPT_CONTEXT},
+    {"positions", required_argument, NULL, OPT_POSITIONS},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"dtype", required_argument, NULL, OPT_DTYPE},
+    {NULL, 0, NULL, 0},
+};
+
 int cmd_synth(int argc, char **argv) {
     const char *preset = NULL, *output = NULL, *dtype_name = "bf16";
     uint64_t context = 0, positions = 0, seed = 1;
-    int quiet = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            synth_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
-            quiet = 1;
-            continue;
+    cli_progress_mode progress = CLI_PROGRESS_AUTO;
+    int c;
+    while ((c = cli_getopt(argc, argv, "hqo:", long_options)) != -1) {
+        switch (c) {
+        case 'h': synth_usage(stdout); return CLI_OK;
+        case '?': return CLI_USAGE;
+        case 'q': progress = CLI_PROGRESS_OFF; break;
+        case 'P': progress = CLI_PROGRESS_ON; break;
+        case 'o': output = optarg; break;
+        case OPT_PRESET: preset = optarg; break;
+        case OPT_DTYPE: dtype_name = optarg; break;
+        case OPT_CONTEXT:
+            if (!parse_count(optarg, &context) || !context) return cli_bad_value("a token count");
+            break;
+        case OPT_POSITIONS:
+            if (!parse_count(optarg, &positions) || !positions || positions > UINT32_MAX)
+                return cli_bad_value("a position count");
+            break;
+        case OPT_SEED:
+            if (!parse_count(optarg, &seed)) return cli_bad_value("a non-negative integer");
+            break;
         }
-        if (!val) {
-            fprintf(stderr, "fathom synth: %s needs a value (or is unknown)\n\n", a);
-            synth_usage(stderr);
-            return 2;
-        }
-        int ok = 1;
-        if (!strcmp(a, "--preset")) preset = val;
-        else if (!strcmp(a, "--context")) ok = parse_count(val, &context) && context > 0;
-        else if (!strcmp(a, "--positions")) ok = parse_count(val, &positions) && positions > 0 && positions <= UINT32_MAX;
-        else if (!strcmp(a, "--seed")) ok = parse_count(val, &seed);
-        else if (!strcmp(a, "--dtype")) dtype_name = val;
-        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) output = val;
-        else {
-            fprintf(stderr, "fathom synth: unknown option '%s'\n\n", a);
-            synth_usage(stderr);
-            return 2;
-        }
-        if (!ok) {
-            fprintf(stderr, "fathom synth: bad value '%s' for %s\n", val, a);
-            return 2;
-        }
-        i++;
     }
-    if (!preset || !context || !output) {
-        fprintf(stderr, "fathom synth: --preset, --context and -o are required\n\n");
-        synth_usage(stderr);
-        return 2;
-    }
+    if (optind < argc) return cli_usage_error("unexpected argument '%s'", argv[optind]);
+    if (!preset || !context || !output) return cli_usage_error("--preset, --context and -o are required");
     fathom_dtype dtype;
     if (!strcmp(dtype_name, "f32")) dtype = FATHOM_DTYPE_F32;
     else if (!strcmp(dtype_name, "f16")) dtype = FATHOM_DTYPE_F16;
     else if (!strcmp(dtype_name, "bf16")) dtype = FATHOM_DTYPE_BF16;
     else {
-        fprintf(stderr, "fathom synth: --dtype must be f32, f16 or bf16, not '%s'\n", dtype_name);
-        return 2;
+        return cli_usage_error("--dtype must be f32, f16 or bf16, not '%s'", dtype_name);
     }
     if (!positions) positions = context < 128 ? context : 128;
     if (positions > context) {
-        fprintf(stderr, "fathom synth: --positions %" PRIu64 " exceeds --context %" PRIu64 "\n", positions, context);
-        return 2;
+        return cli_usage_error("--positions %" PRIu64 " exceeds --context %" PRIu64, positions, context);
     }
 
     fathom_source *src = NULL;
     int st = fathom_synth_open(&src, preset, context, (uint32_t)positions, seed);
-    if (st < 0) return cli_fail("synth", "generator", st);
+    if (st < 0) return st == FATHOM_ERR_INVALID_ARG ? cli_fail_usage("--preset", st) : cli_fail("generator", st);
     fathom_source_info info;
     fathom_source_get_info(src, &info);
 
@@ -109,39 +110,40 @@ int cmd_synth(int argc, char **argv) {
     fathom_capture_writer *w = NULL;
     int rc = 0;
     if (!q || !k || !v) {
-        fprintf(stderr, "fathom synth: out of memory for one layer (%" PRIu64 " bytes)\n",
-                (q_elems + 2 * kv_elems) * 4);
-        rc = 1;
+        cli_error("out of memory for one layer (%" PRIu64 " bytes)", (q_elems + 2 * kv_elems) * 4);
+        rc = CLI_FAILURE;
         goto done;
     }
     st = fathom_capture_writer_open(&w, output, &info, dtype);
     if (st < 0) {
-        rc = cli_fail("synth", output, st);
+        rc = cli_fail(output, st);
         goto done;
     }
     char seed_text[32];
     snprintf(seed_text, sizeof seed_text, "%" PRIu64, seed);
     if ((st = fathom_capture_writer_meta(w, "source", "synthetic")) < 0 ||
         (st = fathom_capture_writer_meta(w, "seed", seed_text)) < 0) {
-        rc = cli_fail("synth", "metadata", st);
+        rc = cli_fail("metadata", st);
         goto done;
     }
+    const bool show = cli_progress_wanted(progress, false);
+    cli_progress prog;
+    cli_progress_start(&prog, "synth: layers");
     for (uint32_t l = 0; l < info.layers; l++) {
         if ((st = fathom_source_layer(src, l, q, k, v)) < 0) {
-            rc = cli_fail("synth", "generating a layer", st);
+            rc = cli_fail("generating a layer", st);
             goto done;
         }
         if ((st = fathom_capture_writer_layer(w, l, q, k, v)) < 0) {
-            rc = cli_fail("synth", output, st);
+            rc = cli_fail(output, st);
             goto done;
         }
-        if (!quiet) fprintf(stderr, "\rfathom synth: layer %u/%u", l + 1, info.layers);
+        if (show) cli_progress_update(&prog, l + 1, info.layers);
     }
-    if (!quiet) fprintf(stderr, "\n");
 done:
     if (w) {
         st = fathom_capture_writer_close(w); /* removes the file if anything failed */
-        if (st < 0 && rc == 0) rc = cli_fail("synth", output, st);
+        if (st < 0 && rc == 0) rc = cli_fail(output, st);
     }
     free(q);
     free(k);

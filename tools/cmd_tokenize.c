@@ -12,7 +12,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: fathom tokenize [--model FILE] (--text TEXT | --file F) [options]\n"
             "\n"
-            "  --model FILE   GGUF model (default $FATHOM_MODEL, else models/...)\n"
+            "  --model FILE   " CLI_MODEL_HELP "\n"
             "  --text TEXT    the text\n"
             "  --file F       the text from a file\n"
             "  --special      cut control tokens (<|im_start|> ...) out of the text\n"
@@ -20,46 +20,41 @@ static void usage(FILE *f) {
             "  --offsets      one line per token: its id and the byte offset where its\n"
             "                 bytes end in the decoded text (equal to the input's offsets\n"
             "                 when every byte has a token)\n"
-            "Default: the ids, comma-separated, on one line.\n");
+            "Default: the ids, comma-separated, on one line.\n"
+            "Exit status: 0 success, 1 failure, 2 usage error.\n");
 }
+
+enum { OPT_MODEL = 256, OPT_TEXT, OPT_FILE, OPT_SPECIAL, OPT_COUNT, OPT_OFFSETS };
+static const struct option long_options[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"text", required_argument, NULL, OPT_TEXT},
+    {"file", required_argument, NULL, OPT_FILE},
+    {"special", no_argument, NULL, OPT_SPECIAL},
+    {"count", no_argument, NULL, OPT_COUNT},
+    {"offsets", no_argument, NULL, OPT_OFFSETS},
+    {NULL, 0, NULL, 0},
+};
 
 int cmd_tokenize(int argc, char **argv) {
     const char *model_path = NULL, *text_arg = NULL, *file = NULL;
     bool special = false, count = false, offsets = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--special")) {
-            special = true;
-        } else if (!strcmp(a, "--count")) {
-            count = true;
-        } else if (!strcmp(a, "--offsets")) {
-            offsets = true;
-        } else if (!strcmp(a, "--model") || !strcmp(a, "--text") || !strcmp(a, "--file")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "fathom tokenize: %s needs a value\n", a);
-                return 2;
-            }
-            const char *v = argv[++i];
-            if (a[2] == 'm') model_path = v;
-            else if (a[2] == 't') text_arg = v;
-            else file = v;
-        } else {
-            fprintf(stderr, "fathom tokenize: unknown option %s\n\n", a);
-            usage(stderr);
-            return 2;
+    int c;
+    while ((c = cli_getopt(argc, argv, "h", long_options)) != -1) {
+        switch (c) {
+        case 'h': usage(stdout); return CLI_OK;
+        case '?': return CLI_USAGE;
+        case OPT_MODEL: model_path = optarg; break;
+        case OPT_TEXT: text_arg = optarg; break;
+        case OPT_FILE: file = optarg; break;
+        case OPT_SPECIAL: special = true; break;
+        case OPT_COUNT: count = true; break;
+        case OPT_OFFSETS: offsets = true; break;
         }
     }
-    if (!!text_arg + !!file != 1) {
-        fprintf(stderr, "fathom tokenize: give exactly one of --text, --file\n");
-        return 2;
-    }
-    if (count && offsets) {
-        fprintf(stderr, "fathom tokenize: --count and --offsets exclude each other\n");
-        return 2;
-    }
+    if (optind < argc) return cli_usage_error("unexpected argument '%s'", argv[optind]);
+    if (!!text_arg + !!file != 1) return cli_usage_error("give exactly one of --text, --file");
+    if (count && offsets) return cli_usage_error("--count and --offsets exclude each other");
     int rc = 1, st;
     fathom_gguf *gguf = NULL;
     fathom_tokenizer *tok = NULL;
@@ -67,17 +62,18 @@ int cmd_tokenize(int argc, char **argv) {
     int32_t *ids = NULL;
     size_t len = 0, n = 0;
     const char *path = cli_model_path(model_path);
+    if (!path) goto done;
     if ((st = fathom_gguf_open(&gguf, path)) < 0) {
-        rc = cli_fail("tokenize", path, st);
+        rc = cli_fail(path, st);
         goto done;
     }
     if ((st = fathom_tokenizer_from_gguf(&tok, gguf)) < 0) {
-        rc = cli_fail("tokenize", "tokenizer", st);
+        rc = cli_fail("tokenizer", st);
         goto done;
     }
     if (file) {
         if (cli_read_file(file, &text, &len) < 0) {
-            fprintf(stderr, "fathom tokenize: cannot read %s\n", file);
+            cli_error("cannot read %s", file);
             goto done;
         }
     } else {
@@ -91,7 +87,7 @@ int cmd_tokenize(int argc, char **argv) {
         st = ids ? fathom_tokenizer_encode(tok, src, len, special, ids, n, &n) : FATHOM_ERR_NOMEM;
     }
     if (st < 0) {
-        rc = cli_fail("tokenize", "encode", st);
+        rc = cli_fail("encode", st);
         goto done;
     }
     if (count) {
@@ -102,7 +98,7 @@ int cmd_tokenize(int argc, char **argv) {
             char piece[512];
             size_t plen = 0;
             if ((st = fathom_tokenizer_token_to_piece(tok, ids[i], piece, sizeof piece, &plen)) < 0) {
-                rc = cli_fail("tokenize", "decode", st);
+                rc = cli_fail("decode", st);
                 goto done;
             }
             at += plen;

@@ -14,8 +14,8 @@
 #include <math.h>
 #include <string.h>
 
-/* Parameters above this are rejected at parse time; the harness checks the
- * tighter limits that need dim (B <= 4*dim, r and c <= dim). */
+/* Parameters above this are rejected at parse time; fathom_method_check
+ * checks the tighter limits that need dim (B <= 4*dim, r and c <= dim). */
 #define METHOD_PARAM_MAX 4096u
 #define METHOD_LIST_ITEM_MAX 31 /* fits fathom_method.name */
 
@@ -105,26 +105,38 @@ int fathom_method_parse_list(const char *list, fathom_method *out, uint32_t cap,
     return FATHOM_OK;
 }
 
-double fathom_method_fixed_bits(const fathom_method *method, uint32_t dim) {
-    if (!method || dim == 0) {
-        fathom_fail(FATHOM_ERR_INVALID_ARG, "fathom_method_fixed_bits: %s",
-                    method ? "dim is 0" : "NULL method");
-        return NAN;
+int fathom_method_check(const fathom_method *m, uint32_t dim) {
+    FATHOM_CHECK_ARG(m, "fathom_method_check: method is NULL");
+    FATHOM_CHECK_ARG(dim > 0, "fathom_method_check: dim is 0");
+    FATHOM_CHECK_ARG((unsigned)m->kind <= FATHOM_METHOD_DENSE, "fathom_method_check: unknown method kind %d",
+                     (int)m->kind);
+    switch (m->kind) {
+    case FATHOM_METHOD_FATHOM:
+    case FATHOM_METHOD_FATHOM_KLT:
+        FATHOM_CHECK_ARG(m->param >= 1 && m->param <= FATHOM_MAX_DEPTH * dim,
+                         "%s: the bit budget must be in [1, %u] at head dim %u", m->name, FATHOM_MAX_DEPTH * dim,
+                         dim);
+        break;
+    case FATHOM_METHOD_SPARQ:
+    case FATHOM_METHOD_DS:
+    case FATHOM_METHOD_LOKI:
+        FATHOM_CHECK_ARG(m->param >= 1 && m->param <= dim,
+                         "%s: the channel count must be in [1, %u] at head dim %u", m->name, dim, dim);
+        break;
+    default: break;
     }
+    return FATHOM_OK;
+}
+
+double fathom_method_fixed_bits(const fathom_method *method, uint32_t dim) {
+    if (fathom_method_check(method, dim) < 0) return NAN;
     const double d = dim, scale_bits = 16.0 / FATHOM_BLOCK_TOKENS; /* per channel read */
     switch (method->kind) {
     case FATHOM_METHOD_FATHOM:
     case FATHOM_METHOD_FATHOM_KLT: return -1.0; /* depends on the plan */
     case FATHOM_METHOD_SPARQ:
     case FATHOM_METHOD_DS:
-    case FATHOM_METHOD_LOKI:
-        if (method->param == 0 || method->param > dim) {
-            fathom_fail(FATHOM_ERR_INVALID_ARG,
-                        "fathom_method_fixed_bits: %s reads %u channels, dim is %u", method->name,
-                        method->param, dim);
-            return NAN;
-        }
-        return method->param * (4.0 + scale_bits);
+    case FATHOM_METHOD_LOKI: return method->param * (4.0 + scale_bits);
     case FATHOM_METHOD_THUMB: return d * (2.0 + scale_bits);
     case FATHOM_METHOD_LANDMARK: return 16.0 * d / FATHOM_LANDMARK_TOKENS; /* fp16 mean of 8 */
     case FATHOM_METHOD_FULL4: return d * (4.0 + scale_bits);
@@ -134,62 +146,4 @@ double fathom_method_fixed_bits(const fathom_method *method, uint32_t dim) {
     fathom_fail(FATHOM_ERR_INVALID_ARG, "fathom_method_fixed_bits: unknown kind %d",
                 (int)method->kind);
     return NAN;
-}
-
-int fathom_method_scores(const fathom_method *m, uint32_t budget, const fathom_scorer_index *ix,
-                         uint32_t dim, uint32_t group, const float *q, uint64_t n, float *scores,
-                         fathom_scorer_scratch *s, double *bits, uint64_t *bytes) {
-    FATHOM_CHECK_ARG(m && ix && q && scores && s, "fathom_method_scores: NULL argument");
-    const fathom_store *store = ix->store;
-    const float *query = q;
-    switch (m->kind) {
-    case FATHOM_METHOD_FATHOM:
-        FATHOM_CHECK_ARG(ix->variance != NULL, "fathom_method_scores: %s needs a variance", m->name);
-        FATHOM_TRY(fathom_importance(dim, group, q, ix->variance, s->g));
-        FATHOM_TRY(fathom_water_fill(dim, s->g, budget, s->depths, NULL));
-        break;
-    case FATHOM_METHOD_FATHOM_KLT:
-    case FATHOM_METHOD_LOKI:
-        FATHOM_CHECK_ARG(ix->basis && ix->rotated, "fathom_method_scores: %s needs a basis", m->name);
-        for (uint32_t h = 0; h < group; h++)
-            FATHOM_TRY(fathom_basis_rotate_query(ix->basis, q + (size_t)h * dim, s->qrot + (size_t)h * dim));
-        if (m->kind == FATHOM_METHOD_LOKI) {
-            for (uint32_t j = 0; j < dim; j++) s->depths[j] = j < m->param ? FATHOM_MAX_DEPTH : 0;
-        } else {
-            FATHOM_TRY(fathom_importance(dim, group, s->qrot, fathom_basis_eigenvalues(ix->basis), s->g));
-            FATHOM_TRY(fathom_water_fill(dim, s->g, budget, s->depths, NULL));
-        }
-        store = ix->rotated;
-        query = s->qrot;
-        break;
-    case FATHOM_METHOD_SPARQ:
-        fathom_sparq_depths(dim, group, q, m->param, s->g, s->depths);
-        break;
-    case FATHOM_METHOD_DS:
-        FATHOM_CHECK_ARG(ix->ds_depths != NULL, "fathom_method_scores: ds needs its channels");
-        memcpy(s->depths, ix->ds_depths, dim);
-        break;
-    case FATHOM_METHOD_THUMB:
-    case FATHOM_METHOD_FULL4:
-        memset(s->depths, m->kind == FATHOM_METHOD_THUMB ? 2 : FATHOM_MAX_DEPTH, dim);
-        break;
-    case FATHOM_METHOD_LANDMARK: {
-        FATHOM_CHECK_ARG(ix->landmarks != NULL, "fathom_method_scores: landmark needs landmarks");
-        uint64_t b = 0;
-        FATHOM_TRY(fathom_landmarks_scan(ix->landmarks, q, group, n, scores, &b));
-        if (bits) *bits = fathom_method_fixed_bits(m, dim);
-        if (bytes) *bytes = b;
-        return FATHOM_OK;
-    }
-    case FATHOM_METHOD_ORACLE:
-    case FATHOM_METHOD_DENSE:
-    default:
-        return fathom_fail(FATHOM_ERR_INVALID_ARG, "fathom_method_scores: %s has no index scorer", m->name);
-    }
-    FATHOM_CHECK_ARG(store != NULL, "fathom_method_scores: %s needs a store", m->name);
-    uint64_t b = 0;
-    FATHOM_TRY(fathom_store_scan(store, s->depths, query, group, n, scores, &b));
-    if (bits) *bits = fathom_depth_bits(dim, s->depths);
-    if (bytes) *bytes = b;
-    return FATHOM_OK;
 }

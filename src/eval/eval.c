@@ -5,14 +5,15 @@
  * whole window, as in the paper's fidelity protocol; each query sees only
  * keys at positions <= its own (causal).
  *
- * Work is split into (KV head, chunk of positions) items that worker threads
- * take from a shared counter; every item writes its own accumulator slot,
- * and slots are summed in a fixed order, so results do not depend on the
- * thread count. */
+ * Work is split into (KV head, chunk of positions) items that the pool's
+ * threads take from a shared counter; every item writes its own accumulator
+ * slot, and slots are summed in a fixed order, so results do not depend on
+ * the thread count. Each call has its own pool, so a worker's failure goes
+ * back to that call's caller only. */
 #include "internal.h"
+#include "pool.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 #define MAX_GROUP 64   /* query heads per KV head */
 #define FATHOM_MAX_DIM_EVAL 1024 /* head dimension the harness takes */
 #define G_MAX_ROWS (MAX_GROUP * POSITION_CHUNK)
+#define MAX_THREADS 256
 
 /* Greedy per-layer budgets (§3.4): levels B_l in {24, 32, ..., 128}. */
 static const uint32_t greedy_levels[] = {24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128};
@@ -40,17 +42,12 @@ typedef struct accum {
     uint64_t heads;    /* (position, head) pairs counted */
 } accum;
 
-/* Everything fixed for one (layer, KV head): statistics and indexes. */
+/* Everything fixed for one (layer, KV head): the index over the window. */
 typedef struct head_state {
     const float *keys;   /* [n x dim] */
     const float *values; /* [n x dim] */
-    fathom_store *store;         /* raw planes, or NULL when no method needs them */
-    fathom_store *rotated;       /* planes of (k - mean)V, or NULL */
-    fathom_basis *basis;         /* for rotated and loki */
-    fathom_landmarks *landmarks; /* or NULL */
-    float *var;                  /* [dim] channel variance for fathom's plan */
-    float *planes_keys;          /* [n x dim] keys decoded from all 4 planes, or NULL */
-    uint8_t *ds_depths;          /* [dim] Double Sparsity's fixed channels at depth 4 */
+    fathom_index *index; /* every method's stores and statistics */
+    float *planes_keys;  /* [n x dim] keys decoded from all 4 planes, or NULL */
 } head_state;
 
 typedef struct layer_job {
@@ -58,6 +55,7 @@ typedef struct layer_job {
     const fathom_method *methods;
     uint32_t n_methods;
     const uint32_t *budgets; /* [n_methods] budget for fathom methods in this layer */
+    uint32_t layer; /* for messages */
     uint32_t dim, group, kv_heads, k;
     uint64_t n;                /* keys per head */
     uint32_t positions;        /* queries per head in q */
@@ -77,23 +75,9 @@ typedef struct layer_job {
     uint64_t total;
 } layer_job;
 
-static bool method_needs_raw(fathom_method_kind kind) {
-    return kind == FATHOM_METHOD_FATHOM || kind == FATHOM_METHOD_SPARQ || kind == FATHOM_METHOD_DS ||
-           kind == FATHOM_METHOD_THUMB || kind == FATHOM_METHOD_FULL4;
-}
-
-static bool method_needs_rotated(fathom_method_kind kind) {
-    return kind == FATHOM_METHOD_FATHOM_KLT || kind == FATHOM_METHOD_LOKI;
-}
-
 static void head_state_free(head_state *hs) {
-    fathom_store_free(hs->store);
-    fathom_store_free(hs->rotated);
-    fathom_basis_free(hs->basis);
-    fathom_landmarks_free(hs->landmarks);
-    free(hs->var);
+    fathom_index_free(hs->index);
     free(hs->planes_keys);
-    free(hs->ds_depths);
     memset(hs, 0, sizeof *hs);
 }
 
@@ -109,49 +93,22 @@ typedef struct calib_view {
 static int head_state_build(head_state *hs, const fathom_method *methods, uint32_t n_methods,
                             uint32_t dim, const float *keys, const float *values, uint64_t n,
                             const calib_view *cal, bool calib_given, bool planes_as_keys) {
-    bool raw = planes_as_keys, rotated = false, landmark = false;
-    uint32_t ds_channels = 0;
-    for (uint32_t m = 0; m < n_methods; m++) {
-        raw |= method_needs_raw(methods[m].kind);
-        rotated |= method_needs_rotated(methods[m].kind);
-        landmark |= methods[m].kind == FATHOM_METHOD_LANDMARK;
-        if (methods[m].kind == FATHOM_METHOD_DS) ds_channels = methods[m].param;
-    }
     hs->keys = keys;
     hs->values = values;
-    hs->var = fathom_alloc_array(dim, sizeof(float));
-    hs->ds_depths = fathom_calloc_array(dim, 1);
-    if (!hs->var || !hs->ds_depths) return fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory");
-
-    if (raw) {
-        FATHOM_TRY(fathom_store_create(&hs->store, dim, 0, NULL));
-        FATHOM_TRY(fathom_store_append(hs->store, keys, n));
-        /* fathom's Var: calibration keys with --calib (the paper), else the
-         * store's own running sums (the calibration-free variant). */
-        if (calib_given)
-            fathom_channel_variance(dim, cal->keys, cal->n, hs->var);
-        else
-            FATHOM_TRY(fathom_store_variance(hs->store, hs->var));
-    }
+    FATHOM_TRY(fathom_index_create(&hs->index, methods, n_methods, dim, planes_as_keys ? FATHOM_NEEDS_STORE : 0));
+    /* fathom's Var: calibration keys with --calib (the paper), else the
+     * store's own running sums (the calibration-free variant); Double
+     * Sparsity's channels and the KLT basis from the calibration data, which
+     * is the window itself without --calib. */
+    const fathom_index_calib c = {cal->keys, cal->n, cal->queries, cal->q_rows, !calib_given};
+    FATHOM_TRY(fathom_index_calibrate(hs->index, &c));
+    FATHOM_TRY(fathom_index_append(hs->index, keys, n));
     if (planes_as_keys) {
         uint8_t full[FATHOM_MAX_DIM_EVAL];
         memset(full, FATHOM_MAX_DEPTH, dim);
         hs->planes_keys = fathom_alloc_array(n, (uint64_t)dim * sizeof(float));
         if (!hs->planes_keys) return fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory for decoded keys");
-        FATHOM_TRY(fathom_store_decode(hs->store, 0, n, full, hs->planes_keys));
-    }
-    /* Double Sparsity: channels by mean|q| * mean|k| on calibration data
-     * (one ds:c per run; the harness checks that). */
-    if (ds_channels)
-        FATHOM_TRY(fathom_ds_depths(dim, cal->keys, cal->n, cal->queries, cal->q_rows, ds_channels, hs->ds_depths));
-    if (rotated) {
-        FATHOM_TRY(fathom_basis_fit_strided(&hs->basis, dim, cal->keys, cal->n, cal->queries, cal->q_rows));
-        FATHOM_TRY(fathom_store_create(&hs->rotated, dim, 0, hs->basis));
-        FATHOM_TRY(fathom_store_append(hs->rotated, keys, n));
-    }
-    if (landmark) {
-        FATHOM_TRY(fathom_landmarks_create(&hs->landmarks, dim));
-        FATHOM_TRY(fathom_landmarks_append(hs->landmarks, keys, n));
+        FATHOM_TRY(fathom_store_decode(fathom_index_store(hs->index), 0, n, full, hs->planes_keys));
     }
     return FATHOM_OK;
 }
@@ -162,17 +119,16 @@ typedef struct scratch {
     float *kt;        /* [dim x EXACT_BLOCK] a transposed key block */
     double *acc;      /* [G*POSITION_CHUNK x dim] dense output accumulators */
     float *qg;        /* [G x dim] the group's queries at one position */
-    float *qrot;      /* [G x dim] rotated */
+    void *ix_scratch; /* fathom_index_scratch_size(dim, G) */
     float *scores;    /* [G x n] */
     float *dense_out; /* [G*POSITION_CHUNK x dim] dense outputs of the chunk */
     float *qchunk;    /* [G*POSITION_CHUNK x dim] the chunk's queries */
     float *out;       /* [dim] */
     uint64_t *work;   /* [n] */
-    uint32_t *idx;    /* [G x k] */
+    uint32_t *idx;    /* [G x k_cap] */
+    uint64_t k_cap;   /* min(k, n): the most keys a selection holds */
     uint32_t *counts; /* [G] */
     const uint32_t **sets;
-    double *g;        /* [dim] */
-    uint8_t *depths;  /* [dim] */
     uint32_t row0;         /* row of the current position's first head in exact */
     uint64_t exact_stride; /* floats per row of exact */
 } scratch;
@@ -182,7 +138,7 @@ static void scratch_free(scratch *s) {
     free(s->kt);
     free(s->acc);
     free(s->qg);
-    free(s->qrot);
+    free(s->ix_scratch);
     free(s->scores);
     free(s->dense_out);
     free(s->qchunk);
@@ -191,29 +147,26 @@ static void scratch_free(scratch *s) {
     free(s->idx);
     free(s->counts);
     free(s->sets);
-    free(s->g);
-    free(s->depths);
 }
 
 static int scratch_init(scratch *s, uint32_t dim, uint32_t group, uint64_t n, uint32_t k) {
     memset(s, 0, sizeof *s);
+    s->k_cap = k < n ? k : n; /* a selection never holds more than the n keys */
     s->exact = fathom_alloc_array((uint64_t)group * POSITION_CHUNK * n, sizeof(float));
     s->kt = fathom_alloc_array((uint64_t)dim * EXACT_BLOCK, sizeof(float));
     s->acc = fathom_alloc_array((uint64_t)group * POSITION_CHUNK * dim, sizeof(double));
     s->qg = fathom_alloc_array((uint64_t)group * dim, sizeof(float));
-    s->qrot = fathom_alloc_array((uint64_t)group * dim, sizeof(float));
+    s->ix_scratch = malloc(fathom_index_scratch_size(dim, group));
     s->scores = fathom_alloc_array((uint64_t)group * n, sizeof(float));
     s->dense_out = fathom_alloc_array((uint64_t)group * POSITION_CHUNK * dim, sizeof(float));
     s->qchunk = fathom_alloc_array((uint64_t)group * POSITION_CHUNK * dim, sizeof(float));
     s->out = fathom_alloc_array(dim, sizeof(float));
     s->work = fathom_alloc_array(n, sizeof(uint64_t));
-    s->idx = fathom_alloc_array((uint64_t)group * k, sizeof(uint32_t));
+    s->idx = fathom_alloc_array((uint64_t)group * s->k_cap, sizeof(uint32_t));
     s->counts = fathom_alloc_array(group, sizeof(uint32_t));
     s->sets = fathom_alloc_array(group, sizeof(*s->sets));
-    s->g = fathom_alloc_array(dim, sizeof(double));
-    s->depths = fathom_alloc_array(dim, 1);
-    if (!s->exact || !s->kt || !s->acc || !s->qg || !s->qrot || !s->scores || !s->dense_out || !s->qchunk || !s->out || !s->work || !s->idx ||
-        !s->counts || !s->sets || !s->g || !s->depths) {
+    if (!s->exact || !s->kt || !s->acc || !s->qg || !s->ix_scratch || !s->scores || !s->dense_out || !s->qchunk ||
+        !s->out || !s->work || !s->idx || !s->counts || !s->sets) {
         scratch_free(s);
         return fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory for scratch buffers");
     }
@@ -232,9 +185,7 @@ static int method_scores(const layer_job *job, const head_state *hs, const fatho
             memcpy(s->scores + h * n_vis, s->exact + ((uint64_t)s->row0 + h) * s->exact_stride, n_vis * sizeof(float));
         return FATHOM_OK;
     }
-    const fathom_scorer_index ix = {hs->store, hs->rotated, hs->basis, hs->landmarks, hs->var, hs->ds_depths};
-    fathom_scorer_scratch sc = {s->g, s->qrot, s->depths};
-    return fathom_method_scores(m, budget, &ix, job->dim, G, s->qg, n_vis, s->scores, &sc, bits, NULL);
+    return fathom_index_scores(hs->index, m, budget, G, s->qg, n_vis, s->scores, s->ix_scratch, bits, NULL);
 }
 
 /* Exact scores of R query rows against keys [0, n): S[r*n + i] = q_r . k_i.
@@ -341,6 +292,12 @@ static int run_item(layer_job *job, uint32_t item, scratch *s) {
     for (uint32_t p = p0; p < p1; p++) {
         const uint64_t n_vis = job->first_query + p + 1;
         const float *dense_out = s->dense_out + (uint64_t)(p - p0) * G * dim;
+        /* Finite but extreme keys or queries overflow q.k (float) and the
+         * softmax turns that into NaN: fail, never report a NaN error. */
+        FATHOM_CHECK(!fathom_all_finite(dense_out, (uint64_t)G * dim), FATHOM_ERR_NONFINITE,
+                     "eval: layer %u, KV head %u, position %llu: dense attention is not finite (q.k "
+                     "overflows float: keys or queries too large)",
+                     job->layer, head, (unsigned long long)(n_vis - 1));
         s->row0 = (p - p0) * G;
         memcpy(s->qg, s->qchunk + (uint64_t)s->row0 * dim, (uint64_t)G * dim * sizeof(float));
         for (uint32_t mi = 0; mi < job->n_methods; mi++) {
@@ -355,7 +312,7 @@ static int run_item(layer_job *job, uint32_t item, scratch *s) {
             } else {
                 FATHOM_TRY(method_scores(job, hs, m, job->budgets[mi], s, n_vis, &bits));
                 for (uint32_t h = 0; h < G; h++) {
-                    uint32_t *idx = s->idx + (uint64_t)h * job->k;
+                    uint32_t *idx = s->idx + (uint64_t)h * s->k_cap;
                     FATHOM_TRY(fathom_select(s->scores + h * n_vis, n_vis, job->k, FATHOM_SINK_TOKENS,
                                              FATHOM_LOCAL_TOKENS, s->work, idx, &s->counts[h]));
                     if (hs->planes_keys)
@@ -365,6 +322,10 @@ static int run_item(layer_job *job, uint32_t item, scratch *s) {
                         attend_selected(dim, s->exact + ((uint64_t)s->row0 + h) * s->exact_stride, hs->values,
                                         idx, s->counts[h], s->acc, s->out);
                     double e = fathom_rel_l2(dim, s->out, dense_out + h * dim);
+                    FATHOM_CHECK(!isfinite(e), FATHOM_ERR_NONFINITE,
+                                 "eval: layer %u, query head %u, position %llu: %s's attention output is "
+                                 "not finite",
+                                 job->layer, head * G + h, (unsigned long long)(n_vis - 1), m->name);
                     a->err += e;
                     a->err_sq += e * e;
                     a->ratio += (double)s->counts[h] / (double)n_vis;
@@ -389,69 +350,9 @@ static int run_item(layer_job *job, uint32_t item, scratch *s) {
     return FATHOM_OK;
 }
 
-/* The first worker failure's message, handed back to the calling thread. */
-static char eval_error[512];
-static pthread_mutex_t eval_error_lock = PTHREAD_MUTEX_INITIALIZER;
-static void note_error(const char *msg) {
-    pthread_mutex_lock(&eval_error_lock);
-    strncpy(eval_error, msg, sizeof eval_error - 1);
-    eval_error[sizeof eval_error - 1] = 0;
-    pthread_mutex_unlock(&eval_error_lock);
-}
-
-/* Run fn(ctx, i) for i in [0, n) on up to `threads` threads (the caller's
- * among them); the first failure is returned with its message. */
-typedef int (*item_fn)(void *ctx, uint32_t i);
-typedef struct pfor {
-    item_fn fn;
-    void *ctx;
-    uint32_t n;
-    atomic_uint next;
-    atomic_int status;
-} pfor;
-
-static void *pfor_worker(void *arg) {
-    pfor *p = arg;
-    for (;;) {
-        if (atomic_load(&p->status) < 0) break;
-        uint32_t i = atomic_fetch_add(&p->next, 1);
-        if (i >= p->n) break;
-        int st = p->fn(p->ctx, i);
-        if (st < 0) {
-            int expected = 0;
-            if (atomic_compare_exchange_strong(&p->status, &expected, st)) note_error(fathom_last_error());
-            break;
-        }
-    }
-    return NULL;
-}
-
-static int parallel_for(uint32_t n, uint32_t threads, item_fn fn, void *ctx) {
-    pfor p = {fn, ctx, n, 0, 0};
-    atomic_init(&p.next, 0);
-    atomic_init(&p.status, 0);
-    if (threads > n) threads = n;
-    if (threads > 256) threads = 256;
-    pthread_t tid[256];
-    uint32_t started = 0;
-    for (uint32_t t = 1; t < threads; t++) {
-        if (pthread_create(&tid[started], NULL, pfor_worker, &p) != 0) break;
-        started++;
-    }
-    pfor_worker(&p);
-    for (uint32_t t = 0; t < started; t++) pthread_join(tid[t], NULL);
-    int st = atomic_load(&p.status);
-    if (st < 0) {
-        pthread_mutex_lock(&eval_error_lock);
-        fathom_fail(st, "%s", eval_error);
-        pthread_mutex_unlock(&eval_error_lock);
-    }
-    return st;
-}
-
 /* One worker slot of a layer job: its own scratch, then (head, chunk)
  * items from the shared counter until none are left or one has failed. */
-static int layer_worker(void *job_, uint32_t slot) {
+static int layer_worker(void *job_, uint32_t slot, uint32_t worker) {
     layer_job *job = job_;
     scratch s;
     FATHOM_TRY(scratch_init(&s, job->dim, job->group, job->n, job->k));
@@ -468,13 +369,13 @@ static int layer_worker(void *job_, uint32_t slot) {
     return st;
 }
 
-static int run_layer_job(layer_job *job, uint32_t threads) {
-    if (threads > job->n_items) threads = job->n_items;
-    if (threads < 1) threads = 1;
-    return parallel_for(threads, threads, layer_worker, job);
+static int run_layer_job(layer_job *job, fathom_pool *pool) {
+    uint32_t slots = fathom_pool_threads(pool);
+    if (slots > job->n_items) slots = job->n_items;
+    return fathom_pool_run(pool, layer_worker, job, slots);
 }
 
-/* Building one KV head's state, as a parallel_for item. */
+/* Building one KV head's state, as a pool task. */
 typedef struct build_ctx {
     head_state *heads;
     const fathom_method *methods;
@@ -494,7 +395,7 @@ typedef struct layer_input {
     bool calib_given;
 } layer_input;
 
-static int build_head(void *ctx_, uint32_t g) {
+static int build_head(void *ctx_, uint32_t g, uint32_t worker) {
     const build_ctx *c = ctx_;
     const layer_input *in = c->in;
     const uint32_t dim = c->dim, G = c->G;
@@ -505,9 +406,10 @@ static int build_head(void *ctx_, uint32_t g) {
                             in->v + (uint64_t)g * c->n * dim, c->n, &cal, in->calib_given, c->planes_as_keys);
 }
 
-static int eval_layer(const fathom_source_info *info, const layer_input *in, const fathom_method *methods,
+static int eval_layer(const fathom_source_info *info, uint32_t layer, const layer_input *in,
+                      const fathom_method *methods,
                       uint32_t n_methods, const uint32_t *budgets, uint32_t k, uint32_t pos_begin,
-                      uint32_t threads, const fathom_eval_config *config, atomic_ullong *done,
+                      fathom_pool *pool, const fathom_eval_config *config, atomic_ullong *done,
                       uint64_t total, accum *acc_out) {
     const uint32_t dim = info->dim, G = info->q_heads / info->kv_heads, H = info->kv_heads;
     const uint64_t n = info->tokens;
@@ -517,7 +419,7 @@ static int eval_layer(const fathom_source_info *info, const layer_input *in, con
         return fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory");
     }
     build_ctx bc = {heads, methods, n_methods, dim, G, n, in, config && config->planes_as_keys};
-    st = parallel_for(H, threads, build_head, &bc);
+    st = fathom_pool_run(pool, build_head, &bc, H);
     if (st == FATHOM_OK) {
         layer_job job;
         memset(&job, 0, sizeof job);
@@ -527,6 +429,7 @@ static int eval_layer(const fathom_source_info *info, const layer_input *in, con
         job.dim = dim;
         job.group = G;
         job.kv_heads = H;
+        job.layer = layer;
         job.k = k;
         job.n = n;
         job.positions = info->positions;
@@ -545,7 +448,7 @@ static int eval_layer(const fathom_source_info *info, const layer_input *in, con
         if (!job.acc) {
             st = fathom_fail(FATHOM_ERR_NOMEM, "eval: out of memory");
         } else {
-            st = run_layer_job(&job, threads);
+            st = run_layer_job(&job, pool);
             for (uint32_t it = 0; it < job.n_items && st == FATHOM_OK; it++)
                 for (uint32_t m = 0; m < n_methods; m++) {
                     const accum *a = &job.acc[(uint64_t)it * n_methods + m];
@@ -608,23 +511,11 @@ static int check_config(const fathom_source_info *info, const fathom_method *met
                      FATHOM_MAX_DIM_EVAL);
     FATHOM_CHECK_ARG(info->q_heads / info->kv_heads <= MAX_GROUP, "eval: more than %d query heads per KV head",
                      MAX_GROUP);
-    uint32_t ds_param = 0;
-    for (uint32_t m = 0; m < n_methods; m++) {
-        const fathom_method *me = &methods[m];
-        FATHOM_CHECK_ARG((uint32_t)me->kind <= FATHOM_METHOD_DENSE, "eval: method %u has a bad kind", m);
-        if (me->kind == FATHOM_METHOD_FATHOM || me->kind == FATHOM_METHOD_FATHOM_KLT)
-            FATHOM_CHECK_ARG(me->param >= 1 && me->param <= FATHOM_MAX_DEPTH * info->dim,
-                             "eval: %s: budget must be 1..%u code bits at dim %u", me->name,
-                             FATHOM_MAX_DEPTH * info->dim, info->dim);
-        if (me->kind == FATHOM_METHOD_SPARQ || me->kind == FATHOM_METHOD_DS || me->kind == FATHOM_METHOD_LOKI)
-            FATHOM_CHECK_ARG(me->param >= 1 && me->param <= info->dim, "eval: %s: needs 1..%u channels",
-                             me->name, info->dim);
-        if (me->kind == FATHOM_METHOD_DS) {
-            FATHOM_CHECK_ARG(ds_param == 0 || ds_param == me->param,
-                             "eval: only one ds:c per run (got ds:%u and ds:%u)", ds_param, me->param);
-            ds_param = me->param;
-        }
-    }
+    /* Every method against the head size, at most one ds:c: what the index
+     * of each head will check, checked once here. */
+    fathom_index *probe = NULL;
+    FATHOM_TRY(fathom_index_create(&probe, methods, n_methods, info->dim, 0));
+    fathom_index_free(probe);
     if (cinfo) {
         FATHOM_CHECK_ARG(cinfo->layers == info->layers && cinfo->q_heads == info->q_heads &&
                              cinfo->kv_heads == info->kv_heads && cinfo->dim == info->dim,
@@ -640,7 +531,7 @@ static int check_config(const fathom_source_info *info, const fathom_method *met
  * each layer at each level, then fathom_greedy_layer_budgets (§3.4). The
  * calibration source is evaluated against its own statistics. */
 static int greedy_budgets(const fathom_source *calib, const fathom_source_info *cinfo,
-                          const fathom_method *methods, uint32_t n_methods, uint32_t k, uint32_t threads,
+                          const fathom_method *methods, uint32_t n_methods, uint32_t k, fathom_pool *pool,
                           uint32_t *budgets /* [layers x n_methods] */) {
     /* One calibration method per fathom method and level. */
     uint32_t n_cal = 0;
@@ -675,7 +566,7 @@ static int greedy_budgets(const fathom_source *calib, const fathom_source_info *
         if ((st = fathom_source_layer(calib, L, b.q, b.k, b.v)) < 0) goto done;
         layer_input in = {b.q, b.k, b.v, b.q, b.k, cinfo->tokens, cinfo->positions, true};
         memset(acc, 0, n_cal * sizeof(accum));
-        if ((st = eval_layer(cinfo, &in, cal, n_cal, cal_budget, k, pos_begin, threads, NULL, NULL, 0, acc)) < 0)
+        if ((st = eval_layer(cinfo, L, &in, cal, n_cal, cal_budget, k, pos_begin, pool, NULL, NULL, 0, acc)) < 0)
             goto done;
         for (uint32_t c = 0; c < n_cal; c++) err[(uint64_t)c * cinfo->layers + L] = acc[c].err / (double)acc[c].heads;
     }
@@ -711,15 +602,15 @@ done:
     return st;
 }
 
-/* Loading a layer of the source and of the calibration, as parallel_for
- * items (synthetic layers are generated on the fly). */
+/* Loading a layer of the source and of the calibration, as pool tasks
+ * (synthetic layers are generated on the fly). */
 typedef struct load_ctx {
     const fathom_source *src[2];
     uint32_t layer;
     layer_buffers *buf[2];
 } load_ctx;
 
-static int load_layer(void *ctx_, uint32_t i) {
+static int load_layer(void *ctx_, uint32_t i, uint32_t worker) {
     const load_ctx *c = ctx_;
     layer_buffers *b = c->buf[i];
     return fathom_source_layer(c->src[i], c->layer, b->q, b->k, b->v);
@@ -737,11 +628,14 @@ int fathom_eval_run(const fathom_source *src, const fathom_method *methods, uint
     FATHOM_CHECK_ARG(config->layer_budget == FATHOM_BUDGET_FLAT || config->calib,
                      "fathom_eval_run: the greedy layer budget needs calibration data (--calib)");
 
-    const uint32_t threads = config->threads ? config->threads : fathom_default_threads();
+    uint32_t threads = config->threads ? config->threads : fathom_default_threads();
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
     const uint32_t P = info.positions;
     const uint32_t pos_begin = config->max_positions && config->max_positions < P ? P - config->max_positions : 0;
     const fathom_source_info *cal_info = config->calib ? &cinfo : &info;
 
+    fathom_pool *pool = NULL;
+    FATHOM_TRY(fathom_pool_create(&pool, threads ? threads : 1));
     int st = FATHOM_OK;
     uint32_t *budgets = fathom_alloc_array((uint64_t)info.layers * n_methods, sizeof(uint32_t));
     accum *acc = fathom_calloc_array(n_methods, sizeof(accum));
@@ -753,7 +647,7 @@ int fathom_eval_run(const fathom_source *src, const fathom_method *methods, uint
     for (uint32_t L = 0; L < info.layers; L++)
         for (uint32_t m = 0; m < n_methods; m++) budgets[(uint64_t)L * n_methods + m] = methods[m].param;
     if (config->layer_budget == FATHOM_BUDGET_GREEDY &&
-        (st = greedy_budgets(config->calib, &cinfo, methods, n_methods, config->k, threads, budgets)) < 0)
+        (st = greedy_budgets(config->calib, &cinfo, methods, n_methods, config->k, pool, budgets)) < 0)
         goto done;
 
     if ((st = layer_buffers_alloc(&b, &info, true)) < 0) goto done;
@@ -764,7 +658,7 @@ int fathom_eval_run(const fathom_source *src, const fathom_method *methods, uint
     const uint64_t total = (uint64_t)info.layers * info.kv_heads * (P - pos_begin);
     for (uint32_t L = 0; L < info.layers; L++) {
         load_ctx lc = {{src, config->calib}, L, {&b, &cb}};
-        if ((st = parallel_for(config->calib ? 2 : 1, threads, load_layer, &lc)) < 0) goto done;
+        if ((st = fathom_pool_run(pool, load_layer, &lc, config->calib ? 2 : 1)) < 0) goto done;
         layer_input in = {b.q, b.k, b.v, b.q, b.k, info.tokens, P, false};
         if (config->calib) {
             in.cq = cb.q;
@@ -773,8 +667,8 @@ int fathom_eval_run(const fathom_source *src, const fathom_method *methods, uint
             in.cpositions = cal_info->positions;
             in.calib_given = true;
         }
-        if ((st = eval_layer(&info, &in, methods, n_methods, budgets + (uint64_t)L * n_methods, config->k,
-                             pos_begin, threads, config, &done_count, total, acc)) < 0)
+        if ((st = eval_layer(&info, L, &in, methods, n_methods, budgets + (uint64_t)L * n_methods, config->k,
+                             pos_begin, pool, config, &done_count, total, acc)) < 0)
             goto done;
     }
     for (uint32_t m = 0; m < n_methods; m++) {
@@ -798,5 +692,6 @@ done:
     layer_buffers_free(&cb);
     free(budgets);
     free(acc);
+    fathom_pool_free(pool);
     return st;
 }

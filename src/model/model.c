@@ -1,22 +1,26 @@
-/* model — a Llama-family decoder (SmolLM2, Qwen3) from a GGUF file, in
- * plain C, in the manner of llama2.c's run.c but checked against the file:
+/* model — a Llama-family decoder (SmolLM2, Qwen3, Gemma 3) from a GGUF
+ * file, in plain C, in the manner of llama2.c's run.c but checked against
+ * the file:
  *
- *   x = token_embd[token]
+ *   x = token_embd[token]             (gemma3: times sqrt(embed))
  *   per layer:  h = rmsnorm(x) ; q, k, v = h Wq, h Wk, h Wv
- *               (qwen3: q, k = rmsnorm per head) ; q, k = rope(q, k)
- *               x += attention(q, K, V) Wo
- *               h = rmsnorm(x) ; x += (silu(h Wgate) * h Wup) Wdown
- *   logits = rmsnorm(x) Wout          (Wout = token_embd when tied)
+ *               (qwen3, gemma3: q, k = rmsnorm per head) ; q, k = rope(q, k)
+ *               a = attention(q, K, V) Wo   (gemma3 sliding layers: the last
+ *                                            sliding_window keys only)
+ *               x += a                (gemma3: x += rmsnorm(a))
+ *               h = rmsnorm(x) ; f = (act(h Wgate) * h Wup) Wdown
+ *               x += f                (gemma3: x += rmsnorm(f))
+ *   logits = rmsnorm(x) Wout          (Wout = token_embd when tied;
+ *                                      act = silu, gemma3: tanh GELU)
  *
- * Sections: thread pool, kernels, loading, context, forward, sparse
+ * Sections: kernels, loading, context, forward, sparse
  * attention. Weights are dequantized to float32 once at load. */
 #include "internal.h"
 #include "fathom_model.h"
 #include "gguf_internal.h"
+#include "pool.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,123 +37,6 @@
 #define PREFILL_BATCH 64 /* tokens per forward chunk: weights are reused across them */
 #define DOT_LANES 8      /* independent partial sums of every dot product */
 #define ATTN_QBLOCK 16   /* prefill tokens whose queries share one pass over K and V */
-
-/* ===================================================================== *
- * thread pool: tasks 0..n-1 taken from a shared counter; the caller works too
- * ===================================================================== */
-
-typedef void (*task_fn)(void *arg, uint32_t task, uint32_t worker);
-
-typedef struct pool pool;
-typedef struct pool_worker {
-    pool *p;
-    uint32_t id;
-} pool_worker;
-
-struct pool {
-    uint32_t n_threads; /* workers + the caller */
-    pthread_t *tids;    /* [n_threads - 1] */
-    pool_worker *workers;
-    uint32_t started;
-    pthread_mutex_t lock;
-    pthread_cond_t wake, idle;
-    uint64_t generation;
-    uint32_t busy;
-    int stop;
-    task_fn fn;
-    void *arg;
-    uint32_t n_tasks;
-    atomic_uint next;
-};
-
-static void pool_drain(pool *p, uint32_t worker) {
-    for (;;) {
-        uint32_t t = atomic_fetch_add(&p->next, 1);
-        if (t >= p->n_tasks) break;
-        p->fn(p->arg, t, worker);
-    }
-}
-
-static void *pool_main(void *arg) {
-    pool_worker *w = arg;
-    pool *p = w->p;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&p->lock);
-    for (;;) {
-        while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->lock);
-        if (p->stop) break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->lock);
-        pool_drain(p, w->id);
-        pthread_mutex_lock(&p->lock);
-        if (--p->busy == 0) pthread_cond_signal(&p->idle);
-    }
-    pthread_mutex_unlock(&p->lock);
-    return NULL;
-}
-
-static void pool_free(pool *p) {
-    if (!p) return;
-    pthread_mutex_lock(&p->lock);
-    p->stop = 1;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->lock);
-    for (uint32_t i = 0; i < p->started; i++) pthread_join(p->tids[i], NULL);
-    pthread_mutex_destroy(&p->lock);
-    pthread_cond_destroy(&p->wake);
-    pthread_cond_destroy(&p->idle);
-    free(p->tids);
-    free(p->workers);
-    free(p);
-}
-
-static int pool_create(pool **out, uint32_t n_threads) {
-    pool *p = calloc(1, sizeof *p);
-    if (!p) return fathom_fail(FATHOM_ERR_NOMEM, "model: out of memory for the thread pool");
-    p->n_threads = n_threads;
-    pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->wake, NULL);
-    pthread_cond_init(&p->idle, NULL);
-    atomic_init(&p->next, 0);
-    if (n_threads > 1) {
-        p->tids = fathom_calloc_array(n_threads - 1, sizeof *p->tids);
-        p->workers = fathom_calloc_array(n_threads - 1, sizeof *p->workers);
-        if (!p->tids || !p->workers) {
-            pool_free(p);
-            return fathom_fail(FATHOM_ERR_NOMEM, "model: out of memory for the thread pool");
-        }
-        for (uint32_t i = 0; i + 1 < n_threads; i++) {
-            p->workers[i] = (pool_worker){p, i + 1};
-            if (pthread_create(&p->tids[i], NULL, pool_main, &p->workers[i]) != 0) {
-                pool_free(p);
-                return fathom_fail(FATHOM_ERR_NOMEM, "model: cannot start worker thread %u", i + 1);
-            }
-            p->started++;
-        }
-    }
-    *out = p;
-    return FATHOM_OK;
-}
-
-static void pool_run(pool *p, task_fn fn, void *arg, uint32_t n_tasks) {
-    if (p->n_threads <= 1 || n_tasks <= 1) {
-        for (uint32_t t = 0; t < n_tasks; t++) fn(arg, t, 0);
-        return;
-    }
-    pthread_mutex_lock(&p->lock);
-    p->fn = fn;
-    p->arg = arg;
-    p->n_tasks = n_tasks;
-    atomic_store(&p->next, 0);
-    p->busy = p->n_threads - 1;
-    p->generation++;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->lock);
-    pool_drain(p, 0);
-    pthread_mutex_lock(&p->lock);
-    while (p->busy) pthread_cond_wait(&p->idle, &p->lock);
-    pthread_mutex_unlock(&p->lock);
-}
 
 /* ===================================================================== *
  * kernels
@@ -236,7 +123,7 @@ typedef struct matmul_job {
     uint32_t n_tok, in, out, rows_per_task;
 } matmul_job;
 
-static void matmul_task(void *arg, uint32_t task, uint32_t worker) {
+static int matmul_task(void *arg, uint32_t task, uint32_t worker) {
     const matmul_job *j = arg;
     const uint32_t o0 = task * j->rows_per_task;
     const uint32_t o1 = o0 + j->rows_per_task < j->out ? o0 + j->rows_per_task : j->out;
@@ -245,7 +132,7 @@ static void matmul_task(void *arg, uint32_t task, uint32_t worker) {
     if (j->n_tok == 1) { /* decode: four rows per pass over x */
         for (; o + 4 <= o1; o += 4) tile(j->w + (uint64_t)o * n, 4, j->x, 1, n, j->y + o, j->out);
         for (; o < o1; o++) tile(j->w + (uint64_t)o * n, 1, j->x, 1, n, j->y + o, j->out);
-        return;
+        return FATHOM_OK;
     }
     /* prefill: 2 rows x 4 tokens per tile */
     for (; o < o1; o += 2) {
@@ -263,16 +150,17 @@ static void matmul_task(void *arg, uint32_t task, uint32_t worker) {
         for (; t < j->n_tok; t++)
             tile(w, nr == 2 ? 2 : 1, j->x + (uint64_t)t * n, 1, n, j->y + (uint64_t)t * j->out + o, j->out);
     }
+    return FATHOM_OK;
 }
 
-static void matmul(pool *p, float *y, const float *x, const float *w, uint32_t n_tok, uint32_t in,
-                   uint32_t out) {
+static int matmul(fathom_pool *p, float *y, const float *x, const float *w, uint32_t n_tok, uint32_t in,
+                  uint32_t out) {
     /* About 8 tasks per thread for balance, at least 4 rows each. */
-    uint32_t per = out / (p->n_threads * 8);
+    uint32_t per = out / (fathom_pool_threads(p) * 8);
     if (per < 4) per = 4;
     per = (per + 3) / 4 * 4; /* whole decode tiles */
     matmul_job j = {y, x, w, n_tok, in, out, per};
-    pool_run(p, matmul_task, &j, (out + per - 1) / per);
+    return fathom_pool_run(p, matmul_task, &j, (out + per - 1) / per);
 }
 
 /* out += w * v, elementwise (restrict lets it vectorize). */
@@ -317,6 +205,8 @@ typedef struct layer_weights {
     float *w_gate;    /* [ffn x embed] */
     float *w_up;      /* [ffn x embed] */
     float *w_down;    /* [embed x ffn] */
+    float *post_attn_norm; /* [embed] gemma3, else NULL */
+    float *post_ffn_norm;  /* [embed] gemma3, else NULL */
 } layer_weights;
 
 struct fathom_model {
@@ -326,6 +216,7 @@ struct fathom_model {
     float *output_norm;    /* [embed] */
     float *output;         /* [vocab x embed]; == token_embd when tied */
     layer_weights *layers; /* [layers] */
+    uint8_t *sliding;      /* [layers] 1: the layer attends a sliding window */
 };
 
 void fathom_model_free(fathom_model *m) {
@@ -333,8 +224,9 @@ void fathom_model_free(fathom_model *m) {
     if (m->layers) {
         for (uint32_t l = 0; l < m->info.layers; l++) {
             layer_weights *w = &m->layers[l];
-            float *all[] = {w->attn_norm, w->wq, w->wk, w->wv, w->wo, w->q_norm,
-                            w->k_norm, w->ffn_norm, w->w_gate, w->w_up, w->w_down};
+            float *all[] = {w->attn_norm, w->wq, w->wk, w->wv, w->wo, w->q_norm, w->k_norm,
+                            w->ffn_norm, w->w_gate, w->w_up, w->w_down, w->post_attn_norm,
+                            w->post_ffn_norm};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
         }
         free(m->layers);
@@ -342,6 +234,7 @@ void fathom_model_free(fathom_model *m) {
     if (m->output != m->token_embd) free(m->output);
     free(m->token_embd);
     free(m->output_norm);
+    free(m->sliding);
     fathom_gguf_close(m->gguf);
     free(m);
 }
@@ -424,20 +317,103 @@ static int load_tensor(loader *ld, const char *name, uint64_t cols, uint64_t row
     return FATHOM_OK;
 }
 
+/* Is "<arch>.<suffix>" in the file? */
+static bool has_meta(const fathom_gguf *g, const char *arch, const char *suffix) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    return fathom_gguf_find_key(g, key) >= 0;
+}
+
+/* The layers that attend a sliding window: <arch>.attention.sliding_window_pattern
+ * as a period n (layer l slides iff l % n < n - 1, llama.cpp's
+ * set_swa_pattern) or as one bool per layer; gemma3 files without the key
+ * have period 6 (llama.cpp's fixed value for gemma3). */
+static int load_sliding_layers(fathom_model *m, bool gemma) {
+    const fathom_gguf *g = m->gguf;
+    fathom_model_info *in = &m->info;
+    m->sliding = fathom_calloc_array(in->layers, 1);
+    FATHOM_CHECK(!m->sliding, FATHOM_ERR_NOMEM, "model: out of memory");
+    if (!in->sliding_window) return FATHOM_OK;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", in->arch);
+    fathom_gguf_value v;
+    if (fathom_gguf_find_key(g, key) >= 0) {
+        FATHOM_TRY(fathom_gguf_get(g, key, &v));
+        if (v.type == FATHOM_GGUF_ARRAY) {
+            FATHOM_CHECK(v.elem_type != FATHOM_GGUF_BOOL || v.count != in->layers, FATHOM_ERR_FORMAT,
+                         "model: %s must be a bool per layer (%u)", key, in->layers);
+            for (uint32_t l = 0; l < in->layers; l++) {
+                fathom_gguf_value e;
+                int b;
+                FATHOM_TRY(fathom_gguf_array_get(&v, l, &e));
+                FATHOM_TRY(fathom_gguf_value_bool(&e, &b));
+                m->sliding[l] = (uint8_t)b;
+            }
+            return FATHOM_OK;
+        }
+        FATHOM_TRY(meta_u32(g, in->arch, "attention.sliding_window_pattern", NULL, 0, MAX_LAYERS,
+                            &in->sliding_pattern));
+    } else {
+        FATHOM_CHECK(!gemma, FATHOM_ERR_UNSUPPORTED,
+                     "model: %s.attention.sliding_window without a pattern is not supported",
+                     in->arch);
+        in->sliding_pattern = 6;
+    }
+    for (uint32_t l = 0; l < in->layers; l++)
+        m->sliding[l] = in->sliding_pattern && l % in->sliding_pattern < in->sliding_pattern - 1;
+    return FATHOM_OK;
+}
+
+/* What gemma3 adds (the other architectures get the neutral values), and
+ * keys that change the computation in ways this code does not run. */
+static int load_gemma_hparams(fathom_model *m, bool gemma) {
+    const fathom_gguf *g = m->gguf;
+    fathom_model_info *in = &m->info;
+    const char *arch = in->arch;
+    FATHOM_CHECK(has_meta(g, arch, "attn_logit_softcapping"), FATHOM_ERR_UNSUPPORTED,
+                 "model: %s.attn_logit_softcapping is not supported", arch);
+    FATHOM_CHECK(has_meta(g, arch, "rope.scaling.factor") &&
+                     !has_meta(g, arch, "rope.scaling.type"),
+                 FATHOM_ERR_UNSUPPORTED, "model: %s.rope.scaling.factor is not supported", arch);
+    in->post_norms = gemma;
+    in->gelu = gemma;
+    in->embed_scale = gemma ? sqrtf((float)in->embed) : 1.0f; /* llama.cpp: sqrtf(n_embd) */
+    /* llama.cpp's gemma3: 1/sqrt(head_dim) (query_pre_attn_scalar = head_dim)
+     * except the 27B (62 layers), whose scalar is embed / heads. */
+    double scalar = gemma && in->layers == 62 ? (double)in->embed / in->q_heads : in->head_dim;
+    in->attn_scale = (float)(1.0 / sqrt(scalar));
+    if (has_meta(g, arch, "attention.scale"))
+        FATHOM_TRY(meta_f32(g, arch, "attention.scale", NULL, &in->attn_scale));
+    in->logit_softcap = 0;
+    if (has_meta(g, arch, "final_logit_softcapping"))
+        FATHOM_TRY(meta_f32(g, arch, "final_logit_softcapping", NULL, &in->logit_softcap));
+    in->rope_base_swa = in->rope_base;
+    in->sliding_window = 0;
+    if (gemma || has_meta(g, arch, "attention.sliding_window")) {
+        FATHOM_TRY(meta_u32(g, arch, "attention.sliding_window", NULL, 1, MAX_CONTEXT,
+                            &in->sliding_window));
+        const float def_swa = gemma ? 10000.0f : in->rope_base; /* llama.cpp's gemma3 value */
+        FATHOM_TRY(meta_f32(g, arch, "rope.freq_base_swa", &def_swa, &in->rope_base_swa));
+    }
+    return load_sliding_layers(m, gemma);
+}
+
 static int load_hparams(fathom_model *m) {
     const fathom_gguf *g = m->gguf;
     fathom_model_info *in = &m->info;
     const char *arch;
     uint64_t arch_len;
     FATHOM_TRY(fathom_gguf_get_string(g, "general.architecture", &arch, &arch_len));
-    FATHOM_CHECK(strcmp(arch, "llama") && strcmp(arch, "qwen3"), FATHOM_ERR_UNSUPPORTED,
-                 "model: architecture \"%.40s\" is not supported (llama, qwen3)", arch);
+    FATHOM_CHECK(strcmp(arch, "llama") && strcmp(arch, "qwen3") && strcmp(arch, "gemma3"),
+                 FATHOM_ERR_UNSUPPORTED,
+                 "model: architecture \"%.40s\" is not supported (llama, qwen3, gemma3)", arch);
     snprintf(in->arch, sizeof in->arch, "%s", arch);
     const char *name;
     if (fathom_gguf_find_key(g, "general.name") >= 0 &&
         fathom_gguf_get_string(g, "general.name", &name, NULL) == FATHOM_OK)
         snprintf(in->name, sizeof in->name, "%s", name);
-    in->rope_neox = !strcmp(arch, "qwen3");
+    const bool gemma = !strcmp(arch, "gemma3");
+    in->rope_neox = !strcmp(arch, "qwen3") || gemma;
 
     FATHOM_TRY(meta_u32(g, arch, "block_count", NULL, 1, MAX_LAYERS, &in->layers));
     FATHOM_TRY(meta_u32(g, arch, "embedding_length", NULL, 1, MAX_EMBED, &in->embed));
@@ -470,7 +446,7 @@ static int load_hparams(fathom_model *m) {
     const float def_base = 10000.0f;
     FATHOM_TRY(meta_f32(g, arch, "rope.freq_base", &def_base, &in->rope_base));
     FATHOM_TRY(meta_f32(g, arch, "attention.layer_norm_rms_epsilon", NULL, &in->rms_eps));
-    return FATHOM_OK;
+    return load_gemma_hparams(m, gemma);
 }
 
 static int load_weights(fathom_model *m, loader *ld) {
@@ -519,6 +495,10 @@ static int load_weights(fathom_model *m, loader *ld) {
         if (in->qk_norm) {
             LOAD(q_norm, "attn_q_norm", D, 0, 0);
             LOAD(k_norm, "attn_k_norm", D, 0, 0);
+        }
+        if (in->post_norms) {
+            LOAD(post_attn_norm, "post_attention_norm", E, 0, 0);
+            LOAD(post_ffn_norm, "post_ffw_norm", E, 0, 0);
         }
 #undef LOAD
     }
@@ -579,48 +559,43 @@ int fathom_model_get_info(const fathom_model *model, fathom_model_info *info) {
     return FATHOM_OK;
 }
 
+int fathom_model_layer_sliding(const fathom_model *model, uint32_t layer) {
+    FATHOM_CHECK_ARG(model, "fathom_model_layer_sliding: model is NULL");
+    FATHOM_CHECK_ARG(layer < model->info.layers, "fathom_model_layer_sliding: layer %u of %u", layer,
+                     model->info.layers);
+    return model->sliding[layer];
+}
+
 /* ===================================================================== *
  * context
  * ===================================================================== */
 
-/* The index of one (layer, KV head) for a sparse method. */
-typedef struct sparse_head {
-    fathom_store *store;         /* raw planes (fathom, sparq, ds, thumb, full4) */
-    fathom_store *rotated;       /* planes of (k - mean)V (fathom-klt, loki) */
-    fathom_basis *basis;         /* from calibration */
-    fathom_landmarks *landmarks; /* landmark */
-    float *calib_var;            /* [d] calibration channel variance, or NULL: the store's */
-    uint8_t *ds_depths;          /* [d] Double Sparsity's channels */
-} sparse_head;
-
 /* Scratch of one KV head's sparse attention (tasks run per KV head). */
 typedef struct sparse_scratch {
-    float *qrot;     /* [G x d] */
+    void *index;     /* fathom_index_scratch_size(d, G) */
     float *scores;   /* [G x cap] */
     uint64_t *work;  /* [cap] */
-    uint32_t *idx;   /* [G x k] */
-    double *g;       /* [d] */
-    uint8_t *depths; /* [d] */
-    float *var;      /* [d] */
+    uint32_t *idx;   /* [G x min(k, cap)] */
     double scan_bytes, selected, visible; /* this step */
 } sparse_scratch;
 
 typedef struct sparse_state {
     fathom_method method;
     uint32_t k;
-    sparse_head *heads;       /* [layers x kv_heads] */
-    sparse_scratch *scratch;  /* [kv_heads] */
+    fathom_index **heads;    /* [layers x kv_heads] the method's index of each (layer, KV head) */
+    sparse_scratch *scratch; /* [kv_heads] */
 } sparse_state;
 
 struct fathom_ctx {
     const fathom_model *model;
     uint32_t cap;     /* positions the cache holds */
     uint64_t n;       /* positions filled */
-    pool *pool;
+    fathom_pool *pool;
     float *k_cache;   /* [layers][kv_heads][cap][d] after RoPE / QK-norm */
     float *v_cache;   /* [layers][kv_heads][cap][d] */
     float *rope_cos;  /* [cap][d/2] */
     float *rope_sin;  /* [cap][d/2] */
+    float *rope_cos_swa, *rope_sin_swa; /* [cap][d/2] sliding layers; == rope_cos/sin when the bases agree */
     /* activations of up to PREFILL_BATCH tokens */
     float *x;         /* [B x embed] the residual stream */
     float *xn;        /* [B x embed] normalized */
@@ -643,34 +618,19 @@ struct fathom_ctx {
     sparse_state *sparse; /* NULL: dense decode */
     fathom_ctx_stats stats;
     int broken; /* a forward pass failed half-way: the cache is inconsistent until reset */
-    /* first failure inside a worker task (fathom_last_error is per thread) */
-    pthread_mutex_t err_lock;
-    int err_status;
-    char err_msg[256];
 };
 
 static void sparse_free(sparse_state *s, const fathom_model_info *in) {
     if (!s) return;
     if (s->heads)
-        for (uint64_t i = 0; i < (uint64_t)in->layers * in->kv_heads; i++) {
-            sparse_head *h = &s->heads[i];
-            fathom_store_free(h->store);
-            fathom_store_free(h->rotated);
-            fathom_landmarks_free(h->landmarks);
-            fathom_basis_free(h->basis);
-            free(h->calib_var);
-            free(h->ds_depths);
-        }
+        for (uint64_t i = 0; i < (uint64_t)in->layers * in->kv_heads; i++) fathom_index_free(s->heads[i]);
     if (s->scratch)
         for (uint32_t i = 0; i < in->kv_heads; i++) {
             sparse_scratch *c = &s->scratch[i];
-            free(c->qrot);
+            free(c->index);
             free(c->scores);
             free(c->work);
             free(c->idx);
-            free(c->g);
-            free(c->depths);
-            free(c->var);
         }
     free(s->heads);
     free(s->scratch);
@@ -679,15 +639,28 @@ static void sparse_free(sparse_state *s, const fathom_model_info *in) {
 
 void fathom_ctx_free(fathom_ctx *ctx) {
     if (!ctx) return;
-    pool_free(ctx->pool);
+    fathom_pool_free(ctx->pool);
     sparse_free(ctx->sparse, &ctx->model->info);
+    if (ctx->rope_cos_swa != ctx->rope_cos) free(ctx->rope_cos_swa);
+    if (ctx->rope_sin_swa != ctx->rope_sin) free(ctx->rope_sin_swa);
     float *all[] = {ctx->k_cache, ctx->v_cache, ctx->rope_cos, ctx->rope_sin, ctx->x, ctx->xn,
                     ctx->q, ctx->k, ctx->v, ctx->att, ctx->proj, ctx->gate, ctx->up, ctx->scores};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     free(ctx->sums);
     free(ctx->qblock);
-    pthread_mutex_destroy(&ctx->err_lock);
     free(ctx);
+}
+
+/* theta_i = base^(-2i/d); angles in double so long contexts keep their
+ * precision, then rounded once. */
+static void rope_table(float *cs, float *sn, uint64_t n_ctx, uint64_t D, float base) {
+    for (uint64_t p = 0; p < n_ctx; p++)
+        for (uint64_t i = 0; i < D / 2; i++) {
+            double theta = pow((double)base, -2.0 * (double)i / (double)D);
+            double a = (double)p * theta;
+            cs[p * (D / 2) + i] = (float)cos(a);
+            sn[p * (D / 2) + i] = (float)sin(a);
+        }
 }
 
 int fathom_ctx_create(fathom_ctx **out, const fathom_model *model, uint32_t n_ctx,
@@ -705,7 +678,6 @@ int fathom_ctx_create(fathom_ctx **out, const fathom_model *model, uint32_t n_ct
 
     fathom_ctx *c = calloc(1, sizeof *c);
     FATHOM_CHECK(!c, FATHOM_ERR_NOMEM, "model: out of memory for the context");
-    pthread_mutex_init(&c->err_lock, NULL);
     c->model = model;
     c->cap = n_ctx;
     const uint64_t D = in->head_dim, B = PREFILL_BATCH;
@@ -740,16 +712,20 @@ int fathom_ctx_create(fathom_ctx **out, const fathom_model *model, uint32_t n_ct
         return fathom_fail(FATHOM_ERR_NOMEM, "model: out of memory for a context of %u positions",
                            n_ctx);
     }
-    /* theta_i = base^(-2i/d); angles in double so long contexts keep their
-     * precision, then rounded once. */
-    for (uint64_t p = 0; p < n_ctx; p++)
-        for (uint64_t i = 0; i < D / 2; i++) {
-            double theta = pow((double)in->rope_base, -2.0 * (double)i / (double)D);
-            double a = (double)p * theta;
-            c->rope_cos[p * (D / 2) + i] = (float)cos(a);
-            c->rope_sin[p * (D / 2) + i] = (float)sin(a);
-        }
-    int st = pool_create(&c->pool, threads);
+    rope_table(c->rope_cos, c->rope_sin, n_ctx, D, in->rope_base);
+    c->rope_cos_swa = c->rope_cos;
+    c->rope_sin_swa = c->rope_sin;
+    int st = FATHOM_OK;
+    if (in->rope_base_swa != in->rope_base) {
+        c->rope_cos_swa = fathom_alloc_array((uint64_t)n_ctx, D / 2 * sizeof(float));
+        c->rope_sin_swa = fathom_alloc_array((uint64_t)n_ctx, D / 2 * sizeof(float));
+        if (!c->rope_cos_swa || !c->rope_sin_swa)
+            st = fathom_fail(FATHOM_ERR_NOMEM, "model: out of memory for a context of %u positions",
+                             n_ctx);
+        else
+            rope_table(c->rope_cos_swa, c->rope_sin_swa, n_ctx, D, in->rope_base_swa);
+    }
+    if (st == FATHOM_OK) st = fathom_pool_create(&c->pool, threads);
     if (st < 0) {
         fathom_ctx_free(c);
         return st;
@@ -810,52 +786,23 @@ int fathom_ctx_get_stats(const fathom_ctx *ctx, fathom_ctx_stats *stats) {
     return FATHOM_OK;
 }
 
-static void note_task_error(fathom_ctx *c, int status) {
-    pthread_mutex_lock(&c->err_lock);
-    if (c->err_status == FATHOM_OK) {
-        c->err_status = status;
-        snprintf(c->err_msg, sizeof c->err_msg, "%s", fathom_last_error());
-    }
-    pthread_mutex_unlock(&c->err_lock);
-}
-
-/* Hand a worker's failure to the calling thread. */
-static int take_task_error(fathom_ctx *c) {
-    if (c->err_status == FATHOM_OK) return FATHOM_OK;
-    int st = c->err_status;
-    c->err_status = FATHOM_OK;
-    return fathom_fail(st, "%s", c->err_msg);
-}
-
 /* ===================================================================== *
  * sparse attention of decode steps (§2: sink + local + top-k per query head)
  * ===================================================================== */
-
-static bool method_uses_store(fathom_method_kind kind) {
-    return kind == FATHOM_METHOD_FATHOM || kind == FATHOM_METHOD_SPARQ || kind == FATHOM_METHOD_DS ||
-           kind == FATHOM_METHOD_THUMB || kind == FATHOM_METHOD_FULL4;
-}
-
-static bool method_uses_rotated(fathom_method_kind kind) {
-    return kind == FATHOM_METHOD_FATHOM_KLT || kind == FATHOM_METHOD_LOKI;
-}
 
 /* Append cached keys [pos0, pos0+count) of one layer to its indexes. */
 static int sparse_append(fathom_ctx *c, uint32_t layer, uint64_t pos0, uint64_t count) {
     sparse_state *s = c->sparse;
     if (!s || count == 0) return FATHOM_OK;
     for (uint32_t kvh = 0; kvh < c->model->info.kv_heads; kvh++) {
-        sparse_head *h = &s->heads[(uint64_t)layer * c->model->info.kv_heads + kvh];
-        const float *keys = cache_row(c, c->k_cache, layer, kvh, pos0);
-        if (h->store) FATHOM_TRY(fathom_store_append(h->store, keys, count));
-        if (h->rotated) FATHOM_TRY(fathom_store_append(h->rotated, keys, count));
-        if (h->landmarks) FATHOM_TRY(fathom_landmarks_append(h->landmarks, keys, count));
+        FATHOM_TRY(fathom_index_append(s->heads[(uint64_t)layer * c->model->info.kv_heads + kvh],
+                                       cache_row(c, c->k_cache, layer, kvh, pos0), count));
     }
     return FATHOM_OK;
 }
 
 /* Scores [G x n_vis] of the group's queries qg [G x d] for one KV head. */
-static int sparse_scores(const fathom_ctx *c, const sparse_state *s, const sparse_head *hs,
+static int sparse_scores(const fathom_ctx *c, const sparse_state *s, const fathom_index *hs,
                          sparse_scratch *sc, const float *qg, const float *keys, uint64_t n_vis) {
     const fathom_model_info *in = &c->model->info;
     const uint32_t D = in->head_dim, G = in->q_heads / in->kv_heads;
@@ -870,19 +817,7 @@ static int sparse_scores(const fathom_ctx *c, const sparse_state *s, const spars
                 sc->scores[h * n_vis + i] = dot(qg + h * D, keys + i * D, D);
         bytes = n_vis * (uint64_t)D * 2;
     } else {
-        /* Var: the calibration keys' when given, else the store's running sums (App. D). */
-        const float *var = NULL;
-        if (m->kind == FATHOM_METHOD_FATHOM) {
-            if (hs->calib_var)
-                var = hs->calib_var;
-            else {
-                FATHOM_TRY(fathom_store_variance(hs->store, sc->var));
-                var = sc->var;
-            }
-        }
-        const fathom_scorer_index ix = {hs->store, hs->rotated, hs->basis, hs->landmarks, var, hs->ds_depths};
-        fathom_scorer_scratch scr = {sc->g, sc->qrot, sc->depths};
-        FATHOM_TRY(fathom_method_scores(m, m->param, &ix, D, G, qg, n_vis, sc->scores, &scr, NULL, &bytes));
+        FATHOM_TRY(fathom_index_scores(hs, m, m->param, G, qg, n_vis, sc->scores, sc->index, NULL, &bytes));
     }
     sc->scan_bytes += (double)bytes;
     return FATHOM_OK;
@@ -898,7 +833,7 @@ static int sparse_head_attend(fathom_ctx *c, uint32_t layer, uint32_t kvh, uint6
     const fathom_model_info *in = &c->model->info;
     const uint32_t D = in->head_dim, G = in->q_heads / in->kv_heads;
     const sparse_state *s = c->sparse;
-    const sparse_head *hs = &s->heads[(uint64_t)layer * in->kv_heads + kvh];
+    const fathom_index *hs = s->heads[(uint64_t)layer * in->kv_heads + kvh];
     sparse_scratch *sc = &s->scratch[kvh];
     const uint64_t n_vis = pos + 1;
     const float *qg = c->q + (uint64_t)kvh * G * D; /* the step's one token */
@@ -918,10 +853,9 @@ static int sparse_head_attend(fathom_ctx *c, uint32_t layer, uint32_t kvh, uint6
     return FATHOM_OK;
 }
 
-static void sparse_task(void *arg, uint32_t task, uint32_t worker) {
-    sparse_job *j = arg;
-    int st = sparse_head_attend(j->c, j->layer, task, j->pos);
-    if (st < 0) note_task_error(j->c, st);
+static int sparse_task(void *arg, uint32_t task, uint32_t worker) {
+    const sparse_job *j = arg;
+    return sparse_head_attend(j->c, j->layer, task, j->pos);
 }
 
 
@@ -930,23 +864,10 @@ static void sparse_task(void *arg, uint32_t task, uint32_t worker) {
 static int sparse_calibrate_layer(sparse_state *s, const fathom_model_info *in, uint32_t layer,
                                   const float *q, const float *k, uint64_t n, uint32_t P) {
     const uint32_t D = in->head_dim, G = in->q_heads / in->kv_heads;
-    const fathom_method_kind kind = s->method.kind;
     for (uint32_t kvh = 0; kvh < in->kv_heads; kvh++) {
-        sparse_head *h = &s->heads[(uint64_t)layer * in->kv_heads + kvh];
-        const float *keys = k + (uint64_t)kvh * n * D;
-        const float *queries = q + (uint64_t)kvh * G * P * D;
-        const uint64_t q_rows = (uint64_t)G * P;
-        if (kind == FATHOM_METHOD_FATHOM) {
-            h->calib_var = fathom_alloc_array(D, sizeof(float));
-            FATHOM_CHECK(!h->calib_var, FATHOM_ERR_NOMEM, "model: out of memory");
-            fathom_channel_variance(D, keys, n, h->calib_var);
-        } else if (kind == FATHOM_METHOD_DS) {
-            h->ds_depths = fathom_alloc_array(D, 1);
-            FATHOM_CHECK(!h->ds_depths, FATHOM_ERR_NOMEM, "model: out of memory");
-            FATHOM_TRY(fathom_ds_depths(D, keys, n, queries, q_rows, s->method.param, h->ds_depths));
-        } else if (method_uses_rotated(kind)) {
-            FATHOM_TRY(fathom_basis_fit_strided(&h->basis, D, keys, n, queries, q_rows));
-        }
+        const fathom_index_calib cal = {k + (uint64_t)kvh * n * D, n, q + (uint64_t)kvh * G * P * D,
+                                        (uint64_t)G * P, 0};
+        FATHOM_TRY(fathom_index_calibrate(s->heads[(uint64_t)layer * in->kv_heads + kvh], &cal));
     }
     return FATHOM_OK;
 }
@@ -978,15 +899,8 @@ static int sparse_create(fathom_ctx *c, const fathom_method *method, uint32_t k,
                          const fathom_source *calib, sparse_state **out) {
     const fathom_model_info *in = &c->model->info;
     const uint32_t D = in->head_dim, G = in->q_heads / in->kv_heads;
-    const fathom_method_kind kind = method->kind;
-    const bool needs_calib = kind == FATHOM_METHOD_FATHOM_KLT || kind == FATHOM_METHOD_DS ||
-                             kind == FATHOM_METHOD_LOKI;
-    FATHOM_CHECK(needs_calib && !calib, FATHOM_ERR_UNSUPPORTED,
+    FATHOM_CHECK((fathom_method_needs(method) & FATHOM_NEEDS_CALIB) && !calib, FATHOM_ERR_UNSUPPORTED,
                  "model: %s needs calibration statistics (a capture of this model)", method->name);
-    FATHOM_CHECK((kind == FATHOM_METHOD_SPARQ || kind == FATHOM_METHOD_DS || kind == FATHOM_METHOD_LOKI) &&
-                     (method->param < 1 || method->param > D),
-                 FATHOM_ERR_INVALID_ARG, "model: %s: the channel count must be in [1, %u]",
-                 method->name, D);
     sparse_state *s = calloc(1, sizeof *s);
     FATHOM_CHECK(!s, FATHOM_ERR_NOMEM, "model: out of memory");
     *out = s;
@@ -998,24 +912,16 @@ static int sparse_create(fathom_ctx *c, const fathom_method *method, uint32_t k,
     const uint64_t idx_cap = k < c->cap ? k : c->cap;
     for (uint32_t kvh = 0; kvh < in->kv_heads; kvh++) {
         sparse_scratch *sc = &s->scratch[kvh];
-        sc->qrot = fathom_alloc_array((uint64_t)G * D, sizeof(float));
+        sc->index = malloc(fathom_index_scratch_size(D, G));
         sc->scores = fathom_alloc_array((uint64_t)G * c->cap, sizeof(float));
         sc->work = fathom_alloc_array(c->cap, sizeof(uint64_t));
         sc->idx = fathom_alloc_array((uint64_t)G * idx_cap, sizeof(uint32_t));
-        sc->g = fathom_alloc_array(D, sizeof(double));
-        sc->depths = fathom_alloc_array(D, 1);
-        sc->var = fathom_alloc_array(D, sizeof(float));
-        FATHOM_CHECK(!sc->qrot || !sc->scores || !sc->work || !sc->idx || !sc->g || !sc->depths ||
-                         !sc->var,
-                     FATHOM_ERR_NOMEM, "model: out of memory for sparse attention scratch");
+        FATHOM_CHECK(!sc->index || !sc->scores || !sc->work || !sc->idx, FATHOM_ERR_NOMEM,
+                     "model: out of memory for sparse attention scratch");
     }
+    for (uint64_t i = 0; i < (uint64_t)in->layers * in->kv_heads; i++)
+        FATHOM_TRY(fathom_index_create(&s->heads[i], method, 1, D, 0));
     if (calib) FATHOM_TRY(sparse_calibrate(s, in, calib));
-    for (uint64_t i = 0; i < (uint64_t)in->layers * in->kv_heads; i++) {
-        sparse_head *h = &s->heads[i];
-        if (method_uses_store(kind)) FATHOM_TRY(fathom_store_create(&h->store, D, 0, NULL));
-        if (method_uses_rotated(kind)) FATHOM_TRY(fathom_store_create(&h->rotated, D, 0, h->basis));
-        if (kind == FATHOM_METHOD_LANDMARK) FATHOM_TRY(fathom_landmarks_create(&h->landmarks, D));
-    }
     return FATHOM_OK;
 }
 
@@ -1027,9 +933,13 @@ int fathom_ctx_set_attention(fathom_ctx *ctx, const fathom_method *method, uint3
         ctx->sparse = NULL;
         return FATHOM_OK;
     }
-    FATHOM_CHECK_ARG((unsigned)method->kind <= FATHOM_METHOD_DENSE,
-                     "fathom_ctx_set_attention: unknown method kind %d", (int)method->kind);
+    FATHOM_TRY(fathom_method_check(method, ctx->model->info.head_dim));
     FATHOM_CHECK_ARG(k >= 1, "fathom_ctx_set_attention: k is 0");
+    const fathom_model_info *in = &ctx->model->info;
+    /* fathom_attend scales by 1/sqrt(dim) */
+    FATHOM_CHECK(in->attn_scale != (float)(1.0 / sqrt((double)in->head_dim)), FATHOM_ERR_UNSUPPORTED,
+                 "fathom_ctx_set_attention: attention scale %g is not 1/sqrt(%u), which sparse attention assumes",
+                 (double)in->attn_scale, in->head_dim);
     sparse_state *s = NULL;
     int st = sparse_create(ctx, method, k, calib, &s);
     if (st < 0) {
@@ -1052,24 +962,7 @@ int fathom_ctx_set_attention(fathom_ctx *ctx, const fathom_method *method, uint3
 
 /* Replace the method's indexes by empty ones; calibration is kept. */
 static int sparse_clear(sparse_state *s, const fathom_model_info *in) {
-    for (uint64_t i = 0; i < (uint64_t)in->layers * in->kv_heads; i++) {
-        sparse_head *h = &s->heads[i];
-        if (h->store) {
-            fathom_store_free(h->store);
-            h->store = NULL;
-            FATHOM_TRY(fathom_store_create(&h->store, in->head_dim, 0, NULL));
-        }
-        if (h->rotated) {
-            fathom_store_free(h->rotated);
-            h->rotated = NULL;
-            FATHOM_TRY(fathom_store_create(&h->rotated, in->head_dim, 0, h->basis));
-        }
-        if (h->landmarks) {
-            fathom_landmarks_free(h->landmarks);
-            h->landmarks = NULL;
-            FATHOM_TRY(fathom_landmarks_create(&h->landmarks, in->head_dim));
-        }
-    }
+    for (uint64_t i = 0; i < (uint64_t)in->layers * in->kv_heads; i++) FATHOM_TRY(fathom_index_clear(s->heads[i]));
     return FATHOM_OK;
 }
 
@@ -1121,6 +1014,7 @@ typedef struct attn_job {
     uint64_t pos0;
     uint32_t T;
     uint32_t n_blocks; /* query blocks per KV head */
+    uint32_t window;   /* keys a query sees at most (a sliding layer), 0: all before it */
 } attn_job;
 
 /* Dense causal attention of the G query heads of one KV head for a block of
@@ -1128,8 +1022,9 @@ typedef struct attn_job {
  * G*QBLOCK queries (at 8k context K and V of a head are 4 MB, so reading
  * them once per query would be bound by memory). Each output row gets the
  * same operations in the same order whatever block it is in, so a prefill
- * gives the same bits as decode steps (blocks of one token). */
-static void attn_task(void *arg, uint32_t task, uint32_t worker) {
+ * gives the same bits as decode steps (blocks of one token). In a sliding
+ * layer, the query at position p sees keys (p - window, p]. */
+static int attn_task(void *arg, uint32_t task, uint32_t worker) {
     const attn_job *j = arg;
     fathom_ctx *c = j->c;
     const fathom_model_info *in = &c->model->info;
@@ -1141,16 +1036,17 @@ static void attn_task(void *arg, uint32_t task, uint32_t worker) {
     const float *keys = cache_row(c, c->k_cache, j->layer, kvh, 0);
     const float *values = cache_row(c, c->v_cache, j->layer, kvh, 0);
     float *S = c->scores + (uint64_t)worker * ATTN_QBLOCK * G * c->cap; /* [rows x n_max] */
-    const float scale = (float)(1.0 / sqrt((double)D));
+    const float scale = in->attn_scale;
     /* row r: token t0 + r / G, query head kvh*G + r % G */
 #define ROW_Q(r) (c->q + ((uint64_t)(t0 + (r) / G) * Hq + kvh * G + (r) % G) * D)
 #define ROW_OUT(r) (c->att + ((uint64_t)(t0 + (r) / G) * Hq + kvh * G + (r) % G) * D)
-#define ROW_VIS(r) (j->pos0 + t0 + (r) / G + 1) /* keys row r sees */
+#define ROW_VIS(r) (j->pos0 + t0 + (r) / G + 1) /* keys row r sees: [ROW_LO(r), ROW_VIS(r)) */
+#define ROW_LO(r) (j->window && ROW_VIS(r) > j->window ? ROW_VIS(r) - j->window : 0)
     /* scores: the block's queries gathered into rows of D, then 4 keys x 4
      * queries per tile (entries past a row's visible keys are never read) */
     float *Qb = c->qblock + (uint64_t)worker * ATTN_QBLOCK * G * D;
     for (uint32_t r = 0; r < rows; r++) memcpy(Qb + (uint64_t)r * D, ROW_Q(r), D * sizeof(float));
-    uint64_t i = 0;
+    uint64_t i = ROW_LO(0); /* rows are in position order: row 0 sees the earliest key */
     for (; i + 4 <= n_max; i += 4) {
         uint32_t r = 0;
         for (; r + 4 <= rows; r += 4) tile(keys + i * D, 4, Qb + (uint64_t)r * D, 4, D, S + r * n_max + i, n_max);
@@ -1168,16 +1064,16 @@ static void attn_task(void *arg, uint32_t task, uint32_t worker) {
         for (uint32_t r = 0; r < rows; r++) S[r * n_max + i] = dot(Qb + (uint64_t)r * D, keys + i * D, D);
     for (uint32_t r = 0; r < rows; r++) {
         const uint64_t n = ROW_VIS(r);
-        for (uint64_t k = 0; k < n; k++) S[r * n_max + k] *= scale;
+        for (uint64_t k = ROW_LO(r); k < n; k++) S[r * n_max + k] *= scale;
     }
     double *inv = c->sums + (uint64_t)worker * ATTN_QBLOCK * G; /* softmax denominators */
     for (uint32_t r = 0; r < rows; r++) {
         float *s = S + r * n_max, max = -INFINITY;
-        const uint64_t n = ROW_VIS(r);
-        for (uint64_t m = 0; m < n; m++)
+        const uint64_t n = ROW_VIS(r), lo = ROW_LO(r);
+        for (uint64_t m = lo; m < n; m++)
             if (s[m] > max) max = s[m];
         double sum = 0;
-        for (uint64_t m = 0; m < n; m++) {
+        for (uint64_t m = lo; m < n; m++) {
             float e = expf(s[m] - max);
             s[m] = e;
             sum += e;
@@ -1186,10 +1082,10 @@ static void attn_task(void *arg, uint32_t task, uint32_t worker) {
         float *out = ROW_OUT(r);
         for (uint32_t ch = 0; ch < D; ch++) out[ch] = 0;
     }
-    for (i = 0; i < n_max; i++) {
+    for (i = ROW_LO(0); i < n_max; i++) {
         const float *v = values + i * D;
         for (uint32_t r = 0; r < rows; r++) {
-            if (i >= ROW_VIS(r)) continue;
+            if (i >= ROW_VIS(r) || i < ROW_LO(r)) continue;
             axpy(ROW_OUT(r), S[r * n_max + i], v, D);
         }
     }
@@ -1201,6 +1097,48 @@ static void attn_task(void *arg, uint32_t task, uint32_t worker) {
 #undef ROW_Q
 #undef ROW_OUT
 #undef ROW_VIS
+#undef ROW_LO
+    return FATHOM_OK;
+}
+
+/* GELU, tanh form (Gemma's gelu_pytorch_tanh), in double. */
+static float gelu_tanh(float x) {
+    const double v = x;
+    return (float)(0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))));
+}
+
+/* x += proj for T rows, proj first RMS-normalized with post_norm when given. */
+static void add_residual(fathom_ctx *c, const float *post_norm, uint32_t T) {
+    const fathom_model_info *in = &c->model->info;
+    const uint32_t E = in->embed;
+    if (post_norm)
+        for (uint32_t t = 0; t < T; t++)
+            rmsnorm(c->proj + (uint64_t)t * E, c->proj + (uint64_t)t * E, post_norm, E, in->rms_eps);
+    for (uint64_t i = 0; i < (uint64_t)T * E; i++) c->x[i] += c->proj[i];
+}
+
+/* FATHOM_ERR_NONFINITE naming the first non-finite entry of rows x
+ * [T x heads*D] of `layer` at positions pos0.. (its head when `what` names
+ * one, e.g. "key head"; NULL: the residual stream): finite but extreme
+ * weights overflow float, and the next softmax turns that into NaN. */
+static int check_finite(const float *x, uint32_t T, uint32_t heads, uint32_t D, uint32_t layer, uint64_t pos0,
+                        const char *what) {
+    const uint64_t row = (uint64_t)heads * D;
+    for (uint32_t t = 0; t < T; t++) {
+        const float *r = x + t * row;
+        if (fathom_all_finite(r, row)) continue;
+        uint64_t i = 0;
+        while (__builtin_isfinite(r[i])) i++;
+        if (!what)
+            return fathom_fail(FATHOM_ERR_NONFINITE,
+                               "model: layer %u, position %llu: the residual stream is not finite (a weight "
+                               "overflows float)",
+                               layer, (unsigned long long)(pos0 + t));
+        return fathom_fail(FATHOM_ERR_NONFINITE,
+                           "model: layer %u, %s %llu, position %llu: not finite (a weight overflows float)",
+                           layer, what, (unsigned long long)(i / D), (unsigned long long)(pos0 + t));
+    }
+    return FATHOM_OK;
 }
 
 /* Tokens [0, T) at positions n..n+T-1 (T <= PREFILL_BATCH) through every
@@ -1214,20 +1152,27 @@ static int forward(fathom_ctx *c, const int32_t *tokens, uint32_t T, bool sparse
     const uint32_t QD = Hq * D, KD = Hkv * D;
     const uint64_t pos0 = c->n;
 
-    for (uint32_t t = 0; t < T; t++)
-        memcpy(c->x + (uint64_t)t * E, m->token_embd + (uint64_t)tokens[t] * E, E * sizeof(float));
+    for (uint32_t t = 0; t < T; t++) {
+        float *x = c->x + (uint64_t)t * E;
+        memcpy(x, m->token_embd + (uint64_t)tokens[t] * E, E * sizeof(float));
+        if (in->embed_scale != 1.0f)
+            for (uint32_t i = 0; i < E; i++) x[i] *= in->embed_scale;
+    }
 
     for (uint32_t l = 0; l < in->layers; l++) {
         const layer_weights *w = &m->layers[l];
+        const bool sliding = m->sliding[l];
+        const float *rope_cs = sliding ? c->rope_cos_swa : c->rope_cos;
+        const float *rope_sn = sliding ? c->rope_sin_swa : c->rope_sin;
         /* attention */
         for (uint32_t t = 0; t < T; t++)
             rmsnorm(c->xn + (uint64_t)t * E, c->x + (uint64_t)t * E, w->attn_norm, E, in->rms_eps);
-        matmul(c->pool, c->q, c->xn, w->wq, T, E, QD);
-        matmul(c->pool, c->k, c->xn, w->wk, T, E, KD);
-        matmul(c->pool, c->v, c->xn, w->wv, T, E, KD);
+        FATHOM_TRY(matmul(c->pool, c->q, c->xn, w->wq, T, E, QD));
+        FATHOM_TRY(matmul(c->pool, c->k, c->xn, w->wk, T, E, KD));
+        FATHOM_TRY(matmul(c->pool, c->v, c->xn, w->wv, T, E, KD));
         for (uint32_t t = 0; t < T; t++) {
             const uint64_t pos = pos0 + t;
-            const float *cs = c->rope_cos + pos * (D / 2), *sn = c->rope_sin + pos * (D / 2);
+            const float *cs = rope_cs + pos * (D / 2), *sn = rope_sn + pos * (D / 2);
             for (uint32_t h = 0; h < Hq; h++) {
                 float *q = c->q + (uint64_t)t * QD + (uint64_t)h * D;
                 if (w->q_norm) rmsnorm(q, q, w->q_norm, D, in->rms_eps);
@@ -1245,40 +1190,51 @@ static int forward(fathom_ctx *c, const int32_t *tokens, uint32_t T, bool sparse
                        D * sizeof(float));
             }
         }
+        FATHOM_TRY(check_finite(c->q, T, Hq, D, l, pos0, "query head"));
+        FATHOM_TRY(check_finite(c->k, T, Hkv, D, l, pos0, "key head"));
+        FATHOM_TRY(check_finite(c->v, T, Hkv, D, l, pos0, "value head"));
         FATHOM_TRY(sparse_append(c, l, pos0, T));
-        if (sparse) {
+        if (sparse && !sliding) { /* sliding layers attend their window exactly */
             sparse_job sj = {c, l, pos0};
-            pool_run(c->pool, sparse_task, &sj, Hkv);
-            FATHOM_TRY(take_task_error(c));
+            FATHOM_TRY(fathom_pool_run(c->pool, sparse_task, &sj, Hkv));
         } else {
             const uint32_t blocks = (T + ATTN_QBLOCK - 1) / ATTN_QBLOCK;
-            attn_job aj = {c, l, pos0, T, blocks};
-            pool_run(c->pool, attn_task, &aj, blocks * Hkv);
+            attn_job aj = {c, l, pos0, T, blocks, sliding ? in->sliding_window : 0};
+            FATHOM_TRY(fathom_pool_run(c->pool, attn_task, &aj, blocks * Hkv));
         }
-        matmul(c->pool, c->proj, c->att, w->wo, T, QD, E);
-        for (uint64_t i = 0; i < (uint64_t)T * E; i++) c->x[i] += c->proj[i];
+        FATHOM_TRY(check_finite(c->att, T, Hq, D, l, pos0, "attention output of query head"));
+        FATHOM_TRY(matmul(c->pool, c->proj, c->att, w->wo, T, QD, E));
+        add_residual(c, w->post_attn_norm, T);
 
-        /* SwiGLU MLP */
+        /* SwiGLU or GeGLU MLP */
         for (uint32_t t = 0; t < T; t++)
             rmsnorm(c->xn + (uint64_t)t * E, c->x + (uint64_t)t * E, w->ffn_norm, E, in->rms_eps);
-        matmul(c->pool, c->gate, c->xn, w->w_gate, T, E, F);
-        matmul(c->pool, c->up, c->xn, w->w_up, T, E, F);
+        FATHOM_TRY(matmul(c->pool, c->gate, c->xn, w->w_gate, T, E, F));
+        FATHOM_TRY(matmul(c->pool, c->up, c->xn, w->w_up, T, E, F));
         for (uint64_t i = 0; i < (uint64_t)T * F; i++) {
             const float g = c->gate[i];
-            c->gate[i] = g / (1.0f + expf(-g)) * c->up[i];
+            c->gate[i] = (in->gelu ? gelu_tanh(g) : g / (1.0f + expf(-g))) * c->up[i];
         }
-        matmul(c->pool, c->proj, c->gate, w->w_down, T, F, E);
-        for (uint64_t i = 0; i < (uint64_t)T * E; i++) c->x[i] += c->proj[i];
+        FATHOM_TRY(matmul(c->pool, c->proj, c->gate, w->w_down, T, F, E));
+        add_residual(c, w->post_ffn_norm, T);
+        FATHOM_TRY(check_finite(c->x, T, 1, E, l, pos0, NULL));
     }
     c->n += T;
     return FATHOM_OK;
 }
 
 /* Logits of the residual row t into out [vocab]. */
-static void compute_logits(fathom_ctx *c, uint32_t t, float *out) {
+static int compute_logits(fathom_ctx *c, uint32_t t, float *out) {
     const fathom_model_info *in = &c->model->info;
     rmsnorm(c->xn, c->x + (uint64_t)t * in->embed, c->model->output_norm, in->embed, in->rms_eps);
-    matmul(c->pool, out, c->xn, c->model->output, 1, in->embed, in->vocab);
+    FATHOM_TRY(matmul(c->pool, out, c->xn, c->model->output, 1, in->embed, in->vocab));
+    if (in->logit_softcap > 0)
+        for (uint32_t i = 0; i < in->vocab; i++)
+            out[i] = (float)(in->logit_softcap * tanh((double)out[i] / in->logit_softcap));
+    FATHOM_CHECK(!fathom_all_finite(out, in->vocab), FATHOM_ERR_NONFINITE,
+                 "model: the logits at position %llu are not finite (the output weights overflow float)",
+                 (unsigned long long)(c->n - 1));
+    return FATHOM_OK;
 }
 
 static int check_tokens(const fathom_ctx *c, const int32_t *tokens, uint64_t n, const char *fn) {
@@ -1311,7 +1267,7 @@ int fathom_ctx_prefill(fathom_ctx *ctx, const int32_t *tokens, uint64_t n, float
         if (ctx->progress) ctx->progress(ctx->progress_user, done, n);
     }
     ctx->stats.prefill_tokens += n;
-    if (logits_out) compute_logits(ctx, last, logits_out);
+    if (logits_out) FATHOM_TRY(compute_logits(ctx, last, logits_out));
     return FATHOM_OK;
 }
 
@@ -1339,7 +1295,7 @@ int fathom_ctx_step(fathom_ctx *ctx, int32_t token, float *logits_out) {
             ctx->stats.visible_rows += sc->visible;
         }
     }
-    if (logits_out) compute_logits(ctx, 0, logits_out);
+    if (logits_out) FATHOM_TRY(compute_logits(ctx, 0, logits_out));
     return FATHOM_OK;
 }
 

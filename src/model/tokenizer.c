@@ -1,11 +1,15 @@
 /* Byte-level BPE tokenizer (GPT-2 family, SmolLM2), built from GGUF-style
  * vocabulary and merges. Pre-tokenization uses PCRE2 (UTF + UCP) so the
- * Unicode classes \p{L} and \p{N} come from a maintained library. */
+ * Unicode classes \p{L} and \p{N} come from a maintained library. The
+ * vocabulary, special tokens and decoding serve the SentencePiece-style
+ * tokenizer (Gemma) too, whose encoding is in tokenizer_spm.c. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "internal.h"
 #include "fathom_model.h"
+#include "tokenizer_internal.h"
 
 #include <pcre2.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,40 +51,6 @@ static const pre_tokenizer_kind pre_tokenizer_kinds[] = {
  * the tokenizer
  * ------------------------------------------------------------------ */
 
-typedef struct merge_slot {
-    uint64_t pair;  /* left id << 32 | right id */
-    uint32_t rank;  /* UINT32_MAX: empty slot */
-    int32_t merged; /* id of left+right */
-} merge_slot;
-
-struct fathom_tokenizer {
-    uint32_t n_tokens;
-    char *text_arena;       /* all token strings, back to back */
-    uint64_t *text_offset;  /* [n_tokens + 1] */
-    char *piece_arena;      /* decoded bytes of every token */
-    uint64_t *piece_offset; /* [n_tokens + 1] */
-    uint8_t *type;          /* [n_tokens] fathom_token_type */
-
-    uint32_t *vocab_slots; /* token string -> id + 1 (0: empty), open addressing */
-    uint64_t vocab_mask;
-    merge_slot *merge_slots; /* (left, right) -> rank, merged id */
-    uint64_t merge_mask;
-
-    int32_t byte_token[256]; /* the token of each single byte */
-
-    /* Special tokens sorted by first byte; bucket b is
-     * special[special_first[b] .. special_first[b+1]). */
-    int32_t *special;
-    uint32_t special_first[257];
-    uint32_t n_always_special; /* user-defined: matched even without parse_special */
-
-    pcre2_code *split_re;
-    pcre2_code *digit_re; /* NULL unless the pre-tokenizer isolates digits */
-
-    int32_t bos_id, eos_id;
-    bool add_bos;
-};
-
 /* GPT-2 bytes_to_unicode: printable Latin-1 bytes stand for themselves, the
  * other 68 take code points 256, 257, ... in byte order. */
 static uint32_t byte_to_codepoint(uint8_t b) {
@@ -94,7 +64,7 @@ static uint32_t byte_to_codepoint(uint8_t b) {
 /* Strict UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
  * Returns the length of the character at s[0..n) or 0 if invalid; *cp gets
  * the code point. */
-static size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
+size_t fathom_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
     if (n == 0) return 0;
     uint8_t c = s[0];
     if (c < 0x80) {
@@ -154,7 +124,7 @@ static const char *token_text(const fathom_tokenizer *tok, uint32_t id, uint64_t
     return tok->text_arena + tok->text_offset[id];
 }
 
-static int32_t vocab_lookup(const fathom_tokenizer *tok, const char *s, uint64_t n) {
+int32_t fathom_tok_lookup(const fathom_tokenizer *tok, const char *s, uint64_t n) {
     for (uint64_t i = hash_bytes(s, n) & tok->vocab_mask;; i = (i + 1) & tok->vocab_mask) {
         uint32_t v = tok->vocab_slots[i];
         if (v == 0) return -1;
@@ -212,6 +182,8 @@ void fathom_tokenizer_free(fathom_tokenizer *tok) {
     free(tok->vocab_slots);
     free(tok->merge_slots);
     free(tok->special);
+    free(tok->score);
+    free(tok->spm_rank);
     pcre2_code_free(tok->split_re);
     pcre2_code_free(tok->digit_re);
     free(tok);
@@ -245,7 +217,7 @@ static int load_tokens(fathom_tokenizer *tok, const fathom_tokenizer_spec *spec)
         const uint8_t *s = (const uint8_t *)spec->tokens[i];
         for (uint64_t k = 0; k < len;) {
             uint32_t cp;
-            size_t step = utf8_decode(s + k, (size_t)(len - k), &cp);
+            size_t step = fathom_utf8_decode(s + k, (size_t)(len - k), &cp);
             FATHOM_CHECK(step == 0, FATHOM_ERR_FORMAT,
                          "tokenizer: token %llu is not valid UTF-8 (byte %llu)",
                          (unsigned long long)i, (unsigned long long)k);
@@ -262,9 +234,9 @@ static int load_tokens(fathom_tokenizer *tok, const fathom_tokenizer_spec *spec)
         tok->n_tokens = (uint32_t)(i + 1);
         if (len == 0) continue; /* never produced, never looked up */
         const char *t = tok->text_arena + tok->text_offset[i];
-        FATHOM_CHECK(vocab_lookup(tok, t, len) >= 0, FATHOM_ERR_FORMAT,
+        FATHOM_CHECK(fathom_tok_lookup(tok, t, len) >= 0, FATHOM_ERR_FORMAT,
                      "tokenizer: token %llu duplicates token %d", (unsigned long long)i,
-                     (int)vocab_lookup(tok, t, len));
+                     (int)fathom_tok_lookup(tok, t, len));
         uint64_t slot = hash_bytes(t, len) & tok->vocab_mask;
         while (tok->vocab_slots[slot]) slot = (slot + 1) & tok->vocab_mask;
         tok->vocab_slots[slot] = (uint32_t)i + 1;
@@ -275,15 +247,20 @@ static int load_tokens(fathom_tokenizer *tok, const fathom_tokenizer_spec *spec)
 /* Decoded bytes of every token, so decode is a copy. A normal token maps
  * back through the byte alphabet; if it holds a character outside it, HF's
  * ByteLevel decoder keeps the token's UTF-8 as is, and so do we. */
-static int build_pieces(fathom_tokenizer *tok) {
-    int16_t cp_to_byte[324];
-    for (int i = 0; i < 324; i++) cp_to_byte[i] = -1;
-    for (int b = 0; b < 256; b++) cp_to_byte[byte_to_codepoint((uint8_t)b)] = (int16_t)b;
+static int alloc_pieces(fathom_tokenizer *tok) {
     uint64_t total = tok->text_offset[tok->n_tokens]; /* decoding never grows a token */
     tok->piece_arena = fathom_alloc_array(total, 1);
     tok->piece_offset = fathom_alloc_array((uint64_t)tok->n_tokens + 1, sizeof(uint64_t));
     FATHOM_CHECK(!tok->piece_arena || !tok->piece_offset, FATHOM_ERR_NOMEM,
                  "tokenizer: out of memory for decoded pieces");
+    return FATHOM_OK;
+}
+
+static int build_pieces(fathom_tokenizer *tok) {
+    int16_t cp_to_byte[324];
+    for (int i = 0; i < 324; i++) cp_to_byte[i] = -1;
+    for (int b = 0; b < 256; b++) cp_to_byte[byte_to_codepoint((uint8_t)b)] = (int16_t)b;
+    FATHOM_TRY(alloc_pieces(tok));
     uint64_t at = 0;
     for (uint32_t id = 0; id < tok->n_tokens; id++) {
         uint64_t len;
@@ -293,7 +270,7 @@ static int build_pieces(fathom_tokenizer *tok) {
         uint64_t start = at;
         for (uint64_t k = 0; k < len && !raw;) {
             uint32_t cp;
-            k += utf8_decode((const uint8_t *)t + k, (size_t)(len - k), &cp); /* validated */
+            k += fathom_utf8_decode((const uint8_t *)t + k, (size_t)(len - k), &cp); /* validated */
             if (cp >= 324 || cp_to_byte[cp] < 0)
                 raw = true;
             else
@@ -335,8 +312,8 @@ static int load_merges(fathom_tokenizer *tok, const fathom_tokenizer_spec *spec)
             break;
         }
         uint64_t left_len = (uint64_t)(sep - m), right_len = len - left_len - 1;
-        int32_t left = vocab_lookup(tok, m, left_len);
-        int32_t right = vocab_lookup(tok, sep + 1, right_len);
+        int32_t left = fathom_tok_lookup(tok, m, left_len);
+        int32_t right = fathom_tok_lookup(tok, sep + 1, right_len);
         if (left_len + right_len > joined_cap) {
             free(joined);
             joined_cap = 2 * (left_len + right_len);
@@ -348,7 +325,7 @@ static int load_merges(fathom_tokenizer *tok, const fathom_tokenizer_spec *spec)
         }
         memcpy(joined, m, (size_t)left_len);
         memcpy(joined + left_len, sep + 1, (size_t)right_len);
-        int32_t merged = vocab_lookup(tok, joined, left_len + right_len);
+        int32_t merged = fathom_tok_lookup(tok, joined, left_len + right_len);
         if (left < 0 || right < 0 || merged < 0) {
             status =
                 fathom_fail(FATHOM_ERR_FORMAT,
@@ -414,7 +391,73 @@ static int load_special(fathom_tokenizer *tok) {
     return FATHOM_OK;
 }
 
+static int score_desc(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x > y ? -1 : x < y;
+}
+
+/* spm_rank[id]: how many distinct scores are higher than id's, so that the
+ * BPE heap's lowest rank is SentencePiece's highest score (ties equal). */
+static int spm_ranks(fathom_tokenizer *tok) {
+    const uint32_t n = tok->n_tokens;
+    float *sorted = fathom_alloc_array(n, sizeof *sorted);
+    tok->spm_rank = fathom_alloc_array(n, sizeof *tok->spm_rank);
+    if (!sorted || !tok->spm_rank) {
+        free(sorted);
+        return fathom_fail(FATHOM_ERR_NOMEM, "tokenizer: out of memory");
+    }
+    memcpy(sorted, tok->score, (size_t)n * sizeof *sorted);
+    qsort(sorted, n, sizeof *sorted, score_desc);
+    uint32_t distinct = 0; /* unique scores, in place */
+    for (uint32_t i = 0; i < n; i++)
+        if (distinct == 0 || sorted[distinct - 1] != sorted[i]) sorted[distinct++] = sorted[i];
+    for (uint32_t id = 0; id < n; id++) {
+        uint32_t lo = 0, hi = distinct; /* first index whose score is <= id's */
+        while (lo < hi) {
+            const uint32_t mid = lo + (hi - lo) / 2;
+            if (sorted[mid] > tok->score[id])
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        tok->spm_rank[id] = lo;
+    }
+    free(sorted);
+    return FATHOM_OK;
+}
+
+/* SentencePiece ("llama"): scores, <0xNN> byte tokens, no merges or regex. */
+static int spm_build(fathom_tokenizer *tok, const fathom_tokenizer_spec *spec) {
+    FATHOM_CHECK_ARG(spec->n_merges == 0, "tokenizer_create: a \"llama\" tokenizer has no merges");
+    FATHOM_TRY(load_tokens(tok, spec));
+    tok->spm = true;
+    tok->add_space_prefix = spec->add_space_prefix != 0;
+    tok->score = fathom_alloc_array(tok->n_tokens, sizeof *tok->score);
+    FATHOM_CHECK(!tok->score, FATHOM_ERR_NOMEM, "tokenizer: out of memory");
+    for (uint32_t i = 0; i < tok->n_tokens; i++) {
+        tok->score[i] = spec->scores ? spec->scores[i] : 0.0f;
+        FATHOM_CHECK(tok->score[i] != tok->score[i], FATHOM_ERR_FORMAT, "tokenizer: score %u is NaN", i);
+    }
+    FATHOM_TRY(spm_ranks(tok));
+    for (int b = 0; b < 256; b++) {
+        char s[8];
+        snprintf(s, sizeof s, "<0x%02X>", b);
+        tok->byte_token[b] = fathom_tok_lookup(tok, s, 6); /* -1: encode drops the byte */
+        FATHOM_CHECK(tok->byte_token[b] >= 0 && tok->type[tok->byte_token[b]] != FATHOM_TOKEN_BYTE,
+                     FATHOM_ERR_FORMAT, "tokenizer: %s is not a byte token", s);
+    }
+    FATHOM_TRY(alloc_pieces(tok));
+    FATHOM_TRY(fathom_spm_build_pieces(tok));
+    FATHOM_TRY(load_merges(tok, spec)); /* an empty table */
+    FATHOM_TRY(load_special(tok));
+    tok->bos_id = spec->bos_id;
+    tok->eos_id = spec->eos_id;
+    tok->add_bos = spec->add_bos != 0;
+    return FATHOM_OK;
+}
+
 static int tokenizer_build(fathom_tokenizer *tok, const fathom_tokenizer_spec *spec) {
+    if (strcmp(spec->model, "llama") == 0) return spm_build(tok, spec);
     const pre_tokenizer_kind *kind = NULL;
     for (size_t i = 0; i < sizeof pre_tokenizer_kinds / sizeof *pre_tokenizer_kinds; i++)
         if (strcmp(spec->pre, pre_tokenizer_kinds[i].name) == 0) kind = &pre_tokenizer_kinds[i];
@@ -424,7 +467,7 @@ static int tokenizer_build(fathom_tokenizer *tok, const fathom_tokenizer_spec *s
     for (int b = 0; b < 256; b++) {
         char s[3];
         size_t n = utf8_encode(byte_to_codepoint((uint8_t)b), s);
-        tok->byte_token[b] = vocab_lookup(tok, s, n); /* -1: encode drops the byte */
+        tok->byte_token[b] = fathom_tok_lookup(tok, s, n); /* -1: encode drops the byte */
     }
     FATHOM_TRY(build_pieces(tok));
     FATHOM_TRY(load_merges(tok, spec));
@@ -443,8 +486,10 @@ int fathom_tokenizer_create(fathom_tokenizer **out, const fathom_tokenizer_spec 
     FATHOM_CHECK_ARG(spec != NULL, "tokenizer_create: spec is NULL");
     FATHOM_CHECK_ARG(spec->model != NULL && spec->pre != NULL,
                      "tokenizer_create: model and pre must be given");
-    FATHOM_CHECK(strcmp(spec->model, "gpt2") != 0, FATHOM_ERR_UNSUPPORTED,
-                 "tokenizer_create: model \"%.64s\" not supported (only gpt2 byte-level BPE)",
+    FATHOM_CHECK(strcmp(spec->model, "gpt2") != 0 && strcmp(spec->model, "llama") != 0,
+                 FATHOM_ERR_UNSUPPORTED,
+                 "tokenizer_create: model \"%.64s\" not supported (gpt2 byte-level BPE, llama "
+                 "SentencePiece)",
                  spec->model);
     FATHOM_CHECK_ARG(spec->n_tokens >= 256 && spec->n_tokens <= INT32_MAX,
                      "tokenizer_create: n_tokens %llu outside [256, 2^31)",
@@ -474,27 +519,7 @@ int fathom_tokenizer_create(fathom_tokenizer **out, const fathom_tokenizer_spec 
  * encode
  * ------------------------------------------------------------------ */
 
-typedef struct bpe_candidate {
-    uint32_t rank;
-    uint32_t left; /* symbol positions */
-    uint32_t right;
-    int32_t left_id, right_id; /* what the symbols held when pushed */
-} bpe_candidate;
-
-typedef struct encoder {
-    const fathom_tokenizer *tok;
-    int32_t *ids;
-    size_t cap;
-    size_t count;
-    pcre2_match_data *match;
-    /* BPE work, grown to the longest piece */
-    size_t work_cap;
-    int32_t *sym_id, *sym_prev, *sym_next;
-    bpe_candidate *heap;
-    size_t heap_len;
-} encoder;
-
-static void emit(encoder *e, int32_t id) {
+void fathom_tok_emit(encoder *e, int32_t id) {
     if (e->count < e->cap) e->ids[e->count] = id;
     e->count++;
 }
@@ -503,7 +528,7 @@ static bool candidate_before(const bpe_candidate *a, const bpe_candidate *b) {
     return a->rank != b->rank ? a->rank < b->rank : a->left < b->left;
 }
 
-static void heap_push(encoder *e, bpe_candidate c) {
+void fathom_tok_heap_push(encoder *e, bpe_candidate c) {
     size_t i = e->heap_len++;
     while (i > 0 && candidate_before(&c, &e->heap[(i - 1) / 2])) {
         e->heap[i] = e->heap[(i - 1) / 2];
@@ -512,7 +537,7 @@ static void heap_push(encoder *e, bpe_candidate c) {
     e->heap[i] = c;
 }
 
-static bpe_candidate heap_pop(encoder *e) {
+bpe_candidate fathom_tok_heap_pop(encoder *e) {
     bpe_candidate top = e->heap[0], last = e->heap[--e->heap_len];
     size_t i = 0;
     for (;;) {
@@ -532,11 +557,11 @@ static void push_pair(encoder *e, int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
     const merge_slot *m = merge_lookup(e->tok, e->sym_id[left], e->sym_id[right]);
     if (!m) return;
-    heap_push(e, (bpe_candidate){m->rank, (uint32_t)left, (uint32_t)right, e->sym_id[left],
+    fathom_tok_heap_push(e, (bpe_candidate){m->rank, (uint32_t)left, (uint32_t)right, e->sym_id[left],
                                  e->sym_id[right]});
 }
 
-static int grow_work(encoder *e, size_t n) {
+int fathom_tok_grow_work(encoder *e, size_t n) {
     if (n <= e->work_cap) return FATHOM_OK;
     size_t cap = n < 64 ? 64 : n;
     free(e->sym_id);
@@ -564,10 +589,10 @@ static int grow_work(encoder *e, size_t n) {
 static int bpe_run(encoder *e, const uint8_t *p, size_t n) {
     if (n == 0) return FATHOM_OK;
     if (n == 1) {
-        if (e->tok->byte_token[p[0]] >= 0) emit(e, e->tok->byte_token[p[0]]);
+        if (e->tok->byte_token[p[0]] >= 0) fathom_tok_emit(e, e->tok->byte_token[p[0]]);
         return FATHOM_OK;
     }
-    FATHOM_TRY(grow_work(e, n));
+    FATHOM_TRY(fathom_tok_grow_work(e, n));
     /* A byte without a token is left out, so its neighbours become adjacent
      * and may merge: what HF's BPE (no unk token) and llama.cpp do. */
     size_t count = 0;
@@ -582,7 +607,7 @@ static int bpe_run(encoder *e, const uint8_t *p, size_t n) {
     e->heap_len = 0;
     for (size_t i = 0; i + 1 < n; i++) push_pair(e, (int32_t)i, (int32_t)i + 1);
     while (e->heap_len > 0) {
-        bpe_candidate c = heap_pop(e);
+        bpe_candidate c = fathom_tok_heap_pop(e);
         if (e->sym_id[c.left] != c.left_id || e->sym_id[c.right] != c.right_id ||
             e->sym_next[c.left] != (int32_t)c.right)
             continue;
@@ -595,7 +620,7 @@ static int bpe_run(encoder *e, const uint8_t *p, size_t n) {
         push_pair(e, e->sym_prev[c.left], (int32_t)c.left);
         push_pair(e, (int32_t)c.left, after);
     }
-    for (int32_t i = 0; i >= 0; i = e->sym_next[i]) emit(e, e->sym_id[i]);
+    for (int32_t i = 0; i >= 0; i = e->sym_next[i]) fathom_tok_emit(e, e->sym_id[i]);
     return FATHOM_OK;
 }
 
@@ -691,7 +716,7 @@ int fathom_tokenizer_encode(const fathom_tokenizer *tok, const char *text, size_
     encoder e = {.tok = tok, .ids = ids, .cap = cap};
     e.match = pcre2_match_data_create(2, NULL);
     FATHOM_CHECK(!e.match, FATHOM_ERR_NOMEM, "tokenizer_encode: out of memory");
-    if (tok->add_bos) emit(&e, tok->bos_id);
+    if (tok->add_bos) fathom_tok_emit(&e, tok->bos_id);
     const uint8_t *s = (const uint8_t *)text;
     bool specials = parse_special ? tok->special_first[256] > 0 : tok->n_always_special > 0;
     int status = FATHOM_OK;
@@ -701,9 +726,12 @@ int fathom_tokenizer_encode(const fathom_tokenizer *tok, const char *text, size_
         size_t mlen = 0;
         size_t start =
             specials ? find_special(tok, s, at, len, parse_special != 0, &id, &mlen) : len;
-        status = encode_text(&e, s + at, start - at);
+        if (!tok->spm)
+            status = encode_text(&e, s + at, start - at);
+        else if (start > at) /* as llama.cpp: the prefix at the start and after each special token */
+            status = fathom_spm_encode(&e, s + at, start - at, tok->add_space_prefix);
         if (start == len) break;
-        emit(&e, id);
+        fathom_tok_emit(&e, id);
         at = start + mlen;
     }
     pcre2_match_data_free(e.match);
@@ -711,6 +739,7 @@ int fathom_tokenizer_encode(const fathom_tokenizer *tok, const char *text, size_
     free(e.sym_prev);
     free(e.sym_next);
     free(e.heap);
+    fathom_spm_free_work(&e);
     if (status < 0) return status;
     *n_out = e.count;
     FATHOM_CHECK(e.count > cap, FATHOM_ERR_INVALID_ARG,
@@ -757,7 +786,7 @@ int fathom_tokenizer_token_to_piece(const fathom_tokenizer *tok, int32_t id, cha
 int fathom_tokenizer_find(const fathom_tokenizer *tok, const char *text, size_t len, int32_t *id) {
     FATHOM_CHECK_ARG(tok != NULL && id != NULL, "tokenizer_find: tok or id is NULL");
     FATHOM_CHECK_ARG(text != NULL || len == 0, "tokenizer_find: text is NULL");
-    *id = len ? vocab_lookup(tok, text, len) : -1;
+    *id = len ? fathom_tok_lookup(tok, text, len) : -1;
     return FATHOM_OK;
 }
 

@@ -39,9 +39,29 @@ static int optional_id(const fathom_gguf *g, const char *key, uint64_t n_tokens,
     return FATHOM_OK;
 }
 
+/* One int32 (INT32 arrays) or float (FLOAT32) per token, in a new array. */
+static int per_token(const fathom_gguf *g, const char *key, fathom_gguf_type type, uint64_t n_tokens,
+                     void **out) {
+    fathom_gguf_value arr;
+    FATHOM_TRY(fathom_gguf_get_array(g, key, type, &arr));
+    FATHOM_CHECK(arr.count != n_tokens, FATHOM_ERR_FORMAT, "tokenizer: %s has %llu entries for %llu tokens",
+                 key, (unsigned long long)arr.count, (unsigned long long)n_tokens);
+    *out = fathom_alloc_array(arr.count + 1, 4); /* int32_t and float */
+    FATHOM_CHECK(!*out, FATHOM_ERR_NOMEM, "tokenizer: out of memory");
+    for (uint64_t i = 0; i < arr.count; i++) {
+        fathom_gguf_value e;
+        FATHOM_TRY(fathom_gguf_array_get(&arr, i, &e));
+        if (type == FATHOM_GGUF_FLOAT32)
+            FATHOM_TRY(fathom_gguf_value_f32(&e, (float *)*out + i));
+        else
+            FATHOM_TRY(fathom_gguf_value_i32(&e, (int32_t *)*out + i));
+    }
+    return FATHOM_OK;
+}
+
 static int build(fathom_tokenizer **out, const fathom_gguf *g, fathom_tokenizer_spec *spec,
                  const char ***tokens, uint64_t **token_lens, int32_t **types,
-                 const char ***merges, uint64_t **merge_lens) {
+                 const char ***merges, uint64_t **merge_lens, float **scores) {
     FATHOM_TRY(fathom_gguf_get_string(g, "tokenizer.ggml.model", &spec->model, NULL));
     spec->pre = "gpt2";
     if (fathom_gguf_find_key(g, "tokenizer.ggml.pre") >= 0)
@@ -50,18 +70,8 @@ static int build(fathom_tokenizer **out, const fathom_gguf *g, fathom_tokenizer_
     spec->tokens = *tokens;
     spec->token_lens = *token_lens;
     if (fathom_gguf_find_key(g, "tokenizer.ggml.token_type") >= 0) {
-        fathom_gguf_value arr;
-        FATHOM_TRY(fathom_gguf_get_array(g, "tokenizer.ggml.token_type", FATHOM_GGUF_INT32, &arr));
-        FATHOM_CHECK(arr.count != spec->n_tokens, FATHOM_ERR_FORMAT,
-                     "tokenizer: token_type has %llu entries for %llu tokens",
-                     (unsigned long long)arr.count, (unsigned long long)spec->n_tokens);
-        *types = fathom_alloc_array(arr.count + 1, sizeof **types);
-        FATHOM_CHECK(!*types, FATHOM_ERR_NOMEM, "tokenizer: out of memory");
-        for (uint64_t i = 0; i < arr.count; i++) {
-            fathom_gguf_value e;
-            FATHOM_TRY(fathom_gguf_array_get(&arr, i, &e));
-            FATHOM_TRY(fathom_gguf_value_i32(&e, &(*types)[i]));
-        }
+        FATHOM_TRY(per_token(g, "tokenizer.ggml.token_type", FATHOM_GGUF_INT32, spec->n_tokens,
+                             (void **)types));
         spec->token_types = *types;
     }
     if (fathom_gguf_find_key(g, "tokenizer.ggml.merges") >= 0) {
@@ -77,6 +87,17 @@ static int build(fathom_tokenizer **out, const fathom_gguf *g, fathom_tokenizer_
         FATHOM_TRY(fathom_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &spec->add_bos));
     FATHOM_CHECK(spec->add_bos && spec->bos_id < 0, FATHOM_ERR_FORMAT,
                  "tokenizer: add_bos_token is set but bos_token_id is absent");
+    if (strcmp(spec->model, "llama") == 0) {
+        if (fathom_gguf_find_key(g, "tokenizer.ggml.scores") >= 0) {
+            FATHOM_TRY(per_token(g, "tokenizer.ggml.scores", FATHOM_GGUF_FLOAT32, spec->n_tokens,
+                                 (void **)scores));
+            spec->scores = *scores;
+        }
+        /* llama.cpp's default for SentencePiece vocabularies is a space prefix */
+        spec->add_space_prefix = 1;
+        if (fathom_gguf_find_key(g, "tokenizer.ggml.add_space_prefix") >= 0)
+            FATHOM_TRY(fathom_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &spec->add_space_prefix));
+    }
     return fathom_tokenizer_create(out, spec);
 }
 
@@ -89,7 +110,9 @@ int fathom_tokenizer_from_gguf(fathom_tokenizer **out, const fathom_gguf *gguf) 
     const char **tokens = NULL, **merges = NULL;
     uint64_t *token_lens = NULL, *merge_lens = NULL;
     int32_t *types = NULL;
-    int st = build(out, gguf, &spec, &tokens, &token_lens, &types, &merges, &merge_lens);
+    float *scores = NULL;
+    int st = build(out, gguf, &spec, &tokens, &token_lens, &types, &merges, &merge_lens, &scores);
+    free(scores);
     free(tokens);
     free(token_lens);
     free(types);

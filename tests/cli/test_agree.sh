@@ -22,10 +22,10 @@ expect 2 "non-negative integer" -- agree --prompts x --tokens -1
 expect 2 "at least 1" -- agree --prompts x --tokens 0
 expect 2 "fractions in (0, 1]" -- agree --prompts "$tmp" --budgets 0.02,2
 expect 2 "fractions in (0, 1]" -- agree --prompts "$tmp" --budgets x
-expect 1 "unknown method\|invalid" -- agree --prompts "$tmp" --methods nonsense:3
+expect 2 "^fathom agree: --methods: unknown method" -- agree --prompts "$tmp" --methods nonsense:3
 expect 1 "cannot open" -- agree --prompts "$tmp/missing.txt"
 mkdir "$tmp/empty"
-expect 1 "no prompt files" -- agree --prompts "$tmp/empty"
+expect 1 "^fathom agree: no files found" -- agree --prompts "$tmp/empty"
 expect 2 "--haystack is required" -- needle --samples 2
 expect 2 "unknown option" -- needle --haystack x --bogus
 expect 2 "--context in \[64" -- needle --haystack x --context 10
@@ -34,6 +34,16 @@ expect 2 "exclude each other" -- tokenize --text a --count --offsets
 
 source "$(dirname "$0")/../support/model_path.sh" # exits 77 without the model
 export FATHOM_MODEL=$MODEL
+
+# needle on haystacks that cannot fill the context: an error, a warning.
+: >"$tmp/empty.txt"
+expect 1 "^fathom needle: the haystack files hold no text" -- needle --haystack "$tmp/empty.txt" --samples 1
+# a context beyond the model's window (8192): a warning before the work
+expect 1 "^fathom needle: warning: 9012 tokens exceed the model's trained context of 8192" -- \
+  needle --haystack "$tmp/empty.txt" --samples 1 --context 9000
+printf 'one short line.\n' >"$tmp/short.txt"
+expect 0 "^fathom needle: warning: the prompt has [0-9]* tokens, fewer than --context 1024" -- \
+  needle --haystack "$tmp/short.txt" --samples 1 --methods dense --quiet
 
 # tokenize: ASCII text round-trips, so the last offset is its byte length.
 text='def add(a, b):

@@ -26,7 +26,7 @@ expect_rc 2 "$fathom" synth --preset qwen3-8b --context 12x -o "$tmp/x"
 expect_rc 2 "$fathom" synth --preset qwen3-8b --context 10 --positions 11 -o "$tmp/x"
 expect_rc 2 "$fathom" synth --preset qwen3-8b --context 10 --dtype f64 -o "$tmp/x"
 expect_rc 2 "$fathom" synth --preset qwen3-8b --context 10 --bogus 1 -o "$tmp/x"
-expect_rc 1 "$fathom" synth --preset no-such-model --context 10 -o "$tmp/x"
+expect_rc 2 "$fathom" synth --preset no-such-model --context 10 -o "$tmp/x"
 expect_rc 2 "$fathom" info
 expect_rc 2 "$fathom" info a b
 expect_rc 2 "$fathom" info --bogus "$tmp/x"

@@ -32,6 +32,19 @@ grep -q "^fathom:32 " "$tmp/table" && ok || bad "table lacks fathom:32"
 grep -q "budget sweep" "$tmp/table" && ok || bad "table lacks the sweep"
 grep -q "matches" "$tmp/table" && ok || bad "table lacks the match section"
 grep -q "<svg" "$tmp/p.svg" && grep -q "polyline" "$tmp/p.svg" && ok || bad "plot"
+grep -q "lower is better" "$tmp/table" && grep -q "^bits/token  what choosing the keys costs" "$tmp/table" \
+  && ok || bad "table lacks the legend"
+
+# --match: a method whose error fathom's smallest swept budget already reaches
+# gets a bound (">= x" saving, "<= b" bits) and a note; --json keeps the number.
+args=(--synthetic smollm2-135m --context 1024 --positions 8 --quiet --methods landmark,fathom:16 --match
+      --sweep-budgets 16,32)
+"$fathom" eval "${args[@]}" >"$tmp/m.txt" 2>"$tmp/err" || bad "match failed: $(cat "$tmp/err")"
+grep -q "^landmark .* <= 1[0-9.]* *>= [0-9.]*x$" "$tmp/m.txt" && grep -q "saving is a lower bound" "$tmp/m.txt" \
+  && ok || bad "landmark's match is not a bound: $(cat "$tmp/m.txt")"
+"$fathom" eval "${args[@]}" --json >"$tmp/m.json" 2>"$tmp/err" || bad "match --json failed"
+python3 -c 'import json,sys; m={x["method"]:x for x in json.load(open(sys.argv[1]))["match"]}; assert m["landmark"]["fathom_bits"] == m["fathom:16"]["method_bits"]' "$tmp/m.json" \
+  && ok || bad "match json: $(cat "$tmp/m.json")"
 
 "$fathom" eval --synthetic smollm2-135m --context 512 --positions 4 --quiet --methods oracle,dense \
   --sweep-k 48,96 --json >"$tmp/k.json" 2>"$tmp/err" || bad "sweep-k failed: $(cat "$tmp/err")"

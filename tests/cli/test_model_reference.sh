@@ -28,18 +28,12 @@ prompts=(
   "788,216,33,41,32,37,28,14338,16211,2587,1876,5057,338,4247,6944,30,378,808,5192,260,2261,30851,977,411,29259,338,1420,2216,281,18926,20407,282,1439,28,1916,1217,23794,30,378,1796,5192,7949,697,5522,347,2364,327,9288,30,378,3464,4727,1767,24581,28,284,260,8629,6435,260,4248,8345,11475,2389,284,1439,30,8219,623,5057"
 )
 
-gen() { # prompt-ids out-prefix [extra args...]
-  local ids=$1 out=$2
-  shift 2
-  "$fathom" generate --model "$MODEL" --prompt-ids "$ids" --tokens "${N}" --ignore-eos --ids --quiet \
-    --threads 2 --dump-logits "$out.bin" "$@" >"$out.ids" 2>"$out.err" || {
-    echo "FAIL: fathom generate $* exited $?"; cat "$out.err"; return 1; }
-}
+source "$here/../support/generate.sh" # gen PROMPT_IDS OUT N [args]
 
 # 1. Dense greedy decoding vs the numpy reference (logits and tokens).
 cases=()
 for i in "${!prompts[@]}"; do
-  gen "${prompts[$i]}" "$tmp/dense$i" || fail=1
+  gen "${prompts[$i]}" "$tmp/dense$i" "$N" || fail=1
   cases+=(--case "${prompts[$i]}" "$(cat "$tmp/dense$i.ids")" "$tmp/dense$i.bin")
 done
 # ... and fathom capture's queries, keys and values (the 70-token prompt).
@@ -53,16 +47,10 @@ python3 "$here/../support/model_reference.py" "$MODEL" "${cases[@]}" --capture "
 # 2. Sparse decode paths with k >= context select every key: the same tokens
 # as dense, and logits equal up to fathom_attend's double accumulation.
 compare_logits() { # a.bin b.bin label
-  python3 - "$1" "$2" "$3" <<'EOF' || return 1
-import sys, numpy as np
-a, b = np.fromfile(sys.argv[1], np.float32), np.fromfile(sys.argv[2], np.float32)
-rel = np.abs(a - b).max() / np.abs(b).max()
-print(f"{sys.argv[3]}: max |logit - dense| / max |dense| = {rel:.2e}")
-sys.exit(0 if a.size == b.size and rel < 1e-4 else 1)
-EOF
+  python3 "$here/../support/compare_logits.py" "$@"
 }
 for method in oracle fathom:256; do
-  gen "${prompts[0]}" "$tmp/s" --attn "$method" --k 100000 || { fail=1; continue; }
+  gen "${prompts[0]}" "$tmp/s" "$N" --attn "$method" --k 100000 || { fail=1; continue; }
   if ! cmp -s "$tmp/s.ids" "$tmp/dense0.ids"; then
     echo "FAIL: --attn $method --k 100000 tokens differ from dense"
     echo "  dense:  $(cat "$tmp/dense0.ids")"
@@ -76,7 +64,7 @@ done
 
 # 3. A truly sparse method runs and selects a fraction of the keys (k = 40 of
 # 71..78 positions: sink 4 + local 32 + 4 more). Other methods: test_model.c.
-N=8 gen "${prompts[2]}" "$tmp/k40" --attn fathom:32 --k 40 || fail=1
+gen "${prompts[2]}" "$tmp/k40" 8 --attn fathom:32 --k 40 || fail=1
 pct=$(sed -n 's/.* \([0-9.]*\)% of visible keys selected/\1/p' "$tmp/k40.err")
 python3 -c "import sys; sys.exit(0 if 50 < float('${pct:-0}') < 57 else 1)" || {
   echo "FAIL: fathom:32 k=40 selected ${pct:-?}% of the keys"; fail=1; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Independent numpy forward pass of a GGUF Llama model, to check libfathom's C
-model (src/model.c) against.
+"""Independent numpy forward pass of a GGUF Llama or Gemma 3 model, to check
+libfathom's C model (src/model/model.c) against.
 
 Written apart from the C code on purpose:
   * tensors are read and dequantized by the `gguf` Python package (not by
@@ -11,6 +11,13 @@ Written apart from the C code on purpose:
     permuted for llama.cpp's adjacent-pair rotation are permuted back, and
     rotate_half pairs channel i with i + d/2. If the C code's adjacent-pair
     convention were wrong, the two would disagree.
+  * Gemma 3 follows Hugging Face's Gemma3ForCausalLM (modeling_gemma3.py) and
+    google/gemma-3-270m's config.json, not llama.cpp: the constants the GGUF
+    does not carry are written here from that config (GEMMA3_CONFIG), the
+    sliding-window mask is HF's (a query at q sees keys k with q - k <
+    sliding_window), the whole causal mask is built at once, and GELU is
+    gelu_pytorch_tanh. The GGUF's norm weights are Gemma's (1 + w): HF's
+    Gemma3RMSNorm multiplies by 1 + w and convert_hf_to_gguf stores w + 1.
 
 Usage:
   model_reference.py MODEL [--case PROMPT_IDS GEN_IDS C_LOGITS]... [--capture IDS FILE]...
@@ -43,28 +50,52 @@ def field(reader, key, default=None):
     return f.contents()
 
 
+# google/gemma-3-270m config.json values that the GGUF does not hold.
+GEMMA3_CONFIG = {
+    "query_pre_attn_scalar": 256,   # attention scale 1/sqrt(256)
+    "rope_local_base_freq": 10000.0,
+    "sliding_window_pattern": 6,    # layer_types: 5 sliding, then 1 full attention
+    "final_logit_softcapping": None,
+    "attn_logit_softcapping": None,
+}
+
+
 class Reference:
     def __init__(self, path):
         r = gguf.GGUFReader(path)
         arch = field(r, "general.architecture")
-        if arch != "llama":
-            raise SystemExit(f"model_reference.py: only llama GGUFs are handled, not {arch}")
-        self.n_layers = int(field(r, "llama.block_count"))
-        self.embed = int(field(r, "llama.embedding_length"))
-        self.n_heads = int(field(r, "llama.attention.head_count"))
-        self.n_kv = int(field(r, "llama.attention.head_count_kv"))
-        self.head_dim = self.embed // self.n_heads
-        self.base = float(field(r, "llama.rope.freq_base", 10000.0))
-        self.eps = float(field(r, "llama.attention.layer_norm_rms_epsilon"))
+        if arch not in ("llama", "gemma3"):
+            raise SystemExit(f"model_reference.py: only llama and gemma3 GGUFs are handled, not {arch}")
+        self.gemma = arch == "gemma3"
+        self.n_layers = int(field(r, f"{arch}.block_count"))
+        self.embed = int(field(r, f"{arch}.embedding_length"))
+        self.n_heads = int(field(r, f"{arch}.attention.head_count"))
+        self.n_kv = int(field(r, f"{arch}.attention.head_count_kv"))
+        self.head_dim = int(field(r, f"{arch}.attention.key_length", self.embed // self.n_heads))
+        self.base = float(field(r, f"{arch}.rope.freq_base", 10000.0))
+        self.eps = float(field(r, f"{arch}.attention.layer_norm_rms_epsilon"))
+        self.scale = 1.0 / np.sqrt(self.head_dim)
+        self.window = None
+        self.sliding = [False] * self.n_layers
+        self.local_base = self.base
+        if self.gemma:
+            cfg = GEMMA3_CONFIG
+            self.scale = cfg["query_pre_attn_scalar"] ** -0.5
+            self.window = int(field(r, "gemma3.attention.sliding_window"))
+            self.local_base = cfg["rope_local_base_freq"]
+            pat = cfg["sliding_window_pattern"]
+            self.sliding = [(l + 1) % pat != 0 for l in range(self.n_layers)]
         self.t = {}
         for t in r.tensors:
             # dequantize returns the logical shape, rows first: [out, in].
             w = gguf.quants.dequantize(t.data, t.tensor_type)
-            self.t[t.name] = np.asarray(w, dtype=np.float64)
+            # The (large) embedding stays float32; logits are taken in chunks.
+            self.t[t.name] = np.asarray(w, dtype=np.float32 if t.name == "token_embd.weight" else np.float64)
         self.out_w = self.t.get("output.weight", self.t["token_embd.weight"])
         # Undo convert_hf_to_gguf's permute of Q and K rows (per head, the
         # rows (0..d/2-1, d/2..d-1) were interleaved into adjacent pairs).
-        for l in range(self.n_layers):
+        # Gemma's are not permuted (llama.cpp rotates them NEOX-style).
+        for l in range(self.n_layers if not self.gemma else 0):
             for name, heads in (("attn_q", self.n_heads), ("attn_k", self.n_kv)):
                 key = f"blk.{l}.{name}.weight"
                 w = self.t[key]
@@ -74,10 +105,10 @@ class Reference:
     def rmsnorm(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
 
-    def rope_hf(self, x, pos):
+    def rope_hf(self, x, pos, base):
         # x: [seq, heads, d]; Hugging Face rotate_half convention.
         d = x.shape[-1]
-        inv = self.base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+        inv = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
         ang = pos[:, None] * inv[None, :]
         cos = np.concatenate([np.cos(ang), np.cos(ang)], axis=-1)[:, None, :]
         sin = np.concatenate([np.sin(ang), np.sin(ang)], axis=-1)[:, None, :]
@@ -91,31 +122,56 @@ class Reference:
         caches them."""
         n = len(ids)
         D, H, Hk = self.head_dim, self.n_heads, self.n_kv
-        x = self.t["token_embd.weight"][np.asarray(ids)]
+        x = self.t["token_embd.weight"][np.asarray(ids)].astype(np.float64)
+        if self.gemma:
+            x = x * np.sqrt(self.embed)  # Gemma3TextScaledWordEmbedding
         pos = np.arange(n, dtype=np.float64)
-        mask = np.triu(np.full((n, n), -np.inf), k=1)
+        qi, ki = np.arange(n)[:, None], np.arange(n)[None, :]
+        causal = np.where(ki > qi, -np.inf, 0.0)
+        local = causal if self.window is None else np.where(qi - ki >= self.window, -np.inf, causal)
         for l in range(self.n_layers):
             p = f"blk.{l}."
+            mask, base = (local, self.local_base) if self.sliding[l] else (causal, self.base)
             h = self.rmsnorm(x, self.t[p + "attn_norm.weight"])
             q = (h @ self.t[p + "attn_q.weight"].T).reshape(n, H, D)
             k = (h @ self.t[p + "attn_k.weight"].T).reshape(n, Hk, D)
             v = (h @ self.t[p + "attn_v.weight"].T).reshape(n, Hk, D)
-            q, k = self.rope_hf(q, pos), self.rope_hf(k, pos)
+            if self.gemma:
+                q = self.rmsnorm(q, self.t[p + "attn_q_norm.weight"])
+                k = self.rmsnorm(k, self.t[p + "attn_k_norm.weight"])
+            q, k = self.rope_hf(q, pos, base), self.rope_hf(k, pos, base)
             if record is not None:
-                record.append((to_gguf_order(q), to_gguf_order(k), v))
+                record.append((self.gguf_order(q), self.gguf_order(k), v))
             out = np.empty((n, H, D))
             for hh in range(H):
                 kv = hh // (H // Hk)
-                s = q[:, hh, :] @ k[:, kv, :].T / np.sqrt(D) + mask
+                s = q[:, hh, :] @ k[:, kv, :].T * self.scale + mask
                 s = np.exp(s - s.max(axis=1, keepdims=True))
                 s /= s.sum(axis=1, keepdims=True)
                 out[:, hh, :] = s @ v[:, kv, :]
-            x = x + out.reshape(n, H * D) @ self.t[p + "attn_output.weight"].T
+            a = out.reshape(n, H * D) @ self.t[p + "attn_output.weight"].T
+            if self.gemma:
+                a = self.rmsnorm(a, self.t[p + "post_attention_norm.weight"])
+            x = x + a
             h = self.rmsnorm(x, self.t[p + "ffn_norm.weight"])
             g = h @ self.t[p + "ffn_gate.weight"].T
             u = h @ self.t[p + "ffn_up.weight"].T
-            x = x + (g / (1.0 + np.exp(-g)) * u) @ self.t[p + "ffn_down.weight"].T
-        return self.rmsnorm(x, self.t["output_norm.weight"]) @ self.out_w.T
+            if self.gemma:  # gelu_pytorch_tanh
+                act = 0.5 * g * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g + 0.044715 * g ** 3)))
+            else:
+                act = g / (1.0 + np.exp(-g))
+            f = (act * u) @ self.t[p + "ffn_down.weight"].T
+            if self.gemma:
+                f = self.rmsnorm(f, self.t[p + "post_ffw_norm.weight"])
+            x = x + f
+        h = self.rmsnorm(x, self.t["output_norm.weight"])
+        logits = np.empty((n, self.out_w.shape[0]))
+        for r0 in range(0, self.out_w.shape[0], 16384):
+            logits[:, r0:r0 + 16384] = h @ self.out_w[r0:r0 + 16384].astype(np.float64).T
+        return logits
+
+    def gguf_order(self, x):
+        return x if self.gemma else to_gguf_order(x)
 
 
 def to_gguf_order(x):

@@ -1,4 +1,4 @@
-/* fathom — command-line front end of libfathom. */
+/* fathom — command-line front end of libfathom: a table of subcommands. */
 #include "cli.h"
 #include "fathom.h"
 
@@ -24,32 +24,33 @@ static const command commands[] = {
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: fathom <command> [options]   (fathom <command> --help for its options)\n\n");
+    fprintf(f, "usage: fathom <command> [options]   (fathom <command> --help for its options)\n"
+               "       fathom --version\n\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\nlibfathom %d.%d.%d\n", FATHOM_VERSION_MAJOR, FATHOM_VERSION_MINOR,
-            FATHOM_VERSION_PATCH);
-}
-
-int cli_fail(const char *cmd, const char *what, int status) {
-    const char *msg = fathom_last_error();
-    fprintf(stderr, "fathom %s: %s: %s%s%s\n", cmd, what, fathom_status_name(status),
-            msg[0] ? ": " : "", msg);
-    return 1;
+    fprintf(f, "\nExit status: 0 success, 1 failure, 2 usage error.\n");
 }
 
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
-        return 2;
+        return CLI_USAGE;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
-        return 0;
+        return CLI_OK;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+        printf("fathom (libfathom) %d.%d.%d\n", FATHOM_VERSION_MAJOR, FATHOM_VERSION_MINOR,
+               FATHOM_VERSION_PATCH);
+        return CLI_OK;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name)) {
+            cli_set_command(commands[i].name);
+            return commands[i].run(argc - 1, argv + 1);
+        }
     fprintf(stderr, "fathom: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
-    return 2;
+    return CLI_USAGE;
 }
