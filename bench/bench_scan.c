@@ -1,24 +1,40 @@
-/* bench_scan — CPU scan throughput of fathom:48 against the 4-bit channel
- * scan of Double Sparsity (ds:32), on the same store, with real plans from
- * real (synthetic Qwen3-8B) queries, and the machine's memory read
- * bandwidth measured in the same run. Runs are interleaved (A B A B ...)
- * and each figure is the median of its repeats.
+/* bench_scan — CPU scan throughput: today's kernel against the tiled one,
+ * fathom:48 against the 4-bit channel scan of Double Sparsity (ds:32), on
+ * the same stores, with real plans from real (synthetic Qwen3-8B) queries,
+ * and the scaling with threads of a split over (head, token range) tasks.
+ * The machine's memory read bandwidth is measured in the same run. Runs are
+ * interleaved (A B A B ...) and each figure is the median of its repeats.
  *
- *   bench_scan [--context N] [--heads H] [--queries Q] [--repeats R] [--threads T] [--json]
+ *   bench_scan [--context N] [--heads H] [--queries Q] [--repeats R]
+ *              [--threads T] [--range TOKENS] [--json]
  *
- * Prints plane bytes per second per core for each scan, the ratio of the two
- * and the fraction of the single-core and all-core read bandwidth. --json:
- * the same numbers as one JSON object on stdout (the table goes to stderr;
- * scripts/record-result adds the machine, date and commit). */
+ * --json: one JSON object on stdout (the table goes to stderr;
+ * scripts/record-result adds the machine, date and commit).
+ *
+ * "old" is the untiled kernel of the widest instruction set this CPU runs
+ * (what fathom_store_scan ran before the tiled kernels; one call per head, a
+ * thread per head at most); "new" is fathom_store_scan_range with a tiled
+ * kernel (--tiled auto|avx2|avx512|portable; auto: fathom_store_scan's),
+ * whose scores are bit-identical (checked here before timing). Both run on
+ * the library's pool (pool.h), one query step at a time: old with a task per
+ * head, new through fathom_scan_parallel's (head, token range) tasks. Plane
+ * bytes are those a scan
+ * reads (planes and fp16 scales). */
 #include "fathom.h"
+#include "pool.h"
+#include "store_internal.h"
 
 #include <math.h>
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#define MAX_HEADS 8
+#define MAX_THREADS 256
+#define MAX_REPEATS 64
 
 static double now_s(void) {
     struct timespec ts;
@@ -31,47 +47,112 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+static double median(const double *v, int n) {
+    double s[MAX_REPEATS];
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+/* ---- timing a pool run ---- */
+
+/* Runs task(ctx, i, worker) for i < tasks on the pool; returns seconds. */
+static double pool_time(fathom_pool *pool, fathom_task_fn task, void *ctx, uint32_t tasks) {
+    double t0 = now_s();
+    int st = fathom_pool_run(pool, task, ctx, tasks);
+    double dt = now_s() - t0;
+    if (st < 0) fprintf(stderr, "bench_scan: %s: %s\n", fathom_status_name(st), fathom_last_error());
+    return st < 0 ? NAN : dt;
 }
 
 /* ---- memory read bandwidth: sum of uint64 over a buffer larger than cache ---- */
-typedef struct read_arg {
-    const uint64_t *p;
-    size_t n;
-    uint64_t sum;
-} read_arg;
 
-static void *read_worker(void *a_) {
-    read_arg *a = a_;
+typedef struct read_ctx {
+    const uint64_t *p;
+    uint64_t per_task;
+    _Atomic uint64_t sink;
+} read_ctx;
+
+static int read_task(void *c_, uint32_t i, uint32_t thread) {
+    (void)thread;
+    read_ctx *c = c_;
+    const uint64_t *p = c->p + i * c->per_task;
     uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (size_t i = 0; i + 4 <= a->n; i += 4) {
-        s0 += a->p[i];
-        s1 += a->p[i + 1];
-        s2 += a->p[i + 2];
-        s3 += a->p[i + 3];
+    for (uint64_t k = 0; k + 4 <= c->per_task; k += 4) {
+        s0 += p[k];
+        s1 += p[k + 1];
+        s2 += p[k + 2];
+        s3 += p[k + 3];
     }
-    a->sum = s0 + s1 + s2 + s3;
-    return NULL;
+    atomic_fetch_add(&c->sink, s0 + s1 + s2 + s3);
+    return FATHOM_OK;
 }
 
-static double read_bandwidth(const uint64_t *buf, size_t words, int threads) {
-    pthread_t tid[64];
-    read_arg args[64];
-    size_t per = words / (size_t)threads;
-    double t0 = now_s();
-    for (int t = 0; t < threads; t++) {
-        args[t] = (read_arg){buf + (size_t)t * per, per, 0};
-        if (t) pthread_create(&tid[t], NULL, read_worker, &args[t]);
+static double read_bandwidth(fathom_pool *pool, const uint64_t *buf, uint64_t words) {
+    const uint32_t threads = fathom_pool_threads(pool);
+    read_ctx c = {buf, words / threads, 0};
+    double dt = pool_time(pool, read_task, &c, threads);
+    return (double)(c.per_task * threads * 8) / dt;
+}
+
+/* ---- the scans ---- */
+
+typedef struct scan_ctx {
+    fathom_scan_kernel old_kernel, new_kernel;
+    uint32_t heads, queries, G, d;
+    uint64_t n, range; /* tokens per task of the tiled split */
+    fathom_store **stores;
+    const float *q;           /* [head][G][query][d] as the source gives them */
+    const uint8_t *depths;    /* [head][query][d], or */
+    const uint8_t *ds_depths; /* [head][d] (one set for every query) */
+    float *scores;            /* [head][G][n] */
+    float *qg;                /* [head][query][G][d] staged groups */
+    int status;
+} scan_ctx;
+
+static const uint8_t *task_depths(const scan_ctx *c, uint32_t h, uint32_t p) {
+    return c->ds_depths ? c->ds_depths + (size_t)h * c->d : c->depths + ((size_t)h * c->queries + p) * c->d;
+}
+
+/* old: per query step, one task per head: fathom_store_scan_with over all n */
+typedef struct old_step {
+    scan_ctx *c;
+    uint32_t p;
+} old_step;
+
+static int old_task(void *s_, uint32_t h, uint32_t worker) {
+    (void)worker;
+    const old_step *s = s_;
+    const scan_ctx *c = s->c;
+    const float *qg = c->qg + ((size_t)h * c->queries + s->p) * c->G * c->d;
+    return fathom_store_scan_with(c->old_kernel, c->stores[h], task_depths(c, h, s->p), qg, c->G, c->n,
+                                  c->scores + (size_t)h * c->G * c->n, NULL);
+}
+
+static double run_old(scan_ctx *c, fathom_pool *pool) {
+    double total = 0;
+    for (uint32_t p = 0; p < c->queries; p++) {
+        old_step s = {c, p};
+        total += pool_time(pool, old_task, &s, c->heads);
     }
-    read_worker(&args[0]);
-    for (int t = 1; t < threads; t++) pthread_join(tid[t], NULL);
-    double dt = now_s() - t0;
-    volatile uint64_t sink = 0;
-    for (int t = 0; t < threads; t++) sink += args[t].sum;
-    (void)sink;
-    return (double)(per * (size_t)threads * 8) / dt;
+    return total;
+}
+
+/* new: per query step, fathom_scan_parallel over (head, token range) tasks */
+static double run_new(scan_ctx *c, fathom_pool *pool) {
+    fathom_scan_item items[MAX_HEADS];
+    double total = 0;
+    for (uint32_t p = 0; p < c->queries; p++) {
+        for (uint32_t h = 0; h < c->heads; h++)
+            items[h] = (fathom_scan_item){c->stores[h], task_depths(c, h, p),
+                                          c->qg + ((size_t)h * c->queries + p) * c->G * c->d, c->G, c->n,
+                                          c->scores + (size_t)h * c->G * c->n};
+        double t0 = now_s();
+        int st = fathom_scan_parallel(pool, c->new_kernel, items, c->heads, c->range);
+        total += now_s() - t0;
+        if (st < 0) c->status = st;
+    }
+    return total;
 }
 
 static int fail(const char *what, int st) {
@@ -79,25 +160,95 @@ static int fail(const char *what, int st) {
     return 1;
 }
 
+static void cpu_model(char *out, size_t cap) {
+    snprintf(out, cap, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10)) {
+            char *v = strchr(line, ':');
+            if (v) {
+                v += 1 + (v[1] == ' ');
+                v[strcspn(v, "\n")] = 0;
+                snprintf(out, cap, "%s", v);
+            }
+            break;
+        }
+    fclose(f);
+}
+
+/* Plane bytes one scan of each (head, query) reads, summed. */
+static double plan_bytes(const scan_ctx *c) {
+    double total = 0;
+    for (uint32_t h = 0; h < c->heads; h++)
+        for (uint32_t p = 0; p < c->queries; p++) {
+            const uint8_t *dep = task_depths(c, h, p);
+            uint64_t per_block = 0;
+            for (uint32_t j = 0; j < c->d; j++)
+                if (dep[j]) per_block += 8u * dep[j] + 2u;
+            total += (double)(per_block * ((c->n + 63) / 64));
+        }
+    return total;
+}
+
+/* Checks the tiled scan's scores against fathom_store_scan's, bit for bit. */
+static int check_identical(scan_ctx *c) {
+    float *a = malloc((size_t)c->G * c->n * sizeof(float));
+    if (!a) return -1;
+    int same = 1;
+    for (uint32_t h = 0; h < c->heads && same; h++) {
+        const float *qg = c->qg + (size_t)h * c->queries * c->G * c->d;
+        float *b = c->scores + (size_t)h * c->G * c->n;
+        if (fathom_store_scan_with(c->old_kernel, c->stores[h], task_depths(c, h, 0), qg, c->G, c->n, a,
+                                   NULL) < 0 ||
+            fathom_store_scan_range(c->new_kernel, c->stores[h], task_depths(c, h, 0), qg, c->G, 0, c->n, b,
+                                    c->n, NULL) < 0)
+            same = -1;
+        else
+            same = !memcmp(a, b, (size_t)c->G * c->n * sizeof(float));
+    }
+    free(a);
+    return same;
+}
+
 int main(int argc, char **argv) {
-    uint64_t context = 32768;
+    uint64_t context = 32768, range = 16384;
     uint32_t heads = 8, queries = 16, repeats = 7, threads = 2;
     int json = 0;
+    const char *tiled = "auto";
     for (int i = 1; i < argc; i++) {
-        const int has_value = i + 1 < argc;
-        if (!strcmp(argv[i], "--json")) json = 1;
-        else if (has_value && !strcmp(argv[i], "--context")) context = strtoull(argv[++i], NULL, 10);
-        else if (has_value && !strcmp(argv[i], "--heads")) heads = (uint32_t)atoi(argv[++i]);
-        else if (has_value && !strcmp(argv[i], "--queries")) queries = (uint32_t)atoi(argv[++i]);
-        else if (has_value && !strcmp(argv[i], "--repeats")) repeats = (uint32_t)atoi(argv[++i]);
-        else if (has_value && !strcmp(argv[i], "--threads")) threads = (uint32_t)atoi(argv[++i]);
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--json")) { json = 1; continue; }
+        if (!v) a = "";
+        if (!strcmp(a, "--context")) context = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--heads")) heads = (uint32_t)atoi(v);
+        else if (!strcmp(a, "--queries")) queries = (uint32_t)atoi(v);
+        else if (!strcmp(a, "--repeats")) repeats = (uint32_t)atoi(v);
+        else if (!strcmp(a, "--threads")) threads = (uint32_t)atoi(v);
+        else if (!strcmp(a, "--range")) range = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--tiled")) tiled = v;
         else {
-            fprintf(stderr, "usage: bench_scan [--context N] [--heads H<=8] [--queries Q] [--repeats R] [--threads T] [--json]\n");
+            fprintf(stderr, "usage: bench_scan [--context N] [--heads H<=8] [--queries Q] [--repeats R<=64] "
+                            "[--threads T] [--range TOKENS (multiple of 64)] [--tiled auto|avx2|avx512|portable] [--json]\n");
             return 2;
         }
+        i++;
     }
-    FILE *out = json ? stderr : stdout; /* the human table */
-    if (!context || !heads || heads > 8 || !queries || !repeats || repeats > 64 || !threads || threads > 64) {
+    const fathom_scan_kernel old_kernel = fathom_scan_kernel_available(FATHOM_SCAN_AVX512) ? FATHOM_SCAN_AVX512
+                                          : fathom_scan_kernel_available(FATHOM_SCAN_AVX2)   ? FATHOM_SCAN_AVX2
+                                                                                           : FATHOM_SCAN_PORTABLE;
+    fathom_scan_kernel new_kernel = FATHOM_SCAN_AUTO;
+    if (!strcmp(tiled, "avx2")) new_kernel = FATHOM_SCAN_TILED_AVX2;
+    else if (!strcmp(tiled, "avx512")) new_kernel = FATHOM_SCAN_TILED_AVX512;
+    else if (!strcmp(tiled, "portable")) new_kernel = FATHOM_SCAN_TILED_PORTABLE;
+    else if (strcmp(tiled, "auto")) range = 0; /* rejected below */
+    if (!fathom_scan_kernel_available(new_kernel)) {
+        fprintf(stderr, "bench_scan: skipped: the tiled %s kernel does not run on this CPU\n", tiled);
+        return 77;
+    }
+    if (!context || !heads || heads > MAX_HEADS || !queries || !repeats || repeats > MAX_REPEATS || !threads ||
+        threads > MAX_THREADS || !range || range % 64) {
         fprintf(stderr, "bench_scan: bad arguments\n");
         return 2;
     }
@@ -108,115 +259,174 @@ int main(int argc, char **argv) {
     fathom_source_info info;
     fathom_source_get_info(src, &info);
     const uint32_t d = info.dim, G = info.q_heads / info.kv_heads;
+    if (heads > info.kv_heads || d > 512) return fail("source shape", FATHOM_ERR_UNSUPPORTED);
     float *q = malloc((size_t)info.q_heads * queries * d * sizeof(float));
     float *k = malloc((size_t)info.kv_heads * context * d * sizeof(float));
-    float *scores = malloc((size_t)G * context * sizeof(float));
-    if (!q || !k || !scores) return fail("allocation", FATHOM_ERR_NOMEM);
+    float *qg = malloc((size_t)heads * queries * G * d * sizeof(float));
+    float *scores = malloc((size_t)heads * G * context * sizeof(float));
+    uint8_t *fathom_depths = malloc((size_t)heads * queries * d);
+    uint8_t *ds_depths = calloc((size_t)heads, d);
+    if (!q || !k || !qg || !scores || !fathom_depths || !ds_depths) return fail("allocation", FATHOM_ERR_NOMEM);
     if ((st = fathom_source_layer(src, info.layers / 2, q, k, NULL)) < 0) return fail("layer", st);
 
-    /* One store per KV head: heads * 68 B * n, well past the last-level cache. */
-    fathom_store *stores[8];
-    uint8_t *fathom_depths = malloc((size_t)heads * queries * d);
-    uint8_t ds_depths[8][512];
-    float qg[8 * 128];
+    /* One store per KV head: heads * 68 B * n, past the last-level cache at large n. */
+    fathom_store *stores[MAX_HEADS];
     for (uint32_t h = 0; h < heads; h++) {
         if ((st = fathom_store_create(&stores[h], d, 0, NULL)) < 0) return fail("store", st);
         if ((st = fathom_store_append(stores[h], k + (size_t)h * context * d, context)) < 0) return fail("append", st);
         float var[512];
-        double g[512];
+        double g[512], stat[512];
         fathom_store_variance(stores[h], var);
+        for (uint32_t p = 0; p < queries; p++)
+            for (uint32_t hh = 0; hh < G; hh++)
+                memcpy(qg + (((size_t)h * queries + p) * G + hh) * d, q + (((size_t)h * G + hh) * queries + p) * d,
+                       d * sizeof(float));
         /* ds:32: channels by mean|q| * mean|k| over this window. */
-        double stat[512];
         for (uint32_t j = 0; j < d; j++) {
             double mq = 0, mk = 0;
-            for (uint32_t hh = 0; hh < G; hh++)
-                for (uint32_t p = 0; p < queries; p++) mq += fabs(q[(((size_t)h * G + hh) * queries + p) * d + j]);
+            for (uint32_t i = 0; i < G * queries; i++) mq += fabs(qg[((size_t)h * queries * G + i) * d + j]);
             for (uint64_t i = 0; i < context; i++) mk += fabs(k[((size_t)h * context + i) * d + j]);
             stat[j] = mq * mk;
         }
-        memset(ds_depths[h], 0, d);
         for (int c = 0; c < 32; c++) {
             int best = -1;
             for (uint32_t j = 0; j < d; j++)
-                if (!ds_depths[h][j] && (best < 0 || stat[j] > stat[best])) best = (int)j;
-            ds_depths[h][best] = 4;
+                if (!ds_depths[h * d + j] && (best < 0 || stat[j] > stat[best])) best = (int)j;
+            ds_depths[h * d + best] = 4;
         }
         /* fathom:48: a real plan per query group. */
         for (uint32_t p = 0; p < queries; p++) {
-            for (uint32_t hh = 0; hh < G; hh++)
-                memcpy(qg + hh * d, q + (((size_t)h * G + hh) * queries + p) * d, d * sizeof(float));
-            fathom_importance(d, G, qg, var, g);
+            fathom_importance(d, G, qg + ((size_t)h * queries + p) * G * d, var, g);
             fathom_water_fill(d, g, 48, fathom_depths + ((size_t)h * queries + p) * d, NULL);
         }
     }
+    free(k);
 
-    /* Memory bandwidth, measured in this run: 1 GiB, 1 thread and T threads. */
-    size_t words = (size_t)1 << 27;
+    scan_ctx cf = {old_kernel, new_kernel, heads, queries, G, d, context, range, stores, q, fathom_depths, NULL, scores, qg, 0};
+    scan_ctx cd = cf;
+    cd.depths = NULL;
+    cd.ds_depths = ds_depths;
+    int same_f = check_identical(&cf), same_d = check_identical(&cd);
+    if (same_f < 0 || same_d < 0) return fail("scan", FATHOM_ERR_INVALID_ARG);
+    const double bytes_f = plan_bytes(&cf), bytes_d = plan_bytes(&cd);
+    double bits_f = 0;
+    for (uint32_t i = 0; i < heads * queries; i++) bits_f += fathom_depth_bits(d, fathom_depths + (size_t)i * d);
+    bits_f /= (double)heads * queries;
+
+    /* thread counts for the scaling table: 1, 2, 4, ... and T */
+    uint32_t tc[16], ntc = 0;
+    for (uint32_t t = 1; t < threads && ntc < 15; t *= 2) tc[ntc++] = t;
+    tc[ntc++] = threads;
+
+    size_t words = (size_t)1 << 27; /* 1 GiB */
     uint64_t *buf = malloc(words * 8);
     if (!buf) return fail("bandwidth buffer", FATHOM_ERR_NOMEM);
     for (size_t i = 0; i < words; i++) buf[i] = i;
 
-    double t_fathom[64], t_ds[64], bw1[64], bwT[64];
-    double bytes_fathom = 0, bytes_ds = 0, bits_fathom = 0;
+    static double bw1[MAX_REPEATS], bwT[MAX_REPEATS], old_f[MAX_REPEATS], old_d[MAX_REPEATS], new_f[MAX_REPEATS],
+        new_d[MAX_REPEATS], sc_new[16][MAX_REPEATS], sc_old[16][MAX_REPEATS];
+    fathom_pool *pools[16];
+    for (uint32_t i = 0; i < ntc; i++)
+        if ((st = fathom_pool_create(&pools[i], tc[i])) < 0) return fail("pool", st);
     for (uint32_t r = 0; r < repeats; r++) {
-        bw1[r] = read_bandwidth(buf, words, 1);
-        bwT[r] = read_bandwidth(buf, words, (int)threads);
-        for (int which = 0; which < 2; which++) {
-            double t0 = now_s();
-            uint64_t total = 0;
-            for (uint32_t h = 0; h < heads; h++)
-                for (uint32_t p = 0; p < queries; p++) {
-                    for (uint32_t hh = 0; hh < G; hh++)
-                        memcpy(qg + hh * d, q + (((size_t)h * G + hh) * queries + p) * d, d * sizeof(float));
-                    const uint8_t *dep = which == 0 ? fathom_depths + ((size_t)h * queries + p) * d : ds_depths[h];
-                    uint64_t b;
-                    fathom_store_scan(stores[h], dep, qg, G, context, scores, &b);
-                    total += b;
-                    if (r == 0 && which == 0) bits_fathom += fathom_depth_bits(d, dep);
-                }
-            double dt = now_s() - t0;
-            if (which == 0) t_fathom[r] = dt, bytes_fathom = (double)total;
-            else t_ds[r] = dt, bytes_ds = (double)total;
+        bw1[r] = read_bandwidth(pools[0], buf, words);
+        bwT[r] = read_bandwidth(pools[ntc - 1], buf, words);
+        old_f[r] = run_old(&cf, pools[0]);
+        new_f[r] = run_new(&cf, pools[0]);
+        old_d[r] = run_old(&cd, pools[0]);
+        new_d[r] = run_new(&cd, pools[0]);
+        for (uint32_t i = 0; i < ntc; i++) {
+            sc_new[i][r] = run_new(&cf, pools[i]);
+            sc_old[i][r] = run_old(&cf, pools[i]);
         }
     }
-    bits_fathom /= (double)heads * queries;
-    double tf = median(t_fathom, (int)repeats), td = median(t_ds, (int)repeats);
-    double b1 = median(bw1, (int)repeats), bT = median(bwT, (int)repeats);
-    double rf = bytes_fathom / tf, rd = bytes_ds / td;
+    for (uint32_t i = 0; i < ntc; i++) fathom_pool_free(pools[i]);
+    if (cf.status < 0 || cd.status < 0) return fail("scan", cf.status < 0 ? cf.status : cd.status);
+    const double b1 = median(bw1, (int)repeats), bT = median(bwT, (int)repeats);
+    const double tof = median(old_f, (int)repeats), tnf = median(new_f, (int)repeats);
+    const double tod = median(old_d, (int)repeats), tnd = median(new_d, (int)repeats);
+    double sn[16], so[16];
+    for (uint32_t i = 0; i < ntc; i++) sn[i] = median(sc_new[i], (int)repeats), so[i] = median(sc_old[i], (int)repeats);
+    const double Q = queries;
+    char cpu[256];
+    cpu_model(cpu, sizeof cpu);
+    static const char *isa[] = {"auto", "reference", "portable", "avx2", "avx512", "portable", "avx2", "avx512"};
+    const char *kern = isa[new_kernel == FATHOM_SCAN_AUTO ? (fathom_scan_kernel_available(FATHOM_SCAN_AVX2) ? 6 : 5)
+                                                          : new_kernel];
+    const char *old_isa = isa[old_kernel];
+    /* per core: plane bytes / s on one thread; all: on the largest thread count */
+    const double pc_old = bytes_f / tof, pc_new = bytes_f / tnf, all_new = bytes_f / sn[ntc - 1];
 
-    fprintf(out, "bench_scan: qwen3-8b synthetic, n = %llu, %u KV heads, G = %u, %u query groups each, %u repeats (median)\n",
-            (unsigned long long)context, heads, G, queries, repeats);
-    fprintf(out, "memory read bandwidth: %.2f GB/s on 1 core, %.2f GB/s on %u threads\n", b1 / 1e9, bT / 1e9, threads);
-    fprintf(out, "%-10s %10s %14s %12s %16s %14s\n", "scan", "bits/tok", "plane MB/step", "ms/step", "plane GB/s/core",
-            "of 1-core BW");
-    const char *names[2] = {"fathom:48", "ds:32"};
-    const double bits[2] = {bits_fathom, fathom_depth_bits(d, ds_depths[0])}, bytes[2] = {bytes_fathom, bytes_ds},
-                 secs[2] = {tf, td}, rate[2] = {rf, rd};
-    for (int s = 0; s < 2; s++)
-        fprintf(out, "%-10s %10.1f %14.2f %12.2f %16.2f %13.1f%%\n", names[s], bits[s], bytes[s] / 1e6 / queries,
-                1e3 * secs[s] / queries, rate[s] / 1e9, 100 * rate[s] / b1);
-    fprintf(out, "ratio fathom:48 / ds:32: bytes %.3f, time %.3f, throughput %.3f\n", bytes_fathom / bytes_ds, tf / td,
-            rf / rd);
     if (json) {
-        printf("{\"bench\":\"bench_scan\",\"source\":\"qwen3-8b\",\"context\":%llu,\"heads\":%u,\"group\":%u,"
-               "\"queries\":%u,\"repeats\":%u,\"threads\":%u,\"read_GBps_1core\":%.3f,\"read_GBps_threads\":%.3f,"
-               "\"scans\":[",
-               (unsigned long long)context, heads, G, queries, repeats, threads, b1 / 1e9, bT / 1e9);
-        for (int s = 0; s < 2; s++)
-            printf("%s{\"name\":\"%s\",\"bits_per_token\":%.3f,\"plane_MB_per_step\":%.4f,\"ms_per_step\":%.4f,"
-                   "\"plane_GBps_per_core\":%.4f,\"of_1core_read_pct\":%.2f}",
-                   s ? "," : "", names[s], bits[s], bytes[s] / 1e6 / queries, 1e3 * secs[s] / queries, rate[s] / 1e9,
-                   100 * rate[s] / b1);
-        printf("],\"ratio_fathom_to_ds\":{\"bytes\":%.4f,\"time\":%.4f,\"throughput\":%.4f}}\n",
-               bytes_fathom / bytes_ds, tf / td, rf / rd);
+        /* bench, scans and ratio_fathom_to_ds keep the schema of the recorded
+         * bench-scan table (the untiled kernel, fathom_store_scan); the rest adds
+         * the tiled kernel, the ratios and the thread scaling */
+        const char *names[2] = {"fathom:48", "ds:32"};
+        const double bits[2] = {bits_f, fathom_depth_bits(d, ds_depths)}, bytes[2] = {bytes_f, bytes_d},
+                     t_old[2] = {tof, tod}, t_new[2] = {tnf, tnd};
+        printf("{\"bench\":\"bench_scan\",\"source\":\"qwen3-8b\",\"cpu\":\"%s\",\"tiled_isa\":\"%s\","
+               "\"old_isa\":\"%s\",\"context\":%llu,\"heads\":%u,\"group\":%u,\"queries\":%u,\"repeats\":%u,\"threads\":%u,"
+               "\"range_tokens\":%llu,\"read_GBps_1core\":%.3f,\"read_GBps_threads\":%.3f,"
+               "\"identical_scores\":%s,",
+               cpu, kern, old_isa, (unsigned long long)context, heads, G, queries, repeats, threads,
+               (unsigned long long)range, b1 / 1e9, bT / 1e9, same_f && same_d ? "true" : "false");
+        for (int tl = 0; tl < 2; tl++) {
+            printf("\"%s\":[", tl ? "scans_tiled" : "scans");
+            for (int s = 0; s < 2; s++) {
+                const double t = tl ? t_new[s] : t_old[s];
+                printf("%s{\"name\":\"%s\",\"bits_per_token\":%.3f,\"plane_MB_per_step\":%.4f,"
+                       "\"ms_per_step\":%.4f,\"plane_GBps_per_core\":%.4f,\"of_1core_read_pct\":%.2f}",
+                       s ? "," : "", names[s], bits[s], bytes[s] / 1e6 / Q, 1e3 * t / Q, bytes[s] / t / 1e9,
+                       100 * bytes[s] / t / b1);
+            }
+            printf("],");
+        }
+        printf("\"ratio_fathom_to_ds\":{\"bytes\":%.4f,\"time\":%.4f,\"throughput\":%.4f},"
+               "\"ratio_fathom_to_ds_tiled\":{\"bytes\":%.4f,\"time\":%.4f,\"throughput\":%.4f},"
+               "\"ratio_tiled_to_old_fathom_per_core\":%.4f,\"scaling_fathom\":[",
+               bytes_f / bytes_d, tof / tod, (bytes_f / tof) / (bytes_d / tod), bytes_f / bytes_d, tnf / tnd,
+               (bytes_f / tnf) / (bytes_d / tnd), pc_new / pc_old);
+        for (uint32_t i = 0; i < ntc; i++)
+            printf("%s{\"threads\":%u,\"tiled_GBps\":%.4f,\"tiled_GBps_per_thread\":%.4f,\"old_GBps\":%.4f}",
+                   i ? "," : "", tc[i], bytes_f / sn[i] / 1e9, bytes_f / sn[i] / 1e9 / tc[i],
+                   bytes_f / so[i] / 1e9);
+        printf("],\"gpu_host_check\":{\"per_core_GBps\":%.4f,\"per_core_target_GBps\":3,"
+               "\"all_threads_GBps\":%.4f,\"all_threads_target_GBps\":40,\"applies\":%s}}\n",
+               pc_new / 1e9, all_new / 1e9, context >= 1000000 && threads >= 16 ? "true" : "false");
     }
+    FILE *out = json ? stderr : stdout; /* the human table */
+    fprintf(out, "bench_scan: %s, qwen3-8b synthetic, n = %llu, %u KV heads, G = %u, %u query groups each, "
+           "%u repeats (median), old kernel %s, tiled kernel %s, tasks of %llu tokens\n",
+           cpu, (unsigned long long)context, heads, G, queries, repeats, old_isa, kern, (unsigned long long)range);
+    fprintf(out, "scores of the tiled kernel identical to the untiled one's: fathom:48 %s, ds:32 %s\n",
+           same_f ? "yes" : "NO", same_d ? "yes" : "NO");
+    fprintf(out, "memory read bandwidth: %.2f GB/s on 1 core, %.2f GB/s on %u threads\n", b1 / 1e9, bT / 1e9, threads);
+    fprintf(out, "%-10s %9s %13s %11s %11s %14s %14s\n", "scan (1 core)", "bits/tok", "plane MB/step", "old ms/step",
+           "new ms/step", "old GB/s/core", "new GB/s/core");
+    fprintf(out, "%-13s %6.1f %13.2f %11.3f %11.3f %14.3f %14.3f\n", "fathom:48", bits_f, bytes_f / 1e6 / Q,
+           1e3 * tof / Q, 1e3 * tnf / Q, pc_old / 1e9, pc_new / 1e9);
+    fprintf(out, "%-13s %6.1f %13.2f %11.3f %11.3f %14.3f %14.3f\n", "ds:32", fathom_depth_bits(d, ds_depths),
+           bytes_d / 1e6 / Q, 1e3 * tod / Q, 1e3 * tnd / Q, bytes_d / tod / 1e9, bytes_d / tnd / 1e9);
+    fprintf(out, "ratio new / old, fathom:48 plane GB/s per core: %.3f (target >= 2.5)\n", pc_new / pc_old);
+    fprintf(out, "ratio fathom:48 / ds:32 time: new %.3f, old %.3f (target <= 0.5); bytes %.3f\n", tnf / tnd,
+           tof / tod, bytes_f / bytes_d);
+    fprintf(out, "scaling, fathom:48: %7s %14s %16s %14s\n", "threads", "new GB/s", "new GB/s/thread",
+           "old GB/s");
+    for (uint32_t i = 0; i < ntc; i++)
+        fprintf(out, "                    %7u %14.3f %16.3f %14.3f\n", tc[i], bytes_f / sn[i] / 1e9,
+               bytes_f / sn[i] / 1e9 / tc[i], bytes_f / so[i] / 1e9);
+    fprintf(out, "GPU-host check (n >= 1M, 16 threads: --context 1048576 --threads 16): %.2f GB/s per core "
+           "(target >= 3), %.2f GB/s on %u threads (target >= 40)%s\n",
+           pc_new / 1e9, all_new / 1e9, threads,
+           context >= 1000000 && threads >= 16 ? "" : " [not that configuration]");
 
     for (uint32_t h = 0; h < heads; h++) fathom_store_free(stores[h]);
     fathom_source_free(src);
     free(buf);
     free(q);
-    free(k);
+    free(qg);
     free(scores);
     free(fathom_depths);
-    return 0;
+    free(ds_depths);
+    return same_f && same_d ? 0 : 1;
 }

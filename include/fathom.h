@@ -415,6 +415,10 @@ FATHOM_API size_t fathom_index_scratch_size(uint32_t dim, uint32_t group);
 FATHOM_API int fathom_index_scores(const fathom_index *index, const fathom_method *method, uint32_t budget,
                                    uint32_t group, const float *queries, uint64_t n, float *scores,
                                    void *scratch, double *bits, uint64_t *bytes);
+/* The per-channel depths [dim] that the last fathom_index_scores call with
+ * this scratch (same dim and group) read, for the methods that scan planes
+ * (not landmark); NULL when dim or group is out of range. */
+FATHOM_API const uint8_t *fathom_index_scratch_depths(const void *scratch, uint32_t dim, uint32_t group);
 
 /* ===================================================================== *
  * source — where keys, values and queries come from: a capture file

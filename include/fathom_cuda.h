@@ -139,24 +139,26 @@ typedef struct fathom_cuda_step_args {
                                   Else the step is pipelined over the KV heads: the plan runs
                                   for all of them, then chunk by chunk of heads (up to
                                   FATHOM_CUDA_MAX_CHUNKS; fathom_cuda_lanes_set_chunk) the
-                                  link-bound phase (the gather) runs in order, one chunk at a time, while earlier chunks scan,
-                                  select, fetch and attend on the lanes. The link stays busy, and
+                                  link-bound phase (the gather) runs in order, one chunk at a
+                                  time, while earlier chunks scan, select, fetch and attend on
+                                  the lanes. The link stays busy, and
                                   only one chunk's K/V rows are being fetched at a time (on an
                                   H200, scattered rows over a few GiB of host memory read at
                                   about half the link rate, over < 1 GiB near the full rate:
                                   bench/cuda/bench_host_rows). Same results, bit for bit, as
                                   without lanes. */
     /* Speculative prefetch (needs lanes, the kernel transport and a plane
-     * scan: water-fill, top-channels or fixed): once this step's last gather is issued,
-     * the planes and scales that prefetch_depths name for the first
+     * scan: water-fill, top-channels or fixed): once this step's last gather
+     * is issued, the planes and scales that prefetch_depths name for the first
      * prefetch_count problems of the NEXT step are gathered into the staging
      * slots those problems will use (each after this step's scan of that
      * slot), while this step's last chunks finish: the link would idle
      * otherwise (the next layer's query depends on this layer's output). The
      * depths are a guess, e.g. the same layer's plan at the previous decode
      * step (on real activations that guess holds ~79 % of a plan's bytes;
-     * bench_cuda_step --prefetch reports the share it hits); every prefetched byte crosses the link whether used or not. The
-     * prefetch stays on the lanes' link stream: the next step must run with
+     * bench_cuda_step --prefetch reports the share it hits); every
+     * prefetched byte crosses the link whether used or not. The prefetch
+     * stays on the lanes' link stream: the next step must run with
      * the same config, lanes and workspace (it joins the prefetch), and the
      * last step of a graph must not prefetch. */
     const fathom_cuda_problem *prefetch_problems; /* [prefetch_count], device; NULL if 0 */

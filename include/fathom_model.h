@@ -505,6 +505,23 @@ FATHOM_API int fathom_ctx_record_queries(fathom_ctx *ctx, uint64_t first, uint32
  * [0, fathom_ctx_length) of d floats; valid until the next call on ctx. */
 FATHOM_API int fathom_ctx_kv(const fathom_ctx *ctx, uint32_t layer, uint32_t kv_head, const float **keys,
                              const float **values);
+/* A decode-trace record: what one sparse decode step read and selected for
+ * one query head (q_head < q_heads / kv_heads, within its KV head's group)
+ * of one layer. depths [dim] are the planes the scan read per channel (NULL
+ * for methods that read no planes: oracle, landmark); rows [count] the
+ * selected positions (sink, local and top-k). Valid during the call only. */
+typedef struct fathom_trace_record {
+    uint64_t position; /* the step's position; positions 0..position are visible */
+    uint32_t layer, kv_head, q_head, dim;
+    const uint8_t *depths;
+    const uint32_t *rows;
+    uint32_t count;
+} fathom_trace_record;
+typedef void (*fathom_trace_fn)(const fathom_trace_record *record, void *user);
+/* Call fn for every (layer, query head) of every sparse decode step; fn
+ * NULL stops. fn runs on the context's worker threads, concurrently for
+ * different KV heads of a layer, so it must be thread-safe. */
+FATHOM_API int fathom_ctx_set_trace(fathom_ctx *ctx, fathom_trace_fn fn, void *user);
 /* Called during prefill with (tokens done, tokens of this call). */
 FATHOM_API int fathom_ctx_set_progress(fathom_ctx *ctx, fathom_progress_fn fn, void *user);
 

@@ -16,6 +16,7 @@
 #include "fathom_model.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1107,6 +1108,92 @@ static void test_truncate(void) {
     unlink(path);
 }
 
+/* fathom_ctx_set_trace: one record per sparse step, layer and query head;
+ * rows are the visible positions that were selected (their total is the
+ * context's selected_rows), fathom's depths are its plan and sum to the bit
+ * budget, oracle reads no planes; tracing does not change the logits. */
+typedef struct trace_log {
+    pthread_mutex_t lock;
+    uint64_t records, rows, bad, no_depths, bits;
+    uint64_t per_layer_head[8][8];
+} trace_log;
+
+static void on_trace(const fathom_trace_record *r, void *user) {
+    trace_log *t = user;
+    pthread_mutex_lock(&t->lock);
+    t->records++;
+    t->rows += r->count;
+    if (r->layer >= 8 || r->kv_head * 2 + r->q_head >= 8 || r->q_head >= 2 || r->dim != 8)
+        t->bad++;
+    else
+        t->per_layer_head[r->layer][r->kv_head * 2 + r->q_head]++;
+    for (uint32_t i = 0; i < r->count; i++) t->bad += r->rows[i] > r->position;
+    if (!r->depths)
+        t->no_depths++;
+    else
+        for (uint32_t j = 0; j < r->dim; j++) t->bits += r->depths[j];
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* Writes model m with weights from seed to the temporary folder as file. */
+static void write_tiny(const tiny *m, uint64_t seed, const char *file, char *path, size_t cap) {
+    weights w;
+    make_weights(m, &w, seed);
+    path_in_tmp(path, cap, file);
+    write_gguf(path, m, &w);
+    free_weights(&w);
+}
+
+static void test_trace(void) {
+    tiny m = llama_tiny(); /* 2 layers, 4 query heads over 2 KV heads, head_dim 8 */
+    char path[512];
+    write_tiny(&m, 5, "trace.gguf", path, sizeof path);
+    fathom_model *model = NULL;
+    CHECK_OK(fathom_model_open(&model, path));
+    if (!model) return;
+    int32_t tok[NTOK];
+    for (uint32_t i = 0; i < NTOK; i++) tok[i] = (int32_t)((i * 37 + 11) % m.vocab);
+    float *a = malloc(m.vocab * sizeof *a), *b = malloc(m.vocab * sizeof *b);
+    const char *methods[2] = {"fathom:12", "oracle"};
+    for (int mi = 0; mi < 2; mi++) {
+        fathom_method meth;
+        CHECK_OK(fathom_method_parse(methods[mi], &meth));
+        run_split(model, tok, 40, 2, &meth, 20, NULL, a, NULL);
+        fathom_ctx *ctx = NULL;
+        CHECK_OK(fathom_ctx_create(&ctx, model, 0, 2));
+        if (!ctx) break;
+        trace_log log = {.lock = PTHREAD_MUTEX_INITIALIZER};
+        CHECK_OK(fathom_ctx_set_attention(ctx, &meth, 20, NULL));
+        CHECK_OK(fathom_ctx_set_trace(ctx, on_trace, &log));
+        CHECK_OK(fathom_ctx_prefill(ctx, tok, 40, b)); /* dense: no records */
+        CHECK(log.records == 0);
+        for (uint32_t t = 40; t < NTOK; t++) CHECK_OK(fathom_ctx_step(ctx, tok[t], b));
+        CHECK(memcmp(a, b, m.vocab * sizeof *a) == 0);
+        fathom_ctx_stats st;
+        CHECK_OK(fathom_ctx_get_stats(ctx, &st));
+        const uint64_t steps = NTOK - 40;
+        CHECK(log.records == steps * m.layers * m.q_heads && log.bad == 0);
+        CHECK((double)log.rows == st.selected_rows && log.rows > 0);
+        int even = 1;
+        for (uint32_t l = 0; l < m.layers; l++)
+            for (uint32_t h = 0; h < m.q_heads; h++) even &= log.per_layer_head[l][h] == steps;
+        CHECK(even);
+        if (mi == 0) /* one plan per KV head, read by each of its 2 query heads */
+            CHECK(log.no_depths == 0 && log.bits == 12 * log.records);
+        else
+            CHECK(log.no_depths == log.records);
+        CHECK_OK(fathom_ctx_set_trace(ctx, NULL, NULL));
+        CHECK_OK(fathom_ctx_step(ctx, tok[0], b));
+        CHECK(log.records == steps * m.layers * m.q_heads);
+        fathom_ctx_free(ctx);
+    }
+    CHECK_STATUS(fathom_ctx_set_trace(NULL, on_trace, NULL), FATHOM_ERR_INVALID_ARG);
+    free(a);
+    free(b);
+    fathom_model_free(model);
+    unlink(path);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/fathom_test_model_XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -1125,6 +1212,7 @@ int main(void) {
     test_tokenizer();
     test_progress();
     test_truncate();
+    test_trace();
     char path[512];
     const char *names[] = {"llama.gguf", "qwen3.gguf", "llama2.gguf", "gemma3.gguf", "gemma3b.gguf"};
     for (size_t i = 0; i < 5; i++) {

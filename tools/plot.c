@@ -12,6 +12,9 @@
 #ifdef FATHOM_HAVE_CAIRO
 #include <cairo.h>
 #endif
+#ifdef FATHOM_HAVE_FONTCONFIG
+#include <fontconfig/fontconfig.h>
+#endif
 
 /* ---- canvas ---- */
 
@@ -439,6 +442,11 @@ int plot_write(const char *path, const plot_spec *spec) {
     if (st == CAIRO_STATUS_SUCCESS) st = cairo_surface_write_to_png(c.surface, path);
     cairo_destroy(c.cr);
     cairo_surface_destroy(c.surface);
+    /* cairo's and fontconfig's process-wide caches, released: one plot per run */
+    cairo_debug_reset_static_data();
+#ifdef FATHOM_HAVE_FONTCONFIG
+    FcFini();
+#endif
     if (st != CAIRO_STATUS_SUCCESS) {
         cli_error("cannot write %s: %s", path, cairo_status_to_string(st));
         return CLI_FAILURE;

@@ -14,14 +14,6 @@
 #define FATHOM_PRINTF(a, b)
 #endif
 
-/* Hot loops written as plain C get AVX-512 and AVX2 clones picked at load
- * time (GCC/clang target_clones, glibc ifunc); elsewhere the plain build. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(FATHOM_NO_CLONES)
-#define FATHOM_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define FATHOM_SIMD_CLONES
-#endif
-
 /* Record a message for fathom_last_error() and return status. */
 int fathom_fail(int status, const char *fmt, ...) FATHOM_PRINTF(2, 3);
 

@@ -6,6 +6,7 @@
  * rescaled, so no exp overflows and no score buffer is needed. Dot products,
  * weights and sums are all double; only the output is rounded to float.
  */
+#include "cpu.h"
 #include "internal.h"
 
 #include <math.h>
@@ -15,8 +16,7 @@
 
 /* q.k in double with eight partial sums: a fixed order (deterministic) that
  * the compiler can keep in vector registers. */
-FATHOM_SIMD_CLONES
-static double dot_double(const float *q, const float *k, uint32_t dim) {
+FATHOM_INLINE double dot_double_body(const float *q, const float *k, uint32_t dim) {
     double part[8] = {0};
     uint32_t c = 0;
     for (; c + 8 <= dim; c += 8)
@@ -25,6 +25,7 @@ static double dot_double(const float *q, const float *k, uint32_t dim) {
     for (; c < dim; c++) s += (double)q[c] * k[c];
     return s;
 }
+FATHOM_CPU_DISPATCH(double, dot_double, (const float *q, const float *k, uint32_t dim), (q, k, dim))
 
 int fathom_attend(uint32_t dim, const float *query, const float *keys, const float *values,
                   const uint32_t *idx, uint64_t count, float *out) {

@@ -4,6 +4,7 @@
  * are eigenvectors of the calibration key covariance. Water-filling then
  * works on coordinates whose variances are the eigenvalues, so a few
  * coordinates carry most of the score variance. */
+#include "cpu.h"
 #include "internal.h"
 
 #include <math.h>
@@ -104,8 +105,7 @@ static int column_cmp(const void *pa, const void *pb) {
 
 /* cov (upper triangle, column-major) += sum over keys of centered outer
  * products: the rank-1 updates vectorize along each column. */
-FATHOM_SIMD_CLONES
-static void accumulate_covariance(const float *keys, uint64_t n_keys, uint64_t d, const double *mean,
+FATHOM_INLINE void accumulate_covariance_body(const float *keys, uint64_t n_keys, uint64_t d, const double *mean,
                                   double *centered, double *cov) {
     for (uint64_t r = 0; r < n_keys; r++) {
         for (uint64_t i = 0; i < d; i++) centered[i] = (double)keys[r * d + i] - mean[i];
@@ -116,6 +116,8 @@ static void accumulate_covariance(const float *keys, uint64_t n_keys, uint64_t d
         }
     }
 }
+FATHOM_CPU_DISPATCH_VOID(accumulate_covariance, (const float *keys, uint64_t n_keys, uint64_t d, const double *mean,
+                                  double *centered, double *cov), (keys, n_keys, d, mean, centered, cov))
 
 int fathom_basis_fit(fathom_basis **out, uint32_t dim, const float *keys, uint64_t n_keys,
                      const float *queries, uint64_t n_queries) {
@@ -257,8 +259,7 @@ static bool overlaps(const float *x, const float *out, uint64_t d) {
  * vectorizes; the sum order per output is the same as a plain dot product. */
 #define ROTATE_CHUNK 64
 
-FATHOM_SIMD_CLONES
-static void rotate(const fathom_basis *basis, const float *x, const float *mean, float *out) {
+FATHOM_INLINE void rotate_body(const fathom_basis *basis, const float *x, const float *mean, float *out) {
     const uint64_t d = basis->dim;
     for (uint64_t c0 = 0; c0 < d; c0 += ROTATE_CHUNK) {
         uint64_t width = d - c0 < ROTATE_CHUNK ? d - c0 : ROTATE_CHUNK;
@@ -271,6 +272,7 @@ static void rotate(const fathom_basis *basis, const float *x, const float *mean,
         for (uint64_t c = 0; c < width; c++) out[c0 + c] = (float)acc[c];
     }
 }
+FATHOM_CPU_DISPATCH_VOID(rotate, (const fathom_basis *basis, const float *x, const float *mean, float *out), (basis, x, mean, out))
 
 int fathom_basis_rotate_key(const fathom_basis *basis, const float *key, float *out) {
     FATHOM_CHECK_ARG(basis && key && out, "basis_rotate_key: NULL argument");

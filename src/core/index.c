@@ -315,3 +315,9 @@ int fathom_index_scores(const fathom_index *ix, const fathom_method *m, uint32_t
     if (bytes) *bytes = b;
     return FATHOM_OK;
 }
+
+const uint8_t *fathom_index_scratch_depths(const void *scratch, uint32_t dim, uint32_t group) {
+    if (!scratch || fathom_index_scratch_size(dim, group) == 0) return NULL;
+    const float *var = (const float *)((const double *)scratch + dim);
+    return (const uint8_t *)(var + dim + (size_t)group * dim); /* the layout above */
+}

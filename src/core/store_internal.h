@@ -4,13 +4,33 @@
 
 #include "fathom.h"
 
+#include <stdint.h>
+
+/* Blocks of FATHOM_BLOCK_TOKENS that hold `tokens` tokens. */
+static inline uint64_t fathom_blocks_for(uint64_t tokens) {
+    return tokens / FATHOM_BLOCK_TOKENS + (tokens % FATHOM_BLOCK_TOKENS != 0);
+}
+
+/* FATHOM_ERR_INVALID_ARG naming `who` unless every depths[j] <= FATHOM_PLANES. */
+int fathom_depths_check(uint32_t dim, const uint8_t *depths, const char *who);
+
+/* Value of token `token` (absolute, < length) of channel j at depth 1..4:
+ * the t-bit mid-rise value, exact in float. No argument checks. */
+float fathom_store_token_value(const fathom_store *st, uint64_t token, uint32_t j, uint32_t t);
+
 /* Which implementation of fathom_store_scan runs. */
 typedef enum fathom_scan_kernel {
-    FATHOM_SCAN_AUTO = 0,  /* what fathom_store_scan uses: the fastest this CPU supports */
+    FATHOM_SCAN_AUTO = 0,  /* what fathom_store_scan uses: the tiled AVX2 kernel where AVX2
+                            * runs, else the tiled portable one */
     FATHOM_SCAN_REFERENCE, /* plain per-token loop, double accumulation: the one to read */
     FATHOM_SCAN_PORTABLE,  /* the fast kernel compiled for the baseline ISA */
     FATHOM_SCAN_AVX2,      /* AVX2+FMA+F16C intrinsics (x86-64 only) */
-    FATHOM_SCAN_AVX512     /* AVX-512F intrinsics (x86-64 only) */
+    FATHOM_SCAN_AVX512,    /* AVX-512F intrinsics (x86-64 only) */
+    /* The tiled kernels (scan_internal.h): same scores, bit for bit, as the
+     * three above of the same instruction set; they also scan token ranges. */
+    FATHOM_SCAN_TILED_PORTABLE,
+    FATHOM_SCAN_TILED_AVX2,
+    FATHOM_SCAN_TILED_AVX512
 } fathom_scan_kernel;
 
 /* 1 when this build and CPU can run the kernel, else 0. */
@@ -22,6 +42,40 @@ int fathom_scan_kernel_available(fathom_scan_kernel kernel);
 int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *store,
                            const uint8_t *depths, const float *queries, uint32_t group, uint64_t n,
                            float *scores, uint64_t *bytes_read);
+
+/* Scores of tokens [first, first + count) only: score of head h and token
+ * first + i in scores[h * ld + i] (ld >= count). first is a multiple of
+ * FATHOM_BLOCK_TOKENS; first + count <= the store's length. kernel is
+ * FATHOM_SCAN_AUTO or a tiled kernel; the scores are bit-identical to
+ * fathom_store_scan_with's for the same kernel family. *bytes_read gets the
+ * plane and scale bytes of the range's blocks. Threads may scan disjoint
+ * ranges (or the same range into different buffers) of one store at once. */
+int fathom_store_scan_range(fathom_scan_kernel kernel, const fathom_store *store,
+                            const uint8_t *depths, const float *queries, uint32_t group,
+                            uint64_t first, uint64_t count, float *scores, uint64_t ld,
+                            uint64_t *bytes_read);
+
+/* One scan of a batch: scores [group x n] (row stride n) of `queries`
+ * [group x dim] over the first n tokens of store at depths [dim]. */
+typedef struct fathom_scan_item {
+    const fathom_store *store;
+    const uint8_t *depths;
+    const float *queries;
+    uint32_t group;
+    uint64_t n;
+    float *scores;
+} fathom_scan_item;
+
+struct fathom_pool;
+
+/* Scans items [0, count) on the pool's threads (pool.h), split into tasks
+ * of one item and a range of range_tokens tokens (a multiple of
+ * FATHOM_BLOCK_TOKENS; 0: 16384), so that threads share a long context as
+ * well as the heads. kernel: FATHOM_SCAN_AUTO or a tiled kernel. The
+ * scores are those of scanning each item alone, bit for bit. On failure the
+ * first failing task's status and message come back. */
+int fathom_scan_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
+                         const fathom_scan_item *items, uint32_t count, uint64_t range_tokens);
 
 /* The reference scan: scores[h*n + i] = sum_j q_hj * decode(i, j, depths[j]),
  * token by token, accumulated in double. */

@@ -12,10 +12,12 @@
  * (and its scales): the run then starts after them.
  *
  * The kernel transport: a fixed grid, each block an equal share of the
- * planned bytes, 16-byte loads (the measured ceiling for mapped host reads,
- * HARDWARE.md), four in flight per thread; behind another gather on the
- * same stream it starts as that one's last loads are issued. (cub::DeviceMemcpy::Batched
- * over the same run list measured no faster: docs/results.md.) */
+ * planned bytes, 16-byte loads (the widest a thread issues; they read
+ * mapped host memory at ~51 GB/s over an H200's Gen5 x16 link,
+ * bench_host_rows), four in flight per thread; behind another gather on
+ * the same stream it starts as that one's last loads are issued.
+ * cub::DeviceMemcpy::Batched over the same run list measured no faster
+ * (docs/results.md). */
 #include "cuda_internal.cuh"
 
 #include <cub/block/block_scan.cuh>

@@ -10,6 +10,7 @@
  * slot, and slots are summed in a fixed order, so results do not depend on
  * the thread count. Each call has its own pool, so a worker's failure goes
  * back to that call's caller only. */
+#include "cpu.h"
 #include "internal.h"
 #include "pool.h"
 
@@ -191,8 +192,7 @@ static int method_scores(const layer_job *job, const head_state *hs, const fatho
 /* Exact scores of R query rows against keys [0, n): S[r*n + i] = q_r . k_i.
  * Keys are read once per chunk in blocks, transposed so that the inner loop
  * runs over keys and vectorizes without reassociating any sum. */
-FATHOM_SIMD_CLONES
-static void exact_scores(uint32_t dim, const float *Q, uint32_t R, const float *keys, uint64_t n, float *S,
+FATHOM_INLINE void exact_scores_body(uint32_t dim, const float *Q, uint32_t R, const float *keys, uint64_t n, float *S,
                          float *kt) {
     for (uint64_t i0 = 0; i0 < n; i0 += EXACT_BLOCK) {
         uint32_t nb = n - i0 < EXACT_BLOCK ? (uint32_t)(n - i0) : EXACT_BLOCK;
@@ -210,12 +210,13 @@ static void exact_scores(uint32_t dim, const float *Q, uint32_t R, const float *
         }
     }
 }
+FATHOM_CPU_DISPATCH_VOID(exact_scores, (uint32_t dim, const float *Q, uint32_t R, const float *keys, uint64_t n, float *S,
+                         float *kt), (dim, Q, R, keys, n, S, kt))
 
 /* Dense attention outputs of R rows from their exact scores: row r sees keys
  * [0, visible[r]). Softmax in double with the row maximum subtracted; values
  * are read once, in row order. */
-FATHOM_SIMD_CLONES
-static void dense_outputs(uint32_t dim, const float *S, uint64_t stride, uint32_t R, const uint64_t *visible,
+FATHOM_INLINE void dense_outputs_body(uint32_t dim, const float *S, uint64_t stride, uint32_t R, const uint64_t *visible,
                           const float *values, double *acc, float *out) {
     const double scale = 1.0 / sqrt((double)dim);
     double mx[G_MAX_ROWS], sum[G_MAX_ROWS];
@@ -242,12 +243,13 @@ static void dense_outputs(uint32_t dim, const float *S, uint64_t stride, uint32_
     for (uint32_t r = 0; r < R; r++)
         for (uint32_t j = 0; j < dim; j++) out[(uint64_t)r * dim + j] = (float)(acc[(uint64_t)r * dim + j] / sum[r]);
 }
+FATHOM_CPU_DISPATCH_VOID(dense_outputs, (uint32_t dim, const float *S, uint64_t stride, uint32_t R, const uint64_t *visible,
+                          const float *values, double *acc, float *out), (dim, S, stride, R, visible, values, acc, out))
 
 /* Exact attention over a selection, from the exact scores the chunk pass
  * already computed (the same q.k, so only the value sum is left to do):
  * softmax in double with the selection's maximum subtracted. */
-FATHOM_SIMD_CLONES
-static void attend_selected(uint32_t dim, const float *scores, const float *values, const uint32_t *idx,
+FATHOM_INLINE void attend_selected_body(uint32_t dim, const float *scores, const float *values, const uint32_t *idx,
                             uint32_t count, double *acc, float *out) {
     const double scale = 1.0 / sqrt((double)dim);
     float mx = scores[idx[0]];
@@ -262,6 +264,8 @@ static void attend_selected(uint32_t dim, const float *scores, const float *valu
     }
     for (uint32_t j = 0; j < dim; j++) out[j] = (float)(acc[j] / sum);
 }
+FATHOM_CPU_DISPATCH_VOID(attend_selected, (uint32_t dim, const float *scores, const float *values, const uint32_t *idx,
+                            uint32_t count, double *acc, float *out), (dim, scores, values, idx, count, acc, out))
 
 static int run_item(layer_job *job, uint32_t item, scratch *s) {
     const uint32_t dim = job->dim, G = job->group;

@@ -616,6 +616,8 @@ struct fathom_ctx {
     fathom_progress_fn progress;
     void *progress_user;
     sparse_state *sparse; /* NULL: dense decode */
+    fathom_trace_fn trace; /* NULL: no decode trace */
+    void *trace_user;
     fathom_ctx_stats stats;
     int broken; /* a forward pass failed half-way: the cache is inconsistent until reset */
 };
@@ -779,6 +781,13 @@ int fathom_ctx_set_progress(fathom_ctx *ctx, fathom_progress_fn fn, void *user) 
     return FATHOM_OK;
 }
 
+int fathom_ctx_set_trace(fathom_ctx *ctx, fathom_trace_fn fn, void *user) {
+    FATHOM_CHECK_ARG(ctx, "fathom_ctx_set_trace: ctx is NULL");
+    ctx->trace = fn;
+    ctx->trace_user = user;
+    return FATHOM_OK;
+}
+
 int fathom_ctx_get_stats(const fathom_ctx *ctx, fathom_ctx_stats *stats) {
     FATHOM_CHECK_ARG(ctx, "fathom_ctx_get_stats: ctx is NULL");
     FATHOM_CHECK_ARG(stats, "fathom_ctx_get_stats: stats is NULL");
@@ -849,6 +858,14 @@ static int sparse_head_attend(fathom_ctx *c, uint32_t layer, uint32_t kvh, uint6
                                  c->att + ((uint64_t)kvh * G + h) * D));
         sc->selected += count;
         sc->visible += (double)n_vis;
+        if (c->trace) {
+            const fathom_method_kind kind = s->method.kind;
+            const bool planes = kind != FATHOM_METHOD_ORACLE && kind != FATHOM_METHOD_LANDMARK;
+            const fathom_trace_record rec = {
+                pos, layer, kvh, h, D, planes ? fathom_index_scratch_depths(sc->index, D, G) : NULL,
+                idx, count};
+            c->trace(&rec, c->trace_user);
+        }
     }
     return FATHOM_OK;
 }

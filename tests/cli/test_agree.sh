@@ -41,9 +41,9 @@ expect 1 "^fathom needle: the haystack files hold no text" -- needle --haystack 
 # a context beyond the model's window (8192): a warning before the work
 expect 1 "^fathom needle: warning: 9012 tokens exceed the model's trained context of 8192" -- \
   needle --haystack "$tmp/empty.txt" --samples 1 --context 9000
-printf 'one short line.\n' >"$tmp/short.txt"
-expect 0 "^fathom needle: warning: the prompt has [0-9]* tokens, fewer than --context 1024" -- \
-  needle --haystack "$tmp/short.txt" --samples 1 --methods dense --quiet
+printf 'ab.\n' >"$tmp/short.txt"
+expect 0 "^fathom needle: warning: the prompt has [0-9]* tokens, fewer than --context 512" -- \
+  needle --haystack "$tmp/short.txt" --samples 1 --methods dense --context 512 --tokens 1 --quiet
 
 # tokenize: ASCII text round-trips, so the last offset is its byte length.
 text='def add(a, b):

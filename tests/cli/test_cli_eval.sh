@@ -37,7 +37,7 @@ grep -q "lower is better" "$tmp/table" && grep -q "^bits/token  what choosing th
 
 # --match: a method whose error fathom's smallest swept budget already reaches
 # gets a bound (">= x" saving, "<= b" bits) and a note; --json keeps the number.
-args=(--synthetic smollm2-135m --context 1024 --positions 8 --quiet --methods landmark,fathom:16 --match
+args=(--synthetic smollm2-135m --context 512 --positions 4 --quiet --methods landmark,fathom:16 --match
       --sweep-budgets 16,32)
 "$fathom" eval "${args[@]}" >"$tmp/m.txt" 2>"$tmp/err" || bad "match failed: $(cat "$tmp/err")"
 grep -q "^landmark .* <= 1[0-9.]* *>= [0-9.]*x$" "$tmp/m.txt" && grep -q "saving is a lower bound" "$tmp/m.txt" \

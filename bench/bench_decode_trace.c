@@ -1,0 +1,129 @@
+/* bench_decode_trace — record what a sparse CPU decode reads: per step,
+ * layer and query head, the plane depths planned per channel and the rows
+ * selected (fathom_ctx_set_trace), as text for bench/cache_sim.py.
+ *
+ *   bench_decode_trace --model GGUF --prompt-file FILE --out TRACE
+ *                      [--attn fathom:48] [--k 64] [--steps 64] [--threads T]
+ *
+ * The prompt is the file's raw text (no chat template), prefilled densely;
+ * then `steps` greedy decode steps run with the sparse method. TRACE:
+ *   # layers <L> q_heads <Hq> kv_heads <Hkv> dim <d> prompt <n> attn <m> k <k> model <name>
+ *   <position> <layer> <kv_head> <q_head> <depths: d hex digits, or -> <count> <row> ...
+ * one line per record, in the order the steps produced them. */
+#include "fathom.h"
+#include "fathom_model.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct trace_out {
+    FILE *f;
+    pthread_mutex_t lock;
+    uint64_t records;
+} trace_out;
+
+static void on_record(const fathom_trace_record *r, void *user) {
+    trace_out *t = user;
+    pthread_mutex_lock(&t->lock);
+    fprintf(t->f, "%llu %u %u %u ", (unsigned long long)r->position, r->layer, r->kv_head, r->q_head);
+    if (r->depths)
+        for (uint32_t j = 0; j < r->dim; j++) fputc("0123456789abcdef"[r->depths[j] & 15], t->f);
+    else
+        fputc('-', t->f);
+    fprintf(t->f, " %u", r->count);
+    for (uint32_t i = 0; i < r->count; i++) fprintf(t->f, " %u", r->rows[i]);
+    fputc('\n', t->f);
+    t->records++;
+    pthread_mutex_unlock(&t->lock);
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *grown = realloc(buf, cap *= 2);
+            if (!grown) free(buf);
+            buf = grown;
+        }
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+static int fail(const char *what, int st) {
+    fprintf(stderr, "bench_decode_trace: %s: %s: %s\n", what, fathom_status_name(st), fathom_last_error());
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    const char *model_path = NULL, *prompt_path = NULL, *out_path = NULL, *attn = "fathom:48";
+    uint32_t k = 64, steps = 64, threads = 0;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *a = argv[i], *v = argv[i + 1];
+        if (!strcmp(a, "--model")) model_path = v;
+        else if (!strcmp(a, "--prompt-file")) prompt_path = v;
+        else if (!strcmp(a, "--out")) out_path = v;
+        else if (!strcmp(a, "--attn")) attn = v;
+        else if (!strcmp(a, "--k")) k = (uint32_t)atoi(v);
+        else if (!strcmp(a, "--steps")) steps = (uint32_t)atoi(v);
+        else if (!strcmp(a, "--threads")) threads = (uint32_t)atoi(v);
+        else model_path = NULL, i = argc;
+    }
+    if (!model_path || !prompt_path || !out_path || !k || !steps) {
+        fprintf(stderr, "usage: bench_decode_trace --model GGUF --prompt-file FILE --out TRACE [--attn fathom:48] "
+                        "[--k 64] [--steps 64] [--threads T]\n");
+        return 2;
+    }
+    fathom_method method;
+    int st = fathom_method_parse(attn, &method);
+    if (st < 0) return fail(attn, st);
+    fathom_model *model = NULL;
+    fathom_tokenizer *tok = NULL;
+    if ((st = fathom_model_open(&model, model_path)) < 0) return fail(model_path, st);
+    if ((st = fathom_model_tokenizer(model, &tok)) < 0) return fail("tokenizer", st);
+    fathom_model_info info;
+    fathom_model_get_info(model, &info);
+    size_t len = 0, n = 0;
+    char *text = read_file(prompt_path, &len);
+    if (!text) return fail(prompt_path, FATHOM_ERR_IO);
+    /* a first call sizes the ids (it fails with "buffer too small" and sets n) */
+    if ((st = fathom_tokenizer_encode(tok, text, len, false, NULL, 0, &n)) < 0 && n == 0) return fail("encode", st);
+    int32_t *ids = malloc((n + 1) * sizeof *ids);
+    float *logits = malloc((size_t)info.vocab * sizeof *logits);
+    if (!ids || !logits) return fail("allocation", FATHOM_ERR_NOMEM);
+    if ((st = fathom_tokenizer_encode(tok, text, len, false, ids, n, &n)) < 0) return fail("encode", st);
+    fathom_ctx *ctx = NULL;
+    if ((st = fathom_ctx_create(&ctx, model, (uint32_t)(n + steps + 1), threads)) < 0) return fail("context", st);
+    if ((st = fathom_ctx_set_attention(ctx, &method, k, NULL)) < 0) return fail(attn, st);
+    trace_out out = {fopen(out_path, "w"), PTHREAD_MUTEX_INITIALIZER, 0};
+    if (!out.f) return fail(out_path, FATHOM_ERR_IO);
+    fprintf(out.f, "# layers %u q_heads %u kv_heads %u dim %u prompt %zu attn %s k %u model %s\n", info.layers,
+            info.q_heads, info.kv_heads, info.head_dim, n, attn, k, info.name);
+    if ((st = fathom_ctx_prefill(ctx, ids, n, logits)) < 0) return fail("prefill", st);
+    if ((st = fathom_ctx_set_trace(ctx, on_record, &out)) < 0) return fail("trace", st);
+    for (uint32_t s = 0; s < steps; s++) {
+        int32_t next = 0;
+        for (uint32_t v = 1; v < info.vocab; v++)
+            if (logits[v] > logits[next]) next = (int32_t)v;
+        if ((st = fathom_ctx_step(ctx, next, logits)) < 0) return fail("step", st);
+    }
+    fclose(out.f);
+    fprintf(stderr, "bench_decode_trace: %zu prompt tokens, %u steps, %llu records -> %s\n", n, steps,
+            (unsigned long long)out.records, out_path);
+    fathom_ctx_free(ctx);
+    fathom_tokenizer_free(tok);
+    fathom_model_free(model);
+    free(ids);
+    free(logits);
+    free(text);
+    return 0;
+}

@@ -1,0 +1,487 @@
+/* scan (§3.3) — scores of every token from the first t_j planes of each
+ * channel.
+ *
+ * fathom_store_scan_reference is the definition, written to be read: token
+ * by token, channel by channel, in double. The fast kernels below (portable,
+ * here; AVX2 and AVX-512 in scan_x86.c) compute the same scores in float and
+ * are picked at run time through cpu.h. */
+#include "internal.h"
+#include "pool.h"
+#include "scan_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------- *
+ * scan (§3.3): scores of every token from the first t_j planes
+ * ---------------------------------------------------------------------- */
+
+static int check_scan_args(const fathom_store *st, const uint8_t *depths, const float *queries,
+                           uint32_t group, uint64_t n, const float *scores,
+                           uint64_t *bytes_read_out) {
+    FATHOM_CHECK_ARG(st && depths && queries && scores, "store_scan: NULL argument");
+    FATHOM_CHECK_ARG(group > 0, "store_scan: group is 0");
+    FATHOM_CHECK_ARG(n > 0 && n <= fathom_store_length(st), "store_scan: n = %llu not in 1..length %llu",
+                     (unsigned long long)n, (unsigned long long)fathom_store_length(st));
+    uint64_t total;
+    FATHOM_CHECK(!fathom_mul_u64(group, n, &total) || total > SIZE_MAX / sizeof(float),
+                 FATHOM_ERR_NOMEM, "store_scan: group * n overflows");
+    FATHOM_TRY(fathom_depths_check(fathom_store_dim(st), depths, "store_scan"));
+    /* bytes: sum over active channels of ceil(n/64) * (8 t_j + 2) */
+    uint64_t per_block = 0;
+    for (uint32_t j = 0; j < fathom_store_dim(st); j++)
+        if (depths[j]) per_block += 8u * depths[j] + 2u;
+    FATHOM_CHECK(!fathom_mul_u64(fathom_blocks_for(n), per_block, bytes_read_out), FATHOM_ERR_NOMEM,
+                 "store_scan: byte count overflows");
+    return FATHOM_OK;
+}
+
+int fathom_store_scan_reference(const fathom_store *st, const uint8_t *depths, const float *queries,
+                                uint32_t group, uint64_t n, float *scores, uint64_t *bytes_read) {
+    uint64_t bytes;
+    FATHOM_TRY(check_scan_args(st, depths, queries, group, n, scores, &bytes));
+    const uint32_t dim = fathom_store_dim(st);
+    for (uint32_t h = 0; h < group; h++) {
+        const float *q = queries + (uint64_t)h * dim;
+        for (uint64_t i = 0; i < n; i++) {
+            double acc = 0.0;
+            for (uint32_t j = 0; j < dim; j++)
+                if (depths[j]) acc += (double)q[j] * fathom_store_token_value(st, i, j, depths[j]);
+            scores[(uint64_t)h * n + i] = (float)acc;
+        }
+    }
+    if (bytes_read) *bytes_read = bytes;
+    return FATHOM_OK;
+}
+
+#define EXPAND_ROW(x)                                                                              \
+    {                                                                                              \
+        (float)((x)&1), (float)(((x) >> 1) & 1), (float)(((x) >> 2) & 1), (float)(((x) >> 3) & 1), \
+            (float)(((x) >> 4) & 1), (float)(((x) >> 5) & 1), (float)(((x) >> 6) & 1),             \
+            (float)(((x) >> 7) & 1)                                                                \
+    }
+#define EXPAND_4(x) EXPAND_ROW(x), EXPAND_ROW((x) + 1), EXPAND_ROW((x) + 2), EXPAND_ROW((x) + 3)
+#define EXPAND_16(x) EXPAND_4(x), EXPAND_4((x) + 4), EXPAND_4((x) + 8), EXPAND_4((x) + 12)
+#define EXPAND_64(x) EXPAND_16(x), EXPAND_16((x) + 16), EXPAND_16((x) + 32), EXPAND_16((x) + 48)
+
+const float fathom_bit_expand[256][8]
+    __attribute__((aligned(32))) = {EXPAND_64(0), EXPAND_64(64), EXPAND_64(128), EXPAND_64(192)};
+
+/* ---- portable: GNU C vectors of 4 floats (SSE2, NEON, or scalar code) ----
+ * 8 tokens x up to 4 heads of accumulators per pass over the channels. */
+
+typedef float scan_v4 __attribute__((vector_size(16)));
+
+SCAN_INLINE scan_v4 v4_load(const float *p) {
+    scan_v4 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+SCAN_INLINE scan_v4 v4_splat(float x) { return (scan_v4){x, x, x, x}; }
+
+SCAN_INLINE void portable_channels(const scan_job *job, const scan_tile *tile, uint32_t b,
+                                   const uint32_t T, uint32_t h0, const uint32_t HC, uint32_t octet,
+                                   scan_v4 acc[4][2]) {
+    uint32_t r = job->row[T];
+    for (uint32_t k = job->first[T - 1]; k < job->first[T]; k++, r += T) {
+        const float *coef = tile->coef[k][b];
+        scan_v4 v0 = v4_splat(coef[0]), v1 = v0;
+        for (uint32_t p = 0; p < T; p++) {
+            const float *e = bit_expand[(tile->words[r + p][b] >> (8 * octet)) & 0xffu];
+            scan_v4 wp = v4_splat(coef[1 + p]);
+            v0 += v4_load(e) * wp;
+            v1 += v4_load(e + 4) * wp;
+        }
+        const float *q = job->queries + (uint64_t)h0 * job->dim + job->channels[k];
+        for (uint32_t h = 0; h < HC; h++) {
+            scan_v4 qh = v4_splat(q[(uint64_t)h * job->dim]);
+            acc[h][0] += qh * v0;
+            acc[h][1] += qh * v1;
+        }
+    }
+}
+
+SCAN_INLINE void portable_octet(const scan_job *job, const scan_tile *tile, uint32_t b, uint32_t h0,
+                                const uint32_t HC, uint32_t octet, float *out) {
+    scan_v4 acc[4][2];
+    for (uint32_t h = 0; h < HC; h++) acc[h][0] = acc[h][1] = v4_splat(0.0f);
+#define PORTABLE_DEPTH(T) portable_channels(job, tile, b, T, h0, HC, octet, acc)
+    SCAN_FOR_EACH_DEPTH(PORTABLE_DEPTH);
+#undef PORTABLE_DEPTH
+    for (uint32_t h = 0; h < HC; h++) {
+        memcpy(out + h * 8, &acc[h][0], sizeof acc[h][0]);
+        memcpy(out + h * 8 + 4, &acc[h][1], sizeof acc[h][1]);
+    }
+}
+
+static void portable_block(const scan_job *job, const scan_tile *tile, uint32_t b, uint32_t h0,
+                           uint32_t hc, uint64_t first, uint32_t valid) {
+    float out[4 * 8];
+    for (uint32_t octet = 0; octet * 8 < valid; octet++) {
+        uint32_t count = valid - octet * 8 < 8 ? valid - octet * 8 : 8;
+#define PORTABLE_OCTET(HC) portable_octet(job, tile, b, h0, HC, octet, out)
+        SCAN_HEAD_CHUNK(hc, PORTABLE_OCTET);
+#undef PORTABLE_OCTET
+        for (uint32_t h = 0; h < hc; h++)
+            add_scores(job->scores + (uint64_t)(h0 + h) * job->n + first + octet * 8, out + h * 8,
+                       count);
+    }
+}
+
+static void scan_segment_portable(const scan_job *job, scan_tile *tile,
+                                  const fathom_segment_view *view, uint64_t seg_n) {
+#define PORTABLE_BLOCK(b, h0, hc, first, valid) portable_block(job, tile, b, h0, hc, first, valid)
+    SCAN_SEGMENT_LOOP(job, tile, view, seg_n, fathom_f16_to_f32, PORTABLE_BLOCK);
+#undef PORTABLE_BLOCK
+}
+
+/* ---- tiled portable kernel: decode with bit_expand, 8 tokens x up to 4
+ * heads per GEMM step (a multiply then an add, as portable_channels) ---- */
+
+static void portable2_decode(const scan2_pass *ps, const scan2_tile *tile, uint32_t b, float *dec) {
+    for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
+        uint32_t r = ps->row[t];
+        for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++, r += t) {
+            const float a = fathom_f16_to_f32(tile->scales[k][b]);
+            for (uint32_t octet = 0; octet < 8; octet++) {
+                scan_v4 v0 = v4_splat(scan2_coef0(a, t)), v1 = v0;
+                for (uint32_t p = 0; p < t; p++) {
+                    const float *e = bit_expand[(tile->words[r + p][b] >> (8 * octet)) & 0xffu];
+                    scan_v4 wp = v4_splat(scan2_coefp(a, p));
+                    v0 += v4_load(e) * wp;
+                    v1 += v4_load(e + 4) * wp;
+                }
+                memcpy(dec + (size_t)k * 64 + octet * 8, &v0, sizeof v0);
+                memcpy(dec + (size_t)k * 64 + octet * 8 + 4, &v1, sizeof v1);
+            }
+        }
+    }
+}
+
+SCAN_INLINE void portable2_gemm(const scan2_pass *ps, const float *dec, const uint32_t HC,
+                                float *out, uint64_t ld, uint32_t valid) {
+    for (uint32_t octet = 0; octet * 8 < valid; octet++) {
+        scan_v4 acc[4][2];
+        for (uint32_t h = 0; h < HC; h++) acc[h][0] = acc[h][1] = v4_splat(0.0f);
+        for (uint32_t k = 0; k < ps->count; k++) {
+            scan_v4 v0 = v4_load(dec + (size_t)k * 64 + octet * 8);
+            scan_v4 v1 = v4_load(dec + (size_t)k * 64 + octet * 8 + 4);
+            for (uint32_t h = 0; h < HC; h++) {
+                scan_v4 qh = v4_splat(ps->q[k][h]);
+                acc[h][0] += qh * v0;
+                acc[h][1] += qh * v1;
+            }
+        }
+        uint32_t n = valid - octet * 8 < 8 ? valid - octet * 8 : 8;
+        for (uint32_t h = 0; h < HC; h++) {
+            float a[8];
+            memcpy(a, &acc[h][0], sizeof acc[h][0]);
+            memcpy(a + 4, &acc[h][1], sizeof acc[h][1]);
+            scan2_put(out + h * ld + octet * 8, a, n, ps->add);
+        }
+    }
+}
+
+static void portable2_block(const scan2_pass *ps, const scan2_tile *tile, uint32_t b, float *dec,
+                            float *out, uint64_t ld, uint32_t valid) {
+    portable2_decode(ps, tile, b, dec);
+#define PORTABLE2_GEMM(HC) portable2_gemm(ps, dec, HC, out, ld, valid)
+    SCAN_HEAD_CHUNK(ps->heads, PORTABLE2_GEMM);
+#undef PORTABLE2_GEMM
+}
+
+/* The next pass: up to SCAN_PASS_CHANNELS active channels from channel j on,
+ * bucketed by depth (see scan_job). Returns the channel after the pass;
+ * *count = 0 when no active channel is left. */
+static uint32_t scan_next_pass(uint32_t dim, const uint8_t *depths, uint32_t j, uint32_t *count,
+                               uint32_t first[FATHOM_PLANES + 1], uint32_t row[FATHOM_PLANES + 1],
+                               uint32_t channels[SCAN_PASS_CHANNELS]) {
+    uint32_t per_depth[FATHOM_PLANES + 1] = {0}, end = j, n = 0;
+    for (; end < dim && n < SCAN_PASS_CHANNELS; end++)
+        if (depths[end]) per_depth[depths[end]]++, n++;
+    *count = n;
+    first[0] = 0;
+    row[0] = row[1] = 0;
+    for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
+        first[t] = first[t - 1] + per_depth[t];
+        if (t > 1) row[t] = row[t - 1] + (t - 1) * per_depth[t - 1];
+    }
+    uint32_t fill[FATHOM_PLANES];
+    for (uint32_t t = 0; t < FATHOM_PLANES; t++) fill[t] = first[t];
+    for (; j < end; j++)
+        if (depths[j]) channels[fill[depths[j] - 1]++] = j;
+    return end;
+}
+
+int fathom_scan_kernel_available(fathom_scan_kernel kernel) {
+    switch (kernel) {
+    case FATHOM_SCAN_AUTO:
+    case FATHOM_SCAN_REFERENCE:
+    case FATHOM_SCAN_PORTABLE:
+    case FATHOM_SCAN_TILED_PORTABLE: return 1;
+#ifdef FATHOM_X86
+    case FATHOM_SCAN_AVX2:
+    case FATHOM_SCAN_TILED_AVX2: return fathom_cpu_has(FATHOM_CPU_AVX2);
+    case FATHOM_SCAN_AVX512:
+    case FATHOM_SCAN_TILED_AVX512: return fathom_cpu_has(FATHOM_CPU_AVX512);
+#else
+    case FATHOM_SCAN_AVX2:
+    case FATHOM_SCAN_AVX512:
+    case FATHOM_SCAN_TILED_AVX2:
+    case FATHOM_SCAN_TILED_AVX512: return 0;
+#endif
+    }
+    return 0;
+}
+
+/* A scan call's working tables. */
+typedef struct scan_work {
+    scan_job job;
+    scan_tile tile;
+} scan_work;
+
+static scan_segment_fn pick_kernel(fathom_scan_kernel kernel) {
+#ifdef FATHOM_X86
+    if (kernel == FATHOM_SCAN_AVX512 ||
+        (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX512)))
+        return fathom_scan_segment_avx512;
+    if (kernel == FATHOM_SCAN_AVX2 || (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX2)))
+        return fathom_scan_segment_avx2;
+#endif
+    (void)kernel;
+    return scan_segment_portable;
+}
+
+/* The tiled kernel for `kernel`. AUTO takes the AVX2 one wherever AVX2 runs
+ * (its scores equal the AVX-512 kernels', operation for operation); the
+ * AVX-512 one is chosen by name. */
+static scan2_block_fn pick_tiled(fathom_scan_kernel kernel) {
+#ifdef FATHOM_X86
+    if (kernel == FATHOM_SCAN_TILED_AVX512) return fathom_scan2_block_avx512;
+    if (kernel == FATHOM_SCAN_TILED_AVX2 ||
+        (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX2)))
+        return fathom_scan2_block_avx2;
+#endif
+    (void)kernel;
+    return portable2_block;
+}
+
+/* A tiled scan's working tables (about 35 KiB, on the caller's stack: a scan
+ * allocates nothing). */
+typedef struct scan2_work {
+    scan2_pass pass;
+    scan2_tile tile;
+    float dec[SCAN_PASS_CHANNELS * FATHOM_BLOCK_TOKENS] __attribute__((aligned(64)));
+} scan2_work;
+
+/* Copies blocks [b0, b0 + nb) of the pass's plane rows and scales into tile. */
+static void scan2_stage(const scan2_pass *ps, const fathom_segment_view *view, uint32_t b0,
+                        uint32_t nb, scan2_tile *tile) {
+    for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
+        uint32_t r = ps->row[t];
+        for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++) {
+            const uint64_t j = ps->channels[k];
+            for (uint32_t p = 0; p < t; p++, r++) {
+                const uint64_t *src = view->planes + (j * FATHOM_PLANES + p) * ps->S + b0;
+                if (nb == SCAN2_TILE_BLOCKS) /* a constant size: inlined moves */
+                    memcpy(tile->words[r], src, sizeof tile->words[r]);
+                else
+                    memcpy(tile->words[r], src, nb * sizeof(uint64_t));
+            }
+            memcpy(tile->scales[k], view->scales + j * ps->S + b0, nb * sizeof(uint16_t));
+        }
+    }
+}
+
+/* Scores heads [h0, h0 + pass->heads) over the range's blocks for one pass. */
+static int scan2_chunk(scan2_block_fn block_fn, scan2_work *w, const fathom_store *st,
+                       uint64_t first, uint64_t count, float *out, uint64_t ld) {
+    const uint64_t S = w->pass.S, end = first + count;
+    for (uint64_t blk = first / FATHOM_BLOCK_TOKENS; blk * FATHOM_BLOCK_TOKENS < end;) {
+        fathom_segment_view view;
+        FATHOM_TRY(fathom_store_segment(st, (uint32_t)(blk / S), &view));
+        const uint32_t b0 = (uint32_t)(blk % S);
+        uint64_t left = fathom_blocks_for(end) - blk;
+        uint32_t nb = SCAN2_TILE_BLOCKS;
+        if (S - b0 < nb) nb = (uint32_t)(S - b0);
+        if (left < nb) nb = (uint32_t)left;
+        scan2_stage(&w->pass, &view, b0, nb, &w->tile);
+        for (uint32_t b = 0; b < nb; b++, blk++) {
+            uint64_t offset = blk * FATHOM_BLOCK_TOKENS - first;
+            uint32_t valid = count - offset < FATHOM_BLOCK_TOKENS ? (uint32_t)(count - offset)
+                                                                  : FATHOM_BLOCK_TOKENS;
+            block_fn(&w->pass, &w->tile, b, w->dec, out + offset, ld, valid);
+        }
+    }
+    return FATHOM_OK;
+}
+
+static int scan2_run(scan2_block_fn block_fn, const fathom_store *st, const uint8_t *depths,
+                     const float *queries, uint32_t group, uint64_t first, uint64_t count,
+                     float *scores, uint64_t ld) {
+    scan2_work work, *w = &work;
+    const uint32_t dim = fathom_store_dim(st);
+    scan2_pass *ps = &w->pass;
+    ps->S = fathom_store_segment_blocks(st);
+    int status = FATHOM_OK, first_pass = 1;
+    for (uint32_t j = 0; j < dim && status == FATHOM_OK; first_pass = 0) {
+        j = scan_next_pass(dim, depths, j, &ps->count, ps->first, ps->row, ps->channels);
+        if (!ps->count) {
+            if (first_pass) /* no active channel: every score is 0 */
+                for (uint32_t h = 0; h < group; h++)
+                    memset(scores + h * ld, 0, (size_t)count * sizeof(float));
+            break;
+        }
+        for (uint32_t h0 = 0; h0 < group && status == FATHOM_OK; h0 += 4) {
+            ps->heads = group - h0 < 4 ? group - h0 : 4;
+            ps->add = !first_pass;
+            for (uint32_t k = 0; k < ps->count; k++)
+                for (uint32_t h = 0; h < 4; h++)
+                    ps->q[k][h] = h < ps->heads
+                                      ? queries[(uint64_t)(h0 + h) * dim + ps->channels[k]]
+                                      : 0.0f;
+            status = scan2_chunk(block_fn, w, st, first, count, scores + h0 * ld, ld);
+        }
+    }
+    return status;
+}
+
+static int is_tiled(fathom_scan_kernel kernel) {
+    return kernel == FATHOM_SCAN_TILED_PORTABLE || kernel == FATHOM_SCAN_TILED_AVX2 ||
+           kernel == FATHOM_SCAN_TILED_AVX512;
+}
+
+int fathom_store_scan_range(fathom_scan_kernel kernel, const fathom_store *st,
+                            const uint8_t *depths, const float *queries, uint32_t group,
+                            uint64_t first, uint64_t count, float *scores, uint64_t ld,
+                            uint64_t *bytes_read) {
+    FATHOM_CHECK_ARG(kernel == FATHOM_SCAN_AUTO || is_tiled(kernel),
+                     "store_scan_range: kernel %d is not a tiled kernel", (int)kernel);
+    FATHOM_CHECK(!fathom_scan_kernel_available(kernel), FATHOM_ERR_UNSUPPORTED,
+                 "store_scan_range: kernel %d is not available on this CPU", (int)kernel);
+    FATHOM_CHECK_ARG(st && depths && queries && scores, "store_scan_range: NULL argument");
+    FATHOM_CHECK_ARG(group > 0, "store_scan_range: group is 0");
+    const uint64_t length = fathom_store_length(st);
+    FATHOM_CHECK_ARG(first % FATHOM_BLOCK_TOKENS == 0,
+                     "store_scan_range: first %llu is not a multiple of %d",
+                     (unsigned long long)first, FATHOM_BLOCK_TOKENS);
+    FATHOM_CHECK_ARG(count > 0 && first < length && count <= length - first,
+                     "store_scan_range: tokens [%llu, +%llu) not in 0..length %llu",
+                     (unsigned long long)first, (unsigned long long)count,
+                     (unsigned long long)length);
+    uint64_t total;
+    FATHOM_CHECK_ARG(ld >= count, "store_scan_range: ld %llu < count %llu",
+                     (unsigned long long)ld, (unsigned long long)count);
+    FATHOM_CHECK(!fathom_mul_u64(group, ld, &total) || total > SIZE_MAX / sizeof(float),
+                 FATHOM_ERR_NOMEM, "store_scan_range: group * ld overflows");
+    uint64_t bytes;
+    FATHOM_TRY(check_scan_args(st, depths, queries, group, count, scores, &bytes));
+    FATHOM_TRY(scan2_run(pick_tiled(kernel), st, depths, queries, group, first, count, scores, ld));
+    if (bytes_read) *bytes_read = bytes;
+    return FATHOM_OK;
+}
+
+int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st, const uint8_t *depths,
+                           const float *queries, uint32_t group, uint64_t n, float *scores,
+                           uint64_t *bytes_read) {
+    if (kernel == FATHOM_SCAN_REFERENCE)
+        return fathom_store_scan_reference(st, depths, queries, group, n, scores, bytes_read);
+    if (kernel == FATHOM_SCAN_AUTO || is_tiled(kernel)) {
+        FATHOM_CHECK(!fathom_scan_kernel_available(kernel), FATHOM_ERR_UNSUPPORTED,
+                     "store_scan: kernel %d is not available on this CPU", (int)kernel);
+        uint64_t bytes;
+        FATHOM_TRY(check_scan_args(st, depths, queries, group, n, scores, &bytes));
+        return fathom_store_scan_range(kernel, st, depths, queries, group, 0, n, scores, n,
+                                       bytes_read);
+    }
+    FATHOM_CHECK_ARG(kernel == FATHOM_SCAN_PORTABLE || kernel == FATHOM_SCAN_AVX2 ||
+                         kernel == FATHOM_SCAN_AVX512,
+                     "store_scan: unknown kernel %d", (int)kernel);
+    FATHOM_CHECK(!fathom_scan_kernel_available(kernel), FATHOM_ERR_UNSUPPORTED,
+                 "store_scan: kernel %d is not available on this CPU", (int)kernel);
+    uint64_t bytes;
+    FATHOM_TRY(check_scan_args(st, depths, queries, group, n, scores, &bytes));
+    scan_work work;
+    scan_job *job = &work.job;
+    scan_segment_fn segment_fn = pick_kernel(kernel);
+    memset(scores, 0, (size_t)(group * n) * sizeof(float));
+    job->S = fathom_store_segment_blocks(st);
+    job->dim = fathom_store_dim(st);
+    job->group = group;
+    job->n = n;
+    job->queries = queries;
+    job->scores = scores;
+    const uint64_t seg_tokens = (uint64_t)fathom_store_segment_blocks(st) * FATHOM_BLOCK_TOKENS;
+    /* Passes of up to SCAN_PASS_CHANNELS active channels; each adds into scores. */
+    for (uint32_t j = 0; j < fathom_store_dim(st);) {
+        j = scan_next_pass(fathom_store_dim(st), depths, j, &job->count, job->first, job->row,
+                           job->channels);
+        if (!job->count) break;
+        for (uint32_t seg = 0; (uint64_t)seg * seg_tokens < n; seg++) {
+            fathom_segment_view view;
+            int status = fathom_store_segment(st, seg, &view);
+            if (status < 0) return status;
+            uint64_t seg_n =
+                n - view.first_token < view.tokens ? n - view.first_token : view.tokens;
+            segment_fn(job, &work.tile, &view, seg_n);
+        }
+    }
+    if (bytes_read) *bytes_read = bytes;
+    return FATHOM_OK;
+}
+
+int fathom_store_scan(const fathom_store *st, const uint8_t *depths, const float *queries,
+                      uint32_t group, uint64_t n, float *scores, uint64_t *bytes_read) {
+    return fathom_store_scan_with(FATHOM_SCAN_AUTO, st, depths, queries, group, n, scores,
+                                  bytes_read);
+}
+
+/* ---- the parallel driver: (item, token range) tasks on the pool ---- */
+
+typedef struct scan_batch {
+    fathom_scan_kernel kernel;
+    const fathom_scan_item *items;
+    const uint64_t *first_task; /* [count + 1] prefix sums of each item's ranges */
+    uint32_t count;
+    uint64_t range;
+} scan_batch;
+
+static int scan_batch_task(void *arg, uint32_t task, uint32_t worker) {
+    (void)worker;
+    const scan_batch *b = arg;
+    uint32_t i = 0;
+    while (b->first_task[i + 1] <= task) i++; /* items are few: a linear search */
+    const fathom_scan_item *it = &b->items[i];
+    const uint64_t first = (task - b->first_task[i]) * b->range;
+    const uint64_t count = it->n - first < b->range ? it->n - first : b->range;
+    return fathom_store_scan_range(b->kernel, it->store, it->depths, it->queries, it->group, first,
+                                   count, it->scores + first, it->n, NULL);
+}
+
+int fathom_scan_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
+                         const fathom_scan_item *items, uint32_t count, uint64_t range_tokens) {
+    FATHOM_CHECK_ARG(pool && items && count > 0, "scan_parallel: NULL pool or no items");
+    if (range_tokens == 0) range_tokens = 16384;
+    FATHOM_CHECK_ARG(range_tokens % FATHOM_BLOCK_TOKENS == 0,
+                     "scan_parallel: range %llu is not a multiple of %d",
+                     (unsigned long long)range_tokens, FATHOM_BLOCK_TOKENS);
+    uint64_t *first_task = fathom_alloc_array((uint64_t)count + 1, sizeof(uint64_t));
+    if (!first_task) return fathom_fail(FATHOM_ERR_NOMEM, "scan_parallel: out of memory");
+    first_task[0] = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        const uint64_t n = items[i].n;
+        first_task[i + 1] = first_task[i] + (n ? (n - 1) / range_tokens + 1 : 1);
+    }
+    int status;
+    if (first_task[count] > UINT32_MAX)
+        status = fathom_fail(FATHOM_ERR_INVALID_ARG, "scan_parallel: %llu tasks",
+                             (unsigned long long)first_task[count]);
+    else {
+        const scan_batch batch = {kernel, items, first_task, count, range_tokens};
+        status = fathom_pool_run(pool, scan_batch_task, (void *)&batch, (uint32_t)first_task[count]);
+    }
+    free(first_task);
+    return status;
+}

@@ -1,0 +1,209 @@
+/* Shared parts of the scan kernels (scan.c, scan_x86.c): the pass and tile
+ * tables and the loops every kernel runs. Not installed. */
+#ifndef FATHOM_SCAN_INTERNAL_H
+#define FATHOM_SCAN_INTERNAL_H
+
+#include "cpu.h"
+#include "store_internal.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------- *
+ * fast scan kernels
+ *
+ * Every kernel decodes a channel's value at depth t as
+ *     v = a (2^-t - 1) + sum_{p < t} bit_p * a 2^-p,
+ * which is the reference value (c_t + 1/2 - 2^(t-1)) a / 2^(t-1) rewritten
+ * plane by plane. Every partial sum is a multiple of a 2^-t of at most 5
+ * bits, so each step is exact in float and the kernels' decoded values are
+ * bit-identical to decode_value(); only the order of the q * v sums differs.
+ * The kernels then add q_h * v into every head's scores: G multiply-adds per
+ * active channel and token, plus t cheap decode steps.
+ *
+ * Bit i of a plane word is token i. The kernels expand 8 bits at a time to
+ * 8 floats 0/1 through bit_expand (portable, AVX2), or use 16 bits directly
+ * as an AVX-512 lane mask.
+ * ---------------------------------------------------------------------- */
+
+
+/* bit_expand[b][l] = bit l of byte b, as a float. 8 KiB, stays in L1. */
+extern const float fathom_bit_expand[256][8];
+#define bit_expand fathom_bit_expand
+
+/* Channels handled per pass and blocks per staged tile. The tile tables
+ * (about 13 KiB) live on the stack, so a scan allocates nothing. */
+#define SCAN_PASS_CHANNELS 64
+#define SCAN_TILE_BLOCKS 4
+
+/* One pass of the scan: up to SCAN_PASS_CHANNELS active channels, sorted by
+ * depth so that each kernel runs four loops of constant depth (no
+ * data-dependent loop exits to mispredict). Channels of depth t are
+ * k in [first[t-1], first[t]); their staged plane rows start at row[t]. */
+typedef struct scan_job {
+    uint64_t S;
+    uint32_t dim;
+    uint32_t group;
+    uint64_t n;
+    const float *queries;
+    float *scores;
+    uint32_t count;                        /* active channels in this pass */
+    uint32_t first[FATHOM_PLANES + 1];     /* first[0] = 0, first[4] = count */
+    uint32_t row[FATHOM_PLANES + 1];       /* first staged row of each depth's channels */
+    uint32_t channels[SCAN_PASS_CHANNELS]; /* their indices, by depth */
+} scan_job;
+
+/* A tile of up to SCAN_TILE_BLOCKS blocks, staged (§3.6): the plane words
+ * of the active channels copied into one small contiguous buffer. Read in
+ * place, the words of one block lie 8*S bytes apart per plane, and with S a
+ * power of two every one of them falls in the same L1 set; staging turns
+ * that into short sequential copies. Channel k of depth t has rows
+ * row[t] + (k - first[t-1]) * t + p for p < t.
+ * coef[k][b][0] = a (2^-t - 1); coef[k][b][1 + p] = a 2^-p. */
+typedef struct scan_tile {
+    uint64_t words[SCAN_PASS_CHANNELS * FATHOM_PLANES][SCAN_TILE_BLOCKS];
+    float coef[SCAN_PASS_CHANNELS][SCAN_TILE_BLOCKS][1 + FATHOM_PLANES];
+} scan_tile;
+
+#define SCAN_INLINE FATHOM_INLINE
+
+/* Stage blocks [b0, b0+nb) (segment-relative) of the pass's channels into
+ * tile, with F16_TO_F32 converting the scales. */
+#define SCAN_STAGE_TILE(job, view, b0, nb, tile, F16_TO_F32)                                       \
+    do {                                                                                           \
+        for (uint32_t t_ = 1; t_ <= FATHOM_PLANES; t_++) {                                         \
+            uint32_t r_ = (job)->row[t_];                                                          \
+            for (uint32_t k_ = (job)->first[t_ - 1]; k_ < (job)->first[t_]; k_++) {                \
+                uint64_t j_ = (job)->channels[k_];                                                 \
+                for (uint32_t p_ = 0; p_ < t_; p_++, r_++) {                                       \
+                    const uint64_t *src_ =                                                         \
+                        (view)->planes + (j_ * FATHOM_PLANES + p_) * (job)->S + (b0);              \
+                    for (uint32_t b_ = 0; b_ < (nb); b_++) (tile)->words[r_][b_] = src_[b_];       \
+                }                                                                                  \
+                for (uint32_t b_ = 0; b_ < (nb); b_++) {                                           \
+                    float a_ = F16_TO_F32((view)->scales[j_ * (job)->S + (b0) + b_]);              \
+                    float *c_ = (tile)->coef[k_][b_];                                              \
+                    c_[0] = a_ * (1.0f / (float)(1u << t_) - 1.0f);                                \
+                    for (uint32_t p_ = 0; p_ < FATHOM_PLANES; p_++)                                \
+                        c_[1 + p_] = a_ * (1.0f / (float)(1u << p_));                              \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
+/* Calls BODY(T) for each depth with T a constant. */
+#define SCAN_FOR_EACH_DEPTH(BODY)                                                                  \
+    do {                                                                                           \
+        BODY(1);                                                                                   \
+        BODY(2);                                                                                   \
+        BODY(3);                                                                                   \
+        BODY(4);                                                                                   \
+    } while (0)
+
+/* Calls CALL(HC) with HC = min(4, heads left) as a constant, so that a
+ * kernel's accumulators for HC heads can live in registers. */
+#define SCAN_HEAD_CHUNK(hc, CALL)                                                                  \
+    do {                                                                                           \
+        switch (hc) {                                                                              \
+        case 4: CALL(4); break;                                                                    \
+        case 3: CALL(3); break;                                                                    \
+        case 2: CALL(2); break;                                                                    \
+        default: CALL(1); break;                                                                   \
+        }                                                                                          \
+    } while (0)
+
+/* The loop shared by every kernel: segment -> staged tiles -> blocks -> head
+ * chunks; BLOCK(b, h0, hc, first, valid) scores block b of the tile for heads
+ * [h0, h0+hc) and adds the first `valid` tokens into the scores. */
+#define SCAN_SEGMENT_LOOP(job, tile, view, seg_n, F16_TO_F32, BLOCK)                               \
+    do {                                                                                           \
+        const uint32_t blocks_ = (uint32_t)fathom_blocks_for(seg_n);                                      \
+        for (uint32_t b0_ = 0; b0_ < blocks_; b0_ += SCAN_TILE_BLOCKS) {                           \
+            uint32_t nb_ = blocks_ - b0_ < SCAN_TILE_BLOCKS ? blocks_ - b0_ : SCAN_TILE_BLOCKS;    \
+            SCAN_STAGE_TILE(job, view, b0_, nb_, tile, F16_TO_F32);                                \
+            for (uint32_t b_ = 0; b_ < nb_; b_++) {                                                \
+                uint64_t off_ = (uint64_t)(b0_ + b_) * FATHOM_BLOCK_TOKENS;                        \
+                uint64_t first_ = (view)->first_token + off_;                                      \
+                uint32_t valid_ = (seg_n)-off_ < FATHOM_BLOCK_TOKENS ? (uint32_t)((seg_n)-off_)    \
+                                                                     : FATHOM_BLOCK_TOKENS;        \
+                for (uint32_t h0_ = 0; h0_ < (job)->group; h0_ += 4) {                             \
+                    uint32_t hc_ = (job)->group - h0_ < 4 ? (job)->group - h0_ : 4;                \
+                    BLOCK(b_, h0_, hc_, first_, valid_);                                           \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
+/* Add acc[0..count) to scores row s (count < 64 only at the end of n). */
+SCAN_INLINE void add_scores(float *s, const float *acc, uint32_t count) {
+    for (uint32_t i = 0; i < count; i++) s[i] += acc[i];
+}
+
+/* ---- the tiled kernels: token ranges, one decode per block, then a GEMM ----
+ *
+ * For each pass and chunk of up to 4 heads, a tile of up to
+ * SCAN2_TILE_BLOCKS blocks (one 64-byte line of every staged plane row) is
+ * staged as above; each block is decoded once into dec[k][64] (the exact
+ * values, shared by the chunk's heads) and then multiplied with the staged
+ * queries q[k][h]: for every token and head, acc = fma(q[k][h], dec[k][i],
+ * acc) over k in pass order from acc = 0 (the portable kernel: a multiply
+ * then an add), exactly the operations and order of the kernels above. The
+ * first pass stores 0.0f + acc, later passes add acc into the score (the
+ * older kernels' memset + add), so the scores are bit-identical to theirs. */
+#define SCAN2_TILE_BLOCKS 8
+
+typedef struct scan2_pass {
+    uint64_t S;                            /* segment blocks */
+    uint32_t count;                        /* active channels in this pass */
+    uint32_t first[FATHOM_PLANES + 1];     /* as scan_job */
+    uint32_t row[FATHOM_PLANES + 1];       /* as scan_job */
+    uint32_t channels[SCAN_PASS_CHANNELS]; /* as scan_job */
+    uint32_t heads;                        /* heads in this chunk, 1..4 */
+    int add;                               /* 0: store 0.0f + acc; 1: add acc to the score */
+    float q[SCAN_PASS_CHANNELS][4];        /* q[k][h] = query h's value of channels[k] */
+} scan2_pass;
+
+/* The staged plane words (rows as in scan_tile) and the raw fp16 scales of
+ * a tile; the kernels form each block's coefficients from its scale
+ * (products with powers of two and 2^-t - 1: exact, so equal to scan_tile's). */
+typedef struct scan2_tile {
+    uint64_t words[SCAN_PASS_CHANNELS * FATHOM_PLANES][SCAN2_TILE_BLOCKS];
+    uint16_t scales[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS];
+} scan2_tile;
+
+/* coef0 = a (2^-t - 1), the value of code 0 at depth t, for scale a. */
+FATHOM_INLINE float scan2_coef0(float a, uint32_t t) { return a * (1.0f / (float)(1u << t) - 1.0f); }
+/* coef_p = a 2^-p, what bit p of the code adds. */
+FATHOM_INLINE float scan2_coefp(float a, uint32_t p) { return a * (1.0f / (float)(1u << p)); }
+
+/* Scores tokens [0, valid) of block b of the tile for the pass's heads into
+ * out[h * ld + i]; dec is scratch of SCAN_PASS_CHANNELS * 64 floats, aligned
+ * to 64 bytes. */
+typedef void (*scan2_block_fn)(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
+                               float *dec, float *out, uint64_t ld, uint32_t valid);
+
+/* Writes acc[0..count) of one head to out: 0.0f + acc, or out + acc when add. */
+FATHOM_INLINE void scan2_put(float *out, const float *acc, uint32_t count, int add) {
+    if (add)
+        for (uint32_t i = 0; i < count; i++) out[i] += acc[i];
+    else
+        for (uint32_t i = 0; i < count; i++) out[i] = 0.0f + acc[i];
+}
+
+/* A kernel: scores the pass's channels over the first seg_n tokens of a
+ * segment and adds them into job->scores. */
+typedef void (*scan_segment_fn)(const scan_job *, scan_tile *, const fathom_segment_view *,
+                                uint64_t);
+
+#ifdef FATHOM_X86
+void fathom_scan_segment_avx2(const scan_job *job, scan_tile *tile,
+                              const fathom_segment_view *view, uint64_t seg_n);
+void fathom_scan_segment_avx512(const scan_job *job, scan_tile *tile,
+                                const fathom_segment_view *view, uint64_t seg_n);
+void fathom_scan2_block_avx2(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
+                             float *dec, float *out, uint64_t ld, uint32_t valid);
+void fathom_scan2_block_avx512(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
+                               float *dec, float *out, uint64_t ld, uint32_t valid);
+#endif
+
+#endif /* FATHOM_SCAN_INTERNAL_H */

@@ -1,0 +1,266 @@
+/* scan_x86 — the AVX2 and AVX-512 scan kernels (see scan.c for the
+ * contract). Each function carries its own target attribute, so this file
+ * builds without -march flags; scan.c calls them only when cpu.h says the
+ * CPU runs them. */
+#include "scan_internal.h"
+
+#ifdef FATHOM_X86
+#include <immintrin.h>
+
+/* ---- AVX2 + FMA: 16 tokens x up to 4 heads of accumulators in registers ---- */
+
+#define AVX2_TARGET FATHOM_TARGET_AVX2
+
+AVX2_TARGET SCAN_INLINE void avx2_channels(const scan_job *job, const scan_tile *tile, uint32_t b,
+                                           const uint32_t T, uint32_t h0, const uint32_t HC,
+                                           uint32_t quarter, __m256 acc[4][2]) {
+    uint32_t r = job->row[T];
+    for (uint32_t k = job->first[T - 1]; k < job->first[T]; k++, r += T) {
+        const float *coef = tile->coef[k][b];
+        __m256 v0 = _mm256_broadcast_ss(&coef[0]), v1 = v0;
+        for (uint32_t p = 0; p < T; p++) {
+            /* bytes 2*quarter, 2*quarter+1 of the word: tokens 16q .. 16q+15 (little endian) */
+            const uint8_t *bytes = (const uint8_t *)&tile->words[r + p][b];
+            __m256 wp = _mm256_broadcast_ss(&coef[1 + p]);
+            v0 = _mm256_fmadd_ps(_mm256_load_ps(bit_expand[bytes[2 * quarter]]), wp, v0);
+            v1 = _mm256_fmadd_ps(_mm256_load_ps(bit_expand[bytes[2 * quarter + 1]]), wp, v1);
+        }
+        const float *q = job->queries + (uint64_t)h0 * job->dim + job->channels[k];
+        for (uint32_t h = 0; h < HC; h++) {
+            __m256 qh = _mm256_broadcast_ss(q + (uint64_t)h * job->dim);
+            acc[h][0] = _mm256_fmadd_ps(qh, v0, acc[h][0]);
+            acc[h][1] = _mm256_fmadd_ps(qh, v1, acc[h][1]);
+        }
+    }
+}
+
+AVX2_TARGET SCAN_INLINE void avx2_quarter(const scan_job *job, const scan_tile *tile, uint32_t b,
+                                          uint32_t h0, const uint32_t HC, uint32_t quarter,
+                                          float *out) {
+    __m256 acc[4][2];
+    for (uint32_t h = 0; h < HC; h++) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
+#define AVX2_DEPTH(T) avx2_channels(job, tile, b, T, h0, HC, quarter, acc)
+    SCAN_FOR_EACH_DEPTH(AVX2_DEPTH);
+#undef AVX2_DEPTH
+    for (uint32_t h = 0; h < HC; h++) {
+        _mm256_storeu_ps(out + h * 16, acc[h][0]);
+        _mm256_storeu_ps(out + h * 16 + 8, acc[h][1]);
+    }
+}
+
+AVX2_TARGET static void avx2_block(const scan_job *job, const scan_tile *tile, uint32_t b,
+                                   uint32_t h0, uint32_t hc, uint64_t first, uint32_t valid) {
+    float out[4 * 16];
+    for (uint32_t quarter = 0; quarter * 16 < valid; quarter++) {
+        uint32_t count = valid - quarter * 16 < 16 ? valid - quarter * 16 : 16;
+#define AVX2_QUARTER(HC) avx2_quarter(job, tile, b, h0, HC, quarter, out)
+        SCAN_HEAD_CHUNK(hc, AVX2_QUARTER);
+#undef AVX2_QUARTER
+        for (uint32_t h = 0; h < hc; h++)
+            add_scores(job->scores + (uint64_t)(h0 + h) * job->n + first + quarter * 16,
+                       out + h * 16, count);
+    }
+}
+
+AVX2_TARGET void fathom_scan_segment_avx2(const scan_job *job, scan_tile *tile,
+                                          const fathom_segment_view *view, uint64_t seg_n) {
+#define AVX2_BLOCK(b, h0, hc, first, valid) avx2_block(job, tile, b, h0, hc, first, valid)
+    SCAN_SEGMENT_LOOP(job, tile, view, seg_n, _cvtsh_ss, AVX2_BLOCK);
+#undef AVX2_BLOCK
+}
+
+/* ---- AVX-512: a whole block (4 x 16 tokens) per head; plane bits are masks ---- */
+
+#define AVX512_TARGET FATHOM_TARGET_AVX512
+
+AVX512_TARGET SCAN_INLINE void avx512_channels(const scan_job *job, const scan_tile *tile,
+                                               uint32_t b, const uint32_t T, uint32_t h0,
+                                               const uint32_t HC, __m512 acc[4][4]) {
+    uint32_t r = job->row[T];
+    for (uint32_t k = job->first[T - 1]; k < job->first[T]; k++, r += T) {
+        const float *coef = tile->coef[k][b];
+        __m512 v[4];
+        v[0] = v[1] = v[2] = v[3] = _mm512_set1_ps(coef[0]);
+        for (uint32_t p = 0; p < T; p++) {
+            uint64_t w = tile->words[r + p][b];
+            __m512 wp = _mm512_set1_ps(coef[1 + p]);
+            for (uint32_t g = 0; g < 4; g++)
+                v[g] = _mm512_mask_add_ps(v[g], (__mmask16)(w >> (16 * g)), v[g], wp);
+        }
+        const float *q = job->queries + (uint64_t)h0 * job->dim + job->channels[k];
+        for (uint32_t h = 0; h < HC; h++) {
+            __m512 qh = _mm512_set1_ps(q[(uint64_t)h * job->dim]);
+            for (uint32_t g = 0; g < 4; g++) acc[h][g] = _mm512_fmadd_ps(qh, v[g], acc[h][g]);
+        }
+    }
+}
+
+AVX512_TARGET SCAN_INLINE void avx512_heads(const scan_job *job, const scan_tile *tile, uint32_t b,
+                                            uint32_t h0, const uint32_t HC, float *out) {
+    __m512 acc[4][4];
+    for (uint32_t h = 0; h < HC; h++)
+        for (uint32_t g = 0; g < 4; g++) acc[h][g] = _mm512_setzero_ps();
+#define AVX512_DEPTH(T) avx512_channels(job, tile, b, T, h0, HC, acc)
+    SCAN_FOR_EACH_DEPTH(AVX512_DEPTH);
+#undef AVX512_DEPTH
+    for (uint32_t h = 0; h < HC; h++)
+        for (uint32_t g = 0; g < 4; g++) _mm512_storeu_ps(out + h * 64 + g * 16, acc[h][g]);
+}
+
+AVX512_TARGET static void avx512_block(const scan_job *job, const scan_tile *tile, uint32_t b,
+                                       uint32_t h0, uint32_t hc, uint64_t first, uint32_t valid) {
+    float out[4 * 64];
+#define AVX512_HEADS(HC) avx512_heads(job, tile, b, h0, HC, out)
+    SCAN_HEAD_CHUNK(hc, AVX512_HEADS);
+#undef AVX512_HEADS
+    for (uint32_t h = 0; h < hc; h++)
+        add_scores(job->scores + (uint64_t)(h0 + h) * job->n + first, out + h * 64, valid);
+}
+
+AVX512_TARGET void fathom_scan_segment_avx512(const scan_job *job, scan_tile *tile,
+                                              const fathom_segment_view *view, uint64_t seg_n) {
+#define AVX512_BLOCK(b, h0, hc, first, valid) avx512_block(job, tile, b, h0, hc, first, valid)
+    SCAN_SEGMENT_LOOP(job, tile, view, seg_n, _cvtsh_ss, AVX512_BLOCK);
+#undef AVX512_BLOCK
+}
+/* ---- tiled AVX2: decode 8 tokens per step; GEMM of 16 tokens x 4 heads ---- */
+
+AVX2_TARGET SCAN_INLINE void avx2_decode_depth(const scan2_pass *ps, const scan2_tile *tile,
+                                               uint32_t b, const uint32_t T, float *dec) {
+    uint32_t r = ps->row[T];
+    for (uint32_t k = ps->first[T - 1]; k < ps->first[T]; k++, r += T) {
+        const float a = _cvtsh_ss(tile->scales[k][b]);
+        __m256 c0 = _mm256_set1_ps(scan2_coef0(a, T)), cp[FATHOM_PLANES];
+        uint64_t w[FATHOM_PLANES];
+        for (uint32_t p = 0; p < T; p++) {
+            cp[p] = _mm256_set1_ps(scan2_coefp(a, p));
+            w[p] = tile->words[r + p][b];
+        }
+        for (uint32_t octet = 0; octet < 8; octet++) {
+            __m256 v = c0;
+            for (uint32_t p = 0; p < T; p++)
+                v = _mm256_fmadd_ps(_mm256_load_ps(bit_expand[(w[p] >> (8 * octet)) & 0xffu]),
+                                    cp[p], v);
+            _mm256_store_ps(dec + (size_t)k * 64 + octet * 8, v);
+        }
+    }
+}
+
+AVX2_TARGET static void avx2_decode(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                    float *dec) {
+#define AVX2_DECODE(T) avx2_decode_depth(ps, tile, b, T, dec)
+    SCAN_FOR_EACH_DEPTH(AVX2_DECODE);
+#undef AVX2_DECODE
+}
+
+/* Writes one head's 16 accumulated scores (n < 16: the first n). */
+AVX2_TARGET SCAN_INLINE void avx2_put16(float *o, __m256 a0, __m256 a1, uint32_t n, int add) {
+    if (n == 16) {
+        __m256 base0 = add ? _mm256_loadu_ps(o) : _mm256_setzero_ps();
+        __m256 base1 = add ? _mm256_loadu_ps(o + 8) : _mm256_setzero_ps();
+        _mm256_storeu_ps(o, _mm256_add_ps(base0, a0));
+        _mm256_storeu_ps(o + 8, _mm256_add_ps(base1, a1));
+    } else {
+        float a[16];
+        _mm256_storeu_ps(a, a0);
+        _mm256_storeu_ps(a + 8, a1);
+        scan2_put(o, a, n, add);
+    }
+}
+
+/* 16 tokens x HC heads; the accumulators are named variables so that they
+ * stay in registers (an array of them was spilled to the stack). */
+AVX2_TARGET SCAN_INLINE void avx2_gemm(const scan2_pass *ps, const float *dec, const uint32_t HC,
+                                       float *out, uint64_t ld, uint32_t valid) {
+    for (uint32_t quarter = 0; quarter * 16 < valid; quarter++) {
+        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
+               a30 = a00, a31 = a00;
+        const float *d = dec + quarter * 16, *q = ps->q[0];
+        for (uint32_t k = 0; k < ps->count; k++, d += 64, q += 4) {
+            __m256 v0 = _mm256_load_ps(d), v1 = _mm256_load_ps(d + 8), qh;
+#define AVX2_GEMM_HEAD(i, acc0, acc1)                                                              \
+    if (HC > i) {                                                                                  \
+        qh = _mm256_broadcast_ss(q + i);                                                           \
+        acc0 = _mm256_fmadd_ps(qh, v0, acc0);                                                      \
+        acc1 = _mm256_fmadd_ps(qh, v1, acc1);                                                      \
+    }
+            AVX2_GEMM_HEAD(0, a00, a01)
+            AVX2_GEMM_HEAD(1, a10, a11)
+            AVX2_GEMM_HEAD(2, a20, a21)
+            AVX2_GEMM_HEAD(3, a30, a31)
+#undef AVX2_GEMM_HEAD
+        }
+        const uint32_t n = valid - quarter * 16 < 16 ? valid - quarter * 16 : 16;
+        float *o = out + quarter * 16;
+        avx2_put16(o, a00, a01, n, ps->add);
+        if (HC > 1) avx2_put16(o + ld, a10, a11, n, ps->add);
+        if (HC > 2) avx2_put16(o + 2 * ld, a20, a21, n, ps->add);
+        if (HC > 3) avx2_put16(o + 3 * ld, a30, a31, n, ps->add);
+    }
+}
+
+AVX2_TARGET void fathom_scan2_block_avx2(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                         float *dec, float *out, uint64_t ld, uint32_t valid) {
+    avx2_decode(ps, tile, b, dec);
+#define AVX2_GEMM(HC) avx2_gemm(ps, dec, HC, out, ld, valid)
+    SCAN_HEAD_CHUNK(ps->heads, AVX2_GEMM);
+#undef AVX2_GEMM
+}
+
+/* ---- tiled AVX-512: decode with plane bits as masks; GEMM of 64 tokens x 4 heads ---- */
+
+AVX512_TARGET static void avx512_decode(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                        float *dec) {
+    for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
+        uint32_t r = ps->row[t];
+        for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++, r += t) {
+            const float a = _cvtsh_ss(tile->scales[k][b]);
+            __m512 v[4];
+            v[0] = v[1] = v[2] = v[3] = _mm512_set1_ps(scan2_coef0(a, t));
+            for (uint32_t p = 0; p < t; p++) {
+                uint64_t w = tile->words[r + p][b];
+                __m512 wp = _mm512_set1_ps(scan2_coefp(a, p));
+                for (uint32_t g = 0; g < 4; g++)
+                    v[g] = _mm512_mask_add_ps(v[g], (__mmask16)(w >> (16 * g)), v[g], wp);
+            }
+            for (uint32_t g = 0; g < 4; g++) _mm512_store_ps(dec + (size_t)k * 64 + g * 16, v[g]);
+        }
+    }
+}
+
+AVX512_TARGET SCAN_INLINE void avx512_gemm(const scan2_pass *ps, const float *dec,
+                                           const uint32_t HC, float *out, uint64_t ld,
+                                           uint32_t valid) {
+    __m512 acc[4][4];
+    for (uint32_t h = 0; h < HC; h++)
+        for (uint32_t g = 0; g < 4; g++) acc[h][g] = _mm512_setzero_ps();
+    const float *d = dec;
+    for (uint32_t k = 0; k < ps->count; k++, d += 64) {
+        __m512 v[4];
+        for (uint32_t g = 0; g < 4; g++) v[g] = _mm512_load_ps(d + g * 16);
+        for (uint32_t h = 0; h < HC; h++) {
+            __m512 qh = _mm512_set1_ps(ps->q[k][h]);
+            for (uint32_t g = 0; g < 4; g++) acc[h][g] = _mm512_fmadd_ps(qh, v[g], acc[h][g]);
+        }
+    }
+    for (uint32_t h = 0; h < HC; h++) {
+        float *o = out + h * ld;
+        for (uint32_t g = 0; g * 16 < valid; g++) {
+            uint32_t n = valid - g * 16 < 16 ? valid - g * 16 : 16;
+            __mmask16 m = (__mmask16)((1u << n) - 1u);
+            __m512 base = ps->add ? _mm512_maskz_loadu_ps(m, o + g * 16) : _mm512_setzero_ps();
+            _mm512_mask_storeu_ps(o + g * 16, m, _mm512_add_ps(base, acc[h][g]));
+        }
+    }
+}
+
+AVX512_TARGET void fathom_scan2_block_avx512(const scan2_pass *ps, const scan2_tile *tile,
+                                             uint32_t b, float *dec, float *out, uint64_t ld,
+                                             uint32_t valid) {
+    avx512_decode(ps, tile, b, dec);
+#define AVX512_GEMM(HC) avx512_gemm(ps, dec, HC, out, ld, valid)
+    SCAN_HEAD_CHUNK(ps->heads, AVX512_GEMM);
+#undef AVX512_GEMM
+}
+
+#endif /* FATHOM_X86 */

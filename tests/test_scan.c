@@ -1,0 +1,277 @@
+/* The tiled scan kernels and token ranges (core/scan.c, core/scan_x86.c):
+ * every tiled kernel's scores are bit-identical to the untiled kernel of the
+ * same instruction set (which test_store checks against the reference and
+ * decode), over full ranges, sub-ranges with a row stride, several passes,
+ * head counts that are not multiples of 4 and tiles cut by segment ends;
+ * range arguments are validated; the pool driver gives the same scores;
+ * cpu.h's feature bits agree with the
+ * compiler's own cpuid reading. Kernels this CPU cannot run are compiled
+ * in and reported as skipped, never as passing. */
+#include "check.h"
+#include "cpu.h"
+#include "fathom.h"
+#include "pool.h"
+#include "store_internal.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+static uint64_t rng_u64(void) { /* Knuth's MMIX LCG, high bits folded down */
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return rng_state ^ (rng_state >> 29);
+}
+static uint32_t rng_below(uint32_t n) { return (uint32_t)(rng_u64() % n); }
+/* uniform in [-m, m) with m spanning 1e-3 .. 1e3 by channel */
+static float rng_key(uint32_t j) {
+    float m = (float)pow(10.0, (double)(j % 7) - 3.0);
+    return m * (float)((double)(rng_u64() >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+static const struct {
+    fathom_scan_kernel untiled, tiled;
+    const char *name;
+} pairs[3] = {{FATHOM_SCAN_PORTABLE, FATHOM_SCAN_TILED_PORTABLE, "portable"},
+              {FATHOM_SCAN_AVX2, FATHOM_SCAN_TILED_AVX2, "AVX2"},
+              {FATHOM_SCAN_AVX512, FATHOM_SCAN_TILED_AVX512, "AVX-512"}};
+
+static int pairs_run[3];
+
+static fathom_store *make_store(uint32_t dim, uint32_t seg_blocks, uint64_t n) {
+    float *keys = malloc(sizeof(float) * n * dim);
+    for (uint64_t i = 0; i < n * dim; i++) keys[i] = rng_key((uint32_t)(i % dim));
+    fathom_store *st = NULL;
+    CHECK_OK(fathom_store_create(&st, dim, seg_blocks, NULL));
+    CHECK_OK(fathom_store_append(st, keys, n));
+    free(keys);
+    return st;
+}
+
+/* Full scans: tiled == untiled, bit for bit, and the same bytes_read. */
+static void check_full(fathom_store *st, const uint8_t *depths, const float *q, uint32_t group,
+                       uint64_t n) {
+    float *a = malloc(sizeof(float) * group * n), *b = malloc(sizeof(float) * group * n);
+    for (int k = 0; k < 3; k++) {
+        if (!fathom_scan_kernel_available(pairs[k].tiled)) {
+            CHECK(!fathom_scan_kernel_available(pairs[k].untiled));
+            continue;
+        }
+        pairs_run[k]++;
+        for (uint64_t i = 0; i < group * n; i++) a[i] = b[i] = NAN; /* every score is written */
+        uint64_t ba = 1, bb = 2;
+        CHECK_OK(fathom_store_scan_with(pairs[k].untiled, st, depths, q, group, n, a, &ba));
+        CHECK_OK(fathom_store_scan_with(pairs[k].tiled, st, depths, q, group, n, b, &bb));
+        CHECK(ba == bb);
+        int differ = memcmp(a, b, sizeof(float) * group * n) != 0;
+        if (differ)
+            fprintf(stderr, "%s: tiled scores differ (group %u, n %llu)\n", pairs[k].name, group,
+                    (unsigned long long)n);
+        CHECK(!differ);
+    }
+    free(a);
+    free(b);
+}
+
+static void test_tiled_identical(void) {
+    /* dim 40: one pass; dim 300: 290 active channels, five passes. Three
+     * blocks per segment: tiles end at segment ends, not only at 8 blocks. */
+    const uint32_t dims[2] = {40, 300};
+    for (int di = 0; di < 2; di++) {
+        const uint32_t dim = dims[di];
+        const uint64_t len = 64 * 11 + 29;
+        fathom_store *st = make_store(dim, 3, len);
+        float *q = malloc(sizeof(float) * 7 * dim);
+        for (uint32_t i = 0; i < 7 * dim; i++) q[i] = rng_key(i) * 100.0f;
+        uint8_t *depths = malloc(dim);
+        for (int pattern = 0; pattern < 6; pattern++) {
+            for (uint32_t j = 0; j < dim; j++)
+                depths[j] = pattern < 5 ? (uint8_t)((j + (uint32_t)pattern) % 5)
+                                        : (uint8_t)(j < dim - 10 ? 1 + rng_below(4) : 0);
+            for (uint32_t group = 1; group <= 7; group += 2)
+                for (uint64_t n = 1; n <= len; n = n * 3 + 17) check_full(st, depths, q, group, n);
+            check_full(st, depths, q, 4, len);
+        }
+        free(depths);
+        free(q);
+        fathom_store_free(st);
+    }
+}
+
+/* Ranges: scores[h * ld + i] of tokens first + i equal the full scan's; the
+ * stride padding is untouched; bytes_read counts the range's blocks. */
+static void test_ranges(void) {
+    const uint32_t dim = 150, group = 5; /* about 120 active channels: two passes */
+    const uint64_t len = 64 * 20 + 7;
+    fathom_store *st = make_store(dim, 4, len);
+    float q[5 * 150];
+    for (uint32_t i = 0; i < group * dim; i++) q[i] = rng_key(i);
+    uint8_t depths[150];
+    uint64_t per_block = 0;
+    for (uint32_t j = 0; j < dim; j++) {
+        depths[j] = (uint8_t)rng_below(5);
+        if (depths[j]) per_block += 8u * depths[j] + 2;
+    }
+    float *full = malloc(sizeof(float) * group * len);
+    float *part = malloc(sizeof(float) * group * (len + 9));
+    for (int k = 0; k < 3; k++) {
+        if (!fathom_scan_kernel_available(pairs[k].tiled)) continue;
+        pairs_run[k]++;
+        CHECK_OK(fathom_store_scan_with(pairs[k].untiled, st, depths, q, group, len, full, NULL));
+        for (int trial = 0; trial < 40; trial++) {
+            uint64_t first = 64 * (uint64_t)rng_below((uint32_t)(len / 64) + 1);
+            if (first >= len) first = 0;
+            uint64_t count = 1 + rng_below((uint32_t)(len - first));
+            if (trial == 0) first = 0, count = len;
+            uint64_t ld = count + rng_below(10);
+            for (uint64_t i = 0; i < group * ld; i++) part[i] = -7.0f;
+            uint64_t bytes = 0;
+            CHECK_OK(fathom_store_scan_range(pairs[k].tiled, st, depths, q, group, first, count,
+                                             part, ld, &bytes));
+            CHECK(bytes == (count + 63) / 64 * per_block);
+            int bad = 0, pad = 0;
+            for (uint32_t h = 0; h < group; h++) {
+                bad += memcmp(part + h * ld, full + h * len + first, sizeof(float) * count) != 0;
+                for (uint64_t i = count; i < ld; i++) pad += part[h * ld + i] != -7.0f;
+            }
+            CHECK(bad == 0 && pad == 0);
+        }
+    }
+    /* AUTO is the widest tiled kernel */
+    uint64_t first = 128, count = 300;
+    CHECK_OK(fathom_store_scan_range(FATHOM_SCAN_AUTO, st, depths, q, group, first, count, part,
+                                     count, NULL));
+    int bad = 0;
+    for (uint32_t h = 0; h < group; h++)
+        bad += memcmp(part + h * count, full + h * len + first, sizeof(float) * count) != 0;
+    CHECK(bad == 0);
+    free(full);
+    free(part);
+    fathom_store_free(st);
+}
+
+static void test_range_args(void) {
+    const uint32_t dim = 8;
+    fathom_store *st = make_store(dim, 0, 200);
+    float q[8] = {1, 2, 3, 4, 5, 6, 7, 8}, s[400];
+    uint8_t depths[8] = {1, 2, 3, 4, 0, 1, 2, 3}, deep[8] = {5, 0, 0, 0, 0, 0, 0, 0};
+    const fathom_scan_kernel K = FATHOM_SCAN_AUTO;
+    CHECK_OK(fathom_store_scan_range(K, st, depths, q, 1, 192, 8, s, 8, NULL));
+    CHECK_STATUS(fathom_store_scan_range(K, st, depths, q, 1, 100, 8, s, 8, NULL),
+                 FATHOM_ERR_INVALID_ARG); /* first not a block start */
+    CHECK_STATUS(fathom_store_scan_range(K, st, depths, q, 1, 192, 9, s, 9, NULL),
+                 FATHOM_ERR_INVALID_ARG); /* past the length */
+    CHECK_STATUS(fathom_store_scan_range(K, st, depths, q, 1, 256, 1, s, 1, NULL),
+                 FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_store_scan_range(K, st, depths, q, 1, 0, 0, s, 1, NULL),
+                 FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_store_scan_range(K, st, depths, q, 2, 0, 100, s, 99, NULL),
+                 FATHOM_ERR_INVALID_ARG); /* ld < count */
+    CHECK_STATUS(fathom_store_scan_range(K, st, depths, q, 0, 0, 100, s, 100, NULL),
+                 FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_store_scan_range(K, st, deep, q, 1, 0, 100, s, 100, NULL),
+                 FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_store_scan_range(K, NULL, depths, q, 1, 0, 100, s, 100, NULL),
+                 FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_store_scan_range(K, st, depths, q, 1, 0, 100, NULL, 100, NULL),
+                 FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_store_scan_range(K, st, depths, q, 1, 0, 100, s, UINT64_MAX, NULL),
+                 FATHOM_ERR_NOMEM); /* group * ld overflows */
+    CHECK_STATUS(fathom_store_scan_range(FATHOM_SCAN_AVX2, st, depths, q, 1, 0, 100, s, 100, NULL),
+                 FATHOM_ERR_INVALID_ARG); /* not a tiled kernel */
+    CHECK_STATUS(fathom_store_scan_range(FATHOM_SCAN_REFERENCE, st, depths, q, 1, 0, 100, s, 100,
+                                         NULL),
+                 FATHOM_ERR_INVALID_ARG);
+    for (int k = 0; k < 3; k++)
+        if (!fathom_scan_kernel_available(pairs[k].tiled))
+            CHECK_STATUS(
+                fathom_store_scan_range(pairs[k].tiled, st, depths, q, 1, 0, 100, s, 100, NULL),
+                FATHOM_ERR_UNSUPPORTED);
+    /* no active channel: every score 0 */
+    uint8_t none[8] = {0};
+    for (int i = 0; i < 400; i++) s[i] = 5.0f;
+    CHECK_OK(fathom_store_scan_range(K, st, none, q, 2, 64, 100, s, 100, NULL));
+    int zero = 0;
+    for (int i = 0; i < 200; i++) zero += s[i] == 0.0f;
+    CHECK(zero == 200 && s[200] == 5.0f);
+    fathom_store_free(st);
+}
+
+/* fathom_scan_parallel: (item, token range) tasks on a pool give every
+ * item's scores bit for bit; a failing item's status comes back. */
+static void test_parallel(void) {
+    const uint32_t dim = 24;
+    fathom_store *a = make_store(dim, 2, 64 * 9 + 5), *b = make_store(dim, 0, 300);
+    float q[3 * 24];
+    for (uint32_t i = 0; i < 3 * dim; i++) q[i] = rng_key(i);
+    uint8_t da[24], db[24], bad[24];
+    for (uint32_t j = 0; j < dim; j++) da[j] = (uint8_t)rng_below(5), db[j] = (uint8_t)(j % 5), bad[j] = 0;
+    bad[3] = 9;
+    float *sa = malloc(sizeof(float) * 3 * 581), *sb = malloc(sizeof(float) * 2 * 300);
+    float *ra = malloc(sizeof(float) * 3 * 581), *rb = malloc(sizeof(float) * 2 * 300);
+    CHECK_OK(fathom_store_scan(a, da, q, 3, 581, ra, NULL));
+    CHECK_OK(fathom_store_scan(b, db, q, 2, 299, rb, NULL));
+    fathom_pool *pool = NULL;
+    CHECK_OK(fathom_pool_create(&pool, 3));
+    if (pool) {
+        const uint64_t ranges[3] = {64, 128, 0};
+        for (int r = 0; r < 3; r++) {
+            for (uint32_t i = 0; i < 3 * 581; i++) sa[i] = NAN;
+            for (uint32_t i = 0; i < 2 * 300; i++) sb[i] = NAN;
+            fathom_scan_item items[2] = {{a, da, q, 3, 581, sa}, {b, db, q, 2, 299, sb}};
+            CHECK_OK(fathom_scan_parallel(pool, FATHOM_SCAN_AUTO, items, 2, ranges[r]));
+            CHECK(memcmp(sa, ra, sizeof(float) * 3 * 581) == 0);
+            CHECK(memcmp(sb, rb, sizeof(float) * 2 * 299) == 0);
+        }
+        fathom_scan_item items[2] = {{a, da, q, 3, 581, sa}, {b, bad, q, 2, 299, sb}};
+        CHECK_STATUS(fathom_scan_parallel(pool, FATHOM_SCAN_AUTO, items, 2, 64), FATHOM_ERR_INVALID_ARG);
+        CHECK_STATUS(fathom_scan_parallel(pool, FATHOM_SCAN_AUTO, items, 2, 100), FATHOM_ERR_INVALID_ARG);
+        CHECK_STATUS(fathom_scan_parallel(pool, FATHOM_SCAN_AUTO, items, 0, 64), FATHOM_ERR_INVALID_ARG);
+        CHECK_STATUS(fathom_scan_parallel(NULL, FATHOM_SCAN_AUTO, items, 1, 64), FATHOM_ERR_INVALID_ARG);
+    }
+    fathom_pool_free(pool);
+    free(sa);
+    free(sb);
+    free(ra);
+    free(rb);
+    fathom_store_free(a);
+    fathom_store_free(b);
+}
+
+/* cpu.h against the compiler's own cpuid reading. */
+static void test_cpu_features(void) {
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+    __builtin_cpu_init();
+    if (getenv("FATHOM_CPU_MASK")) {
+        printf("test_scan: FATHOM_CPU_MASK set, feature cross-check skipped\n");
+        return;
+    }
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    CHECK(fathom_cpu_has(FATHOM_CPU_AVX2) == (avx2 != 0));
+    CHECK(fathom_cpu_has(FATHOM_CPU_AVX512) == (avx2 && __builtin_cpu_supports("avx512f")));
+    CHECK(fathom_cpu_has(FATHOM_CPU_BMI2) == (__builtin_cpu_supports("bmi2") != 0));
+    CHECK(fathom_scan_kernel_available(FATHOM_SCAN_AVX2) == fathom_cpu_has(FATHOM_CPU_AVX2));
+    CHECK(fathom_scan_kernel_available(FATHOM_SCAN_AVX512) == fathom_cpu_has(FATHOM_CPU_AVX512));
+#else
+    printf("test_scan: no x86-64 GCC, feature cross-check skipped\n");
+#endif
+}
+
+int main(void) {
+    test_cpu_features();
+    test_tiled_identical();
+    test_ranges();
+    test_range_args();
+    test_parallel();
+    CHECK(pairs_run[0] > 0); /* the portable pair runs everywhere */
+    for (int k = 0; k < 3; k++)
+        if (pairs_run[k])
+            printf("test_scan: tiled %s kernel checked (%d comparisons)\n", pairs[k].name,
+                   pairs_run[k]);
+        else
+            printf("test_scan: tiled %s kernel skipped: no %s on this CPU\n", pairs[k].name,
+                   pairs[k].name);
+    return check_summary("test_scan");
+}
