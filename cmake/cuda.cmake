@@ -25,7 +25,8 @@ endfunction()
 file(GLOB FATHOM_CUDA_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu)
 add_library(fathom_cuda STATIC ${FATHOM_CUDA_SOURCES})
 fathom_cuda_target(fathom_cuda)
-target_include_directories(fathom_cuda PUBLIC ${PROJECT_SOURCE_DIR}/include
+target_include_directories(fathom_cuda PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+                                              $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
                            PRIVATE ${FATHOM_PRIVATE_INCLUDES} ${PROJECT_SOURCE_DIR}/src/cuda)
 target_link_libraries(fathom_cuda PUBLIC fathom CUDA::cudart)
 

@@ -76,6 +76,9 @@ typedef struct fathom_tokenizer fathom_tokenizer;
 FATHOM_API int fathom_tokenizer_create(fathom_tokenizer **out, const fathom_tokenizer_spec *spec);
 FATHOM_API void fathom_tokenizer_free(fathom_tokenizer *tok); /* NULL is fine */
 
+#define FATHOM_TOKENIZER_MAX_INPUT (64 << 20) /* bytes of text per encode call */
+#define FATHOM_TOKENIZER_MAX_PIECE 16384      /* bytes of one BPE run, see below */
+
 /*
  * Encode len bytes of text (NULL is fine when len is 0) into ids[cap].
  * Pipeline, as HF tokenizers / llama.cpp for the "smollm" pre-tokenizer:
@@ -87,7 +90,11 @@ FATHOM_API void fathom_tokenizer_free(fathom_tokenizer *tok); /* NULL is fine */
  *      's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  *      splits what lies between (PCRE2, UTF + UCP);
  *   3. byte-level BPE on each piece: the lowest-ranked merge first, ties to
- *      the left.
+ *      the left. A piece longer than FATHOM_TOKENIZER_MAX_PIECE bytes (one
+ *      run of whitespace, symbols or letters) is encoded in chunks of that
+ *      size cut at character starts, which keeps encoding linear in len; HF
+ *      and llama.cpp merge across the seams, so the ids of such runs can
+ *      differ from theirs (never the decoded text).
  * Whitespace in step 2 is Unicode White_Space (as Oniguruma's \s in HF; not
  * PCRE2's, which adds U+180E). \p{L} and \p{N} come from the system PCRE2's
  * tables (Unicode 14 in 10.42): characters assigned since (Unicode 15/16,
@@ -103,6 +110,8 @@ FATHOM_API void fathom_tokenizer_free(fathom_tokenizer *tok); /* NULL is fine */
  * character (per byte of invalid UTF-8), the adjacent pair whose
  * concatenation is the highest-scored token merges first (leftmost on
  * ties), and a character that is no token becomes its bytes' <0xNN> tokens.
+ * Text longer than FATHOM_TOKENIZER_MAX_INPUT bytes is
+ * FATHOM_ERR_INVALID_ARG.
  * *n_out gets the number of ids the text needs; if that exceeds cap,
  * FATHOM_ERR_INVALID_ARG ("buffer too small, need N") and ids holds the
  * first cap of them. cap 0 (ids NULL) is thus a size query.

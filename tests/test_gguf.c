@@ -76,7 +76,7 @@ static void tensor_info(buf *b, const char *name, uint32_t n_dims, const uint64_
 /* ---- the valid file ----------------------------------------------------- */
 
 #define ALIGN 64
-static const char *const nested[2][3] = {{"alpha", "", "gamma"}, {"d\n\0e", NULL, NULL}};
+static const char *const nested[2][3] = {{"alpha", "", "gamma"}, {"d\n\x01" "e", NULL, NULL}};
 static const uint64_t nested_len[2][3] = {{5, 0, 5}, {4, 0, 0}};
 static const int32_t i32_array[3] = {-7, 0, 2147483647};
 static const uint64_t u64_big = 0x8000000000000005ull;
@@ -132,7 +132,7 @@ static void build_valid(buf *b, uint32_t version, uint64_t *offsets) {
     put_u64(b, 2), put_u8(b, 0), put_u8(b, 1);
     put_str(b, "t.strings"), put_u32(b, FATHOM_GGUF_ARRAY), put_u32(b, FATHOM_GGUF_STRING);
     put_u64(b, 2), put_str(b, "x"), put_str(b, "yz");
-    /* [["alpha", "", "gamma"], ["d\n\0e"]] */
+    /* [["alpha", "", "gamma"], ["d\n\x01e"]] */
     put_str(b, "t.nested"), put_u32(b, FATHOM_GGUF_ARRAY), put_u32(b, FATHOM_GGUF_ARRAY);
     put_u64(b, 2);
     put_u32(b, FATHOM_GGUF_STRING), put_u64(b, 3);
@@ -559,6 +559,15 @@ static void test_malformed(void) {
     header(&b, 3, 0, 1);
     put_strn(&b, "a\0b", 3), put_u32(&b, FATHOM_GGUF_UINT8), put_u8(&b, 0), put_u64(&b, 0);
     expect_format(&b, "NUL in a key", "contains a NUL");
+    /* a string value read by C callers as "llama" */
+    header(&b, 3, 0, 1);
+    put_str(&b, "general.architecture"), put_u32(&b, FATHOM_GGUF_STRING);
+    put_strn(&b, "llama\0evil", 10), put_u64(&b, 0);
+    expect_format(&b, "NUL in a string value", "a string at byte 64 contains a NUL byte (at byte 69)");
+    header(&b, 3, 0, 1);
+    put_str(&b, "k"), put_u32(&b, FATHOM_GGUF_ARRAY), put_u32(&b, FATHOM_GGUF_STRING), put_u64(&b, 2);
+    put_str(&b, "ok"), put_strn(&b, "x\0", 2), put_u64(&b, 0);
+    expect_format(&b, "NUL in a string array element", "contains a NUL byte");
 
     /* value types */
     header(&b, 3, 0, 1);

@@ -4,115 +4,11 @@
  * against HF tokenizers by test_tokenizer_model.sh. */
 #include "check.h"
 #include "fathom_model.h"
+#include "tiny_vocab.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ------------------------------------------------------------------ *
- * the test vocabulary
- *   0 <|endoftext|>  1 <|im_start|>  2 <|im_end|>   (control)
- *   3 <user>                                        (user-defined)
- *   4 .. 259  the byte tokens, byte b at id 4 + (255 - b)
- *   260 ..    the merge results, in merge order
- *   then <|im (control, a prefix of 1 and 2), an empty token, "ü→"
- * ------------------------------------------------------------------ */
-
-#define N_BASE 260
-static const char *merge_list[] = {
-    "e l",               /* 260 el    rank 0: beats "h e" although it is further right */
-    "h e",               /* 261 he */
-    "l l",               /* 262 ll */
-    "h el",              /* 263 hel */
-    "hel l",             /* 264 hell */
-    "hell o",            /* 265 hello */
-    "\xc4\xa0 w",        /* 266 Ġw */
-    "o r",               /* 267 or */
-    "\xc4\xa0w or",      /* 268 Ġwor */
-    "a a",               /* 269 aa */
-    "\xc4\xa0 \xc4\xa0", /* 270 ĠĠ */
-    "1 2",               /* 271 12 (only the gpt2 split keeps digits together) */
-    "' s",               /* 272 's */
-    "\xc3\x83 \xc2\xa9", /* 273 Ã© = é (bytes c3 a9) */
-};
-#define N_MERGES (sizeof merge_list / sizeof *merge_list)
-enum { EL = 260, HE, LL, HEL, HELL, HELLO, G_W, OR, G_WOR, AA, GG, TWELVE, APOS_S, E_ACUTE };
-enum { TOK_IM = N_BASE + N_MERGES, TOK_EMPTY, TOK_ODD, N_TOKENS };
-
-static int32_t B(uint8_t b) { return 4 + (255 - b); }
-
-/* GPT-2's bytes_to_unicode written as in the original Python: the printable
- * bytes first, then the rest numbered from 256. */
-static uint32_t byte_char[256];
-static void init_byte_chars(void) {
-    int printable[256] = {0};
-    for (int b = '!'; b <= '~'; b++) printable[b] = 1;
-    for (int b = 0xa1; b <= 0xac; b++) printable[b] = 1;
-    for (int b = 0xae; b <= 0xff; b++) printable[b] = 1;
-    uint32_t next = 256;
-    for (int b = 0; b < 256; b++) byte_char[b] = printable[b] ? (uint32_t)b : next++;
-}
-
-typedef struct vocab {
-    char *tokens[N_TOKENS];
-    uint64_t lens[N_TOKENS];
-    int32_t types[N_TOKENS];
-    char storage[N_TOKENS][32];
-} vocab;
-
-static void set_token(vocab *v, int id, const char *s, size_t len, int32_t type) {
-    memcpy(v->storage[id], s, len);
-    v->tokens[id] = v->storage[id];
-    v->lens[id] = len;
-    v->types[id] = type;
-}
-
-/* Concatenate the two sides of a merge to get the merged token. */
-static void build_vocab(vocab *v) {
-    init_byte_chars();
-    set_token(v, 0, "<|endoftext|>", 13, FATHOM_TOKEN_CONTROL);
-    set_token(v, 1, "<|im_start|>", 12, FATHOM_TOKEN_CONTROL);
-    set_token(v, 2, "<|im_end|>", 10, FATHOM_TOKEN_CONTROL);
-    set_token(v, 3, "<user>", 6, FATHOM_TOKEN_USER_DEFINED);
-    for (int b = 0; b < 256; b++) {
-        uint32_t c = byte_char[b];
-        char s[2];
-        size_t n = 1;
-        if (c < 0x80) {
-            s[0] = (char)c;
-        } else {
-            s[0] = (char)(0xc0 | (c >> 6));
-            s[1] = (char)(0x80 | (c & 0x3f));
-            n = 2;
-        }
-        set_token(v, B((uint8_t)b), s, n, FATHOM_TOKEN_NORMAL);
-    }
-    for (size_t m = 0; m < N_MERGES; m++) {
-        char joined[32];
-        size_t k = 0;
-        for (const char *p = merge_list[m]; *p; p++)
-            if (*p != ' ') joined[k++] = *p;
-        set_token(v, (int)(N_BASE + m), joined, k, FATHOM_TOKEN_NORMAL);
-    }
-    set_token(v, TOK_IM, "<|im", 4, FATHOM_TOKEN_CONTROL);
-    set_token(v, TOK_EMPTY, "", 0, FATHOM_TOKEN_NORMAL);
-    set_token(v, TOK_ODD, "\xc3\xbc\xe2\x86\x92", 5, FATHOM_TOKEN_NORMAL); /* ü→ */
-}
-
-static fathom_tokenizer_spec make_spec(vocab *v, const char *pre) {
-    return (fathom_tokenizer_spec){.model = "gpt2",
-                                   .pre = pre,
-                                   .n_tokens = N_TOKENS,
-                                   .tokens = (const char *const *)v->tokens,
-                                   .token_lens = v->lens,
-                                   .token_types = v->types,
-                                   .n_merges = N_MERGES,
-                                   .merges = merge_list,
-                                   .merge_lens = NULL,
-                                   .bos_id = 0,
-                                   .eos_id = 2,
-                                   .add_bos = 0};
-}
 
 /* Encode and compare with want[n_want]. */
 static int encodes_to(const fathom_tokenizer *tok, const char *text, size_t len, int special,
@@ -392,6 +288,45 @@ int main(void) {
         CHECK(ok && ids[n - 1] == B(' '));
         free(text);
         free(ids);
+    }
+
+    /* --- pieces longer than FATHOM_TOKENIZER_MAX_PIECE: BPE in chunks --- */
+    {
+        /* "b" + MAX_PIECE a's: the first chunk is b + 16383 a's (8191 "aa"
+         * and a lone a), the second one a; one BPE run would pair all. */
+        const size_t len = 1 + FATHOM_TOKENIZER_MAX_PIECE;
+        char *text = malloc(len);
+        int32_t *ids = malloc(len * sizeof *ids);
+        text[0] = 'b';
+        memset(text + 1, 'a', len - 1);
+        size_t n = 0;
+        CHECK_OK(fathom_tokenizer_encode(tok, text, len, 0, ids, len, &n));
+        const size_t pairs = (FATHOM_TOKENIZER_MAX_PIECE - 2) / 2;
+        int ok = n == pairs + 3 && ids[0] == B('b');
+        for (size_t i = 1; i <= pairs && ok; i++) ok = ids[i] == AA;
+        CHECK(ok && ids[pairs + 1] == B('a') && ids[pairs + 2] == B('a'));
+        /* a seam never splits a UTF-8 character: "é" (c3 a9) across it */
+        memset(text, 'x', len);
+        text[FATHOM_TOKENIZER_MAX_PIECE - 1] = (char)0xc3;
+        text[FATHOM_TOKENIZER_MAX_PIECE] = (char)0xa9;
+        CHECK(round_trips(tok, text, len, 0));
+        CHECK_OK(fathom_tokenizer_encode(tok, text, len, 0, ids, len, &n));
+        CHECK(n == len - 1 && ids[n - 1] == E_ACUTE);
+        free(text);
+        free(ids);
+    }
+
+    /* --- text longer than FATHOM_TOKENIZER_MAX_INPUT: an error --- */
+    {
+        const size_t len = (size_t)FATHOM_TOKENIZER_MAX_INPUT + 1;
+        char *text = calloc(len, 1);
+        size_t n = 7;
+        if (text) {
+            CHECK_STATUS(fathom_tokenizer_encode(tok, text, len, 0, NULL, 0, &n),
+                         FATHOM_ERR_INVALID_ARG);
+            CHECK(n == 0 && strstr(fathom_last_error(), "exceeds the limit of 64 MiB") != NULL);
+        }
+        free(text);
     }
 
     /* --- random bytes round-trip (every byte has a token here) --- */

@@ -10,4 +10,8 @@
  * fathom_gguf_open(). */
 int fathom_gguf_open_memory(fathom_gguf **out, const void *data, uint64_t size);
 
+/* fathom_model_open() of a GGUF image in memory (not copied: data must
+ * outlive the model). For the fuzz target and tests. */
+int fathom_model_open_memory(fathom_model **out, const void *data, uint64_t size);
+
 #endif

@@ -17,6 +17,7 @@
  * attention. Weights are dequantized to float32 once at load. */
 #include "internal.h"
 #include "fathom_model.h"
+#include "gguf_internal.h"
 #include "pool.h"
 
 #include <math.h>
@@ -515,13 +516,9 @@ static int load_weights(fathom_model *m, loader *ld) {
     return FATHOM_OK;
 }
 
-int fathom_model_open(fathom_model **out, const char *path) {
-    FATHOM_CHECK_ARG(out, "fathom_model_open: out is NULL");
-    *out = NULL;
-    FATHOM_CHECK_ARG(path, "fathom_model_open: path is NULL");
-    fathom_model *m = calloc(1, sizeof *m);
-    FATHOM_CHECK(!m, FATHOM_ERR_NOMEM, "model: out of memory");
-    int st = fathom_gguf_open(&m->gguf, path);
+/* Validate and load the model whose GGUF the caller opened into m->gguf
+ * (st: the open's status); frees m on failure. */
+static int model_load(fathom_model **out, fathom_model *m, int st) {
     loader ld = {m->gguf, NULL, 0};
     if (st == FATHOM_OK) st = load_hparams(m);
     if (st == FATHOM_OK) {
@@ -535,6 +532,24 @@ int fathom_model_open(fathom_model **out, const char *path) {
     }
     *out = m;
     return FATHOM_OK;
+}
+
+int fathom_model_open(fathom_model **out, const char *path) {
+    FATHOM_CHECK_ARG(out, "fathom_model_open: out is NULL");
+    *out = NULL;
+    FATHOM_CHECK_ARG(path, "fathom_model_open: path is NULL");
+    fathom_model *m = calloc(1, sizeof *m);
+    FATHOM_CHECK(!m, FATHOM_ERR_NOMEM, "model: out of memory");
+    return model_load(out, m, fathom_gguf_open(&m->gguf, path));
+}
+
+int fathom_model_open_memory(fathom_model **out, const void *data, uint64_t size) {
+    FATHOM_CHECK_ARG(out, "fathom_model_open_memory: out is NULL");
+    *out = NULL;
+    FATHOM_CHECK_ARG(data || size == 0, "fathom_model_open_memory: data is NULL");
+    fathom_model *m = calloc(1, sizeof *m);
+    FATHOM_CHECK(!m, FATHOM_ERR_NOMEM, "model: out of memory");
+    return model_load(out, m, fathom_gguf_open_memory(&m->gguf, data, size));
 }
 
 int fathom_model_get_info(const fathom_model *model, fathom_model_info *info) {

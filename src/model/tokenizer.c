@@ -586,7 +586,7 @@ int fathom_tok_grow_work(encoder *e, size_t n) {
  * lowest-ranked merge present (leftmost on ties) until none applies, the
  * order HF tokenizers and llama.cpp use. Stale heap entries are skipped by
  * checking the pair still holds the ids it was pushed with. */
-static int bpe_piece(encoder *e, const uint8_t *p, size_t n) {
+static int bpe_run(encoder *e, const uint8_t *p, size_t n) {
     if (n == 0) return FATHOM_OK;
     if (n == 1) {
         if (e->tok->byte_token[p[0]] >= 0) fathom_tok_emit(e, e->tok->byte_token[p[0]]);
@@ -622,6 +622,24 @@ static int bpe_piece(encoder *e, const uint8_t *p, size_t n) {
     }
     for (int32_t i = 0; i >= 0; i = e->sym_next[i]) fathom_tok_emit(e, e->sym_id[i]);
     return FATHOM_OK;
+}
+
+/* A piece longer than FATHOM_TOKENIZER_MAX_PIECE bytes (a run of one
+ * character class: whitespace, symbols, letters without a space) is encoded
+ * in chunks of that size, cut at UTF-8 character starts, so encoding stays
+ * linear in the input: one heap-ordered BPE over an 8 MiB run costs
+ * O(n log n) with a heap far larger than the caches. HF tokenizers and
+ * llama.cpp merge across the seams; on such pieces the ids can differ from
+ * theirs (the decoded text is the same). */
+static int bpe_piece(encoder *e, const uint8_t *p, size_t n) {
+    while (n > FATHOM_TOKENIZER_MAX_PIECE) {
+        size_t cut = FATHOM_TOKENIZER_MAX_PIECE;
+        while (cut > FATHOM_TOKENIZER_MAX_PIECE - 3 && (p[cut] & 0xc0) == 0x80) cut--;
+        FATHOM_TRY(bpe_run(e, p, cut));
+        p += cut;
+        n -= cut;
+    }
+    return bpe_run(e, p, n);
 }
 
 /* Split s[0..n) with the GPT-2 regex as a string of its own (lookahead ends
@@ -692,6 +710,9 @@ int fathom_tokenizer_encode(const fathom_tokenizer *tok, const char *text, size_
     FATHOM_CHECK_ARG(text != NULL || len == 0, "tokenizer_encode: text is NULL");
     FATHOM_CHECK_ARG(ids != NULL || cap == 0, "tokenizer_encode: ids is NULL with cap %zu", cap);
     *n_out = 0;
+    FATHOM_CHECK_ARG(len <= FATHOM_TOKENIZER_MAX_INPUT,
+                     "tokenizer_encode: text of %zu bytes exceeds the limit of %d MiB", len,
+                     FATHOM_TOKENIZER_MAX_INPUT >> 20);
     encoder e = {.tok = tok, .ids = ids, .cap = cap};
     e.match = pcre2_match_data_create(2, NULL);
     FATHOM_CHECK(!e.match, FATHOM_ERR_NOMEM, "tokenizer_encode: out of memory");

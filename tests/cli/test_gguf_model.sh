@@ -152,7 +152,7 @@ path = os.path.join(work, "random.gguf")
 reader_path["random"] = path
 w = gguf.GGUFWriter(path, "test")
 w.add_custom_alignment(64)
-w.add_array("test.nested", [["a", "bc"], ["d\n\x00e"]])
+w.add_array("test.nested", [["a", "bc"], ["d\n\x01e"]])
 w.add_array("test.floats", [1.5, -2.25, 1e-3])
 w.add_bool("test.flag", True)
 
@@ -188,7 +188,7 @@ w.close()
 meta = subprocess.run([tool, "meta", path], check=True, capture_output=True).stdout.decode("latin-1")
 for line in ["alignment\t64", "test.nested\tarray\tarray\t2", "test.nested[0]\tarray\tstring\t2",
              "test.nested[0][1]\tstring\tbc", "test.nested[1]\tarray\tstring\t1",
-             "test.nested[1][0]\tstring\td\\x0a\\x00e", "test.floats[1]\tfloat32\t-2.25",
+             "test.nested[1][0]\tstring\td\\x0a\\x01e", "test.floats[1]\tfloat32\t-2.25",
              "test.flag\tbool\t1"]:
     if line not in meta.split("\n"):
         fail("random.gguf metadata lacks %r" % line)
