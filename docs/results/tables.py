@@ -241,14 +241,17 @@ def bench_scan_tiled(rec):
              "(one fused multiply-add per query head, active channel and token, in the GPU's order), so at G = 4 "
              "their time follows the active channel count more than the bytes; a 2-core shared machine makes "
              "absolute rates noisy (load average in the record). The GPU host's targets (>= 3 GB/s per core, "
-             ">= 40 GB/s on 16 cores at 1M tokens) %s.\n"
+             ">= 40 GB/s on 16 cores at 1M tokens) %s.%s\n"
              % (r["tiled_isa"], r["context"], r["heads"], r["group"], r["queries"], r["repeats"], r["range_tokens"],
                 "yes" if r["identical_scores"] else "NO", r["ratio_tiled_to_old_fathom_per_core"],
                 r["ratio_fathom_to_ds_tiled"]["time"], r["ratio_fathom_to_ds"]["time"],
                 r["ratio_fathom_to_ds"]["bytes"],
                 ("measured here: %.2f GB/s per core, %.2f GB/s on all threads"
                  % (g["per_core_GBps"], g["all_threads_GBps"])) if g["applies"]
-                else "need --context 1048576 --threads 16 on that machine (pending)"))
+                else "need --context 1048576 --threads 16 on that machine (pending)",
+                (" The binary ran there is bench/bench_scan.c built here (Release) and linked statically, "
+                 "since that machine has no jansson or PCRE2 to build the full library.")
+                if ".static" in rec["command"] else ""))
     return text
 
 
