@@ -217,6 +217,26 @@ static void print_results_json(const char *key, const fathom_method_result *r, u
     printf("]");
 }
 
+/* ,"match":[...]: the bits at which the fathom sweep reaches each listed
+ * method's error, for one k's results. */
+static void print_match_json(const options *o, const fathom_method_result *main_r, uint32_t n_methods,
+                             const fathom_method_result *sweep) {
+    printf(",\"match\":[");
+    bool first = true;
+    for (uint32_t i = 0; i < n_methods; i++) {
+        if (main_r[i].rel_error <= 0) continue;
+        bool at_most;
+        double b = bits_to_match(sweep, o->n_sweep_budgets, main_r[i].rel_error, &at_most);
+        printf("%s{\"method\":", first ? "" : ",");
+        cli_print_json_string(stdout, main_r[i].name);
+        printf(",\"method_bits\":%.6g,\"fathom_bits\":", main_r[i].bits_per_token);
+        if (b < 0) printf("null}");
+        else printf("%.6g}", b);
+        first = false;
+    }
+    printf("]");
+}
+
 static void print_json(const options *o, const outcome *out) {
     const fathom_method_result *main_r = out->results, *sweep = out->results + out->n_methods;
     const uint32_t n_sweep = out->n_all - out->n_methods;
@@ -226,31 +246,20 @@ static void print_json(const options *o, const outcome *out) {
            out->ks[0]);
     print_results_json("methods", main_r, out->n_methods);
     if (n_sweep) print_results_json("budget_sweep", sweep, n_sweep);
-    if (o->match) {
-        printf(",\"match\":[");
-        bool first = true;
-        for (uint32_t i = 0; i < out->n_methods; i++) {
-            if (main_r[i].rel_error <= 0) continue;
-            bool at_most;
-            double b = bits_to_match(sweep, o->n_sweep_budgets, main_r[i].rel_error, &at_most);
-            printf("%s{\"method\":", first ? "" : ",");
-            cli_print_json_string(stdout, main_r[i].name);
-            printf(",\"method_bits\":%.6g,\"fathom_bits\":", main_r[i].bits_per_token);
-            if (b < 0) printf("null}");
-            else printf("%.6g}", b);
-            first = false;
-        }
-        printf("]");
-    }
+    if (o->match) print_match_json(o, main_r, out->n_methods, sweep);
     if (out->n_k > 1) {
         printf(",\"k_sweep\":[");
         for (uint32_t ki = 0; ki < out->n_k; ki++) {
             printf("%s{\"k\":%u,\"methods\":[", ki ? "," : "", out->ks[ki]);
+            const fathom_method_result *rk = out->results + (size_t)ki * out->n_all;
             for (uint32_t i = 0; i < out->n_methods; i++) {
                 if (i) putchar(',');
-                print_result_json(&out->results[(size_t)ki * out->n_all + i]);
+                print_result_json(&rk[i]);
             }
-            printf("]}");
+            printf("]");
+            if (n_sweep) print_results_json("budget_sweep", rk + out->n_methods, n_sweep);
+            if (o->match) print_match_json(o, rk, out->n_methods, rk + out->n_methods);
+            printf("}");
         }
         printf("]");
     }

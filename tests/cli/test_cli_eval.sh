@@ -49,6 +49,19 @@ python3 -c 'import json,sys; m={x["method"]:x for x in json.load(open(sys.argv[1
 "$fathom" eval --synthetic smollm2-135m --context 512 --positions 4 --quiet --methods oracle,dense \
   --sweep-k 48,96 --json >"$tmp/k.json" 2>"$tmp/err" || bad "sweep-k failed: $(cat "$tmp/err")"
 python3 -c 'import json,sys; o=json.load(open(sys.argv[1])); assert [x["k"] for x in o["k_sweep"]]==[48,96]' "$tmp/k.json" && ok || bad "k sweep json"
+# --match with --sweep-k: every k carries its own budget sweep and match; the
+# first k's are the top-level ones, and a larger k gives the sweep lower error.
+"$fathom" eval --synthetic smollm2-135m --context 512 --positions 4 --quiet --methods sparq:16,fathom:16 \
+  --match --sweep-budgets 16,32 --sweep-k 48,160 --json >"$tmp/km.json" 2>"$tmp/err" || bad "sweep-k match failed"
+python3 -c '
+import json, sys
+o = json.load(open(sys.argv[1]))
+a, b = o["k_sweep"]
+assert a["match"] == o["match"] and a["budget_sweep"] == o["budget_sweep"]
+assert [m["method"] for m in b["match"]] == ["sparq:16", "fathom:16"]
+assert len(b["budget_sweep"]) == 2 and b["budget_sweep"][0]["rel_error"] < a["budget_sweep"][0]["rel_error"]
+assert b["match"][1]["fathom_bits"] == b["methods"][1]["bits_per_token"]' "$tmp/km.json" \
+  && ok || bad "k sweep match json: $(cat "$tmp/km.json")"
 
 for args in "--k" "--k 0" "--methods bogus:1" "--layer-budget steep" "--kv x --synthetic qwen3-8b" "--frobnicate"; do
   "$fathom" eval $args >/dev/null 2>&1; rc=$?
