@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -42,6 +43,9 @@ static void usage(FILE *f) {
             "  --threads N         threads (default: one per core)\n"
             "  --progress          prefill progress on stderr (default: only on a terminal)\n"
             "  --quiet             no text on stdout (with --ids: only the ids)\n"
+            "  --json              instead of the text, one JSON object on stdout: the generated\n"
+            "                      ids, prefill and decode times and rates, scan bytes per\n"
+            "                      step, and the process's peak resident memory\n"
             "\n"
             "The end-of-turn token stops generation (unless --ignore-eos) and is not printed;\n"
             "--ids lists it. Exit status: 0 success, 1 failure, 2 usage error.\n");
@@ -59,7 +63,7 @@ static void print_piece(const fathom_tokenizer *tok, int32_t id) {
 typedef struct gen_options {
     const char *model, *prompt, *prompt_file, *prompt_ids, *system, *attn, *calib, *dump;
     uint32_t tokens, k, ctx, threads, max_prompt;
-    bool chat, ignore_eos, ids, quiet, progress;
+    bool chat, ignore_eos, ids, quiet, progress, json;
 } gen_options;
 
 /* The prompt's token ids: given, or the text (from --prompt or the file),
@@ -107,6 +111,32 @@ static void print_stats(const fathom_ctx *ctx, const fathom_method *method, uint
         fprintf(stderr, "sparse: %.1f KB scanned per step, %.2f%% of visible keys selected\n",
                 stats.scan_bytes / (double)stats.sparse_steps / 1024.0,
                 100.0 * stats.selected_rows / (stats.visible_rows > 0 ? stats.visible_rows : 1));
+}
+
+/* --json: the run's numbers; peak_rss_kib is getrusage's ru_maxrss (KiB on Linux). */
+static void print_json(const fathom_ctx *ctx, const fathom_model_info *info, const fathom_method *method,
+                       uint32_t k, size_t n_prompt, double prefill_s, double decode_s, const int32_t *ids,
+                       uint32_t n_ids) {
+    fathom_ctx_stats stats;
+    fathom_ctx_get_stats(ctx, &stats);
+    struct rusage ru;
+    long rss = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;
+    printf("{\"model\": ");
+    cli_print_json_string(stdout, info->name[0] ? info->name : info->arch);
+    printf(", \"arch\": ");
+    cli_print_json_string(stdout, info->arch);
+    printf(", \"attn\": ");
+    cli_print_json_string(stdout, method->name);
+    const double steps = (double)stats.decode_steps, sparse = (double)stats.sparse_steps;
+    printf(", \"k\": %u, \"prompt_tokens\": %zu, \"prefill_s\": %.4f, \"prefill_tokens_per_s\": %.2f, "
+           "\"decode_steps\": %" PRIu64 ", \"decode_s\": %.4f, \"decode_tokens_per_s\": %.3f, "
+           "\"scan_bytes_per_step\": %.1f, \"selected_share\": %.6f, \"peak_rss_kib\": %ld, \"ids\": [",
+           method->kind == FATHOM_METHOD_DENSE ? 0 : k, n_prompt, prefill_s, (double)n_prompt / prefill_s,
+           stats.decode_steps, decode_s, steps > 0 ? steps / decode_s : 0.0,
+           sparse > 0 ? stats.scan_bytes / sparse : 0.0,
+           stats.visible_rows > 0 ? stats.selected_rows / stats.visible_rows : 0.0, rss);
+    for (uint32_t i = 0; i < n_ids; i++) printf("%s%d", i ? ", " : "", ids[i]);
+    printf("]}\n");
 }
 
 static int run(const gen_options *o) {
@@ -213,6 +243,7 @@ static int run(const gen_options *o) {
         printf("\n");
     }
     print_stats(ctx, &method, o->k, n_prompt, prefill_s, decode_s);
+    if (o->json) print_json(ctx, &info, &method, o->k, n_prompt, prefill_s, decode_s, out_ids, produced);
     rc = CLI_OK;
 done:
     if (dump && fclose(dump) != 0 && rc == CLI_OK) {
@@ -232,7 +263,7 @@ done:
 enum {
     OPT_MODEL = 256, OPT_PROMPT, OPT_PROMPT_FILE, OPT_PROMPT_IDS, OPT_SYSTEM, OPT_ATTN, OPT_CALIB,
     OPT_DUMP, OPT_TOKENS, OPT_K, OPT_CTX, OPT_MAX_PROMPT, OPT_THREADS, OPT_CHAT, OPT_IGNORE_EOS,
-    OPT_IDS, OPT_QUIET, OPT_PROGRESS
+    OPT_IDS, OPT_QUIET, OPT_PROGRESS, OPT_JSON
 };
 static const struct option long_options[] = {
     {"help", no_argument, NULL, 'h'},
@@ -254,6 +285,7 @@ static const struct option long_options[] = {
     {"ids", no_argument, NULL, OPT_IDS},
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"progress", no_argument, NULL, OPT_PROGRESS},
+    {"json", no_argument, NULL, OPT_JSON},
     {NULL, 0, NULL, 0},
 };
 
@@ -286,6 +318,7 @@ int cmd_generate(int argc, char **argv) {
         case OPT_IDS: o.ids = true; break;
         case OPT_QUIET: o.quiet = true; break;
         case OPT_PROGRESS: o.progress = true; break;
+        case OPT_JSON: o.json = o.quiet = true; break;
         }
         if (num && !cli_parse_u32(optarg, num)) return cli_bad_value("a non-negative integer");
     }
@@ -294,6 +327,7 @@ int cmd_generate(int argc, char **argv) {
         return cli_usage_error("give exactly one of --prompt, --prompt-file, --prompt-ids");
     if (o.prompt_ids && o.chat) return cli_usage_error("--chat needs text, not --prompt-ids");
     if (o.system && !o.chat) return cli_usage_error("--system needs --chat");
+    if (o.json && o.ids) return cli_usage_error("--json lists the ids itself; give --json or --ids");
     if (o.tokens == 0 || o.k == 0) return cli_usage_error("--tokens and --k must be at least 1");
     return run(&o);
 }

@@ -82,6 +82,25 @@ echo "agree: $(( $(date +%s) - t0 )) s"
 [ $rc -eq 0 ] || { echo "FAIL: agree exit $rc"; cat "$tmp/agree.err"; fail=1; }
 "$fathom" generate --prompt-file "$tmp/prompt.txt" --tokens 8 --ignore-eos --threads 2 \
   >"$tmp/gen.txt" 2>/dev/null || { echo "FAIL: generate"; fail=1; }
+# generate --json: the same ids as --ids, its counts, timings and peak memory.
+"$fathom" generate --prompt-file "$tmp/prompt.txt" --tokens 8 --ignore-eos --threads 2 --ids --quiet \
+  >"$tmp/gen.ids" 2>/dev/null || { echo "FAIL: generate --ids"; fail=1; }
+"$fathom" generate --prompt-file "$tmp/prompt.txt" --tokens 8 --ignore-eos --threads 2 --json \
+  >"$tmp/gen.json" 2>/dev/null || { echo "FAIL: generate --json"; fail=1; }
+"$fathom" generate --prompt-file "$tmp/prompt.txt" --tokens 8 --ignore-eos --threads 2 --json --attn fathom:48 \
+  --k 40 >"$tmp/gen-sparse.json" 2>/dev/null || { echo "FAIL: generate --json --attn"; fail=1; }
+python3 - "$tmp/gen.json" "$tmp/gen.ids" "$tmp/gen-sparse.json" <<'EOF' || { echo "FAIL: generate --json: $(cat "$tmp/gen.json")"; fail=1; }
+import json, sys
+g = json.load(open(sys.argv[1]))
+ids = [int(x) for x in open(sys.argv[2]).read().split(",")]
+assert g["ids"] == ids and g["attn"] == "dense" and g["k"] == 0 and g["decode_steps"] == 7
+assert g["prompt_tokens"] > 40 and g["prefill_s"] > 0 and g["decode_s"] > 0
+assert abs(g["prefill_tokens_per_s"] - g["prompt_tokens"] / g["prefill_s"]) < 0.01 * g["prefill_tokens_per_s"]
+assert g["scan_bytes_per_step"] == 0 and g["peak_rss_kib"] > 90000  # the weights alone exceed that
+s = json.load(open(sys.argv[3]))
+assert s["attn"] == "fathom:48" and s["k"] == 40 and len(s["ids"]) == 8
+assert 0 < s["selected_share"] < 1 and s["scan_bytes_per_step"] > 0
+EOF
 python3 - "$tmp/agree.json" "$tmp/gen.txt" <<'EOF' || fail=1
 import json, sys
 d = json.load(open(sys.argv[1]))

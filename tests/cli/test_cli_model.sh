@@ -18,6 +18,7 @@ expect 2 "non-negative integer" -- generate --prompt a --k 12x
 expect 2 "at least 1" -- generate --prompt a --tokens 0
 expect 2 "--chat needs text" -- generate --prompt-ids 1,2 --chat
 expect 2 "unknown option" -- generate --prompt a --bogus
+expect 2 "give --json or --ids" -- generate --prompt a --json --ids
 expect 2 "^fathom generate: --attn: unknown method" -- generate --prompt a --attn nonsense:3
 expect 1 "no-such-model.gguf" -- generate --model "$tmp/no-such-model.gguf" --prompt a
 expect 2 "exactly one of --text-file" -- capture --out "$tmp/c.safetensors"
