@@ -291,7 +291,10 @@ static void print_results(const agree_run *r) {
             for (int v = 0; v < N_MEASURES; v++) {
                 double mean, se;
                 mean_stderr(w->values[v], n_files, &mean, &se);
-                printf(", \"%s\": {\"mean\": %.4f, \"stderr\": %.4f}", measure_names[v], mean, se);
+                printf(", \"%s\": {\"mean\": %.4f, \"stderr\": %.4f, \"per_prompt\": [", measure_names[v], mean,
+                       se);
+                for (size_t p = 0; p < n_files; p++) printf("%s%.4f", p ? ", " : "", w->values[v][p]);
+                printf("]}");
             }
             printf("}");
         }

@@ -120,7 +120,8 @@ for m in ("token_vs_dense", "word_vs_dense"):
     check(rows["dense"][m]["mean"] == 1.0, "dense vs itself: %s" % rows["dense"][m])
 for r in rows.values():
     for m in ("token_vs_dense", "word_vs_dense", "token_vs_oracle", "word_vs_oracle"):
-        check(0.0 <= r[m]["mean"] <= 1.0 and r[m]["stderr"] == 0.0, "%s %s" % (r["method"], m))
+        check(0.0 <= r[m]["mean"] <= 1.0 and r[m]["stderr"] == 0.0 and r[m]["per_prompt"] == [r[m]["mean"]],
+              "%s %s" % (r["method"], m))
     check(r["k_mean"] == (0 if r["method"] == "dense" else 37), "k of %s" % r["method"])
 # The second fathom:48 run rebuilds its index after a rewind: same tokens.
 check(len(twice) == 2 and twice[0] == twice[1], "fathom:48 twice: %s" % twice)
