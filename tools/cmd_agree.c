@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #define DEFAULT_METHODS "fathom:48,sparq:16,sparq:32,thumb,landmark,full4,oracle"
 
@@ -86,6 +87,8 @@ typedef struct row {
     double budget;
     double *values[N_MEASURES]; /* [prompts] */
     double bits, selection, k;  /* sums over prompts */
+    double decode_s;            /* seconds of its decode steps, all prompts */
+    uint64_t steps;             /* its decode steps, all prompts */
 } row;
 
 typedef struct agree_options {
@@ -223,6 +226,10 @@ static int run_row(agree_run *r, size_t p, row *w, uint32_t k) {
     w->values[VS_ORACLE_WORD][p] = word_agreement(text, r->oracle_text);
     free(text);
     w->k += is_dense ? 0 : k;
+    if (!is_dense) {
+        w->decode_s += cli_now() - t0;
+        w->steps += stats.decode_steps;
+    }
     if (stats.sparse_steps) {
         const double layers_heads = (double)s->info.layers * s->info.kv_heads;
         const double ctx_mean = (double)prefix + 0.5 * (double)(stats.sparse_steps + 1);
@@ -247,22 +254,27 @@ static int run_prompt(agree_run *r, size_t p) {
         cli_print_safe(stderr, s->files[p]);
         fprintf(stderr, ": %llu tokens\n", (unsigned long long)n);
     }
+    const double tp = cli_now();
     if ((st = fathom_ctx_reset(r->ctx)) < 0 || (st = fathom_ctx_set_attention(r->ctx, NULL, 1, NULL)) < 0 ||
         (st = cli_prefill(r->ctx, r->ids[p], prefix, NULL, r->progress)) < 0)
         return cli_fail("prefill", st);
+    const double prefill_s = cli_now() - tp;
     fathom_method dense_m;
     fathom_method_parse("dense", &dense_m);
     const double t0 = cli_now();
     if ((st = cli_continue(r->ctx, prefix, r->ids[p][prefix], &dense_m, 1, NULL, r->o->tokens, -1, -1,
                            r->logits, s->info.vocab, r->dense, &r->n_dense, NULL)) < 0)
         return cli_fail("dense decoding", st);
-    if (r->progress) fprintf(stderr, "  dense decoding: %u steps in %.1f s\n", r->n_dense, cli_now() - t0);
+    const double dense_s = cli_now() - t0;
+    if (r->progress) fprintf(stderr, "  dense decoding: %u steps in %.1f s\n", r->n_dense, dense_s);
     free(r->dense_text);
     if (!(r->dense_text = cli_decode_text(s->tok, r->dense, r->n_dense))) return cli_out_of_memory();
     if (r->o->json) {
         printf("%s{\"file\": ", p ? ", " : "");
         cli_print_json_string(stdout, s->files[p]);
-        printf(", \"n_tokens\": %llu, \"dense_text\": ", (unsigned long long)n);
+        printf(", \"n_tokens\": %llu, \"prefill_s\": %.3f, \"dense_decode_s\": %.3f, \"dense_steps\": %u, "
+               "\"dense_text\": ",
+               (unsigned long long)n, prefill_s, dense_s, r->n_dense);
         cli_print_json_string(stdout, r->dense_text);
         printf("}");
     }
@@ -286,8 +298,9 @@ static void print_results(const agree_run *r) {
             const row *w = &r->rows[i];
             printf("%s\n  {\"method\": ", i ? "," : "");
             cli_print_json_string(stdout, w->method.name);
-            printf(", \"budget\": %g, \"k_mean\": %.1f, \"bits_per_token\": %.2f, \"selection_ratio\": %.5f",
-                   w->budget, w->k / np, w->bits / np, w->selection / np);
+            printf(", \"budget\": %g, \"k_mean\": %.1f, \"bits_per_token\": %.2f, \"selection_ratio\": %.5f, "
+                   "\"decode_s\": %.3f, \"decode_steps\": %llu",
+                   w->budget, w->k / np, w->bits / np, w->selection / np, w->decode_s, (unsigned long long)w->steps);
             for (int v = 0; v < N_MEASURES; v++) {
                 double mean, se;
                 mean_stderr(w->values[v], n_files, &mean, &se);
@@ -298,7 +311,8 @@ static void print_results(const agree_run *r) {
             }
             printf("}");
         }
-        printf("\n]}\n");
+        struct rusage ru;
+        printf("\n], \"peak_rss_kib\": %ld}\n", getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1L);
         return;
     }
     printf("step agreement over %zu prompts, %u decode steps each (mean +- standard error)\n", n_files,

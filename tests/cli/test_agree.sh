@@ -124,8 +124,15 @@ for r in rows.values():
               "%s %s" % (r["method"], m))
     check(r["k_mean"] == (0 if r["method"] == "dense" else 37), "k of %s" % r["method"])
 # The second fathom:48 run rebuilds its index after a rewind: same tokens.
-check(len(twice) == 2 and twice[0] == twice[1], "fathom:48 twice: %s" % twice)
+untimed = [{key: val for key, val in r.items() if key != "decode_s"} for r in twice]
+check(len(twice) == 2 and untimed[0] == untimed[1], "fathom:48 twice: %s" % twice)
 check(len(d["results"]) == 5, "%d rows" % len(d["results"]))
+# timings: every row but dense decodes 8 steps per prompt; the prefill is timed; peak memory
+for r in d["results"]:
+    check(r["decode_steps"] == (0 if r["method"] == "dense" else 8) and r["decode_s"] >= 0,
+          "steps of %s: %s" % (r["method"], r["decode_steps"]))
+check(d["prompts"][0]["prefill_s"] > 0 and d["prompts"][0]["dense_steps"] == 8, "prompt timings")
+check(d["peak_rss_kib"] > 90000, "peak RSS %s" % d["peak_rss_kib"])
 # dense vs oracle is symmetric
 check(rows["dense"]["token_vs_oracle"] == rows["oracle"]["token_vs_dense"], "symmetry")
 check(rows["oracle"]["bits_per_token"] == 1024.0, "oracle reads bf16 keys (16 x 64 bits)")
