@@ -231,7 +231,10 @@ static int run_row(agree_run *r, size_t p, row *w, uint32_t k) {
         w->steps += stats.decode_steps;
     }
     if (stats.sparse_steps) {
-        const double layers_heads = (double)s->info.layers * s->info.kv_heads;
+        /* per (layer, KV head) that scans: Gemma 3's sliding-window layers attend exactly */
+        uint32_t sparse_layers = 0;
+        for (uint32_t l = 0; l < s->info.layers; l++) sparse_layers += fathom_model_layer_sliding(s->model, l) == 0;
+        const double layers_heads = (double)sparse_layers * s->info.kv_heads;
         const double ctx_mean = (double)prefix + 0.5 * (double)(stats.sparse_steps + 1);
         w->bits += 8.0 * stats.scan_bytes / (double)stats.sparse_steps / layers_heads / ctx_mean;
         w->selection += stats.selected_rows / (stats.visible_rows > 0 ? stats.visible_rows : 1);
