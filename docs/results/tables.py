@@ -418,6 +418,249 @@ def gpu_tier(rec):
     return text
 
 
+# ---------------------------------------------------------------- Gemma 3 270M
+
+GEMMA_SECTION = "CPU: fidelity and agreement on Gemma 3 270M (16k-32k tokens)"
+
+GEMMA_SETUP = (
+    "Gemma 3 270M (Q4_K_M, `scripts/fetch-model gemma3`): 18 layers, of which only the 3 global ones "
+    "(5, 11, 17) attend the whole context and use a sparse method (the sliding-window layers attend "
+    "their 512-token window exactly), 4 query heads over 1 KV head, d = 256. Captures "
+    "(`fathom capture --global-only --positions 128`, build-gemma/runs/) of texts that ship with the "
+    "machine, cut by the model's tokenizer with `scripts/make-prompts`: code = Python standard-library "
+    "files shown as `$ cat PATH`, prose = man pages and licence texts; calibration = 2048 tokens of C "
+    "headers (/usr/include), text the evaluated windows do not contain.")
+
+
+def data_record(name):
+    """Another table's data file (for comparisons across two runs), or None."""
+    import json
+    import os
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", name + ".json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def interp_bits(curve, target):
+    """Bits at which a (bits, error) curve sorted by bits reaches error target (log-error
+    interpolation, as fathom eval --match); None when it never does, -1 when already its first point."""
+    for i, (b, e) in enumerate(curve):
+        if e <= target:
+            if i == 0:
+                return -1
+            b0, e0 = curve[i - 1]
+            if e0 == e:
+                return b
+            import math
+            return b0 + (b - b0) * (math.log(e0) - math.log(target)) / (math.log(e0) - math.log(e))
+    return None
+
+
+def match_cell(m, sweep_bits):
+    fb = m["fathom_bits"]
+    if fb is None:
+        return "> %.0f" % max(sweep_bits)
+    if abs(fb - min(sweep_bits)) < 1e-9 and m["method_bits"] != fb:
+        return "<= %.0f (>= %.2fx)" % (fb, ratio(m["method_bits"], fb))
+    return "%.1f (%.2fx)" % (fb, ratio(m["method_bits"], fb))
+
+
+def gemma_fidelity(rec):
+    r = rec["result"]
+    sweep = r["k_sweep"]
+    ks = [s["k"] for s in sweep]
+    header = ["method", "bits/token"] + ["error k = %d" % k for k in ks] + ["fathom bits to match, k = %d" % k
+                                                                          for k in ks]
+    rows = []
+    for i, m in enumerate(sweep[0]["methods"]):
+        cells = [m["name"], "%.1f" % m["bits_per_token"]]
+        cells += [err(s["methods"][i]) for s in sweep]
+        for s in sweep:
+            mm = {x["method"]: x for x in s.get("match", [])}.get(m["name"])
+            bits = [x["bits_per_token"] for x in s["budget_sweep"] if x["name"].startswith("fathom:")]
+            cells.append(match_cell(mm, bits) if mm and m["name"] != "dense" else "-")
+        rows.append(cells)
+    text = md_table(header, rows)
+    text += ("\n%s The window: n = %d tokens, the last %d positions, k = %s per query head (%s of n) beyond "
+             "sink 4 + local 32; errors are the mean relative L2 error of the attention output against "
+             "dense attention ± its standard error over layers, query heads and positions. \"fathom bits to "
+             "match\" is Table 6's analog: the bits at which raw fathom's budget sweep (below) reaches the "
+             "method's error, with the saving in parentheses.\n\n" %
+             (GEMMA_SETUP, r["tokens"], r["positions"], " and ".join(str(k) for k in ks),
+              " and ".join("%.1f%%" % (100.0 * k / r["tokens"]) for k in ks)))
+    sw_header = ["budget point", "bits/token"] + ["error k = %d" % k for k in ks]
+    sw_rows = []
+    for i, m in enumerate(sweep[0]["budget_sweep"]):
+        sw_rows.append([m["name"], "%.1f" % m["bits_per_token"]] + [err(s["budget_sweep"][i]) for s in sweep])
+    text += "Budget sweep (fathom:B, and fathom-klt:B calibrated by the C headers):\n\n" + md_table(sw_header, sw_rows)
+    notes = []
+    for s in sweep:
+        ms = by_name(s["methods"])
+        line = "k = %d: " % s["k"] + compare(ms, "fathom:48", "sparq:16") + compare(ms, "fathom:48", "sparq:32")
+        if "fathom:48" in ms and "oracle" in ms:
+            line += "fathom:48 is %.2fx the oracle's error." % ratio(ms["fathom:48"]["rel_error"],
+                                                                   ms["oracle"]["rel_error"])
+        notes.append(line.strip())
+    text += "\n" + "\n\n".join(notes) + "\n\n"
+    text += ("Where it does not hold: one prompt per haystack and the last %d positions of it, so the "
+             "standard errors hold over positions and heads, not over texts; 3 global layers with one KV "
+             "head each (the paper's Qwen3-8B has 36 x 8); a 270M model. Against the paper's Tables 5/14 "
+             "(Qwen3-8B at 32k): the paper ranks the 136-bit scans (SparQ r=32, DS) against 56-bit fathom at "
+             "about equal error; read the rows above for where Gemma's keys agree.\n" % r["positions"])
+    return text
+
+
+CALIB_DEPENDENT = ("fathom:48", "fathom-klt:48", "ds:32", "loki:32")
+
+
+def gemma_nocalib(rec):
+    r = rec["result"]
+    cal = data_record(rec["table"][:-len("-nocalib")])
+    sweep = r["k_sweep"]
+    ks = [s["k"] for s in sweep]
+    cal_sweep = {s["k"]: by_name(s["methods"]) for s in cal["result"]["k_sweep"]} if cal else {}
+    header = ["method"] + sum([["calibrated, k = %d" % k, "calibration-free, k = %d" % k, "ratio"] for k in ks], [])
+    rows = []
+    for name in CALIB_DEPENDENT:
+        cells = [name]
+        for s in sweep:
+            m = by_name(s["methods"]).get(name)
+            c = cal_sweep.get(s["k"], {}).get(name)
+            cells += [err(c) if c else "-", err(m) if m else "-",
+                      "%.2fx" % ratio(m["rel_error"], c["rel_error"]) if m and c else "-"]
+        rows.append(cells)
+    text = md_table(header, rows)
+    same = []
+    for s in sweep:
+        for m in s["methods"]:
+            c = cal_sweep.get(s["k"], {}).get(m["name"])
+            if m["name"] not in CALIB_DEPENDENT and c and c["rel_error"] == m["rel_error"]:
+                same.append(m["name"])
+    text += ("\nThe same capture as the table above (n = %d, last %d positions), evaluated without `--calib`: "
+             "fathom's Var from the store's running sums of the window's own keys (the paper's "
+             "calibration-free variant, App. D) and fathom-klt's mean, eigenbasis and eigenvalues fitted to "
+             "the window's own keys (the \"rotated store without a calibration file\" of issue 17; the "
+             "eigenvalue-weighted water-filling does not depend on the basis' column order, so no query "
+             "statistic enters it). ds and loki take their channels / leading KLT columns from the "
+             "evaluated queries themselves when no calibration is given, so their calibration-free rows "
+             "are an optimistic bound, not a deployable method. Ratio = calibration-free / calibrated error; "
+             "below 1 the window's own statistics are better. The methods that use no calibration (%s) "
+             "give identical errors in both runs.\n" %
+             (r["tokens"], r["positions"], ", ".join(sorted(set(same))) or "none"))
+    return text
+
+
+def gemma_quant(rec):
+    r = rec["result"]
+    rows = r["rows"]
+    codes = list(dict.fromkeys(x["code"] for x in rows))
+    budgets = list(dict.fromkeys(x["budget"] for x in rows))
+    by = {(x["code"], x["budget"]): x for x in rows}
+    header = ["B"] + sum([["%s bits" % c, "%s error" % c] for c in codes], [])
+    out = []
+    for b in budgets:
+        cells = [str(b)]
+        for c in codes:
+            x = by[(c, b)]
+            cells += ["%.1f" % x["bits_per_token"], err(x)]
+        out.append(cells)
+    text = md_table(header, out)
+    sym = [(by[("sym", b)]["bits_per_token"], by[("sym", b)]["rel_error"]) for b in budgets]
+    cmp_rows = []
+    for c in codes:
+        if c == "sym":
+            continue
+        curve = [(by[(c, b)]["bits_per_token"], by[(c, b)]["rel_error"]) for b in budgets]
+        for b in budgets:
+            x = by[(c, b)]
+            sb = interp_bits(sym, x["rel_error"])
+            cmp_rows.append([c, str(b), "%.1f" % x["bits_per_token"],
+                             "> %.0f" % sym[-1][0] if sb is None else ("<= %.1f" % sym[0][0] if sb < 0 else "%.1f" % sb),
+                             "-" if sb is None or sb < 0 else "%.2fx" % ratio(sb, x["bits_per_token"])])
+    text += ("\nBits the store's symmetric code needs for the same error (log-error interpolation along "
+             "its row of the table above); above 1x the new code reads fewer bits for that error:\n\n")
+    text += md_table(["code", "B", "its bits", "sym bits, same error", "saving"], cmp_rows)
+    text += ("\n`bench/quant_study.py` (numpy) on %s: n = %d, %d global layers, the last %d positions, "
+             "k = %d. All three codes keep the bit-plane prefix property (the first t planes are the t-bit "
+             "quantizer of the same range) and use the same plan (fathom's water-filling on q^2 Var at "
+             "budget B); bits count code bits plus the scale bits of every channel read (sym, centered: "
+             "one fp16 per 64 tokens; asym: fp16 min and max). sym is the store's code: the script's "
+             "sym rows reproduce `fathom eval`'s fathom:B on the same capture and positions (checked at "
+             "B = 24, 48, 96 to 4 digits), so the script's selection and error are the library's. "
+             "centered subtracts each channel's mean over the window's keys (known after prefill, like the "
+             "rotated store's mean; q.mu is the same for every key, so rankings are unchanged and no bytes "
+             "are added). Where it does not hold: one capture and model, 32 positions; the planner still "
+             "uses Var, which is what a centered or asymmetric code's error follows better than the "
+             "symmetric one's, so part of the gain is the code and part is a better-matched plan; the "
+             "C store does not implement these codes yet.\n" %
+             (r["source"], r["tokens"], r["layers"], r["positions"], r["k"]))
+    return text
+
+
+PAPER_AGREE = {0.02: "Fathom (56 bits) 0.67, SparQ r=16 0.49, landmarks 0.47 (k = 2048 of 80k-100k, 20 sessions)",
+               0.005: "SparQ r=32 (136 bits) 0.60, Fathom at 92 bits 0.60 (k = 512, 40 sessions)"}
+
+
+def paired(a, b, key="word_vs_oracle"):
+    import math
+    x, y = a[key]["per_prompt"], b[key]["per_prompt"]
+    d = [p - q for p, q in zip(x, y)]
+    n = len(d)
+    mean = sum(d) / n
+    se = math.sqrt(sum((v - mean) ** 2 for v in d) / (n - 1) / n) if n > 1 else 0.0
+    return mean, se
+
+
+def gemma_agree(rec):
+    r = rec["result"]
+    res = r["results"]
+    n = len(r["prompts"])
+    header = ["budget", "method", "k", "bits", "word vs oracle", "token vs oracle", "word vs dense",
+              "ms/step"]
+    rows = []
+    for x in res:
+        ms = 1000.0 * x["decode_s"] / x["decode_steps"] if x.get("decode_steps") else None
+        rows.append(["%g%%" % (100 * x["budget"]), x["method"], "%.0f" % x["k_mean"], "%.1f" % x["bits_per_token"],
+                     "%.3f ± %.3f" % (x["word_vs_oracle"]["mean"], x["word_vs_oracle"]["stderr"]),
+                     "%.3f ± %.3f" % (x["token_vs_oracle"]["mean"], x["token_vs_oracle"]["stderr"]),
+                     "%.3f ± %.3f" % (x["word_vs_dense"]["mean"], x["word_vs_dense"]["stderr"]),
+                     "%.0f" % ms if ms else "-"])
+    text = md_table(header, rows, ["---", "---"] + ["---:"] * 6)
+    lines = []
+    for budget in sorted({x["budget"] for x in res}, reverse=True):
+        at = {x["method"]: x for x in res if x["budget"] == budget}
+        pairs = [("fathom:48", "sparq:16"), ("fathom:48", "landmark"), ("fathom:80", "sparq:32")]
+        diffs = ["%s - %s %+.3f ± %.3f" % ((a, b) + paired(at[a], at[b])) for a, b in pairs if a in at and b in at]
+        lines.append("At %g%% (k = %.0f): paired word-level differences %s. The paper: %s." %
+                     (100 * budget, next(iter(at.values()))["k_mean"], "; ".join(diffs),
+                      PAPER_AGREE.get(budget, "-")))
+    pre = [p["prefill_s"] for p in r["prompts"]]
+    toks = [p["n_tokens"] - 1 for p in r["prompts"]]
+    dense_ms = [1000.0 * p["dense_decode_s"] / p["dense_steps"] for p in r["prompts"] if p["dense_steps"]]
+    text += ("\nStep agreement (paper §5.6) over %d prompts of %d-%d tokens (Python standard-library files as "
+             "`$ cat PATH`, cut just after a line opening a block, `scripts/make-prompts --kind code`), %d "
+             "decode steps each; mean ± standard error over prompts. word/token vs oracle: share of the "
+             "generated words/tokens equal, position by position, to the exact top-k oracle's at the same "
+             "k; k = budget x n (sink 4 + local 32 included). ms/step: the method's mean decode step, "
+             "this machine, under the load above.\n\n" % (n, min(toks) + 1, max(toks) + 1, r["tokens"]))
+    text += "\n\n".join(lines) + "\n\n"
+    text += ("Speed and memory in the same run: dense prefill %.0f-%.0f tokens/s (%.0f-%.0f s for ~%dk "
+             "tokens, 2 threads), dense decode %.0f ms/step at that length, peak resident memory %.2f GiB "
+             "(the weights are held as float32).\n\n" %
+             (min(t / s for t, s in zip(toks, pre)), max(t / s for t, s in zip(toks, pre)), min(pre), max(pre),
+              round(sum(toks) / len(toks) / 1000), sum(dense_ms) / len(dense_ms), r["peak_rss_kib"] / 2**20))
+    text += ("Where it does not hold: %d prompts, so a standard error near 0.1 (the issue asks for <= 0.05, "
+             "which needs several times more prompts than a 16k dense prefill per prompt allows on this "
+             "machine); only 3 of Gemma's 18 layers are sparse and each has one KV head, so a selection "
+             "error moves the next token less than in a model whose every layer is sparse; code "
+             "continuations, not agent trajectories; 16k tokens, where 2%% and 0.5%% are k = %.0f and %.0f, "
+             "against the paper's k = 2048 and 512 at 80k-100k.\n" %
+             (n, max(x["k_mean"] for x in res), min(x["k_mean"] for x in res if x["k_mean"] > 0)))
+    return text
+
+
 # ---------------------------------------------------------------- order
 
 TABLES = [
@@ -449,4 +692,18 @@ TABLES = [
           gpu_resident_scan, GPU_RESIDENT_PENDING),
     Table("gpu-tier", "GPU offload step (H200)", "The KV tier: sessions that grow, one graph for every step",
           gpu_tier, None),
+    Table("gemma-code-16k", GEMMA_SECTION, "Every method on a 16k-token code capture, k = 512 and 2048",
+          gemma_fidelity, None),
+    Table("gemma-code-16k-nocalib", GEMMA_SECTION, "Code, 16k: calibration-free against calibrated",
+          gemma_nocalib, None),
+    Table("gemma-prose-16k", GEMMA_SECTION, "Every method on a 16k-token prose capture, k = 512 and 2048",
+          gemma_fidelity, None),
+    Table("gemma-prose-16k-nocalib", GEMMA_SECTION, "Prose, 16k: calibration-free against calibrated",
+          gemma_nocalib, None),
+    Table("gemma-code-32k", GEMMA_SECTION, "Every method on a 32k-token code capture, k = 512 and 2048",
+          gemma_fidelity, None),
+    Table("gemma-quant-code-16k", GEMMA_SECTION,
+          "Codes that keep the prefix property: symmetric, asymmetric (KIVI), mean-centered", gemma_quant, None),
+    Table("gemma-agree-16k", GEMMA_SECTION, "Step agreement at 16k (§5.6), with decode speed and memory",
+          gemma_agree, None),
 ]
