@@ -562,6 +562,15 @@ def gemma_nocalib(rec):
              "below 1 the window's own statistics are better. The methods that use no calibration (%s) "
              "give identical errors in both runs.\n" %
              (r["tokens"], r["positions"], ", ".join(sorted(set(same))) or "none"))
+    parts = []
+    for s in sweep:
+        ms = by_name(s["methods"])
+        if "fathom-klt:48" in ms and "fathom:48" in ms:
+            a, b = ms["fathom-klt:48"]["rel_error"], ms["fathom:48"]["rel_error"]
+            parts.append("k = %d: %.4f against %.4f (%.2fx)" % (s["k"], a, b, ratio(a, b)))
+    if parts:
+        text += ("\nThe rotated store without a calibration file against raw planes, both calibration-free, "
+                 "fathom-klt:48 against fathom:48: %s; above 1x the raw planes win.\n" % "; ".join(parts))
     return text
 
 
@@ -599,16 +608,17 @@ def gemma_quant(rec):
              "k = %d. All three codes keep the bit-plane prefix property (the first t planes are the t-bit "
              "quantizer of the same range) and use the same plan (fathom's water-filling on q^2 Var at "
              "budget B); bits count code bits plus the scale bits of every channel read (sym, centered: "
-             "one fp16 per 64 tokens; asym: fp16 min and max). sym is the store's code: the script's "
-             "sym rows reproduce `fathom eval`'s fathom:B on the same capture and positions (checked at "
-             "B = 24, 48, 96 to 4 digits), so the script's selection and error are the library's. "
+             "one fp16 per 64 tokens; asym: fp16 min and max). sym is the store's code: its rows equal "
+             "`fathom eval`'s fathom:B on the same capture, positions and k to the digits shown "
+             "(tests/cli/test_quant_study.sh checks that on a synthetic capture), so the script's plan, "
+             "selection and error are the library's. "
              "centered subtracts each channel's mean over the window's keys (known after prefill, like the "
              "rotated store's mean; q.mu is the same for every key, so rankings are unchanged and no bytes "
-             "are added). Where it does not hold: one capture and model, 32 positions; the planner still "
+             "are added). Where it does not hold: one capture and model, %d positions; the planner still "
              "uses Var, which is what a centered or asymmetric code's error follows better than the "
              "symmetric one's, so part of the gain is the code and part is a better-matched plan; the "
              "C store does not implement these codes yet.\n" %
-             (r["source"], r["tokens"], r["layers"], r["positions"], r["k"]))
+             (r["source"], r["tokens"], r["layers"], r["positions"], r["k"], r["positions"]))
     return text
 
 
