@@ -33,6 +33,9 @@ static void usage(FILE *f) {
             "  --calib FILE      a capture of this model from other text, for ds, loki,\n"
             "                    fathom-klt\n"
             "  --max-prompt N    keep only the first N tokens of each prompt\n"
+            "  --time-limit S    start no prompt that would end more than S seconds after the\n"
+            "                    first began (by the mean time per prompt so far); the results\n"
+            "                    cover the prompts completed (0: no limit, the default)\n"
             "  --threads N       threads (default: one per core)\n"
             "  --json            one JSON object on stdout instead of the table\n"
             "  --progress        progress on stderr (default: only on a terminal, not with --json)\n"
@@ -95,7 +98,7 @@ typedef struct agree_options {
     const char *model, *methods, *budgets, *calib;
     char **prompts;
     int n_prompts;
-    uint32_t tokens, max_prompt, threads;
+    uint32_t tokens, max_prompt, threads, time_limit;
     bool json;
     cli_progress_mode progress;
 } agree_options;
@@ -122,6 +125,7 @@ typedef struct agree_run {
     int32_t *dense, *oracle, *gen;   /* [tokens] this prompt's continuations */
     uint32_t n_dense, n_oracle;
     char *dense_text, *oracle_text;
+    size_t n_done; /* prompts completed: the results are over these */
 } agree_run;
 
 /* Tokenise every prompt file; size the context for the longest. */
@@ -293,7 +297,7 @@ static int run_prompt(agree_run *r, size_t p) {
 }
 
 static void print_results(const agree_run *r) {
-    const size_t n_files = r->ses.n_files;
+    const size_t n_files = r->n_done;
     const double np = (double)n_files;
     if (r->o->json) {
         printf("], \"results\": [");
@@ -366,14 +370,24 @@ static int run(const agree_options *o) {
             cli_print_json_string(stdout, r.ses.info.name);
             printf(", \"tokens\": %u, \"prompts\": [", o->tokens);
         }
-        for (size_t p = 0; p < r.ses.n_files && rc == CLI_OK; p++) rc = run_prompt(&r, p);
+        const double t0 = cli_now();
+        for (size_t p = 0; p < r.ses.n_files && rc == CLI_OK; p++) {
+            /* --time-limit: no prompt that would end past it, judged by the mean so far */
+            const double spent = cli_now() - t0;
+            if (o->time_limit && p > 0 && spent + spent / (double)p > (double)o->time_limit) {
+                cli_warn("--time-limit %u s: stopping after %zu of %zu prompts", o->time_limit, p,
+                         r.ses.n_files);
+                break;
+            }
+            if ((rc = run_prompt(&r, p)) == CLI_OK) r.n_done = p + 1;
+        }
         if (rc == CLI_OK) print_results(&r);
     }
     agree_free(&r);
     return rc;
 }
 
-enum { OPT_MODEL = 256, OPT_PROMPTS, OPT_TOKENS, OPT_METHODS, OPT_BUDGETS, OPT_CALIB, OPT_MAX_PROMPT,
+enum { OPT_MODEL = 256, OPT_PROMPTS, OPT_TOKENS, OPT_METHODS, OPT_BUDGETS, OPT_CALIB, OPT_MAX_PROMPT, OPT_TIME_LIMIT,
        OPT_THREADS, OPT_JSON, OPT_QUIET, OPT_PROGRESS };
 static const struct option long_options[] = {
     {"help", no_argument, NULL, 'h'},
@@ -384,6 +398,7 @@ static const struct option long_options[] = {
     {"budgets", required_argument, NULL, OPT_BUDGETS},
     {"calib", required_argument, NULL, OPT_CALIB},
     {"max-prompt", required_argument, NULL, OPT_MAX_PROMPT},
+    {"time-limit", required_argument, NULL, OPT_TIME_LIMIT},
     {"threads", required_argument, NULL, OPT_THREADS},
     {"json", no_argument, NULL, OPT_JSON},
     {"quiet", no_argument, NULL, OPT_QUIET},
@@ -410,6 +425,7 @@ int cmd_agree(int argc, char **argv) {
         case OPT_CALIB: o.calib = optarg; break;
         case OPT_TOKENS: num = &o.tokens; break;
         case OPT_MAX_PROMPT: num = &o.max_prompt; break;
+        case OPT_TIME_LIMIT: num = &o.time_limit; break;
         case OPT_THREADS: num = &o.threads; break;
         case OPT_JSON: o.json = true; break;
         case OPT_QUIET: o.progress = CLI_PROGRESS_OFF; break;
