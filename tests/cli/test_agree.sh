@@ -82,6 +82,11 @@ echo "agree: $(( $(date +%s) - t0 )) s"
 [ $rc -eq 0 ] || { echo "FAIL: agree exit $rc"; cat "$tmp/agree.err"; fail=1; }
 "$fathom" generate --prompt-file "$tmp/prompt.txt" --tokens 8 --ignore-eos --threads 2 \
   >"$tmp/gen.txt" 2>/dev/null || { echo "FAIL: generate"; fail=1; }
+# --time-limit: the first prompt always runs; one that would end past the limit does not start
+"$fathom" agree --prompts "$tmp/prompt.txt" "$tmp/prompt.txt" --tokens 2 --methods fathom:48 --budgets 0.02 \
+  --threads 2 --time-limit 1 --json >"$tmp/limit.json" 2>"$tmp/limit.err" || { echo "FAIL: agree --time-limit"; fail=1; }
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["prompts"]) == 1 and all(len(r["word_vs_oracle"]["per_prompt"]) == 1 for r in d["results"])' \
+  "$tmp/limit.json" && grep -q "stopping after 1 of 2 prompts" "$tmp/limit.err" || { echo "FAIL: --time-limit: $(cat "$tmp/limit.err")"; fail=1; }
 # generate --json: the same ids as --ids, its counts, timings and peak memory.
 "$fathom" generate --prompt-file "$tmp/prompt.txt" --tokens 8 --ignore-eos --threads 2 --ids --quiet \
   >"$tmp/gen.ids" 2>/dev/null || { echo "FAIL: generate --ids"; fail=1; }
