@@ -743,6 +743,7 @@ TABLES = [
           gemma_klt_fit, None),
     Table("gemma-quant-code-16k", GEMMA_SECTION,
           "Codes that keep the prefix property: symmetric, asymmetric (KIVI), mean-centered", gemma_quant, None),
+    Table("gemma-quant-prose-16k", GEMMA_SECTION, "The same codes on the prose capture", gemma_quant, None),
     Table("gemma-agree-16k", GEMMA_SECTION, "Step agreement at 16k (§5.6), with decode speed and memory",
           gemma_agree, None),
 ]
