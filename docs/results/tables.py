@@ -688,10 +688,16 @@ def gemma_agree(rec):
              (min(t / s for t, s in zip(toks, pre)), max(t / s for t, s in zip(toks, pre)), min(pre), max(pre),
               round(sum(toks) / len(toks) / 1000), sum(dense_ms) / len(dense_ms), r["peak_rss_kib"] / 2**20))
     worst = max(x["word_vs_oracle"]["stderr"] for x in res if x["method"] not in ("oracle", "dense"))
+    by_b = {}
+    for x in res:
+        by_b.setdefault(x["budget"], {})[x["method"]] = x["word_vs_oracle"]["mean"]
+    if all("sparq:32" in v and "sparq:16" in v and v["sparq:32"] < v["sparq:16"] for v in by_b.values()):
+        text += ("Not explained: sparq:32 agrees less than sparq:16 at every budget, although its attention "
+                 "error is lower in the fidelity tables above; the decode path's SparQ at r = 32, d = 256 "
+                 "should be checked against eval's before this row is trusted.\n\n")
     text += ("Where it does not hold: %d prompts (as many as `--time-limit` let finish), so standard errors "
              "up to %.3f (the issue asks for <= 0.05, which needs several times more prompts than a 16k dense "
-             "prefill per prompt, minutes on this shared machine, allows); only 3 of Gemma's 18 layers are sparse and each has one KV head, so a selection "
-             "error moves the next token less than in a model whose every layer is sparse; code "
+             "prefill per prompt, minutes on this shared machine, allows); only 3 of Gemma's 18 layers are sparse, each with one KV head; code "
              "continuations, not agent trajectories; 16k tokens, where 2%% and 0.5%% are k = %.0f and %.0f, "
              "against the paper's k = 2048 and 512 at 80k-100k.\n" %
              (n, worst, max(x["k_mean"] for x in res), min(x["k_mean"] for x in res if x["k_mean"] > 0)))
