@@ -86,9 +86,9 @@ extern "C" int fathom_cuda_tier_cache_set(fathom_cuda_tier *tier, uint32_t s,
                            (unsigned long long)cfg->plane_bytes, (unsigned long long)cfg->row_bytes,
                            cudaGetErrorName(e));
     }
-    FATHOM_TRY(fc_tier_cache_drop(tier, s));
+    int st = fc_tier_cache_drop(tier, s);
     tier_cache *dev, *host = fc_tier_caches(tier, &dev);
-    const int st = publish_cache(tier, s, &c);
+    if (st == FATHOM_OK) st = publish_cache(tier, s, &c);
     if (st < 0) {
         fc_tier_cache_release(&c);
         return st;

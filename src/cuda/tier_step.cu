@@ -370,7 +370,7 @@ tier_insert_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_
     }
 }
 
-#define ATT_THREADS 256
+#define ATT_THREADS 1024 /* per query head: ATT_THREADS / D row subsets in the value sum */
 
 static __device__ double att_reduce(double x, bool is_max, double *part) {
     for (int off = 16; off > 0; off >>= 1) {
