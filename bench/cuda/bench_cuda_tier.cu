@@ -417,8 +417,9 @@ static void fixed_steps(setup &st, uint64_t n, cudaStream_t s, int reps, double 
     const fathom_cuda_transport tr[3] = {FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_DIRECT};
     double *res[3] = {kernel_ms, lanes_ms, direct_ms};
     for (int v = 0; v < 3; v++) {
-        fathom_cuda_config cfg = {D, G, P, n, K, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, BUDGET, tr[v],
-                                  FATHOM_CUDA_KEYS_BF16, 2 * D};
+        fathom_cuda_config cfg = {D, G, P, n, K, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, BUDGET, tr[v], 0, 0};
+        cfg.row_stride = 2 * D; /* K and V interleaved per token */
+        cfg.key_rows = FATHOM_CUDA_KEYS_BF16;
         size_t need;
         FK(fathom_cuda_workspace_size(&cfg, &need));
         void *ws;

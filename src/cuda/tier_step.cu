@@ -456,7 +456,10 @@ template <int D, int GP>
 static int launch_scan(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G,
                        const tier_ws *w, cudaStream_t stream) {
     typedef tier_scan_shape<GP> SH;
-    const uint32_t pass_words = a->budget < PASS * FATHOM_PLANES ? a->budget : PASS * FATHOM_PLANES;
+    /* plane rows of one pass: at most the budget (water-filling plans at most budget
+       planes), at most 4 per channel */
+    const uint32_t pass_words = !a->fixed_depths && a->budget < PASS * FATHOM_PLANES ? a->budget
+                                                                                     : PASS * FATHOM_PLANES;
     const size_t smem = (size_t)pass_words * 32 * 8;
     if (smem > 48 * 1024)
         FATHOM_CUDA_TRY(cudaFuncSetAttribute(tier_scan_kernel<D, GP>,
