@@ -433,9 +433,9 @@ def gpu_tier(rec):
                  "union misses a few). Hit rates are MEASURED: bytes the step read from HBM (the step's cache_bytes "
                  "counters) over the plane bytes its plan read and the row bytes its union fetched. \"none\" is "
                  "the same graph with no cache; \"vs tier step\" compares with the growing step of the table above "
-                 "(issue 16's targets: <= 0.65x at 1M, <= 0.6x at 128k, at real hit rates with 10%% of the index). "
-                 "\"real\" forces the hit rates of the SmolLM2 decode traces (decode-cache-sim: 47%% of plane "
-                 "bytes, 43%% of row bytes at a budget of 10%% of the index) and shows the HBM it took. Host-byte "
+                 "(issue 16's targets: <= 0.65x at 1M, <= 0.6x at 128k, at real hit rates with 10% of the index). "
+                 "\"real\" forces the hit rates of the SmolLM2 decode traces (decode-cache-sim: 47% of plane "
+                 "bytes, 43% of row bytes at a budget of 10% of the index) and shows the HBM it took (23 of 48 lines give 50% of the plane bytes: the first lines carry their channels' scales). Host-byte "
                  "floor = the bytes still read from host / link. Where it does not hold: queries are the same "
                  "every step here, so the plan and union do not drift; the hit rates are forced through the "
                  "cache's size, not earned by a policy on a real decode.\n")
