@@ -86,12 +86,17 @@ class TierBackend:
         if key.shape != value.shape:
             raise ValueError(f"value: shape {list(value.shape)} differs from key's {list(key.shape)}")
         T = key.shape[2]
+        capturing = torch.cuda.is_current_stream_capturing()
         if self._len[layer] + T > self.capacity:
-            self.prepare(self._len[layer] + T)  # raises inside a capture: prepare before capturing
+            if capturing:
+                raise RuntimeError(f"TierBackend: capture of an append beyond the capacity {self.capacity}; "
+                                   "call prepare(tokens_needed) before capturing")
+            self.prepare(self._len[layer] + T)
         rows = lambda x: x.to(torch.bfloat16).transpose(1, 2).reshape(self.batch * T, self.kv_heads, self.dim)
         self.tier.append(layer, self.sessions_t, rows(key).contiguous(), rows(value).contiguous(),
                          counts=self._counts_of(T), max_count=T)
-        self._len[layer] += T
+        if not capturing:  # a captured append runs at replay: replayed() counts it
+            self._len[layer] += T
 
     def attend(self, layer, query, scale):
         """query [B, Hq, 1, d] -> [B, Hq, 1, d] in query.dtype."""
