@@ -237,17 +237,24 @@ def gpu_ms(graph, reps, before=None):
 
 
 def wall_ms(graph, reps, before=None, after=None):
-    """Mean wall ms per step when the host waits for every step's token."""
+    """(mean wall ms per step when the host waits for every step's token,
+    mean host ms per step outside that wait: the Python of prepare, replay
+    and bookkeeping, during which the GPU idles)."""
     torch.cuda.synchronize()
+    host = 0.0
     t0 = time.perf_counter()
     for _ in range(reps):
+        h0 = time.perf_counter()
         if before:
             before()
         graph.replay()
+        h1 = time.perf_counter()
         torch.cuda.current_stream().synchronize()
+        h2 = time.perf_counter()
         if after:
             after()
-    return (time.perf_counter() - t0) * 1e3 / reps
+        host += (h1 - h0) + (time.perf_counter() - h2)
+    return (time.perf_counter() - t0) * 1e3 / reps, host * 1e3 / reps
 
 
 def progress(total, desc):
@@ -320,7 +327,7 @@ def run_fathom(model, config, method, context, batch, args):
         replay = lambda: backend.prepare(backend.length() + 1)
         for _ in range(2):  # first replays
             replay(); dec.graph.replay(); backend.replayed(1)
-        wall = wall_ms(dec.graph, args.steps, before=replay, after=lambda: backend.replayed(1))
+        wall, host = wall_ms(dec.graph, args.steps, before=replay, after=lambda: backend.replayed(1))
         gpu = gpu_ms(dec.graph, args.steps, before=replay)
         backend.replayed(args.steps)
         backend.check()
@@ -355,7 +362,7 @@ def run_fathom(model, config, method, context, batch, args):
         return {
             "step_ms": wall, "gpu_ms": gpu, "tokens_per_s": batch * 1e3 / wall,
             "forward_ms": forward, "append_ms": append, "tier_step_ms": step,
-            "python_ms": max(wall - gpu, 0.0), "python_share": max(wall - gpu, 0.0) / wall,
+            "python_ms": host, "python_share": host / wall,
             "vs_parts": wall / (forward + step),
             "fill": "synthetic (tier append, chunks of %d tokens)" % FILL_CHUNK, "fill_s": fill_s,
             "reserve_s": reserve_s, "final_length": final, "capacity": backend.capacity,
@@ -395,9 +402,10 @@ def run_sdpa(model, config, context, batch, args):
     attach(model, None, "sdpa")
     try:
         dec = Decoder(model, cache, ids, pos, mask_fn=causal_mask_fn(length, batch), warmup=1)
-        wall = wall_ms(dec.graph, args.steps)
+        wall, host = wall_ms(dec.graph, args.steps)
         gpu = gpu_ms(dec.graph, args.steps)
-        return {"step_ms": wall, "gpu_ms": gpu, "tokens_per_s": batch * 1e3 / wall, "kv_hbm_bytes": need}
+        return {"step_ms": wall, "gpu_ms": gpu, "tokens_per_s": batch * 1e3 / wall, "python_ms": host,
+                "kv_hbm_bytes": need}
     finally:
         del cache
 
@@ -418,10 +426,11 @@ def run_offload(model, config, context, batch, args):
 
     try:
         dec = Decoder(model, cache, ids, pos, mask_fn=mask_and_position, warmup=1)
-        wall = wall_ms(dec.graph, args.offload_steps)
+        wall, host = wall_ms(dec.graph, args.offload_steps)
         gpu = gpu_ms(dec.graph, args.offload_steps)
         moved = cache.bytes_per_layer * sh["layers"]
-        return {"step_ms": wall, "gpu_ms": gpu, "tokens_per_s": batch * 1e3 / wall, "link_bytes_per_step": moved,
+        return {"step_ms": wall, "gpu_ms": gpu, "tokens_per_s": batch * 1e3 / wall, "python_ms": host,
+                "link_bytes_per_step": moved,
                 "link_gb_s": moved / (gpu * 1e-3) / 1e9}
     finally:
         del cache
@@ -430,7 +439,7 @@ def run_offload(model, config, context, batch, args):
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m fathom.serve_bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="qwen3-8b", choices=sorted(PRESETS))
-    ap.add_argument("--runs", default="32k:1,128k:1,128k:4,512k:1", help="context:batch,... (e.g. 128k:4)")
+    ap.add_argument("--runs", default="32k:1,128k:1,128k:4,512k:1", help="context:batch[@method+method],... (e.g. 128k:4 or 128k:1@sdpa+offload)")
     ap.add_argument("--methods", default="fathom:48,ds:32,sdpa,offload",
                     help="fathom:B (the tier), sdpa (StaticCache, KV in HBM), offload (dense host offload), "
                          "ds:N (fixed depths through the tier, if the C tier has it)")
@@ -445,17 +454,22 @@ def main(argv=None):
         ap.error("needs a CUDA device (torch.cuda.is_available() is False)")
     from . import tier
 
-    runs = [(parse_tokens(c), int(b)) for c, b in (r.split(":") for r in args.runs.split(","))]
     methods = [m.strip() for m in args.methods.split(",")]
+    runs = []
+    for spec in args.runs.split(","):  # context:batch[@method+method]
+        shape, _, only = spec.partition("@")
+        c, b = shape.split(":")
+        runs.append((parse_tokens(c), int(b), only.split("+") if only else methods))
     register()
-    config = make_config(args.model, max(c for c, _ in runs) + 4096)
+    config = make_config(args.model, max(r[0] for r in runs) + 4096)
     t0 = time.perf_counter()
     model = make_model(config)
     log(f"model {args.model}: {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B parameters, "
         f"{time.perf_counter() - t0:.1f} s")
     results = []
-    for context, batch in runs:
-        for method in methods:
+    torch.set_grad_enabled(False)  # no autograd graph: it would keep every layer's activations
+    for context, batch, run_methods in runs:
+        for method in run_methods:
             log(f"== {method} at {context // 1024}k, batch {batch}")
             try:
                 if method == "sdpa":
