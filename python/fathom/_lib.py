@@ -115,6 +115,18 @@ _PROTOTYPES = {
     "fathom_method_parse": (STATUS, [cstr, C.POINTER(S.Method)]),
     "fathom_method_parse_list": (STATUS, [cstr, C.POINTER(S.Method), u32, C.POINTER(u32)]),
     "fathom_method_fixed_bits": (f64, [C.POINTER(S.Method), u32]),
+    "fathom_method_check": (STATUS, [C.POINTER(S.Method), u32]),
+    "fathom_method_needs": (C.c_uint, [C.POINTER(S.Method)]),
+    # index
+    "fathom_index_create": (STATUS, [PP, C.POINTER(S.Method), u32, u32, C.c_uint]),
+    "fathom_index_free": (None, [P]),
+    "fathom_index_append": (STATUS, [P, P, u64]),
+    "fathom_index_clear": (STATUS, [P]),
+    "fathom_index_length": (u64, [P]),
+    "fathom_index_dim": (u32, [P]),
+    "fathom_index_scratch_size": (C.c_size_t, [u32, u32]),
+    "fathom_index_scores": (STATUS, [P, C.POINTER(S.Method), u32, u32, P, u64, P, P, C.POINTER(f64), C.POINTER(u64)]),
+    "fathom_index_scratch_depths": (P, [P, u32, u32]),
     # source
     "fathom_capture_open": (STATUS, [PP, cstr]),
     "fathom_synth_open": (STATUS, [PP, cstr, u64, u32, u64]),
