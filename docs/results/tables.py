@@ -502,6 +502,10 @@ def serve_bench(rec):
                                                   " (baselines from the table below)" if extra else ""))
         if d["context"] == 524288 and d["batch"] == 1:
             notes.append("at 512k, batch 1: %.1f tokens/s (target >= 20)" % d["tokens_per_s"])
+    missing = ["%s batch %d" % (ctx(d["context"]), d["batch"]) for d in fathom
+               if not all((d["context"], d["batch"], m) in base for m in ("sdpa", "offload"))]
+    if missing:
+        notes.append("no sdpa / offload baseline measured at %s" % ", ".join(missing))
     if fathom:
         notes.append("step / (forward alone + tier step alone) %.2fx to %.2fx (target <= 1.15x)" % (
             min(d["vs_parts"] for d in fathom), max(d["vs_parts"] for d in fathom)))
