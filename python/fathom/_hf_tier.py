@@ -15,6 +15,9 @@ from .core import LOCAL_TOKENS, SINK_TOKENS
 from .tier import KVTier, parse_method
 
 
+DEFAULT_MAX_TOKENS = 1 << 22  # per sequence, when the cache gives no max_tokens
+
+
 def capacity_class(tokens):
     """The step's capacity for `tokens`: rounded up to 1/8 of its octave
     (at most 12.5% above), so a growing session re-captures rarely."""
@@ -25,7 +28,7 @@ def capacity_class(tokens):
 
 class TierBackend:
     def __init__(self, *, layers, kv_heads, group, dim, batch, method, k, sink=SINK_TOKENS, local=LOCAL_TOKENS,
-                 max_tokens, device=None, segment_blocks=0):
+                 max_tokens=None, device=None, segment_blocks=0):
         self.budget = parse_method(method)
         if device is not None:
             device = torch.device(device)
@@ -34,7 +37,8 @@ class TierBackend:
             torch.cuda.set_device(device)
         self.layers, self.kv_heads, self.group, self.dim = layers, kv_heads, group, dim
         self.batch, self.k, self.sink, self.local = batch, int(k), int(sink), int(local)
-        self.max_tokens = int(max_tokens)
+        # sizes the device segment table only (host memory comes with reserve)
+        self.max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else int(max_tokens)
         self.tier = KVTier(layers, kv_heads, group, dim, max_sessions=batch, max_tokens=self.max_tokens,
                            segment_blocks=segment_blocks)
         self.sessions = [self.tier.session() for _ in range(batch)]

@@ -333,3 +333,42 @@ def test_backend_decode_matches_transformers_sdpa(gpu):
     err = (got - ref).abs().max().item()
     assert err <= 0.03 * ref.abs().max().item(), f"max |logit diff| {err}"
     assert (got.argmax(-1) == ref.argmax(-1)).float().mean() >= 0.95
+
+
+def test_fathom_cache_on_cuda_matches_transformers_sdpa(gpu):
+    """fathom.transformers' FathomCache with the model on CUDA picks
+    TierBackend; with k >= n its 64 teacher-forced decode steps of a
+    random-init Qwen3 (bf16) equal transformers' sdpa within bf16 tolerance."""
+    transformers = pytest.importorskip("transformers")
+    ft = pytest.importorskip("fathom.transformers")
+    from fathom import serve_bench as sb
+    from fathom._hf_tier import TierBackend
+
+    cfg = sb.make_config("tiny-qwen3", 4096)
+    model = sb.make_model(cfg, device="cuda", dtype=torch.bfloat16, seed=3)
+    B, prompt, steps = 2, 40, 64
+    toks = torch.randint(0, cfg.vocab_size, (B, prompt + steps), device="cuda",
+                         generator=torch.Generator(device="cuda").manual_seed(2))
+
+    def decode(cache):
+        out = [model(input_ids=toks[:, :prompt], past_key_values=cache, use_cache=True).logits[:, -1]]
+        for t in range(prompt, prompt + steps - 1):
+            out.append(model(input_ids=toks[:, t:t + 1], past_key_values=cache, use_cache=True).logits[:, -1])
+        return torch.stack(out).float()
+
+    with torch.no_grad():
+        model.set_attn_implementation("sdpa")
+        ref = decode(transformers.DynamicCache(config=cfg))
+        model.set_attn_implementation(ft.NAME)
+        cache = ft.FathomCache(model, method="fathom:48", k=512)
+        try:
+            got = decode(cache)
+            assert isinstance(cache.backend, TierBackend)
+            cache.backend.check()
+            assert cache.backend.length() == prompt + steps - 1
+        finally:
+            cache.close()
+            model.set_attn_implementation("sdpa")
+    err = (got - ref).abs().max().item()
+    assert err <= 0.03 * ref.abs().max().item(), f"max |logit diff| {err}"
+    assert (got.argmax(-1) == ref.argmax(-1)).float().mean() >= 0.95
