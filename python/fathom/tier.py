@@ -34,32 +34,12 @@ import torch
 
 from . import _lib
 from ._lib import P, STATUS, u32, u64
+from ._structs import StepArgs, TierShape, TierUsage, TierView
 from .core import LOCAL_TOKENS, SINK_TOKENS
 from .errors import UnsupportedError
 
 MAX_GROUP = 16  # FATHOM_CUDA_TIER_MAX_GROUP
 DIMS = (64, 128, 256)
-
-
-class TierShape(C.Structure):
-    _fields_ = [("layers", u32), ("kv_heads", u32), ("group", u32), ("dim", u32),
-                ("segment_blocks", u32), ("max_sessions", u32), ("max_tokens", u64)]
-
-
-class TierUsage(C.Structure):
-    _fields_ = [("length", u64), ("capacity", u64), ("segments", u32), ("shared_segments", u32),
-                ("bytes", u64), ("exclusive_bytes", u64)]
-
-
-class TierView(C.Structure):
-    _fields_ = [("planes", P), ("scales", P), ("kv", P), ("first_token", u64), ("segment_blocks", u32)]
-
-
-class StepArgs(C.Structure):
-    _fields_ = [("layer", u32), ("sessions", P), ("batch", u32), ("capacity_tokens", u64),
-                ("k", u32), ("sink", u32), ("local", u32), ("budget", u32), ("scale", C.c_float),
-                ("queries", P), ("out", P), ("lse", P), ("selected", P), ("selected_count", P),
-                ("depths", P), ("union_count", P), ("workspace", P), ("workspace_bytes", C.c_size_t)]
 
 
 _PROTOTYPES = {
