@@ -500,7 +500,8 @@ SERVE_TEXT = (
     "the GPU (prepare, replay, bookkeeping) / wall time. Where it does not hold: random keys and queries make "
     "the G query heads of a KV head select different tokens (the row fetch is near its maximum of G x k rows, "
     "more than a real model's), the synthetic fill skips the prefill cost, and a row with a note did not "
-    "measure (ds:32 needs a fixed-depths mode in the C tier step).\n")
+    "measure (the note says why; \"unsupported\" for ds:32: the recorded commit's fathom.tier had no "
+    "fixed-depths path).\n")
 
 
 def serve_text(r):

@@ -9,6 +9,7 @@ a replay that would exceed it) and in close(); append and attend never
 synchronize. A captured graph stays valid while ``capacity`` (the step's
 capacity class) is unchanged; prepare returns True when it changed.
 """
+import numpy as np
 import torch
 
 from .core import LOCAL_TOKENS, SINK_TOKENS
@@ -29,7 +30,10 @@ def capacity_class(tokens):
 class TierBackend:
     def __init__(self, *, layers, kv_heads, group, dim, batch, method, k, sink=SINK_TOKENS, local=LOCAL_TOKENS,
                  max_tokens=None, device=None, segment_blocks=0):
-        self.budget = parse_method(method)
+        self.kind, param = parse_method(method)
+        self.budget = param if self.kind == "fathom" else 0
+        self.ds_channels = param if self.kind == "ds" else 0
+        self._ds = None  # ds:c: uint8 [layers, B, kv_heads, dim] depths, chosen at the first decode step
         if device is not None:
             device = torch.device(device)
             if device.type != "cuda":
@@ -110,8 +114,25 @@ class TierBackend:
                              "(a prefill attends densely)")
         q = query.to(torch.bfloat16).reshape(self.batch, self.kv_heads, self.group, self.dim).contiguous()
         out, _ = self.tier.step(layer, self.sessions_t, q, capacity=self.capacity, k=self.k, budget=self.budget,
-                                sink=self.sink, local=self.local, scale=scale)
+                                sink=self.sink, local=self.local, scale=scale, fixed_depths=self._fixed(layer))
         return out.reshape(query.shape).to(query.dtype)
+
+    def _fixed(self, layer):
+        """ds:c's depths of one layer (None for fathom:B). They are chosen
+        once, from the keys held at the first decode step (tier.ds_depths:
+        the c channels of largest mean square key per session and head) and
+        kept, as Double Sparsity keeps its calibrated channels."""
+        if self.kind != "ds":
+            return None
+        if self._ds is None:
+            if torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("TierBackend: ds depths are chosen at the first decode step; run one step "
+                                   "before capturing a graph")
+            torch.cuda.synchronize(self.tier.device)
+            depths = np.stack([np.stack([self.tier.ds_depths(s, layer_, self.ds_channels) for s in self.sessions])
+                               for layer_ in range(self.layers)])
+            self._ds = torch.from_numpy(depths).to(self.tier.device)
+        return self._ds[layer]
 
     def replayed(self, tokens=1):
         """Record that a replayed graph appended `tokens` tokens to every layer

@@ -89,7 +89,8 @@ class StepArgs(C.Structure):
     _fields_ = [("layer", u32), ("sessions", ptr), ("batch", u32), ("capacity_tokens", u64), ("k", u32),
                 ("sink", u32), ("local", u32), ("budget", u32), ("scale", C.c_float), ("queries", ptr),
                 ("out", ptr), ("lse", ptr), ("selected", ptr), ("selected_count", ptr), ("depths", ptr),
-                ("union_count", ptr), ("workspace", ptr), ("workspace_bytes", C.c_size_t)]
+                ("union_count", ptr), ("workspace", ptr), ("workspace_bytes", C.c_size_t), ("fixed_depths", ptr),
+                ("cache_bytes", ptr)]
 
 
 # C struct name -> mirror; the layout test walks this table.

@@ -477,7 +477,7 @@ def main(argv=None):
                 elif method == "offload":
                     r = run_offload(model, config, context, batch, args)
                 else:
-                    tier.parse_method(method)  # UnsupportedError for ds:N and the rest
+                    tier.parse_method(method)  # UnsupportedError for methods the tier step lacks
                     r = run_fathom(model, config, method, context, batch, args)
             except tier.UnsupportedError as e:
                 r = {"skipped": str(e)}

@@ -14,7 +14,8 @@ them can be captured in a CUDA graph (``torch.cuda.graph``) or traced by
 
 - ``fathom::tier_append(state, tier, layer, sessions, counts, max_count, keys, values)``
 - ``fathom::tier_step(state, tier, layer, sessions, capacity, k, sink, local,
-  budget, scale, queries, workspace) -> (out, lse)``
+  budget, scale, queries, workspace, fixed_depths) -> (out, lse)``
+  (fixed_depths empty: a water-filling plan with budget; else the depths)
 
 ``state`` is the tier's one-element device tensor that append declares it
 mutates and step reads, which orders them for the compiler; ``tier`` is the
@@ -91,15 +92,17 @@ def available():
 
 
 def parse_method(method):
-    """The water-filling budget B of "fathom:B", the one method family the C
-    tier step runs; anything else raises UnsupportedError."""
-    m = re.fullmatch(r"fathom:(\d+)", str(method).strip())
-    if not m:
+    """(kind, parameter) of a method the C tier step runs: ("fathom", B) for
+    "fathom:B" (water-filling plans with budget B) or ("ds", c) for "ds:c"
+    (fixed depths: 4 on c channels per KV head); anything else raises
+    UnsupportedError."""
+    m = re.fullmatch(r"(fathom|ds):(\d+)", str(method).strip())
+    if not m or int(m.group(2)) < 1:
         raise UnsupportedError(
             UnsupportedError.status, "unsupported",
-            f"method {method!r}: the KV tier runs water-filling plans only (\"fathom:B\"); fixed "
-            "depths (ds:N) and dense attention are not in fathom_cuda_tier_step")
-    return int(m.group(1))
+            f"method {method!r}: the KV tier step runs water-filling plans (\"fathom:B\") and fixed "
+            "depths (\"ds:c\") only")
+    return m.group(1), int(m.group(2))
 
 
 # ---------------------------------------------------------------- checks
@@ -155,6 +158,7 @@ class KVTier:
         self.id = next(_ids)
         _TIERS[self.id] = self
         self.state = torch.zeros(1, dtype=torch.int32, device=self.device)
+        self._no_depths = torch.empty(0, dtype=torch.uint8, device=self.device)  # fathom:B: plan, no fixed depths
         self._workspaces = {}
 
     # ------------------------------------------------------------ host side
@@ -280,19 +284,40 @@ class KVTier:
         torch.ops.fathom.tier_append(self.state, self.id, int(layer), sessions, counts, int(max_count),
                                      keys, values)
 
-    def step(self, layer, sessions, queries, *, capacity, k, budget, sink=SINK_TOKENS, local=LOCAL_TOKENS,
-             scale=None):
+    def step(self, layer, sessions, queries, *, capacity, k, budget=0, sink=SINK_TOKENS, local=LOCAL_TOKENS,
+             scale=None, fixed_depths=None):
         """Sparse attention of one layer for a batch: queries bf16 device
         [B, kv_heads, group, dim] -> (out bf16 [B, kv_heads, group, dim],
         lse float32 [B, kv_heads, group]). capacity bounds every session's
         length (the graph's capacity class), budget is fathom:B's B, scale
-        the softmax scale (None: 1/sqrt(dim))."""
+        the softmax scale (None: 1/sqrt(dim)). fixed_depths: uint8 device
+        [B, kv_heads, dim] depths 0..4 scanned instead of a plan (ds:c: 4 on
+        its c channels); budget is then unused."""
         if scale is None:
             scale = 1.0 / math.sqrt(self.dim)
         B = sessions.shape[0] if isinstance(sessions, torch.Tensor) else 0
         ws = self.workspace(B, capacity, k)
+        if fixed_depths is None:
+            fixed_depths = self._no_depths
         return torch.ops.fathom.tier_step(self.state, self.id, int(layer), sessions, int(capacity), int(k),
-                                          int(sink), int(local), int(budget), float(scale), queries, ws)
+                                          int(sink), int(local), int(budget), float(scale), queries, ws,
+                                          fixed_depths)
+
+    def ds_depths(self, session, layer, channels):
+        """Double Sparsity's fixed depths for (session, layer) without
+        calibration queries: depth 4 on the `channels` channels of each KV
+        head with the largest mean square key (from the running sums), 0
+        elsewhere; uint8 numpy [kv_heads, dim]. Host call (synchronize first)."""
+        if not 1 <= channels <= self.dim:
+            raise ValueError(f"ds_depths: {channels} channels not in 1..{self.dim}")
+        n = max(self.length(session), 1)
+        out = np.zeros((self.kv_heads, self.dim), np.uint8)
+        for h in range(self.kv_heads):
+            shift, s1, s2 = self.sums(session, layer, h)
+            mean = shift + s1 / n
+            power = s2 / n - (s1 / n) ** 2 + mean ** 2  # E[k^2] = var + mean^2
+            out[h, np.argsort(-power, kind="stable")[:channels]] = 4
+        return out
 
 
 def _tier(tier_id):
@@ -331,7 +356,7 @@ def _(state, tier, layer, sessions, counts, max_count, keys, values):
 @torch.library.custom_op("fathom::tier_step", mutates_args=("workspace",))
 def tier_step(state: torch.Tensor, tier: int, layer: int, sessions: torch.Tensor, capacity: int, k: int,
               sink: int, local: int, budget: int, scale: float, queries: torch.Tensor,
-              workspace: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+              workspace: torch.Tensor, fixed_depths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     t = _tier(tier)
     dev = t.device
     if not 0 <= layer < t.layers:
@@ -340,15 +365,18 @@ def tier_step(state: torch.Tensor, tier: int, layer: int, sessions: torch.Tensor
     B = sessions.shape[0]
     pq = _tensor("queries", queries, torch.bfloat16, (B, t.kv_heads, t.group, t.dim), dev)
     pw = _tensor("workspace", workspace, torch.uint8, (None,), dev)
+    pd = None  # an empty tensor: water-filling with budget
+    if fixed_depths.numel():
+        pd = _tensor("fixed_depths", fixed_depths, torch.uint8, (B, t.kv_heads, t.dim), dev)
     out = torch.empty_like(queries)
     lse = torch.empty((B, t.kv_heads, t.group), dtype=torch.float32, device=dev)
     args = StepArgs(layer=layer, sessions=ps, batch=B, capacity_tokens=capacity, k=k, sink=sink, local=local,
                     budget=budget, scale=scale, queries=pq, out=out.data_ptr(), lse=lse.data_ptr(),
-                    workspace=pw, workspace_bytes=workspace.numel())
+                    workspace=pw, workspace_bytes=workspace.numel(), fixed_depths=pd)
     t._lib.fathom_cuda_tier_step(t._h(), C.byref(args), _stream())
     return out, lse
 
 
 @tier_step.register_fake
-def _(state, tier, layer, sessions, capacity, k, sink, local, budget, scale, queries, workspace):
+def _(state, tier, layer, sessions, capacity, k, sink, local, budget, scale, queries, workspace, fixed_depths):
     return torch.empty_like(queries), queries.new_empty(queries.shape[:3], dtype=torch.float32)

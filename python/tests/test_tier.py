@@ -54,9 +54,11 @@ def keys_like(n, heads, dim, seed):
 # ---------------------------------------------------------------- without a GPU
 
 def test_methods_and_capacity_classes():
-    assert T.parse_method("fathom:48") == 48
-    with pytest.raises(fathom.UnsupportedError, match="water-filling"):
-        T.parse_method("ds:32")
+    assert T.parse_method("fathom:48") == ("fathom", 48)
+    assert T.parse_method("ds:32") == ("ds", 32)
+    for bad in ("sparq:16", "dense", "fathom:0", "ds"):
+        with pytest.raises(fathom.UnsupportedError, match="fixed depths"):
+            T.parse_method(bad)
     from fathom._hf_tier import capacity_class
     for n in (1, 1000, 1025, 4097, 131072, 131073, 524289):
         c = capacity_class(n)
@@ -161,6 +163,37 @@ def test_step_is_dense_attention_when_k_covers_n(gpu):
             got = out[i].float().cpu()
             assert (got - ref).abs().max() <= 0.02 * ref.abs().max() + 1e-3, (got - ref).abs().max()
             np.testing.assert_allclose(lse[i].cpu().numpy(), ref_lse.numpy(), rtol=2e-3, atol=2e-3)
+
+
+def test_fixed_depths_step_equals_the_cpu_library(gpu):
+    """ds:c through the tier (fixed depths, k < n) == the CPU library's scan
+    at the same depths, select and attend, per query head."""
+    dev = torch.device("cuda")
+    H, G, D, n, k, c = 2, 2, 128, 3000, 64, 32
+    with T.KVTier(1, H, G, D, max_sessions=1, max_tokens=4096) as tier:
+        s = tier.session()
+        tier.reserve(s, n)
+        keys, vals = keys_like(n, H, D, seed=21)
+        append_all(tier, [s], [[(keys, vals)]], dev)
+        torch.cuda.synchronize()
+        depths = tier.ds_depths(s, 0, c)
+        power = (keys.float() ** 2).mean(1).numpy()  # [H, D]
+        for h in range(H):
+            assert sorted(np.flatnonzero(depths[h] == 4)) == sorted(np.argsort(-power[h])[:c])
+            assert (depths[h] == 4).sum() == c and (depths[h] == 0).sum() == D - c
+        q = torch.randn((1, H, G, D), generator=torch.Generator().manual_seed(22)).to(torch.bfloat16)
+        out, _ = tier.step(0, tier.sessions_tensor([s]), q.to(dev), capacity=4096, k=k,
+                           fixed_depths=torch.from_numpy(depths)[None].to(dev))
+        tier.check()
+        for h in range(H):
+            K, V = keys[h].float().numpy(), vals[h].float().numpy()
+            store = fathom.Store.from_keys(K)
+            scores, _ = store.scan(q[0, h].float().numpy(), depths[h])
+            for g in range(G):
+                idx = fathom.select(scores[g], k)
+                ref = fathom.attend(q[0, h, g].float().numpy(), K, V, idx)
+                got = out[0, h, g].float().cpu().numpy()
+                np.testing.assert_allclose(got, ref, atol=0.01 * np.abs(ref).max() + 2e-3, rtol=0.02)
 
 
 def test_graph_replay_while_growing_equals_eager(gpu):
@@ -295,7 +328,8 @@ def test_fork_truncate_usage(gpu):
         np.testing.assert_array_equal(tier.segment(b, 0, 0, 0)["planes"][:, :, :2], store.segment(0).planes[:, :, :2])
 
 
-def test_backend_decode_matches_transformers_sdpa(gpu):
+@pytest.mark.parametrize("method", ["fathom:48", "ds:32"])
+def test_backend_decode_matches_transformers_sdpa(gpu, method):
     """k >= n: 64 teacher-forced decode steps of a random-init Qwen3 (bf16)
     through TierBackend (dense prefill, tier steps after) == transformers'
     sdpa with its DynamicCache, within bf16 tolerance."""
@@ -314,7 +348,7 @@ def test_backend_decode_matches_transformers_sdpa(gpu):
         ref = [model(input_ids=toks[:, :prompt], past_key_values=ref_cache, use_cache=True).logits[:, -1]]
         for t in range(prompt, prompt + steps - 1):
             ref.append(model(input_ids=toks[:, t:t + 1], past_key_values=ref_cache, use_cache=True).logits[:, -1])
-        backend = TierBackend(**sb.shape_of(cfg), batch=B, method="fathom:48", k=1024 // 2,
+        backend = TierBackend(**sb.shape_of(cfg), batch=B, method=method, k=1024 // 2,
                               max_tokens=4096)
         try:
             sb.attach(model, backend, "fathom_tier")
