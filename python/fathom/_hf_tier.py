@@ -129,8 +129,9 @@ class TierBackend:
                 raise RuntimeError("TierBackend: ds depths are chosen at the first decode step; run one step "
                                    "before capturing a graph")
             torch.cuda.synchronize(self.tier.device)
-            depths = np.stack([np.stack([self.tier.ds_depths(s, layer_, self.ds_channels) for s in self.sessions])
-                               for layer_ in range(self.layers)])
+            # mid-step, the layers hold different counts (this one has the new token already)
+            depths = np.stack([np.stack([self.tier.ds_depths(s, layer_, self.ds_channels, self._len[layer_])
+                                         for s in self.sessions]) for layer_ in range(self.layers)])
             self._ds = torch.from_numpy(depths).to(self.tier.device)
         return self._ds[layer]
 

@@ -303,14 +303,16 @@ class KVTier:
                                           int(sink), int(local), int(budget), float(scale), queries, ws,
                                           fixed_depths)
 
-    def ds_depths(self, session, layer, channels):
+    def ds_depths(self, session, layer, channels, tokens=None):
         """Double Sparsity's fixed depths for (session, layer) without
         calibration queries: depth 4 on the `channels` channels of each KV
-        head with the largest mean square key (from the running sums), 0
-        elsewhere; uint8 numpy [kv_heads, dim]. Host call (synchronize first)."""
+        head with the largest mean square key (from the running sums over
+        the layer's `tokens` keys; None: the session's length, which needs
+        every layer at the same length), 0 elsewhere; uint8 numpy
+        [kv_heads, dim]. Host call (synchronize first)."""
         if not 1 <= channels <= self.dim:
             raise ValueError(f"ds_depths: {channels} channels not in 1..{self.dim}")
-        n = max(self.length(session), 1)
+        n = max(self.length(session) if tokens is None else int(tokens), 1)
         out = np.zeros((self.kv_heads, self.dim), np.uint8)
         for h in range(self.kv_heads):
             shift, s1, s2 = self.sums(session, layer, h)
