@@ -89,7 +89,8 @@ class CpuBackend:
         self.layers, self.kv_heads, self.group, self.dim, self.batch = layers, kv_heads, group, dim, batch
         self.k, self.sink, self.local = int(k), int(sink), int(local)
         self.kind = kind
-        cap = max(int(max_tokens or 0), 64)
+        self.max_tokens = None if max_tokens is None else int(max_tokens)
+        cap = 256 if max_tokens is None else min(int(max_tokens), 256)  # grows by doubling
         self._keys = [np.empty((batch, kv_heads, cap, dim), np.float32) for _ in range(layers)]
         self._values = [np.empty((batch, kv_heads, cap, dim), np.float32) for _ in range(layers)]
         self._n = [0] * layers
@@ -122,6 +123,8 @@ class CpuBackend:
         if key.shape != want or value.shape != want:
             raise ValueError(f"append: key {key.shape} and value {value.shape}, expected {want}")
         n, T = self._n[layer], key.shape[2]
+        if self.max_tokens is not None and n + T > self.max_tokens:
+            raise ValueError(f"append: {n + T} tokens exceed max_tokens = {self.max_tokens}")
         self._grow(layer, n + T)
         self._keys[layer][:, :, n:n + T] = key
         self._values[layer][:, :, n:n + T] = value
@@ -265,9 +268,13 @@ class FathomCache(Cache):
     ``model.set_attn_implementation("fathom")``). method: a fathom method
     spec ("fathom:48", "sparq:16", "oracle", "dense", ...); k: keys selected
     per query head, sink + local of them always (4 and 32, as the C
-    decoder); max_tokens: capacity hint. backend: None (by the K/V's
-    device: CPU -> CpuBackend, CUDA -> TierBackend), "cpu", "tier", or a
-    class taking the backend keyword arguments.
+    decoder); max_tokens: tokens per sequence at most (default the config's
+    max_position_embeddings; the KV tier sizes its sessions by it).
+    backend: None (by the K/V's device: CPU -> CpuBackend, CUDA ->
+    TierBackend), "cpu", "tier", or a class taking the backend keyword
+    arguments (layers, kv_heads, group, dim, batch, method, k, sink, local,
+    max_tokens, device); its optional prepare(tokens) runs before each
+    forward's first append.
     """
 
     def __init__(self, model, method="fathom:48", k=256, sink=core.SINK_TOKENS, local=core.LOCAL_TOKENS,
@@ -292,7 +299,7 @@ class FathomCache(Cache):
         self.kv_heads, self.group = kv_heads, heads // kv_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         self.method, self.k, self.sink, self.local = method, k, sink, local
-        self.max_tokens = max_tokens
+        self.max_tokens = max_tokens or getattr(config, "max_position_embeddings", None)
         self._backend_choice = backend
         self.backend = None  # made at the first update, when the batch and device are known
         if backend is None or backend == "cpu":  # fail early on a method the CPU backend refuses

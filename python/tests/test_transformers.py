@@ -159,6 +159,11 @@ def test_unsupported_uses_fail_clearly():
             model(ids[:, 20:30], past_key_values=cache, use_cache=True)
         with pytest.raises(NotImplementedError, match="beam search"):
             cache.reorder_cache(torch.tensor([1, 0]))
+        fresh = ft.FathomCache(model, k=16)
+        model.set_attn_implementation("sdpa")  # the cache's K/V would never reach the attention
+        with pytest.raises(RuntimeError, match="not followed by the 'fathom' attention"):
+            model(ids[:, :20], past_key_values=fresh, use_cache=True)
+        model.set_attn_implementation("fathom")
         with pytest.raises(NotImplementedError, match="padded batch"):
             mask = torch.ones(2, 40, dtype=torch.long)
             mask[0, :3] = 0
@@ -171,6 +176,56 @@ def test_unsupported_uses_fail_clearly():
                       sliding_window=16, max_window_layers=0, attn_implementation="fathom")
     with pytest.raises(NotImplementedError, match="sliding_attention"):
         ft.FathomCache(Qwen3ForCausalLM(cfg))
+
+
+class DenseTorchBackend:
+    """The backend interface (.wt-notes/python-api.md) in plain torch, dense."""
+
+    made = []
+
+    def __init__(self, **kw):
+        self.kw, self.prepared = kw, []
+        self.batch, self.group = kw["batch"], kw["group"]
+        self.kv = [None] * kw["layers"]
+        DenseTorchBackend.made.append(self)
+
+    def prepare(self, tokens):
+        self.prepared.append(tokens)
+
+    def append(self, layer, key, value):
+        kv = self.kv[layer]
+        self.kv[layer] = (key, value) if kv is None else (torch.cat([kv[0], key], 2), torch.cat([kv[1], value], 2))
+
+    def attend(self, layer, query, scale):
+        k, v = (x.repeat_interleave(self.group, dim=1) for x in self.kv[layer])  # query head h -> KV head h // G
+        return torch.softmax((query @ k.transpose(2, 3)).float() * scale, -1).to(v.dtype) @ v
+
+    def length(self, layer=0):
+        return 0 if self.kv[layer] is None else self.kv[layer][0].shape[2]
+
+    def close(self):
+        self.kv = [None] * len(self.kv)
+
+
+def test_backend_interface():
+    """FathomCache drives any backend class through the shared interface: the
+    shape arguments, prepare before each forward, query [B, Hq, 1, d], the
+    module's scale; a dense one reproduces sdpa."""
+    torch.manual_seed(4)
+    model = qwen3().eval()
+    ids = torch.randint(0, 512, (3, PROMPT + 8))
+    model.set_attn_implementation("sdpa")
+    ref = decode_logits(model, ids, DynamicCache(config=model.config))
+    model.set_attn_implementation("fathom")
+    cache = ft.FathomCache(model, method="fathom:48", k=100, max_tokens=500, backend=DenseTorchBackend)
+    got = decode_logits(model, ids, cache)
+    be = DenseTorchBackend.made[-1]
+    assert be.kw == dict(layers=3, kv_heads=2, group=3, dim=64, batch=3, method="fathom:48", k=100, sink=4,
+                         local=32, max_tokens=500, device=torch.device("cpu"))
+    assert be.prepared == list(range(PROMPT, PROMPT + 9))
+    torch.testing.assert_close(got, ref, rtol=0, atol=1e-5)
+    cache.close()
+    assert cache.get_seq_length() == 0 and be.kv[0] is None
 
 
 # --------------------------------------------------------------------------
