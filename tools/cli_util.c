@@ -18,10 +18,19 @@ static const char *command_name = "";
 void cli_set_command(const char *name) { command_name = name ? name : ""; }
 const char *cli_command(void) { return command_name; }
 
+/* The arguments (paths, values from files) are the user's or a file's: the
+ * formatted message goes out through cli_print_safe. */
 static void vmessage(const char *kind, const char *fmt, va_list ap) {
+    char small[1024], *text = small;
+    va_list again;
+    va_copy(again, ap);
+    const int n = vsnprintf(small, sizeof small, fmt, ap);
+    if (n >= (int)sizeof small && (text = malloc((size_t)n + 1)) != NULL) vsnprintf(text, (size_t)n + 1, fmt, again);
+    va_end(again);
     fprintf(stderr, "fathom%s%s: %s", command_name[0] ? " " : "", command_name, kind);
-    vfprintf(stderr, fmt, ap);
+    cli_print_safe(stderr, text ? text : small); /* cut at 1023 bytes without memory */
     fputc('\n', stderr);
+    if (text != small) free(text);
 }
 
 void cli_error(const char *fmt, ...) {
@@ -248,12 +257,30 @@ void cli_print_safe(FILE *f, const char *s) {
     }
 }
 
-void cli_write_text(FILE *f, const char *s, size_t len) {
+static bool terminal_control(unsigned char b) {
+    return (b < 0x20 && b != '\n' && b != '\t' && b != '\r') || b == 0x7f;
+}
+
+void cli_text_write(cli_text_out *t, const char *s, size_t len) {
     for (size_t i = 0; i < len; i++) {
         const unsigned char b = (unsigned char)s[i];
-        if ((b < 0x20 && b != '\n' && b != '\t' && b != '\r') || b == 0x7f) fprintf(f, "\\x%02x", b);
-        else fputc(b, f);
+        if (t->held_c2) {
+            t->held_c2 = false;
+            if (b >= 0x80 && b <= 0x9f) {
+                fprintf(t->f, "\\xc2\\x%02x", b);
+                continue;
+            }
+            fputc(0xc2, t->f);
+        }
+        if (b == 0xc2) t->held_c2 = true;
+        else if (terminal_control(b)) fprintf(t->f, "\\x%02x", b);
+        else fputc(b, t->f);
     }
+}
+
+void cli_text_finish(cli_text_out *t) {
+    if (t->held_c2) fputc(0xc2, t->f);
+    t->held_c2 = false;
 }
 
 int cli_read_file(const char *path, char **text, size_t *len) {

@@ -73,10 +73,17 @@ void cli_print_json_string(FILE *f, const char *s);
 /* s for a terminal: control bytes (C0, DEL, and C1 as UTF-8) as \xNN, so a
  * file's strings cannot move the cursor or recolour the screen. */
 void cli_print_safe(FILE *f, const char *s);
-/* Generated text for a terminal: as is, but control bytes other than
- * newline, tab and carriage return (a token's bytes come from the GGUF) as
- * \xNN. */
-void cli_write_text(FILE *f, const char *s, size_t len);
+/* Generated text for a terminal, written piece by piece as tokens come (a
+ * token's bytes come from the GGUF): as is, but control bytes other than
+ * newline, tab and carriage return as \xNN, and C1 controls (U+0080..U+009F,
+ * 0xc2 0x80..0x9f in UTF-8) as \xc2\xNN also when a token boundary splits
+ * them: a trailing 0xc2 is held until the next piece or cli_text_finish. */
+typedef struct cli_text_out {
+    FILE *f;
+    bool held_c2;
+} cli_text_out;
+void cli_text_write(cli_text_out *t, const char *s, size_t len);
+void cli_text_finish(cli_text_out *t); /* writes a held byte */
 /* The whole file into a malloc'd buffer (not NUL-terminated); -1 on error. */
 int cli_read_file(const char *path, char **text, size_t *len);
 /* Whether a file can be created or overwritten at path (opens it for

@@ -48,11 +48,11 @@ static void usage(FILE *f) {
 }
 
 /* Print a token's bytes. */
-static void print_piece(const fathom_tokenizer *tok, int32_t id) {
+static void print_piece(cli_text_out *text, const fathom_tokenizer *tok, int32_t id) {
     char buf[256];
     size_t len = 0;
     if (fathom_tokenizer_token_to_piece(tok, id, buf, sizeof buf, &len) == FATHOM_OK)
-        cli_write_text(stdout, buf, len);
+        cli_text_write(text, buf, len);
     fflush(stdout);
 }
 
@@ -190,6 +190,7 @@ static int run(const gen_options *o) {
     }
     const double prefill_s = cli_now() - tp;
     uint32_t produced = 0;
+    cli_text_out text = {stdout, false};
     const double td = cli_now();
     while (produced < o->tokens) {
         if (dump && fwrite(logits, sizeof *logits, info.vocab, dump) != info.vocab) {
@@ -199,7 +200,7 @@ static int run(const gen_options *o) {
         int32_t next = cli_argmax(logits, info.vocab);
         out_ids[produced++] = next;
         if (!o->ignore_eos && (next == stop_a || next == stop_b)) break; /* the end of the turn: not printed */
-        if (!o->quiet) print_piece(tok, next);
+        if (!o->quiet) print_piece(&text, tok, next);
         if (produced == o->tokens) break;
         if ((st = fathom_ctx_step(ctx, next, logits)) < 0) {
             rc = cli_fail("decode step", st);
@@ -207,6 +208,7 @@ static int run(const gen_options *o) {
         }
     }
     const double decode_s = cli_now() - td;
+    cli_text_finish(&text);
     if (!o->quiet) printf("\n");
     if (o->ids) {
         for (uint32_t i = 0; i < produced; i++) printf("%s%d", i ? "," : "", out_ids[i]);

@@ -86,6 +86,9 @@ expect 0 'note *\\x1b\[31mred\\x1b\[0m\\x07' -- info "$tmp/evil.safetensors"
 if LC_ALL=C grep -q $'\x1b' "$tmp/out"; then echo "FAIL: fathom info printed a raw escape"; fail=1; fi
 "$fathom" info --json "$tmp/evil.safetensors" | python3 -c 'import json,sys; assert json.load(sys.stdin)["metadata"]["note"] == "\x1b[31mred\x1b[0m\x07"' ||
   { echo "FAIL: info --json does not round-trip the metadata"; fail=1; }
+# a path in a message reaches the terminal escaped too
+expect 1 'cannot write .*x\\x1b\[31m\.svg' -- eval --plot "$tmp/nodir/x"$'\x1b'"[31m.svg"
+if LC_ALL=C grep -q $'\x1b' "$tmp/err"; then echo "FAIL: a message printed a raw escape"; fail=1; fi
 
 # the default model: next to the executable's source tree, never the current directory
 mkdir -p "$tmp/tree/build" "$tmp/cwd/models"
