@@ -61,6 +61,28 @@ def _numpy_f32(x):
     return np.asarray(x, dtype=np.float32)
 
 
+DOT_LANES = 8  # src/model/model.c's dot(): lane l sums a[i]*b[i] for i = l mod 8, then lanes 0..7
+
+
+def oracle_scores(queries, keys):
+    """Exact scores [G, n] of queries [G, d] over keys [n, d] in float32 with
+    the C decoder's summation order (model.c's dot), so oracle selects the
+    same keys as ``fathom generate --attn oracle``, ties included."""
+    G, d = queries.shape
+    prods = queries[:, None, :] * keys[None, :, :]  # float32 products, unfused as the C code
+    pad = -d % DOT_LANES
+    if pad:
+        prods = np.concatenate([prods, np.zeros(prods.shape[:2] + (pad,), np.float32)], axis=2)
+    prods = prods.reshape(G, keys.shape[0], -1, DOT_LANES)
+    acc = np.zeros((G, keys.shape[0], DOT_LANES), np.float32)
+    for c in range(prods.shape[2]):
+        acc += prods[:, :, c]
+    s = np.zeros((G, keys.shape[0]), np.float32)
+    for lane in range(DOT_LANES):
+        s += acc[:, :, lane]
+    return s
+
+
 class CpuBackend:
     """K/V in host memory (float32 arrays per layer) and one ``core.Index``
     per (batch row, layer, KV head), as the C decoder keeps them.
@@ -72,7 +94,8 @@ class CpuBackend:
     store's running sums, so nothing is calibrated), then per query head
     ``fathom_select`` (sink + local + top-k, k in total) and
     ``fathom_attend`` (exact softmax over the selection, in double). oracle
-    scores exactly (float32 dot products); dense attends over every key.
+    scores exactly (``oracle_scores``, the C decoder's float32 dot products);
+    dense attends over every key.
     """
 
     def __init__(self, *, layers, kv_heads, group, dim, batch, method, k, sink=core.SINK_TOKENS,
@@ -156,7 +179,7 @@ class CpuBackend:
                 qg = q[b, h]
                 scores = None
                 if self.kind == "oracle":
-                    scores = qg @ keys.T
+                    scores = oracle_scores(qg, keys)
                 elif self.kind != "dense":
                     scores, _, nbytes = self._index[layer][b][h].scores(self.method, qg, n)
                     self.stats["scan_bytes"] += nbytes

@@ -178,6 +178,22 @@ def test_unsupported_uses_fail_clearly():
         ft.FathomCache(Qwen3ForCausalLM(cfg))
 
 
+@pytest.mark.parametrize("d", [64, 20])
+def test_oracle_scores_follow_the_c_dot(d):
+    """oracle's scores add as model.c's dot does: float32 products, lane
+    l = i mod 8 summed in order, then lanes 0..7 (bit for bit)."""
+    rng = np.random.default_rng(d)
+    q, keys = rng.standard_normal((2, d)).astype(np.float32), rng.standard_normal((9, d)).astype(np.float32)
+    want = np.zeros((2, 9), np.float32)
+    for g in range(2):
+        for i in range(9):
+            acc = [np.float32(0)] * 8
+            for j in range(d):
+                acc[j % 8] = np.float32(acc[j % 8] + q[g, j] * keys[i, j])
+            want[g, i] = np.float32(sum(acc[1:], start=acc[0]))
+    np.testing.assert_array_equal(ft.oracle_scores(q, keys), want)
+
+
 class DenseTorchBackend:
     """The backend interface (.wt-notes/python-api.md) in plain torch, dense."""
 
