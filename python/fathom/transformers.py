@@ -123,7 +123,9 @@ class CpuBackend:
             self._index = [[[core.Index(spec, dim) for _ in range(kv_heads)] for _ in range(batch)]
                            for _ in range(layers)]
         self.stats = {"steps": 0, "selected": 0, "visible": 0, "scan_bytes": 0}
-        self.trace = None  # a list to collect (layer, row, kv_head, head, n_visible, idx) per attend
+        # a list to collect, per query head of every step, what fathom's decode
+        # trace records: (layer, row, kv_head, head, n_visible, idx, depths, scores)
+        self.trace = None
 
     def length(self, layer=0):
         return self._n[layer]
@@ -177,11 +179,12 @@ class CpuBackend:
                 keys = self._keys[layer][b, h, :n]
                 values = self._values[layer][b, h, :n]
                 qg = q[b, h]
-                scores = None
+                scores = depths = None
                 if self.kind == "oracle":
                     scores = oracle_scores(qg, keys)
                 elif self.kind != "dense":
-                    scores, _, nbytes = self._index[layer][b][h].scores(self.method, qg, n)
+                    res = self._index[layer][b][h].scores(self.method, qg, n, depths=self.trace is not None)
+                    scores, nbytes, depths = res[0], res[2], res[3] if len(res) > 3 else None
                     self.stats["scan_bytes"] += nbytes
                 for g in range(G):
                     idx = None if scores is None else core.select(scores[g], self.k, self.sink, self.local)
@@ -189,7 +192,7 @@ class CpuBackend:
                     self.stats["selected"] += n if idx is None else len(idx)
                     self.stats["visible"] += n
                     if self.trace is not None:
-                        self.trace.append((layer, b, h, g, n, idx))
+                        self.trace.append((layer, b, h, g, n, idx, depths, None if scores is None else scores[g]))
         self.stats["steps"] += layer == 0
         res = torch.from_numpy(out.reshape(B, self.kv_heads * G, 1, D))
         if isinstance(query, torch.Tensor):

@@ -264,19 +264,27 @@ def smollm2():
     return r.stdout.strip().splitlines()[-1]
 
 
-def test_gguf_greedy_text_equals_cli(smollm2, cli):
+def test_gguf_greedy_text_equals_cli(smollm2, cli, tmp_path):
     """Two implementations of one decode: transformers' Llama forward with
     FathomCache(method="fathom:48", k=64) on CPU and the C decoder
     (fathom generate --attn fathom:48 --k 64) give the same greedy tokens for
     a 400-token prompt, where the selection (sink 4 + local 32 + top-k of
-    400+) matters: dense attention gives other tokens."""
+    400+) matters: dense attention gives other tokens.
+
+    The agreement is in the tokens, not bitwise: the K/V of the two forwards
+    differ in float rounding (up to ~1e-5 at layer 0, ~5e-4 relative at
+    layer 29), and where a key sits at a 4-bit code boundary, or a channel's
+    importance at a water-filling breakpoint, the two pick a different key at
+    the k-th place (python/README.md has the traced numbers)."""
     from transformers import AutoModelForCausalLM
 
     text = open(os.path.join(ROOT, "LICENSE")).read()
     ids = [int(x) for x in cli.run("tokenize", "--model", smollm2, "--text", text).split(",")][:GGUF_PROMPT]
     common = ["generate", "--model", smollm2, "--prompt-ids", ",".join(map(str, ids)), "--tokens", GGUF_TOKENS,
               "--ignore-eos", "--ids", "--quiet"]
-    want = [int(x) for x in cli.run(*common, "--attn", "fathom:48", "--k", GGUF_K).split(",")]
+    dump = os.path.join(str(tmp_path), "logits.f32")
+    want = [int(x) for x in cli.run(*common, "--attn", "fathom:48", "--k", GGUF_K, "--dump-logits", dump).split(",")]
+    c_logits = np.fromfile(dump, np.float32).reshape(GGUF_TOKENS, -1)
     dense = [int(x) for x in cli.run(*common, "--attn", "dense").split(",")]
     assert len(want) == GGUF_TOKENS and want != dense
     model = AutoModelForCausalLM.from_pretrained(os.path.dirname(smollm2), gguf_file=os.path.basename(smollm2),
@@ -284,8 +292,11 @@ def test_gguf_greedy_text_equals_cli(smollm2, cli):
     cache = ft.FathomCache(model, method="fathom:48", k=GGUF_K)
     with torch.no_grad():
         out = model.generate(torch.tensor([ids]), past_key_values=cache, max_new_tokens=GGUF_TOKENS,
-                             do_sample=False, eos_token_id=None)
-    got = out[0, len(ids):].tolist()
+                             do_sample=False, eos_token_id=None, output_logits=True, return_dict_in_generate=True)
+    got = out.sequences[0, len(ids):].tolist()
+    # the first token's logits come from the dense prefill: the two forwards
+    # agree to float32 rounding (|logits| reach about 35)
+    np.testing.assert_allclose(out.logits[0][0].numpy(), c_logits[0], rtol=0, atol=1e-3)
     assert got == want, f"first difference at token {next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)}"
     st = cache.backend.stats
     assert st["selected"] < 0.2 * st["visible"]
