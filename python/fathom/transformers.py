@@ -61,6 +61,28 @@ def _numpy_f32(x):
     return np.asarray(x, dtype=np.float32)
 
 
+DOT_LANES = 8  # src/model/model.c's dot(): lane l sums a[i]*b[i] for i = l mod 8, then lanes 0..7
+
+
+def oracle_scores(queries, keys):
+    """Exact scores [G, n] of queries [G, d] over keys [n, d] in float32 with
+    the C decoder's summation order (model.c's dot), so oracle selects the
+    same keys as ``fathom generate --attn oracle``, ties included."""
+    G, d = queries.shape
+    prods = queries[:, None, :] * keys[None, :, :]  # float32 products, unfused as the C code
+    pad = -d % DOT_LANES
+    if pad:
+        prods = np.concatenate([prods, np.zeros(prods.shape[:2] + (pad,), np.float32)], axis=2)
+    prods = prods.reshape(G, keys.shape[0], -1, DOT_LANES)
+    acc = np.zeros((G, keys.shape[0], DOT_LANES), np.float32)
+    for c in range(prods.shape[2]):
+        acc += prods[:, :, c]
+    s = np.zeros((G, keys.shape[0]), np.float32)
+    for lane in range(DOT_LANES):
+        s += acc[:, :, lane]
+    return s
+
+
 class CpuBackend:
     """K/V in host memory (float32 arrays per layer) and one ``core.Index``
     per (batch row, layer, KV head), as the C decoder keeps them.
@@ -72,7 +94,8 @@ class CpuBackend:
     store's running sums, so nothing is calibrated), then per query head
     ``fathom_select`` (sink + local + top-k, k in total) and
     ``fathom_attend`` (exact softmax over the selection, in double). oracle
-    scores exactly (float32 dot products); dense attends over every key.
+    scores exactly (``oracle_scores``, the C decoder's float32 dot products);
+    dense attends over every key.
     """
 
     def __init__(self, *, layers, kv_heads, group, dim, batch, method, k, sink=core.SINK_TOKENS,
@@ -89,7 +112,8 @@ class CpuBackend:
         self.layers, self.kv_heads, self.group, self.dim, self.batch = layers, kv_heads, group, dim, batch
         self.k, self.sink, self.local = int(k), int(sink), int(local)
         self.kind = kind
-        cap = max(int(max_tokens or 0), 64)
+        self.max_tokens = None if max_tokens is None else int(max_tokens)
+        cap = 256 if max_tokens is None else min(int(max_tokens), 256)  # grows by doubling
         self._keys = [np.empty((batch, kv_heads, cap, dim), np.float32) for _ in range(layers)]
         self._values = [np.empty((batch, kv_heads, cap, dim), np.float32) for _ in range(layers)]
         self._n = [0] * layers
@@ -99,7 +123,9 @@ class CpuBackend:
             self._index = [[[core.Index(spec, dim) for _ in range(kv_heads)] for _ in range(batch)]
                            for _ in range(layers)]
         self.stats = {"steps": 0, "selected": 0, "visible": 0, "scan_bytes": 0}
-        self.trace = None  # a list to collect (layer, row, kv_head, head, n_visible, idx) per attend
+        # a list to collect, per query head of every step, what fathom's decode
+        # trace records: (layer, row, kv_head, head, n_visible, idx, depths, scores)
+        self.trace = None
 
     def length(self, layer=0):
         return self._n[layer]
@@ -122,6 +148,8 @@ class CpuBackend:
         if key.shape != want or value.shape != want:
             raise ValueError(f"append: key {key.shape} and value {value.shape}, expected {want}")
         n, T = self._n[layer], key.shape[2]
+        if self.max_tokens is not None and n + T > self.max_tokens:
+            raise ValueError(f"append: {n + T} tokens exceed max_tokens = {self.max_tokens}")
         self._grow(layer, n + T)
         self._keys[layer][:, :, n:n + T] = key
         self._values[layer][:, :, n:n + T] = value
@@ -151,11 +179,12 @@ class CpuBackend:
                 keys = self._keys[layer][b, h, :n]
                 values = self._values[layer][b, h, :n]
                 qg = q[b, h]
-                scores = None
+                scores = depths = None
                 if self.kind == "oracle":
-                    scores = qg @ keys.T
+                    scores = oracle_scores(qg, keys)
                 elif self.kind != "dense":
-                    scores, _, nbytes = self._index[layer][b][h].scores(self.method, qg, n)
+                    res = self._index[layer][b][h].scores(self.method, qg, n, depths=self.trace is not None)
+                    scores, nbytes, depths = res[0], res[2], res[3] if len(res) > 3 else None
                     self.stats["scan_bytes"] += nbytes
                 for g in range(G):
                     idx = None if scores is None else core.select(scores[g], self.k, self.sink, self.local)
@@ -163,7 +192,7 @@ class CpuBackend:
                     self.stats["selected"] += n if idx is None else len(idx)
                     self.stats["visible"] += n
                     if self.trace is not None:
-                        self.trace.append((layer, b, h, g, n, idx))
+                        self.trace.append((layer, b, h, g, n, idx, depths, None if scores is None else scores[g]))
         self.stats["steps"] += layer == 0
         res = torch.from_numpy(out.reshape(B, self.kv_heads * G, 1, D))
         if isinstance(query, torch.Tensor):
@@ -265,9 +294,13 @@ class FathomCache(Cache):
     ``model.set_attn_implementation("fathom")``). method: a fathom method
     spec ("fathom:48", "sparq:16", "oracle", "dense", ...); k: keys selected
     per query head, sink + local of them always (4 and 32, as the C
-    decoder); max_tokens: capacity hint. backend: None (by the K/V's
-    device: CPU -> CpuBackend, CUDA -> TierBackend), "cpu", "tier", or a
-    class taking the backend keyword arguments.
+    decoder); max_tokens: tokens per sequence at most (default the config's
+    max_position_embeddings; the KV tier sizes its sessions by it).
+    backend: None (by the K/V's device: CPU -> CpuBackend, CUDA ->
+    TierBackend), "cpu", "tier", or a class taking the backend keyword
+    arguments (layers, kv_heads, group, dim, batch, method, k, sink, local,
+    max_tokens, device); its optional prepare(tokens) runs before each
+    forward's first append.
     """
 
     def __init__(self, model, method="fathom:48", k=256, sink=core.SINK_TOKENS, local=core.LOCAL_TOKENS,
@@ -292,7 +325,7 @@ class FathomCache(Cache):
         self.kv_heads, self.group = kv_heads, heads // kv_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         self.method, self.k, self.sink, self.local = method, k, sink, local
-        self.max_tokens = max_tokens
+        self.max_tokens = max_tokens or getattr(config, "max_position_embeddings", None)
         self._backend_choice = backend
         self.backend = None  # made at the first update, when the batch and device are known
         if backend is None or backend == "cpu":  # fail early on a method the CPU backend refuses
