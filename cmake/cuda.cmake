@@ -23,6 +23,22 @@ function(fathom_cuda_target target)
 endfunction()
 
 file(GLOB FATHOM_CUDA_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu)
+if(FATHOM_PYTHON)
+  # libfathom_cuda.so for the Python package (fathom.tier): the CUDA sources
+  # with their own copy of the C objects (the internal functions they call are
+  # hidden in libfathom.so), so fathom_last_error of this library reports its
+  # failures. The CUDA runtime is linked statically: the process's torch brings
+  # its own, and both drive the same device context and streams.
+  add_library(fathom_cuda_shared SHARED ${FATHOM_CUDA_SOURCES} $<TARGET_OBJECTS:fathom_objects>)
+  fathom_cuda_target(fathom_cuda_shared)
+  set_target_properties(fathom_cuda_shared PROPERTIES OUTPUT_NAME fathom_cuda CUDA_RUNTIME_LIBRARY Static)
+  target_include_directories(fathom_cuda_shared PRIVATE ${PROJECT_SOURCE_DIR}/include ${FATHOM_PRIVATE_INCLUDES}
+                                                        ${PROJECT_SOURCE_DIR}/src/cuda)
+  target_link_libraries(fathom_cuda_shared PRIVATE $<TARGET_PROPERTY:fathom_shared,LINK_LIBRARIES>
+                                                   CUDA::cudart_static)
+  install(TARGETS fathom_cuda_shared LIBRARY DESTINATION fathom COMPONENT python)
+  return()
+endif()
 add_library(fathom_cuda STATIC ${FATHOM_CUDA_SOURCES})
 fathom_cuda_target(fathom_cuda)
 target_include_directories(fathom_cuda PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>

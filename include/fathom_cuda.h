@@ -393,15 +393,69 @@ typedef struct fathom_cuda_tier_step_args {
     uint32_t *union_count;     /* [batch*kv_heads] rows fetched; may be NULL */
     void *workspace;           /* fathom_cuda_tier_workspace_size bytes, 256-aligned */
     size_t workspace_bytes;
+    const uint8_t *fixed_depths; /* [batch*kv_heads][dim] depths 0..4 (more is clamped), device:
+                                  the plan is skipped and these are scanned (ds:c as depth 4 on
+                                  its c channels, full4 as 4 everywhere); budget is then not
+                                  used. NULL: water-filling with budget (fathom:B) */
+    unsigned long long *cache_bytes; /* [2], device: the plane bytes (words and scales) and the
+                                  K/V row bytes this step read from the sessions' HBM caches
+                                  are ADDED to [0] and [1]; may be NULL */
 } fathom_cuda_tier_step_args;
 
 int fathom_cuda_tier_workspace_size(const fathom_cuda_tier *tier,
                                     const fathom_cuda_tier_step_args *args, size_t *bytes);
 /* Sparse attention of one layer for every session of a batch, each at its
  * own length (the one this layer's appends reached). The scan reads the
- * planes in place from host memory (each byte crosses the link once). */
+ * planes in place from host memory (each byte crosses the link once),
+ * except what the session's HBM cache holds (below). With a row cache, a
+ * session appears at most once per batch. */
 int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *args,
                           cudaStream_t stream);
+
+/* HBM cache of a session: bytes the steps would otherwise read over the
+ * link again, kept in device memory. Results (selections, outputs, LSE) are
+ * the same bits with or without it; only where the bytes come from changes.
+ *
+ * plane cache: per (layer, KV head) a set of plane lines (channel j, plane
+ * p: the words of blocks [0, blocks)) and, with line (j, 0), channel j's
+ * scales. fathom_cuda_tier_cache_fill chooses the lines and copies the
+ * CLOSED blocks (those of the first floor(length/64)*64 tokens, which no
+ * later append rewrites) of the session's current length; the scan reads
+ * those from HBM and everything else (later blocks, other lines) from host.
+ * Fill again as the session grows to cover more blocks.
+ * row cache: per (layer, KV head) `slots` K/V rows, direct-mapped (token
+ * mod slots). The row fetch reads a resident row from HBM; each missed row
+ * is then written into its slot, unless the slot holds a later token
+ * (later tokens stay: a decode re-selects recent tokens more often).
+ *
+ * Truncating a session drops what the caches hold beyond the new length;
+ * a fork starts without a cache; freeing a session frees its cache. */
+typedef struct fathom_cuda_tier_cache_config {
+    uint64_t plane_bytes; /* device bytes for plane lines (0: none); per (layer, head)
+                             floor(plane_bytes / (layers * kv_heads * 10 * blocks)) lines, at
+                             most 4 * dim, where blocks = ceil(tokens / 64) */
+    uint64_t tokens;      /* the plane lines cover tokens [0, tokens), <= max_tokens */
+    uint64_t row_bytes;   /* device bytes for K/V rows (0: none); per (layer, head)
+                             floor(row_bytes / (layers * kv_heads * (4 * dim + 4))) slots */
+} fathom_cuda_tier_cache_config;
+/* Give a session an empty HBM cache of these sizes (replacing any it had;
+ * all zero frees it). FATHOM_ERR_NOMEM, with the old cache kept, when device
+ * memory runs out; FATHOM_ERR_INVALID_ARG when a nonzero size holds less
+ * than one line or slot per (layer, head). Synchronizes the device. */
+int fathom_cuda_tier_cache_set(fathom_cuda_tier *tier, uint32_t session,
+                               const fathom_cuda_tier_cache_config *config);
+/* Choose the session's plane lines and copy their closed blocks from host
+ * memory, for every layer and head, on `stream` (capturable: it reads the
+ * lengths from device memory). depths: [layers][kv_heads][dim] device (e.g.
+ * the depths the last step of each layer planned), the lines (j, p < depth_j)
+ * ranked by var_j / 4^p (the running variance: low planes of high-variance
+ * channels first); NULL ranks every line of a channel with variance > 0 the
+ * same way (a static per-head prefix). The first `lines` of the ranking are
+ * kept. No-op without a plane cache. */
+int fathom_cuda_tier_cache_fill(fathom_cuda_tier *tier, uint32_t session, const uint8_t *depths,
+                                cudaStream_t stream);
+/* Device bytes the session's cache holds allocated (0 without one). */
+int fathom_cuda_tier_cache_bytes(const fathom_cuda_tier *tier, uint32_t session, uint64_t *bytes);
 
 #ifdef __cplusplus
 }

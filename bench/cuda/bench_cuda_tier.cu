@@ -19,7 +19,18 @@
  *            K/V interleaved, row_stride 2*dim), same queries and variance:
  *            one-stream kernel transport, pipelined on 3 lanes, and direct;
  *            graphs of L layer-steps, R replays; "fixed_best" the fastest;
- *   eager    host us to enqueue the L tier steps without a graph.
+ *   eager    host us to enqueue the L tier steps without a graph;
+ *   cache    the session's HBM cache (fathom_cuda_tier_cache_set/fill):
+ *            graphs of L tier steps (no appends: the length stays, so the
+ *            cached closed blocks are all but the last), replayed R times
+ *            after one warm-up replay that fills the row cache, for plane
+ *            lines = a fraction of the plan's lines per head (filled by the
+ *            plan's depths) and row slots = a multiple of the mean union;
+ *            the hit rates are measured (bytes the step read from HBM over
+ *            the bytes it planned and fetched), not assumed. "none" is the
+ *            same graph without a cache; "real" forces the hit rates of the
+ *            SmolLM2 decode traces (planes 0.47, rows about 0.43: slots =
+ *            union / 2) and reports its HBM bytes against the index's.
  * ragged: four sessions of --ragged lengths in one batch (segments of 1024
  *   blocks), one graph of L x (append + step): ms per step against the link
  *   floor of the bytes it moved.
@@ -294,6 +305,77 @@ static void free_setup(setup &st) {
     cudaFree(st.ws);
 }
 
+/* The cache sweep at the session's current length (see the header). */
+static std::string cache_sweep(setup &st, uint64_t n, cudaStream_t s, int reps, double link) {
+    const uint32_t L = st.L, P = H, sid = st.ids[0];
+    std::vector<uint8_t> dep((size_t)L * P * D);
+    std::vector<uint32_t> uni((size_t)L * P);
+    CK(cudaMemcpy(dep.data(), st.d_depths, dep.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(uni.data(), st.d_union, uni.size() * 4, cudaMemcpyDeviceToHost));
+    double lines_mean = 0, union_mean = 0;
+    for (size_t i = 0; i < dep.size(); i++) lines_mean += dep[i];
+    for (uint32_t u : uni) union_mean += u;
+    lines_mean /= (double)L * P;
+    union_mean /= (double)L * P;
+    const uint64_t blocks = (n + 63) / 64, LH = (uint64_t)L * P;
+    const double index_bytes = (double)LH * blocks * D * (FATHOM_PLANES * 8 + 2);
+    unsigned long long *d_hits;
+    CK(cudaMalloc((void **)&d_hits, 16));
+    struct point {
+        const char *name;
+        double plane_frac, slot_mult;
+    };
+    const point pts[] = {{"none", 0, 0},      {"p0.25", 0.25, 0.25}, {"p0.5", 0.5, 0.75}, {"p0.75", 0.75, 2},
+                         {"p1", 1, 64},        {"planes-only", 1, 0}, {"rows-only", 0, 64}, {"real", 0.47, 0.5}};
+    std::string js = "[";
+    double none_ms = 0;
+    for (size_t i = 0; i < sizeof pts / sizeof pts[0]; i++) {
+        const point &pt = pts[i];
+        const uint64_t lines = (uint64_t)llround(pt.plane_frac * lines_mean);
+        const uint64_t slots = (uint64_t)llround(pt.slot_mult * union_mean);
+        fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, LH * (4 * D + 4) * slots};
+        FK(fathom_cuda_tier_cache_set(st.tier, sid, &cc));
+        FK(fathom_cuda_tier_cache_fill(st.tier, sid, st.d_depths, s));
+        uint64_t hbm = 0;
+        FK(fathom_cuda_tier_cache_bytes(st.tier, sid, &hbm));
+        cudaGraph_t g;
+        cudaGraphExec_t exec;
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        for (uint32_t l = 0; l < L; l++) {
+            fathom_cuda_tier_step_args a = args_of(st, l);
+            a.cache_bytes = d_hits;
+            FK(fathom_cuda_tier_step(st.tier, &a, s));
+        }
+        CK(cudaStreamEndCapture(s, &g));
+        CK(cudaGraphInstantiate(&exec, g, 0));
+        CK(cudaGraphLaunch(exec, s)); /* warm: the row cache fills */
+        CK(cudaMemsetAsync(d_hits, 0, 16, s));
+        const timing t = replay(exec, s, reps); /* reps + 1 replays counted */
+        unsigned long long hits[2];
+        CK(cudaMemcpy(hits, d_hits, 16, cudaMemcpyDeviceToHost));
+        double scan_b, row_b;
+        bytes_of(st, {n}, &scan_b, &row_b);
+        CK(cudaGraphExecDestroy(exec));
+        CK(cudaGraphDestroy(g));
+        const double ph = hits[0] / (scan_b * (reps + 1)), rh = hits[1] / (row_b * (reps + 1));
+        if (i == 0) none_ms = t.gpu_ms;
+        const double floor_ms = ((1 - ph) * scan_b + (1 - rh) * row_b) / (link * 1e9) * 1e3;
+        char buf[512];
+        snprintf(buf, sizeof buf,
+                 "%s{\"point\": \"%s\", \"lines\": %llu, \"plan_lines\": %.2f, \"slots\": %llu, "
+                 "\"union_mean\": %.1f, \"hbm_GB\": %.4f, \"hbm_of_index\": %.4f, \"plane_hit\": %.4f, "
+                 "\"row_hit\": %.4f, \"ms\": %.4f, \"vs_none\": %.4f, \"host_floor_ms\": %.4f}",
+                 i ? ", " : "", pt.name, (unsigned long long)lines, lines_mean, (unsigned long long)slots,
+                 union_mean, hbm / 1e9, hbm / index_bytes, ph, rh, t.gpu_ms, t.gpu_ms / none_ms, floor_ms);
+        fprintf(stderr, "  cache %s\n", buf);
+        js += buf;
+    }
+    const fathom_cuda_tier_cache_config off = {0, 0, 0};
+    FK(fathom_cuda_tier_cache_set(st.tier, sid, &off));
+    cudaFree(d_hits);
+    return js + "]";
+}
+
 /* fathom_cuda_step over the tier's segment 0 of session 0 at n tokens
  * (n/64 rounded up = S): graphs of L layer-steps. */
 static void fixed_steps(setup &st, uint64_t n, cudaStream_t s, int reps, double *kernel_ms,
@@ -335,8 +417,9 @@ static void fixed_steps(setup &st, uint64_t n, cudaStream_t s, int reps, double 
     const fathom_cuda_transport tr[3] = {FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_DIRECT};
     double *res[3] = {kernel_ms, lanes_ms, direct_ms};
     for (int v = 0; v < 3; v++) {
-        fathom_cuda_config cfg = {D, G, P, n, K, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, BUDGET, tr[v],
-                                  FATHOM_CUDA_KEYS_BF16, 2 * D};
+        fathom_cuda_config cfg = {D, G, P, n, K, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, BUDGET, tr[v], 0, 0};
+        cfg.row_stride = 2 * D; /* K and V interleaved per token */
+        cfg.key_rows = FATHOM_CUDA_KEYS_BF16;
         size_t need;
         FK(fathom_cuda_workspace_size(&cfg, &need));
         void *ws;
@@ -441,18 +524,19 @@ int main(int argc, char **argv) {
         double fk, fl, fd;
         fixed_steps(st, len, s, reps, &fk, &fl, &fd);
         const double best = std::min(fk, std::min(fl, fd));
+        const std::string cache_js = cache_sweep(st, len, s, reps, link);
         const double floor_ms = (scan_b + row_b) / (link * 1e9) * 1e3;
         snprintf(buf, sizeof buf,
                  "%s{\"context\": %llu, \"length_after\": %llu, \"tier_ms\": %.4f, \"tier_host_us\": %.2f, "
                  "\"append_ms\": %.4f, \"append_share\": %.4f, \"fixed_kernel_ms\": %.4f, \"fixed_lanes_ms\": %.4f, "
                  "\"fixed_direct_ms\": %.4f, \"fixed_best_ms\": %.4f, \"tier_vs_fixed\": %.4f, "
                  "\"eager_enqueue_us\": %.1f, \"scan_GB\": %.4f, \"row_GB\": %.4f, \"floor_ms\": %.4f, "
-                 "\"tier_x_floor\": %.4f}",
+                 "\"tier_x_floor\": %.4f, \"cache\": ",
                  c ? ", " : "", (unsigned long long)N, (unsigned long long)len, tier.gpu_ms, tier.host_us,
                  append.gpu_ms, append.gpu_ms / tier.gpu_ms, fk, fl, fd, best, tier.gpu_ms / best, eager_us,
                  scan_b / 1e9, row_b / 1e9, floor_ms, tier.gpu_ms / floor_ms);
         fprintf(stderr, "  %s\n", buf);
-        js += buf;
+        js += buf + cache_js + "}";
         free_setup(st);
     }
     js += "]";

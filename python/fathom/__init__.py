@@ -5,8 +5,11 @@ The C library is loaded with ctypes from the package folder (``pip install .``
 builds it). Failures raise :class:`FathomError` subclasses with the C
 status, its name and message. Modules:
 
-- ``fathom.core``: Basis, Store, Landmarks, importance/water_fill/plan,
+- ``fathom.core``: Basis, Store, Landmarks, Index (one KV head's index for
+  a set of methods, as the decoder builds it), importance/water_fill/plan,
   select, attend, methods (numpy, zero-copy for conforming ndarrays)
+- ``fathom.transformers``: FathomCache and the "fathom" attention function
+  for Hugging Face transformers (imports torch and transformers)
 - ``fathom.source``: Source (capture, synthetic), CaptureWriter, evaluate
 """
 from ._lib import lib as _lib_handle, path as library_path
@@ -19,6 +22,7 @@ from .core import (
     PLANES,
     SINK_TOKENS,
     Basis,
+    Index,
     Landmarks,
     Segment,
     Store,
@@ -27,7 +31,10 @@ from .core import (
     depths_at,
     greedy_layer_budgets,
     importance,
+    method_check,
     method_fixed_bits,
+    method_needs,
+    parse_method,
     plan,
     rel_l2,
     select,

@@ -12,7 +12,7 @@ import os
 import sys
 
 from . import _structs as S
-from .errors import error_for
+from .errors import UnsupportedError, error_for
 
 _NAMES = {"darwin": "libfathom.dylib", "win32": "fathom.dll"}
 
@@ -44,11 +44,23 @@ lib.fathom_last_error.restype = cstr
 lib.fathom_last_error.argtypes = []
 
 
-def _check(result, func, args):
-    if result < 0:
-        name = lib.fathom_status_name(result).decode()
-        raise error_for(result, name, lib.fathom_last_error().decode(errors="replace"))
-    return result
+def _checker(library):
+    """The errcheck of ``library``'s status functions: its own
+    fathom_last_error holds the message (each fathom shared library keeps its
+    own copy of the C core)."""
+    last_error = getattr(library, "fathom_last_error", lib.fathom_last_error)
+    last_error.restype, last_error.argtypes = cstr, []
+
+    def check(result, func, args):
+        if result < 0:
+            name = lib.fathom_status_name(result).decode()
+            raise error_for(result, name, last_error().decode(errors="replace"))
+        return result
+
+    return check
+
+
+_check = _checker(lib)
 
 
 # name: (restype, argtypes) in the order of include/fathom.h
@@ -103,6 +115,18 @@ _PROTOTYPES = {
     "fathom_method_parse": (STATUS, [cstr, C.POINTER(S.Method)]),
     "fathom_method_parse_list": (STATUS, [cstr, C.POINTER(S.Method), u32, C.POINTER(u32)]),
     "fathom_method_fixed_bits": (f64, [C.POINTER(S.Method), u32]),
+    "fathom_method_check": (STATUS, [C.POINTER(S.Method), u32]),
+    "fathom_method_needs": (C.c_uint, [C.POINTER(S.Method)]),
+    # index
+    "fathom_index_create": (STATUS, [PP, C.POINTER(S.Method), u32, u32, C.c_uint]),
+    "fathom_index_free": (None, [P]),
+    "fathom_index_append": (STATUS, [P, P, u64]),
+    "fathom_index_clear": (STATUS, [P]),
+    "fathom_index_length": (u64, [P]),
+    "fathom_index_dim": (u32, [P]),
+    "fathom_index_scratch_size": (C.c_size_t, [u32, u32]),
+    "fathom_index_scores": (STATUS, [P, C.POINTER(S.Method), u32, u32, P, u64, P, P, C.POINTER(f64), C.POINTER(u64)]),
+    "fathom_index_scratch_depths": (P, [P, u32, u32]),
     # source
     "fathom_capture_open": (STATUS, [PP, cstr]),
     "fathom_synth_open": (STATUS, [PP, cstr, u64, u32, u64]),
@@ -123,22 +147,48 @@ _PROTOTYPES = {
 
 
 
-def declare(library, prototypes):
+# The modules a FATHOM_MINIMAL build (src/common + src/core: no jansson, PCRE2)
+# leaves out; their functions raise UnsupportedError when called.
+_OPTIONAL = ("fathom_capture_", "fathom_synth_", "fathom_source_", "fathom_eval_")
+
+
+def _absent(name, path):
+    def call(*args):
+        raise UnsupportedError(
+            UnsupportedError.status, "unsupported",
+            f"{name} is not in {path}: it was built with FATHOM_MINIMAL (src/common and src/core "
+            "only); install the full library (jansson and PCRE2 present, no FATHOM_MINIMAL) for "
+            "captures, synthetic sources and evaluation")
+    call.__name__ = name
+    return call
+
+
+def declare(library, prototypes, optional=()):
     """Set restype/argtypes of every function in ``prototypes`` on a loaded
-    library; STATUS functions raise on failure. A later binding of another
-    fathom library (the CUDA one shares these status codes and this
-    thread's fathom_last_error) declares its functions the same way."""
+    library; STATUS functions raise on failure with the message of that
+    library's fathom_last_error. A function whose name starts with one of
+    ``optional`` and that the library lacks becomes a stub that raises
+    UnsupportedError when called. Another fathom library (fathom.tier's
+    libfathom_cuda.so) declares its functions the same way."""
+    check = _check if library is lib else _checker(library)
     for name, (restype, argtypes) in prototypes.items():
-        f = getattr(library, name)
+        try:
+            f = getattr(library, name)
+        except AttributeError:
+            if not name.startswith(tuple(optional)):
+                raise
+            setattr(library, name, _absent(name, library._name))
+            continue
         f.argtypes = argtypes
         if restype is STATUS:
             f.restype = C.c_int
-            f.errcheck = _check
+            f.errcheck = check
         else:
             f.restype = restype
 
 
-declare(lib, _PROTOTYPES)
+declare(lib, _PROTOTYPES, _OPTIONAL)
+minimal = not hasattr(lib.fathom_eval_run, "argtypes")  # a FATHOM_MINIMAL build
 
 
 def new_handle():

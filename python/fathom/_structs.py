@@ -67,6 +67,32 @@ class MethodResult(C.Structure):
     ]
 
 
+# include/fathom_cuda.h (the KV tier), for fathom.tier
+u32, u64, ptr = C.c_uint32, C.c_uint64, C.c_void_p
+
+
+class TierShape(C.Structure):
+    _fields_ = [("layers", u32), ("kv_heads", u32), ("group", u32), ("dim", u32), ("segment_blocks", u32),
+                ("max_sessions", u32), ("max_tokens", u64)]
+
+
+class TierUsage(C.Structure):
+    _fields_ = [("length", u64), ("capacity", u64), ("segments", u32), ("shared_segments", u32), ("bytes", u64),
+                ("exclusive_bytes", u64)]
+
+
+class TierView(C.Structure):
+    _fields_ = [("planes", ptr), ("scales", ptr), ("kv", ptr), ("first_token", u64), ("segment_blocks", u32)]
+
+
+class StepArgs(C.Structure):
+    _fields_ = [("layer", u32), ("sessions", ptr), ("batch", u32), ("capacity_tokens", u64), ("k", u32),
+                ("sink", u32), ("local", u32), ("budget", u32), ("scale", C.c_float), ("queries", ptr),
+                ("out", ptr), ("lse", ptr), ("selected", ptr), ("selected_count", ptr), ("depths", ptr),
+                ("union_count", ptr), ("workspace", ptr), ("workspace_bytes", C.c_size_t), ("fixed_depths", ptr),
+                ("cache_bytes", ptr)]
+
+
 # C struct name -> mirror; the layout test walks this table.
 MIRRORED = {
     "fathom_segment_view": SegmentView,
@@ -74,4 +100,13 @@ MIRRORED = {
     "fathom_source_info": SourceInfo,
     "fathom_eval_config": EvalConfig,
     "fathom_method_result": MethodResult,
+}
+
+# include/fathom_cuda.h's structs: libfathom exports no layout for them (it is
+# built without CUDA headers); the layout test compiles a probe against the header.
+CUDA_MIRRORED = {
+    "fathom_cuda_tier_shape": TierShape,
+    "fathom_cuda_tier_usage": TierUsage,
+    "fathom_cuda_tier_view": TierView,
+    "fathom_cuda_tier_step_args": StepArgs,
 }

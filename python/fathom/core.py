@@ -411,3 +411,89 @@ def method_fixed_bits(spec, dim):
     lib.fathom_method_parse(spec.encode(), C.byref(m))
     bits = lib.fathom_method_fixed_bits(C.byref(m), dim)
     return None if bits < 0 else bits
+
+
+def parse_method(spec):
+    """One method spec ("fathom:48", "sparq:16", ...) as a fathom_method
+    (a Method passes through)."""
+    if isinstance(spec, S.Method):
+        return spec
+    m = S.Method()
+    lib.fathom_method_parse(spec.encode(), C.byref(m))
+    return m
+
+
+def method_check(spec, dim):
+    """Raise InvalidArgumentError unless the method suits head dimension ``dim``
+    (fathom_method_check: the rule every C caller applies)."""
+    lib.fathom_method_check(C.byref(parse_method(spec)), dim)
+
+
+# What a method reads (fathom_method_needs flags).
+NEEDS_STORE, NEEDS_ROTATED, NEEDS_LANDMARKS, NEEDS_CALIB = 1, 2, 4, 8
+
+
+def method_needs(spec):
+    """The FATHOM_NEEDS_* flags of a method (0 for oracle and dense)."""
+    return lib.fathom_method_needs(C.byref(parse_method(spec)))
+
+
+# --------------------------------------------------------------------------
+# index
+# --------------------------------------------------------------------------
+
+
+class Index(_Handle):
+    """One KV head's index for a set of methods (fathom_index): what the
+    decoder's sparse attention and eval scan. Without calibration, fathom
+    reads the variance from the store's running sums (App. D)."""
+
+    _free = lib.fathom_index_free
+
+    def __init__(self, methods, dim, extra_needs=0):
+        """``methods``: specs as "fathom:48,sparq:16" or a list; dim: key size."""
+        ms = parse_methods(methods)
+        h = new_handle()
+        lib.fathom_index_create(C.byref(h), ms, len(ms), dim, extra_needs)
+        super().__init__(h.value)
+        self._scratch = {}  # group -> uint8 scratch of fathom_index_scratch_size
+
+    def append(self, keys):
+        """Append key rows [count, dim] (or one key [dim]); all finite."""
+        keys, count = _rows(keys, "keys", self.dim)
+        lib.fathom_index_append(self._ptr, ptr(keys), count)
+
+    def clear(self):
+        lib.fathom_index_clear(self._ptr)
+
+    def __len__(self):
+        return lib.fathom_index_length(self._ptr)
+
+    @property
+    def dim(self):
+        return lib.fathom_index_dim(self._ptr)
+
+    def scores(self, method, queries, n=None, budget=None, depths=False):
+        """Approximate scores [group, n] of a query group [group, dim] over the
+        first n keys (default all) by ``method`` (one of the index's set,
+        not oracle or dense). budget: fathom's bits (default the method's B).
+        Returns (scores, bits per token, bytes read), plus the per-channel
+        depths [dim] the scan read when ``depths`` is true."""
+        m = parse_method(method)
+        d = self.dim
+        queries, group = _rows(queries, "queries", d)
+        n = len(self) if n is None else n
+        size = lib.fathom_index_scratch_size(d, group)
+        if size == 0:
+            raise ValueError(f"queries: a group of {group} is out of range for the index")
+        scratch = self._scratch.get(group)
+        if scratch is None:
+            scratch = self._scratch[group] = np.empty((size + 7) // 8, np.uint64)  # 8-byte aligned
+        out = np.empty((group, n), np.float32)
+        bits, nbytes = C.c_double(), C.c_uint64()
+        lib.fathom_index_scores(self._ptr, C.byref(m), m.param if budget is None else budget, group, ptr(queries),
+                                n, ptr(out), ptr(scratch), C.byref(bits), C.byref(nbytes))
+        if not depths:
+            return out, bits.value, nbytes.value
+        dp = lib.fathom_index_scratch_depths(ptr(scratch), d, group)
+        return out, bits.value, nbytes.value, view(dp, (d,), np.uint8, scratch).copy()

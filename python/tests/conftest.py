@@ -11,6 +11,13 @@ import subprocess
 
 import pytest
 
+import fathom._lib
+
+# A FATHOM_MINIMAL build (src/common + src/core, as on the GPU machine without
+# jansson/PCRE2) has no captures, synthetic sources or evaluation.
+full_library = pytest.mark.skipif(
+    fathom._lib.minimal, reason="libfathom built with FATHOM_MINIMAL: no captures, synthetic sources or eval")
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 

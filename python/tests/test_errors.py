@@ -8,6 +8,7 @@ import pytest
 
 import fathom
 from fathom.errors import ERRORS, error_for
+from conftest import full_library
 
 STATUSES = {
     -1: ("invalid argument", fathom.InvalidArgumentError, ValueError),
@@ -39,6 +40,7 @@ def test_table_covers_the_header_and_unknown_codes():
     assert type(e) is fathom.FathomError and e.status == -99 and e.status_name == "unknown status"
 
 
+@full_library
 def test_real_failures(tmp_path):
     with pytest.raises(fathom.InvalidArgumentError) as info:
         fathom.Store(0)
@@ -83,3 +85,11 @@ def test_python_side_checks_name_the_argument():
     store.close()
     with pytest.raises(ValueError, match="Store is closed"):
         len(store)
+
+
+def test_absent_functions_of_a_minimal_build_raise_unsupported():
+    import fathom._lib as L
+    if not L.minimal:
+        pytest.skip("the full library: every function is present")
+    with pytest.raises(fathom.UnsupportedError, match="FATHOM_MINIMAL"):
+        fathom.synthetic("smollm2-135m", 256, 4)

@@ -6,6 +6,9 @@ import numpy as np
 import pytest
 
 import fathom
+from conftest import full_library
+
+pytestmark = full_library
 
 METHODS = "fathom:48,fathom-klt:32,sparq:16,ds:32,loki:16,thumb,landmark,full4,oracle,dense"
 FIELDS = ("bits_per_token", "scan_bytes_per_step", "row_bytes_per_step", "rel_error", "rel_error_stderr",

@@ -41,6 +41,52 @@ static __device__ __forceinline__ uint32_t fc_score_order(float s) {
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+/* fathom_water_fill's depth of channel j = threadIdx.x in a CTA of D
+ * threads, from g = its importance (fathom_importance, in double).
+ * t_j(theta) counts the breakpoints g_j / 4^(m - 1/2), m = 1..4 (g_j/2,
+ * g_j/8, g_j/32, g_j/128: exact in double), at or above theta; the sum over
+ * j is the number of breakpoints >= theta, so the smallest admissible theta
+ * lies just above the largest breakpoint v whose count #{bp >= v} exceeds
+ * the budget (0 when none); ties enter together. Every thread counts its
+ * four against all 4*D breakpoints: no sort. bp: shared [D * 4], best:
+ * shared [D / 32]. Contains barriers: every thread of the CTA calls it. */
+template <int D>
+static __device__ __forceinline__ uint32_t fc_water_fill_depth(double g, uint32_t budget, double *bp,
+                                                               double *best) {
+    const uint32_t j = threadIdx.x;
+    double mine[FATHOM_PLANES];
+    for (int m = 0; m < FATHOM_PLANES; m++) {
+        /* g / 4^(m + 1/2) = g / 2^(2m + 1): exact scaling by a power of two */
+        mine[m] = g > 0.0 ? g / (double)(2u << (2 * m)) : -1.0;
+        bp[j * FATHOM_PLANES + m] = mine[m];
+    }
+    __syncthreads();
+    double theta = 0.0;
+    for (int m = 0; m < FATHOM_PLANES; m++) {
+        const double v = mine[m];
+        if (v <= 0.0) continue;
+        uint32_t count = 0;
+        for (uint32_t i = 0; i < D * FATHOM_PLANES; i++) count += bp[i] >= v;
+        if (count > budget && v > theta) theta = v;
+    }
+    for (int off = 16; off > 0; off >>= 1) theta = fmax(theta, __shfl_xor_sync(0xffffffffu, theta, off));
+    if ((j & 31) == 0) best[j / 32] = theta;
+    __syncthreads();
+    theta = 0.0;
+    for (int w = 0; w < D / 32; w++) theta = fmax(theta, best[w]);
+    uint32_t t = 0;
+    for (int m = 0; m < FATHOM_PLANES; m++) t += mine[m] > theta;
+    return t;
+}
+
+/* bf16 x 8 (one 16-byte load) to float, exactly. */
+static __device__ __forceinline__ void fc_bf16x8_to_float(uint4 v, float *dst) {
+    *(float4 *)dst = make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u),
+                                 __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xffff0000u));
+    *(float4 *)(dst + 4) = make_float4(__uint_as_float(v.z << 16), __uint_as_float(v.z & 0xffff0000u),
+                                       __uint_as_float(v.w << 16), __uint_as_float(v.w & 0xffff0000u));
+}
+
 /* Per query-head state of the radix select. */
 typedef struct fc_select_state {
     uint32_t digit;   /* first digit (top 11 bits of the key) holding the boundary */

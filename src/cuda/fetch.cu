@@ -27,12 +27,8 @@ fetch_kernel(uint32_t union_cap, uint32_t nb, uint32_t stride, int planes_mode,
         const uint4 v = __ldcv((const uint4 *)(prob.values + idx * stride + hl * 8));
         *(uint4 *)(rows_v + row * FC_DIM + hl * 8) = v;
     } else if (!planes_mode) {
-        const uint4 kr = __ldcv((const uint4 *)(prob.keys + idx * stride + hl * 8));
-        float *dst = rows_k + row * FC_DIM + hl * 8;
-        *(float4 *)dst = make_float4(__uint_as_float(kr.x << 16), __uint_as_float(kr.x & 0xffff0000u),
-                                     __uint_as_float(kr.y << 16), __uint_as_float(kr.y & 0xffff0000u));
-        *(float4 *)(dst + 4) = make_float4(__uint_as_float(kr.z << 16), __uint_as_float(kr.z & 0xffff0000u),
-                                           __uint_as_float(kr.w << 16), __uint_as_float(kr.w & 0xffff0000u));
+        fc_bf16x8_to_float(__ldcv((const uint4 *)(prob.keys + idx * stride + hl * 8)),
+                           rows_k + row * FC_DIM + hl * 8);
     }
     if (planes_mode) {
         const uint64_t b = idx >> 6;

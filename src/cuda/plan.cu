@@ -1,14 +1,9 @@
 /* plan — per-problem depths on the GPU, no host round trip (§3.3, §3.4).
  *
  * One block of FC_DIM threads per problem, thread j owns channel j.
- * Water-filling: t_j(theta) counts the breakpoints g_j / 4^(m - 1/2),
- * m = 1..4 (g_j/2, g_j/8, g_j/32, g_j/128: exact in double), that lie at or
- * above theta. The sum over j is the number of breakpoints >= theta, so the
- * smallest admissible theta lies just above the largest breakpoint v whose
- * count #{bp >= v} exceeds the budget; ties enter together. With d = 128
- * there are 512 breakpoints and every thread counts its four against all of
- * them: 2^18 comparisons, no sort needed. Double arithmetic without FMA
- * contraction (__dmul_rn/__dadd_rn) so g matches fathom_importance. */
+ * Water-filling: fc_water_fill_depth (cuda_internal.cuh), shared with the
+ * KV tier's plan. Double arithmetic without FMA contraction
+ * (__dmul_rn/__dadd_rn) so g matches fathom_importance. */
 #include "cuda_internal.cuh"
 
 #define PLAN_BP (FC_DIM * FATHOM_PLANES)
@@ -29,31 +24,8 @@ static __global__ void plan_water_fill_kernel(uint32_t group, uint32_t budget, c
     __shared__ double best[FC_DIM / 32];
     const uint32_t p = blockIdx.x, j = threadIdx.x;
     const float *q = queries + (size_t)p * group * FC_DIM;
-    double g = importance(q, group, variance[(size_t)p * FC_DIM + j], j);
-    double mine[FATHOM_PLANES];
-    for (int m = 0; m < FATHOM_PLANES; m++) {
-        /* g / 4^(m + 1/2) = g / 2^(2m + 1): exact scaling by a power of two */
-        mine[m] = g > 0.0 ? g / (double)(2u << (2 * m)) : -1.0;
-        bp[j * FATHOM_PLANES + m] = mine[m];
-    }
-    __syncthreads();
-    /* theta* = max { v : #{bp >= v} > budget }, 0 when no such v */
-    double theta = 0.0;
-    for (int m = 0; m < FATHOM_PLANES; m++) {
-        double v = mine[m];
-        if (v <= 0.0) continue;
-        uint32_t count = 0;
-        for (uint32_t i = 0; i < PLAN_BP; i++) count += bp[i] >= v;
-        if (count > budget && v > theta) theta = v;
-    }
-    for (int off = 16; off > 0; off >>= 1) theta = fmax(theta, __shfl_xor_sync(0xffffffffu, theta, off));
-    if ((j & 31) == 0) best[j / 32] = theta;
-    __syncthreads();
-    theta = 0.0;
-    for (int w = 0; w < FC_DIM / 32; w++) theta = fmax(theta, best[w]);
-    uint32_t t = 0;
-    for (int m = 0; m < FATHOM_PLANES; m++) t += mine[m] > theta;
-    depths[(size_t)p * FC_DIM + j] = (uint8_t)t;
+    const double g = importance(q, group, variance[(size_t)p * FC_DIM + j], j);
+    depths[(size_t)p * FC_DIM + j] = (uint8_t)fc_water_fill_depth<FC_DIM>(g, budget, bp, best);
 }
 
 /* sparq:r — depth 4 on the r channels with the largest sum_h |q_hj| (ties to

@@ -34,10 +34,21 @@ struct fathom_cuda_tier {
     uint8_t **d_table;
     uint32_t *d_len, *d_cap, *d_error;
     double **d_sums;
+    tier_cache *caches;   /* [max_sessions] host copies of the HBM caches' descriptions */
+    tier_cache *d_caches; /* [max_sessions] the same in device memory */
+    uint32_t row_caches;  /* sessions with a row cache */
 };
 
 const tier_dev *fc_tier_dev(const fathom_cuda_tier *t) { return &t->dev; }
 uint32_t fc_tier_group(const fathom_cuda_tier *t) { return t->shape.group; }
+tier_cache *fc_tier_caches(fathom_cuda_tier *t, tier_cache **device) {
+    *device = t->d_caches;
+    return t->caches;
+}
+uint32_t *fc_tier_row_caches(fathom_cuda_tier *t) { return &t->row_caches; }
+int fc_tier_live(const fathom_cuda_tier *t, uint32_t s) {
+    return t && s < t->shape.max_sessions && t->sessions[s].live;
+}
 
 static uint64_t round256(uint64_t x) { return (x + 255) & ~(uint64_t)255; }
 
@@ -56,6 +67,10 @@ extern "C" void fathom_cuda_tier_destroy(fathom_cuda_tier *t) {
         }
         free(t->sessions);
     }
+    if (t->caches)
+        for (uint32_t s = 0; s < t->shape.max_sessions; s++) fc_tier_cache_release(&t->caches[s]);
+    free(t->caches);
+    cudaFree(t->d_caches);
     cudaFree(t->d_table);
     cudaFree(t->d_len);
     cudaFree(t->d_cap);
@@ -119,7 +134,10 @@ extern "C" int fathom_cuda_tier_create(const fathom_cuda_tier_shape *shape, fath
     }
     t->sums_bytes = slices * 3 * D * sizeof(double);
     t->sessions = (tier_session *)calloc(sh.max_sessions, sizeof *t->sessions);
-    if (!t->sessions) {
+    t->caches = (tier_cache *)calloc(sh.max_sessions, sizeof *t->caches);
+    if (!t->sessions || !t->caches) {
+        free(t->sessions);
+        free(t->caches);
         free(t);
         return fathom_fail(FATHOM_ERR_NOMEM, "tier_create: out of memory for %u sessions",
                            sh.max_sessions);
@@ -134,6 +152,9 @@ extern "C" int fathom_cuda_tier_create(const fathom_cuda_tier_shape *shape, fath
     TIER_TRY(cudaMemset(t->d_error, 0, 4));
     TIER_TRY(cudaMalloc((void **)&t->d_sums, (size_t)sh.max_sessions * sizeof(double *)));
     TIER_TRY(cudaMemset(t->d_sums, 0, (size_t)sh.max_sessions * sizeof(double *)));
+    TIER_TRY(cudaMalloc((void **)&t->d_caches, (size_t)sh.max_sessions * sizeof(tier_cache)));
+    TIER_TRY(cudaMemset(t->d_caches, 0, (size_t)sh.max_sessions * sizeof(tier_cache)));
+    d->caches = t->d_caches;
     d->table = t->d_table;
     d->len = t->d_len;
     d->cap = t->d_cap;
@@ -257,7 +278,7 @@ extern "C" int fathom_cuda_tier_session_free(fathom_cuda_tier *t, uint32_t s) {
     free(se->segs);
     cudaFreeHost(sums);
     memset(se, 0, sizeof *se);
-    return FATHOM_OK;
+    return fc_tier_cache_drop(t, s);
 }
 
 extern "C" int fathom_cuda_tier_reserve(fathom_cuda_tier *t, uint32_t s, uint64_t tokens) {
@@ -388,7 +409,7 @@ extern "C" int fathom_cuda_tier_truncate(fathom_cuda_tier *t, uint32_t s, uint64
     if (old_open) segment_release(old_open);
     for (uint32_t i = keep; i < count; i++) segment_release(se->segs[i]);
     rebuild(t, se, n);
-    return FATHOM_OK;
+    return fc_tier_cache_truncate(t, s, n);
 }
 
 extern "C" int fathom_cuda_tier_fork(fathom_cuda_tier *t, uint32_t src, uint32_t *session) {

@@ -14,6 +14,21 @@ enum {
     TIER_ERR_LENGTH = 4    /* a length above the step's capacity_tokens */
 };
 
+/* A session's HBM cache (device memory; all NULL / 0 without one). A plane
+ * line is (channel j, plane p) of one (layer, head): words of blocks
+ * [0, blocks) and, in the same slot, channel j's scales (used for p = 0). */
+typedef struct tier_cache {
+    uint64_t *words;   /* [layers][heads][lines][blocks] */
+    uint16_t *scales;  /* [layers][heads][lines][blocks] */
+    int16_t *map;      /* [layers][heads][dim * 4] slot of line (j, p) at j * 4 + p, -1 none */
+    uint32_t *line_of; /* [layers][heads][lines] the line j * 4 + p in each slot, ~0 none */
+    uint32_t *valid;   /* [layers] blocks [0, valid) of every mapped line hold the host's words */
+    uint32_t lines, blocks;
+    uint16_t *rows;    /* [layers][heads][slots][2][dim] bf16 K then V */
+    uint32_t *tags;    /* [layers][heads][slots] token + 1 held, 0 empty */
+    uint32_t slots;
+} tier_cache;
+
 /* What the kernels see: everything in device memory except the segments and
  * sums, which are mapped pinned host memory. Passed by value. */
 typedef struct tier_dev {
@@ -27,6 +42,7 @@ typedef struct tier_dev {
     const uint32_t *cap;   /* [max_sessions] tokens the segments hold */
     double *const *sums;   /* [max_sessions] -> [layers][heads][3][dim] (mapped host) */
     uint32_t *error;       /* first error code */
+    const tier_cache *caches; /* [max_sessions], device */
 } tier_dev;
 
 static __device__ __forceinline__ void tier_fail(const tier_dev &t, uint32_t code) {
@@ -120,6 +136,18 @@ static __host__ __device__ __forceinline__ void tier_sums_add(float v, double sh
     *sum_sq += x * x;
 #endif
 }
+
+/* The caches' host and device descriptions (tier.cu), and whether a
+ * session is live. */
+tier_cache *fc_tier_caches(fathom_cuda_tier *tier, tier_cache **device);
+int fc_tier_live(const fathom_cuda_tier *tier, uint32_t session);
+uint32_t *fc_tier_row_caches(fathom_cuda_tier *tier); /* sessions with a row cache */
+/* tier_cache.cu: free a description's device memory (and zero it); drop a
+ * session's cache (its device description zeroed first); after a
+ * truncation to n tokens, forget what the cache holds beyond n. */
+void fc_tier_cache_release(tier_cache *c);
+int fc_tier_cache_drop(fathom_cuda_tier *tier, uint32_t session);
+int fc_tier_cache_truncate(fathom_cuda_tier *tier, uint32_t session, uint64_t n);
 
 /* Launchers for tier.cu's host code that need kernels. */
 int fc_tier_append(const tier_dev *t, uint32_t layer, const uint32_t *sessions, uint32_t batch,

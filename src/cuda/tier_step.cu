@@ -1,13 +1,17 @@
 /* The step over a KV tier: for every (batch entry, KV head) of one layer,
  *   prep    the length from device memory, bf16 queries to float, the
  *           variance from the running sums (fathom_store_variance), the
- *           water-filling depths (fathom_water_fill) and the scan order;
+ *           water-filling depths (fathom_water_fill) or the caller's fixed
+ *           depths, and the scan order;
  *   scan    approximate scores of every token, plane words read in place
- *           from the host segments through the segment table;
+ *           from the host segments through the segment table, or from the
+ *           session's HBM plane cache where it holds them;
  *   top-k   topk.cu's radix select, each row at its own length;
- *   fetch   the union of the group's winners, K and V rows from the host;
+ *   fetch   the union of the group's winners, K and V rows from the host or
+ *           from the session's HBM row cache;
  *   attend  softmax(scale q.k) v over each head's own winners, in double;
- *           bf16 output and optional log-sum-exp.
+ *           bf16 output and optional log-sum-exp;
+ *   insert  (sessions with a row cache) the missed rows into their slots.
  * Grids depend only on the host arguments (batch, capacity_tokens, k), so a
  * captured graph stays valid while lengths grow. Kernels are templated on
  * the head dimension (64, 128, 256) and on G rounded up to a power of two.
@@ -38,6 +42,7 @@ typedef struct tier_ws {
     fc_workspace top;  /* the top-k's arrays (hist .. uni_count) */
     float *rows_k;     /* [P][G*k][D] */
     uint16_t *rows_v;  /* [P][G*k][D] */
+    uint8_t *miss;     /* [P][G*k] the row came from host and may enter the row cache */
     size_t total;
 } tier_ws;
 
@@ -90,6 +95,7 @@ static int layout(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args
     f->uni_count = take<uint32_t>(&b, P);
     w->rows_k = take<float>(&b, R * k * D);
     w->rows_v = take<uint16_t>(&b, R * k * D);
+    w->miss = take<uint8_t>(&b, R * k);
     FATHOM_CHECK(b.overflow, FATHOM_ERR_NOMEM, "tier_step: workspace size overflows");
     w->total = (size_t)b.off + 256;
     return FATHOM_OK;
@@ -100,7 +106,7 @@ static int layout(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args
 template <int D>
 static __global__ void __launch_bounds__(D)
 tier_prep_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t G, uint32_t budget,
-                 uint64_t capacity, const uint16_t *queries, tier_ws w) {
+                 const uint8_t *fixed, uint64_t capacity, const uint16_t *queries, tier_ws w) {
     __shared__ double bp[D * FATHOM_PLANES];
     __shared__ double best[D / 32];
     __shared__ uint8_t s_dep[D];
@@ -127,37 +133,21 @@ tier_prep_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
         w.qf[at] = q;
         q2 = __dadd_rn(q2, __dmul_rn((double)q, (double)q));
     }
-    float var = 0.0f;
-    if (n > 0) { /* fathom_store_variance */
-        const double *base = t.sums[s] + ((size_t)layer * t.heads + h) * 3 * D;
-        const double sum = __ldcv(&base[D + j]), sum_sq = __ldcv(&base[2 * D + j]);
-        const double mean = __ddiv_rn(sum, (double)n);
-        const double v = __dsub_rn(__ddiv_rn(sum_sq, (double)n), __dmul_rn(mean, mean));
-        var = v > 0.0 ? (float)v : 0.0f;
+    uint32_t depth;
+    if (fixed) { /* uniform over the CTA */
+        const uint32_t f = fixed[(size_t)p * D + j];
+        depth = f < FATHOM_PLANES ? f : FATHOM_PLANES;
+    } else {
+        float var = 0.0f;
+        if (n > 0) { /* fathom_store_variance */
+            const double *base = t.sums[s] + ((size_t)layer * t.heads + h) * 3 * D;
+            const double sum = __ldcv(&base[D + j]), sum_sq = __ldcv(&base[2 * D + j]);
+            const double mean = __ddiv_rn(sum, (double)n);
+            const double v = __dsub_rn(__ddiv_rn(sum_sq, (double)n), __dmul_rn(mean, mean));
+            var = v > 0.0 ? (float)v : 0.0f;
+        }
+        depth = fc_water_fill_depth<D>(__dmul_rn(q2, (double)var), budget, bp, best);
     }
-    const double g = __dmul_rn(q2, (double)var);
-    /* water-filling (plan.cu): theta* = max { v : #{bp >= v} > budget } */
-    double mine[FATHOM_PLANES];
-    for (int m = 0; m < FATHOM_PLANES; m++) {
-        mine[m] = g > 0.0 ? g / (double)(2u << (2 * m)) : -1.0;
-        bp[j * FATHOM_PLANES + m] = mine[m];
-    }
-    __syncthreads();
-    double theta = 0.0;
-    for (int m = 0; m < FATHOM_PLANES; m++) {
-        const double v = mine[m];
-        if (v <= 0.0) continue;
-        uint32_t count = 0;
-        for (uint32_t i = 0; i < D * FATHOM_PLANES; i++) count += bp[i] >= v;
-        if (count > budget && v > theta) theta = v;
-    }
-    for (int off = 16; off > 0; off >>= 1) theta = fmax(theta, __shfl_xor_sync(0xffffffffu, theta, off));
-    if ((j & 31) == 0) best[j / 32] = theta;
-    __syncthreads();
-    theta = 0.0;
-    for (int i = 0; i < D / 32; i++) theta = fmax(theta, best[i]);
-    uint32_t depth = 0;
-    for (int m = 0; m < FATHOM_PLANES; m++) depth += mine[m] > theta;
     w.depths[(size_t)p * D + j] = (uint8_t)depth;
     /* scan order: passes of PASS active channels (index order), by depth then index */
     s_dep[j] = (uint8_t)depth;
@@ -195,7 +185,8 @@ struct tier_scan_shape {
  * 256-byte runs of host memory), then decoded by every warp. */
 template <int D, int GP>
 static __global__ void __launch_bounds__(tier_scan_shape<GP>::THREADS)
-tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t G, tier_ws w) {
+tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t G, tier_ws w,
+                 unsigned long long *hit_bytes) {
     typedef tier_scan_shape<GP> SH;
     extern __shared__ uint64_t s_words[]; /* [pass words][32] */
     __shared__ float s_q[GP][PASS];
@@ -203,11 +194,20 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
     __shared__ uint8_t s_t[PASS];
     __shared__ uint16_t s_row_j[PASS * FATHOM_PLANES];
     __shared__ uint8_t s_row_p[PASS * FATHOM_PLANES];
+    __shared__ int16_t s_line[PASS * FATHOM_PLANES]; /* cache slot of (pass channel c, plane p) */
+    __shared__ int16_t s_row_line[PASS * FATHOM_PLANES];
     const uint32_t p = blockIdx.y, tid = threadIdx.x, lane = tid & 31, part = tid >> 5;
     const uint64_t n = w.n_of[p], nb = (n + 63) / 64, b0 = (uint64_t)blockIdx.x * 32;
     if (b0 >= nb) return; /* uniform */
     const uint32_t S = t.segment_blocks, h = p % t.heads;
     const uint32_t s = sessions[p / t.heads];
+    const tier_cache cache = t.caches[s];
+    const size_t lh = (size_t)layer * t.heads + h;
+    const uint32_t cvalid = cache.map ? cache.valid[layer] : 0; /* blocks below it: cached lines */
+    const int16_t *cmap = cache.map + lh * D * FATHOM_PLANES;
+    const uint64_t *cwords = cache.words + lh * cache.lines * cache.blocks;
+    const uint16_t *cscales = cache.scales + lh * cache.lines * cache.blocks;
+    uint32_t cached = 0; /* bytes this thread read from the cache */
     const uint8_t *slice = tier_slice(t, s, (uint32_t)(b0 / S), layer, h);
     const uint64_t *planes = (const uint64_t *)slice;
     const uint16_t *scales = (const uint16_t *)(slice + t.scales_off);
@@ -222,6 +222,10 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
             s_t[tid] = w.order_t[(size_t)p * D + c0 + tid];
         }
         __syncthreads();
+        for (uint32_t i = tid; i < np * FATHOM_PLANES; i += SH::THREADS)
+            s_line[i] = b0 < cvalid ? cmap[(size_t)s_j[i / FATHOM_PLANES] * FATHOM_PLANES + i % FATHOM_PLANES]
+                                    : (int16_t)-1;
+        __syncthreads();
         if (tid == 0) {
             uint32_t r = 0;
             for (uint32_t c = 0; c < np; c++) {
@@ -229,6 +233,7 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
                 for (uint32_t pl = 0; pl < s_t[c]; pl++, r++) {
                     s_row_j[r] = s_j[c];
                     s_row_p[r] = (uint8_t)pl;
+                    s_row_line[r] = s_line[c * FATHOM_PLANES + pl];
                 }
             }
             s_off[np] = (uint16_t)r;
@@ -239,13 +244,23 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
         }
         for (uint32_t i = tid; i < np * 32; i += SH::THREADS) {
             const uint32_t c = i >> 5, l = i & 31;
-            s_scale[c][l] = l < nblk ? __ldcv(&scales[(size_t)s_j[c] * S + bs0 + l]) : 0;
+            const int line = s_line[c * FATHOM_PLANES];
+            if (l >= nblk) s_scale[c][l] = 0;
+            else if (line >= 0 && b0 + l < cvalid) {
+                s_scale[c][l] = cscales[(size_t)line * cache.blocks + b0 + l];
+                cached += 2;
+            } else s_scale[c][l] = __ldcv(&scales[(size_t)s_j[c] * S + bs0 + l]);
         }
         __syncthreads();
         const uint32_t rows = s_off[np];
         for (uint32_t i = tid; i < rows * 32; i += SH::THREADS) {
             const uint32_t r = i >> 5, l = i & 31;
-            if (l < nblk)
+            const int line = s_row_line[r];
+            if (l >= nblk) continue;
+            if (line >= 0 && b0 + l < cvalid) {
+                s_words[i] = cwords[(size_t)line * cache.blocks + b0 + l];
+                cached += 8;
+            } else
                 s_words[i] = __ldcv((const unsigned long long *)&planes[((size_t)s_row_j[r] * FATHOM_PLANES + s_row_p[r]) * S + bs0 + l]);
         }
         __syncthreads();
@@ -283,39 +298,79 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
                 if (first + i < n) row[i] = (c0 == 0 ? 0.0f : row[i]) + acc[i][g];
         }
     }
+    if (hit_bytes) { /* per warp, one atomic */
+        for (int off = 16; off > 0; off >>= 1) cached += __shfl_xor_sync(0xffffffffu, cached, off);
+        if (lane == 0 && cached) atomicAdd(hit_bytes, (unsigned long long)cached);
+    }
 }
 
 /* ---- fetch and attention ---- */
 
 #define FETCH_WARPS 8
 
+/* One warp per union row: from the session's row cache when its slot holds
+ * the token, else from host (16 bytes a lane). */
 template <int D>
 static __global__ void __launch_bounds__(FETCH_WARPS * 32)
-tier_fetch_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t cap, tier_ws w) {
+tier_fetch_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t cap, tier_ws w,
+                  unsigned long long *hit_bytes) {
+    const uint32_t p = blockIdx.y, lane = threadIdx.x & 31;
+    const uint32_t u = blockIdx.x * FETCH_WARPS + (threadIdx.x >> 5);
+    const bool live = u < w.top.uni_count[p];
+    bool hit = false;
+    if (live) {
+        const uint64_t seg_tokens = (uint64_t)t.segment_blocks * FATHOM_BLOCK_TOKENS;
+        const uint32_t idx = w.top.uni[(size_t)p * cap + u];
+        const uint32_t s = sessions[p / t.heads], h = p % t.heads;
+        const tier_cache cache = t.caches[s];
+        const uint16_t *row = NULL;
+        if (cache.slots) {
+            const size_t cs = ((size_t)layer * t.heads + h) * cache.slots + idx % cache.slots;
+            hit = cache.tags[cs] == idx + 1;
+            row = cache.rows + cs * 2 * D;
+        }
+        if (!hit)
+            row = (const uint16_t *)(tier_slice(t, s, (uint32_t)(idx / seg_tokens), layer, h) + t.kv_off) +
+                  (idx % seg_tokens) * 2 * D;
+        const size_t at = (size_t)p * cap + u;
+        if (lane == 0) w.miss[at] = cache.slots && !hit;
+        for (uint32_t e = lane * 8; e < 2 * D; e += 256) {
+            const uint4 v = hit ? *(const uint4 *)(row + e) : __ldcv((const uint4 *)(row + e));
+            if (e < D) fc_bf16x8_to_float(v, w.rows_k + at * D + e);
+            else *(uint4 *)(w.rows_v + at * D + (e - D)) = v;
+        }
+    }
+    const uint32_t hits = __syncthreads_count(live && hit && lane == 0);
+    if (hit_bytes && threadIdx.x == 0 && hits) atomicAdd(hit_bytes, (unsigned long long)hits * 4 * D);
+}
+
+/* The row cache's insertion, after the fetch: claim the slot of every missed
+ * row (the latest token mapped there wins), then the winners write their
+ * rows (K back to bf16: exact) and nobody reads the cache in between. */
+template <int D>
+static __global__ void __launch_bounds__(FETCH_WARPS * 32)
+tier_insert_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t cap, tier_ws w, bool write) {
     const uint32_t p = blockIdx.y, lane = threadIdx.x & 31;
     const uint32_t u = blockIdx.x * FETCH_WARPS + (threadIdx.x >> 5);
     if (u >= w.top.uni_count[p]) return;
-    const uint64_t seg_tokens = (uint64_t)t.segment_blocks * FATHOM_BLOCK_TOKENS;
-    const uint32_t idx = w.top.uni[(size_t)p * cap + u];
-    const uint32_t s = sessions[p / t.heads], h = p % t.heads;
-    const uint16_t *row = (const uint16_t *)(tier_slice(t, s, (uint32_t)(idx / seg_tokens), layer, h) + t.kv_off) +
-                          (idx % seg_tokens) * 2 * D;
     const size_t at = (size_t)p * cap + u;
-    for (uint32_t e = lane * 8; e < 2 * D; e += 256) {
-        const uint4 v = __ldcv((const uint4 *)(row + e));
-        if (e < D) {
-            float *dst = w.rows_k + at * D + e;
-            *(float4 *)dst = make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u),
-                                         __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xffff0000u));
-            *(float4 *)(dst + 4) = make_float4(__uint_as_float(v.z << 16), __uint_as_float(v.z & 0xffff0000u),
-                                               __uint_as_float(v.w << 16), __uint_as_float(v.w & 0xffff0000u));
-        } else {
-            *(uint4 *)(w.rows_v + at * D + (e - D)) = v;
-        }
+    if (!w.miss[at]) return;
+    const uint32_t idx = w.top.uni[at];
+    const tier_cache cache = t.caches[sessions[p / t.heads]];
+    const size_t cs = ((size_t)layer * t.heads + p % t.heads) * cache.slots + idx % cache.slots;
+    if (!write) {
+        if (lane == 0) atomicMax(&cache.tags[cs], idx + 1);
+        return;
+    }
+    if (cache.tags[cs] != idx + 1) return;
+    uint16_t *row = cache.rows + cs * 2 * D;
+    for (uint32_t e = lane; e < D; e += 32) {
+        row[e] = __bfloat16_as_ushort(__float2bfloat16_rn(w.rows_k[at * D + e]));
+        row[D + e] = w.rows_v[at * D + e];
     }
 }
 
-#define ATT_THREADS 256
+#define ATT_THREADS 1024 /* per query head: ATT_THREADS / D row subsets in the value sum */
 
 static __device__ double att_reduce(double x, bool is_max, double *part) {
     for (int off = 16; off > 0; off >>= 1) {
@@ -401,24 +456,28 @@ template <int D, int GP>
 static int launch_scan(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G,
                        const tier_ws *w, cudaStream_t stream) {
     typedef tier_scan_shape<GP> SH;
-    const uint32_t pass_words = a->budget < PASS * FATHOM_PLANES ? a->budget : PASS * FATHOM_PLANES;
+    /* plane rows of one pass: at most the budget (water-filling plans at most budget
+       planes), at most 4 per channel */
+    const uint32_t pass_words = !a->fixed_depths && a->budget < PASS * FATHOM_PLANES ? a->budget
+                                                                                     : PASS * FATHOM_PLANES;
     const size_t smem = (size_t)pass_words * 32 * 8;
     if (smem > 48 * 1024)
         FATHOM_CUDA_TRY(cudaFuncSetAttribute(tier_scan_kernel<D, GP>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const uint64_t nb = (a->capacity_tokens + 63) / 64;
     const dim3 grid((uint32_t)((nb + 31) / 32), a->batch * t->heads);
-    tier_scan_kernel<D, GP><<<grid, SH::THREADS, smem, stream>>>(*t, a->layer, a->sessions, G, *w);
+    tier_scan_kernel<D, GP><<<grid, SH::THREADS, smem, stream>>>(*t, a->layer, a->sessions, G, *w,
+                                                                 a->cache_bytes);
     FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
 }
 
 template <int D>
 static int launch_all(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G,
-                      const tier_ws *w, const uint32_t *sel, const uint32_t *sel_count,
+                      const tier_ws *w, const uint32_t *sel, const uint32_t *sel_count, bool insert,
                       cudaStream_t stream) {
     const uint32_t P = a->batch * t->heads;
-    tier_prep_kernel<D><<<P, D, 0, stream>>>(*t, a->layer, a->sessions, G, a->budget,
+    tier_prep_kernel<D><<<P, D, 0, stream>>>(*t, a->layer, a->sessions, G, a->budget, a->fixed_depths,
                                              a->capacity_tokens, a->queries, *w);
     FATHOM_CUDA_LAUNCHED();
     int st;
@@ -432,9 +491,15 @@ static int launch_all(const tier_dev *t, const fathom_cuda_tier_step_args *a, ui
     FATHOM_TRY(fc_topk_rows(P, G, a->k, a->sink, a->local, rows, a->capacity_tokens, false, &w->top,
                             w->scores, (uint32_t *)sel, (uint32_t *)sel_count, stream));
     const uint32_t cap = G * a->k;
-    tier_fetch_kernel<D><<<dim3((cap + FETCH_WARPS - 1) / FETCH_WARPS, P), FETCH_WARPS * 32, 0, stream>>>(
-        *t, a->layer, a->sessions, cap, *w);
+    const dim3 rows_grid((cap + FETCH_WARPS - 1) / FETCH_WARPS, P);
+    tier_fetch_kernel<D><<<rows_grid, FETCH_WARPS * 32, 0, stream>>>(*t, a->layer, a->sessions, cap, *w,
+                                                                    a->cache_bytes ? a->cache_bytes + 1 : NULL);
     FATHOM_CUDA_LAUNCHED();
+    for (int write = 0; insert && write < 2; write++) {
+        tier_insert_kernel<D><<<rows_grid, FETCH_WARPS * 32, 0, stream>>>(*t, a->layer, a->sessions, cap, *w,
+                                                                         write != 0);
+        FATHOM_CUDA_LAUNCHED();
+    }
     tier_attend_kernel<D><<<P * G, ATT_THREADS, 0, stream>>>(G, a->k, (double)a->scale, sel_count, *w,
                                                             a->out, a->lse);
     FATHOM_CUDA_LAUNCHED();
@@ -458,7 +523,7 @@ static int check_args(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_
     FATHOM_CHECK_ARG((uint64_t)a->sink + a->local <= a->k, "tier_step: sink %u + local %u exceed k %u",
                      a->sink, a->local, a->k);
     FATHOM_CHECK_ARG((uint64_t)G * a->k <= 4096, "tier_step: group %u x k %u exceeds 4096", G, a->k);
-    FATHOM_CHECK_ARG(a->budget >= 1 && a->budget <= FATHOM_PLANES * t->dim,
+    FATHOM_CHECK_ARG(a->fixed_depths || (a->budget >= 1 && a->budget <= FATHOM_PLANES * t->dim),
                      "tier_step: budget %u not in 1..%u", a->budget, FATHOM_PLANES * t->dim);
     FATHOM_CHECK_ARG(isfinite(a->scale), "tier_step: scale is not finite");
     return FATHOM_OK;
@@ -489,10 +554,11 @@ extern "C" int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_t
     const uint32_t *sel = a->selected ? a->selected : w.top.sel;
     const uint32_t *sel_count = a->selected_count ? a->selected_count : w.top.sel_count;
     FATHOM_CUDA_TRY(cudaMemsetAsync(w.top.hist, 0, w.top.zero_bytes, stream));
+    const bool insert = *fc_tier_row_caches(tier) > 0;
     switch (t->dim) {
-    case 64: FATHOM_TRY(launch_all<64>(t, a, G, &w, sel, sel_count, stream)); break;
-    case 128: FATHOM_TRY(launch_all<128>(t, a, G, &w, sel, sel_count, stream)); break;
-    case 256: FATHOM_TRY(launch_all<256>(t, a, G, &w, sel, sel_count, stream)); break;
+    case 64: FATHOM_TRY(launch_all<64>(t, a, G, &w, sel, sel_count, insert, stream)); break;
+    case 128: FATHOM_TRY(launch_all<128>(t, a, G, &w, sel, sel_count, insert, stream)); break;
+    case 256: FATHOM_TRY(launch_all<256>(t, a, G, &w, sel, sel_count, insert, stream)); break;
     default: return fathom_fail(FATHOM_ERR_UNSUPPORTED, "tier_step: dim %u", t->dim);
     }
     if (a->depths)

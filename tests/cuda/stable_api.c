@@ -34,3 +34,18 @@ int fathom_cuda_stable_api_example(const fathom_cuda_problem *problems, void *wo
     fathom_cuda_lanes_destroy(lanes);
     return rc;
 }
+
+int fathom_cuda_stable_tier_example(fathom_cuda_tier *tier, uint32_t session, const uint8_t *depths,
+                                    cudaStream_t stream);
+
+/* A KV-tier session's HBM cache: a tenth of a 1M-token index of 4 layers x
+ * 8 heads (d = 128) for plane lines, 64 MB for rows, filled from a plan. */
+int fathom_cuda_stable_tier_example(fathom_cuda_tier *tier, uint32_t session, const uint8_t *depths,
+                                    cudaStream_t stream) {
+    const uint64_t index = 4ull * 8 * 16384 * 128 * (4 * 8 + 2);
+    const fathom_cuda_tier_cache_config c = {.plane_bytes = index / 10, .tokens = 1u << 20,
+                                             .row_bytes = 64ull << 20};
+    int rc = fathom_cuda_tier_cache_set(tier, session, &c);
+    if (rc != FATHOM_OK) return rc;
+    return fathom_cuda_tier_cache_fill(tier, session, depths, stream);
+}

@@ -12,7 +12,11 @@
  *           fathom_importance / fathom_water_fill / fathom_store_scan /
  *           fathom_select / fathom_attend on the same data;
  *   graph:  decode steps with appends replaying ONE captured graph (sessions
- *           crossing segment boundaries) equal eager steps bit for bit.
+ *           crossing segment boundaries) equal eager steps bit for bit;
+ *   cache:  sessions with HBM plane and row caches (full, partial, refilled,
+ *           truncated under them) give the bits of a tier without, and read
+ *           exactly the bytes the cached lines and slots imply from HBM;
+ *           fixed depths equal to a plan's give the plan's results.
  * FATHOM_TEST_QUICK=1 shrinks lengths and steps (for compute-sanitizer).
  * Argument checks run without a GPU; the rest exits 77 when none is present. */
 #include "check.h"
@@ -586,6 +590,235 @@ static void test_graph(void) {
     fathom_cuda_tier_destroy(te);
 }
 
+/* Expected row-cache hits of a step that repeats the previous one exactly,
+ * the cache empty before it: per (layer, entry, head) the union of the
+ * group's selections, and in every slot the latest token mapped there. */
+static uint64_t expected_row_hits(const step_out &o, uint32_t L, uint32_t B, uint32_t H, uint32_t G,
+                                  const std::vector<uint32_t> &slots) {
+    uint64_t hits = 0;
+    for (uint32_t l = 0; l < L; l++)
+        for (uint32_t p = 0; p < B * H; p++) {
+            if (!slots[p / H]) continue;
+            std::vector<uint32_t> best(slots[p / H], 0);
+            for (uint32_t g = 0; g < G; g++) {
+                const size_t r = ((size_t)l * B * H + p) * G + g;
+                for (uint32_t i = 0; i < o.sel_count[r]; i++) {
+                    const uint32_t idx = o.sel[r * 256 + i];
+                    uint32_t &b = best[idx % slots[p / H]];
+                    b = idx + 1 > b ? idx + 1 : b;
+                }
+            }
+            for (uint32_t b : best) hits += b != 0;
+        }
+    return hits;
+}
+
+/* The HBM caches change where bytes come from, never the results: tier tc
+ * (caches) and tier tu (none) get the same appends, truncations and
+ * queries and must give the same bits; the caches' hit counters equal what
+ * the cached lines and slots imply. Fixed depths equal to a plan's give
+ * that plan's results. */
+static void test_cache(void) {
+    const uint32_t L = 2, H = 2, G = 4, D = 128, S = 32, B = 2;
+    const uint64_t start[B] = {quick ? 2030u : 10230u, quick ? 700u : 5000u};
+    const uint32_t steps = quick ? 12 : 40;
+    const uint64_t capacity = 16384;
+    fathom_cuda_tier_shape sh = {L, H, G, D, S, 4, capacity};
+    fathom_cuda_tier *tc = NULL, *tu = NULL;
+    CHECK_OK(fathom_cuda_tier_create(&sh, &tc));
+    CHECK_OK(fathom_cuda_tier_create(&sh, &tu));
+    if (!tc || !tu) return;
+    std::vector<std::vector<uint16_t>> rows(B), fresh(B);
+    std::vector<uint32_t> ids(B);
+    fathom_cuda_tier *tiers[2] = {tc, tu};
+    for (uint32_t i = 0; i < B; i++) {
+        rows[i] = make_rows(start[i] + steps, H, D, 500 + i);
+        fresh[i] = make_rows(steps + 600, H, D, 600 + i);
+    }
+    for (fathom_cuda_tier *t : tiers) {
+        for (uint32_t i = 0; i < B; i++) {
+            CHECK_OK(fathom_cuda_tier_session_create(t, &ids[i]));
+            CHECK_OK(fathom_cuda_tier_reserve(t, ids[i], capacity));
+        }
+        std::vector<uint64_t> done(B, 0);
+        append_calls(t, L, H, D, ids, {{(uint32_t)start[0], (uint32_t)start[1]}}, {&rows[0], &rows[1]}, done);
+    }
+    step_bufs bc = alloc_bufs(tc, B, H, G, D, capacity, L), bu = alloc_bufs(tu, B, H, G, D, capacity, L);
+    CK(cudaMemcpy(bc.sessions, ids.data(), B * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(bu.sessions, ids.data(), B * 4, cudaMemcpyHostToDevice));
+    const size_t R = (size_t)B * H * G;
+    std::vector<uint16_t> hq(L * R * D);
+    auto new_queries = [&]() {
+        for (size_t x = 0; x < hq.size(); x++) hq[x] = fathom_f32_to_bf16(0.3f * rng_normal());
+        CK(cudaMemcpy(bc.q, hq.data(), hq.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(bu.q, hq.data(), hq.size() * 2, cudaMemcpyHostToDevice));
+    };
+    unsigned long long *d_hits = NULL, hits[2];
+    CK(cudaMalloc((void **)&d_hits, 16));
+    auto run = [&](fathom_cuda_tier *t, step_bufs &b, const uint8_t *fixed) {
+        for (uint32_t l = 0; l < L; l++) {
+            fathom_cuda_tier_step_args a = layer_args(l, B, H, G, D, capacity, b);
+            a.cache_bytes = d_hits;
+            a.fixed_depths = fixed ? fixed + (size_t)l * B * H * D : NULL;
+            CHECK_OK(fathom_cuda_tier_step(t, &a, 0));
+        }
+    };
+    uint64_t differ = 0, compared = 0;
+    auto both = [&]() { /* step both tiers; hits: tc's counters */
+        CK(cudaMemset(d_hits, 0, 16));
+        run(tc, bc, NULL);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(hits, d_hits, 16, cudaMemcpyDeviceToHost));
+        run(tu, bu, NULL);
+        CK(cudaDeviceSynchronize());
+        step_out oc = read_out(bc, R, D, B * H, L), ou = read_out(bu, R, D, B * H, L);
+        differ += oc.out != ou.out || oc.sel != ou.sel || oc.sel_count != ou.sel_count ||
+                  oc.depths != ou.depths || memcmp(oc.lse.data(), ou.lse.data(), oc.lse.size() * 4) != 0;
+        compared++;
+        return oc;
+    };
+    rng_state = 4242;
+    new_queries();
+    step_out o = both();
+    CHECK(hits[0] == 0 && hits[1] == 0);
+    /* session 0: every line (static prefix: all lines of channels with variance),
+       200 row slots (collisions); session 1: every line by the plan's depths,
+       4096 slots */
+    const uint64_t blocks = capacity / 64, LH = (uint64_t)L * H;
+    const std::vector<uint32_t> slots = {200, 4096};
+    for (uint32_t i = 0; i < B; i++) {
+        fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * 4 * D, capacity, LH * (4 * D + 4) * slots[i]};
+        CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[i], &cc));
+        uint64_t bytes = 0;
+        CHECK_OK(fathom_cuda_tier_cache_bytes(tc, ids[i], &bytes));
+        CHECK(bytes >= cc.plane_bytes + cc.row_bytes - LH * 10 * blocks && bytes < cc.plane_bytes + cc.row_bytes + (1u << 20));
+    }
+    CHECK_OK(fathom_cuda_tier_cache_fill(tc, ids[0], NULL, 0));
+    uint8_t *d_dep1 = NULL; /* session 1's depths of the last step, [L][H][D] */
+    CK(cudaMalloc((void **)&d_dep1, L * H * D));
+    for (uint32_t l = 0; l < L; l++)
+        CK(cudaMemcpy(d_dep1 + (size_t)l * H * D, o.depths.data() + ((size_t)l * B + 1) * H * D, H * D,
+                      cudaMemcpyHostToDevice));
+    CHECK_OK(fathom_cuda_tier_cache_fill(tc, ids[1], d_dep1, 0));
+    o = both(); /* the same step: every planned line of the closed blocks from the cache */
+    uint64_t expect_planes = 0;
+    for (uint32_t l = 0; l < L; l++)
+        for (uint32_t p = 0; p < B * H; p++)
+            for (uint32_t j = 0; j < D; j++) {
+                const uint32_t t = o.depths[((size_t)l * B * H + p) * D + j];
+                expect_planes += t ? (8ull * t + 2) * (start[p / H] / 64) : 0;
+            }
+    printf("cache: plane bytes from HBM %llu (expected %llu), row bytes %llu (expected 0)\n", hits[0],
+           (unsigned long long)expect_planes, hits[1]);
+    CHECK(expect_planes > 0 && hits[0] == expect_planes);
+    CHECK(hits[1] == 0);
+    const uint64_t expect_rows = expected_row_hits(o, L, B, H, G, slots) * 4 * D;
+    o = both(); /* again: the rows the last step inserted are hits */
+    printf("cache: repeated step: row bytes from HBM %llu (expected %llu)\n", hits[1],
+           (unsigned long long)expect_rows);
+    CHECK(expect_rows > 0 && hits[1] == expect_rows);
+    CHECK(hits[0] == expect_planes);
+    /* decode steps with appends (session 0 crosses a segment), a refill midway */
+    uint32_t *d_ids = to_device(ids.data(), B), *d_ones = NULL;
+    std::vector<uint32_t> ones(B, 1);
+    d_ones = to_device(ones.data(), B);
+    uint16_t *d_k = NULL, *d_v = NULL;
+    const size_t row = (size_t)H * D;
+    CK(cudaMalloc((void **)&d_k, B * row * 2));
+    CK(cudaMalloc((void **)&d_v, B * row * 2));
+    uint64_t row_hits = 0, plane_hits = 0;
+    for (uint32_t s = 0; s < steps; s++) {
+        std::vector<uint16_t> hk(B * row);
+        for (uint32_t i = 0; i < B; i++) memcpy(&hk[i * row], &rows[i][(start[i] + s) * row], row * 2);
+        CK(cudaMemcpy(d_k, hk.data(), hk.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_v, hk.data(), hk.size() * 2, cudaMemcpyHostToDevice));
+        for (fathom_cuda_tier *t : tiers)
+            for (uint32_t l = 0; l < L; l++) CHECK_OK(fathom_cuda_tier_append(t, l, d_ids, B, d_ones, 1, d_k, d_v, 0));
+        if (s % 2 == 0) new_queries();
+        if (s == steps / 2) CHECK_OK(fathom_cuda_tier_cache_fill(tc, ids[1], NULL, 0));
+        both();
+        row_hits += hits[1];
+        plane_hits += hits[0];
+    }
+    printf("cache: %u decode steps, %llu plane and %llu row bytes from HBM\n", steps,
+           (unsigned long long)plane_hits, (unsigned long long)row_hits);
+    CHECK(plane_hits > 0 && row_hits > 0);
+    /* truncate session 0 inside its cached blocks, append other tokens: what the
+       caches held beyond the cut must not be read */
+    const uint64_t cut = start[0] - 1500;
+    for (fathom_cuda_tier *t : tiers) {
+        CHECK_OK(fathom_cuda_tier_truncate(t, ids[0], cut));
+        CHECK_OK(fathom_cuda_tier_truncate(t, ids[1], start[1] + steps)); /* a no-op cut */
+        std::vector<uint64_t> done = {0, 0};
+        append_calls(t, L, H, D, ids, {{600, 0}}, {&fresh[0], &fresh[1]}, done);
+    }
+    both();
+    both();
+    /* partial caches: 40 lines by the static prefix, 100 slots */
+    fathom_cuda_tier_cache_config part = {LH * 10 * blocks * 40, capacity, LH * (4 * D + 4) * 100};
+    CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[0], &part));
+    CHECK_OK(fathom_cuda_tier_cache_fill(tc, ids[0], NULL, 0));
+    new_queries();
+    both();
+    both();
+    CHECK(hits[0] > 0 && hits[1] > 0);
+    printf("cache: %llu step pairs compared, %llu differ\n", (unsigned long long)compared,
+           (unsigned long long)differ);
+    CHECK(compared == 7 + steps);
+    CHECK(differ == 0);
+    /* fixed depths: the plan's own depths give the plan's results; 9 clamps to 4 */
+    {
+        step_out planned = read_out(bu, R, D, B * H, L);
+        uint8_t *d_fixed = to_device(planned.depths.data(), planned.depths.size());
+        run(tu, bu, d_fixed);
+        CK(cudaDeviceSynchronize());
+        step_out f = read_out(bu, R, D, B * H, L);
+        CHECK(f.depths == planned.depths && f.sel == planned.sel && f.out == planned.out &&
+              memcmp(f.lse.data(), planned.lse.data(), f.lse.size() * 4) == 0);
+        std::vector<uint8_t> four(planned.depths.size(), 4), nine(planned.depths.size(), 9);
+        CK(cudaMemcpy(d_fixed, four.data(), four.size(), cudaMemcpyHostToDevice));
+        run(tu, bu, d_fixed);
+        CK(cudaDeviceSynchronize());
+        step_out f4 = read_out(bu, R, D, B * H, L);
+        CK(cudaMemcpy(d_fixed, nine.data(), nine.size(), cudaMemcpyHostToDevice));
+        run(tu, bu, d_fixed);
+        CK(cudaDeviceSynchronize());
+        step_out f9 = read_out(bu, R, D, B * H, L);
+        CHECK(f4.depths == four && f9.depths == four && f9.sel == f4.sel && f9.out == f4.out);
+        CHECK(f4.sel != planned.sel); /* full depth selects differently than fathom:48 */
+        cudaFree(d_fixed);
+    }
+    /* argument checks */
+    fathom_cuda_tier_cache_config bad = {1, capacity, 0};
+    CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
+    bad = {LH * 10 * blocks, 0, 0};
+    CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
+    bad = {0, 0, 7};
+    CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_cuda_tier_cache_set(tc, 3, &part), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], NULL), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_cuda_tier_cache_fill(tc, 3, NULL, 0), FATHOM_ERR_INVALID_ARG);
+    uint64_t cb = 1;
+    CHECK_OK(fathom_cuda_tier_cache_bytes(tc, ids[0], &cb));
+    CHECK(cb > 0);
+    const fathom_cuda_tier_cache_config none = {0, 0, 0};
+    CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[0], &none));
+    CHECK_OK(fathom_cuda_tier_cache_bytes(tc, ids[0], &cb));
+    CHECK(cb == 0);
+    CHECK_OK(fathom_cuda_tier_check(tc));
+    CHECK_OK(fathom_cuda_tier_check(tu));
+    cudaFree(d_hits);
+    cudaFree(d_dep1);
+    cudaFree(d_ids);
+    cudaFree(d_ones);
+    cudaFree(d_k);
+    cudaFree(d_v);
+    free_bufs(bc);
+    free_bufs(bu);
+    fathom_cuda_tier_destroy(tc);
+    fathom_cuda_tier_destroy(tu);
+}
+
 static void test_args(void) {
     fathom_cuda_tier *t = NULL;
     fathom_cuda_tier_shape sh = {2, 2, 4, 128, 32, 4, 1u << 16};
@@ -672,5 +905,6 @@ int main(void) {
     test_append(256);
     test_ragged();
     test_graph();
+    test_cache();
     return check_summary("test_cuda_tier");
 }

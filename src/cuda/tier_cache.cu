@@ -1,0 +1,197 @@
+/* The KV tier's HBM cache per session (fathom_cuda.h): allocation, the
+ * plane lines' choice and copy, and invalidation on truncation. The step's
+ * kernels (tier_step.cu) read it; the row cache is filled by the step. */
+#include "tier_internal.cuh"
+
+#include <string.h>
+
+void fc_tier_cache_release(tier_cache *c) {
+    cudaFree(c->words);
+    cudaFree(c->scales);
+    cudaFree(c->map);
+    cudaFree(c->line_of);
+    cudaFree(c->valid);
+    cudaFree(c->rows);
+    cudaFree(c->tags);
+    memset(c, 0, sizeof *c);
+}
+
+static int publish_cache(fathom_cuda_tier *tier, uint32_t s, const tier_cache *c) {
+    tier_cache *dev;
+    fc_tier_caches(tier, &dev);
+    FATHOM_CUDA_TRY(cudaMemcpy(dev + s, c, sizeof *c, cudaMemcpyHostToDevice));
+    return FATHOM_OK;
+}
+
+int fc_tier_cache_drop(fathom_cuda_tier *tier, uint32_t s) {
+    tier_cache *dev, *host = fc_tier_caches(tier, &dev);
+    if (!host[s].map && !host[s].tags) return FATHOM_OK;
+    const tier_cache none = {};
+    FATHOM_TRY(publish_cache(tier, s, &none));
+    if (host[s].slots) --*fc_tier_row_caches(tier);
+    fc_tier_cache_release(&host[s]);
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_tier_cache_set(fathom_cuda_tier *tier, uint32_t s,
+                                          const fathom_cuda_tier_cache_config *cfg) {
+    FATHOM_CHECK_ARG(fc_tier_live(tier, s), "tier_cache_set: no session %u", s);
+    FATHOM_CHECK_ARG(cfg != NULL, "tier_cache_set: config is NULL");
+    const tier_dev *t = fc_tier_dev(tier);
+    const uint64_t LH = (uint64_t)t->layers * t->heads, D = t->dim;
+    FATHOM_CHECK_ARG(LH <= 65535, "tier_cache_set: layers x kv_heads %llu above 65535",
+                     (unsigned long long)LH);
+    FATHOM_CHECK_ARG(cfg->plane_bytes == 0 || (cfg->tokens >= 1 && cfg->tokens <= 0xffffffffull - 64),
+                     "tier_cache_set: tokens %llu not in 1..2^32-65", (unsigned long long)cfg->tokens);
+    tier_cache c;
+    memset(&c, 0, sizeof c);
+    if (cfg->plane_bytes) {
+        c.blocks = (uint32_t)((cfg->tokens + 63) / 64);
+        const uint64_t lines = cfg->plane_bytes / LH / 10 / c.blocks;
+        FATHOM_CHECK_ARG(lines >= 1, "tier_cache_set: plane_bytes %llu hold no line of %llu bytes per "
+                         "(layer, head)", (unsigned long long)cfg->plane_bytes,
+                         (unsigned long long)(10ull * c.blocks));
+        c.lines = (uint32_t)(lines < FATHOM_PLANES * D ? lines : FATHOM_PLANES * D);
+    }
+    if (cfg->row_bytes) {
+        const uint64_t slots = cfg->row_bytes / LH / (4 * D + 4);
+        FATHOM_CHECK_ARG(slots >= 1, "tier_cache_set: row_bytes %llu hold no row of %llu bytes per "
+                         "(layer, head)", (unsigned long long)cfg->row_bytes, (unsigned long long)(4 * D + 4));
+        FATHOM_CHECK_ARG(slots <= 0xffffffffull, "tier_cache_set: row_bytes %llu: too many slots",
+                         (unsigned long long)cfg->row_bytes);
+        c.slots = (uint32_t)slots;
+    }
+    FATHOM_CUDA_TRY(cudaDeviceSynchronize()); /* no step in flight reads the old cache */
+    cudaError_t e = cudaSuccess;
+    const uint64_t words = LH * c.lines * c.blocks;
+    if (c.lines) {
+        e = cudaMalloc((void **)&c.words, words * 8);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&c.scales, words * 2);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&c.map, LH * D * FATHOM_PLANES * 2);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&c.line_of, LH * c.lines * 4);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&c.valid, (size_t)t->layers * 4);
+        if (e == cudaSuccess) e = cudaMemset(c.map, 0xff, LH * D * FATHOM_PLANES * 2); /* -1: none */
+        if (e == cudaSuccess) e = cudaMemset(c.valid, 0, (size_t)t->layers * 4);
+    }
+    if (c.slots && e == cudaSuccess) {
+        e = cudaMalloc((void **)&c.rows, LH * c.slots * 4 * D);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&c.tags, LH * c.slots * 4);
+        if (e == cudaSuccess) e = cudaMemset(c.tags, 0, LH * c.slots * 4);
+    }
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        fc_tier_cache_release(&c);
+        return fathom_fail(e == cudaErrorMemoryAllocation ? FATHOM_ERR_NOMEM : FATHOM_ERR_DEVICE,
+                           "tier_cache_set: %llu plane and %llu row bytes of device memory: %s",
+                           (unsigned long long)cfg->plane_bytes, (unsigned long long)cfg->row_bytes,
+                           cudaGetErrorName(e));
+    }
+    int st = fc_tier_cache_drop(tier, s);
+    tier_cache *dev, *host = fc_tier_caches(tier, &dev);
+    if (st == FATHOM_OK) st = publish_cache(tier, s, &c);
+    if (st < 0) {
+        fc_tier_cache_release(&c);
+        return st;
+    }
+    host[s] = c;
+    if (c.slots) ++*fc_tier_row_caches(tier);
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_tier_cache_bytes(const fathom_cuda_tier *tier, uint32_t s, uint64_t *bytes) {
+    FATHOM_CHECK_ARG(fc_tier_live(tier, s) && bytes != NULL, "tier_cache_bytes: no session %u or NULL", s);
+    tier_cache *dev;
+    const tier_cache *c = fc_tier_caches((fathom_cuda_tier *)tier, &dev) + s;
+    const tier_dev *t = fc_tier_dev(tier);
+    const uint64_t LH = (uint64_t)t->layers * t->heads;
+    *bytes = 0;
+    if (c->lines) *bytes += LH * c->lines * c->blocks * 10 + LH * t->dim * FATHOM_PLANES * 2 + LH * c->lines * 4 + t->layers * 4;
+    if (c->slots) *bytes += LH * c->slots * (4ull * t->dim + 4);
+    return FATHOM_OK;
+}
+
+/* One CTA of 4*D threads per (layer, head): thread i is line (j, p) =
+ * (i / 4, i % 4). Its rank among the chosen lines (key var_j / 4^p
+ * descending, ties to the lower i) is its slot if below `lines`. */
+template <int D>
+static __global__ void __launch_bounds__(D * FATHOM_PLANES)
+cache_choose_kernel(tier_dev t, uint32_t s, tier_cache c, const uint8_t *depths) {
+    __shared__ double key[D * FATHOM_PLANES];
+    const uint32_t lh = blockIdx.x, layer = lh / t.heads, h = lh % t.heads, i = threadIdx.x;
+    const uint32_t j = i / FATHOM_PLANES, p = i % FATHOM_PLANES;
+    const uint32_t n = t.len[(size_t)s * t.layers + layer];
+    float var = 0.0f;
+    if (n > 0) { /* fathom_store_variance, as the step's plan */
+        const double *base = t.sums[s] + (size_t)lh * 3 * D;
+        const double sum = __ldcv(&base[D + j]), sum_sq = __ldcv(&base[2 * D + j]);
+        const double mean = __ddiv_rn(sum, (double)n);
+        const double v = __dsub_rn(__ddiv_rn(sum_sq, (double)n), __dmul_rn(mean, mean));
+        var = v > 0.0 ? (float)v : 0.0f;
+    }
+    const bool in = depths ? p < depths[(size_t)lh * D + j] : var > 0.0f;
+    const double mine = in ? (double)var / (double)(1u << (2 * p)) : -1.0;
+    key[i] = mine;
+    __syncthreads();
+    uint32_t rank = 0;
+    for (uint32_t x = 0; x < D * FATHOM_PLANES; x++) rank += key[x] > mine || (key[x] == mine && x < i);
+    const bool kept = in && rank < c.lines;
+    c.map[(size_t)lh * D * FATHOM_PLANES + i] = kept ? (int16_t)rank : (int16_t)-1;
+    if (rank < c.lines) c.line_of[(size_t)lh * c.lines + rank] = kept ? i : 0xffffffffu;
+    if (i == 0 && h == 0) c.valid[layer] = min(n / FATHOM_BLOCK_TOKENS, c.blocks);
+}
+
+/* Copy the closed blocks of every kept line (and the scales of its channel)
+ * from the host segments: grid (block chunks of 256, lines, layers*heads). */
+static __global__ void cache_copy_kernel(tier_dev t, uint32_t s, tier_cache c) {
+    const uint32_t lh = blockIdx.z, layer = lh / t.heads, h = lh % t.heads, slot = blockIdx.y;
+    const uint32_t b = blockIdx.x * blockDim.x + threadIdx.x;
+    const uint32_t line = c.line_of[(size_t)lh * c.lines + slot];
+    const uint32_t n = t.len[(size_t)s * t.layers + layer];
+    const uint32_t closed = min(n / FATHOM_BLOCK_TOKENS, c.blocks);
+    if (line == 0xffffffffu || b >= closed) return;
+    const uint32_t S = t.segment_blocks, j = line / FATHOM_PLANES, p = line % FATHOM_PLANES;
+    const uint8_t *slice = tier_slice(t, s, b / S, layer, h);
+    const size_t at = ((size_t)lh * c.lines + slot) * c.blocks + b;
+    c.words[at] = __ldcv((const unsigned long long *)slice + ((size_t)j * FATHOM_PLANES + p) * S + b % S);
+    if (p == 0) c.scales[at] = __ldcv((const unsigned short *)(slice + t.scales_off) + (size_t)j * S + b % S);
+}
+
+extern "C" int fathom_cuda_tier_cache_fill(fathom_cuda_tier *tier, uint32_t s, const uint8_t *depths,
+                                           cudaStream_t stream) {
+    FATHOM_CHECK_ARG(fc_tier_live(tier, s), "tier_cache_fill: no session %u", s);
+    tier_cache *dev;
+    const tier_cache c = fc_tier_caches(tier, &dev)[s];
+    if (!c.lines) return FATHOM_OK;
+    const tier_dev *t = fc_tier_dev(tier);
+    const uint32_t LH = t->layers * t->heads;
+    switch (t->dim) {
+    case 64: cache_choose_kernel<64><<<LH, 64 * FATHOM_PLANES, 0, stream>>>(*t, s, c, depths); break;
+    case 128: cache_choose_kernel<128><<<LH, 128 * FATHOM_PLANES, 0, stream>>>(*t, s, c, depths); break;
+    default: cache_choose_kernel<256><<<LH, 256 * FATHOM_PLANES, 0, stream>>>(*t, s, c, depths); break;
+    }
+    FATHOM_CUDA_LAUNCHED();
+    cache_copy_kernel<<<dim3((c.blocks + 255) / 256, c.lines, LH), 256, 0, stream>>>(*t, s, c);
+    FATHOM_CUDA_LAUNCHED();
+    return FATHOM_OK;
+}
+
+/* After a truncation to n tokens: valid blocks <= floor(n / 64), row tags
+ * of tokens >= n emptied. */
+static __global__ void cache_truncate_kernel(tier_cache c, uint32_t layers, uint64_t tags, uint32_t n) {
+    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c.valid && i < layers) c.valid[i] = min(c.valid[i], n / FATHOM_BLOCK_TOKENS);
+    for (uint64_t x = i; x < tags; x += (uint64_t)gridDim.x * blockDim.x)
+        if (c.tags[x] > n) c.tags[x] = 0;
+}
+
+int fc_tier_cache_truncate(fathom_cuda_tier *tier, uint32_t s, uint64_t n) {
+    tier_cache *dev;
+    const tier_cache c = fc_tier_caches(tier, &dev)[s];
+    if (!c.lines && !c.slots) return FATHOM_OK;
+    const tier_dev *t = fc_tier_dev(tier);
+    const uint64_t tags = c.slots ? (uint64_t)t->layers * t->heads * c.slots : 0;
+    cache_truncate_kernel<<<1024, 256>>>(c, t->layers, tags, (uint32_t)n);
+    FATHOM_CUDA_LAUNCHED();
+    FATHOM_CUDA_TRY(cudaDeviceSynchronize());
+    return FATHOM_OK;
+}
