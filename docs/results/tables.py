@@ -551,6 +551,26 @@ def serve_bench_baselines(rec):
             "sdpa and offload rows are the baselines of the table above. " + serve_text(r))
 
 
+
+def serve_bench_ds(rec):
+    r = rec["result"]
+    runs = r["runs"]
+    text = serve_rows(runs, measured(rec, sibling("serve-bench"), sibling("serve-bench-baselines")))
+    by = {(d["context"], d["method"]): d for d in runs if "tokens_per_s" in d}
+    notes = []
+    for c in sorted({d["context"] for d in runs}):
+        f, ds = by.get((c, "fathom:48")), by.get((c, "ds:32"))
+        if f and ds:
+            notes.append("at %s, batch 1: fathom:48 %.2fx the tokens/s of ds:32 through the same tier; tier step "
+                         "alone %.2f vs %.2f ms" % (ctx(c), ratio(f["tokens_per_s"], ds["tokens_per_s"]),
+                                                    f["tier_step_ms"], ds["tier_step_ms"]))
+    text += "\n" + "".join("- %s.\n" % n for n in notes)
+    return (text + "\nds:32 = Double Sparsity's scan through the tier's fixed depths (depth 4 on the 32 channels "
+            "of largest mean square key of each layer and KV head, chosen once from the session's keys at the "
+            "first decode step: calibration-free, so the channel choice is not DS's offline one; 128 bits per "
+            "key against fathom:48's 48) and the same top-k, row fetch and attention. Recorded on the merged "
+            "main after the fixed-depths fix. " + serve_text(r))
+
 # ---------------------------------------------------------------- Gemma 3 270M
 
 GEMMA_SECTION = "CPU: fidelity and agreement on Gemma 3 270M (16k-32k tokens)"
@@ -863,6 +883,8 @@ TABLES = [
           "scripts/gpu-python-check` (python -m fathom.serve_bench --json)."),
     Table("serve-bench-baselines", "Python and transformers (H200)",
           "The 128k baselines and the Python share, second run", serve_bench_baselines, None),
+    Table("serve-bench-ds", "Python and transformers (H200)",
+          "fathom:48 against ds:32 through the same tier", serve_bench_ds, None),
     Table("gemma-code-16k", GEMMA_SECTION, "Every method on a 16k-token code capture, k = 512 and 2048",
           gemma_fidelity, None),
     Table("gemma-code-16k-nocalib", GEMMA_SECTION, "Code, 16k: calibration-free against calibrated",
