@@ -27,19 +27,7 @@ extern "C" {
 #define DIM 128
 
 
-/* ---- deterministic random numbers ---- */
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rng_u64(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double rng_unit(void) { return (double)(rng_u64() >> 11) * 0x1.0p-53; }
-static float rng_normal(void) {
-    double u = rng_unit() + 1e-300, v = rng_unit();
-    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
-}
+#include "test_rng.h"
 
 /* ---- an independent encoder of the documented store layout ---- */
 static void encode_planes(const float *keys, uint64_t n, uint64_t *planes, uint16_t *scales) {

@@ -36,18 +36,8 @@ extern "C" {
 
 static bool quick;
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static uint64_t rng_u64(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double rng_unit(void) { return (double)(rng_u64() >> 11) * 0x1.0p-53; }
-static float rng_normal(void) {
-    double u = rng_unit() + 1e-300, v = rng_unit();
-    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
-}
+#define TEST_RNG_SEED 0x2545f4914f6cdd1dull
+#include "test_rng.h"
 
 /* bf16 rows [n][heads][dim]: channel j of head h ~ N(mean_hj, sd_hj), a few
  * channels with a large mean (the store's shifted sums), some huge rows. */
