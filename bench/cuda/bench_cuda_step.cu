@@ -70,6 +70,7 @@
 #include <vector>
 
 #include "cuda/cuda_check.cuh"
+#include "bench_machine.h"
 
 #define DIM 128
 #define LAYERS_DEFAULT 36
@@ -674,25 +675,6 @@ static std::vector<uint64_t> parse_list_u64(const char *s) {
 }
 
 /* The host CPU's model name and online cores. */
-static std::string host_cpu(void) {
-    std::string model = "unknown CPU";
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (f) {
-        char line[512];
-        while (fgets(line, sizeof line, f))
-            if (!strncmp(line, "model name", 10)) {
-                const char *c = strchr(line, ':');
-                if (c) {
-                    model = c + 1 + (c[1] == ' ');
-                    while (!model.empty() && (model.back() == '\n' || model.back() == ' ')) model.pop_back();
-                }
-                break;
-            }
-        fclose(f);
-    }
-    return model + ", " + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " cores";
-}
-
 static std::string list_json(const std::vector<uint64_t> &v) {
     std::vector<std::string> items;
     for (uint64_t x : v) items.push_back(std::to_string((unsigned long long)x));
@@ -767,7 +749,7 @@ int main(int argc, char **argv) {
         char date[16], machine[512];
         const time_t now = time(NULL);
         strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
-        snprintf(machine, sizeof machine, "%s / %s", prop.name, host_cpu().c_str());
+        snprintf(machine, sizeof machine, "%s / %s", prop.name, bench_host_cpu().c_str());
         std::string cmd;
         for (int i = 0; i < argc; i++) {
             if (i) cmd += " ";
@@ -782,7 +764,7 @@ int main(int argc, char **argv) {
         head.str("gpu", prop.name);
         head.u64("gpu_sms", (uint64_t)prop.multiProcessorCount);
         head.u64("gpu_l2_mib", (uint64_t)(prop.l2CacheSize >> 20));
-        head.str("cpu", host_cpu().c_str());
+        head.str("cpu", bench_host_cpu().c_str());
         head.str("date", date);
         head.str("command", cmd.c_str());
         head.str("commit", getenv("FATHOM_COMMIT") && *getenv("FATHOM_COMMIT") ? getenv("FATHOM_COMMIT") : NULL);

@@ -7,11 +7,13 @@
  * fathom_cuda_tier_append (so planes, scales and sums are real).
  *
  * decode (per --contexts N): one session, one segment of N tokens (S =
- * N/64), filled to N - 2R - 10; then
+ * N/64), filled to N - 3R - 10; then
  *   tier     ONE graph of L x (append one token + tier step), replayed R
  *            times back to back: GPU ms per step (events), host us per
  *            cudaGraphLaunch (host clock), the bytes the plans and unions
- *            moved and their link floor;
+ *            moved and their link floor; the tier's pipeline as created
+ *            (--chunk C: C KV heads per chunk), and "one stream" the same
+ *            graph with fathom_cuda_tier_set_lanes(tier, 0, 0);
  *   append   a graph of the L appends alone, replayed R times: its share;
  *   fixed    fathom_cuda_step (the fixed-context step of bench_cuda_step)
  *            over the SAME host memory at the session's final length
@@ -34,6 +36,8 @@
  * ragged: four sessions of --ragged lengths in one batch (segments of 1024
  *   blocks), one graph of L x (append + step): ms per step against the link
  *   floor of the bytes it moved.
+ * --only-tier: the tier and one-stream graphs only (no fixed step, cache
+ * sweep or ragged batch: for a profiler).
  * The link: one 1 GiB pinned host -> device copy, best of 3, in the same run. */
 #define FATHOM_CUDA_EXPERIMENTAL /* the direct transport, for the fixed step's comparison */
 #include "fathom_cuda.h"
@@ -51,6 +55,7 @@
 #include <vector>
 
 #include "cuda/cuda_check.cuh"
+#include "bench_machine.h"
 
 #define FK(call)                                                                                   \
     do {                                                                                           \
@@ -155,6 +160,8 @@ typedef struct setup {
     uint64_t capacity;
 } setup;
 
+static uint32_t chunk_heads = 0; /* --chunk: KV heads per pipeline chunk, 0 by context */
+
 static setup make_setup(uint32_t L, uint32_t S, const std::vector<uint64_t> &lens, uint64_t capacity) {
     setup st;
     st.L = L;
@@ -162,6 +169,7 @@ static setup make_setup(uint32_t L, uint32_t S, const std::vector<uint64_t> &len
     st.capacity = capacity;
     fathom_cuda_tier_shape sh = {L, H, G, D, S, st.batch, capacity};
     FK(fathom_cuda_tier_create(&sh, &st.tier));
+    FK(fathom_cuda_tier_set_lanes(st.tier, 3, chunk_heads));
     st.ids.resize(st.batch);
     const double t0 = now_s();
     for (uint32_t i = 0; i < st.batch; i++) {
@@ -458,6 +466,7 @@ int main(int argc, char **argv) {
     std::vector<uint64_t> ragged = {1000000, 600000, 300000, 131072};
     uint32_t L = 4;
     int reps = 50;
+    bool only_tier = false;
     for (int i = 1; i < argc; i++) {
         auto list = [&](std::vector<uint64_t> &v) {
             v.clear();
@@ -470,9 +479,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--ragged") && i + 1 < argc) list(ragged);
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) L = (uint32_t)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) chunk_heads = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--only-tier")) only_tier = true;
         else if (!strcmp(argv[i], "--json")) {
         } else {
-            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--json]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--json]\n", argv[0]);
             return 2;
         }
     }
@@ -489,14 +500,15 @@ int main(int argc, char **argv) {
     std::string js;
     char buf[1024];
     snprintf(buf, sizeof buf,
-             "{\"bench\": \"tier\", \"gpu\": \"%s\", \"layers\": %u, \"kv_heads\": %u, \"group\": %u, "
-             "\"dim\": %u, \"k\": %u, \"method\": \"fathom:%u\", \"reps\": %d, \"link_GBps\": %.2f, \"decode\": [",
-             prop.name, L, H, G, D, K, BUDGET, reps, link);
+             "{\"bench\": \"tier\", \"gpu\": \"%s\", \"machine\": \"%s / %s\", \"layers\": %u, \"kv_heads\": %u, "
+             "\"group\": %u, \"dim\": %u, \"k\": %u, \"method\": \"fathom:%u\", \"reps\": %d, \"chunk\": %u, "
+             "\"link_GBps\": %.2f, \"decode\": [",
+             prop.name, prop.name, bench_host_cpu().c_str(), L, H, G, D, K, BUDGET, reps, chunk_heads, link);
     js += buf;
     for (size_t c = 0; c < contexts.size(); c++) {
         const uint64_t N = contexts[c];
         fprintf(stderr, "decode at %llu tokens\n", (unsigned long long)N);
-        const uint64_t n0 = N - 2 * (uint64_t)reps - 10;
+        const uint64_t n0 = N - 3 * (uint64_t)reps - 10;
         setup st = make_setup(L, (uint32_t)(N / 64), {n0}, N);
         /* eager enqueue of the L steps (no appends), host clock */
         double eager_us = 1e30;
@@ -516,23 +528,29 @@ int main(int argc, char **argv) {
         bytes_of(st, {n_now}, &scan_b, &row_b);
         cudaGraphExec_t app = capture(st, s, true, false);
         const timing append = replay(app, s, reps);
+        FK(fathom_cuda_tier_set_lanes(st.tier, 0, 0));
+        cudaGraphExec_t one = capture(st, s, true, true);
+        const timing one_stream = replay(one, s, reps);
+        FK(fathom_cuda_tier_set_lanes(st.tier, 3, chunk_heads));
         CK(cudaGraphExecDestroy(full));
         CK(cudaGraphExecDestroy(app));
+        CK(cudaGraphExecDestroy(one));
         FK(fathom_cuda_tier_check(st.tier));
         uint64_t len;
         FK(fathom_cuda_tier_length(st.tier, st.ids[0], &len));
-        double fk, fl, fd;
-        fixed_steps(st, len, s, reps, &fk, &fl, &fd);
-        const double best = std::min(fk, std::min(fl, fd));
-        const std::string cache_js = cache_sweep(st, len, s, reps, link);
+        double fk = 0, fl = 0, fd = 0;
+        if (!only_tier) fixed_steps(st, len, s, reps, &fk, &fl, &fd);
+        const double best = only_tier ? 1.0 : std::min(fk, std::min(fl, fd));
+        const std::string cache_js = only_tier ? std::string("[]") : cache_sweep(st, len, s, reps, link);
         const double floor_ms = (scan_b + row_b) / (link * 1e9) * 1e3;
         snprintf(buf, sizeof buf,
                  "%s{\"context\": %llu, \"length_after\": %llu, \"tier_ms\": %.4f, \"tier_host_us\": %.2f, "
+                 "\"one_stream_ms\": %.4f, "
                  "\"append_ms\": %.4f, \"append_share\": %.4f, \"fixed_kernel_ms\": %.4f, \"fixed_lanes_ms\": %.4f, "
                  "\"fixed_direct_ms\": %.4f, \"fixed_best_ms\": %.4f, \"tier_vs_fixed\": %.4f, "
                  "\"eager_enqueue_us\": %.1f, \"scan_GB\": %.4f, \"row_GB\": %.4f, \"floor_ms\": %.4f, "
                  "\"tier_x_floor\": %.4f, \"cache\": ",
-                 c ? ", " : "", (unsigned long long)N, (unsigned long long)len, tier.gpu_ms, tier.host_us,
+                 c ? ", " : "", (unsigned long long)N, (unsigned long long)len, tier.gpu_ms, tier.host_us, one_stream.gpu_ms,
                  append.gpu_ms, append.gpu_ms / tier.gpu_ms, fk, fl, fd, best, tier.gpu_ms / best, eager_us,
                  scan_b / 1e9, row_b / 1e9, floor_ms, tier.gpu_ms / floor_ms);
         fprintf(stderr, "  %s\n", buf);
@@ -540,7 +558,7 @@ int main(int argc, char **argv) {
         free_setup(st);
     }
     js += "]";
-    if (ragged.size() == 4) {
+    if (ragged.size() == 4 && !only_tier) {
         fprintf(stderr, "ragged batch\n");
         uint64_t cap = 0;
         for (uint64_t n : ragged) cap = std::max(cap, n + reps + 2);
@@ -552,15 +570,20 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 4; i++) now[i] = ragged[i] + reps + 1;
         double scan_b, row_b;
         bytes_of(st, now, &scan_b, &row_b);
+        FK(fathom_cuda_tier_set_lanes(st.tier, 0, 0));
+        cudaGraphExec_t one = capture(st, s, true, true);
+        const timing t1 = replay(one, s, reps);
         FK(fathom_cuda_tier_check(st.tier));
         CK(cudaGraphExecDestroy(full));
+        CK(cudaGraphExecDestroy(one));
         const double floor_ms = (scan_b + row_b) / (link * 1e9) * 1e3;
         snprintf(buf, sizeof buf,
                  ", \"ragged\": {\"lengths\": [%llu, %llu, %llu, %llu], \"segment_blocks\": 1024, "
-                 "\"capacity_tokens\": %llu, \"ms\": %.4f, \"host_us\": %.2f, \"scan_GB\": %.4f, \"row_GB\": %.4f, "
+                 "\"capacity_tokens\": %llu, \"ms\": %.4f, \"host_us\": %.2f, \"one_stream_ms\": %.4f, "
+                 "\"scan_GB\": %.4f, \"row_GB\": %.4f, "
                  "\"floor_ms\": %.4f, \"x_floor\": %.4f}",
                  (unsigned long long)ragged[0], (unsigned long long)ragged[1], (unsigned long long)ragged[2],
-                 (unsigned long long)ragged[3], (unsigned long long)cap, t.gpu_ms, t.host_us, scan_b / 1e9,
+                 (unsigned long long)ragged[3], (unsigned long long)cap, t.gpu_ms, t.host_us, t1.gpu_ms, scan_b / 1e9,
                  row_b / 1e9, floor_ms, t.gpu_ms / floor_ms);
         fprintf(stderr, "  %s\n", buf);
         js += buf;

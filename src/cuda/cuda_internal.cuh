@@ -119,6 +119,22 @@ typedef struct fc_workspace {
     size_t total;
 } fc_workspace;
 
+/* Offset the top-k's arrays of w (hist .. uni_count, all laid out problem
+ * by problem) to those of problem p: a chunk's top-k over problems
+ * [p, p + count) then runs on the view unchanged. */
+static inline void fc_topk_view(fc_workspace *w, uint64_t p, uint64_t G, uint64_t k) {
+    const uint64_t rows = p * G;
+    w->hist += rows * 2 * FC_HIST_BINS;
+    w->counters += rows * FC_COUNTERS;
+    w->state += rows;
+    w->mid += rows * k;
+    w->cand += rows * FC_CAND_CAP;
+    w->cand_fill += rows;
+    w->slot += rows * k;
+    w->uni += p * G * k;
+    w->uni_count += p;
+}
+
 /* Lay the workspace out at base (NULL: sizes only, total in ws->total). */
 int fc_workspace_layout(const fathom_cuda_config *cfg, void *base, fc_workspace *ws);
 
@@ -152,6 +168,26 @@ typedef struct fc_rows {
 static __device__ __forceinline__ uint64_t fc_row_len(const fc_rows &r, uint32_t row) {
     return r.n_of ? r.n_of[row / r.group] : r.n;
 }
+
+/* A lanes object (step.cu creates it; the KV tier's step uses one too). */
+struct fathom_cuda_lanes {
+    uint32_t count;
+    cudaStream_t link;                         /* link-bound phases, chunk after chunk; high priority */
+    cudaStream_t stream[FATHOM_CUDA_MAX_LANES]; /* the rest of each chunk */
+    cudaEvent_t fork;                          /* the plan is done */
+    cudaEvent_t moved[FATHOM_CUDA_MAX_CHUNKS]; /* chunk i's link-bound phase is done */
+    cudaEvent_t scanned[FATHOM_CUDA_MAX_CHUNKS]; /* chunk i's staging is read (a prefetch may refill it) */
+    cudaEvent_t link_done;
+    cudaEvent_t done[FATHOM_CUDA_MAX_LANES];   /* a lane's last chunk is done */
+    uint32_t per_chunk;                        /* problems per chunk; 0: by context */
+    uint64_t *trace;                           /* device timestamps, or NULL */
+    uint32_t trace_cap, trace_next;            /* in steps of FATHOM_CUDA_TRACE_SLOTS */
+};
+
+/* Problems per pipeline chunk: per_chunk (0: by context, see
+ * fathom_cuda_lanes_set_chunk), at least ceil(P / FATHOM_CUDA_MAX_CHUNKS),
+ * at most P. */
+uint32_t fc_chunk_size(uint32_t per_chunk, uint32_t P, uint64_t tokens);
 
 /* Launchers (stream last). */
 int fc_plan(const fathom_cuda_config *cfg, const float *queries, const float *variance,

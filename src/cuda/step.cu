@@ -111,20 +111,6 @@ extern "C" int fathom_cuda_workspace_size(const fathom_cuda_config *config, size
     return FATHOM_OK;
 }
 
-struct fathom_cuda_lanes {
-    uint32_t count;
-    cudaStream_t link;                         /* link-bound phases, chunk after chunk; high priority */
-    cudaStream_t stream[FATHOM_CUDA_MAX_LANES]; /* the rest of each chunk */
-    cudaEvent_t fork;                          /* the plan is done */
-    cudaEvent_t moved[FATHOM_CUDA_MAX_CHUNKS]; /* chunk i's link-bound phase is done */
-    cudaEvent_t scanned[FATHOM_CUDA_MAX_CHUNKS]; /* chunk i's staging is read (a prefetch may refill it) */
-    cudaEvent_t link_done;
-    cudaEvent_t done[FATHOM_CUDA_MAX_LANES];   /* a lane's last chunk is done */
-    uint32_t per_chunk;                        /* problems per chunk; 0: by context */
-    uint64_t *trace;                           /* device timestamps, or NULL */
-    uint32_t trace_cap, trace_next;            /* in steps of FATHOM_CUDA_TRACE_SLOTS */
-};
-
 extern "C" void fathom_cuda_lanes_destroy(fathom_cuda_lanes *l) {
     if (!l) return;
     if (l->link) cudaStreamDestroy(l->link);
@@ -189,9 +175,12 @@ extern "C" int fathom_cuda_lanes_set_chunk(fathom_cuda_lanes *l, uint32_t proble
 
 extern "C" uint32_t fathom_cuda_lanes_chunk(const fathom_cuda_lanes *l, const fathom_cuda_config *c) {
     if (!l || !c || c->problems == 0) return 0;
-    const uint32_t P = c->problems;
-    uint32_t want = l->per_chunk;
-    if (want == 0) want = c->tokens < 65536 ? P : c->tokens < 196608 ? 2 : 1;
+    return fc_chunk_size(l->per_chunk, c->problems, c->tokens);
+}
+
+uint32_t fc_chunk_size(uint32_t per_chunk, uint32_t P, uint64_t tokens) {
+    uint32_t want = per_chunk;
+    if (want == 0) want = tokens < 65536 ? P : tokens < 196608 ? 2 : 1;
     uint32_t per = (P + FATHOM_CUDA_MAX_CHUNKS - 1) / FATHOM_CUDA_MAX_CHUNKS;
     if (want > per) per = want < P ? want : P;
     return per;
@@ -252,15 +241,7 @@ static step_io view_of(const step_io *all, uint32_t p0, uint32_t count) {
     w->depths += p * FC_DIM;
     w->stage += p * w->stage_words;       /* 0 words when nothing is staged */
     w->stage_scales += p * FC_DIM * nb;   /* read only by plane scans that stage */
-    w->hist += rows * 2 * FC_HIST_BINS;
-    w->counters += rows * FC_COUNTERS;
-    w->state += rows;
-    w->mid += rows * k;
-    w->cand += rows * FC_CAND_CAP;
-    w->cand_fill += rows;
-    w->slot += rows * k;
-    w->uni += p * G * k;
-    w->uni_count += p;
+    fc_topk_view(w, p, G, k);
     w->rows_k += p * G * k * FC_DIM;
     w->rows_v += p * G * k * FC_DIM;
     return v;

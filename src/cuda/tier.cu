@@ -37,6 +37,7 @@ struct fathom_cuda_tier {
     tier_cache *caches;   /* [max_sessions] host copies of the HBM caches' descriptions */
     tier_cache *d_caches; /* [max_sessions] the same in device memory */
     uint32_t row_caches;  /* sessions with a row cache */
+    fathom_cuda_lanes *lanes; /* the step's pipeline; NULL: one stream */
 };
 
 const tier_dev *fc_tier_dev(const fathom_cuda_tier *t) { return &t->dev; }
@@ -46,6 +47,7 @@ tier_cache *fc_tier_caches(fathom_cuda_tier *t, tier_cache **device) {
     return t->caches;
 }
 uint32_t *fc_tier_row_caches(fathom_cuda_tier *t) { return &t->row_caches; }
+fathom_cuda_lanes *fc_tier_lanes(fathom_cuda_tier *t) { return t->lanes; }
 int fc_tier_live(const fathom_cuda_tier *t, uint32_t s) {
     return t && s < t->shape.max_sessions && t->sessions[s].live;
 }
@@ -76,6 +78,7 @@ extern "C" void fathom_cuda_tier_destroy(fathom_cuda_tier *t) {
     cudaFree(t->d_cap);
     cudaFree(t->d_error);
     cudaFree(t->d_sums);
+    fathom_cuda_lanes_destroy(t->lanes);
     free(t);
 }
 
@@ -160,7 +163,28 @@ extern "C" int fathom_cuda_tier_create(const fathom_cuda_tier_shape *shape, fath
     d->cap = t->d_cap;
     d->sums = t->d_sums;
     d->error = t->d_error;
+    const int st = fathom_cuda_lanes_create(TIER_LANES, &t->lanes);
+    if (st != FATHOM_OK) {
+        fathom_cuda_tier_destroy(t);
+        return st;
+    }
     *out = t;
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_tier_set_lanes(fathom_cuda_tier *t, uint32_t lanes, uint32_t problems_per_chunk) {
+    FATHOM_CHECK_ARG(t != NULL, "tier_set_lanes: tier is NULL");
+    FATHOM_CHECK_ARG(lanes <= FATHOM_CUDA_MAX_LANES, "tier_set_lanes: lanes %u not in 0..%d", lanes,
+                     FATHOM_CUDA_MAX_LANES);
+    FATHOM_CHECK_ARG(problems_per_chunk <= 65535, "tier_set_lanes: problems per chunk %u not in 0..65535",
+                     problems_per_chunk);
+    fathom_cuda_lanes *l = NULL;
+    if (lanes) {
+        FATHOM_TRY(fathom_cuda_lanes_create(lanes, &l));
+        l->per_chunk = problems_per_chunk;
+    }
+    fathom_cuda_lanes_destroy(t->lanes);
+    t->lanes = l;
     return FATHOM_OK;
 }
 

@@ -185,7 +185,7 @@ struct tier_scan_shape {
  * 256-byte runs of host memory), then decoded by every warp. */
 template <int D, int GP>
 static __global__ void __launch_bounds__(tier_scan_shape<GP>::THREADS)
-tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t G, tier_ws w,
+tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t G, uint32_t p0, tier_ws w,
                  unsigned long long *hit_bytes) {
     typedef tier_scan_shape<GP> SH;
     extern __shared__ uint64_t s_words[]; /* [pass words][32] */
@@ -196,7 +196,10 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
     __shared__ uint8_t s_row_p[PASS * FATHOM_PLANES];
     __shared__ int16_t s_line[PASS * FATHOM_PLANES]; /* cache slot of (pass channel c, plane p) */
     __shared__ int16_t s_row_line[PASS * FATHOM_PLANES];
-    const uint32_t p = blockIdx.y, tid = threadIdx.x, lane = tid & 31, part = tid >> 5;
+    /* the next chunk's scan (programmatic dependent launch) may start once
+       every CTA of this one runs: the link does not drain between chunks */
+    asm volatile("griddepcontrol.launch_dependents;");
+    const uint32_t p = p0 + blockIdx.y, tid = threadIdx.x, lane = tid & 31, part = tid >> 5;
     const uint64_t n = w.n_of[p], nb = (n + 63) / 64, b0 = (uint64_t)blockIdx.x * 32;
     if (b0 >= nb) return; /* uniform */
     const uint32_t S = t.segment_blocks, h = p % t.heads;
@@ -312,9 +315,9 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
  * the token, else from host (16 bytes a lane). */
 template <int D>
 static __global__ void __launch_bounds__(FETCH_WARPS * 32)
-tier_fetch_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t cap, tier_ws w,
+tier_fetch_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t cap, uint32_t p0, tier_ws w,
                   unsigned long long *hit_bytes) {
-    const uint32_t p = blockIdx.y, lane = threadIdx.x & 31;
+    const uint32_t p = p0 + blockIdx.y, lane = threadIdx.x & 31;
     const uint32_t u = blockIdx.x * FETCH_WARPS + (threadIdx.x >> 5);
     const bool live = u < w.top.uni_count[p];
     bool hit = false;
@@ -349,8 +352,9 @@ tier_fetch_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t
  * rows (K back to bf16: exact) and nobody reads the cache in between. */
 template <int D>
 static __global__ void __launch_bounds__(FETCH_WARPS * 32)
-tier_insert_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t cap, tier_ws w, bool write) {
-    const uint32_t p = blockIdx.y, lane = threadIdx.x & 31;
+tier_insert_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t cap, uint32_t p0, tier_ws w,
+                   bool write) {
+    const uint32_t p = p0 + blockIdx.y, lane = threadIdx.x & 31;
     const uint32_t u = blockIdx.x * FETCH_WARPS + (threadIdx.x >> 5);
     if (u >= w.top.uni_count[p]) return;
     const size_t at = (size_t)p * cap + u;
@@ -389,7 +393,7 @@ static __device__ double att_reduce(double x, bool is_max, double *part) {
  * over ATT_THREADS / D row subsets (fixed order: deterministic). */
 template <int D>
 static __global__ void __launch_bounds__(ATT_THREADS)
-tier_attend_kernel(uint32_t G, uint32_t k, double scale, const uint32_t *sel_count, tier_ws w,
+tier_attend_kernel(uint32_t G, uint32_t k, double scale, const uint32_t *sel_count, uint32_t r0, tier_ws w,
                    uint16_t *out, float *lse) {
     constexpr int SPLIT = ATT_THREADS / D > 0 ? ATT_THREADS / D : 1;
     __shared__ double logit[FATHOM_CUDA_MAX_K];
@@ -397,7 +401,7 @@ tier_attend_kernel(uint32_t G, uint32_t k, double scale, const uint32_t *sel_cou
     __shared__ double s_acc[SPLIT][D];
     __shared__ float s_q[D];
     __shared__ uint16_t s_slot[FATHOM_CUDA_MAX_K];
-    const uint32_t r = blockIdx.x, p = r / G, cap = G * k, tid = threadIdx.x;
+    const uint32_t r = r0 + blockIdx.x, p = r / G, cap = G * k, tid = threadIdx.x;
     const uint32_t count = sel_count[r];
     for (uint32_t c = tid; c < D; c += ATT_THREADS) s_q[c] = w.qf[(size_t)r * D + c];
     for (uint32_t i = tid; i < count; i += ATT_THREADS) s_slot[i] = w.top.slot[(size_t)r * k + i];
@@ -452,9 +456,14 @@ tier_attend_kernel(uint32_t G, uint32_t k, double scale, const uint32_t *sel_cou
 
 /* ---- launch ---- */
 
+/* Problems [p0, p0 + count) of a step, the phases after the plan. */
+typedef struct tier_chunk {
+    uint32_t p0, count;
+} tier_chunk;
+
 template <int D, int GP>
 static int launch_scan(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G,
-                       const tier_ws *w, cudaStream_t stream) {
+                       const tier_ws *w, tier_chunk c, bool behind, cudaStream_t stream) {
     typedef tier_scan_shape<GP> SH;
     /* plane rows of one pass: at most the budget (water-filling plans at most budget
        planes), at most 4 per channel */
@@ -465,44 +474,98 @@ static int launch_scan(const tier_dev *t, const fathom_cuda_tier_step_args *a, u
         FATHOM_CUDA_TRY(cudaFuncSetAttribute(tier_scan_kernel<D, GP>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const uint64_t nb = (a->capacity_tokens + 63) / 64;
-    const dim3 grid((uint32_t)((nb + 31) / 32), a->batch * t->heads);
-    tier_scan_kernel<D, GP><<<grid, SH::THREADS, smem, stream>>>(*t, a->layer, a->sessions, G, *w,
-                                                                 a->cache_bytes);
+    /* behind another chunk's scan on the link stream: launched as that one's
+       CTAs are all running (it reads nothing that one writes) */
+    cudaLaunchAttribute overlap;
+    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t launch = {};
+    launch.gridDim = dim3((uint32_t)((nb + 31) / 32), c.count);
+    launch.blockDim = dim3(SH::THREADS);
+    launch.dynamicSmemBytes = smem;
+    launch.stream = stream;
+    launch.attrs = &overlap;
+    launch.numAttrs = behind ? 1 : 0;
+    FATHOM_CUDA_TRY(cudaLaunchKernelEx(&launch, tier_scan_kernel<D, GP>, *t, a->layer, a->sessions, G, c.p0,
+                                       *w, a->cache_bytes));
     FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
 }
 
 template <int D>
-static int launch_all(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G,
-                      const tier_ws *w, const uint32_t *sel, const uint32_t *sel_count, bool insert,
-                      cudaStream_t stream) {
+static int scan_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G, const tier_ws *w,
+                      tier_chunk c, bool behind, cudaStream_t stream) {
+    if (G == 1) return launch_scan<D, 1>(t, a, G, w, c, behind, stream);
+    if (G == 2) return launch_scan<D, 2>(t, a, G, w, c, behind, stream);
+    if (G <= 4) return launch_scan<D, 4>(t, a, G, w, c, behind, stream);
+    if (G <= 8) return launch_scan<D, 8>(t, a, G, w, c, behind, stream);
+    return launch_scan<D, 16>(t, a, G, w, c, behind, stream);
+}
+
+/* Top-k, row fetch, row-cache insertion and attention of one chunk. */
+template <int D>
+static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G, const tier_ws *w,
+                        tier_chunk c, uint32_t *sel, uint32_t *sel_count, bool insert, cudaStream_t stream) {
+    const uint64_t rows0 = (uint64_t)c.p0 * G;
+    fc_workspace top = w->top;
+    fc_topk_view(&top, c.p0, G, a->k);
+    const fc_rows rows = {a->capacity_tokens, w->n_of + c.p0, G, w->stride};
+    FATHOM_TRY(fc_topk_rows(c.count, G, a->k, a->sink, a->local, rows, a->capacity_tokens, false, &top,
+                            w->scores + rows0 * w->stride, sel + rows0 * a->k, sel_count + rows0, stream));
+    const uint32_t cap = G * a->k;
+    const dim3 rows_grid((cap + FETCH_WARPS - 1) / FETCH_WARPS, c.count);
+    tier_fetch_kernel<D><<<rows_grid, FETCH_WARPS * 32, 0, stream>>>(*t, a->layer, a->sessions, cap, c.p0, *w,
+                                                                    a->cache_bytes ? a->cache_bytes + 1 : NULL);
+    FATHOM_CUDA_LAUNCHED();
+    for (int write = 0; insert && write < 2; write++) {
+        tier_insert_kernel<D><<<rows_grid, FETCH_WARPS * 32, 0, stream>>>(*t, a->layer, a->sessions, cap, c.p0,
+                                                                         *w, write != 0);
+        FATHOM_CUDA_LAUNCHED();
+    }
+    tier_attend_kernel<D><<<c.count * G, ATT_THREADS, 0, stream>>>(G, a->k, (double)a->scale, sel_count,
+                                                                  (uint32_t)rows0, *w, a->out, a->lse);
+    FATHOM_CUDA_LAUNCHED();
+    return FATHOM_OK;
+}
+
+/* The plan of every problem on `stream`; then with lanes the chunks' scans
+ * one after another on the link stream (each launched as the previous
+ * one's CTAs all run) and each chunk's finish on lane i % count as soon as
+ * its scan is done; the lanes join back into `stream`. */
+template <int D>
+static int launch_all(const tier_dev *t, fathom_cuda_lanes *L, const fathom_cuda_tier_step_args *a, uint32_t G,
+                      const tier_ws *w, uint32_t *sel, uint32_t *sel_count, bool insert, cudaStream_t stream) {
     const uint32_t P = a->batch * t->heads;
     tier_prep_kernel<D><<<P, D, 0, stream>>>(*t, a->layer, a->sessions, G, a->budget, a->fixed_depths,
                                              a->capacity_tokens, a->queries, *w);
     FATHOM_CUDA_LAUNCHED();
-    int st;
-    if (G == 1) st = launch_scan<D, 1>(t, a, G, w, stream);
-    else if (G == 2) st = launch_scan<D, 2>(t, a, G, w, stream);
-    else if (G <= 4) st = launch_scan<D, 4>(t, a, G, w, stream);
-    else if (G <= 8) st = launch_scan<D, 8>(t, a, G, w, stream);
-    else st = launch_scan<D, 16>(t, a, G, w, stream);
-    FATHOM_TRY(st);
-    const fc_rows rows = {a->capacity_tokens, w->n_of, G, w->stride};
-    FATHOM_TRY(fc_topk_rows(P, G, a->k, a->sink, a->local, rows, a->capacity_tokens, false, &w->top,
-                            w->scores, (uint32_t *)sel, (uint32_t *)sel_count, stream));
-    const uint32_t cap = G * a->k;
-    const dim3 rows_grid((cap + FETCH_WARPS - 1) / FETCH_WARPS, P);
-    tier_fetch_kernel<D><<<rows_grid, FETCH_WARPS * 32, 0, stream>>>(*t, a->layer, a->sessions, cap, *w,
-                                                                    a->cache_bytes ? a->cache_bytes + 1 : NULL);
-    FATHOM_CUDA_LAUNCHED();
-    for (int write = 0; insert && write < 2; write++) {
-        tier_insert_kernel<D><<<rows_grid, FETCH_WARPS * 32, 0, stream>>>(*t, a->layer, a->sessions, cap, *w,
-                                                                         write != 0);
-        FATHOM_CUDA_LAUNCHED();
+    const uint32_t per = L ? fc_chunk_size(L->per_chunk, P, a->capacity_tokens) : P;
+    if (per >= P) {
+        const tier_chunk all = {0, P};
+        FATHOM_TRY(scan_chunk<D>(t, a, G, w, all, false, stream));
+        return finish_chunk<D>(t, a, G, w, all, sel, sel_count, insert, stream);
     }
-    tier_attend_kernel<D><<<P * G, ATT_THREADS, 0, stream>>>(G, a->k, (double)a->scale, sel_count, *w,
-                                                            a->out, a->lse);
-    FATHOM_CUDA_LAUNCHED();
+    const uint32_t chunks = (P + per - 1) / per;
+    FATHOM_CUDA_TRY(cudaEventRecord(L->fork, stream));
+    FATHOM_CUDA_TRY(cudaStreamWaitEvent(L->link, L->fork, 0));
+    for (uint32_t i = 0; i < chunks; i++) {
+        const tier_chunk c = {i * per, P - i * per < per ? P - i * per : per};
+        FATHOM_TRY(scan_chunk<D>(t, a, G, w, c, i > 0, L->link));
+        FATHOM_CUDA_TRY(cudaEventRecord(L->moved[i], L->link));
+    }
+    FATHOM_CUDA_TRY(cudaEventRecord(L->link_done, L->link));
+    for (uint32_t i = 0; i < chunks; i++) {
+        const tier_chunk c = {i * per, P - i * per < per ? P - i * per : per};
+        cudaStream_t s = L->stream[i % L->count];
+        FATHOM_CUDA_TRY(cudaStreamWaitEvent(s, L->moved[i], 0));
+        FATHOM_TRY(finish_chunk<D>(t, a, G, w, c, sel, sel_count, insert, s));
+    }
+    FATHOM_CUDA_TRY(cudaStreamWaitEvent(stream, L->link_done, 0));
+    const uint32_t used = chunks < L->count ? chunks : L->count;
+    for (uint32_t l = 0; l < used; l++) {
+        FATHOM_CUDA_TRY(cudaEventRecord(L->done[l], L->stream[l]));
+        FATHOM_CUDA_TRY(cudaStreamWaitEvent(stream, L->done[l], 0));
+    }
     return FATHOM_OK;
 }
 
@@ -551,14 +614,15 @@ extern "C" int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_t
     FATHOM_TRY(layout(tier, a, a->workspace, &w));
     const tier_dev *t = fc_tier_dev(tier);
     const uint32_t G = fc_tier_group(tier), P = a->batch * t->heads;
-    const uint32_t *sel = a->selected ? a->selected : w.top.sel;
-    const uint32_t *sel_count = a->selected_count ? a->selected_count : w.top.sel_count;
+    uint32_t *sel = a->selected ? a->selected : w.top.sel;
+    uint32_t *sel_count = a->selected_count ? a->selected_count : w.top.sel_count;
+    fathom_cuda_lanes *L = fc_tier_lanes(tier);
     FATHOM_CUDA_TRY(cudaMemsetAsync(w.top.hist, 0, w.top.zero_bytes, stream));
     const bool insert = *fc_tier_row_caches(tier) > 0;
     switch (t->dim) {
-    case 64: FATHOM_TRY(launch_all<64>(t, a, G, &w, sel, sel_count, insert, stream)); break;
-    case 128: FATHOM_TRY(launch_all<128>(t, a, G, &w, sel, sel_count, insert, stream)); break;
-    case 256: FATHOM_TRY(launch_all<256>(t, a, G, &w, sel, sel_count, insert, stream)); break;
+    case 64: FATHOM_TRY(launch_all<64>(t, L, a, G, &w, sel, sel_count, insert, stream)); break;
+    case 128: FATHOM_TRY(launch_all<128>(t, L, a, G, &w, sel, sel_count, insert, stream)); break;
+    case 256: FATHOM_TRY(launch_all<256>(t, L, a, G, &w, sel, sel_count, insert, stream)); break;
     default: return fathom_fail(FATHOM_ERR_UNSUPPORTED, "tier_step: dim %u", t->dim);
     }
     if (a->depths)

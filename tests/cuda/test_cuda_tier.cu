@@ -6,13 +6,15 @@
  *   truncate / fork: a fork shares full segments; truncating and appending
  *           to it gives the bytes of a store fed the kept + new keys, and the
  *           source is untouched;
- *   ragged: a batch of sessions of different lengths selects the same
- *           tokens and outputs the same bits as each session alone, and the
- *           depths, winners and outputs of fathom_store_variance /
- *           fathom_importance / fathom_water_fill / fathom_store_scan /
- *           fathom_select / fathom_attend on the same data;
- *   graph:  decode steps with appends replaying ONE captured graph (sessions
- *           crossing segment boundaries) equal eager steps bit for bit;
+ *   ragged: a batch of sessions of different lengths, pipelined, selects
+ *           the same tokens and outputs the same bits as each session alone
+ *           on one stream, and the depths, winners and outputs of
+ *           fathom_store_variance / fathom_importance / fathom_water_fill /
+ *           fathom_store_scan / fathom_select / fathom_attend on the same data;
+ *   shapes: the same CPU comparison at d = 64, d = 256 and G = 16;
+ *   graph:  decode steps with appends replaying ONE captured graph of
+ *           pipelined steps (sessions crossing segment boundaries) equal
+ *           eager one-stream steps bit for bit;
  *   cache:  sessions with HBM plane and row caches (full, partial, refilled,
  *           truncated under them) give the bits of a tier without, and read
  *           exactly the bytes the cached lines and slots imply from HBM;
@@ -20,6 +22,7 @@
  * FATHOM_TEST_QUICK=1 shrinks lengths and steps (for compute-sanitizer).
  * Argument checks run without a GPU; the rest exits 77 when none is present. */
 #include "check.h"
+#define FATHOM_CUDA_EXPERIMENTAL /* fathom_cuda_tier_set_lanes */
 #include "fathom_cuda.h"
 extern "C" {
 #include "store_internal.h"
@@ -350,6 +353,74 @@ static step_out read_out(const step_bufs &b, size_t R, uint32_t D, uint32_t P, u
     return o;
 }
 
+/* The step's depths, selections (k = 256), outputs and LSE for B sessions
+ * (rows [n][H][D], queries q [B][H][G][D]) against the CPU library: store,
+ * fathom_importance + fathom_water_fill (budget 48), store scan, select,
+ * fathom_attend with values = -keys; scale 1/sqrt(D). */
+static void cpu_check(const char *what, const std::vector<std::vector<uint16_t>> &rows, const uint64_t *lens,
+                      uint32_t B, uint32_t H, uint32_t G, uint32_t D, uint32_t S, const std::vector<uint16_t> &q,
+                      const step_out &all) {
+    const double scale = 1.0 / sqrt((double)D);
+    uint64_t dep_bad = 0, sel_bad = 0, out_bad = 0, lse_bad = 0, outs = 0;
+    double worst = 0.0;
+    for (uint32_t i = 0; i < B; i++)
+        for (uint32_t h = 0; h < H; h++) {
+            const uint64_t n = lens[i];
+            const uint32_t p = i * H + h;
+            std::vector<float> keys = head_floats(rows[i], 0, n, H, D, h), vals(keys.size());
+            for (size_t x = 0; x < keys.size(); x++) vals[x] = -keys[x];
+            fathom_store *st = NULL;
+            CHECK_OK(fathom_store_create(&st, D, S, NULL));
+            CHECK_OK(fathom_store_append(st, keys.data(), n));
+            std::vector<float> var(D);
+            CHECK_OK(fathom_store_variance(st, var.data()));
+            std::vector<float> qf(G * D);
+            for (uint32_t x = 0; x < G * D; x++) qf[x] = fathom_bf16_to_f32(q[(size_t)p * G * D + x]);
+            std::vector<double> g(D);
+            std::vector<uint8_t> dep(D);
+            CHECK_OK(fathom_importance(D, G, qf.data(), var.data(), g.data()));
+            CHECK_OK(fathom_water_fill(D, g.data(), 48, dep.data(), NULL));
+            dep_bad += memcmp(dep.data(), all.depths.data() + (size_t)p * D, D) != 0;
+            std::vector<float> scores(G * n);
+            CHECK_OK(fathom_store_scan(st, dep.data(), qf.data(), G, n, scores.data(), NULL));
+            std::vector<uint64_t> work(n);
+            for (uint32_t hh = 0; hh < G; hh++) {
+                const size_t r = (size_t)p * G + hh;
+                std::vector<uint32_t> idx(256);
+                uint32_t count = 0;
+                CHECK_OK(fathom_select(scores.data() + hh * n, n, 256, FATHOM_SINK_TOKENS, FATHOM_LOCAL_TOKENS,
+                                       work.data(), idx.data(), &count));
+                sel_bad += count != all.sel_count[r] || memcmp(idx.data(), all.sel.data() + r * 256, count * 4) != 0;
+                std::vector<float> ref(D);
+                CHECK_OK(fathom_attend(D, qf.data() + hh * D, keys.data(), vals.data(), idx.data(), count, ref.data()));
+                for (uint32_t c = 0; c < D; c++) {
+                    const float gpu = fathom_bf16_to_f32(all.out[r * D + c]);
+                    const double err = fabs(gpu - ref[c]);
+                    worst = err > worst ? err : worst;
+                    out_bad += err > 0.0079 * fabs(ref[c]) + 1e-6;
+                    outs++;
+                }
+                double mx = -INFINITY, sum = 0.0;
+                std::vector<double> l(count);
+                for (uint32_t x = 0; x < count; x++) {
+                    double d = 0.0;
+                    for (uint32_t c = 0; c < D; c++) d += (double)qf[hh * D + c] * keys[(size_t)idx[x] * D + c];
+                    l[x] = d * scale;
+                    mx = l[x] > mx ? l[x] : mx;
+                }
+                for (uint32_t x = 0; x < count; x++) sum += exp(l[x] - mx);
+                lse_bad += fabs(all.lse[r] - (mx + log(sum))) > 1e-4 * (1.0 + fabs(mx));
+            }
+            fathom_store_free(st);
+        }
+    printf("%s: %llu outputs compared, worst |gpu - cpu| %.3g\n", what, (unsigned long long)outs, worst);
+    CHECK(outs == (uint64_t)B * H * G * D);
+    CHECK(dep_bad == 0);
+    CHECK(sel_bad == 0);
+    CHECK(out_bad == 0);
+    CHECK(lse_bad == 0);
+}
+
 static void test_ragged(void) {
     const uint32_t H = 2, G = 4, D = 128, S = 64;
     const uint64_t full[4] = {3001, 70000, 131072, 4099}, small[4] = {301, 2000, 5000, 409};
@@ -389,11 +460,14 @@ static void test_ragged(void) {
     step_bufs b = alloc_bufs(tier, 4, H, G, D, capacity, 1);
     CK(cudaMemcpy(b.q, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(b.sessions, ids.data(), 16, cudaMemcpyHostToDevice));
+    /* the batch pipelined (one KV head per chunk, two lanes), each session
+       alone on one stream */
+    CHECK_OK(fathom_cuda_tier_set_lanes(tier, 2, 1));
     fathom_cuda_tier_step_args a = step_args(0, 4, capacity, b);
     CHECK_OK(fathom_cuda_tier_step(tier, &a, 0));
     CHECK_OK(fathom_cuda_tier_check(tier));
     step_out all = read_out(b, R, D, 4 * H, 1);
-    /* each session alone, same capacity class */
+    CHECK_OK(fathom_cuda_tier_set_lanes(tier, 0, 0));
     uint64_t alone_bad = 0;
     for (int i = 0; i < 4; i++) {
         step_bufs one = b;
@@ -411,67 +485,46 @@ static void test_ragged(void) {
             alone_bad += memcmp(o.sel.data() + r * 256, all.sel.data() + (r0 + r) * 256, o.sel_count[r] * 4) != 0;
     }
     CHECK(alone_bad == 0);
-    /* the CPU library on the same data */
-    uint64_t dep_bad = 0, sel_bad = 0, out_bad = 0, lse_bad = 0, outs = 0;
-    double worst = 0.0;
-    for (int i = 0; i < 4; i++)
-        for (uint32_t h = 0; h < H; h++) {
-            const uint64_t n = lens[i];
-            const uint32_t p = i * H + h;
-            std::vector<float> keys = head_floats(rows[i], 0, n, H, D, h), vals(keys.size());
-            for (size_t x = 0; x < keys.size(); x++) vals[x] = -keys[x];
-            fathom_store *st = NULL;
-            CHECK_OK(fathom_store_create(&st, D, S, NULL));
-            CHECK_OK(fathom_store_append(st, keys.data(), n));
-            float var[D];
-            CHECK_OK(fathom_store_variance(st, var));
-            std::vector<float> qf(G * D);
-            for (uint32_t x = 0; x < G * D; x++) qf[x] = fathom_bf16_to_f32(q[(size_t)p * G * D + x]);
-            double g[D];
-            uint8_t dep[D];
-            CHECK_OK(fathom_importance(D, G, qf.data(), var, g));
-            CHECK_OK(fathom_water_fill(D, g, 48, dep, NULL));
-            dep_bad += memcmp(dep, all.depths.data() + (size_t)p * D, D) != 0;
-            std::vector<float> scores(G * n);
-            CHECK_OK(fathom_store_scan(st, dep, qf.data(), G, n, scores.data(), NULL));
-            std::vector<uint64_t> work(n);
-            for (uint32_t hh = 0; hh < G; hh++) {
-                const size_t r = (size_t)p * G + hh;
-                std::vector<uint32_t> idx(256);
-                uint32_t count = 0;
-                CHECK_OK(fathom_select(scores.data() + hh * n, n, 256, FATHOM_SINK_TOKENS, FATHOM_LOCAL_TOKENS,
-                                       work.data(), idx.data(), &count));
-                sel_bad += count != all.sel_count[r] || memcmp(idx.data(), all.sel.data() + r * 256, count * 4) != 0;
-                float ref[D];
-                CHECK_OK(fathom_attend(D, qf.data() + hh * D, keys.data(), vals.data(), idx.data(), count, ref));
-                for (uint32_t c = 0; c < D; c++) {
-                    const float gpu = fathom_bf16_to_f32(all.out[r * D + c]);
-                    const double err = fabs(gpu - ref[c]);
-                    worst = err > worst ? err : worst;
-                    out_bad += err > 0.0079 * fabs(ref[c]) + 1e-6;
-                    outs++;
-                }
-                double mx = -INFINITY, sum = 0.0;
-                std::vector<double> l(count);
-                for (uint32_t x = 0; x < count; x++) {
-                    double d = 0.0;
-                    for (uint32_t c = 0; c < D; c++) d += (double)qf[hh * D + c] * keys[(size_t)idx[x] * D + c];
-                    l[x] = d / sqrt((double)D);
-                    mx = l[x] > mx ? l[x] : mx;
-                }
-                for (uint32_t x = 0; x < count; x++) sum += exp(l[x] - mx);
-                lse_bad += fabs(all.lse[r] - (mx + log(sum))) > 1e-4 * (1.0 + fabs(mx));
-            }
-            fathom_store_free(st);
-        }
-    printf("ragged: %llu outputs compared, worst |gpu - cpu| %.3g\n", (unsigned long long)outs, worst);
-    CHECK(outs == 4ull * H * G * D);
-    CHECK(dep_bad == 0);
-    CHECK(sel_bad == 0);
-    CHECK(out_bad == 0);
-    CHECK(lse_bad == 0);
+    cpu_check("ragged", rows, lens, 4, H, G, D, S, q, all);
     free_bufs(b);
     fathom_cuda_tier_destroy(tier);
+}
+
+/* The step at the other head dimensions and at G = 16 (one session each,
+ * pipelined one KV head per chunk) against the CPU library. */
+static void test_shapes(void) {
+    const uint32_t H = 2, S = 32;
+    const uint32_t shapes[3][2] = {{64, 4}, {256, 2}, {128, 16}}; /* D, G */
+    const uint64_t len = quick ? 2500 : 9000;
+    for (const auto &sg : shapes) {
+        const uint32_t D = sg[0], G = sg[1];
+        fathom_cuda_tier_shape sh = {1, H, G, D, S, 1, 16384};
+        fathom_cuda_tier *tier = NULL;
+        CHECK_OK(fathom_cuda_tier_create(&sh, &tier));
+        if (!tier) return;
+        CHECK_OK(fathom_cuda_tier_set_lanes(tier, 2, 1));
+        std::vector<std::vector<uint16_t>> rows = {make_rows(len, H, D, 900 + D + G)};
+        std::vector<uint32_t> ids(1);
+        CHECK_OK(fathom_cuda_tier_session_create(tier, &ids[0]));
+        CHECK_OK(fathom_cuda_tier_reserve(tier, ids[0], len));
+        std::vector<uint64_t> done(1, 0);
+        append_calls(tier, 1, H, D, ids, {{(uint32_t)len}}, {&rows[0]}, done);
+        std::vector<uint16_t> q((size_t)H * G * D);
+        rng_state = 901 + D + G;
+        for (size_t i = 0; i < q.size(); i++) q[i] = fathom_f32_to_bf16(0.3f * rng_normal());
+        step_bufs b = alloc_bufs(tier, 1, H, G, D, 16384, 1);
+        CK(cudaMemcpy(b.q, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(b.sessions, ids.data(), 4, cudaMemcpyHostToDevice));
+        fathom_cuda_tier_step_args a = step_args(0, 1, 16384, b);
+        a.scale = 1.0f / sqrtf((float)D); /* exact for 64 and 256 */
+        CHECK_OK(fathom_cuda_tier_step(tier, &a, 0));
+        CHECK_OK(fathom_cuda_tier_check(tier));
+        char what[64];
+        snprintf(what, sizeof what, "step d=%u G=%u", D, G);
+        cpu_check(what, rows, &len, 1, H, G, D, S, q, read_out(b, (size_t)H * G, D, H, 1));
+        free_bufs(b);
+        fathom_cuda_tier_destroy(tier);
+    }
 }
 
 /* Decode steps: per layer append one token per session, then attend;
@@ -486,6 +539,9 @@ static void test_graph(void) {
     CHECK_OK(fathom_cuda_tier_create(&sh, &tg));
     CHECK_OK(fathom_cuda_tier_create(&sh, &te));
     if (!tg || !te) return;
+    /* the graph pipelined (one KV head per chunk), the eager steps on one stream */
+    CHECK_OK(fathom_cuda_tier_set_lanes(tg, 3, 1));
+    CHECK_OK(fathom_cuda_tier_set_lanes(te, 0, 0));
     std::vector<std::vector<uint16_t>> rows(B);
     std::vector<uint32_t> ids(B);
     fathom_cuda_tier *tiers[2] = {tg, te};
@@ -618,6 +674,7 @@ static void test_cache(void) {
     CHECK_OK(fathom_cuda_tier_create(&sh, &tc));
     CHECK_OK(fathom_cuda_tier_create(&sh, &tu));
     if (!tc || !tu) return;
+    CHECK_OK(fathom_cuda_tier_set_lanes(tc, 2, 1)); /* the cached steps pipelined */
     std::vector<std::vector<uint16_t>> rows(B), fresh(B);
     std::vector<uint32_t> ids(B);
     fathom_cuda_tier *tiers[2] = {tc, tu};
@@ -845,6 +902,9 @@ static void test_args_gpu(void) {
     CHECK_STATUS(fathom_cuda_tier_reserve(t, a, (1u << 16) + 1), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_cuda_tier_reserve(t, 7, 10), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_cuda_tier_truncate(t, a, 1), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_cuda_tier_set_lanes(NULL, 1, 0), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_cuda_tier_set_lanes(t, FATHOM_CUDA_MAX_LANES + 1, 0), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_cuda_tier_set_lanes(t, 1, 65536), FATHOM_ERR_INVALID_ARG);
     fathom_cuda_tier_usage u;
     CHECK_OK(fathom_cuda_tier_usage_of(t, a, &u));
     CHECK(u.length == 0 && u.segments == 0 && u.bytes > 0);
@@ -894,6 +954,7 @@ int main(void) {
     test_append(128);
     test_append(256);
     test_ragged();
+    test_shapes();
     test_graph();
     test_cache();
     return check_summary("test_cuda_tier");
