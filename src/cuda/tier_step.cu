@@ -196,9 +196,6 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
     __shared__ uint8_t s_row_p[PASS * FATHOM_PLANES];
     __shared__ int16_t s_line[PASS * FATHOM_PLANES]; /* cache slot of (pass channel c, plane p) */
     __shared__ int16_t s_row_line[PASS * FATHOM_PLANES];
-    /* the next chunk's scan (programmatic dependent launch) may start once
-       every CTA of this one runs: the link does not drain between chunks */
-    asm volatile("griddepcontrol.launch_dependents;");
     const uint32_t p = p0 + blockIdx.y, tid = threadIdx.x, lane = tid & 31, part = tid >> 5;
     const uint64_t n = w.n_of[p], nb = (n + 63) / 64, b0 = (uint64_t)blockIdx.x * 32;
     if (b0 >= nb) return; /* uniform */
@@ -267,6 +264,12 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
                 s_words[i] = __ldcv((const unsigned long long *)&planes[((size_t)s_row_j[r] * FATHOM_PLANES + s_row_p[r]) * S + bs0 + l]);
         }
         __syncthreads();
+        /* the first pass's words are in: once every CTA gets here, the next
+           chunk's scan (programmatic dependent launch) may start, so its
+           reads follow this chunk's on the link while this one decodes (at
+           launch instead, a chunk too small to fill the GPU let every
+           chunk's scan start at once and none finish before the others) */
+        if (c0 == 0) asm volatile("griddepcontrol.launch_dependents;");
         if (lane >= nblk) continue;
         float acc[SH::TOK][GP];
 #pragma unroll
