@@ -405,25 +405,29 @@ typedef struct fathom_cuda_tier_step_args {
 int fathom_cuda_tier_workspace_size(const fathom_cuda_tier *tier,
                                     const fathom_cuda_tier_step_args *args, size_t *bytes);
 /* Sparse attention of one layer for every session of a batch, each at its
- * own length (the one this layer's appends reached). The scan reads the
- * planes in place from host memory (each byte crosses the link once),
- * except what the session's HBM cache holds (below). With a row cache, a
- * session appears at most once per batch. */
+ * own length (the one this layer's appends reached). Each planned plane
+ * byte crosses the link once, except what the session's HBM cache holds
+ * (below). With a row cache, a session appears at most once per batch.
+ *
+ * The step is pipelined as fathom_cuda_step with lanes: after the plan of
+ * every (entry, KV head), chunks of them (fathom_cuda_lanes_set_chunk's
+ * sizes, by capacity_tokens) have their planned planes and scales gathered
+ * into HBM staging one after another on the tier's high-priority link
+ * stream, and each chunk's scan, top-k, row fetch and attention run on one
+ * of its lanes beside the next chunks' gathers; the streams fork from and
+ * join back into `stream` (graph capture works). Sessions with a plane
+ * cache are scanned in place. When the step is one chunk (short contexts)
+ * or has no lanes, every phase runs on `stream` and the scan reads the
+ * planes in place from host memory. Steps of one tier must be enqueued from
+ * one host thread at a time. Same bits with or without the pipeline; the
+ * workspace holds the staging (workspace_size depends on the lanes). */
 int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *args,
                           cudaStream_t stream);
-/* The step is pipelined as fathom_cuda_step with lanes: after the plan of
- * every (entry, KV head), chunks of them (fathom_cuda_lanes_set_chunk's
- * sizes, by capacity_tokens) are scanned one after another on the tier's
- * high-priority link stream, and each chunk's top-k, row fetch and attention
- * run on one of its lanes beside the next chunk's scan; the streams fork
- * from and join back into `stream` (graph capture works). Steps of one tier
- * must be enqueued from one host thread at a time. Same bits with or without
- * the pipeline. */
 #ifdef FATHOM_CUDA_EXPERIMENTAL
 /* lanes 0..FATHOM_CUDA_MAX_LANES (0: every phase on the caller's stream, one
  * after another), problems per chunk as fathom_cuda_lanes_set_chunk (0: by
  * context). A new tier has 3 lanes and chunks by context. Not while a step
- * of this tier is in flight or being captured. */
+ * of this tier is in flight or being captured; size the workspace after. */
 int fathom_cuda_tier_set_lanes(fathom_cuda_tier *tier, uint32_t lanes, uint32_t problems_per_chunk);
 #endif
 

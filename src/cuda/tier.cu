@@ -47,7 +47,7 @@ tier_cache *fc_tier_caches(fathom_cuda_tier *t, tier_cache **device) {
     return t->caches;
 }
 uint32_t *fc_tier_row_caches(fathom_cuda_tier *t) { return &t->row_caches; }
-fathom_cuda_lanes *fc_tier_lanes(fathom_cuda_tier *t) { return t->lanes; }
+fathom_cuda_lanes *fc_tier_lanes(const fathom_cuda_tier *t) { return t->lanes; }
 int fc_tier_live(const fathom_cuda_tier *t, uint32_t s) {
     return t && s < t->shape.max_sessions && t->sessions[s].live;
 }

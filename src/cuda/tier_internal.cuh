@@ -145,7 +145,7 @@ uint32_t *fc_tier_row_caches(fathom_cuda_tier *tier); /* sessions with a row cac
 /* The step's pipeline (NULL: one stream); a tier starts with TIER_LANES
  * lanes and chunks by context (fathom_cuda_tier_set_lanes). */
 #define TIER_LANES 3
-fathom_cuda_lanes *fc_tier_lanes(fathom_cuda_tier *tier);
+fathom_cuda_lanes *fc_tier_lanes(const fathom_cuda_tier *tier);
 /* tier_cache.cu: free a description's device memory (and zero it); drop a
  * session's cache (its device description zeroed first); after a
  * truncation to n tokens, forget what the cache holds beyond n. */

@@ -3,9 +3,12 @@
  *           variance from the running sums (fathom_store_variance), the
  *           water-filling depths (fathom_water_fill) or the caller's fixed
  *           depths, and the scan order;
- *   scan    approximate scores of every token, plane words read in place
- *           from the host segments through the segment table, or from the
- *           session's HBM plane cache where it holds them;
+ *   gather  (pipelined steps, sessions without a plane cache) the planned
+ *           plane rows and scales of a chunk of problems into HBM staging,
+ *           laid out as the host slices;
+ *   scan    approximate scores of every token, plane words from staging, or
+ *           read in place from the host segments through the segment table,
+ *           or from the session's HBM plane cache where it holds them;
  *   top-k   topk.cu's radix select, each row at its own length;
  *   fetch   the union of the group's winners, K and V rows from the host or
  *           from the session's HBM row cache;
@@ -43,6 +46,8 @@ typedef struct tier_ws {
     float *rows_k;     /* [P][G*k][D] */
     uint16_t *rows_v;  /* [P][G*k][D] */
     uint8_t *miss;     /* [P][G*k] the row came from host and may enter the row cache */
+    uint8_t *stage;    /* [P][nseg][kv_off] planes and scales as in the host slices; NULL: scanned in place */
+    uint32_t nseg;     /* segments of capacity_tokens */
     size_t total;
 } tier_ws;
 
@@ -61,6 +66,15 @@ static T *take(bump *b, uint64_t count) {
         b->overflow = true;
     b->off = at + bytes;
     return b->base && !b->overflow ? (T *)(b->base + at) : NULL;
+}
+
+/* Problems per pipeline chunk; P (one stream, planes scanned in place) when
+ * the step is not pipelined: no lanes, or one chunk. */
+static uint32_t chunk_of(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a) {
+    const fathom_cuda_lanes *L = fc_tier_lanes(tier);
+    const uint32_t P = a->batch * fc_tier_dev(tier)->heads;
+    if (!L) return P;
+    return fc_chunk_size(L->per_chunk, P, a->capacity_tokens);
 }
 
 static int layout(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a, void *base,
@@ -96,6 +110,12 @@ static int layout(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args
     w->rows_k = take<float>(&b, R * k * D);
     w->rows_v = take<uint16_t>(&b, R * k * D);
     w->miss = take<uint8_t>(&b, R * k);
+    const uint64_t seg_tokens = (uint64_t)t->segment_blocks * FATHOM_BLOCK_TOKENS;
+    w->nseg = (uint32_t)((a->capacity_tokens + seg_tokens - 1) / seg_tokens);
+    uint64_t stage = 0;
+    if (chunk_of(tier, a) < P && (!fathom_mul_u64(P * w->nseg, t->kv_off, &stage) || stage > (1ull << 44)))
+        b.overflow = true;
+    w->stage = take<uint8_t>(&b, stage);
     FATHOM_CHECK(b.overflow, FATHOM_ERR_NOMEM, "tier_step: workspace size overflows");
     w->total = (size_t)b.off + 256;
     return FATHOM_OK;
@@ -208,7 +228,9 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
     const uint64_t *cwords = cache.words + lh * cache.lines * cache.blocks;
     const uint16_t *cscales = cache.scales + lh * cache.lines * cache.blocks;
     uint32_t cached = 0; /* bytes this thread read from the cache */
-    const uint8_t *slice = tier_slice(t, s, (uint32_t)(b0 / S), layer, h);
+    const uint8_t *slice = w.stage && !cache.map
+                               ? w.stage + ((size_t)p * w.nseg + b0 / S) * t.kv_off /* the gather's copy */
+                               : tier_slice(t, s, (uint32_t)(b0 / S), layer, h);
     const uint64_t *planes = (const uint64_t *)slice;
     const uint16_t *scales = (const uint16_t *)(slice + t.scales_off);
     const uint32_t bs0 = (uint32_t)(b0 % S), nblk = nb - b0 < 32 ? (uint32_t)(nb - b0) : 32;
@@ -264,12 +286,6 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
                 s_words[i] = __ldcv((const unsigned long long *)&planes[((size_t)s_row_j[r] * FATHOM_PLANES + s_row_p[r]) * S + bs0 + l]);
         }
         __syncthreads();
-        /* the first pass's words are in: once every CTA gets here, the next
-           chunk's scan (programmatic dependent launch) may start, so its
-           reads follow this chunk's on the link while this one decodes (at
-           launch instead, a chunk too small to fill the GPU let every
-           chunk's scan start at once and none finish before the others) */
-        if (c0 == 0) asm volatile("griddepcontrol.launch_dependents;");
         if (lane >= nblk) continue;
         float acc[SH::TOK][GP];
 #pragma unroll
@@ -307,6 +323,84 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
     if (hit_bytes) { /* per warp, one atomic */
         for (int off = 16; off > 0; off >>= 1) cached += __shfl_xor_sync(0xffffffffu, cached, off);
         if (lane == 0 && cached) atomicAdd(hit_bytes, (unsigned long long)cached);
+    }
+}
+
+/* ---- gather: the planned plane rows and scales into HBM staging ---- */
+
+#define GATHER_GRID 32   /* CTAs: few, so the scans of earlier chunks keep the SMs */
+#define GATHER_WARPS 8
+#define GATHER_PIECE 4096u /* bytes a warp moves at a time: 8 16-byte loads a lane, all in flight */
+
+/* Copy len bytes (even; both 16-byte aligned) with one warp. */
+static __device__ __forceinline__ void warp_copy(uint8_t *dst, const uint8_t *src, uint32_t len, uint32_t lane) {
+    const uint32_t body = len / 16;
+    uint4 v[GATHER_PIECE / 512];
+#pragma unroll
+    for (int i = 0; i < (int)(GATHER_PIECE / 512); i++)
+        if (lane + 32 * i < body) v[i] = __ldcv((const uint4 *)src + lane + 32 * i);
+#pragma unroll
+    for (int i = 0; i < (int)(GATHER_PIECE / 512); i++)
+        if (lane + 32 * i < body) ((uint4 *)dst)[lane + 32 * i] = v[i];
+    for (uint32_t x = body * 16 + lane * 2; x < len; x += 64)
+        *(uint16_t *)(dst + x) = __ldcv((const unsigned short *)(src + x));
+}
+
+/* Problems [p0, p0 + count) of a step; their sessions without a plane cache
+ * get, for every segment the length reaches, the plane rows p < depth_j of
+ * every channel (one run when the segment is full, else one per row of its
+ * nblk blocks) and the channel's scales, at the offsets of the host slice.
+ * The runs are cut into GATHER_PIECE pieces dealt round robin to all warps
+ * of the grid; every warp walks the same list (depths in shared memory). A
+ * first walk counts the pieces: a warp near its last ones lets the next
+ * chunk's gather (programmatic dependent launch) start, so the link does not
+ * drain between chunks. */
+template <int D>
+static __global__ void __launch_bounds__(GATHER_WARPS * 32)
+tier_gather_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t p0, uint32_t count,
+                   tier_ws w) {
+    __shared__ uint8_t s_dep[D];
+    const uint32_t lane = threadIdx.x & 31, W = GATHER_GRID * GATHER_WARPS;
+    const uint32_t me = blockIdx.x * GATHER_WARPS + (threadIdx.x >> 5), S = t.segment_blocks;
+    uint64_t total = 0, g = 0;
+    for (int walk = 0; walk < 2; walk++) {
+        for (uint32_t p = p0; p < p0 + count; p++) {
+            const uint32_t s = sessions[p / t.heads], h = p % t.heads;
+            const uint64_t nb = ((uint64_t)w.n_of[p] + 63) / 64;
+            if (s >= t.max_sessions || t.caches[s].map) continue; /* uniform */
+            __syncthreads();
+            for (uint32_t j = threadIdx.x; j < D; j += blockDim.x) s_dep[j] = w.depths[(size_t)p * D + j];
+            __syncthreads();
+            for (uint32_t seg = 0; (uint64_t)seg * S < nb; seg++) {
+                const uint32_t nblk = nb - (uint64_t)seg * S < S ? (uint32_t)(nb - (uint64_t)seg * S) : S;
+                const uint8_t *src = walk ? tier_slice(t, s, seg, layer, h) : NULL;
+                uint8_t *dst = w.stage + ((size_t)p * w.nseg + seg) * t.kv_off;
+                for (uint32_t j = 0; j < D; j++) {
+                    const uint32_t tj = s_dep[j];
+                    if (!tj) continue;
+                    /* the rows as (offset, length) runs, then the scales */
+                    const uint32_t runs = nblk == S ? 1 : tj;
+                    for (uint32_t r = 0; r <= runs; r++) {
+                        const uint64_t off = r < runs ? ((uint64_t)j * FATHOM_PLANES + r) * S * 8
+                                                      : t.scales_off + (uint64_t)j * S * 2;
+                        const uint32_t len = r < runs ? (nblk == S ? tj * S * 8 : nblk * 8) : nblk * 2;
+                        const uint32_t pieces = (len + GATHER_PIECE - 1) / GATHER_PIECE;
+                        if (walk == 0) {
+                            total += pieces;
+                            continue;
+                        }
+                        /* this warp's pieces of the run: g + q = me (mod W) */
+                        for (uint32_t q = (me + W - (uint32_t)(g % W)) % W; q < pieces; q += W) {
+                            if (g + q + 2 * W >= total) asm volatile("griddepcontrol.launch_dependents;");
+                            const uint32_t at = q * GATHER_PIECE;
+                            warp_copy(dst + off + at, src + off + at,
+                                      len - at < GATHER_PIECE ? len - at : GATHER_PIECE, lane);
+                        }
+                        g += pieces;
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -466,7 +560,7 @@ typedef struct tier_chunk {
 
 template <int D, int GP>
 static int launch_scan(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G,
-                       const tier_ws *w, tier_chunk c, bool behind, cudaStream_t stream) {
+                       const tier_ws *w, tier_chunk c, cudaStream_t stream) {
     typedef tier_scan_shape<GP> SH;
     /* plane rows of one pass: at most the budget (water-filling plans at most budget
        planes), at most 4 per channel */
@@ -477,32 +571,40 @@ static int launch_scan(const tier_dev *t, const fathom_cuda_tier_step_args *a, u
         FATHOM_CUDA_TRY(cudaFuncSetAttribute(tier_scan_kernel<D, GP>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const uint64_t nb = (a->capacity_tokens + 63) / 64;
-    /* behind another chunk's scan on the link stream: launched as that one's
-       CTAs are all running (it reads nothing that one writes) */
-    cudaLaunchAttribute overlap;
-    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    overlap.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t launch = {};
-    launch.gridDim = dim3((uint32_t)((nb + 31) / 32), c.count);
-    launch.blockDim = dim3(SH::THREADS);
-    launch.dynamicSmemBytes = smem;
-    launch.stream = stream;
-    launch.attrs = &overlap;
-    launch.numAttrs = behind ? 1 : 0;
-    FATHOM_CUDA_TRY(cudaLaunchKernelEx(&launch, tier_scan_kernel<D, GP>, *t, a->layer, a->sessions, G, c.p0,
-                                       *w, a->cache_bytes));
+    const dim3 grid((uint32_t)((nb + 31) / 32), c.count);
+    tier_scan_kernel<D, GP><<<grid, SH::THREADS, smem, stream>>>(*t, a->layer, a->sessions, G, c.p0, *w,
+                                                                 a->cache_bytes);
     FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
 }
 
 template <int D>
 static int scan_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G, const tier_ws *w,
-                      tier_chunk c, bool behind, cudaStream_t stream) {
-    if (G == 1) return launch_scan<D, 1>(t, a, G, w, c, behind, stream);
-    if (G == 2) return launch_scan<D, 2>(t, a, G, w, c, behind, stream);
-    if (G <= 4) return launch_scan<D, 4>(t, a, G, w, c, behind, stream);
-    if (G <= 8) return launch_scan<D, 8>(t, a, G, w, c, behind, stream);
-    return launch_scan<D, 16>(t, a, G, w, c, behind, stream);
+                      tier_chunk c, cudaStream_t stream) {
+    if (G == 1) return launch_scan<D, 1>(t, a, G, w, c, stream);
+    if (G == 2) return launch_scan<D, 2>(t, a, G, w, c, stream);
+    if (G <= 4) return launch_scan<D, 4>(t, a, G, w, c, stream);
+    if (G <= 8) return launch_scan<D, 8>(t, a, G, w, c, stream);
+    return launch_scan<D, 16>(t, a, G, w, c, stream);
+}
+
+/* The chunk's planned planes into staging, on the link stream; behind
+ * another chunk's gather it launches as that one's last pieces are read. */
+template <int D>
+static int gather_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, const tier_ws *w, tier_chunk c,
+                        bool behind, cudaStream_t stream) {
+    cudaLaunchAttribute overlap;
+    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t launch = {};
+    launch.gridDim = dim3(GATHER_GRID);
+    launch.blockDim = dim3(GATHER_WARPS * 32);
+    launch.stream = stream;
+    launch.attrs = &overlap;
+    launch.numAttrs = behind ? 1 : 0;
+    FATHOM_CUDA_TRY(cudaLaunchKernelEx(&launch, tier_gather_kernel<D>, *t, a->layer, a->sessions, c.p0, c.count, *w));
+    FATHOM_CUDA_LAUNCHED();
+    return FATHOM_OK;
 }
 
 /* Top-k, row fetch, row-cache insertion and attention of one chunk. */
@@ -531,21 +633,23 @@ static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, 
     return FATHOM_OK;
 }
 
-/* The plan of every problem on `stream`; then with lanes the chunks' scans
- * one after another on the link stream (each launched as the previous
- * one's CTAs all run) and each chunk's finish on lane i % count as soon as
- * its scan is done; the lanes join back into `stream`. */
+/* The plan of every problem on `stream`. Not pipelined (chunk_of): every
+ * phase on `stream`, the planes scanned in place. Pipelined: the chunks'
+ * gathers one after another on the lanes' link stream (the link moves one
+ * chunk at a time, at its full rate), and each chunk's scan (from staging),
+ * top-k, fetch and attention on lane i % count as soon as its planes are in,
+ * beside the next chunks' gathers; the lanes join back into `stream`. */
 template <int D>
-static int launch_all(const tier_dev *t, fathom_cuda_lanes *L, const fathom_cuda_tier_step_args *a, uint32_t G,
-                      const tier_ws *w, uint32_t *sel, uint32_t *sel_count, bool insert, cudaStream_t stream) {
+static int launch_all(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, const fathom_cuda_tier_step_args *a,
+                      uint32_t G, const tier_ws *w, uint32_t *sel, uint32_t *sel_count, bool insert,
+                      cudaStream_t stream) {
     const uint32_t P = a->batch * t->heads;
     tier_prep_kernel<D><<<P, D, 0, stream>>>(*t, a->layer, a->sessions, G, a->budget, a->fixed_depths,
                                              a->capacity_tokens, a->queries, *w);
     FATHOM_CUDA_LAUNCHED();
-    const uint32_t per = L ? fc_chunk_size(L->per_chunk, P, a->capacity_tokens) : P;
     if (per >= P) {
         const tier_chunk all = {0, P};
-        FATHOM_TRY(scan_chunk<D>(t, a, G, w, all, false, stream));
+        FATHOM_TRY(scan_chunk<D>(t, a, G, w, all, stream));
         return finish_chunk<D>(t, a, G, w, all, sel, sel_count, insert, stream);
     }
     const uint32_t chunks = (P + per - 1) / per;
@@ -553,7 +657,7 @@ static int launch_all(const tier_dev *t, fathom_cuda_lanes *L, const fathom_cuda
     FATHOM_CUDA_TRY(cudaStreamWaitEvent(L->link, L->fork, 0));
     for (uint32_t i = 0; i < chunks; i++) {
         const tier_chunk c = {i * per, P - i * per < per ? P - i * per : per};
-        FATHOM_TRY(scan_chunk<D>(t, a, G, w, c, i > 0, L->link));
+        FATHOM_TRY(gather_chunk<D>(t, a, w, c, i > 0, L->link));
         FATHOM_CUDA_TRY(cudaEventRecord(L->moved[i], L->link));
     }
     FATHOM_CUDA_TRY(cudaEventRecord(L->link_done, L->link));
@@ -561,6 +665,7 @@ static int launch_all(const tier_dev *t, fathom_cuda_lanes *L, const fathom_cuda
         const tier_chunk c = {i * per, P - i * per < per ? P - i * per : per};
         cudaStream_t s = L->stream[i % L->count];
         FATHOM_CUDA_TRY(cudaStreamWaitEvent(s, L->moved[i], 0));
+        FATHOM_TRY(scan_chunk<D>(t, a, G, w, c, s));
         FATHOM_TRY(finish_chunk<D>(t, a, G, w, c, sel, sel_count, insert, s));
     }
     FATHOM_CUDA_TRY(cudaStreamWaitEvent(stream, L->link_done, 0));
@@ -620,12 +725,13 @@ extern "C" int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_t
     uint32_t *sel = a->selected ? a->selected : w.top.sel;
     uint32_t *sel_count = a->selected_count ? a->selected_count : w.top.sel_count;
     fathom_cuda_lanes *L = fc_tier_lanes(tier);
+    const uint32_t per = chunk_of(tier, a);
     FATHOM_CUDA_TRY(cudaMemsetAsync(w.top.hist, 0, w.top.zero_bytes, stream));
     const bool insert = *fc_tier_row_caches(tier) > 0;
     switch (t->dim) {
-    case 64: FATHOM_TRY(launch_all<64>(t, L, a, G, &w, sel, sel_count, insert, stream)); break;
-    case 128: FATHOM_TRY(launch_all<128>(t, L, a, G, &w, sel, sel_count, insert, stream)); break;
-    case 256: FATHOM_TRY(launch_all<256>(t, L, a, G, &w, sel, sel_count, insert, stream)); break;
+    case 64: FATHOM_TRY(launch_all<64>(t, L, per, a, G, &w, sel, sel_count, insert, stream)); break;
+    case 128: FATHOM_TRY(launch_all<128>(t, L, per, a, G, &w, sel, sel_count, insert, stream)); break;
+    case 256: FATHOM_TRY(launch_all<256>(t, L, per, a, G, &w, sel, sel_count, insert, stream)); break;
     default: return fathom_fail(FATHOM_ERR_UNSUPPORTED, "tier_step: dim %u", t->dim);
     }
     if (a->depths)
