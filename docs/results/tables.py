@@ -392,27 +392,36 @@ def gpu_resident_scan(rec):
 
 def gpu_tier(rec):
     r = rec["result"]
-    out = [[ctx(d["context"]), "%.2f" % d["tier_ms"], "%.2f" % d["fixed_best_ms"], "%.2f" % d["fixed_direct_ms"],
-            "%.2fx" % d["tier_vs_fixed"], "%.1f%%" % (100 * d["append_share"]), "%.2fx" % d["tier_x_floor"],
-            "%.1f" % d["tier_host_us"], "%.0f" % d["eager_enqueue_us"]] for d in r["decode"]]
-    text = md_table(["context", "tier ms", "fixed best ms", "fixed direct ms", "tier / fixed best", "append share",
-                     "tier x floor", "host us / replay", "eager enqueue us"], out)
+    one = lambda d: "%.2f" % d["one_stream_ms"] if "one_stream_ms" in d else "-"
+    out = [[ctx(d["context"]), "%.2f" % d["tier_ms"], one(d), "%.2f" % d["fixed_best_ms"],
+            "%.2f" % d["fixed_direct_ms"], "%.2fx" % d["tier_vs_fixed"], "%.1f%%" % (100 * d["append_share"]),
+            "%.2fx" % d["tier_x_floor"], "%.1f" % d["tier_host_us"], "%.0f" % d["eager_enqueue_us"]]
+           for d in r["decode"]]
+    text = md_table(["context", "tier ms", "one stream ms", "fixed best ms", "fixed direct ms", "tier / fixed best",
+                     "append share", "tier x floor", "host us / replay", "eager enqueue us"], out)
     g = r.get("ragged")
     if g:
         text += ("\nRagged batch of 4 sessions (%s tokens, segments of %d blocks): %.2f ms per step, "
                  "%.2fx the link floor of its %.3f GB (scan %.3f + rows %.3f GB at %.1f GB/s), "
-                 "%.1f us of host time per replay.\n" %
+                 "%.1f us of host time per replay%s.\n" %
                  (" / ".join(str(x) for x in g["lengths"]), g["segment_blocks"], g["ms"], g["x_floor"],
-                  g["scan_GB"] + g["row_GB"], g["scan_GB"], g["row_GB"], r["link_GBps"], g["host_us"]))
+                  g["scan_GB"] + g["row_GB"], g["scan_GB"], g["row_GB"], r["link_GBps"], g["host_us"],
+                  "; on one stream %.2f ms" % g["one_stream_ms"] if "one_stream_ms" in g else ""))
     text += ("\nGPU ms per decode step of the KV tier (fathom_cuda_tier_append + fathom_cuda_tier_step): "
              "%d layers x %d KV heads, G = %d, d = %d, k = %d, %s, one session growing by one token per "
-             "step, ONE captured graph of every layer's append and step replayed %d times; \"fixed\" is "
+             "step, ONE captured graph of every layer's append and step replayed %d times (\"one stream\": the same "
+             "graph with fathom_cuda_tier_set_lanes(tier, 0, 0), every phase on one stream, planes scanned in "
+             "place); \"fixed\" is "
              "fathom_cuda_step (no appends) over the same host memory at the session's final length: the best "
              "of one stream, 3 lanes (kernel transport) and the direct transport, no prefetch. Append share = "
              "a graph of the appends alone / the tier step. Floor = (scan + row bytes) / link (%.1f GB/s, same "
-             "run). Where it does not hold: the tier step runs its heads on one stream (a chunked pipeline "
-             "measured slower) and prefetches nothing, so it trails the pipelined fixed step; only %d layers "
-             "were held (the step is per layer, so the ratios carry over to 36).\n" %
+             "run). The tier step is pipelined from 196608 tokens of capacity (chunks of one KV head: each "
+             "chunk's planned planes gathered into HBM staging on a link stream, its scan, top-k, row fetch "
+             "and attention on 3 lanes beside the next chunks' gathers); below that it runs on one stream and "
+             "scans the planes in place (there the pipeline measured slower). Where it does not hold: the tier "
+             "step prefetches nothing across layers, its append (a graph node chain of its own per layer) is "
+             "in the step's time, and only %d layers were held (the step is per layer, so the ratios carry "
+             "over to 36).\n" %
              (r["layers"], r["kv_heads"], r["group"], r["dim"], r["k"], r["method"], r["reps"], r["link_GBps"],
               r["layers"]))
     rows = [[ctx(d["context"]), c["point"], "%d / %.0f" % (c["lines"], c["plan_lines"]),
@@ -537,6 +546,14 @@ def serve_bench(rec):
     if any(d.get("skipped", "").startswith("unsupported") for d in r["runs"]):
         notes.append("\"unsupported\" for ds:32: the recorded commit's fathom.tier had no fixed-depths path "
                      "(ds:32 through the tier: the last table of this section)")
+    # Qwen3-8B's tier per token: 36 layers x 8 KV heads x (bf16 K and V 2 x 128 x 2 B + 4 planes x 128 bits
+    # + 128 fp16 scales per 64 tokens) = 36 x 8 x 580 B
+    per_token = 36 * 8 * (2 * 128 * 2 + 4 * 128 // 8 + 128 * 2 // 64)
+    notes.append("batch 4 at 512k is not run: its host tier needs 4 x 524288 tokens x %d B = %.0f GiB of pinned "
+                 "host memory (bf16 K/V 512 B + planes 64 B + scales 4 B per token, layer and KV head), the GPU "
+                 "host has 125 GiB (batch 1 at 512k: %.1f GiB; batch 4 at 32k: %.1f GiB)" % (
+                     per_token, 4 * 524288 * per_token / 2**30, 524288 * per_token / 2**30,
+                     4 * 32768 * per_token / 2**30))
     text += "\n" + "".join("- %s.\n" % n for n in notes)
     return text + "\n" + serve_text(r)
 

@@ -69,11 +69,14 @@ static T *take(bump *b, uint64_t count) {
 }
 
 /* Problems per pipeline chunk; P (one stream, planes scanned in place) when
- * the step is not pipelined: no lanes, or one chunk. */
+ * the step is not pipelined: no lanes, one chunk, or chunks by context below
+ * TIER_PIPELINE_TOKENS (there the gathers' fixed latencies cost more than
+ * the transfer they hide). */
+#define TIER_PIPELINE_TOKENS 196608
 static uint32_t chunk_of(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a) {
     const fathom_cuda_lanes *L = fc_tier_lanes(tier);
     const uint32_t P = a->batch * fc_tier_dev(tier)->heads;
-    if (!L) return P;
+    if (!L || (L->per_chunk == 0 && a->capacity_tokens < TIER_PIPELINE_TOKENS)) return P;
     return fc_chunk_size(L->per_chunk, P, a->capacity_tokens);
 }
 
@@ -115,7 +118,7 @@ static int layout(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args
     uint64_t stage = 0;
     if (chunk_of(tier, a) < P && (!fathom_mul_u64(P * w->nseg, t->kv_off, &stage) || stage > (1ull << 44)))
         b.overflow = true;
-    w->stage = take<uint8_t>(&b, stage);
+    w->stage = stage ? take<uint8_t>(&b, stage) : NULL; /* NULL: the scan reads in place */
     FATHOM_CHECK(b.overflow, FATHOM_ERR_NOMEM, "tier_step: workspace size overflows");
     w->total = (size_t)b.off + 256;
     return FATHOM_OK;
