@@ -406,7 +406,13 @@ def gpu_tier(rec):
                  "%.1f us of host time per replay%s.\n" %
                  (" / ".join(str(x) for x in g["lengths"]), g["segment_blocks"], g["ms"], g["x_floor"],
                   g["scan_GB"] + g["row_GB"], g["scan_GB"], g["row_GB"], r["link_GBps"], g["host_us"],
-                  "; on one stream %.2f ms" % g["one_stream_ms"] if "one_stream_ms" in g else ""))
+                  "; on one stream %.2f ms, %.2fx the floor" % (g["one_stream_ms"], g["one_stream_ms"] / g["floor_ms"])
+                  if "one_stream_ms" in g else ""))
+        if "one_stream_ms" in g and g["one_stream_ms"] < g["ms"]:
+            text += ("The recorded commit pipelined this batch of 32 (session, KV head) pairs in chunks of 2 "
+                     "(the first figure); later commits run it (more than 16 pairs, segments under 4096 blocks) on "
+                     "one stream by default (the second figure, measured in the same run through "
+                     "fathom_cuda_tier_set_lanes(tier, 0, 0)).\n")
     text += ("\nGPU ms per decode step of the KV tier (fathom_cuda_tier_append + fathom_cuda_tier_step): "
              "%d layers x %d KV heads, G = %d, d = %d, k = %d, %s, one session growing by one token per "
              "step, ONE captured graph of every layer's append and step replayed %d times (\"one stream\": the same "
@@ -415,7 +421,8 @@ def gpu_tier(rec):
              "fathom_cuda_step (no appends) over the same host memory at the session's final length: the best "
              "of one stream, 3 lanes (kernel transport) and the direct transport, no prefetch. Append share = "
              "a graph of the appends alone / the tier step. Floor = (scan + row bytes) / link (%.1f GB/s, same "
-             "run). The tier step is pipelined from 196608 tokens of capacity (chunks of one KV head: each "
+             "run). The tier step is pipelined by default from 196608 tokens of capacity with segments of at least "
+             "4096 blocks and at most 16 (session, KV head) pairs (chunks of one KV head: each "
              "chunk's planned planes gathered into HBM staging on a link stream, its scan, top-k, row fetch "
              "and attention on 3 lanes beside the next chunks' gathers); below that it runs on one stream and "
              "scans the planes in place (there the pipeline measured slower). Where it does not hold: the tier "
@@ -447,7 +454,9 @@ def gpu_tier(rec):
                  "bytes, 43% of row bytes at a budget of 10% of the index) and shows the HBM it took (23 of 48 lines give 50% of the plane bytes: the first lines carry their channels' scales). Host-byte "
                  "floor = the bytes still read from host / link. Where it does not hold: queries are the same "
                  "every step here, so the plan and union do not drift; the hit rates are forced through the "
-                 "cache's size, not earned by a policy on a real decode.\n")
+                 "cache's size, not earned by a policy on a real decode. A session with a plane cache is scanned in place "
+                 "(its planes are not gathered into HBM staging), so where the step is pipelined (1M here, from "
+                 "the recorded commit on) a small plane cache can be slower than none.\n")
     return text
 
 

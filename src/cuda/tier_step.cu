@@ -69,14 +69,24 @@ static T *take(bump *b, uint64_t count) {
 }
 
 /* Problems per pipeline chunk; P (one stream, planes scanned in place) when
- * the step is not pipelined: no lanes, one chunk, or chunks by context below
- * TIER_PIPELINE_TOKENS (there the gathers' fixed latencies cost more than
- * the transfer they hide). */
+ * the step is not pipelined: no lanes, one chunk, or chunks by context
+ * outside the one shape the pipeline measured faster in (bench_cuda_tier):
+ * from TIER_PIPELINE_TOKENS of capacity (below, the gathers' fixed
+ * latencies cost more than the transfer they hide), one KV head per chunk
+ * (at most FATHOM_CUDA_MAX_CHUNKS problems) and segments of at least
+ * TIER_PIPELINE_SEGMENT blocks (long plane runs). A ragged batch of 32
+ * problems over segments of 1024 blocks, pipelined in chunks of 2, measured
+ * slower than on one stream. */
 #define TIER_PIPELINE_TOKENS 196608
+#define TIER_PIPELINE_SEGMENT 4096
 static uint32_t chunk_of(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a) {
     const fathom_cuda_lanes *L = fc_tier_lanes(tier);
-    const uint32_t P = a->batch * fc_tier_dev(tier)->heads;
-    if (!L || (L->per_chunk == 0 && a->capacity_tokens < TIER_PIPELINE_TOKENS)) return P;
+    const tier_dev *t = fc_tier_dev(tier);
+    const uint32_t P = a->batch * t->heads;
+    if (!L) return P;
+    if (L->per_chunk == 0 && (a->capacity_tokens < TIER_PIPELINE_TOKENS || P > FATHOM_CUDA_MAX_CHUNKS ||
+                              t->segment_blocks < TIER_PIPELINE_SEGMENT))
+        return P;
     return fc_chunk_size(L->per_chunk, P, a->capacity_tokens);
 }
 

@@ -457,12 +457,12 @@ static void test_ragged(void) {
     std::vector<uint16_t> q(R * D);
     rng_state = 777;
     for (size_t i = 0; i < q.size(); i++) q[i] = fathom_f32_to_bf16(0.3f * rng_normal());
+    /* the batch pipelined (one KV head per chunk, two lanes; the workspace
+       sized after: it holds the staging), each session alone on one stream */
+    CHECK_OK(fathom_cuda_tier_set_lanes(tier, 2, 1));
     step_bufs b = alloc_bufs(tier, 4, H, G, D, capacity, 1);
     CK(cudaMemcpy(b.q, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(b.sessions, ids.data(), 16, cudaMemcpyHostToDevice));
-    /* the batch pipelined (one KV head per chunk, two lanes), each session
-       alone on one stream */
-    CHECK_OK(fathom_cuda_tier_set_lanes(tier, 2, 1));
     fathom_cuda_tier_step_args a = step_args(0, 4, capacity, b);
     CHECK_OK(fathom_cuda_tier_step(tier, &a, 0));
     CHECK_OK(fathom_cuda_tier_check(tier));
@@ -918,6 +918,11 @@ static void test_args_gpu(void) {
     s = step_args(0, 1, 1024, bf);
     s.workspace_bytes = 100;
     CHECK_STATUS(fathom_cuda_tier_step(t, &s, 0), FATHOM_ERR_INVALID_ARG);
+    /* a workspace sized for one stream lacks the staging of a pipelined step */
+    CHECK_OK(fathom_cuda_tier_set_lanes(t, 2, 1));
+    s = step_args(0, 1, 1024, bf);
+    CHECK_STATUS(fathom_cuda_tier_step(t, &s, 0), FATHOM_ERR_INVALID_ARG);
+    CHECK_OK(fathom_cuda_tier_set_lanes(t, 3, 0));
     /* an empty session: output 0, LSE -inf, nothing selected */
     CK(cudaMemcpy(bf.sessions, &b, 4, cudaMemcpyHostToDevice));
     CK(cudaMemset(bf.q, 0, 4 * 128 * 2 * 2));
