@@ -480,8 +480,10 @@ int fathom_cuda_tier_cache_bytes(const fathom_cuda_tier *tier, uint32_t session,
  *     picks the same global winners (fathom_select's rule: ties to the
  *     lower position), each part attends over its winners, and the partial
  *     softmax sums are merged by their maxima (log-sum-exp). Exchanges are
- *     cudaMemcpyPeerAsync between the ranks' workspaces, ordered by events;
- *     on one device they are device copies (the one-GPU simulation).
+ *     copies between the ranks' workspaces ordered by events: device to
+ *     device (capturable) where the devices share peer access or are one
+ *     device (the one-GPU simulation), else cudaMemcpyPeerAsync through the
+ *     host (not capturable).
  *     Selections and depths are those of one tier; out and lse differ from
  *     one tier's only by the order of the double sums (partial sums scaled
  *     by exp(max_q - max)), far below bf16's and float's rounding.

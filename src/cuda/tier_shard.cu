@@ -87,6 +87,7 @@ struct fathom_cuda_shard {
     uint64_t seg_tokens;
     int multi_node;
     shard_rank *ranks;
+    uint8_t *peer; /* [tp][tp] rank a reads rank b's device memory directly (same device or peer access) */
 };
 
 /* What the token-split kernels see of a rank. */
@@ -579,6 +580,7 @@ extern "C" void fathom_cuda_shard_destroy(fathom_cuda_shard *sh) {
     }
     cudaSetDevice(saved);
     free(sh->ranks);
+    free(sh->peer);
     free(sh);
 }
 
@@ -636,7 +638,8 @@ extern "C" int fathom_cuda_shard_create(const fathom_cuda_shard_config *c, fatho
     sh->seg_tokens = (uint64_t)(s->segment_blocks ? s->segment_blocks : 64) * FATHOM_BLOCK_TOKENS;
     sh->multi_node = access("/sys/devices/system/node/node1", F_OK) == 0;
     sh->ranks = (shard_rank *)calloc(c->tp, sizeof *sh->ranks);
-    int st = sh->ranks ? FATHOM_OK : fathom_fail(FATHOM_ERR_NOMEM, "shard_create: out of memory");
+    sh->peer = (uint8_t *)calloc((size_t)c->tp * c->tp, 1);
+    int st = sh->ranks && sh->peer ? FATHOM_OK : fathom_fail(FATHOM_ERR_NOMEM, "shard_create: out of memory");
     st = st ? st : on_devices([&]() -> int {
         for (uint32_t r = 0; r < sh->tp; r++) FATHOM_TRY(create_rank(sh, r, c->devices));
         /* peer access between the devices of one head's parts, where the hardware has it */
@@ -644,9 +647,12 @@ extern "C" int fathom_cuda_shard_create(const fathom_cuda_shard_config *c, fatho
             for (uint32_t b = 0; b < sh->tp; b++) {
                 const int da = sh->ranks[a].device, db = sh->ranks[b].device;
                 int can = 0;
-                if (sh->parts == 1 || a / sh->parts != b / sh->parts || da == db) continue;
+                if (sh->parts == 1 || a / sh->parts != b / sh->parts) continue;
+                sh->peer[(size_t)a * sh->tp + b] = da == db;
+                if (da == db) continue;
                 FATHOM_CUDA_TRY(cudaDeviceCanAccessPeer(&can, da, db));
                 if (!can) continue;
+                sh->peer[(size_t)a * sh->tp + b] = 1;
                 FATHOM_CUDA_TRY(cudaSetDevice(da));
                 const cudaError_t e = cudaDeviceEnablePeerAccess(db, 0);
                 if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
@@ -885,7 +891,11 @@ static int pull(const fathom_cuda_shard *sh, uint32_t r, const split_ws *ws, boo
         const uint64_t bytes = partials ? ws[r].part_bytes : ws[r].cand_bytes;
         const uint8_t *src = (partials ? ws[o].partials : ws[o].cands) + ro->part * bytes;
         uint8_t *dst = (partials ? ws[r].partials : ws[r].cands) + ro->part * bytes;
-        FATHOM_CUDA_TRY(cudaMemcpyPeerAsync(dst, rk->device, src, ro->device, bytes, streams[r]));
+        /* a plain copy between devices that reach each other (capturable); else through the host */
+        if (sh->peer[(size_t)r * sh->tp + o])
+            FATHOM_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, streams[r]));
+        else
+            FATHOM_CUDA_TRY(cudaMemcpyPeerAsync(dst, rk->device, src, ro->device, bytes, streams[r]));
     }
     return FATHOM_OK;
 }
