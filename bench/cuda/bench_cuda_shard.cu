@@ -10,7 +10,11 @@
  *            drew;
  *   copy     in the same run, a 1 GiB pinned host -> device copy on every
  *            rank's GPU at once: each link's rate and the host's total.
- * tp values above the GPU count are reported as not run. */
+ * tp values above the GPU count are reported as not run. --split-sim Q
+ * runs the token split with Q parts per KV head (tp = 8Q) with every rank
+ * on device 0: its step time against tp = 1 is the split's own cost on one
+ * GPU (selection exchange, the parts' top-k, the merged attention), not a
+ * multi-GPU time; per-link rates are not computed there. */
 #include "fathom_cuda.h"
 
 #include <chrono>
@@ -100,9 +104,10 @@ struct rank_bufs {
     cudaStream_t stream;
 };
 
-static std::string run_tp(uint32_t tp, uint64_t n, uint32_t L, int reps) {
+static std::string run_tp(uint32_t tp, uint64_t n, uint32_t L, int reps, bool one_device) {
     std::vector<int> devices(tp);
-    for (uint32_t r = 0; r < tp; r++) devices[r] = (int)r;
+    for (uint32_t r = 0; r < tp; r++) devices[r] = one_device ? 0 : (int)r;
+    const bool split = tp > H;
     const fathom_cuda_tier_shape shape = {L, H, G, D, 0, 1, n};
     const fathom_cuda_shard_config cfg = {shape, tp, devices.data(), 0};
     fathom_cuda_shard *sh = NULL;
@@ -111,11 +116,15 @@ static std::string run_tp(uint32_t tp, uint64_t n, uint32_t L, int reps) {
     FK(fathom_cuda_shard_session_create(sh, &sid));
     const double t0 = now_s();
     FK(fathom_cuda_shard_reserve(sh, sid, n));
-    const uint32_t Hr = H / tp, chunk = 8192;
+    const uint32_t Hr = split ? 1 : H / tp, chunk = 8192;
     std::vector<rank_bufs> rb(tp);
+    std::vector<uint32_t> first(tp); /* the rank's first KV head: the data's seed (replicas get the same) */
     for (uint32_t r = 0; r < tp; r++) {
         rank_bufs &b = rb[r];
-        CK(cudaSetDevice((int)r));
+        fathom_cuda_shard_rank ri;
+        FK(fathom_cuda_shard_rank_of(sh, r, &ri));
+        first[r] = ri.first_head;
+        CK(cudaSetDevice(devices[r]));
         CK(cudaStreamCreate(&b.stream));
         CK(cudaMalloc((void **)&b.sess, 4));
         CK(cudaMemset(b.sess, 0, 4));
@@ -130,7 +139,7 @@ static std::string run_tp(uint32_t tp, uint64_t n, uint32_t L, int reps) {
         std::vector<uint8_t> ds32((size_t)Hr * D, 0);
         for (uint32_t h = 0; h < Hr; h++) memset(&ds32[(size_t)h * D], 4, 32);
         CK(cudaMemcpy(b.fixed, ds32.data(), ds32.size(), cudaMemcpyHostToDevice));
-        random_bf16<<<64, 256>>>(b.q, (uint64_t)L * Hr * G * D, D, 99 + r);
+        random_bf16<<<64, 256>>>(b.q, (uint64_t)L * Hr * G * D, D, 99 + first[r]);
     }
     /* prefill through the GPU append, chunk by chunk */
     for (uint64_t at = 0; at < n; at += chunk) {
@@ -140,10 +149,10 @@ static std::string run_tp(uint32_t tp, uint64_t n, uint32_t L, int reps) {
             std::vector<const uint16_t *> ks(tp), vs(tp);
             std::vector<cudaStream_t> st(tp);
             for (uint32_t r = 0; r < tp; r++) {
-                CK(cudaSetDevice((int)r));
+                CK(cudaSetDevice(devices[r]));
                 CK(cudaMemcpyAsync(rb[r].counts, &c, 4, cudaMemcpyHostToDevice, rb[r].stream));
-                random_bf16<<<256, 256, 0, rb[r].stream>>>(rb[r].k, (uint64_t)c * Hr * D, D, at * 131 + l * 7 + r);
-                random_bf16<<<256, 256, 0, rb[r].stream>>>(rb[r].v, (uint64_t)c * Hr * D, D, at * 137 + l * 11 + r);
+                random_bf16<<<256, 256, 0, rb[r].stream>>>(rb[r].k, (uint64_t)c * Hr * D, D, at * 131 + l * 7 + first[r]);
+                random_bf16<<<256, 256, 0, rb[r].stream>>>(rb[r].v, (uint64_t)c * Hr * D, D, at * 137 + l * 11 + first[r]);
                 ss[r] = rb[r].sess;
                 cs[r] = rb[r].counts;
                 ks[r] = rb[r].k;
@@ -153,7 +162,7 @@ static std::string run_tp(uint32_t tp, uint64_t n, uint32_t L, int reps) {
             FK(fathom_cuda_shard_append(sh, l, ss.data(), 1, cs.data(), chunk, ks.data(), vs.data(), st.data()));
         }
         for (uint32_t r = 0; r < tp; r++) {
-            CK(cudaSetDevice((int)r));
+            CK(cudaSetDevice(devices[r]));
             CK(cudaStreamSynchronize(rb[r].stream));
         }
     }
@@ -165,7 +174,7 @@ static std::string run_tp(uint32_t tp, uint64_t n, uint32_t L, int reps) {
         std::vector<fathom_cuda_tier_step_args> as((size_t)tp * L);
         std::vector<cudaStream_t> st(tp);
         for (uint32_t r = 0; r < tp; r++) {
-            CK(cudaSetDevice((int)r));
+            CK(cudaSetDevice(devices[r]));
             st[r] = rb[r].stream;
             for (uint32_t l = 0; l < L; l++) {
                 fathom_cuda_tier_step_args &a = as[(size_t)l * tp + r];
@@ -182,7 +191,7 @@ static std::string run_tp(uint32_t tp, uint64_t n, uint32_t L, int reps) {
                 a.queries = rb[r].q + (size_t)l * Hr * G * D;
                 a.out = rb[r].out;
                 a.depths = rb[r].depths;
-                a.union_count = rb[r].union_count;
+                a.union_count = split ? NULL : rb[r].union_count;
                 a.fixed_depths = m ? rb[r].fixed : NULL;
                 if (l == 0) {
                     FK(fathom_cuda_shard_workspace_size(sh, r, &a, &rb[r].ws_bytes));
@@ -198,23 +207,23 @@ static std::string run_tp(uint32_t tp, uint64_t n, uint32_t L, int reps) {
         };
         step();
         for (uint32_t r = 0; r < tp; r++) {
-            CK(cudaSetDevice((int)r));
+            CK(cudaSetDevice(devices[r]));
             CK(cudaStreamSynchronize(rb[r].stream));
         }
         const double t1 = now_s();
         for (int i = 0; i < reps; i++) step();
         for (uint32_t r = 0; r < tp; r++) {
-            CK(cudaSetDevice((int)r));
+            CK(cudaSetDevice(devices[r]));
             CK(cudaStreamSynchronize(rb[r].stream));
         }
         const double ms = (now_s() - t1) / reps * 1e3;
         const uint64_t nb = (n + 63) / 64;
         std::string links;
         double total = 0;
-        for (uint32_t r = 0; r < tp; r++) {
+        for (uint32_t r = 0; r < tp && !split; r++) {
             std::vector<uint8_t> dep((size_t)Hr * D);
             std::vector<uint32_t> uni(Hr);
-            CK(cudaSetDevice((int)r));
+            CK(cudaSetDevice(devices[r]));
             CK(cudaMemcpy(dep.data(), rb[r].depths, dep.size(), cudaMemcpyDeviceToHost));
             CK(cudaMemcpy(uni.data(), rb[r].union_count, Hr * 4, cudaMemcpyDeviceToHost));
             double bytes = 0;
@@ -235,13 +244,14 @@ static std::string run_tp(uint32_t tp, uint64_t n, uint32_t L, int reps) {
         char buf[512];
         snprintf(buf, sizeof buf,
                  "%s{\"tp\": %u, \"method\": \"%s\", \"step_ms\": %.3f, \"link_GBps\": [%s], \"host_GBps\": %.2f, "
-                 "\"prefill_s\": %.1f}",
-                 m ? ", " : "", tp, methods[m], ms, links.c_str(), total, fill_s);
+                 "\"prefill_s\": %.1f, \"token_split\": %s, \"one_device\": %s}",
+                 m ? ", " : "", tp, methods[m], ms, links.c_str(), total, fill_s, split ? "true" : "false",
+                 one_device ? "true" : "false");
         fprintf(stderr, "tp %u %-9s step %.3f ms, links [%s] GB/s, host %.2f GB/s\n", tp, methods[m], ms, links.c_str(), total);
         js += buf;
     }
     for (uint32_t r = 0; r < tp; r++) {
-        CK(cudaSetDevice((int)r));
+        CK(cudaSetDevice(devices[r]));
         void *p[] = {rb[r].sess, rb[r].counts, rb[r].union_count, rb[r].k, rb[r].v, rb[r].q, rb[r].out,
                      rb[r].depths, rb[r].fixed, rb[r].ws};
         for (void *x : p) cudaFree(x);
@@ -257,14 +267,16 @@ int main(int argc, char **argv) {
     uint32_t L = 4;
     int reps = 10;
     bool json = false;
-    std::vector<uint32_t> tps = {1, 2, 4};
+    std::vector<uint32_t> tps = {1, 2, 4}, split_sim;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokens") && i + 1 < argc) n = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) L = (uint32_t)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json")) json = true;
+        else if (!strcmp(argv[i], "--split-sim") && i + 1 < argc)
+            for (char *t = strtok(argv[++i], ","); t; t = strtok(NULL, ",")) split_sim.push_back((uint32_t)atoi(t));
         else {
-            fprintf(stderr, "usage: %s [--tokens N] [--layers L] [--reps R] [--json]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--tokens N] [--layers L] [--reps R] [--split-sim Q,..] [--json]\n", argv[0]);
             return 2;
         }
     }
@@ -296,8 +308,10 @@ int main(int argc, char **argv) {
         snprintf(b, sizeof b, "%s{\"tp\": %u, \"link_GBps\": [%s], \"host_GBps\": %.2f}", copies.empty() ? "" : ", ", tp,
                  cs.c_str(), sum);
         copies += b;
-        runs += (runs.empty() ? "" : ", ") + run_tp(tp, n, L, reps);
+        runs += (runs.empty() ? "" : ", ") + run_tp(tp, n, L, reps, false);
     }
+    for (uint32_t q : split_sim) /* every rank on device 0: the token split's cost, not its scaling */
+        runs += (runs.empty() ? "" : ", ") + run_tp(H * q, n, L, reps, true);
     if (json)
         printf("{\"machine\": \"%s x%d\", \"tokens\": %llu, \"layers\": %u, \"kv_heads\": %u, \"group\": %u, \"dim\": %u, "
                "\"k\": %u, \"reps\": %d, \"steps\": [%s], \"copy\": [%s], \"not_run_tp\": [%s]}\n",
