@@ -499,8 +499,11 @@ int fathom_cuda_tier_cache_bytes(const fathom_cuda_tier *tier, uint32_t session,
  * Host memory of a rank's segments is allocated, where the host has several
  * NUMA nodes, with the node nearest its GPU preferred
  * (/sys/bus/pci/devices/<bus id>/numa_node); numa_node reports it.
- * Sessions have the same id on every rank. Not provided for the token
- * split: truncate, fork, the HBM caches and union_count. */
+ * Sessions have the same id on every rank. With head sharding, truncate,
+ * fork and the HBM caches are the rank tiers' own (call each rank's tier;
+ * the ranks' session ids stay equal while every rank sees the same calls).
+ * The token split provides none of them (a rank's tier must not be
+ * truncated or forked under it) nor union_count. */
 typedef struct fathom_cuda_shard fathom_cuda_shard;
 
 typedef struct fathom_cuda_shard_config {
