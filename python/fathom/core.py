@@ -391,7 +391,8 @@ def rel_l2(a, b):
 # methods
 # --------------------------------------------------------------------------
 
-METHOD_KINDS = ("fathom", "fathom-klt", "sparq", "ds", "loki", "thumb", "landmark", "full4", "oracle", "dense")
+METHOD_KINDS = ("fathom", "fathom-klt", "sparq", "ds", "loki", "thumb", "landmark", "full4", "oracle", "dense",
+                "fathom-centered")
 
 
 def parse_methods(specs):
@@ -405,8 +406,8 @@ def parse_methods(specs):
 
 
 def method_fixed_bits(spec, dim):
-    """Bits per token of a fixed-depth method at this dim; None for fathom
-    and fathom-klt, whose bits depend on the plan."""
+    """Bits per token of a fixed-depth method at this dim; None for fathom,
+    fathom-klt and fathom-centered, whose bits depend on the plan."""
     m = S.Method()
     lib.fathom_method_parse(spec.encode(), C.byref(m))
     bits = lib.fathom_method_fixed_bits(C.byref(m), dim)
