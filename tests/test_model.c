@@ -631,7 +631,8 @@ static void test_invariance_and_sparse(const tiny *mt, const char *file) {
 
     /* sparse with k >= n: everything selected, equal to dense up to
      * fathom_attend's double accumulation */
-    const char *all[] = {"oracle", "fathom:32", "fathom:8", "sparq:4", "thumb", "full4", "landmark", "dense"};
+    const char *all[] = {"oracle", "fathom:32", "fathom:8", "sparq:4", "thumb", "full4", "landmark", "dense",
+                         "fathom-centered:8"};
     fathom_ctx_stats st;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         fathom_method m;
@@ -650,7 +651,7 @@ static void test_invariance_and_sparse(const tiny *mt, const char *file) {
     }
 
     /* k = 40 of up to 100: exactly min(k, n) per head, and the result changes */
-    const char *sparse[] = {"oracle", "fathom:8", "sparq:4", "thumb", "full4", "landmark"};
+    const char *sparse[] = {"oracle", "fathom:8", "sparq:4", "thumb", "full4", "landmark", "fathom-centered:8"};
     for (size_t i = 0; i < sizeof sparse / sizeof sparse[0]; i++) {
         fathom_method m;
         CHECK_OK(fathom_method_parse(sparse[i], &m));
@@ -683,6 +684,22 @@ static void test_invariance_and_sparse(const tiny *mt, const char *file) {
         CHECK_OK(fathom_ctx_reset(ctx));
         CHECK_OK(fathom_ctx_prefill(ctx, tok, NTOK, c));
         CHECK(memcmp(a, c, V * sizeof *a) == 0);
+        fathom_ctx_free(ctx);
+    }
+
+    /* A prefill longer than one forward batch reaches the index in one append
+     * when it ends: setting the method before it or after it is the same,
+     * fathom-centered's center (the first append's mean) included. */
+    for (int centered = 0; centered < 2; centered++) {
+        fathom_method m;
+        CHECK_OK(fathom_method_parse(centered ? "fathom-centered:8" : "fathom:8", &m));
+        run_split(model, tok, 80, 2, &m, 40, NULL, b, NULL);
+        fathom_ctx *ctx = NULL;
+        CHECK_OK(fathom_ctx_create(&ctx, model, 0, 2));
+        CHECK_OK(fathom_ctx_prefill(ctx, tok, 80, c));
+        CHECK_OK(fathom_ctx_set_attention(ctx, &m, 40, NULL));
+        for (uint32_t t = 80; t < NTOK; t++) CHECK_OK(fathom_ctx_step(ctx, tok[t], c));
+        CHECK(memcmp(b, c, V * sizeof *b) == 0);
         fathom_ctx_free(ctx);
     }
 
