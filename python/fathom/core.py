@@ -180,6 +180,18 @@ class Store(_Handle):
         keys, count = _rows(keys, "keys", self.dim)
         lib.fathom_store_append(self._ptr, ptr(keys), count)
 
+    def set_center(self, center):
+        """Center the codes on ``center`` [dim] (before the first append, not
+        on a rotated store): stored coordinates become k - center."""
+        center = f32(center, "center", shape=(self.dim,))
+        lib.fathom_store_set_center(self._ptr, ptr(center))
+
+    @property
+    def center(self):
+        """The center [dim] (a copy), or None."""
+        p = lib.fathom_store_center(self._ptr)
+        return None if not p else view(p, (self.dim,), np.float32, self).copy()
+
     def __len__(self):
         return lib.fathom_store_length(self._ptr)
 
@@ -431,7 +443,7 @@ def method_check(spec, dim):
 
 
 # What a method reads (fathom_method_needs flags).
-NEEDS_STORE, NEEDS_ROTATED, NEEDS_LANDMARKS, NEEDS_CALIB = 1, 2, 4, 8
+NEEDS_STORE, NEEDS_ROTATED, NEEDS_LANDMARKS, NEEDS_CALIB, NEEDS_CENTERED = 1, 2, 4, 8, 16
 
 
 def method_needs(spec):
