@@ -769,8 +769,9 @@ def gemma_quant(rec):
              "rotated store's mean; q.mu is the same for every key, so rankings are unchanged and no bytes "
              "are added). Where it does not hold: one capture and model, %d positions; the planner still "
              "uses Var, which is what a centered or asymmetric code's error follows better than the "
-             "symmetric one's, so part of the gain is the code and part is a better-matched plan; the "
-             "C store does not implement these codes yet.\n" %
+             "symmetric one's, so part of the gain is the code and part is a better-matched plan. "
+             "The C store implements the centered code (fathom-centered:B, measured by fathom eval below), "
+             "not the asymmetric one.\n" %
              (r["source"], r["tokens"], r["layers"], r["positions"], r["k"], r["positions"]))
     return text
 
@@ -786,6 +787,46 @@ def gemma_klt_fit(rec):
             "CPU, which is what a GPU port (one GEMM, cuSOLVER syevd) would replace.\n" %
             (r["fits"], r["keys"], r["dim"], r["repeats"], r["median_ms"], r["min_ms"], r["max_ms"], r["dim"],
              r["dim"]))
+
+
+def gemma_centered(rec):
+    r = rec["result"]
+    sweep = r["k_sweep"]
+    ks = [x["k"] for x in sweep]
+    header = ["B", "bits/token"]
+    for k in ks:
+        header += ["fathom error, k = %d" % k, "fathom-centered error, k = %d" % k, "sym bits, same error",
+                   "saving"]
+    rows = []
+    for s in sweep:
+        s["_by"] = by_name(s["budget_sweep"])
+    budgets = [int(x["name"].split(":")[1]) for x in sweep[0]["budget_sweep"] if x["name"].startswith("fathom:")]
+    for b in budgets:
+        cells = [str(b), "%.1f" % sweep[0]["_by"]["fathom:%d" % b]["bits_per_token"]]
+        for s in sweep:
+            sym = [(x["bits_per_token"], x["rel_error"]) for x in s["budget_sweep"] if x["name"].startswith("fathom:")]
+            f, c = s["_by"]["fathom:%d" % b], s["_by"]["fathom-centered:%d" % b]
+            sb = interp_bits(sym, c["rel_error"])
+            cells += [err(f), err(c),
+                      "> %.0f" % sym[-1][0] if sb is None else ("<= %.1f" % sym[0][0] if sb < 0 else "%.1f" % sb),
+                      "-" if sb is None or sb < 0 else "%.2fx" % ratio(sb, c["bits_per_token"])]
+        rows.append(cells)
+    text = md_table(header, rows)
+    same_bits = all(abs(s["_by"]["fathom:%d" % b]["bits_per_token"] -
+                        s["_by"]["fathom-centered:%d" % b]["bits_per_token"]) < 1e-9 for s in sweep for b in budgets)
+    text += ("\n`fathom eval` without `--calib` on %s (n = %d, the last %d positions): fathom:B reads the store's "
+             "symmetric code, fathom-centered:B the same store's code of k - mu, mu the per-channel mean of the "
+             "window's keys (`fathom_store_set_center`; in the decoder the prefill's mean), under the same plan "
+             "(water-filling on q^2 Var, Var from the store's running sums, which a shift does not change), so "
+             "both read %s bits at each B. \"sym bits, same error\": the bits at which fathom:B's sweep reaches "
+             "fathom-centered:B's error (log-error interpolation); the saving is those bits over "
+             "fathom-centered's. tests/cli/test_quant_study.sh checks that fathom-centered:B equals "
+             "bench/quant_study.py's \"centered\" code on a synthetic capture, so this is the code of the "
+             "study tables above, now in the C store and the decoder. Where it does not hold: one capture, "
+             "one model; the center is fixed at the first append, so keys far from the prefill's mean (a long "
+             "decode that drifts) are coded around a stale center.\n" %
+             (r["source"], r["tokens"], r["positions"], "the same" if same_bits else "nearly the same"))
+    return text
 
 
 PAPER_AGREE = {0.02: "Fathom (56 bits) 0.67, SparQ r=16 0.49, landmarks 0.47 (k = 2048 of 80k-100k, 20 sessions)",
@@ -918,6 +959,13 @@ TABLES = [
     Table("gemma-quant-code-16k", GEMMA_SECTION,
           "Codes that keep the prefix property: symmetric, asymmetric (KIVI), mean-centered", gemma_quant, None),
     Table("gemma-quant-prose-16k", GEMMA_SECTION, "The same codes on the prose capture", gemma_quant, None),
+    Table("gemma-centered-code-16k", GEMMA_SECTION,
+          "Mean-centered codes in the C store: fathom-centered:B against fathom:B, code 16k", gemma_centered,
+          "Pending: `scripts/record-result gemma-centered-code-16k -- fathom eval --kv R/code_16k.safetensors "
+          "--methods fathom:48,fathom-centered:48,oracle --sweep-budgets 16,24,32,48,64,96,128 --sweep-k "
+          "512,2048 --json --quiet`."),
+    Table("gemma-centered-prose-16k", GEMMA_SECTION, "The same on the prose capture", gemma_centered,
+          "Pending: the command above on R/prose_16k.safetensors."),
     Table("gemma-agree-16k", GEMMA_SECTION, "Step agreement at 16k (§5.6), with decode speed and memory",
           gemma_agree, None),
 ]
