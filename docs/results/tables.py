@@ -898,6 +898,20 @@ def gemma_agree(rec):
     return text
 
 
+def gemma_eval_small_k(rec):
+    r = rec["result"]
+    sweep = r["k_sweep"]
+    header = ["method", "bits/token"] + ["error k = %d (%.2f%% of n)" % (x["k"], 100.0 * x["k"] / r["tokens"])
+                                        for x in sweep]
+    rows = [[m["name"], "%.1f" % m["bits_per_token"]] + [err(x["methods"][i]) for x in sweep]
+            for i, m in enumerate(sweep[0]["methods"])]
+    text = md_table(header, rows)
+    text += ("\nThe fidelity protocol of the tables above (`fathom eval`, calibration-free, the code capture's "
+             "last %d positions, n = %d) at the selection sizes of the step-agreement runs: k = 2%% and 0.5%% "
+             "of n, sink 4 + local 32 included.\n" % (r["positions"], r["tokens"]))
+    return text
+
+
 def paired_positions(a, b):
     """Mean and standard error of the per-position differences a - b (0/1 outcomes)."""
     import math
@@ -1009,6 +1023,10 @@ TABLES = [
           "Pending: the command above on R/prose_16k.safetensors."),
     Table("gemma-agree-16k", GEMMA_SECTION, "Step agreement at 16k (§5.6), with decode speed and memory",
           gemma_agree, None),
+    Table("gemma-code-16k-agree-k", GEMMA_SECTION, "Attention error at the agreement runs' k, code 16k",
+          gemma_eval_small_k, "Pending: `scripts/record-result gemma-code-16k-agree-k -- fathom eval --kv "
+          "R/code_16k.safetensors --methods sparq:16,sparq:32,fathom:48,fathom-centered:48,oracle --sweep-k "
+          "320,80 --json --quiet`."),
     Table("gemma-next-token-16k", GEMMA_SECTION, "Next-token agreement, teacher-forced, at 16k",
           gemma_next_token, "Pending: `scripts/record-result gemma-next-token-16k -- build/bench_next_token "
           "--model GEMMA --prompt-file R/code16/code_00.txt --positions 64 --budgets 0.02,0.005 --methods "
