@@ -454,8 +454,9 @@ FATHOM_API uint64_t fathom_ctx_capacity(const fathom_ctx *ctx);
 FATHOM_API int fathom_ctx_reset(fathom_ctx *ctx);
 
 /* Forget positions [n, length): the cache keeps rows [0, n) as they are
- * and a sparse method's index is rebuilt over them, so decoding continues
- * from position n as if the later tokens had never run. n <= length. */
+ * and a sparse method's index is rebuilt over them (in one append, so
+ * fathom-centered's center becomes their mean), so decoding continues from
+ * position n as if the later tokens had never run. n <= length. */
 FATHOM_API int fathom_ctx_truncate(fathom_ctx *ctx, uint64_t n);
 
 /* Run n tokens (ids < vocab) at the next positions with dense causal
