@@ -1045,7 +1045,8 @@ TABLES = [
     Table("gemma-code-32k", GEMMA_SECTION, "Every method on a 32k-token code capture, k = 512 and 2048",
           gemma_fidelity,
           "Pending (a 32k prefill did not fit the session on the shared 2-core machine; a 16k one took 8 min "
-          "under load 5): `scripts/make-prompts R/code32 --kind code --count 1 --min 32000 --max 32000`, "
+          "under load 5; a second attempt, under load 12-15, reached 60% of the 31,914-token prefill in 58 "
+          "min): `scripts/make-prompts R/code32 --kind code --count 1 --min 32000 --max 32000`, "
           "`fathom capture --model GEMMA --text-file R/code32/code_00.txt --positions 128 --global-only "
           "--out R/code_32k.safetensors`, then `scripts/record-result gemma-code-32k -- fathom eval --kv "
           "R/code_32k.safetensors --calib R/calib_c2k.safetensors --sweep-k 512,2048 --match --json --quiet`."),
