@@ -152,6 +152,15 @@ FATHOM_API int fathom_basis_rotate_query(const fathom_basis *basis, const float 
  * Rotated store: created with a basis, the store keeps the planes of
  * (k - mean)V and every function below speaks of those stored coordinates.
  *
+ * Centered store: given a per-channel center mu before the first append
+ * (fathom_store_set_center), the store keeps the planes of k - mu, and every
+ * function below speaks of those stored coordinates. A query scans them
+ * unchanged: q.k = q.(k - mu) + q.mu and the last term is the same for every
+ * key, so per-query rankings are those of the raw keys scored on the
+ * centered code, and the variance is the raw keys' (it does not depend on a
+ * shift). A channel whose keys sit far from zero then spends its planes on
+ * their spread, not on the offset; no byte is added per token.
+ *
  * The store also keeps per-channel running sums of the stored coordinates
  * (double), so it knows its keys' variance without calibration (App. D).
  */
@@ -173,6 +182,16 @@ FATHOM_API uint32_t fathom_store_dim(const fathom_store *store);
 FATHOM_API uint32_t fathom_store_segment_blocks(const fathom_store *store);
 FATHOM_API uint32_t fathom_store_segment_count(const fathom_store *store);
 FATHOM_API const fathom_basis *fathom_store_basis(const fathom_store *store); /* NULL if raw */
+
+/* Center the store's codes on center[dim] (copied; finite): stored
+ * coordinates become k - center. Only before the first append
+ * (FATHOM_ERR_STATE after) and only on a store without a basis (a rotated
+ * store is centered by its basis' mean). A second call replaces the center.
+ * An append whose k - center overflows fails with FATHOM_ERR_NONFINITE and
+ * appends nothing. */
+FATHOM_API int fathom_store_set_center(fathom_store *store, const float *center);
+/* The center [dim], or NULL if the store has none. */
+FATHOM_API const float *fathom_store_center(const fathom_store *store);
 
 /* Bytes of plane words and scales for the blocks in use (n rounded up to 64
  * tokens); exactly 68 per token at dim 128 when n is a multiple of 64. */
@@ -319,7 +338,9 @@ typedef enum fathom_method_kind {
     FATHOM_METHOD_LANDMARK,   /* landmark      fp16 mean key per 8 tokens */
     FATHOM_METHOD_FULL4,      /* full4         all channels, 4 planes */
     FATHOM_METHOD_ORACLE,     /* oracle        exact scores */
-    FATHOM_METHOD_DENSE       /* dense         no selection */
+    FATHOM_METHOD_DENSE,      /* dense         no selection */
+    FATHOM_METHOD_FATHOM_CENTERED /* fathom-centered:B  fathom's plan on planes of k - mu, mu the
+                                     mean of the index's first append (fathom_store_set_center) */
 } fathom_method_kind;
 
 typedef struct fathom_method {
@@ -334,8 +355,8 @@ FATHOM_API int fathom_method_parse(const char *spec, fathom_method *out);
 FATHOM_API int fathom_method_parse_list(const char *list, fathom_method *out, uint32_t cap, uint32_t *count);
 /* Bits per token of a fixed-depth method at this dim (sparq, ds, loki,
  * thumb, landmark, full4: 68/136/136/288/256/544 at dim 128, r=c=16/32);
- * oracle reads bf16 keys (16*dim); dense scans nothing (0). For fathom and
- * fathom-klt the bits depend on the plan: returns -1. */
+ * oracle reads bf16 keys (16*dim); dense scans nothing (0). For fathom,
+ * fathom-klt and fathom-centered the bits depend on the plan: returns -1. */
 FATHOM_API double fathom_method_fixed_bits(const fathom_method *method, uint32_t dim);
 
 /* Check a method against a head dimension: a known kind; fathom:B and
@@ -357,6 +378,7 @@ FATHOM_API int fathom_method_check(const fathom_method *method, uint32_t dim);
 #define FATHOM_NEEDS_ROTATED 2u   /* planes of (k - mean)V and the basis: fathom-klt, loki */
 #define FATHOM_NEEDS_LANDMARKS 4u /* block means: landmark */
 #define FATHOM_NEEDS_CALIB 8u     /* calibration keys and queries: fathom-klt, ds, loki */
+#define FATHOM_NEEDS_CENTERED 16u /* planes of k - mu, mu the first append's mean: fathom-centered */
 
 /* The FATHOM_NEEDS_* flags of a method (0 for oracle, dense and NULL). */
 FATHOM_API unsigned fathom_method_needs(const fathom_method *method);
@@ -390,10 +412,13 @@ typedef struct fathom_index_calib {
  * calibration fail with FATHOM_ERR_STATE. */
 FATHOM_API int fathom_index_calibrate(fathom_index *index, const fathom_index_calib *calib);
 
-/* Append key rows [count x dim] to every store and the landmarks. On failure
- * the index is unusable until fathom_index_clear. */
+/* Append key rows [count x dim] to every store and the landmarks. The
+ * first append after create or clear fixes the centered store's center
+ * (fathom-centered): the mean of that append's keys, so eval's window and the
+ * decoder's prefill (fathom_ctx_set_attention after it) center on their own
+ * keys' mean. On failure the index is unusable until fathom_index_clear. */
 FATHOM_API int fathom_index_append(fathom_index *index, const float *keys, uint64_t count);
-/* Drop every key; calibration is kept. */
+/* Drop every key and the centered store's center; calibration is kept. */
 FATHOM_API int fathom_index_clear(fathom_index *index);
 FATHOM_API uint64_t fathom_index_length(const fathom_index *index); /* keys appended */
 FATHOM_API uint32_t fathom_index_dim(const fathom_index *index);
@@ -407,7 +432,7 @@ FATHOM_API size_t fathom_index_scratch_size(uint32_t dim, uint32_t group);
 /* Approximate scores [group x n] of the group's queries [group x dim] over
  * the first n keys, for a method of the index's set other than oracle and
  * dense (their exact scores each caller computes its own way). budget is
- * fathom's and fathom-klt's bit budget (e.g. method->param, or a per-layer
+ * fathom's, fathom-klt's and fathom-centered's bit budget (e.g. method->param, or a per-layer
  * budget), ignored by the others. *bits (may be NULL) gets the bits per
  * token the method read, *bytes (may be NULL) the bytes. scratch holds
  * fathom_index_scratch_size(dim, group) bytes; concurrent calls on one index

@@ -454,8 +454,9 @@ FATHOM_API uint64_t fathom_ctx_capacity(const fathom_ctx *ctx);
 FATHOM_API int fathom_ctx_reset(fathom_ctx *ctx);
 
 /* Forget positions [n, length): the cache keeps rows [0, n) as they are
- * and a sparse method's index is rebuilt over them, so decoding continues
- * from position n as if the later tokens had never run. n <= length. */
+ * and a sparse method's index is rebuilt over them (in one append, so
+ * fathom-centered's center becomes their mean), so decoding continues from
+ * position n as if the later tokens had never run. n <= length. */
 FATHOM_API int fathom_ctx_truncate(fathom_ctx *ctx, uint64_t n);
 
 /* Run n tokens (ids < vocab) at the next positions with dense causal
@@ -482,7 +483,10 @@ FATHOM_API int fathom_ctx_step(fathom_ctx *ctx, int32_t token, float *logits_out
  * calib is given. The method must pass fathom_method_check at the model's
  * head dim. fathom-klt, ds and loki need calib (a capture of this
  * model: same layers, heads and dim), else FATHOM_ERR_UNSUPPORTED. calib is
- * read during this call only. May be called at any time; prefill stays dense.
+ * read during this call only. May be called at any time; prefill stays dense
+ * and reaches the index in one append per layer when it ends, so
+ * fathom-centered:B centers its codes on the mean of the prefill's keys (of
+ * the keys already cached when this is called after a prefill).
  */
 FATHOM_API int fathom_ctx_set_attention(fathom_ctx *ctx, const fathom_method *method, uint32_t k,
                                         const fathom_source *calib);

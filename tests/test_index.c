@@ -71,6 +71,7 @@ static void test_check_and_needs(void) {
         {"full4", FATHOM_NEEDS_STORE},
         {"ds:4", FATHOM_NEEDS_STORE | FATHOM_NEEDS_CALIB},
         {"fathom-klt:8", FATHOM_NEEDS_ROTATED | FATHOM_NEEDS_CALIB},
+        {"fathom-centered:8", FATHOM_NEEDS_CENTERED},
         {"loki:4", FATHOM_NEEDS_ROTATED | FATHOM_NEEDS_CALIB},
         {"landmark", FATHOM_NEEDS_LANDMARKS},
         {"oracle", 0},
@@ -105,6 +106,21 @@ static void water(const float *q, const float *var, uint32_t budget, uint8_t *de
     CHECK_OK(fathom_water_fill(D, g, budget, depths, NULL));
 }
 
+/* A store centered on the mean of keys [n x D] (double sums, one rounding). */
+static fathom_store *centered_ref(const float *keys, int n_mean, const float *all, int n) {
+    float mu[D];
+    for (int j = 0; j < D; j++) {
+        double sum = 0;
+        for (int i = 0; i < n_mean; i++) sum += keys[i * D + j];
+        mu[j] = (float)(sum / n_mean);
+    }
+    fathom_store *st = NULL;
+    CHECK_OK(fathom_store_create(&st, D, 0, NULL));
+    CHECK_OK(fathom_store_set_center(st, mu));
+    CHECK_OK(fathom_store_append(st, all, (uint64_t)n));
+    return st;
+}
+
 static void test_scores(int variance_from_store) {
     static float keys[N * D], ck[CN * D], cq[CQ * D], q[G * D];
     for (int i = 0; i < N * D; i++) keys[i] = rnd() * (1.0f + (float)(i % D) / 4.0f);
@@ -112,7 +128,7 @@ static void test_scores(int variance_from_store) {
     for (int i = 0; i < CQ * D; i++) cq[i] = rnd();
     for (int i = 0; i < G * D; i++) q[i] = rnd();
     const char *specs[] = {"fathom:20", "fathom-klt:20", "sparq:5", "ds:6", "loki:7", "thumb", "landmark",
-                           "full4", "oracle", "dense"};
+                           "full4", "oracle", "dense", "fathom-centered:20"};
     enum { NM = sizeof specs / sizeof specs[0] };
     fathom_method m[NM];
     for (int i = 0; i < NM; i++) m[i] = method(specs[i]);
@@ -141,7 +157,10 @@ static void test_scores(int variance_from_store) {
     CHECK_OK(fathom_store_append(rot, keys, N));
     CHECK_OK(fathom_landmarks_create(&lm, D));
     CHECK_OK(fathom_landmarks_append(lm, keys, N));
-    float var[D], qrot[G * D];
+    /* the index's first append held 100 keys: their mean is the center */
+    fathom_store *cen = centered_ref(keys, 100, keys, N);
+    float var[D], var_cen[D], qrot[G * D];
+    CHECK_OK(fathom_store_variance(cen, var_cen));
     if (variance_from_store) {
         CHECK_OK(fathom_store_variance(raw, var));
     } else {
@@ -166,6 +185,10 @@ static void test_scores(int variance_from_store) {
         case FATHOM_METHOD_FATHOM:
             water(q, var, mi->param, depths);
             ref_scan(raw, depths, q, want);
+            break;
+        case FATHOM_METHOD_FATHOM_CENTERED:
+            water(q, variance_from_store ? var_cen : var, mi->param, depths);
+            ref_scan(cen, depths, q, want);
             break;
         case FATHOM_METHOD_FATHOM_KLT:
             water(qrot, fathom_basis_eigenvalues(basis), mi->param, depths);
@@ -222,6 +245,17 @@ static void test_scores(int variance_from_store) {
     CHECK_OK(fathom_index_append(ix, keys, N));
     CHECK_OK(fathom_index_scores(ix, &m[3], 0, G, q, N, got, scratch, NULL, NULL));
     CHECK(memcmp(got, before, sizeof got) == 0);
+    /* and the center is the mean of the first append after the clear: all N keys */
+    {
+        fathom_store *cen_all = centered_ref(keys, N, keys, N);
+        uint8_t depths[D];
+        if (variance_from_store) CHECK_OK(fathom_store_variance(cen_all, var_cen));
+        water(q, variance_from_store ? var_cen : var, 20, depths);
+        ref_scan(cen_all, depths, q, want);
+        CHECK_OK(fathom_index_scores(ix, &m[10], 20, G, q, N, got, scratch, NULL, NULL));
+        CHECK(memcmp(got, want, sizeof got) == 0);
+        fathom_store_free(cen_all);
+    }
 
     /* misuse */
     fathom_method other = method("ds:7"), absent = method("sparq:3");
@@ -233,6 +267,7 @@ static void test_scores(int variance_from_store) {
     free(scratch);
     fathom_index_free(ix);
     fathom_store_free(raw);
+    fathom_store_free(cen);
     fathom_store_free(rot);
     fathom_basis_free(basis);
     fathom_landmarks_free(lm);

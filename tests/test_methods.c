@@ -14,6 +14,7 @@ static void test_parse(void) {
         {"landmark", FATHOM_METHOD_LANDMARK, 0},    {"full4", FATHOM_METHOD_FULL4, 0},
         {"oracle", FATHOM_METHOD_ORACLE, 0},        {"dense", FATHOM_METHOD_DENSE, 0},
         {"fathom:4096", FATHOM_METHOD_FATHOM, 4096}, {"sparq:1", FATHOM_METHOD_SPARQ, 1},
+        {"fathom-centered:48", FATHOM_METHOD_FATHOM_CENTERED, 48},
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         memset(&m, 0xab, sizeof m);
@@ -86,6 +87,7 @@ static void test_fixed_bits(void) {
     CHECK(bits("dense", 128) == 0.0);
     CHECK(bits("fathom:48", 128) == -1.0);
     CHECK(bits("fathom-klt:48", 128) == -1.0);
+    CHECK(bits("fathom-centered:48", 128) == -1.0);
     /* Other dims; r not a multiple of 4 gives a fractional scale share. */
     CHECK(bits("thumb", 64) == 144.0);
     CHECK(bits("landmark", 64) == 128.0);

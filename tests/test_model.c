@@ -631,7 +631,8 @@ static void test_invariance_and_sparse(const tiny *mt, const char *file) {
 
     /* sparse with k >= n: everything selected, equal to dense up to
      * fathom_attend's double accumulation */
-    const char *all[] = {"oracle", "fathom:32", "fathom:8", "sparq:4", "thumb", "full4", "landmark", "dense"};
+    const char *all[] = {"oracle", "fathom:32", "fathom:8", "sparq:4", "thumb", "full4", "landmark", "dense",
+                         "fathom-centered:8"};
     fathom_ctx_stats st;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         fathom_method m;
@@ -650,7 +651,7 @@ static void test_invariance_and_sparse(const tiny *mt, const char *file) {
     }
 
     /* k = 40 of up to 100: exactly min(k, n) per head, and the result changes */
-    const char *sparse[] = {"oracle", "fathom:8", "sparq:4", "thumb", "full4", "landmark"};
+    const char *sparse[] = {"oracle", "fathom:8", "sparq:4", "thumb", "full4", "landmark", "fathom-centered:8"};
     for (size_t i = 0; i < sizeof sparse / sizeof sparse[0]; i++) {
         fathom_method m;
         CHECK_OK(fathom_method_parse(sparse[i], &m));
@@ -683,6 +684,22 @@ static void test_invariance_and_sparse(const tiny *mt, const char *file) {
         CHECK_OK(fathom_ctx_reset(ctx));
         CHECK_OK(fathom_ctx_prefill(ctx, tok, NTOK, c));
         CHECK(memcmp(a, c, V * sizeof *a) == 0);
+        fathom_ctx_free(ctx);
+    }
+
+    /* A prefill longer than one forward batch reaches the index in one append
+     * when it ends: setting the method before it or after it is the same,
+     * fathom-centered's center (the first append's mean) included. */
+    for (int centered = 0; centered < 2; centered++) {
+        fathom_method m;
+        CHECK_OK(fathom_method_parse(centered ? "fathom-centered:8" : "fathom:8", &m));
+        run_split(model, tok, 80, 2, &m, 40, NULL, b, NULL);
+        fathom_ctx *ctx = NULL;
+        CHECK_OK(fathom_ctx_create(&ctx, model, 0, 2));
+        CHECK_OK(fathom_ctx_prefill(ctx, tok, 80, c));
+        CHECK_OK(fathom_ctx_set_attention(ctx, &m, 40, NULL));
+        for (uint32_t t = 80; t < NTOK; t++) CHECK_OK(fathom_ctx_step(ctx, tok[t], c));
+        CHECK(memcmp(b, c, V * sizeof *b) == 0);
         fathom_ctx_free(ctx);
     }
 
@@ -1194,6 +1211,80 @@ static void test_trace(void) {
     unlink(path);
 }
 
+/* The decode step's selection is the fidelity harness's: fathom_index_scores
+ * and fathom_select (what fathom eval runs) over the same cached keys, fed
+ * as the decoder feeds its index (the prefill, then the step's key), with
+ * the step's own recorded queries, select the same rows in the same order. */
+typedef struct selection_log {
+    pthread_mutex_t lock;
+    uint64_t position;
+    uint32_t rows[2][4][50], count[2][4];
+} selection_log;
+
+static void on_selection(const fathom_trace_record *r, void *user) {
+    selection_log *t = user;
+    pthread_mutex_lock(&t->lock);
+    if (r->position == t->position && r->layer < 2 && r->kv_head * 2 + r->q_head < 4 && r->count <= 50) {
+        memcpy(t->rows[r->layer][r->kv_head * 2 + r->q_head], r->rows, r->count * sizeof(uint32_t));
+        t->count[r->layer][r->kv_head * 2 + r->q_head] = r->count;
+    }
+    pthread_mutex_unlock(&t->lock);
+}
+
+static void test_decode_selection_is_evals(void) {
+    tiny m = llama_tiny(); /* 2 layers, 4 query heads over 2 KV heads, head_dim 8 */
+    char path[512];
+    write_tiny(&m, 9, "selection.gguf", path, sizeof path);
+    fathom_model *model = NULL;
+    CHECK_OK(fathom_model_open(&model, path));
+    if (!model) return;
+    enum { PRE = 120, K = 50, D = 8, G = 2 }; /* K: sink 4 + local 32 + 14 chosen by the scores */
+    int32_t tok[PRE + 1];
+    for (uint32_t i = 0; i <= PRE; i++) tok[i] = (int32_t)((i * 29 + 3) % m.vocab);
+    float *logits = malloc(m.vocab * sizeof *logits), q[2 * 4 * D];
+    const char *methods[] = {"sparq:3", "sparq:6", "fathom:12", "fathom-centered:12", "thumb", "landmark"};
+    for (size_t mi = 0; mi < sizeof methods / sizeof methods[0]; mi++) {
+        fathom_method meth;
+        CHECK_OK(fathom_method_parse(methods[mi], &meth));
+        fathom_ctx *ctx = NULL;
+        CHECK_OK(fathom_ctx_create(&ctx, model, 0, 1));
+        if (!ctx) break;
+        selection_log log = {.lock = PTHREAD_MUTEX_INITIALIZER, .position = PRE};
+        CHECK_OK(fathom_ctx_prefill(ctx, tok, PRE, logits));
+        CHECK_OK(fathom_ctx_set_attention(ctx, &meth, K, NULL));
+        CHECK_OK(fathom_ctx_set_trace(ctx, on_selection, &log));
+        CHECK_OK(fathom_ctx_record_queries(ctx, PRE, 1, q));
+        CHECK_OK(fathom_ctx_step(ctx, tok[PRE], logits));
+        for (uint32_t l = 0; l < 2; l++)
+            for (uint32_t g = 0; g < 2; g++) {
+                const float *keys, *values;
+                CHECK_OK(fathom_ctx_kv(ctx, l, g, &keys, &values));
+                fathom_index *ix = NULL;
+                CHECK_OK(fathom_index_create(&ix, &meth, 1, D, 0));
+                CHECK_OK(fathom_index_append(ix, keys, PRE));
+                CHECK_OK(fathom_index_append(ix, keys + PRE * D, 1));
+                void *scratch = malloc(fathom_index_scratch_size(D, G));
+                float scores[G * (PRE + 1)];
+                uint64_t work[PRE + 1];
+                CHECK_OK(fathom_index_scores(ix, &meth, meth.param, G, q + (l * 4 + g * G) * D, PRE + 1, scores,
+                                             scratch, NULL, NULL));
+                for (uint32_t h = 0; h < G; h++) {
+                    uint32_t idx[K], count = 0;
+                    CHECK_OK(fathom_select(scores + h * (PRE + 1), PRE + 1, K, FATHOM_SINK_TOKENS,
+                                           FATHOM_LOCAL_TOKENS, work, idx, &count));
+                    CHECK(count == K && log.count[l][g * G + h] == count);
+                    CHECK(memcmp(idx, log.rows[l][g * G + h], count * sizeof idx[0]) == 0);
+                }
+                free(scratch);
+                fathom_index_free(ix);
+            }
+        fathom_ctx_free(ctx);
+    }
+    free(logits);
+    fathom_model_free(model);
+    unlink(path);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/fathom_test_model_XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -1213,6 +1304,7 @@ int main(void) {
     test_progress();
     test_truncate();
     test_trace();
+    test_decode_selection_is_evals();
     char path[512];
     const char *names[] = {"llama.gguf", "qwen3.gguf", "llama2.gguf", "gemma3.gguf", "gemma3b.gguf"};
     for (size_t i = 0; i < 5; i++) {

@@ -396,6 +396,89 @@ static void test_rotated_store(void) {
     free(rotated);
 }
 
+/* A centered store holds the bytes of a plain store of k - mu (the
+ * difference taken in float, as the test writes it), streamed or bulk; its
+ * variance is the raw keys'; the center is fixed before the first append. */
+static void test_centered_store(void) {
+    const uint32_t dim = 10;
+    const uint64_t n = 333;
+    float *keys = random_keys(n, dim), mu[10];
+    for (uint32_t j = 0; j < dim; j++) mu[j] = (float)j * 0.75f - 3.0f;
+    for (uint64_t i = 0; i < n; i++) keys[i * dim + 4] += 40.0f; /* an offset channel */
+    mu[4] = 40.0f;
+    float *shifted = malloc(sizeof(float) * n * dim);
+    for (uint64_t v = 0; v < n * dim; v++) shifted[v] = keys[v] - mu[v % dim];
+    fathom_store *cen = make_store(dim, 2, NULL, NULL, 0);
+    CHECK(fathom_store_center(cen) == NULL);
+    float other[10] = {0};
+    CHECK_OK(fathom_store_set_center(cen, other));
+    CHECK_OK(fathom_store_set_center(cen, mu)); /* a second call replaces the first */
+    CHECK(fathom_store_center(cen) && memcmp(fathom_store_center(cen), mu, sizeof mu) == 0);
+    for (uint64_t done = 0; done < n; done += 37)
+        CHECK_OK(fathom_store_append(cen, keys + done * dim, done + 37 <= n ? 37 : n - done));
+    fathom_store *plain = make_store(dim, 2, NULL, shifted, n);
+    CHECK(stores_equal(cen, plain));
+    fathom_store *raw = make_store(dim, 2, NULL, keys, n);
+    CHECK(!stores_equal(cen, raw)); /* the shift changes the codes */
+    float var_cen[10], var_raw[10];
+    CHECK_OK(fathom_store_variance(cen, var_cen));
+    CHECK_OK(fathom_store_variance(raw, var_raw));
+    /* k - mu rounds to float: an error up to ulp(|mu|) per key moves the
+     * variance by about 2 sd ulp(|mu|) */
+    for (uint32_t j = 0; j < dim; j++)
+        CHECK_NEAR(var_cen[j], var_raw[j], 1e-5 * var_raw[j] + 4.0 * sqrt(var_raw[j]) * ldexp(fabs(mu[j]), -23));
+    /* the offset channel: its centered 1-plane error is below the raw one's */
+    uint8_t depths[10] = {0};
+    depths[4] = 1;
+    float *dec_cen = malloc(sizeof(float) * n * dim), *dec_raw = malloc(sizeof(float) * n * dim);
+    CHECK_OK(fathom_store_decode(cen, 0, n, depths, dec_cen));
+    CHECK_OK(fathom_store_decode(raw, 0, n, depths, dec_raw));
+    double err_cen = 0, err_raw = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        err_cen += pow(dec_cen[i * dim + 4] - shifted[i * dim + 4], 2);
+        err_raw += pow(dec_raw[i * dim + 4] - keys[i * dim + 4], 2);
+    }
+    CHECK(err_cen < 0.5 * err_raw);
+    /* after the first append the center is fixed */
+    CHECK_STATUS(fathom_store_set_center(cen, other), FATHOM_ERR_STATE);
+    /* k - mu that overflows float is rejected and changes nothing */
+    fathom_store *big = make_store(dim, 0, NULL, NULL, 0);
+    float far[10], row[10];
+    for (uint32_t j = 0; j < dim; j++) far[j] = row[j] = 0.0f;
+    far[3] = -3.0e38f;
+    row[3] = 3.0e38f;
+    CHECK_OK(fathom_store_set_center(big, far));
+    CHECK_STATUS(fathom_store_append(big, row, 1), FATHOM_ERR_NONFINITE);
+    CHECK(fathom_store_length(big) == 0);
+    row[3] = 1.0f;
+    CHECK_OK(fathom_store_append(big, row, 1));
+    /* bad centers and rotated stores are refused */
+    far[3] = NAN;
+    fathom_store *fresh = make_store(dim, 0, NULL, NULL, 0);
+    CHECK_STATUS(fathom_store_set_center(fresh, far), FATHOM_ERR_NONFINITE);
+    CHECK(fathom_store_center(fresh) == NULL);
+    CHECK_STATUS(fathom_store_set_center(fresh, NULL), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_store_set_center(NULL, mu), FATHOM_ERR_INVALID_ARG);
+    float vec[100], eig[10];
+    random_orthogonal(dim, vec);
+    for (uint32_t j = 0; j < dim; j++) eig[j] = 1.0f;
+    fathom_basis *basis = NULL;
+    CHECK_OK(fathom_basis_create(&basis, dim, mu, vec, eig));
+    fathom_store *rot = make_store(dim, 0, basis, NULL, 0);
+    CHECK_STATUS(fathom_store_set_center(rot, mu), FATHOM_ERR_INVALID_ARG);
+    fathom_store_free(rot);
+    fathom_basis_free(basis);
+    fathom_store_free(fresh);
+    fathom_store_free(big);
+    fathom_store_free(cen);
+    fathom_store_free(plain);
+    fathom_store_free(raw);
+    free(dec_cen);
+    free(dec_raw);
+    free(shifted);
+    free(keys);
+}
+
 /* sum_j q_hj * decode(i, j) from fathom_store_decode, in double. */
 static void decode_scores(const fathom_store *st, const uint8_t *depths, const float *q,
                           uint32_t group, uint64_t n, double *want, double *mag) {
@@ -686,6 +769,7 @@ int main(void) {
     test_bytes_and_segments();
     test_variance();
     test_rotated_store();
+    test_centered_store();
     test_scan();
     test_scan_wide();
     test_edges();

@@ -46,7 +46,8 @@ static void usage(FILE *f) {
             "  --keys exact|planes   attend with the exact keys (default) or with keys decoded\n"
             "                        from all four bit planes (the planes as the primary K cache)\n"
             "sweeps:\n"
-            "  --sweep-budgets LIST  also run fathom (and fathom-klt if listed) at these budgets\n"
+            "  --sweep-budgets LIST  also run fathom (and fathom-klt, fathom-centered if listed) at\n"
+            "                        these budgets\n"
             "  --match               bits at which fathom matches each other method's error\n"
             "                        (runs the default budget sweep if none is given)\n"
             "  --sweep-k LIST        repeat the whole evaluation for each k (selection ratio)\n"
@@ -189,12 +190,21 @@ static double bits_to_match(const fathom_method_result *sweep, uint32_t n, doubl
 
 /* ---- output ---- */
 
+/* The budget sweeps: fathom always, fathom-klt and fathom-centered when listed. */
+static const struct {
+    const char *name;
+    fathom_method_kind kind;
+} sweep_kinds[] = {{"fathom", FATHOM_METHOD_FATHOM},
+                   {"fathom-klt", FATHOM_METHOD_FATHOM_KLT},
+                   {"fathom-centered", FATHOM_METHOD_FATHOM_CENTERED}};
+#define N_SWEEP_KINDS (sizeof sweep_kinds / sizeof sweep_kinds[0])
+
 typedef struct outcome {
     const fathom_source_info *info;
     const fathom_method_result *results; /* [n_k][n_all] */
     uint32_t n_methods, n_all, n_k;      /* listed methods; + budget sweep */
     const uint32_t *ks;
-    const uint32_t *sweep_kind;          /* [n_all - n_methods]: 0 fathom, 1 fathom-klt */
+    const uint32_t *sweep_kind;          /* [n_all - n_methods]: index into sweep_kinds */
     uint32_t used_positions;
     double elapsed;
 } outcome;
@@ -266,11 +276,20 @@ static void print_json(const options *o, const outcome *out) {
     printf("}\n");
 }
 
+/* Width of the method column: 16, or the longest name (fathom-centered:B). */
+static int name_width(const fathom_method_result *r, uint32_t n) {
+    size_t w = 16;
+    for (uint32_t i = 0; i < n; i++)
+        if (strlen(r[i].name) > w) w = strlen(r[i].name);
+    return (int)w;
+}
+
 static void print_table(const fathom_method_result *r, uint32_t n) {
-    printf("%-16s %10s %14s %14s %12s %10s %9s\n", "method", "bits/token", "scan MB/step", "rows MB/step",
+    const int w = name_width(r, n);
+    printf("%-*s %10s %14s %14s %12s %10s %9s\n", w, "method", "bits/token", "scan MB/step", "rows MB/step",
            "rel error", "± stderr", "selected");
     for (uint32_t i = 0; i < n; i++)
-        printf("%-16s %10.1f %14.2f %14.2f %12.5f %10.5f %8.2f%%\n", r[i].name, r[i].bits_per_token,
+        printf("%-*s %10.1f %14.2f %14.2f %12.5f %10.5f %8.2f%%\n", w, r[i].name, r[i].bits_per_token,
                r[i].scan_bytes_per_step / 1e6, r[i].row_bytes_per_step / 1e6, r[i].rel_error,
                r[i].rel_error_stderr, 100 * r[i].selection_ratio);
 }
@@ -289,22 +308,23 @@ static void print_legend(void) {
 static void print_match(const options *o, const outcome *out) {
     const fathom_method_result *main_r = out->results, *sweep = out->results + out->n_methods;
     bool bound = false;
+    const int w = name_width(main_r, out->n_methods);
     printf("\nbits at which fathom matches each method's error (Table 6):\n");
-    printf("%-16s %12s %12s %10s\n", "method", "its bits", "fathom bits", "saving");
+    printf("%-*s %12s %12s %10s\n", w, "method", "its bits", "fathom bits", "saving");
     for (uint32_t i = 0; i < out->n_methods; i++) {
         if (main_r[i].rel_error <= 0) continue;
         bool at_most;
         double b = bits_to_match(sweep, o->n_sweep_budgets, main_r[i].rel_error, &at_most);
         if (b < 0) {
-            printf("%-16s %12.1f %12s %10s\n", main_r[i].name, main_r[i].bits_per_token, "> sweep", "-");
+            printf("%-*s %12.1f %12s %10s\n", w, main_r[i].name, main_r[i].bits_per_token, "> sweep", "-");
         } else if (at_most) {
             char bits[32], saving[32];
             snprintf(bits, sizeof bits, "<= %.1f", b);
             snprintf(saving, sizeof saving, ">= %.2fx", main_r[i].bits_per_token / b);
-            printf("%-16s %12.1f %12s %10s\n", main_r[i].name, main_r[i].bits_per_token, bits, saving);
+            printf("%-*s %12.1f %12s %10s\n", w, main_r[i].name, main_r[i].bits_per_token, bits, saving);
             bound = true;
         } else {
-            printf("%-16s %12.1f %12.1f %9.2fx\n", main_r[i].name, main_r[i].bits_per_token, b,
+            printf("%-*s %12.1f %12.1f %9.2fx\n", w, main_r[i].name, main_r[i].bits_per_token, b,
                    main_r[i].bits_per_token / b);
         }
     }
@@ -318,13 +338,14 @@ static void print_match(const options *o, const outcome *out) {
 }
 
 static void print_k_sweep(const outcome *out) {
-    printf("\nselection ratio sweep (rel error per method and k):\n%-16s", "method");
+    const int w = name_width(out->results, out->n_methods);
+    printf("\nselection ratio sweep (rel error per method and k):\n%-*s", w, "method");
     for (uint32_t ki = 0; ki < out->n_k; ki++) printf(" %9s%-5u", "k=", out->ks[ki]);
-    printf("\n%-16s", "k / n");
+    printf("\n%-*s", w, "k / n");
     for (uint32_t ki = 0; ki < out->n_k; ki++) printf(" %13.3f%%", 100.0 * out->ks[ki] / (double)out->info->tokens);
     printf("\n");
     for (uint32_t i = 0; i < out->n_methods; i++) {
-        printf("%-16s", out->results[i].name);
+        printf("%-*s", w, out->results[i].name);
         for (uint32_t ki = 0; ki < out->n_k; ki++)
             printf(" %14.5f", out->results[(size_t)ki * out->n_all + i].rel_error);
         printf("\n");
@@ -358,12 +379,14 @@ static int write_plot(const char *path, const outcome *out) {
     }
     for (uint32_t i = 0; i < out->n_methods; i++)
         points[i] = (plot_point){out->results[i].name, out->results[i].bits_per_token, out->results[i].rel_error};
-    plot_series series[2];
+    static const char *const labels[N_SWEEP_KINDS] = {"fathom budget sweep", "fathom-klt budget sweep",
+                                                       "fathom-centered budget sweep"};
+    plot_series series[N_SWEEP_KINDS];
     uint32_t n_series = 0;
     double *x = xy, *y = xy + n_sweep;
-    for (uint32_t kind = 0; kind < 2; kind++) {
+    for (uint32_t kind = 0; kind < N_SWEEP_KINDS; kind++) {
         plot_series *r = &series[n_series];
-        *r = (plot_series){kind ? "fathom-klt budget sweep" : "fathom budget sweep", x, y, 0};
+        *r = (plot_series){labels[kind], x, y, 0};
         for (uint32_t i = 0; i < n_sweep; i++)
             if (out->sweep_kind[i] == kind) {
                 x[r->n] = out->results[out->n_methods + i].bits_per_token;
@@ -385,23 +408,24 @@ static int write_plot(const char *path, const outcome *out) {
 
 /* ---- the command ---- */
 
-/* The listed methods, then fathom (and fathom-klt when listed) at every
- * swept budget: all run in the same pass. */
+/* The listed methods, then fathom (and fathom-klt, fathom-centered when
+ * listed) at every swept budget: all run in the same pass. */
 static int build_methods(const options *o, fathom_method *methods, uint32_t *n_methods, uint32_t *n_all,
                          uint32_t *sweep_kind) {
     int st = fathom_method_parse_list(o->methods, methods, MAX_METHODS, n_methods);
     if (st < 0) return cli_fail_usage("--methods", st);
-    bool klt_listed = false;
-    for (uint32_t i = 0; i < *n_methods; i++) klt_listed |= methods[i].kind == FATHOM_METHOD_FATHOM_KLT;
     *n_all = *n_methods;
-    for (uint32_t kind = 0; kind < (klt_listed ? 2u : 1u); kind++)
-        for (uint32_t i = 0; i < o->n_sweep_budgets && *n_all < MAX_METHODS; i++) {
+    for (uint32_t kind = 0; kind < N_SWEEP_KINDS; kind++) {
+        bool listed = kind == 0;
+        for (uint32_t i = 0; i < *n_methods; i++) listed |= methods[i].kind == sweep_kinds[kind].kind;
+        for (uint32_t i = 0; listed && i < o->n_sweep_budgets && *n_all < MAX_METHODS; i++) {
             char spec[48];
-            snprintf(spec, sizeof spec, "%s:%u", kind ? "fathom-klt" : "fathom", o->sweep_budgets[i]);
+            snprintf(spec, sizeof spec, "%s:%u", sweep_kinds[kind].name, o->sweep_budgets[i]);
             if ((st = fathom_method_parse(spec, &methods[*n_all])) < 0) return cli_fail_usage("--sweep-budgets", st);
             sweep_kind[*n_all - *n_methods] = kind;
             (*n_all)++;
         }
+    }
     return CLI_OK;
 }
 

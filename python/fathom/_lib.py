@@ -81,6 +81,8 @@ _PROTOTYPES = {
     "fathom_store_create": (STATUS, [PP, u32, u32, P]),
     "fathom_store_free": (None, [P]),
     "fathom_store_append": (STATUS, [P, P, u64]),
+    "fathom_store_set_center": (STATUS, [P, P]),
+    "fathom_store_center": (P, [P]),
     "fathom_store_length": (u64, [P]),
     "fathom_store_dim": (u32, [P]),
     "fathom_store_segment_blocks": (u32, [P]),

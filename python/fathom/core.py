@@ -180,6 +180,18 @@ class Store(_Handle):
         keys, count = _rows(keys, "keys", self.dim)
         lib.fathom_store_append(self._ptr, ptr(keys), count)
 
+    def set_center(self, center):
+        """Center the codes on ``center`` [dim] (before the first append, not
+        on a rotated store): stored coordinates become k - center."""
+        center = f32(center, "center", shape=(self.dim,))
+        lib.fathom_store_set_center(self._ptr, ptr(center))
+
+    @property
+    def center(self):
+        """The center [dim] (a copy), or None."""
+        p = lib.fathom_store_center(self._ptr)
+        return None if not p else view(p, (self.dim,), np.float32, self).copy()
+
     def __len__(self):
         return lib.fathom_store_length(self._ptr)
 
@@ -391,7 +403,8 @@ def rel_l2(a, b):
 # methods
 # --------------------------------------------------------------------------
 
-METHOD_KINDS = ("fathom", "fathom-klt", "sparq", "ds", "loki", "thumb", "landmark", "full4", "oracle", "dense")
+METHOD_KINDS = ("fathom", "fathom-klt", "sparq", "ds", "loki", "thumb", "landmark", "full4", "oracle", "dense",
+                "fathom-centered")
 
 
 def parse_methods(specs):
@@ -405,8 +418,8 @@ def parse_methods(specs):
 
 
 def method_fixed_bits(spec, dim):
-    """Bits per token of a fixed-depth method at this dim; None for fathom
-    and fathom-klt, whose bits depend on the plan."""
+    """Bits per token of a fixed-depth method at this dim; None for fathom,
+    fathom-klt and fathom-centered, whose bits depend on the plan."""
     m = S.Method()
     lib.fathom_method_parse(spec.encode(), C.byref(m))
     bits = lib.fathom_method_fixed_bits(C.byref(m), dim)
@@ -430,7 +443,7 @@ def method_check(spec, dim):
 
 
 # What a method reads (fathom_method_needs flags).
-NEEDS_STORE, NEEDS_ROTATED, NEEDS_LANDMARKS, NEEDS_CALIB = 1, 2, 4, 8
+NEEDS_STORE, NEEDS_ROTATED, NEEDS_LANDMARKS, NEEDS_CALIB, NEEDS_CENTERED = 1, 2, 4, 8, 16
 
 
 def method_needs(spec):

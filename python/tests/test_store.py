@@ -111,6 +111,22 @@ def test_scan_against_numpy(keys):
     np.testing.assert_array_equal(part[0], scores[0, :300])
 
 
+def test_centered_store(keys):
+    """Codes of k - mu (the numpy reference's quantizer on the shifted keys)."""
+    n, d = keys.shape
+    mu = (keys.astype(np.float64).mean(axis=0) + 5.0).astype(np.float32)
+    store = fathom.Store(d)
+    assert store.center is None
+    store.set_center(mu)
+    store.append(keys)
+    np.testing.assert_array_equal(store.center, mu)
+    codes, scales = quantize_ref(keys - mu)
+    depths = np.full(d, 4, np.uint8)
+    np.testing.assert_array_equal(store.decode(depths), decode_ref(codes, scales, depths))
+    with pytest.raises(fathom.FathomError):
+        store.set_center(mu)  # fixed once keys are in
+
+
 def test_rotated_store(keys):
     basis = fathom.Basis.fit(keys, keys[:50])
     assert basis.vectors.shape == (64, 64)

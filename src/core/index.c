@@ -17,12 +17,13 @@
 struct fathom_index {
     uint32_t dim;
     unsigned needs;       /* FATHOM_NEEDS_* of the set, plus extra_needs */
-    bool has_fathom;      /* the set reads fathom's channel variance */
+    bool has_fathom;      /* the set reads fathom's channel variance (fathom, fathom-centered) */
     uint32_t ds_channels; /* the set's ds:c, or 0 */
     bool calibrated;
     uint64_t length;
     fathom_store *store;         /* raw planes, or NULL */
     fathom_store *rotated;       /* planes of (k - mean)V, once calibrated */
+    fathom_store *centered;      /* planes of k - mu, mu the first append's mean, or NULL */
     fathom_basis *basis;         /* the rotation, once calibrated */
     fathom_landmarks *landmarks; /* or NULL */
     float *var;                  /* [dim] calibration variance, or NULL: the store's */
@@ -40,6 +41,7 @@ unsigned fathom_method_needs(const fathom_method *m) {
     case FATHOM_METHOD_FATHOM_KLT:
     case FATHOM_METHOD_LOKI: return FATHOM_NEEDS_ROTATED | FATHOM_NEEDS_CALIB;
     case FATHOM_METHOD_LANDMARK: return FATHOM_NEEDS_LANDMARKS;
+    case FATHOM_METHOD_FATHOM_CENTERED: return FATHOM_NEEDS_CENTERED;
     case FATHOM_METHOD_ORACLE:
     case FATHOM_METHOD_DENSE: return 0;
     }
@@ -115,12 +117,30 @@ static int basis_fit_strided(fathom_basis **out, uint32_t dim, const float *keys
     return st;
 }
 
+/* Center an empty store on the per-channel mean of rows [n x dim] (summed
+ * in double, rounded once to float). */
+static int center_on_mean(fathom_store *store, uint32_t dim, const float *rows, uint64_t n) {
+    double *sum = fathom_calloc_array(dim, sizeof(double));
+    float *mu = fathom_alloc_array(dim, sizeof(float));
+    int st = sum && mu ? FATHOM_OK : fathom_fail(FATHOM_ERR_NOMEM, "index: out of memory for the center");
+    if (st == FATHOM_OK) {
+        for (uint64_t i = 0; i < n; i++)
+            for (uint32_t j = 0; j < dim; j++) sum[j] += rows[i * dim + j];
+        for (uint32_t j = 0; j < dim; j++) mu[j] = (float)(sum[j] / (double)n);
+        st = fathom_store_set_center(store, mu);
+    }
+    free(sum);
+    free(mu);
+    return st;
+}
+
 /* ---- life cycle ---- */
 
 void fathom_index_free(fathom_index *ix) {
     if (!ix) return;
     fathom_store_free(ix->store);
     fathom_store_free(ix->rotated);
+    fathom_store_free(ix->centered);
     fathom_basis_free(ix->basis);
     fathom_landmarks_free(ix->landmarks);
     free(ix->var);
@@ -133,6 +153,7 @@ void fathom_index_free(fathom_index *ix) {
 static int index_make_stores(fathom_index *ix) {
     if (ix->needs & FATHOM_NEEDS_STORE) FATHOM_TRY(fathom_store_create(&ix->store, ix->dim, 0, NULL));
     if (ix->basis) FATHOM_TRY(fathom_store_create(&ix->rotated, ix->dim, 0, ix->basis));
+    if (ix->needs & FATHOM_NEEDS_CENTERED) FATHOM_TRY(fathom_store_create(&ix->centered, ix->dim, 0, NULL));
     if (ix->needs & FATHOM_NEEDS_LANDMARKS) FATHOM_TRY(fathom_landmarks_create(&ix->landmarks, ix->dim));
     return FATHOM_OK;
 }
@@ -150,7 +171,7 @@ int fathom_index_create(fathom_index **out, const fathom_method *methods, uint32
     for (uint32_t m = 0; m < n_methods; m++) {
         FATHOM_TRY(fathom_method_check(&methods[m], dim));
         needs |= fathom_method_needs(&methods[m]);
-        has_fathom |= methods[m].kind == FATHOM_METHOD_FATHOM;
+        has_fathom |= methods[m].kind == FATHOM_METHOD_FATHOM || methods[m].kind == FATHOM_METHOD_FATHOM_CENTERED;
         if (methods[m].kind == FATHOM_METHOD_DS) {
             FATHOM_CHECK_ARG(ds == 0 || ds == methods[m].param,
                              "fathom_index_create: one ds:c per index (got ds:%u and ds:%u)", ds,
@@ -211,6 +232,10 @@ int fathom_index_append(fathom_index *ix, const float *keys, uint64_t count) {
                  "fathom_index_append: the index's methods need calibration first");
     if (ix->store) FATHOM_TRY(fathom_store_append(ix->store, keys, count));
     if (ix->rotated) FATHOM_TRY(fathom_store_append(ix->rotated, keys, count));
+    if (ix->centered) {
+        if (fathom_store_length(ix->centered) == 0) FATHOM_TRY(center_on_mean(ix->centered, ix->dim, keys, count));
+        FATHOM_TRY(fathom_store_append(ix->centered, keys, count));
+    }
     if (ix->landmarks) FATHOM_TRY(fathom_landmarks_append(ix->landmarks, keys, count));
     ix->length += count;
     return FATHOM_OK;
@@ -220,8 +245,9 @@ int fathom_index_clear(fathom_index *ix) {
     FATHOM_CHECK_ARG(ix, "fathom_index_clear: index is NULL");
     fathom_store_free(ix->store);
     fathom_store_free(ix->rotated);
+    fathom_store_free(ix->centered);
     fathom_landmarks_free(ix->landmarks);
-    ix->store = ix->rotated = NULL;
+    ix->store = ix->rotated = ix->centered = NULL;
     ix->landmarks = NULL;
     ix->length = 0;
     return index_make_stores(ix);
@@ -261,11 +287,15 @@ int fathom_index_scores(const fathom_index *ix, const fathom_method *m, uint32_t
     const fathom_store *store = ix->store;
     const float *query = q;
     switch (m->kind) {
-    case FATHOM_METHOD_FATHOM: {
+    case FATHOM_METHOD_FATHOM:
+    case FATHOM_METHOD_FATHOM_CENTERED: {
+        /* The centered store's stored coordinates are k - mu: the query, the
+         * variance and so the plan are the raw store's. */
+        if (m->kind == FATHOM_METHOD_FATHOM_CENTERED) store = ix->centered;
         /* Var: the calibration keys' when given, else the store's running sums (App. D). */
         const float *v = ix->var;
         if (!v) {
-            FATHOM_TRY(fathom_store_variance(ix->store, var));
+            FATHOM_TRY(fathom_store_variance(store, var));
             v = var;
         }
         FATHOM_TRY(fathom_importance(dim, group, q, v, g));

@@ -1,7 +1,8 @@
 /* methods — method specs and their fixed byte accounting (§4).
  *
  * A spec is a name, optionally ":<decimal>" for the methods that take a
- * parameter (fathom:B, fathom-klt:B, sparq:r, ds:c, loki:r). Bits per token
+ * parameter (fathom:B, fathom-klt:B, fathom-centered:B, sparq:r, ds:c,
+ * loki:r). Bits per token
  * follow the paper's one convention: code bits plus 16 bits of fp16 scale per
  * 64 tokens for every channel read, i.e. t + 1/4 bits per channel at depth t.
  *
@@ -31,7 +32,13 @@ static const method_spec method_specs[] = {
     {"loki", FATHOM_METHOD_LOKI, 1},       {"thumb", FATHOM_METHOD_THUMB, 0},
     {"landmark", FATHOM_METHOD_LANDMARK, 0}, {"full4", FATHOM_METHOD_FULL4, 0},
     {"oracle", FATHOM_METHOD_ORACLE, 0},   {"dense", FATHOM_METHOD_DENSE, 0},
+    {"fathom-centered", FATHOM_METHOD_FATHOM_CENTERED, 1},
 };
+
+/* Methods that plan per-query depths at a bit budget B. */
+static int takes_budget(fathom_method_kind kind) {
+    return kind == FATHOM_METHOD_FATHOM || kind == FATHOM_METHOD_FATHOM_KLT || kind == FATHOM_METHOD_FATHOM_CENTERED;
+}
 
 int fathom_method_parse(const char *spec, fathom_method *out) {
     FATHOM_CHECK_ARG(spec && out, "fathom_method_parse: NULL pointer");
@@ -48,13 +55,13 @@ int fathom_method_parse(const char *spec, fathom_method *out) {
             !memcmp(method_specs[i].name, spec, name_len))
             ms = &method_specs[i];
     FATHOM_CHECK_ARG(ms, "fathom_method_parse: unknown method '%.*s' (known: fathom:B, fathom-klt:B, "
-                     "sparq:r, ds:c, loki:r, thumb, landmark, full4, oracle, dense)",
+                     "fathom-centered:B, sparq:r, ds:c, loki:r, thumb, landmark, full4, oracle, dense)",
                      (int)name_len, spec);
 
     uint32_t param = 0;
     if (ms->has_param) {
         FATHOM_CHECK_ARG(colon && colon[1], "fathom_method_parse: '%s' needs a parameter, e.g. %s:%s",
-                         spec, ms->name, ms->kind <= FATHOM_METHOD_FATHOM_KLT ? "48" : "16");
+                         spec, ms->name, takes_budget(ms->kind) ? "48" : "16");
         for (const char *p = colon + 1; *p; p++) {
             FATHOM_CHECK_ARG(*p >= '0' && *p <= '9',
                              "fathom_method_parse: '%s': parameter is not a decimal number", spec);
@@ -108,11 +115,12 @@ int fathom_method_parse_list(const char *list, fathom_method *out, uint32_t cap,
 int fathom_method_check(const fathom_method *m, uint32_t dim) {
     FATHOM_CHECK_ARG(m, "fathom_method_check: method is NULL");
     FATHOM_CHECK_ARG(dim > 0, "fathom_method_check: dim is 0");
-    FATHOM_CHECK_ARG((unsigned)m->kind <= FATHOM_METHOD_DENSE, "fathom_method_check: unknown method kind %d",
-                     (int)m->kind);
+    FATHOM_CHECK_ARG((unsigned)m->kind <= FATHOM_METHOD_FATHOM_CENTERED,
+                     "fathom_method_check: unknown method kind %d", (int)m->kind);
     switch (m->kind) {
     case FATHOM_METHOD_FATHOM:
     case FATHOM_METHOD_FATHOM_KLT:
+    case FATHOM_METHOD_FATHOM_CENTERED:
         FATHOM_CHECK_ARG(m->param >= 1 && m->param <= FATHOM_MAX_DEPTH * dim,
                          "%s: the bit budget must be in [1, %u] at head dim %u", m->name, FATHOM_MAX_DEPTH * dim,
                          dim);
@@ -133,7 +141,8 @@ double fathom_method_fixed_bits(const fathom_method *method, uint32_t dim) {
     const double d = dim, scale_bits = 16.0 / FATHOM_BLOCK_TOKENS; /* per channel read */
     switch (method->kind) {
     case FATHOM_METHOD_FATHOM:
-    case FATHOM_METHOD_FATHOM_KLT: return -1.0; /* depends on the plan */
+    case FATHOM_METHOD_FATHOM_KLT:
+    case FATHOM_METHOD_FATHOM_CENTERED: return -1.0; /* depends on the plan */
     case FATHOM_METHOD_SPARQ:
     case FATHOM_METHOD_DS:
     case FATHOM_METHOD_LOKI: return method->param * (4.0 + scale_bits);

@@ -27,6 +27,7 @@ struct fathom_store {
     uint32_t segment_blocks; /* S */
     const fathom_basis *basis;
     float basis_max_abs; /* max |V[i,c]|: bounds a rotated key, see fathom_store_append */
+    float *center;       /* [dim] stored coordinates are k - center, or NULL */
     uint64_t length;
     store_segment *segments;
     uint32_t segment_count;
@@ -94,6 +95,7 @@ void fathom_store_free(fathom_store *st) {
         free(st->segments[s].scales);
     }
     free(st->segments);
+    free(st->center);
     free(st->open_rows);
     free(st->rotated);
     free(st->open_max);
@@ -108,6 +110,23 @@ uint32_t fathom_store_dim(const fathom_store *st) { return st ? st->dim : 0; }
 uint32_t fathom_store_segment_blocks(const fathom_store *st) { return st ? st->segment_blocks : 0; }
 uint32_t fathom_store_segment_count(const fathom_store *st) { return st ? st->segment_count : 0; }
 const fathom_basis *fathom_store_basis(const fathom_store *st) { return st ? st->basis : NULL; }
+const float *fathom_store_center(const fathom_store *st) { return st ? st->center : NULL; }
+
+int fathom_store_set_center(fathom_store *st, const float *center) {
+    FATHOM_CHECK_ARG(st, "store_set_center: store is NULL");
+    FATHOM_CHECK_ARG(center, "store_set_center: center is NULL");
+    FATHOM_CHECK_ARG(!st->basis, "store_set_center: a rotated store is centered by its basis' mean");
+    FATHOM_CHECK(st->length > 0, FATHOM_ERR_STATE, "store_set_center: the store already holds %llu keys",
+                 (unsigned long long)st->length);
+    for (uint32_t j = 0; j < st->dim; j++)
+        FATHOM_CHECK(!isfinite(center[j]), FATHOM_ERR_NONFINITE, "store_set_center: channel %u is not finite", j);
+    if (!st->center) {
+        st->center = fathom_alloc_array(st->dim, sizeof(float));
+        FATHOM_CHECK(!st->center, FATHOM_ERR_NOMEM, "store_set_center: out of memory for dim %u", st->dim);
+    }
+    memcpy(st->center, center, (size_t)st->dim * sizeof(float));
+    return FATHOM_OK;
+}
 
 static uint64_t blocks_for(uint64_t tokens) { return fathom_blocks_for(tokens); }
 
@@ -242,6 +261,11 @@ int fathom_store_append(fathom_store *st, const float *keys, uint64_t count) {
         FATHOM_CHECK(!isfinite(keys[v]), FATHOM_ERR_NONFINITE,
                      "store_append: key %llu channel %llu is not finite",
                      (unsigned long long)(v / dim), (unsigned long long)(v % dim));
+    if (st->center) /* k - center of finite values can still overflow */
+        for (uint64_t v = 0; v < values; v++)
+            FATHOM_CHECK(!isfinite(keys[v] - st->center[v % dim]), FATHOM_ERR_NONFINITE,
+                         "store_append: key %llu channel %llu minus the center is not finite",
+                         (unsigned long long)(v / dim), (unsigned long long)(v % dim));
     if (st->basis) {
         /* A rotation of finite keys can still overflow; check before changing
          * anything. |rotated_c| <= ||k - mean||_1 * max|V|, so only rows whose
@@ -267,6 +291,8 @@ int fathom_store_append(fathom_store *st, const float *keys, uint64_t count) {
         float *row = st->open_rows + (size_t)pos * dim;
         if (st->basis)
             (void)fathom_basis_rotate_key(st->basis, keys + r * dim, row); /* checked above */
+        else if (st->center)
+            for (uint32_t j = 0; j < dim; j++) row[j] = keys[r * dim + j] - st->center[j];
         else
             memcpy(row, keys + r * dim, (size_t)dim * sizeof(float));
         if (st->length == 0)

@@ -550,7 +550,7 @@ static int greedy_budgets(const fathom_source *calib, const fathom_source_info *
         goto done;
     }
     for (uint32_t m = 0; m < n_methods; m++) {
-        if (methods[m].kind != FATHOM_METHOD_FATHOM && methods[m].kind != FATHOM_METHOD_FATHOM_KLT) continue;
+        if (fathom_method_fixed_bits(&methods[m], cinfo->dim) != -1.0) continue; /* not planned at a budget */
         for (uint32_t i = 0; i < GREEDY_LEVELS; i++) {
             cal[n_cal] = methods[m];
             cal_budget[n_cal] = greedy_levels[i];
@@ -585,7 +585,7 @@ static int greedy_budgets(const fathom_source *calib, const fathom_source_info *
     }
     uint32_t c0 = 0;
     for (uint32_t m = 0; m < n_methods && st == FATHOM_OK; m++) {
-        if (methods[m].kind != FATHOM_METHOD_FATHOM && methods[m].kind != FATHOM_METHOD_FATHOM_KLT) continue;
+        if (fathom_method_fixed_bits(&methods[m], cinfo->dim) != -1.0) continue; /* not planned at a budget */
         for (uint32_t L = 0; L < cinfo->layers; L++)
             for (uint32_t i = 0; i < GREEDY_LEVELS; i++)
                 table[(uint64_t)L * GREEDY_LEVELS + i] = err[(uint64_t)(c0 + i) * cinfo->layers + L];

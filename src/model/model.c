@@ -1210,7 +1210,7 @@ static int forward(fathom_ctx *c, const int32_t *tokens, uint32_t T, bool sparse
         FATHOM_TRY(check_finite(c->q, T, Hq, D, l, pos0, "query head"));
         FATHOM_TRY(check_finite(c->k, T, Hkv, D, l, pos0, "key head"));
         FATHOM_TRY(check_finite(c->v, T, Hkv, D, l, pos0, "value head"));
-        FATHOM_TRY(sparse_append(c, l, pos0, T));
+        if (sparse) FATHOM_TRY(sparse_append(c, l, pos0, T)); /* a prefill appends when it ends */
         if (sparse && !sliding) { /* sliding layers attend their window exactly */
             sparse_job sj = {c, l, pos0};
             FATHOM_TRY(fathom_pool_run(c->pool, sparse_task, &sj, Hkv));
@@ -1272,6 +1272,7 @@ int fathom_ctx_prefill(fathom_ctx *ctx, const int32_t *tokens, uint64_t n, float
     FATHOM_CHECK_ARG(n > 0, "fathom_ctx_prefill: no tokens");
     FATHOM_TRY(check_tokens(ctx, tokens, n, "fathom_ctx_prefill"));
     uint32_t last = 0;
+    const uint64_t pos0 = ctx->n;
     for (uint64_t done = 0; done < n;) {
         const uint32_t T = n - done < PREFILL_BATCH ? (uint32_t)(n - done) : PREFILL_BATCH;
         int st = forward(ctx, tokens + done, T, false);
@@ -1282,6 +1283,15 @@ int fathom_ctx_prefill(fathom_ctx *ctx, const int32_t *tokens, uint64_t n, float
         done += T;
         last = T - 1;
         if (ctx->progress) ctx->progress(ctx->progress_user, done, n);
+    }
+    /* The prefill's keys reach the sparse index in one append per layer: the
+     * bytes of a streamed append, and fathom-centered's center is their mean. */
+    for (uint32_t l = 0; l < ctx->model->info.layers; l++) {
+        int st = sparse_append(ctx, l, pos0, n);
+        if (st < 0) {
+            ctx->broken = 1;
+            return st;
+        }
     }
     ctx->stats.prefill_tokens += n;
     if (logits_out) FATHOM_TRY(compute_logits(ctx, last, logits_out));
