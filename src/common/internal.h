@@ -51,6 +51,10 @@ static inline bool fathom_all_finite(const float *x, uint64_t n) {
 void *fathom_alloc_array(uint64_t count, uint64_t size);
 void *fathom_calloc_array(uint64_t count, uint64_t size);
 
+/* The order fathom_select ranks scores by, as 32 bits: NaN lowest (0),
+ * -0 == +0, otherwise the order of the floats (core/select.c). */
+uint32_t fathom_score_key(float s);
+
 /* Number of worker threads for "0 = one per core". */
 uint32_t fathom_default_threads(void);
 

@@ -4,6 +4,7 @@
 #define FATHOM_SCAN_INTERNAL_H
 
 #include "cpu.h"
+#include "internal.h"
 #include "store_internal.h"
 
 #include <stdint.h>
@@ -208,7 +209,30 @@ FATHOM_INLINE void scan2_put(float *out, const float *acc, uint32_t count, int a
 typedef void (*scan_segment_fn)(const scan_job *, scan_tile *, const fathom_segment_view *,
                                 uint64_t);
 
+/* ---- the candidate filter of scan_select.c ----
+ *
+ * A candidate is fathom_score_key(score) << 32 | ~position: larger values
+ * rank first by fathom_select's rule, and no two are equal. */
+FATHOM_INLINE uint64_t scan_candidate(float score, uint64_t position) {
+    return (uint64_t)fathom_score_key(score) << 32 | (uint32_t)~(uint32_t)position;
+}
+
+/* Appends to out the candidates of scores s[i..n) (position pos0 + index)
+ * that pass the threshold: not below thr, or above it when strict; NaN
+ * always passes. Returns how many. */
+FATHOM_INLINE uint32_t scan_filter_tail(const float *s, uint32_t i, uint32_t n, float thr,
+                                        int strict, uint64_t pos0, uint64_t *out) {
+    uint32_t c = 0;
+    for (; i < n; i++)
+        if (strict ? !(s[i] <= thr) : !(s[i] < thr)) out[c++] = scan_candidate(s[i], pos0 + i);
+    return c;
+}
+
 #ifdef FATHOM_X86
+uint32_t fathom_scan_filter_avx2(const float *s, uint32_t n, float thr, int strict, uint64_t pos0,
+                                 uint64_t *out);
+uint32_t fathom_scan_filter_avx512(const float *s, uint32_t n, float thr, int strict,
+                                   uint64_t pos0, uint64_t *out);
 void fathom_scan_segment_avx2(const scan_job *job, scan_tile *tile,
                               const fathom_segment_view *view, uint64_t seg_n);
 void fathom_scan_segment_avx512(const scan_job *job, scan_tile *tile,

@@ -319,4 +319,45 @@ AVX512_TARGET void fathom_scan2_block_avx512(const scan2_pass *ps, const scan2_t
 #undef AVX512_FUSED
 }
 
+/* ---- the candidate filter (scan_internal.h), 16 scores per step ---- */
+
+/* Appends the candidates of scores s[i + j], j < 16, whose bit is set in hits. */
+SCAN_INLINE uint32_t filter_hits(const float *s, uint32_t i, uint32_t hits, uint64_t pos0,
+                                 uint64_t *out) {
+    uint32_t c = 0;
+    for (; hits; hits &= hits - 1) {
+        const uint32_t j = i + (uint32_t)__builtin_ctz(hits);
+        out[c++] = scan_candidate(s[j], pos0 + j);
+    }
+    return c;
+}
+
+AVX2_TARGET uint32_t fathom_scan_filter_avx2(const float *s, uint32_t n, float thr, int strict,
+                                             uint64_t pos0, uint64_t *out) {
+    const __m256 t = _mm256_set1_ps(thr);
+    uint32_t c = 0, i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a = _mm256_loadu_ps(s + i), b = _mm256_loadu_ps(s + i + 8);
+        const __m256 pa = strict ? _mm256_cmp_ps(a, t, _CMP_NLE_UQ) : _mm256_cmp_ps(a, t, _CMP_NLT_UQ);
+        const __m256 pb = strict ? _mm256_cmp_ps(b, t, _CMP_NLE_UQ) : _mm256_cmp_ps(b, t, _CMP_NLT_UQ);
+        const uint32_t hits =
+            (uint32_t)_mm256_movemask_ps(pa) | (uint32_t)_mm256_movemask_ps(pb) << 8;
+        if (hits) c += filter_hits(s, i, hits, pos0, out + c);
+    }
+    return c + scan_filter_tail(s, i, n, thr, strict, pos0, out + c);
+}
+
+AVX512_TARGET uint32_t fathom_scan_filter_avx512(const float *s, uint32_t n, float thr,
+                                                 int strict, uint64_t pos0, uint64_t *out) {
+    const __m512 t = _mm512_set1_ps(thr);
+    uint32_t c = 0, i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 a = _mm512_loadu_ps(s + i);
+        const uint32_t hits = strict ? _mm512_cmp_ps_mask(a, t, _CMP_NLE_UQ)
+                                     : _mm512_cmp_ps_mask(a, t, _CMP_NLT_UQ);
+        if (hits) c += filter_hits(s, i, hits, pos0, out + c);
+    }
+    return c + scan_filter_tail(s, i, n, thr, strict, pos0, out + c);
+}
+
 #endif /* FATHOM_X86 */

@@ -77,6 +77,32 @@ struct fathom_pool;
 int fathom_scan_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
                          const fathom_scan_item *items, uint32_t count, uint64_t range_tokens);
 
+/* One scan and selection of a batch: for each query head h < group, the
+ * positions fathom_select(scores of head h, n, k, sink, local) returns, in
+ * idx[h * k ...] (ascending, as fathom_select writes them), and their number
+ * in count[h]; the scores are those of fathom_store_scan over the first n
+ * tokens of store at depths [dim] for queries [group x dim]. */
+typedef struct fathom_scan_select_item {
+    const fathom_store *store;
+    const uint8_t *depths;
+    const float *queries;
+    uint32_t group;
+    uint64_t n;
+    uint32_t k, sink, local;
+    uint32_t *idx;   /* [group * k] */
+    uint32_t *count; /* [group] */
+} fathom_scan_select_item;
+
+/* Scans and selects items [0, count) on the pool's threads in tasks of one
+ * item and range_tokens tokens (a multiple of FATHOM_BLOCK_TOKENS; 0:
+ * 16384), without writing the scores out: each task keeps only the
+ * candidates that may be among its heads' top (core/scan_select.c). The
+ * selections equal fathom_select's on the scores of fathom_store_scan, at
+ * any thread count. kernel: FATHOM_SCAN_AUTO or a tiled kernel. */
+int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
+                                const fathom_scan_select_item *items, uint32_t count,
+                                uint64_t range_tokens);
+
 /* The reference scan: scores[h*n + i] = sum_j q_hj * decode(i, j, depths[j]),
  * token by token, accumulated in double. */
 int fathom_store_scan_reference(const fathom_store *store, const uint8_t *depths,
