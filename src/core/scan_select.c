@@ -4,19 +4,21 @@
  * the selection fathom_select makes from the scan's scores, without writing
  * the [group x n] scores out: at long contexts writing them costs more
  * memory traffic than reading the planes. Tasks of one item and token range
- * scan into a scratch of the worker (in its cache) and keep only the
- * candidates that may be among the head's top m; a second round selects the
- * top m of the candidates per head.
+ * scan into a scratch of the worker (in its cache) and offer only the
+ * scores that may be among the head's top m to the head's shared heap of
+ * the m largest so far.
  *
  * A candidate packs the score's order key (fathom_score_key) above the
  * complement of its position, so the packed values are distinct and rank
  * exactly as fathom_select ranks (higher key first; among equal keys the
- * lower position). A range keeps its own top m (any of the head's top m in
- * the range is among them) and drops scores below a threshold: the m-th
- * largest value of its candidates so far, or of any finished range (each
- * range holds m values at least that large, so the head's m-th largest is
- * not below it). Which task raises the shared threshold first changes how
- * many candidates are kept, never the selection. */
+ * lower position). A task drops a score below the heap's minimum once the
+ * heap holds m values (m values of the data are at least that large) and,
+ * while the heap is not full, keeps a buffer of its own candidates that it
+ * cuts to its top m when it fills (later positions must then beat the m-th
+ * of them). Every one of the head's top m is offered and, once in the heap,
+ * never leaves it, so at the end the heap is the top m whatever the order
+ * the tasks ran in. Tasks go range-major over the items, so that most
+ * ranges start with a full heap. */
 #include "internal.h"
 #include "pool.h"
 #include "scan_internal.h"
@@ -26,7 +28,7 @@
 #include <string.h>
 
 /* Moves the m largest of c[0..n) to c[0..m), in any order; 1 <= m <= n.
- * Quickselect with a median-of-three pivot. */
+ * Quickselect with a median-of-three pivot and a branch-free partition. */
 static void top_m(uint64_t *c, uint64_t n, uint64_t m) {
     uint64_t lo = 0, hi = n;
     while (hi - lo > 1 && lo < m && m < hi) {
@@ -35,13 +37,16 @@ static void top_m(uint64_t *c, uint64_t n, uint64_t m) {
         const uint64_t a = c[lo], b = c[mid], d = c[hi - 1];
         if ((a <= b && b <= d) || (d <= b && b <= a)) p = mid;
         else if ((b <= a && a <= d) || (d <= a && a <= b)) p = lo;
-        uint64_t t = c[p];
+        const uint64_t pivot = c[p];
         c[p] = c[hi - 1];
-        c[hi - 1] = t;
-        const uint64_t pivot = c[hi - 1];
+        c[hi - 1] = pivot;
         uint64_t w = lo;
-        for (uint64_t r = lo; r + 1 < hi; r++)
-            if (c[r] > pivot) t = c[w], c[w] = c[r], c[r] = t, w++;
+        for (uint64_t r = lo; r + 1 < hi; r++) {
+            const uint64_t x = c[r];
+            c[r] = c[w];
+            c[w] = x;
+            w += x > pivot;
+        }
         c[hi - 1] = c[w];
         c[w] = pivot; /* [lo, w) > pivot: the pivot ranks w-th */
         if (m == w || m == w + 1) return;
@@ -67,13 +72,6 @@ static float key_floor(uint64_t cand) {
     return f;
 }
 
-static void atomic_max_u64(_Atomic uint64_t *a, uint64_t v) {
-    uint64_t cur = atomic_load_explicit(a, memory_order_relaxed);
-    while (cur < v && !atomic_compare_exchange_weak_explicit(a, &cur, v, memory_order_relaxed,
-                                                              memory_order_relaxed)) {
-    }
-}
-
 static uint32_t filter_portable(const float *s, uint32_t n, float thr, int strict, uint64_t pos0,
                                 uint64_t *out) {
     return scan_filter_tail(s, 0, n, thr, strict, pos0, out);
@@ -89,52 +87,79 @@ static filter_fn pick_filter(void) {
     return filter_portable;
 }
 
-/* Per item: the forced window, m, and the candidate slots. */
+/* Scores filtered per call; a buffer of 2m + SS_CHUNK candidates is cut to
+ * m when it holds more than 2m. */
+#define SS_CHUNK 1024
+
+/* A head's pool of candidates (capacity 2m + SS_CHUNK): everything
+ * offered that is above its floor; cut to its top m when it fills, the m-th
+ * of which becomes the floor (0 until then: nothing is dropped). */
+typedef struct ss_heap {
+    atomic_flag lock;
+    _Atomic uint64_t floor;
+    uint64_t size;
+    uint64_t *v;
+} ss_heap;
+
+/* Offers c[0..n) to the pool of a head whose top is m. */
+static void heap_offer(ss_heap *hp, uint64_t m, const uint64_t *c, uint64_t n) {
+    while (atomic_flag_test_and_set_explicit(&hp->lock, memory_order_acquire)) {
+    }
+    const uint64_t floor = atomic_load_explicit(&hp->floor, memory_order_relaxed);
+    for (uint64_t i = 0; i < n; i++) {
+        hp->v[hp->size] = c[i];
+        hp->size += c[i] > floor;
+        if (hp->size > 2 * m) {
+            top_m(hp->v, hp->size, m);
+            hp->size = m;
+            atomic_store_explicit(&hp->floor, min_u64(hp->v, m), memory_order_relaxed);
+        }
+    }
+    atomic_flag_clear_explicit(&hp->lock, memory_order_release);
+}
+
+/* Per item: the forced window as fathom_select sets it, m, and the heaps. */
 typedef struct ss_item {
     uint64_t sink_end, local_begin, m; /* m == 0: nothing to score */
-    uint64_t ranges, first_task;
-    uint64_t *cand;           /* [group][ranges][cap] */
-    uint64_t *cand_n;         /* [group][ranges] */
-    _Atomic uint64_t *tau;    /* [group] */
+    uint64_t ranges;
+    ss_heap *heaps; /* [group] */
 } ss_item;
 
 typedef struct ss_batch {
     fathom_scan_kernel kernel;
     const fathom_scan_select_item *items;
     ss_item *st;
-    uint32_t count;
+    const uint64_t *tasks; /* item << 32 | range, range-major */
     uint64_t range, cap;
-    float *scratch; /* [threads][max_group * range] */
+    float *scratch;   /* [threads][max_group * range] */
+    uint64_t *buf;    /* [threads][cap] */
     uint64_t scratch_per_worker;
     filter_fn filter;
 } ss_batch;
 
 static int ss_scan_task(void *arg, uint32_t task, uint32_t worker) {
     const ss_batch *bt = arg;
-    uint32_t i = 0;
-    while (bt->st[i].m == 0 || task >= bt->st[i].first_task + bt->st[i].ranges) i++;
+    const uint32_t i = (uint32_t)(bt->tasks[task] >> 32);
+    const uint64_t r = (uint32_t)bt->tasks[task];
     const fathom_scan_select_item *it = &bt->items[i];
     const ss_item *si = &bt->st[i];
-    const uint64_t r = task - si->first_task, first = r * bt->range;
+    const uint64_t first = r * bt->range;
     const uint64_t end = it->n - first < bt->range ? it->n : first + bt->range;
     const uint64_t lo = first > si->sink_end ? first : si->sink_end;
     const uint64_t hi = end < si->local_begin ? end : si->local_begin;
-    for (uint32_t h = 0; h < it->group; h++) si->cand_n[h * si->ranges + r] = 0;
     if (lo >= hi) return FATHOM_OK;
-    const uint64_t s0 = lo - lo % FATHOM_BLOCK_TOKENS;
+    const uint64_t s0 = lo - lo % FATHOM_BLOCK_TOKENS, m = si->m;
     float *scores = bt->scratch + worker * bt->scratch_per_worker;
+    uint64_t *out = bt->buf + worker * bt->cap;
     FATHOM_TRY(fathom_store_scan_range(bt->kernel, it->store, it->depths, it->queries, it->group,
                                        s0, hi - s0, scores, bt->range, NULL));
-    const uint64_t m = si->m;
     for (uint32_t h = 0; h < it->group; h++) {
-        uint64_t *out = si->cand + (h * si->ranges + r) * bt->cap;
-        uint64_t c = 0;
-        float thr = key_floor(atomic_load_explicit(&si->tau[h], memory_order_relaxed));
+        ss_heap *hp = &si->heaps[h];
+        uint64_t c = 0, floor = atomic_load_explicit(&hp->floor, memory_order_relaxed);
+        float thr = key_floor(floor);
         int strict = 0;
         for (uint64_t b = lo; b < hi;) {
-            const uint64_t next = (b / FATHOM_BLOCK_TOKENS + 1) * FATHOM_BLOCK_TOKENS < hi
-                                      ? (b / FATHOM_BLOCK_TOKENS + 1) * FATHOM_BLOCK_TOKENS
-                                      : hi;
+            const uint64_t next = hi - b < SS_CHUNK ? hi : b + SS_CHUNK;
             c += bt->filter(scores + h * bt->range + (b - s0), (uint32_t)(next - b), thr, strict, b,
                             out + c);
             b = next;
@@ -142,25 +167,30 @@ static int ss_scan_task(void *arg, uint32_t task, uint32_t worker) {
                 top_m(out, c, m);
                 c = m;
                 const uint64_t v = min_u64(out, m);
-                atomic_max_u64(&si->tau[h], v);
-                const uint64_t shared = atomic_load_explicit(&si->tau[h], memory_order_relaxed);
-                thr = key_floor(shared > v ? shared : v);
-                strict = shared <= v; /* the shared value may tie on the key with a later position */
+                floor = atomic_load_explicit(&hp->floor, memory_order_relaxed);
+                thr = key_floor(floor > v ? floor : v);
+                strict = floor <= v;
             }
         }
-        if (c >= m) {
-            top_m(out, c, m);
-            c = m;
-            atomic_max_u64(&si->tau[h], min_u64(out, m));
-        }
-        si->cand_n[h * si->ranges + r] = c;
+        /* offer what may still enter the heap */
+        floor = atomic_load_explicit(&hp->floor, memory_order_relaxed);
+        uint64_t kept = 0;
+        for (uint64_t j = 0; j < c; j++)
+            if (out[j] > floor) out[kept++] = out[j];
+        if (kept) heap_offer(hp, m, out, kept);
     }
     return FATHOM_OK;
 }
 
-static int cmp_u32(const void *a, const void *b) {
-    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x > y) - (x < y);
+/* Sorts x[0..n) ascending: four byte-wise counting passes through tmp[n]. */
+static void sort_u32(uint32_t *x, uint64_t n, uint32_t *tmp) {
+    for (unsigned shift = 0; shift < 32; shift += 8) {
+        uint64_t count[257] = {0};
+        for (uint64_t i = 0; i < n; i++) count[((x[i] >> shift) & 0xffu) + 1]++;
+        for (unsigned b = 0; b < 256; b++) count[b + 1] += count[b];
+        for (uint64_t i = 0; i < n; i++) tmp[count[(x[i] >> shift) & 0xffu]++] = x[i];
+        memcpy(x, tmp, n * sizeof *x);
+    }
 }
 
 static int ss_select_task(void *arg, uint32_t task, uint32_t worker) {
@@ -177,21 +207,15 @@ static int ss_select_task(void *arg, uint32_t task, uint32_t worker) {
         uint64_t work = 0;
         return fathom_select(&none, it->n, it->k, it->sink, it->local, &work, idx, &it->count[h]);
     }
-    uint64_t *c = si->cand + h * si->ranges * bt->cap, w = 0;
-    const uint64_t tau = atomic_load_explicit(&si->tau[h], memory_order_relaxed);
-    for (uint64_t r = 0; r < si->ranges; r++) {
-        const uint64_t *src = si->cand + (h * si->ranges + r) * bt->cap;
-        for (uint64_t j = 0; j < si->cand_n[h * si->ranges + r]; j++)
-            if (src[j] >= tau) c[w++] = src[j];
-    }
-    FATHOM_CHECK(w < si->m, FATHOM_ERR_STATE, "scan_select: %llu candidates for %llu",
-                 (unsigned long long)w, (unsigned long long)si->m);
-    top_m(c, w, si->m);
+    ss_heap *hp = &si->heaps[h];
+    FATHOM_CHECK(hp->size < si->m, FATHOM_ERR_STATE, "scan_select: %llu candidates for %llu",
+                 (unsigned long long)hp->size, (unsigned long long)si->m);
+    top_m(hp->v, hp->size, si->m);
     uint32_t n_out = 0;
     for (uint64_t p = 0; p < si->sink_end; p++) idx[n_out++] = (uint32_t)p;
     uint32_t *mid = idx + n_out;
-    for (uint64_t j = 0; j < si->m; j++) mid[j] = ~(uint32_t)c[j];
-    qsort(mid, si->m, sizeof *mid, cmp_u32);
+    for (uint64_t j = 0; j < si->m; j++) mid[j] = ~(uint32_t)hp->v[j];
+    sort_u32(mid, si->m, (uint32_t *)(hp->v + si->m));
     n_out += (uint32_t)si->m;
     for (uint64_t p = si->local_begin; p < it->n; p++) idx[n_out++] = (uint32_t)p;
     it->count[h] = n_out;
@@ -220,10 +244,10 @@ int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel ker
         max_k = it->k > max_k ? it->k : max_k;
         max_group = it->group > max_group ? it->group : max_group;
     }
-    const uint64_t cap = 2 * max_k + FATHOM_BLOCK_TOKENS;
+    const uint64_t cap = 2 * max_k + SS_CHUNK;
     const uint32_t threads = fathom_pool_threads(pool);
     ss_item *st = calloc(count, sizeof *st);
-    uint64_t scratch_floats, cand_total = 0, n_scan = 0, n_select = 0;
+    uint64_t scratch_floats = 0, n_scan = 0, n_select = 0, heap_values = 0, max_ranges = 0;
     int ok = st && fathom_mul_u64(max_group, range_tokens, &scratch_floats);
     for (uint32_t i = 0; ok && i < count; i++) { /* the windows, as fathom_select */
         const fathom_scan_select_item *it = &items[i];
@@ -231,57 +255,61 @@ int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel ker
         const uint64_t n = it->n;
         si->sink_end = it->sink < n ? it->sink : n;
         si->local_begin = it->local < n ? n - it->local : 0;
-        const uint64_t forced = si->local_begin > si->sink_end ? si->sink_end + (n - si->local_begin) : n;
+        const uint64_t forced =
+            si->local_begin > si->sink_end ? si->sink_end + (n - si->local_begin) : n;
         si->m = n > it->k && forced < it->k ? it->k - forced : 0;
         si->ranges = (n - 1) / range_tokens + 1;
-        si->first_task = n_scan;
-        uint64_t slots;
+        uint64_t values;
         if (si->m) {
             n_scan += si->ranges;
-            ok = fathom_mul_u64((uint64_t)it->group * si->ranges, cap, &slots) &&
-                 fathom_add_u64(cand_total, slots, &cand_total);
+            ok = fathom_mul_u64(it->group, 2 * si->m + SS_CHUNK, &values) &&
+                 fathom_add_u64(heap_values, values, &heap_values);
+            max_ranges = si->ranges > max_ranges ? si->ranges : max_ranges;
         }
         n_select += it->group;
     }
-    uint64_t *cand = NULL;
-    uint64_t *cand_n = NULL;
-    _Atomic uint64_t *tau = NULL;
+    uint64_t *tasks = NULL, *values = NULL, *buf = NULL;
+    ss_heap *heaps = NULL;
     float *scratch = NULL;
-    uint64_t slot_total = 0;
-    for (uint32_t i = 0; ok && i < count; i++)
-        if (st[i].m) slot_total += (uint64_t)items[i].group * st[i].ranges;
     if (ok) {
-        cand = fathom_alloc_array(cand_total ? cand_total : 1, sizeof *cand);
-        cand_n = fathom_alloc_array(slot_total ? slot_total : 1, sizeof *cand_n);
-        tau = fathom_calloc_array(n_select, sizeof *tau);
-        scratch = n_scan ? fathom_alloc_array((uint64_t)threads * scratch_floats, sizeof(float)) : NULL;
-        ok = cand && cand_n && tau && (scratch || !n_scan) && n_scan <= UINT32_MAX &&
+        tasks = fathom_alloc_array(n_scan ? n_scan : 1, sizeof *tasks);
+        values = fathom_alloc_array(heap_values ? heap_values : 1, sizeof *values);
+        heaps = fathom_alloc_array(n_select, sizeof *heaps);
+        buf = fathom_alloc_array((uint64_t)threads * cap, sizeof *buf);
+        scratch = fathom_alloc_array((uint64_t)threads * scratch_floats, sizeof(float));
+        ok = tasks && values && heaps && buf && scratch && n_scan <= UINT32_MAX &&
              n_select <= UINT32_MAX;
     }
     int status = FATHOM_OK;
     if (!ok)
-        status = fathom_fail(FATHOM_ERR_NOMEM, "scan_select: out of memory for the candidates");
+        status = fathom_fail(FATHOM_ERR_NOMEM, "scan_select: out of memory");
     else {
-        uint64_t c_off = 0, n_off = 0, t_off = 0;
+        uint64_t v_off = 0, h_off = 0, t = 0;
         for (uint32_t i = 0; i < count; i++) {
-            st[i].tau = tau + t_off;
-            for (uint32_t h = 0; h < items[i].group; h++) atomic_init(&st[i].tau[h], 0);
-            t_off += items[i].group;
-            if (!st[i].m) continue;
-            st[i].cand = cand + c_off;
-            st[i].cand_n = cand_n + n_off;
-            c_off += (uint64_t)items[i].group * st[i].ranges * cap;
-            n_off += (uint64_t)items[i].group * st[i].ranges;
+            st[i].heaps = heaps + h_off;
+            for (uint32_t h = 0; h < items[i].group; h++) {
+                ss_heap *hp = &st[i].heaps[h];
+                atomic_flag_clear(&hp->lock);
+                atomic_init(&hp->floor, 0);
+                hp->size = 0;
+                hp->v = values + v_off;
+                v_off += st[i].m ? 2 * st[i].m + SS_CHUNK : 0;
+            }
+            h_off += items[i].group;
         }
-        const ss_batch batch = {kernel, items, st, count, range_tokens, cap, scratch,
-                                scratch_floats, pick_filter()};
+        for (uint64_t r = 0; r < max_ranges; r++) /* range-major */
+            for (uint32_t i = 0; i < count; i++)
+                if (st[i].m && r < st[i].ranges) tasks[t++] = (uint64_t)i << 32 | r;
+        const ss_batch batch = {kernel, items, st,     tasks,          range_tokens,
+                                cap,    scratch, buf, scratch_floats, pick_filter()};
         if (n_scan) status = fathom_pool_run(pool, ss_scan_task, (void *)&batch, (uint32_t)n_scan);
         if (status == FATHOM_OK)
             status = fathom_pool_run(pool, ss_select_task, (void *)&batch, (uint32_t)n_select);
     }
-    free(cand);
-    free(cand_n);
-    free((void *)tau);
+    free(tasks);
+    free(values);
+    free(heaps);
+    free(buf);
     free(scratch);
     free(st);
     return status;

@@ -19,16 +19,6 @@
 #include <math.h>
 #include <string.h>
 
-uint32_t fathom_score_key(float s) {
-    if (isnan(s)) return 0;
-    if (s == 0.0f) s = 0.0f; /* -0 ties with +0 */
-    uint32_t u;
-    memcpy(&u, &s, sizeof u);
-    /* negative: flip all bits (larger magnitude sorts lower); positive: set the sign bit.
-     * -inf maps to 0x007fffff > 0, so NaN stays strictly below everything. */
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
 /* The value T of the m-th largest of keys[0..n) and how many keys equal to
  * T belong to the top m (*take_equal >= 1). Radix select, most significant
  * digit first (11 + 11 + 10 bits). The first level histograms every key and
