@@ -881,6 +881,37 @@ static void test_args_gpu(void) {
     fathom_cuda_tier_destroy(t);
 }
 
+/* Host memory that runs out: a segment of 64 layers x 64 KV heads x 2^20
+ * blocks of d = 256 is about 320 TB, beyond any host's address space, so
+ * pinning it fails at once (nothing is pinned on the way). The reserve
+ * returns NOMEM with a message and leaves the session as it was; the device
+ * is still usable after it. */
+static void test_out_of_memory(void) {
+    fathom_cuda_tier *t = NULL;
+    fathom_cuda_tier_shape sh = {64, 64, 4, 256, 1u << 20, 2, 0xffffffffull - 64};
+    CHECK_OK(fathom_cuda_tier_create(&sh, &t));
+    if (!t) return;
+    uint32_t a;
+    CHECK_OK(fathom_cuda_tier_session_create(t, &a));
+    fathom_cuda_tier_usage before, after;
+    CHECK_OK(fathom_cuda_tier_usage_of(t, a, &before));
+    CHECK_STATUS(fathom_cuda_tier_reserve(t, a, 1), FATHOM_ERR_NOMEM);
+    CHECK(strstr(fathom_last_error(), "pinned host memory") != NULL);
+    CHECK_OK(fathom_cuda_tier_usage_of(t, a, &after));
+    CHECK(after.capacity == 0 && after.segments == 0 && after.bytes == before.bytes &&
+          after.length == 0);
+    uint64_t n = 1;
+    CHECK_OK(fathom_cuda_tier_length(t, a, &n));
+    CHECK(n == 0);
+    CHECK_OK(fathom_cuda_tier_check(t));
+    CHECK_STATUS(fathom_cuda_tier_reserve(t, a, 1), FATHOM_ERR_NOMEM); /* again: same answer */
+    CHECK_OK(fathom_cuda_tier_session_free(t, a));
+    fathom_cuda_tier_destroy(t);
+    void *p = NULL; /* the failed pinning left no sticky error behind */
+    CHECK(cudaMalloc(&p, 1 << 20) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess);
+    cudaFree(p);
+}
+
 int main(void) {
     quick = getenv("FATHOM_TEST_QUICK") && atoi(getenv("FATHOM_TEST_QUICK")) > 0;
     test_args();
@@ -890,6 +921,7 @@ int main(void) {
         return 77;
     }
     test_args_gpu();
+    test_out_of_memory();
     test_append(64);
     test_append(128);
     test_append(256);
