@@ -20,8 +20,9 @@ float fathom_store_token_value(const fathom_store *st, uint64_t token, uint32_t 
 
 /* Which implementation of fathom_store_scan runs. */
 typedef enum fathom_scan_kernel {
-    FATHOM_SCAN_AUTO = 0,  /* what fathom_store_scan uses: the tiled AVX2 kernel where AVX2
-                            * runs, else the tiled portable one */
+    FATHOM_SCAN_AUTO = 0,  /* what fathom_store_scan uses: the tiled AVX-512 kernel where
+                            * AVX-512F runs, else the tiled AVX2 one where AVX2 runs, else
+                            * the tiled portable one */
     FATHOM_SCAN_REFERENCE, /* plain per-token loop, double accumulation: the one to read */
     FATHOM_SCAN_PORTABLE,  /* the fast kernel compiled for the baseline ISA */
     FATHOM_SCAN_AVX2,      /* AVX2+FMA+F16C intrinsics (x86-64 only) */
