@@ -244,7 +244,7 @@ static void test_parallel(void) {
  * fathom_store_scan's scores, head by head, for windows that cover the
  * edge cases (n <= k, sink + local >= k, tiny and huge m), ranges that
  * force the candidate compaction, all-tied scores (depths 0: every score
- * 0, the lowest positions win) and NaN scores. */
+ * 0, the lowest positions win), NaN scores and a mix of +-inf and NaN. */
 static int scan_select_cases, scan_select_bad;
 
 static void check_scan_select(fathom_pool *pool, fathom_store *a, fathom_store *b,
@@ -313,6 +313,11 @@ static void test_scan_select(void) {
         memcpy(qnan, q, sizeof qnan);
         qnan[5] = NAN; /* head 0 of item a: every score NaN */
         check_scan_select(pool, a, b, da, db, qnan, 64);
+        float qinf[6 * 24];
+        memcpy(qinf, q, sizeof qinf);
+        for (int j = 7; j < 24; j += 3) /* head 0 of item a: mostly NaN, some +-inf */
+            qinf[j] = j % 2 ? INFINITY : -INFINITY;
+        check_scan_select(pool, a, b, db, da, qinf, 0);
         /* argument errors */
         uint32_t idx[8], cnt[3];
         fathom_scan_select_item it = {a, da, q, 3, 100, 2, 0, 0, idx, cnt};
@@ -330,7 +335,7 @@ static void test_scan_select(void) {
         CHECK_STATUS(fathom_scan_select_parallel(pool, FATHOM_SCAN_AUTO, &it, 1, 64),
                      FATHOM_ERR_INVALID_ARG);
     }
-    CHECK(scan_select_cases == 5 * 4 * 5 * 2 * 3 * 8 && scan_select_bad == 0);
+    CHECK(scan_select_cases == 6 * 4 * 5 * 2 * 3 * 8 && scan_select_bad == 0);
     printf("test_scan: scan_select checked against fathom_select (%d head selections)\n",
            scan_select_cases);
     fathom_pool_free(pool);

@@ -61,11 +61,15 @@ static uint64_t min_u64(const uint64_t *c, uint64_t n) {
     return v;
 }
 
-/* The lowest float score whose key is the candidate's key (keys of NaN and
- * -inf: -inf, which the filters let everything through). */
-static float key_floor(uint64_t cand) {
-    const uint32_t key = (uint32_t)(cand >> 32);
-    if (key <= 0x007fffffu) return -__builtin_inff();
+/* The filter threshold for candidates above (strict) or not below floor:
+ * the float of floor's key; for the keys of NaN and -inf, -inf and not
+ * strict, which lets everything through. */
+static float floor_threshold(uint64_t floor, int *strict) {
+    const uint32_t key = (uint32_t)(floor >> 32);
+    if (key <= 0x007fffffu) {
+        *strict = 0;
+        return -__builtin_inff();
+    }
     uint32_t u = (key & 0x80000000u) ? key & 0x7fffffffu : ~key;
     float f;
     memcpy(&f, &u, sizeof f);
@@ -108,7 +112,7 @@ static void heap_offer(ss_heap *hp, uint64_t m, const uint64_t *c, uint64_t n) {
     const uint64_t floor = atomic_load_explicit(&hp->floor, memory_order_relaxed);
     for (uint64_t i = 0; i < n; i++) {
         hp->v[hp->size] = c[i];
-        hp->size += c[i] > floor;
+        hp->size += c[i] > floor || floor == 0; /* 0: nothing cut yet */
         if (hp->size > 2 * m) {
             top_m(hp->v, hp->size, m);
             hp->size = m;
@@ -156,8 +160,8 @@ static int ss_scan_task(void *arg, uint32_t task, uint32_t worker) {
     for (uint32_t h = 0; h < it->group; h++) {
         ss_heap *hp = &si->heaps[h];
         uint64_t c = 0, floor = atomic_load_explicit(&hp->floor, memory_order_relaxed);
-        float thr = key_floor(floor);
         int strict = 0;
+        float thr = floor_threshold(floor, &strict);
         for (uint64_t b = lo; b < hi;) {
             const uint64_t next = hi - b < SS_CHUNK ? hi : b + SS_CHUNK;
             c += bt->filter(scores + h * bt->range + (b - s0), (uint32_t)(next - b), thr, strict, b,
@@ -168,15 +172,15 @@ static int ss_scan_task(void *arg, uint32_t task, uint32_t worker) {
                 c = m;
                 const uint64_t v = min_u64(out, m);
                 floor = atomic_load_explicit(&hp->floor, memory_order_relaxed);
-                thr = key_floor(floor > v ? floor : v);
-                strict = floor <= v;
+                strict = floor <= v; /* the shared floor may tie on the key with a later position */
+                thr = floor_threshold(floor > v ? floor : v, &strict);
             }
         }
         /* offer what may still enter the heap */
         floor = atomic_load_explicit(&hp->floor, memory_order_relaxed);
         uint64_t kept = 0;
         for (uint64_t j = 0; j < c; j++)
-            if (out[j] > floor) out[kept++] = out[j];
+            if (out[j] > floor || floor == 0) out[kept++] = out[j];
         if (kept) heap_offer(hp, m, out, kept);
     }
     return FATHOM_OK;
