@@ -286,7 +286,7 @@ static scan2_kernel pick_tiled(fathom_scan_kernel kernel) {
     return (scan2_kernel){NULL, portable2_block};
 }
 
-/* A tiled scan's working tables (about 35 KiB, on the caller's stack: a scan
+/* A tiled scan's working tables (about 47 KiB, on the caller's stack: a scan
  * allocates nothing). */
 typedef struct scan2_work {
     scan2_pass pass;
@@ -294,9 +294,8 @@ typedef struct scan2_work {
     float dec[SCAN_PASS_CHANNELS * FATHOM_BLOCK_TOKENS] __attribute__((aligned(64)));
 } scan2_work;
 
-/* Tiles ahead of the one being staged whose lines are prefetched: the rows
- * of a pass are short streams (one line per row and tile), too many for the
- * hardware's stream detection to run ahead on its own. */
+/* Tiles ahead of the one being staged whose lines are prefetched: a pass
+ * reads its plane rows as many short streams, one line per row and tile. */
 #define SCAN2_PREFETCH_TILES 4
 
 /* Copies blocks [b0, b0 + nb) of the pass's plane rows and scales into tile
