@@ -5,20 +5,20 @@
  * the [group x n] scores out: at long contexts writing them costs more
  * memory traffic than reading the planes. Tasks of one item and token range
  * scan into a scratch of the worker (in its cache) and offer only the
- * scores that may be among the head's top m to the head's shared heap of
- * the m largest so far.
+ * scores that may be among the head's top m to the head's shared pool.
  *
  * A candidate packs the score's order key (fathom_score_key) above the
  * complement of its position, so the packed values are distinct and rank
  * exactly as fathom_select ranks (higher key first; among equal keys the
- * lower position). A task drops a score below the heap's minimum once the
- * heap holds m values (m values of the data are at least that large) and,
- * while the heap is not full, keeps a buffer of its own candidates that it
- * cuts to its top m when it fills (later positions must then beat the m-th
- * of them). Every one of the head's top m is offered and, once in the heap,
- * never leaves it, so at the end the heap is the top m whatever the order
- * the tasks ran in. Tasks go range-major over the items, so that most
- * ranges start with a full heap. */
+ * lower position). A pool takes what is offered above its floor and, when
+ * it holds more than 2m, is cut to its top m, whose m-th becomes the floor:
+ * m values of the data are at least that large, so the head's m-th largest
+ * is not below it. A task drops scores below the floor as it filters, and
+ * cuts its own candidates to their top m the same way when they pass 2m
+ * (later positions must then beat the m-th of them). Every one of the
+ * head's top m is offered and survives every cut, so the pool's top m at
+ * the end is the selection whatever order the tasks ran in. Tasks go
+ * range-major over the items, so that most ranges start with a floor. */
 #include "internal.h"
 #include "pool.h"
 #include "scan_internal.h"
@@ -98,35 +98,35 @@ static filter_fn pick_filter(void) {
 /* A head's pool of candidates (capacity 2m + SS_CHUNK): everything
  * offered that is above its floor; cut to its top m when it fills, the m-th
  * of which becomes the floor (0 until then: nothing is dropped). */
-typedef struct ss_heap {
+typedef struct ss_pool {
     atomic_flag lock;
     _Atomic uint64_t floor;
     uint64_t size;
     uint64_t *v;
-} ss_heap;
+} ss_pool;
 
 /* Offers c[0..n) to the pool of a head whose top is m. */
-static void heap_offer(ss_heap *hp, uint64_t m, const uint64_t *c, uint64_t n) {
-    while (atomic_flag_test_and_set_explicit(&hp->lock, memory_order_acquire)) {
+static void pool_offer(ss_pool *pl, uint64_t m, const uint64_t *c, uint64_t n) {
+    while (atomic_flag_test_and_set_explicit(&pl->lock, memory_order_acquire)) {
     }
-    const uint64_t floor = atomic_load_explicit(&hp->floor, memory_order_relaxed);
+    const uint64_t floor = atomic_load_explicit(&pl->floor, memory_order_relaxed);
     for (uint64_t i = 0; i < n; i++) {
-        hp->v[hp->size] = c[i];
-        hp->size += c[i] > floor || floor == 0; /* 0: nothing cut yet */
-        if (hp->size > 2 * m) {
-            top_m(hp->v, hp->size, m);
-            hp->size = m;
-            atomic_store_explicit(&hp->floor, min_u64(hp->v, m), memory_order_relaxed);
+        pl->v[pl->size] = c[i];
+        pl->size += c[i] > floor || floor == 0; /* 0: nothing cut yet */
+        if (pl->size > 2 * m) {
+            top_m(pl->v, pl->size, m);
+            pl->size = m;
+            atomic_store_explicit(&pl->floor, min_u64(pl->v, m), memory_order_relaxed);
         }
     }
-    atomic_flag_clear_explicit(&hp->lock, memory_order_release);
+    atomic_flag_clear_explicit(&pl->lock, memory_order_release);
 }
 
-/* Per item: the forced window as fathom_select sets it, m, and the heaps. */
+/* Per item: the forced window as fathom_select sets it, m, and the pools. */
 typedef struct ss_item {
     uint64_t sink_end, local_begin, m; /* m == 0: nothing to score */
     uint64_t ranges;
-    ss_heap *heaps; /* [group] */
+    ss_pool *pools; /* [group] */
 } ss_item;
 
 typedef struct ss_batch {
@@ -158,8 +158,8 @@ static int ss_scan_task(void *arg, uint32_t task, uint32_t worker) {
     FATHOM_TRY(fathom_store_scan_range(bt->kernel, it->store, it->depths, it->queries, it->group,
                                        s0, hi - s0, scores, bt->range, NULL));
     for (uint32_t h = 0; h < it->group; h++) {
-        ss_heap *hp = &si->heaps[h];
-        uint64_t c = 0, floor = atomic_load_explicit(&hp->floor, memory_order_relaxed);
+        ss_pool *pl = &si->pools[h];
+        uint64_t c = 0, floor = atomic_load_explicit(&pl->floor, memory_order_relaxed);
         int strict = 0;
         float thr = floor_threshold(floor, &strict);
         for (uint64_t b = lo; b < hi;) {
@@ -171,17 +171,17 @@ static int ss_scan_task(void *arg, uint32_t task, uint32_t worker) {
                 top_m(out, c, m);
                 c = m;
                 const uint64_t v = min_u64(out, m);
-                floor = atomic_load_explicit(&hp->floor, memory_order_relaxed);
+                floor = atomic_load_explicit(&pl->floor, memory_order_relaxed);
                 strict = floor <= v; /* the shared floor may tie on the key with a later position */
                 thr = floor_threshold(floor > v ? floor : v, &strict);
             }
         }
-        /* offer what may still enter the heap */
-        floor = atomic_load_explicit(&hp->floor, memory_order_relaxed);
+        /* offer what may still enter the pool */
+        floor = atomic_load_explicit(&pl->floor, memory_order_relaxed);
         uint64_t kept = 0;
         for (uint64_t j = 0; j < c; j++)
             if (out[j] > floor || floor == 0) out[kept++] = out[j];
-        if (kept) heap_offer(hp, m, out, kept);
+        if (kept) pool_offer(pl, m, out, kept);
     }
     return FATHOM_OK;
 }
@@ -211,15 +211,15 @@ static int ss_select_task(void *arg, uint32_t task, uint32_t worker) {
         uint64_t work = 0;
         return fathom_select(&none, it->n, it->k, it->sink, it->local, &work, idx, &it->count[h]);
     }
-    ss_heap *hp = &si->heaps[h];
-    FATHOM_CHECK(hp->size < si->m, FATHOM_ERR_STATE, "scan_select: %llu candidates for %llu",
-                 (unsigned long long)hp->size, (unsigned long long)si->m);
-    top_m(hp->v, hp->size, si->m);
+    ss_pool *pl = &si->pools[h];
+    FATHOM_CHECK(pl->size < si->m, FATHOM_ERR_STATE, "scan_select: %llu candidates for %llu",
+                 (unsigned long long)pl->size, (unsigned long long)si->m);
+    top_m(pl->v, pl->size, si->m);
     uint32_t n_out = 0;
     for (uint64_t p = 0; p < si->sink_end; p++) idx[n_out++] = (uint32_t)p;
     uint32_t *mid = idx + n_out;
-    for (uint64_t j = 0; j < si->m; j++) mid[j] = ~(uint32_t)hp->v[j];
-    sort_u32(mid, si->m, (uint32_t *)(hp->v + si->m));
+    for (uint64_t j = 0; j < si->m; j++) mid[j] = ~(uint32_t)pl->v[j];
+    sort_u32(mid, si->m, (uint32_t *)(pl->v + si->m));
     n_out += (uint32_t)si->m;
     for (uint64_t p = si->local_begin; p < it->n; p++) idx[n_out++] = (uint32_t)p;
     it->count[h] = n_out;
@@ -251,7 +251,7 @@ int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel ker
     const uint64_t cap = 2 * max_k + SS_CHUNK;
     const uint32_t threads = fathom_pool_threads(pool);
     ss_item *st = calloc(count, sizeof *st);
-    uint64_t scratch_floats = 0, n_scan = 0, n_select = 0, heap_values = 0, max_ranges = 0;
+    uint64_t scratch_floats = 0, n_scan = 0, n_select = 0, pool_values = 0, max_ranges = 0;
     int ok = st && fathom_mul_u64(max_group, range_tokens, &scratch_floats);
     for (uint32_t i = 0; ok && i < count; i++) { /* the windows, as fathom_select */
         const fathom_scan_select_item *it = &items[i];
@@ -267,21 +267,21 @@ int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel ker
         if (si->m) {
             n_scan += si->ranges;
             ok = fathom_mul_u64(it->group, 2 * si->m + SS_CHUNK, &values) &&
-                 fathom_add_u64(heap_values, values, &heap_values);
+                 fathom_add_u64(pool_values, values, &pool_values);
             max_ranges = si->ranges > max_ranges ? si->ranges : max_ranges;
         }
         n_select += it->group;
     }
     uint64_t *tasks = NULL, *values = NULL, *buf = NULL;
-    ss_heap *heaps = NULL;
+    ss_pool *pools = NULL;
     float *scratch = NULL;
     if (ok) {
         tasks = fathom_alloc_array(n_scan ? n_scan : 1, sizeof *tasks);
-        values = fathom_alloc_array(heap_values ? heap_values : 1, sizeof *values);
-        heaps = fathom_alloc_array(n_select, sizeof *heaps);
+        values = fathom_alloc_array(pool_values ? pool_values : 1, sizeof *values);
+        pools = fathom_alloc_array(n_select, sizeof *pools);
         buf = fathom_alloc_array((uint64_t)threads * cap, sizeof *buf);
         scratch = fathom_alloc_array((uint64_t)threads * scratch_floats, sizeof(float));
-        ok = tasks && values && heaps && buf && scratch && n_scan <= UINT32_MAX &&
+        ok = tasks && values && pools && buf && scratch && n_scan <= UINT32_MAX &&
              n_select <= UINT32_MAX;
     }
     int status = FATHOM_OK;
@@ -290,13 +290,13 @@ int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel ker
     else {
         uint64_t v_off = 0, h_off = 0, t = 0;
         for (uint32_t i = 0; i < count; i++) {
-            st[i].heaps = heaps + h_off;
+            st[i].pools = pools + h_off;
             for (uint32_t h = 0; h < items[i].group; h++) {
-                ss_heap *hp = &st[i].heaps[h];
-                atomic_flag_clear(&hp->lock);
-                atomic_init(&hp->floor, 0);
-                hp->size = 0;
-                hp->v = values + v_off;
+                ss_pool *pl = &st[i].pools[h];
+                atomic_flag_clear(&pl->lock);
+                atomic_init(&pl->floor, 0);
+                pl->size = 0;
+                pl->v = values + v_off;
                 v_off += st[i].m ? 2 * st[i].m + SS_CHUNK : 0;
             }
             h_off += items[i].group;
@@ -312,7 +312,7 @@ int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel ker
     }
     free(tasks);
     free(values);
-    free(heaps);
+    free(pools);
     free(buf);
     free(scratch);
     free(st);
