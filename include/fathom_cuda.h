@@ -457,6 +457,108 @@ int fathom_cuda_tier_cache_fill(fathom_cuda_tier *tier, uint32_t session, const 
 /* Device bytes the session's cache holds allocated (0 without one). */
 int fathom_cuda_tier_cache_bytes(const fathom_cuda_tier *tier, uint32_t session, uint64_t *bytes);
 
+
+/* ===================================================================== *
+ * KV tier over several GPUs of one host (tensor-parallel ranks)
+ * ===================================================================== *
+ *
+ * A shard object places one model's KV tier on tp ranks, one tier per rank
+ * on the rank's device, as tensor-parallel engines place KV heads:
+ *   head sharding (kv_heads % tp == 0): rank r holds KV heads
+ *     [r*H/tp, (r+1)*H/tp) of every token; its step is the plain tier step
+ *     on its heads: no traffic between ranks.
+ *   token split (tp % kv_heads == 0, tp > kv_heads): rank r holds KV head
+ *     r / Q for Q = tp / kv_heads ranks ("parts"); part q = r % Q holds the
+ *     head's segments i with i % Q == q (whole segments of 64*S tokens,
+ *     round robin, so appends spread over the parts as a session grows and
+ *     every 64-token block lies in one part). A step's results equal ONE
+ *     tier's: the planner's variance comes from running sums over every
+ *     token (each rank keeps them for its heads), sink and local are
+ *     positions of the whole session, each part scans its tokens and takes
+ *     its top k by (score, position) -- a superset of its share of the
+ *     global top k -- the parts exchange those candidates and every rank
+ *     picks the same global winners (fathom_select's rule: ties to the
+ *     lower position), each part attends over its winners, and the partial
+ *     softmax sums are merged by their maxima (log-sum-exp). Exchanges are
+ *     copies between the ranks' workspaces ordered by events: device to
+ *     device (capturable) where the devices share peer access or are one
+ *     device (the one-GPU simulation), else cudaMemcpyPeerAsync through the
+ *     host (not capturable).
+ *     Selections and depths are those of one tier; out and lse differ from
+ *     one tier's only by the order of the double sums (partial sums scaled
+ *     by exp(max_q - max)), far below bf16's and float's rounding.
+ *
+ * Single-process engines: one object drives every rank; per-rank arguments
+ * are arrays of tp pointers on the ranks' devices, laid out as the tier's
+ * with the rank's heads. A token-split rank takes the queries of every
+ * query head of its KV head (the engine all-gathers the group's G query
+ * heads, G*dim values) and writes the merged out/lse of all G on every
+ * rank of the group. One process per GPU: create a plain fathom_cuda_tier
+ * with the local heads (head sharding); the token split needs this object.
+ *
+ * Host memory of a rank's segments is allocated, where the host has several
+ * NUMA nodes, with the node nearest its GPU preferred
+ * (/sys/bus/pci/devices/<bus id>/numa_node); numa_node reports it.
+ * Sessions have the same id on every rank. With head sharding, truncate,
+ * fork and the HBM caches are the rank tiers' own (call each rank's tier;
+ * the ranks' session ids stay equal while every rank sees the same calls).
+ * The token split provides none of them (a rank's tier must not be
+ * truncated or forked under it) nor union_count. */
+typedef struct fathom_cuda_shard fathom_cuda_shard;
+
+typedef struct fathom_cuda_shard_config {
+    fathom_cuda_tier_shape shape; /* the whole model: every KV head */
+    uint32_t tp;                  /* ranks: kv_heads % tp == 0 or tp % kv_heads == 0 */
+    const int *devices;           /* [tp] CUDA device of each rank (repeats allowed) */
+    uint32_t max_append_rows;     /* token split: rows (sum of counts) one append carries
+                                     at most, per rank staging; 0: 4096 */
+} fathom_cuda_shard_config;
+
+int fathom_cuda_shard_create(const fathom_cuda_shard_config *config, fathom_cuda_shard **out);
+void fathom_cuda_shard_destroy(fathom_cuda_shard *shard); /* NULL is a no-op */
+
+typedef struct fathom_cuda_shard_rank {
+    int device;
+    int numa_node;         /* node nearest the device, -1 when unknown */
+    uint32_t first_head;   /* the rank's KV heads [first_head, first_head + heads) */
+    uint32_t heads;
+    uint32_t part, parts;  /* its token part: segments i with i % parts == part */
+    fathom_cuda_tier *tier;/* the rank's tier (views, sums of its own tokens, usage) */
+} fathom_cuda_shard_rank;
+int fathom_cuda_shard_rank_of(const fathom_cuda_shard *shard, uint32_t rank,
+                              fathom_cuda_shard_rank *out);
+
+/* Sessions, as the tier's, on every rank; reserve and length count the
+ * whole session's tokens. */
+int fathom_cuda_shard_session_create(fathom_cuda_shard *shard, uint32_t *session);
+int fathom_cuda_shard_session_free(fathom_cuda_shard *shard, uint32_t session);
+int fathom_cuda_shard_reserve(fathom_cuda_shard *shard, uint32_t session, uint64_t tokens);
+int fathom_cuda_shard_length(fathom_cuda_shard *shard, uint32_t session, uint64_t *length);
+/* Errors every rank's GPU recorded (as fathom_cuda_tier_check). */
+int fathom_cuda_shard_check(fathom_cuda_shard *shard);
+
+/* fathom_cuda_tier_append on every rank: sessions[r], counts[r], keys[r],
+ * values[r] on rank r's device, keys/values [total][rank heads][dim]; a
+ * token-split rank keeps the rows of its segments. streams[r] on rank r's
+ * device. */
+int fathom_cuda_shard_append(fathom_cuda_shard *shard, uint32_t layer,
+                             const uint32_t *const *sessions, uint32_t batch,
+                             const uint32_t *const *counts, uint32_t max_count,
+                             const uint16_t *const *keys, const uint16_t *const *values,
+                             const cudaStream_t *streams);
+
+/* args[r]: rank r's step (pointers on its device, shapes with its heads);
+ * layer, batch, capacity_tokens (whole session), k, sink, local, budget,
+ * scale and fixed_depths' presence must agree across ranks. The workspace
+ * of each rank: fathom_cuda_shard_workspace_size. Every rank's work is
+ * enqueued before the call returns; the ranks of a token-split head wait
+ * for each other through events (one stream for all ranks of a device, or
+ * streams of one capture, keep it capturable). */
+int fathom_cuda_shard_workspace_size(const fathom_cuda_shard *shard, uint32_t rank,
+                                     const fathom_cuda_tier_step_args *args, size_t *bytes);
+int fathom_cuda_shard_step(fathom_cuda_shard *shard, const fathom_cuda_tier_step_args *args,
+                           const cudaStream_t *streams);
+
 #ifdef __cplusplus
 }
 #endif

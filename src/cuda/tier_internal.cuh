@@ -149,6 +149,20 @@ void fc_tier_cache_release(tier_cache *c);
 int fc_tier_cache_drop(fathom_cuda_tier *tier, uint32_t session);
 int fc_tier_cache_truncate(fathom_cuda_tier *tier, uint32_t session, uint64_t n);
 
+/* fathom_store_variance of one channel from its running sums over n > 0 rows. */
+static __device__ __forceinline__ float tier_variance(double sum, double sum_sq, uint32_t n) {
+    const double mean = __ddiv_rn(sum, (double)n);
+    const double v = __dsub_rn(__ddiv_rn(sum_sq, (double)n), __dmul_rn(mean, mean));
+    return v > 0.0 ? (float)v : 0.0f;
+}
+
+/* tier_step.cu: where a step with these arguments leaves the scan's scores
+ * in its workspace ([batch*kv_heads*group][stride] floats; a row's first n
+ * tokens, n its session's length, hold the scores after the step). The
+ * token-split step (tier_shard.cu) reads its candidates' scores there. */
+int fc_tier_step_scores(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *args,
+                        const float **scores, uint64_t *stride);
+
 /* Launchers for tier.cu's host code that need kernels. */
 int fc_tier_append(const tier_dev *t, uint32_t layer, const uint32_t *sessions, uint32_t batch,
                    const uint32_t *counts, uint32_t max_count, const uint16_t *keys,

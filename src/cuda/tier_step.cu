@@ -568,3 +568,12 @@ extern "C" int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_t
                                         cudaMemcpyDeviceToDevice, stream));
     return FATHOM_OK;
 }
+
+int fc_tier_step_scores(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a,
+                        const float **scores, uint64_t *stride) {
+    tier_ws w;
+    FATHOM_TRY(layout(tier, a, a->workspace, &w));
+    *scores = w.scores;
+    *stride = w.stride;
+    return FATHOM_OK;
+}
