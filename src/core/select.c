@@ -19,6 +19,17 @@
 #include <math.h>
 #include <string.h>
 
+/* Monotone map of a float score to 32 bits: NaN lowest (0), -0 == +0. */
+static uint32_t score_order(float s) {
+    if (isnan(s)) return 0;
+    if (s == 0.0f) s = 0.0f; /* -0 ties with +0 */
+    uint32_t u;
+    memcpy(&u, &s, sizeof u);
+    /* negative: flip all bits (larger magnitude sorts lower); positive: set the sign bit.
+     * -inf maps to 0x007fffff > 0, so NaN stays strictly below everything. */
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
 /* The value T of the m-th largest of keys[0..n) and how many keys equal to
  * T belong to the top m (*take_equal >= 1). Radix select, most significant
  * digit first (11 + 11 + 10 bits). The first level histograms every key and
@@ -96,7 +107,7 @@ int fathom_select(const float *scores, uint64_t n_visible, uint32_t k, uint32_t 
     const uint64_t middle = local_begin - sink_end;
     const uint64_t m = k - forced;
     uint32_t *keys = (uint32_t *)work;
-    for (uint64_t i = 0; i < middle; i++) keys[i] = fathom_score_key(scores[sink_end + i]);
+    for (uint64_t i = 0; i < middle; i++) keys[i] = score_order(scores[sink_end + i]);
     uint64_t take_equal;
     /* keys use the first half of work, the radix select the second */
     const uint32_t threshold = radix_threshold(keys, middle, m, &take_equal, keys + n);
