@@ -19,7 +19,13 @@
  * the library's pool (pool.h), one query step at a time: old with a task per
  * head, new through fathom_scan_parallel's (head, token range) tasks. Plane
  * bytes are those a scan
- * reads (planes and fp16 scales). */
+ * reads (planes and fp16 scales).
+ *
+ * The scan feeds a selection (k = 512, sink 4, local 32 per query head, as
+ * bench_cuda_tier): "scan then select" runs fathom_scan_parallel into the
+ * [head][G][n] scores, then fathom_select per query head on the pool;
+ * "scan+select" is fathom_scan_select_parallel, which keeps only candidates
+ * and never writes the scores out. Their selections are checked equal. */
 #include "fathom.h"
 #include "pool.h"
 #include "store_internal.h"
@@ -138,17 +144,67 @@ static double run_old(scan_ctx *c, fathom_pool *pool) {
     return total;
 }
 
-/* new: per query step, fathom_scan_parallel over (head, token range) tasks */
-static double run_new(scan_ctx *c, fathom_pool *pool) {
+/* new: query step p through fathom_scan_parallel over (head, token range) tasks;
+ * returns 0 (the caller times it) */
+static double run_new_step(scan_ctx *c, fathom_pool *pool, uint32_t p) {
     fathom_scan_item items[MAX_HEADS];
+    for (uint32_t h = 0; h < c->heads; h++)
+        items[h] = (fathom_scan_item){c->stores[h], task_depths(c, h, p),
+                                      c->qg + ((size_t)h * c->queries + p) * c->G * c->d, c->G, c->n,
+                                      c->scores + (size_t)h * c->G * c->n};
+    int st = fathom_scan_parallel(pool, c->new_kernel, items, c->heads, c->range);
+    if (st < 0) c->status = st;
+    return 0;
+}
+
+static double run_new(scan_ctx *c, fathom_pool *pool) {
     double total = 0;
     for (uint32_t p = 0; p < c->queries; p++) {
-        for (uint32_t h = 0; h < c->heads; h++)
-            items[h] = (fathom_scan_item){c->stores[h], task_depths(c, h, p),
-                                          c->qg + ((size_t)h * c->queries + p) * c->G * c->d, c->G, c->n,
-                                          c->scores + (size_t)h * c->G * c->n};
         double t0 = now_s();
-        int st = fathom_scan_parallel(pool, c->new_kernel, items, c->heads, c->range);
+        run_new_step(c, pool, p);
+        total += now_s() - t0;
+    }
+    return total;
+}
+
+/* ---- scan + select: unfused (scores written, then fathom_select) and fused ---- */
+
+#define SEL_K 512
+#define SEL_SINK 4
+#define SEL_LOCAL 32
+
+typedef struct sel_ctx {
+    scan_ctx *c;
+    uint32_t *idx;    /* [head][G][SEL_K] */
+    uint32_t *count;  /* [head][G] */
+    uint64_t **work;  /* [threads] fathom_select work arrays */
+} sel_ctx;
+
+static int select_task(void *s_, uint32_t t, uint32_t worker) {
+    const sel_ctx *s = s_;
+    const scan_ctx *c = s->c;
+    return fathom_select(c->scores + (size_t)t * c->n, c->n, SEL_K, SEL_SINK, SEL_LOCAL, s->work[worker],
+                         s->idx + (size_t)t * SEL_K, s->count + t);
+}
+
+static double run_select(sel_ctx *s, fathom_pool *pool, int fused) {
+    scan_ctx *c = s->c;
+    fathom_scan_select_item items[MAX_HEADS];
+    double total = 0;
+    for (uint32_t p = 0; p < c->queries; p++) {
+        double t0 = now_s();
+        int st;
+        if (fused) {
+            for (uint32_t h = 0; h < c->heads; h++)
+                items[h] = (fathom_scan_select_item){c->stores[h], task_depths(c, h, p),
+                                                     c->qg + ((size_t)h * c->queries + p) * c->G * c->d,
+                                                     c->G, c->n, SEL_K, SEL_SINK, SEL_LOCAL,
+                                                     s->idx + (size_t)h * c->G * SEL_K, s->count + h * c->G};
+            st = fathom_scan_select_parallel(pool, c->new_kernel, items, c->heads, c->range);
+        } else {
+            total -= run_new_step(c, pool, p);
+            st = c->status < 0 ? c->status : fathom_pool_run(pool, select_task, s, c->heads * c->G);
+        }
         total += now_s() - t0;
         if (st < 0) c->status = st;
     }
@@ -324,10 +380,31 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < words; i++) buf[i] = i;
 
     static double bw1[MAX_REPEATS], bwT[MAX_REPEATS], old_f[MAX_REPEATS], old_d[MAX_REPEATS], new_f[MAX_REPEATS],
-        new_d[MAX_REPEATS], sc_new[16][MAX_REPEATS], sc_old[16][MAX_REPEATS];
+        new_d[MAX_REPEATS], sc_new[16][MAX_REPEATS], sc_old[16][MAX_REPEATS], sc_sel[16][MAX_REPEATS],
+        sc_fused[16][MAX_REPEATS];
+    /* scan + select: selections of the fused path against the unfused one */
+    sel_ctx sel = {&cf, malloc((size_t)heads * G * SEL_K * sizeof(uint32_t)),
+                   malloc((size_t)heads * G * sizeof(uint32_t)), calloc(threads, sizeof(uint64_t *))};
+    uint32_t *idx_ref = malloc((size_t)heads * G * SEL_K * sizeof(uint32_t));
+    uint32_t *count_ref = malloc((size_t)heads * G * sizeof(uint32_t));
+    if (!sel.idx || !sel.count || !sel.work || !idx_ref || !count_ref) return fail("allocation", FATHOM_ERR_NOMEM);
+    for (uint32_t t = 0; t < threads; t++)
+        if (!(sel.work[t] = malloc(fathom_select_work_size(context)))) return fail("allocation", FATHOM_ERR_NOMEM);
     fathom_pool *pools[16];
     for (uint32_t i = 0; i < ntc; i++)
         if ((st = fathom_pool_create(&pools[i], tc[i])) < 0) return fail("pool", st);
+    int same_sel = 1;
+    {
+        const uint32_t saved = cf.queries;
+        cf.queries = 1; /* query group 0 */
+        run_select(&sel, pools[ntc - 1], 0);
+        memcpy(idx_ref, sel.idx, (size_t)heads * G * SEL_K * sizeof(uint32_t));
+        memcpy(count_ref, sel.count, (size_t)heads * G * sizeof(uint32_t));
+        run_select(&sel, pools[ntc - 1], 1);
+        same_sel = !memcmp(idx_ref, sel.idx, (size_t)heads * G * SEL_K * sizeof(uint32_t)) &&
+                   !memcmp(count_ref, sel.count, (size_t)heads * G * sizeof(uint32_t));
+        cf.queries = saved;
+    }
     for (uint32_t r = 0; r < repeats; r++) {
         bw1[r] = read_bandwidth(pools[0], buf, words);
         bwT[r] = read_bandwidth(pools[ntc - 1], buf, words);
@@ -338,6 +415,8 @@ int main(int argc, char **argv) {
         for (uint32_t i = 0; i < ntc; i++) {
             sc_new[i][r] = run_new(&cf, pools[i]);
             sc_old[i][r] = run_old(&cf, pools[i]);
+            sc_sel[i][r] = run_select(&sel, pools[i], 0);
+            sc_fused[i][r] = run_select(&sel, pools[i], 1);
         }
     }
     for (uint32_t i = 0; i < ntc; i++) fathom_pool_free(pools[i]);
@@ -345,8 +424,11 @@ int main(int argc, char **argv) {
     const double b1 = median(bw1, (int)repeats), bT = median(bwT, (int)repeats);
     const double tof = median(old_f, (int)repeats), tnf = median(new_f, (int)repeats);
     const double tod = median(old_d, (int)repeats), tnd = median(new_d, (int)repeats);
-    double sn[16], so[16];
-    for (uint32_t i = 0; i < ntc; i++) sn[i] = median(sc_new[i], (int)repeats), so[i] = median(sc_old[i], (int)repeats);
+    double sn[16], so[16], ss[16], sf[16];
+    for (uint32_t i = 0; i < ntc; i++) {
+        sn[i] = median(sc_new[i], (int)repeats), so[i] = median(sc_old[i], (int)repeats);
+        ss[i] = median(sc_sel[i], (int)repeats), sf[i] = median(sc_fused[i], (int)repeats);
+    }
     const double Q = queries;
     char cpu[256];
     cpu_model(cpu, sizeof cpu);
@@ -390,9 +472,19 @@ int main(int argc, char **argv) {
             printf("%s{\"threads\":%u,\"tiled_GBps\":%.4f,\"tiled_GBps_per_thread\":%.4f,\"old_GBps\":%.4f}",
                    i ? "," : "", tc[i], bytes_f / sn[i] / 1e9, bytes_f / sn[i] / 1e9 / tc[i],
                    bytes_f / so[i] / 1e9);
-        printf("],\"gpu_host_check\":{\"per_core_GBps\":%.4f,\"per_core_target_GBps\":3,"
-               "\"all_threads_GBps\":%.4f,\"all_threads_target_GBps\":40,\"applies\":%s}}\n",
-               pc_new / 1e9, all_new / 1e9, context >= 1000000 && threads >= 16 ? "true" : "false");
+        printf("],\"scan_select\":{\"k\":%d,\"sink\":%d,\"local\":%d,\"identical_selections\":%s,"
+               "\"scaling\":[",
+               SEL_K, SEL_SINK, SEL_LOCAL, same_sel ? "true" : "false");
+        for (uint32_t i = 0; i < ntc; i++)
+            printf("%s{\"threads\":%u,\"scan_then_select_ms\":%.4f,\"scan_select_ms\":%.4f,"
+                   "\"scan_then_select_GBps\":%.4f,\"scan_select_GBps\":%.4f}",
+                   i ? "," : "", tc[i], 1e3 * ss[i] / Q, 1e3 * sf[i] / Q, bytes_f / ss[i] / 1e9,
+                   bytes_f / sf[i] / 1e9);
+        printf("]},\"gpu_host_check\":{\"per_core_GBps\":%.4f,\"per_core_target_GBps\":3,"
+               "\"all_threads_GBps\":%.4f,\"all_threads_scan_select_GBps\":%.4f,"
+               "\"all_threads_target_GBps\":40,\"applies\":%s}}\n",
+               pc_new / 1e9, all_new / 1e9, bytes_f / sf[ntc - 1] / 1e9,
+               context >= 1000000 && threads >= 16 ? "true" : "false");
     }
     FILE *out = json ? stderr : stdout; /* the human table */
     fprintf(out, "bench_scan: %s, qwen3-8b synthetic, n = %llu, %u KV heads, G = %u, %u query groups each, "
@@ -415,6 +507,13 @@ int main(int argc, char **argv) {
     for (uint32_t i = 0; i < ntc; i++)
         fprintf(out, "                    %7u %14.3f %16.3f %14.3f\n", tc[i], bytes_f / sn[i] / 1e9,
                bytes_f / sn[i] / 1e9 / tc[i], bytes_f / so[i] / 1e9);
+    fprintf(out, "scan + select (k %d, sink %d, local %d), fathom:48; selections identical: %s\n", SEL_K, SEL_SINK,
+            SEL_LOCAL, same_sel ? "yes" : "NO");
+    fprintf(out, "  %7s %16s %16s %18s %18s\n", "threads", "then-select ms", "fused ms", "then-select GB/s",
+            "fused GB/s");
+    for (uint32_t i = 0; i < ntc; i++)
+        fprintf(out, "  %7u %16.3f %16.3f %18.3f %18.3f\n", tc[i], 1e3 * ss[i] / Q, 1e3 * sf[i] / Q,
+                bytes_f / ss[i] / 1e9, bytes_f / sf[i] / 1e9);
     fprintf(out, "GPU-host check (n >= 1M, 16 threads: --context 1048576 --threads 16): %.2f GB/s per core "
            "(target >= 3), %.2f GB/s on %u threads (target >= 40)%s\n",
            pc_new / 1e9, all_new / 1e9, threads,
@@ -428,5 +527,11 @@ int main(int argc, char **argv) {
     free(scores);
     free(fathom_depths);
     free(ds_depths);
-    return same_f && same_d ? 0 : 1;
+    for (uint32_t t = 0; t < threads; t++) free(sel.work[t]);
+    free(sel.work);
+    free(sel.idx);
+    free(sel.count);
+    free(idx_ref);
+    free(count_ref);
+    return same_f && same_d && same_sel ? 0 : 1;
 }

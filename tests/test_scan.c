@@ -240,6 +240,109 @@ static void test_parallel(void) {
     fathom_store_free(b);
 }
 
+/* fathom_scan_select_parallel: the selections of fathom_select on
+ * fathom_store_scan's scores, head by head, for windows that cover the
+ * edge cases (n <= k, sink + local >= k, tiny and huge m), ranges that
+ * force the candidate compaction, all-tied scores (depths 0: every score
+ * 0, the lowest positions win), NaN scores and a mix of +-inf and NaN. */
+static int scan_select_cases, scan_select_bad;
+
+static void check_scan_select(fathom_pool *pool, fathom_store *a, fathom_store *b,
+                              const uint8_t *da, const uint8_t *db, const float *q, uint64_t range) {
+    static const uint32_t ks[5] = {1, 8, 64, 300, 3000}, sinks[2] = {0, 4}, locals[3] = {0, 16, 100};
+    const uint64_t ns[4] = {1, 50, 700, fathom_store_length(a)};
+    const uint32_t ga = 3, gb = 5, dim = fathom_store_dim(a);
+    uint64_t *work = malloc(fathom_select_work_size(fathom_store_length(a)));
+    float *scores = malloc(sizeof(float) * gb * fathom_store_length(a));
+    uint32_t *ref = malloc(sizeof(uint32_t) * 3000), *ia = malloc(sizeof(uint32_t) * ga * 3000),
+             *ib = malloc(sizeof(uint32_t) * gb * 3000);
+    for (int ni = 0; ni < 4; ni++)
+        for (int ki = 0; ki < 5; ki++)
+            for (int si = 0; si < 2; si++)
+                for (int li = 0; li < 3; li++) {
+                    const uint64_t n = ns[ni];
+                    const uint32_t k = ks[ki], sink = sinks[si], local = locals[li];
+                    uint32_t ca[3] = {0}, cb[5] = {0};
+                    const uint64_t nb = n < fathom_store_length(b) ? n : fathom_store_length(b);
+                    fathom_scan_select_item items[2] = {
+                        {a, da, q, ga, n, k, sink, local, ia, ca},
+                        {b, db, q + dim, gb, nb, k, sink, local, ib, cb}};
+                    CHECK_OK(fathom_scan_select_parallel(pool, FATHOM_SCAN_AUTO, items, 2, range));
+                    for (int it = 0; it < 2; it++) {
+                        const fathom_scan_select_item *x = &items[it];
+                        CHECK_OK(fathom_store_scan(x->store, x->depths, x->queries, x->group, x->n,
+                                                   scores, NULL));
+                        for (uint32_t h = 0; h < x->group; h++) {
+                            uint32_t c = 0;
+                            CHECK_OK(fathom_select(scores + h * x->n, x->n, k, sink, local, work,
+                                                   ref, &c));
+                            scan_select_cases++;
+                            if (c != x->count[h] ||
+                                memcmp(ref, x->idx + (uint64_t)h * k, sizeof(uint32_t) * c) != 0) {
+                                scan_select_bad++;
+                                fprintf(stderr,
+                                        "scan_select differs: n %llu k %u sink %u local %u range "
+                                        "%llu item %d head %u\n",
+                                        (unsigned long long)x->n, k, sink, local,
+                                        (unsigned long long)range, it, h);
+                            }
+                        }
+                    }
+                }
+    free(work);
+    free(scores);
+    free(ref);
+    free(ia);
+    free(ib);
+}
+
+static void test_scan_select(void) {
+    const uint32_t dim = 24;
+    fathom_store *a = make_store(dim, 2, 64 * 40 + 13), *b = make_store(dim, 0, 1500);
+    float q[6 * 24];
+    for (uint32_t i = 0; i < 6 * dim; i++) q[i] = rng_key(i);
+    uint8_t da[24], db[24], zero[24] = {0};
+    for (uint32_t j = 0; j < dim; j++) da[j] = (uint8_t)rng_below(5), db[j] = (uint8_t)(j % 3);
+    fathom_pool *pool = NULL;
+    CHECK_OK(fathom_pool_create(&pool, 3));
+    if (pool) {
+        const uint64_t ranges[3] = {64, 192, 0};
+        for (int r = 0; r < 3; r++) check_scan_select(pool, a, b, da, db, q, ranges[r]);
+        check_scan_select(pool, a, b, zero, da, q, 128); /* all scores of item a tie */
+        float qnan[6 * 24];
+        memcpy(qnan, q, sizeof qnan);
+        qnan[5] = NAN; /* head 0 of item a: every score NaN */
+        check_scan_select(pool, a, b, da, db, qnan, 64);
+        float qinf[6 * 24];
+        memcpy(qinf, q, sizeof qinf);
+        for (int j = 7; j < 24; j += 3) /* head 0 of item a: mostly NaN, some +-inf */
+            qinf[j] = j % 2 ? INFINITY : -INFINITY;
+        check_scan_select(pool, a, b, db, da, qinf, 0);
+        /* argument errors */
+        uint32_t idx[8], cnt[3];
+        fathom_scan_select_item it = {a, da, q, 3, 100, 2, 0, 0, idx, cnt};
+        CHECK_STATUS(fathom_scan_select_parallel(pool, FATHOM_SCAN_AUTO, &it, 1, 100),
+                     FATHOM_ERR_INVALID_ARG);
+        CHECK_STATUS(fathom_scan_select_parallel(NULL, FATHOM_SCAN_AUTO, &it, 1, 64),
+                     FATHOM_ERR_INVALID_ARG);
+        it.n = fathom_store_length(a) + 1;
+        CHECK_STATUS(fathom_scan_select_parallel(pool, FATHOM_SCAN_AUTO, &it, 1, 64),
+                     FATHOM_ERR_INVALID_ARG);
+        it.n = 100, it.k = 0;
+        CHECK_STATUS(fathom_scan_select_parallel(pool, FATHOM_SCAN_AUTO, &it, 1, 64),
+                     FATHOM_ERR_INVALID_ARG);
+        it.k = 2, it.idx = NULL;
+        CHECK_STATUS(fathom_scan_select_parallel(pool, FATHOM_SCAN_AUTO, &it, 1, 64),
+                     FATHOM_ERR_INVALID_ARG);
+    }
+    CHECK(scan_select_cases == 6 * 4 * 5 * 2 * 3 * 8 && scan_select_bad == 0);
+    printf("test_scan: scan_select checked against fathom_select (%d head selections)\n",
+           scan_select_cases);
+    fathom_pool_free(pool);
+    fathom_store_free(a);
+    fathom_store_free(b);
+}
+
 /* cpu.h against the compiler's own cpuid reading. */
 static void test_cpu_features(void) {
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
@@ -265,6 +368,7 @@ int main(void) {
     test_ranges();
     test_range_args();
     test_parallel();
+    test_scan_select();
     CHECK(pairs_run[0] > 0); /* the portable pair runs everywhere */
     for (int k = 0; k < 3; k++)
         if (pairs_run[k])

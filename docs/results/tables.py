@@ -239,7 +239,7 @@ def bench_scan_tiled(rec):
              "per second on one core: %.2fx (issue 16 asks >= 2.5x); fathom:48 over ds:32 time: tiled %.2f, old %.2f "
              "(asks <= 0.5; bytes %.2f). Where it does not hold: both kernels keep the GPU's float operations "
              "(one fused multiply-add per query head, active channel and token, in the GPU's order), so at G = 4 "
-             "their time follows the active channel count more than the bytes; a 2-core shared machine makes "
+             "their time follows the active channel count more than the bytes; a shared, loaded machine makes "
              "absolute rates noisy (load average in the record). The GPU host's targets (>= 3 GB/s per core, "
              ">= 40 GB/s on 16 cores at 1M tokens) %s.%s\n"
              % (r["tiled_isa"], r["context"], r["heads"], r["group"], r["queries"], r["repeats"], r["range_tokens"],
@@ -252,6 +252,24 @@ def bench_scan_tiled(rec):
                 (" The binary ran there is bench/bench_scan.c built here (Release) and linked statically, "
                  "since that machine has no jansson or PCRE2 to build the full library.")
                 if ".static" in rec["command"] else ""))
+    if "scan_select" in r:
+        ss = r["scan_select"]
+        text += "\n" + md_table(["threads", "scan then select ms/step", "scan+select ms/step",
+                                 "scan then select GB/s", "scan+select GB/s"],
+                                [[x["threads"], "%.2f" % x["scan_then_select_ms"], "%.2f" % x["scan_select_ms"],
+                                  "%.3f" % x["scan_then_select_GBps"], "%.3f" % x["scan_select_GBps"]]
+                                 for x in ss["scaling"]])
+        last = ss["scaling"][-1]
+        text += ("\nThe scan feeding a selection of k = %d per query head (sink %d, local %d), fathom:48: "
+                 "\"scan then select\" writes the [head][G][n] scores (fathom_scan_parallel) and runs fathom_select "
+                 "per query head on the pool; \"scan+select\" is fathom_scan_select_parallel, whose range tasks scan "
+                 "into a scratch of their worker and keep only candidates for the heads' top m. Selections identical: "
+                 "%s. GB/s are plane bytes per second. On %d threads scan+select takes %.2fx the time of scan then "
+                 "select. Where it does not hold: the candidates' cost grows with k and with scores that rise along "
+                 "the context (each range then raises the shared floor); a step of the whole model also has the "
+                 "other layers' work in between.\n"
+                 % (ss["k"], ss["sink"], ss["local"], "yes" if ss["identical_selections"] else "NO",
+                    last["threads"], last["scan_select_ms"] / last["scan_then_select_ms"]))
     return text
 
 

@@ -51,6 +51,16 @@ static inline bool fathom_all_finite(const float *x, uint64_t n) {
 void *fathom_alloc_array(uint64_t count, uint64_t size);
 void *fathom_calloc_array(uint64_t count, uint64_t size);
 
+/* The order fathom_select ranks scores by (core/select.c), as 32 bits: NaN
+ * lowest (0), -0 == +0, otherwise the order of the floats. */
+static inline uint32_t fathom_score_key(float s) {
+    uint32_t u;
+    __builtin_memcpy(&u, &s, sizeof u);
+    if (s != s) return 0;
+    if (s == 0.0f) return 0x80000000u;
+    return u >> 31 ? ~u : u | 0x80000000u;
+}
+
 /* Number of worker threads for "0 = one per core". */
 uint32_t fathom_default_threads(void);
 

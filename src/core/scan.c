@@ -68,6 +68,16 @@ int fathom_store_scan_reference(const fathom_store *st, const uint8_t *depths, c
 const float fathom_bit_expand[256][8]
     __attribute__((aligned(32))) = {EXPAND_64(0), EXPAND_64(64), EXPAND_64(128), EXPAND_64(192)};
 
+#undef EXPAND_ROW
+#define EXPAND_ROW(x)                                                                              \
+    {                                                                                              \
+        0u - ((x)&1u), 0u - (((x) >> 1) & 1u), 0u - (((x) >> 2) & 1u), 0u - (((x) >> 3) & 1u),    \
+            0u - (((x) >> 4) & 1u), 0u - (((x) >> 5) & 1u), 0u - (((x) >> 6) & 1u),               \
+            0u - (((x) >> 7) & 1u)                                                                 \
+    }
+const uint32_t fathom_bit_mask[256][8]
+    __attribute__((aligned(32))) = {EXPAND_64(0u), EXPAND_64(64u), EXPAND_64(128u), EXPAND_64(192u)};
+
 /* ---- portable: GNU C vectors of 4 floats (SSE2, NEON, or scalar code) ----
  * 8 tokens x up to 4 heads of accumulators per pass over the channels. */
 
@@ -254,21 +264,29 @@ static scan_segment_fn pick_kernel(fathom_scan_kernel kernel) {
     return scan_segment_portable;
 }
 
-/* The tiled kernel for `kernel`. AUTO takes the AVX2 one wherever AVX2 runs
- * (its scores equal the AVX-512 kernels', operation for operation); the
- * AVX-512 one is chosen by name. */
-static scan2_block_fn pick_tiled(fathom_scan_kernel kernel) {
+/* A tiled kernel: what forms a tile's coefficients (NULL: the block
+ * function does) and what scores one block of it. */
+typedef struct scan2_kernel {
+    scan2_coef_fn coef;
+    scan2_block_fn block;
+} scan2_kernel;
+
+/* The tiled kernel for `kernel`; AUTO takes the widest this CPU runs (their
+ * scores are equal, operation for operation). */
+static scan2_kernel pick_tiled(fathom_scan_kernel kernel) {
 #ifdef FATHOM_X86
-    if (kernel == FATHOM_SCAN_TILED_AVX512) return fathom_scan2_block_avx512;
+    if (kernel == FATHOM_SCAN_TILED_AVX512 ||
+        (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX512)))
+        return (scan2_kernel){fathom_scan2_coef_x86, fathom_scan2_block_avx512};
     if (kernel == FATHOM_SCAN_TILED_AVX2 ||
         (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX2)))
-        return fathom_scan2_block_avx2;
+        return (scan2_kernel){fathom_scan2_coef_x86, fathom_scan2_block_avx2};
 #endif
     (void)kernel;
-    return portable2_block;
+    return (scan2_kernel){NULL, portable2_block};
 }
 
-/* A tiled scan's working tables (about 35 KiB, on the caller's stack: a scan
+/* A tiled scan's working tables (about 47 KiB, on the caller's stack: a scan
  * allocates nothing). */
 typedef struct scan2_work {
     scan2_pass pass;
@@ -276,27 +294,43 @@ typedef struct scan2_work {
     float dec[SCAN_PASS_CHANNELS * FATHOM_BLOCK_TOKENS] __attribute__((aligned(64)));
 } scan2_work;
 
-/* Copies blocks [b0, b0 + nb) of the pass's plane rows and scales into tile. */
+/* Tiles ahead of the one being staged whose lines are prefetched: a pass
+ * reads its plane rows as many short streams, one line per row and tile. */
+#define SCAN2_PREFETCH_TILES 4
+
+/* Copies blocks [b0, b0 + nb) of the pass's plane rows and scales into tile
+ * (a short tile's unused scales are zeroed), and prefetches the same rows
+ * SCAN2_PREFETCH_TILES tiles further on within the segment. */
 static void scan2_stage(const scan2_pass *ps, const fathom_segment_view *view, uint32_t b0,
                         uint32_t nb, scan2_tile *tile) {
+    const uint64_t ahead = (uint64_t)SCAN2_PREFETCH_TILES * SCAN2_TILE_BLOCKS;
+    const int prefetch = b0 + nb + ahead <= ps->S;
     for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
         uint32_t r = ps->row[t];
         for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++) {
             const uint64_t j = ps->channels[k];
             for (uint32_t p = 0; p < t; p++, r++) {
                 const uint64_t *src = view->planes + (j * FATHOM_PLANES + p) * ps->S + b0;
+                if (prefetch) __builtin_prefetch(src + ahead);
                 if (nb == SCAN2_TILE_BLOCKS) /* a constant size: inlined moves */
                     memcpy(tile->words[r], src, sizeof tile->words[r]);
                 else
                     memcpy(tile->words[r], src, nb * sizeof(uint64_t));
             }
-            memcpy(tile->scales[k], view->scales + j * ps->S + b0, nb * sizeof(uint16_t));
+            const uint16_t *scales = view->scales + j * ps->S + b0;
+            if (prefetch) __builtin_prefetch(scales + ahead);
+            if (nb == SCAN2_TILE_BLOCKS)
+                memcpy(tile->scales[k], scales, sizeof tile->scales[k]);
+            else {
+                memset(tile->scales[k], 0, sizeof tile->scales[k]);
+                memcpy(tile->scales[k], scales, nb * sizeof(uint16_t));
+            }
         }
     }
 }
 
 /* Scores heads [h0, h0 + pass->heads) over the range's blocks for one pass. */
-static int scan2_chunk(scan2_block_fn block_fn, scan2_work *w, const fathom_store *st,
+static int scan2_chunk(scan2_kernel kern, scan2_work *w, const fathom_store *st,
                        uint64_t first, uint64_t count, float *out, uint64_t ld) {
     const uint64_t S = w->pass.S, end = first + count;
     for (uint64_t blk = first / FATHOM_BLOCK_TOKENS; blk * FATHOM_BLOCK_TOKENS < end;) {
@@ -308,17 +342,18 @@ static int scan2_chunk(scan2_block_fn block_fn, scan2_work *w, const fathom_stor
         if (S - b0 < nb) nb = (uint32_t)(S - b0);
         if (left < nb) nb = (uint32_t)left;
         scan2_stage(&w->pass, &view, b0, nb, &w->tile);
+        if (kern.coef) kern.coef(&w->pass, &w->tile);
         for (uint32_t b = 0; b < nb; b++, blk++) {
             uint64_t offset = blk * FATHOM_BLOCK_TOKENS - first;
             uint32_t valid = count - offset < FATHOM_BLOCK_TOKENS ? (uint32_t)(count - offset)
                                                                   : FATHOM_BLOCK_TOKENS;
-            block_fn(&w->pass, &w->tile, b, w->dec, out + offset, ld, valid);
+            kern.block(&w->pass, &w->tile, b, w->dec, out + offset, ld, valid);
         }
     }
     return FATHOM_OK;
 }
 
-static int scan2_run(scan2_block_fn block_fn, const fathom_store *st, const uint8_t *depths,
+static int scan2_run(scan2_kernel kern, const fathom_store *st, const uint8_t *depths,
                      const float *queries, uint32_t group, uint64_t first, uint64_t count,
                      float *scores, uint64_t ld) {
     scan2_work work, *w = &work;
@@ -342,7 +377,7 @@ static int scan2_run(scan2_block_fn block_fn, const fathom_store *st, const uint
                     ps->q[k][h] = h < ps->heads
                                       ? queries[(uint64_t)(h0 + h) * dim + ps->channels[k]]
                                       : 0.0f;
-            status = scan2_chunk(block_fn, w, st, first, count, scores + h0 * ld, ld);
+            status = scan2_chunk(kern, w, st, first, count, scores + h0 * ld, ld);
         }
     }
     return status;

@@ -4,6 +4,7 @@
 #define FATHOM_SCAN_INTERNAL_H
 
 #include "cpu.h"
+#include "internal.h"
 #include "store_internal.h"
 
 #include <stdint.h>
@@ -30,6 +31,9 @@
 /* bit_expand[b][l] = bit l of byte b, as a float. 8 KiB, stays in L1. */
 extern const float fathom_bit_expand[256][8];
 #define bit_expand fathom_bit_expand
+
+/* fathom_bit_mask[b][l] = all ones where bit l of byte b is set, else 0. */
+extern const uint32_t fathom_bit_mask[256][8];
 
 /* Channels handled per pass and blocks per staged tile. The tile tables
  * (about 13 KiB) live on the stack, so a scan allocates nothing. */
@@ -165,11 +169,21 @@ typedef struct scan2_pass {
 
 /* The staged plane words (rows as in scan_tile) and the raw fp16 scales of
  * a tile; the kernels form each block's coefficients from its scale
- * (products with powers of two and 2^-t - 1: exact, so equal to scan_tile's). */
+ * (products with powers of two and 2^-t - 1: exact, so equal to scan_tile's).
+ * The x86 kernels have them formed for the whole tile first, eight blocks
+ * per vector (scan2_coef_fn), into coef[k][c][b]: c = 0 the value of code 0
+ * (scan2_coef0), c = 1 + p what bit p adds (scan2_coefp), c = 5 the value
+ * after the first plane's bit alone, coef0 + coefp(0), exact. */
+#define SCAN2_COEFS 6
 typedef struct scan2_tile {
     uint64_t words[SCAN_PASS_CHANNELS * FATHOM_PLANES][SCAN2_TILE_BLOCKS];
     uint16_t scales[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS];
+    float coef[SCAN_PASS_CHANNELS][SCAN2_COEFS][SCAN2_TILE_BLOCKS] __attribute__((aligned(32)));
 } scan2_tile;
+
+/* Forms tile->coef of the pass's channels from tile->scales (all
+ * SCAN2_TILE_BLOCKS columns; those past a short tile's end are unused). */
+typedef void (*scan2_coef_fn)(const scan2_pass *pass, scan2_tile *tile);
 
 /* coef0 = a (2^-t - 1), the value of code 0 at depth t, for scale a. */
 FATHOM_INLINE float scan2_coef0(float a, uint32_t t) { return a * (1.0f / (float)(1u << t) - 1.0f); }
@@ -195,7 +209,30 @@ FATHOM_INLINE void scan2_put(float *out, const float *acc, uint32_t count, int a
 typedef void (*scan_segment_fn)(const scan_job *, scan_tile *, const fathom_segment_view *,
                                 uint64_t);
 
+/* ---- the candidate filter of scan_select.c ----
+ *
+ * A candidate is fathom_score_key(score) << 32 | ~position: larger values
+ * rank first by fathom_select's rule, and no two are equal. */
+FATHOM_INLINE uint64_t scan_candidate(float score, uint64_t position) {
+    return (uint64_t)fathom_score_key(score) << 32 | (uint32_t)~(uint32_t)position;
+}
+
+/* Appends to out the candidates of scores s[i..n) (position pos0 + index)
+ * that pass the threshold: not below thr, or above it when strict; NaN
+ * always passes. Returns how many. */
+FATHOM_INLINE uint32_t scan_filter_tail(const float *s, uint32_t i, uint32_t n, float thr,
+                                        int strict, uint64_t pos0, uint64_t *out) {
+    uint32_t c = 0;
+    for (; i < n; i++)
+        if (strict ? !(s[i] <= thr) : !(s[i] < thr)) out[c++] = scan_candidate(s[i], pos0 + i);
+    return c;
+}
+
 #ifdef FATHOM_X86
+uint32_t fathom_scan_filter_avx2(const float *s, uint32_t n, float thr, int strict, uint64_t pos0,
+                                 uint64_t *out);
+uint32_t fathom_scan_filter_avx512(const float *s, uint32_t n, float thr, int strict,
+                                   uint64_t pos0, uint64_t *out);
 void fathom_scan_segment_avx2(const scan_job *job, scan_tile *tile,
                               const fathom_segment_view *view, uint64_t seg_n);
 void fathom_scan_segment_avx512(const scan_job *job, scan_tile *tile,
@@ -204,6 +241,7 @@ void fathom_scan2_block_avx2(const scan2_pass *pass, const scan2_tile *tile, uin
                              float *dec, float *out, uint64_t ld, uint32_t valid);
 void fathom_scan2_block_avx512(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
                                float *dec, float *out, uint64_t ld, uint32_t valid);
+void fathom_scan2_coef_x86(const scan2_pass *pass, scan2_tile *tile);
 #endif
 
 #endif /* FATHOM_SCAN_INTERNAL_H */

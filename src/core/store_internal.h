@@ -20,8 +20,9 @@ float fathom_store_token_value(const fathom_store *st, uint64_t token, uint32_t 
 
 /* Which implementation of fathom_store_scan runs. */
 typedef enum fathom_scan_kernel {
-    FATHOM_SCAN_AUTO = 0,  /* what fathom_store_scan uses: the tiled AVX2 kernel where AVX2
-                            * runs, else the tiled portable one */
+    FATHOM_SCAN_AUTO = 0,  /* what fathom_store_scan uses: the tiled AVX-512 kernel where
+                            * AVX-512F runs, else the tiled AVX2 one where AVX2 runs, else
+                            * the tiled portable one */
     FATHOM_SCAN_REFERENCE, /* plain per-token loop, double accumulation: the one to read */
     FATHOM_SCAN_PORTABLE,  /* the fast kernel compiled for the baseline ISA */
     FATHOM_SCAN_AVX2,      /* AVX2+FMA+F16C intrinsics (x86-64 only) */
@@ -76,6 +77,32 @@ struct fathom_pool;
  * first failing task's status and message come back. */
 int fathom_scan_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
                          const fathom_scan_item *items, uint32_t count, uint64_t range_tokens);
+
+/* One scan and selection of a batch: for each query head h < group, the
+ * positions fathom_select(scores of head h, n, k, sink, local) returns, in
+ * idx[h * k ...] (ascending, as fathom_select writes them), and their number
+ * in count[h]; the scores are those of fathom_store_scan over the first n
+ * tokens of store at depths [dim] for queries [group x dim]. */
+typedef struct fathom_scan_select_item {
+    const fathom_store *store;
+    const uint8_t *depths;
+    const float *queries;
+    uint32_t group;
+    uint64_t n;
+    uint32_t k, sink, local;
+    uint32_t *idx;   /* [group * k] */
+    uint32_t *count; /* [group] */
+} fathom_scan_select_item;
+
+/* Scans and selects items [0, count) on the pool's threads in tasks of one
+ * item and range_tokens tokens (a multiple of FATHOM_BLOCK_TOKENS; 0:
+ * 16384), without writing the scores out: each task keeps only the
+ * candidates that may be among its heads' top (core/scan_select.c). The
+ * selections equal fathom_select's on the scores of fathom_store_scan, at
+ * any thread count. kernel: FATHOM_SCAN_AUTO or a tiled kernel. */
+int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
+                                const fathom_scan_select_item *items, uint32_t count,
+                                uint64_t range_tokens);
 
 /* The reference scan: scores[h*n + i] = sum_j q_hj * decode(i, j, depths[j]),
  * token by token, accumulated in double. */

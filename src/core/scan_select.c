@@ -1,0 +1,320 @@
+/* scan_select — scan and select in one pass over the planes.
+ *
+ * fathom_scan_select_parallel gives, for every query head of every item,
+ * the selection fathom_select makes from the scan's scores, without writing
+ * the [group x n] scores out: at long contexts writing them costs more
+ * memory traffic than reading the planes. Tasks of one item and token range
+ * scan into a scratch of the worker (in its cache) and offer only the
+ * scores that may be among the head's top m to the head's shared pool.
+ *
+ * A candidate packs the score's order key (fathom_score_key) above the
+ * complement of its position, so the packed values are distinct and rank
+ * exactly as fathom_select ranks (higher key first; among equal keys the
+ * lower position). A pool takes what is offered above its floor and, when
+ * it holds more than 2m, is cut to its top m, whose m-th becomes the floor:
+ * m values of the data are at least that large, so the head's m-th largest
+ * is not below it. A task drops scores below the floor as it filters, and
+ * cuts its own candidates to their top m the same way when they pass 2m
+ * (later positions must then beat the m-th of them). Every one of the
+ * head's top m is offered and survives every cut, so the pool's top m at
+ * the end is the selection whatever order the tasks ran in. Tasks go
+ * range-major over the items, so that most ranges start with a floor. */
+#include "internal.h"
+#include "pool.h"
+#include "scan_internal.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Moves the m largest of c[0..n) to c[0..m), in any order; 1 <= m <= n.
+ * Quickselect with a median-of-three pivot and a branch-free partition. */
+static void top_m(uint64_t *c, uint64_t n, uint64_t m) {
+    uint64_t lo = 0, hi = n;
+    while (hi - lo > 1 && lo < m && m < hi) {
+        const uint64_t mid = lo + (hi - lo) / 2;
+        uint64_t p = hi - 1;
+        const uint64_t a = c[lo], b = c[mid], d = c[hi - 1];
+        if ((a <= b && b <= d) || (d <= b && b <= a)) p = mid;
+        else if ((b <= a && a <= d) || (d <= a && a <= b)) p = lo;
+        const uint64_t pivot = c[p];
+        c[p] = c[hi - 1];
+        c[hi - 1] = pivot;
+        uint64_t w = lo;
+        for (uint64_t r = lo; r + 1 < hi; r++) {
+            const uint64_t x = c[r];
+            c[r] = c[w];
+            c[w] = x;
+            w += x > pivot;
+        }
+        c[hi - 1] = c[w];
+        c[w] = pivot; /* [lo, w) > pivot: the pivot ranks w-th */
+        if (m == w || m == w + 1) return;
+        if (m < w) hi = w;
+        else lo = w + 1;
+    }
+}
+
+static uint64_t min_u64(const uint64_t *c, uint64_t n) {
+    uint64_t v = c[0];
+    for (uint64_t i = 1; i < n; i++) v = c[i] < v ? c[i] : v;
+    return v;
+}
+
+/* The filter threshold for candidates above (strict) or not below floor:
+ * the float of floor's key; for the keys of NaN and -inf, -inf and not
+ * strict, which lets everything through. */
+static float floor_threshold(uint64_t floor, int *strict) {
+    const uint32_t key = (uint32_t)(floor >> 32);
+    if (key <= 0x007fffffu) {
+        *strict = 0;
+        return -__builtin_inff();
+    }
+    uint32_t u = (key & 0x80000000u) ? key & 0x7fffffffu : ~key;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint32_t filter_portable(const float *s, uint32_t n, float thr, int strict, uint64_t pos0,
+                                uint64_t *out) {
+    return scan_filter_tail(s, 0, n, thr, strict, pos0, out);
+}
+
+typedef uint32_t (*filter_fn)(const float *, uint32_t, float, int, uint64_t, uint64_t *);
+
+static filter_fn pick_filter(void) {
+#ifdef FATHOM_X86
+    if (fathom_cpu_has(FATHOM_CPU_AVX512)) return fathom_scan_filter_avx512;
+    if (fathom_cpu_has(FATHOM_CPU_AVX2)) return fathom_scan_filter_avx2;
+#endif
+    return filter_portable;
+}
+
+/* Scores filtered per call; a buffer of 2m + SS_CHUNK candidates is cut to
+ * m when it holds more than 2m. */
+#define SS_CHUNK 1024
+
+/* A head's pool of candidates (capacity 2m + SS_CHUNK): everything
+ * offered that is above its floor; cut to its top m when it fills, the m-th
+ * of which becomes the floor (0 until then: nothing is dropped). */
+typedef struct ss_pool {
+    atomic_flag lock;
+    _Atomic uint64_t floor;
+    uint64_t size;
+    uint64_t *v;
+} ss_pool;
+
+/* Offers c[0..n) to the pool of a head whose top is m. */
+static void pool_offer(ss_pool *pl, uint64_t m, const uint64_t *c, uint64_t n) {
+    while (atomic_flag_test_and_set_explicit(&pl->lock, memory_order_acquire)) {
+    }
+    const uint64_t floor = atomic_load_explicit(&pl->floor, memory_order_relaxed);
+    for (uint64_t i = 0; i < n; i++) {
+        pl->v[pl->size] = c[i];
+        pl->size += c[i] > floor || floor == 0; /* 0: nothing cut yet */
+        if (pl->size > 2 * m) {
+            top_m(pl->v, pl->size, m);
+            pl->size = m;
+            atomic_store_explicit(&pl->floor, min_u64(pl->v, m), memory_order_relaxed);
+        }
+    }
+    atomic_flag_clear_explicit(&pl->lock, memory_order_release);
+}
+
+/* Per item: the forced window as fathom_select sets it, m, and the pools. */
+typedef struct ss_item {
+    uint64_t sink_end, local_begin, m; /* m == 0: nothing to score */
+    uint64_t ranges;
+    ss_pool *pools; /* [group] */
+} ss_item;
+
+typedef struct ss_batch {
+    fathom_scan_kernel kernel;
+    const fathom_scan_select_item *items;
+    ss_item *st;
+    const uint64_t *tasks; /* item << 32 | range, range-major */
+    uint64_t range, cap;
+    float *scratch;   /* [threads][max_group * range] */
+    uint64_t *buf;    /* [threads][cap] */
+    uint64_t scratch_per_worker;
+    filter_fn filter;
+} ss_batch;
+
+static int ss_scan_task(void *arg, uint32_t task, uint32_t worker) {
+    const ss_batch *bt = arg;
+    const uint32_t i = (uint32_t)(bt->tasks[task] >> 32);
+    const uint64_t r = (uint32_t)bt->tasks[task];
+    const fathom_scan_select_item *it = &bt->items[i];
+    const ss_item *si = &bt->st[i];
+    const uint64_t first = r * bt->range;
+    const uint64_t end = it->n - first < bt->range ? it->n : first + bt->range;
+    const uint64_t lo = first > si->sink_end ? first : si->sink_end;
+    const uint64_t hi = end < si->local_begin ? end : si->local_begin;
+    if (lo >= hi) return FATHOM_OK;
+    const uint64_t s0 = lo - lo % FATHOM_BLOCK_TOKENS, m = si->m;
+    float *scores = bt->scratch + worker * bt->scratch_per_worker;
+    uint64_t *out = bt->buf + worker * bt->cap;
+    FATHOM_TRY(fathom_store_scan_range(bt->kernel, it->store, it->depths, it->queries, it->group,
+                                       s0, hi - s0, scores, bt->range, NULL));
+    for (uint32_t h = 0; h < it->group; h++) {
+        ss_pool *pl = &si->pools[h];
+        uint64_t c = 0, floor = atomic_load_explicit(&pl->floor, memory_order_relaxed);
+        int strict = 0;
+        float thr = floor_threshold(floor, &strict);
+        for (uint64_t b = lo; b < hi;) {
+            const uint64_t next = hi - b < SS_CHUNK ? hi : b + SS_CHUNK;
+            c += bt->filter(scores + h * bt->range + (b - s0), (uint32_t)(next - b), thr, strict, b,
+                            out + c);
+            b = next;
+            if (c > 2 * m) { /* keep the range's top m; later positions must beat the m-th */
+                top_m(out, c, m);
+                c = m;
+                const uint64_t v = min_u64(out, m);
+                floor = atomic_load_explicit(&pl->floor, memory_order_relaxed);
+                strict = floor <= v; /* the shared floor may tie on the key with a later position */
+                thr = floor_threshold(floor > v ? floor : v, &strict);
+            }
+        }
+        /* offer what may still enter the pool */
+        floor = atomic_load_explicit(&pl->floor, memory_order_relaxed);
+        uint64_t kept = 0;
+        for (uint64_t j = 0; j < c; j++)
+            if (out[j] > floor || floor == 0) out[kept++] = out[j];
+        if (kept) pool_offer(pl, m, out, kept);
+    }
+    return FATHOM_OK;
+}
+
+/* Sorts x[0..n) ascending: four byte-wise counting passes through tmp[n]. */
+static void sort_u32(uint32_t *x, uint64_t n, uint32_t *tmp) {
+    for (unsigned shift = 0; shift < 32; shift += 8) {
+        uint64_t count[257] = {0};
+        for (uint64_t i = 0; i < n; i++) count[((x[i] >> shift) & 0xffu) + 1]++;
+        for (unsigned b = 0; b < 256; b++) count[b + 1] += count[b];
+        for (uint64_t i = 0; i < n; i++) tmp[count[(x[i] >> shift) & 0xffu]++] = x[i];
+        memcpy(x, tmp, n * sizeof *x);
+    }
+}
+
+static int ss_select_task(void *arg, uint32_t task, uint32_t worker) {
+    (void)worker;
+    const ss_batch *bt = arg;
+    uint32_t i = 0;
+    while (task >= bt->items[i].group) task -= bt->items[i++].group;
+    const fathom_scan_select_item *it = &bt->items[i];
+    const ss_item *si = &bt->st[i];
+    const uint32_t h = task;
+    uint32_t *idx = it->idx + (uint64_t)h * it->k;
+    if (si->m == 0) { /* fathom_select scores nothing here */
+        const float none = 0.0f;
+        uint64_t work = 0;
+        return fathom_select(&none, it->n, it->k, it->sink, it->local, &work, idx, &it->count[h]);
+    }
+    ss_pool *pl = &si->pools[h];
+    FATHOM_CHECK(pl->size < si->m, FATHOM_ERR_STATE, "scan_select: %llu candidates for %llu",
+                 (unsigned long long)pl->size, (unsigned long long)si->m);
+    top_m(pl->v, pl->size, si->m);
+    uint32_t n_out = 0;
+    for (uint64_t p = 0; p < si->sink_end; p++) idx[n_out++] = (uint32_t)p;
+    uint32_t *mid = idx + n_out;
+    for (uint64_t j = 0; j < si->m; j++) mid[j] = ~(uint32_t)pl->v[j];
+    sort_u32(mid, si->m, (uint32_t *)(pl->v + si->m));
+    n_out += (uint32_t)si->m;
+    for (uint64_t p = si->local_begin; p < it->n; p++) idx[n_out++] = (uint32_t)p;
+    it->count[h] = n_out;
+    return FATHOM_OK;
+}
+
+int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
+                                const fathom_scan_select_item *items, uint32_t count,
+                                uint64_t range_tokens) {
+    FATHOM_CHECK_ARG(pool && items && count > 0, "scan_select: NULL pool or no items");
+    if (range_tokens == 0) range_tokens = 16384;
+    FATHOM_CHECK_ARG(range_tokens % FATHOM_BLOCK_TOKENS == 0 && range_tokens <= UINT32_MAX,
+                     "scan_select: range %llu is not a multiple of %d",
+                     (unsigned long long)range_tokens, FATHOM_BLOCK_TOKENS);
+    uint64_t max_k = 0, max_group = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        const fathom_scan_select_item *it = &items[i];
+        FATHOM_CHECK_ARG(it->store && it->depths && it->queries && it->idx && it->count,
+                         "scan_select: item %u has a NULL pointer", i);
+        FATHOM_CHECK_ARG(it->group > 0 && it->k > 0, "scan_select: item %u: group or k is 0", i);
+        FATHOM_CHECK_ARG(it->n > 0 && it->n <= fathom_store_length(it->store) &&
+                             it->n <= (uint64_t)UINT32_MAX + 1,
+                         "scan_select: item %u: n = %llu not in 1..length %llu", i,
+                         (unsigned long long)it->n,
+                         (unsigned long long)fathom_store_length(it->store));
+        max_k = it->k > max_k ? it->k : max_k;
+        max_group = it->group > max_group ? it->group : max_group;
+    }
+    const uint64_t cap = 2 * max_k + SS_CHUNK;
+    const uint32_t threads = fathom_pool_threads(pool);
+    ss_item *st = calloc(count, sizeof *st);
+    uint64_t scratch_floats = 0, n_scan = 0, n_select = 0, pool_values = 0, max_ranges = 0;
+    int ok = st && fathom_mul_u64(max_group, range_tokens, &scratch_floats);
+    for (uint32_t i = 0; ok && i < count; i++) { /* the windows, as fathom_select */
+        const fathom_scan_select_item *it = &items[i];
+        ss_item *si = &st[i];
+        const uint64_t n = it->n;
+        si->sink_end = it->sink < n ? it->sink : n;
+        si->local_begin = it->local < n ? n - it->local : 0;
+        const uint64_t forced =
+            si->local_begin > si->sink_end ? si->sink_end + (n - si->local_begin) : n;
+        si->m = n > it->k && forced < it->k ? it->k - forced : 0;
+        si->ranges = (n - 1) / range_tokens + 1;
+        uint64_t values;
+        if (si->m) {
+            n_scan += si->ranges;
+            ok = fathom_mul_u64(it->group, 2 * si->m + SS_CHUNK, &values) &&
+                 fathom_add_u64(pool_values, values, &pool_values);
+            max_ranges = si->ranges > max_ranges ? si->ranges : max_ranges;
+        }
+        n_select += it->group;
+    }
+    uint64_t *tasks = NULL, *values = NULL, *buf = NULL;
+    ss_pool *pools = NULL;
+    float *scratch = NULL;
+    if (ok) {
+        tasks = fathom_alloc_array(n_scan ? n_scan : 1, sizeof *tasks);
+        values = fathom_alloc_array(pool_values ? pool_values : 1, sizeof *values);
+        pools = fathom_alloc_array(n_select, sizeof *pools);
+        buf = fathom_alloc_array((uint64_t)threads * cap, sizeof *buf);
+        scratch = fathom_alloc_array((uint64_t)threads * scratch_floats, sizeof(float));
+        ok = tasks && values && pools && buf && scratch && n_scan <= UINT32_MAX &&
+             n_select <= UINT32_MAX;
+    }
+    int status = FATHOM_OK;
+    if (!ok)
+        status = fathom_fail(FATHOM_ERR_NOMEM, "scan_select: out of memory");
+    else {
+        uint64_t v_off = 0, h_off = 0, t = 0;
+        for (uint32_t i = 0; i < count; i++) {
+            st[i].pools = pools + h_off;
+            for (uint32_t h = 0; h < items[i].group; h++) {
+                ss_pool *pl = &st[i].pools[h];
+                atomic_flag_clear(&pl->lock);
+                atomic_init(&pl->floor, 0);
+                pl->size = 0;
+                pl->v = values + v_off;
+                v_off += st[i].m ? 2 * st[i].m + SS_CHUNK : 0;
+            }
+            h_off += items[i].group;
+        }
+        for (uint64_t r = 0; r < max_ranges; r++) /* range-major */
+            for (uint32_t i = 0; i < count; i++)
+                if (st[i].m && r < st[i].ranges) tasks[t++] = (uint64_t)i << 32 | r;
+        const ss_batch batch = {kernel, items, st,     tasks,          range_tokens,
+                                cap,    scratch, buf, scratch_floats, pick_filter()};
+        if (n_scan) status = fathom_pool_run(pool, ss_scan_task, (void *)&batch, (uint32_t)n_scan);
+        if (status == FATHOM_OK)
+            status = fathom_pool_run(pool, ss_select_task, (void *)&batch, (uint32_t)n_select);
+    }
+    free(tasks);
+    free(values);
+    free(pools);
+    free(buf);
+    free(scratch);
+    free(st);
+    return status;
+}
