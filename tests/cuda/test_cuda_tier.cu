@@ -986,7 +986,9 @@ int main(void) {
         return 77;
     }
     test_args_gpu();
-    test_out_of_memory();
+    /* compute-sanitizer reports the failing cudaHostAlloc as an API error */
+    if (!getenv("FATHOM_TEST_SKIP_OOM")) test_out_of_memory();
+    else printf("out-of-memory case skipped (FATHOM_TEST_SKIP_OOM)\n");
     test_append(64);
     test_append(128);
     test_append(256);
