@@ -179,9 +179,9 @@ EOF
 # the other RULER tasks: four needles, one asked for (dense retrieves it);
 # variable tracking: a chain of 5 names in order, scored by the names found
 expect 2 "--task: 'x' is not single, multikey or vt" -- needle --haystack x --task x
-"$fathom" needle --task multikey --haystack "$tmp/hay.txt" --context 1024 --samples 1 --methods dense \
+"$fathom" needle --task multikey --haystack "$tmp/hay.txt" --context 512 --samples 1 --methods dense \
   --threads 2 --json >"$tmp/multikey.json" 2>"$tmp/needle.err" || { echo "FAIL: needle multikey"; cat "$tmp/needle.err"; fail=1; }
-"$fathom" needle --task vt --haystack "$tmp/hay.txt" --context 512 --samples 2 --tokens 16 --methods dense \
+"$fathom" needle --task vt --haystack "$tmp/hay.txt" --context 256 --samples 1 --tokens 12 --methods dense \
   --threads 2 --json >"$tmp/vt.json" 2>"$tmp/needle.err" || { echo "FAIL: needle vt"; cat "$tmp/needle.err"; fail=1; }
 python3 - "$tmp/multikey.json" "$tmp/vt.json" <<'EOF' || fail=1
 import json, re, sys
