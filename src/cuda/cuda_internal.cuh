@@ -80,6 +80,22 @@ static __device__ __forceinline__ uint32_t fc_water_fill_depth(double g, uint32_
 }
 
 /* bf16 x 8 (one 16-byte load) to float, exactly. */
+/* Deterministic CTA reduction (max or sum) of one double per thread, in a
+ * fixed order (warp butterflies, then warps 0, 1, ...); part holds
+ * blockDim.x / 32 doubles of shared memory. Every thread gets the result. */
+static __device__ __forceinline__ double fc_block_reduce(double x, bool is_max, double *part) {
+    for (int off = 16; off > 0; off >>= 1) {
+        const double y = __shfl_xor_sync(0xffffffffu, x, off);
+        x = is_max ? fmax(x, y) : x + y;
+    }
+    __syncthreads(); /* part may still be read from the last call */
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
+    __syncthreads();
+    double acc = part[0];
+    for (uint32_t w = 1; w < blockDim.x / 32; w++) acc = is_max ? fmax(acc, part[w]) : acc + part[w];
+    return acc;
+}
+
 static __device__ __forceinline__ void fc_bf16x8_to_float(uint4 v, float *dst) {
     *(float4 *)dst = make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u),
                                  __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xffff0000u));

@@ -50,19 +50,6 @@ fetch_kernel(uint32_t union_cap, uint32_t nb, uint32_t stride, int planes_mode,
 #define ATTEND_THREADS 1024
 #define ATTEND_SPLIT (ATTEND_THREADS / 64) /* row subsets of the value sum */
 
-static __device__ double block_reduce(double x, bool is_max, double *s_part) {
-    for (int off = 16; off > 0; off >>= 1) {
-        const double y = __shfl_xor_sync(0xffffffffu, x, off);
-        x = is_max ? fmax(x, y) : x + y;
-    }
-    __syncthreads(); /* s_part may still be read from the last call */
-    if ((threadIdx.x & 31) == 0) s_part[threadIdx.x >> 5] = x;
-    __syncthreads();
-    double r = s_part[0];
-    for (int w = 1; w < ATTEND_THREADS / 32; w++) r = is_max ? fmax(r, s_part[w]) : r + s_part[w];
-    return r;
-}
-
 /* One block per query head. Each thread owns whole rows for the logits (a
  * 128-term dot product in double from 32 independent 16-byte loads), and a
  * channel pair over a sixteenth of the rows for the value sum (coalesced
@@ -101,14 +88,14 @@ attend_kernel(uint32_t group, uint32_t k, const float *queries, const uint32_t *
         logit[i] = l;
         mx = fmax(mx, l);
     }
-    mx = block_reduce(mx, true, s_part);
+    mx = fc_block_reduce(mx, true, s_part);
     double sum = 0.0;
     for (uint32_t i = threadIdx.x; i < count; i += ATTEND_THREADS) {
         const double e = exp(logit[i] - mx);
         logit[i] = e;
         sum += e;
     }
-    sum = block_reduce(sum, false, s_part); /* its barriers also publish logit[] */
+    sum = fc_block_reduce(sum, false, s_part); /* its barriers also publish logit[] */
     const uint32_t pair = threadIdx.x % 64, part = threadIdx.x / 64;
     const uint16_t *base_v = rows_v + (size_t)p * union_cap * FC_DIM + 2 * pair;
     double a0 = 0.0, a1 = 0.0;

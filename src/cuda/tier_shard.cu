@@ -368,20 +368,6 @@ shard_select_kernel(shard_dev d, uint32_t layer, const uint32_t *sessions, uint3
     if (tid == 0) sel_count[r] = (uint32_t)k;
 }
 
-/* Deterministic CTA reduction (max or sum) of one double per thread. */
-static __device__ double block_reduce(double x, bool is_max, double *part) {
-    for (int off = 16; off > 0; off >>= 1) {
-        const double y = __shfl_xor_sync(0xffffffffu, x, off);
-        x = is_max ? fmax(x, y) : x + y;
-    }
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
-    __syncthreads();
-    double acc = part[0];
-    for (uint32_t w = 1; w < blockDim.x / 32; w++) acc = is_max ? fmax(acc, part[w]) : acc + part[w];
-    return acc;
-}
-
 /* Softmax sums of one row over the winners in this part: [max, sum, acc[D]]
  * into out (D + 2 doubles). Logits as tier_step.cu's attention: q.k in
  * double, two interleaved partial sums, times scale. */
@@ -423,14 +409,14 @@ shard_attend_kernel(shard_dev d, uint32_t layer, const uint32_t *sessions, uint3
         }
         logit[i] = l;
     }
-    mx = block_reduce(mx, true, part);
+    mx = fc_block_reduce(mx, true, part);
     double sum = 0.0;
     for (uint32_t i = tid; i < count; i += ATT_THREADS) {
         const double e = logit[i] == -INFINITY ? 0.0 : exp(logit[i] - mx);
         logit[i] = e;
         sum += e;
     }
-    sum = block_reduce(sum, false, part); /* its barriers publish logit[] */
+    sum = fc_block_reduce(sum, false, part); /* its barriers publish logit[] */
     for (uint32_t x = tid; x < SPLIT * D; x += ATT_THREADS) {
         const uint32_t c = x % D, sub = x / D;
         double a = 0.0;

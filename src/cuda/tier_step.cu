@@ -486,19 +486,6 @@ tier_insert_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_
 
 #define ATT_THREADS 1024 /* per query head: ATT_THREADS / D row subsets in the value sum */
 
-static __device__ double att_reduce(double x, bool is_max, double *part) {
-    for (int off = 16; off > 0; off >>= 1) {
-        const double y = __shfl_xor_sync(0xffffffffu, x, off);
-        x = is_max ? fmax(x, y) : x + y;
-    }
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
-    __syncthreads();
-    double r = part[0];
-    for (int i = 1; i < ATT_THREADS / 32; i++) r = is_max ? fmax(r, part[i]) : r + part[i];
-    return r;
-}
-
 /* One CTA per query head: logits in double, softmax, the value sum split
  * over ATT_THREADS / D row subsets (fixed order: deterministic). */
 template <int D>
@@ -531,14 +518,14 @@ tier_attend_kernel(uint32_t G, uint32_t k, double scale, const uint32_t *sel_cou
         logit[i] = l;
         mx = fmax(mx, l);
     }
-    mx = att_reduce(mx, true, part);
+    mx = fc_block_reduce(mx, true, part);
     double sum = 0.0;
     for (uint32_t i = tid; i < count; i += ATT_THREADS) {
         const double e = exp(logit[i] - mx);
         logit[i] = e;
         sum += e;
     }
-    sum = att_reduce(sum, false, part); /* its barriers publish logit[] */
+    sum = fc_block_reduce(sum, false, part); /* its barriers publish logit[] */
     const uint16_t *base_v = w.rows_v + (size_t)p * cap * D;
     for (uint32_t x = tid; x < SPLIT * D; x += ATT_THREADS) {
         const uint32_t c = x % D, sub = x / D;
