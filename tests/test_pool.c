@@ -2,8 +2,8 @@
  * - every task runs exactly once, at 1, 2 and 5 threads, and again on the
  *   next call of the same pool;
  * - a failing task's status and message come back from fathom_pool_run to
- *   its caller, the tasks not yet started are skipped, and the pool works
- *   for the next call;
+ *   its caller, no task runs twice, on one thread the tasks after it are
+ *   skipped, and the pool works for the next call;
  * - two pools failing at once on two threads each hand back their own
  *   message. */
 #include "check.h"
@@ -61,7 +61,13 @@ static void test_runs(uint32_t threads) {
     CHECK_STATUS(fathom_pool_run(pool, count_task, &c, TASKS), FATHOM_ERR_NUMERIC);
     CHECK(strcmp(fathom_last_error(), "task 10 failed on purpose") == 0);
     CHECK(atomic_load(&c.runs[10]) == 1);
-    CHECK(atomic_load(&c.total) < TASKS);
+    uint32_t most_once = 0;
+    for (uint32_t i = 0; i < TASKS; i++) most_once += atomic_load(&c.runs[i]) <= 1;
+    CHECK(most_once == TASKS);
+    /* one thread takes the tasks in order, so exactly 0..10 ran; with more
+     * threads, how many others were claimed before the failure was recorded
+     * depends on scheduling (a busy machine can run them all) */
+    if (threads == 1) CHECK(atomic_load(&c.total) == 11);
     /* and the pool still works */
     reset(&c, TASKS, threads);
     CHECK_OK(fathom_pool_run(pool, count_task, &c, TASKS));
