@@ -15,6 +15,7 @@
  *
  * Sections: kernels, loading, context, forward, sparse
  * attention. Weights are dequantized to float32 once at load. */
+#include "cpu.h"
 #include "internal.h"
 #include "fathom_model.h"
 #include "gguf_internal.h"
@@ -65,10 +66,12 @@ static float dot(const float *a, const float *b, uint32_t n) {
  * rows (at most TILE_MAX each): each weight vector loaded serves nt tokens
  * and each token vector nr rows, with the accumulators in registers (GNU
  * vector extension; nr and nt are constants where it is called, so the
- * loops unroll). Lanes 0-3 live in lo, 4-7 in hi: the sums of dot(). */
-typedef float f4 __attribute__((vector_size(16)));
-static inline f4 f4_load(const float *p) {
-    f4 v;
+ * loops unroll). Lane l of an accumulator is dot()'s partial sum l: one
+ * YMM register where the caller is compiled for AVX2, two XMM otherwise,
+ * the same elementwise multiplies and adds either way. */
+typedef float f8 __attribute__((vector_size(32)));
+FATHOM_INLINE f8 f8_load(const float *p) {
+    f8 v;
     memcpy(&v, p, sizeof v);
     return v;
 }
@@ -76,33 +79,26 @@ static inline f4 f4_load(const float *p) {
 static inline __attribute__((always_inline)) void tile(const float *w, uint32_t nr, const float *x,
                                                         uint32_t nt, uint32_t n, float *out,
                                                         uint64_t out_stride) {
-    f4 lo[TILE_MAX][TILE_MAX], hi[TILE_MAX][TILE_MAX];
+    f8 acc[TILE_MAX][TILE_MAX];
     for (uint32_t r = 0; r < nr; r++)
-        for (uint32_t t = 0; t < nt; t++) lo[r][t] = hi[r][t] = (f4){0, 0, 0, 0};
+        for (uint32_t t = 0; t < nt; t++) acc[r][t] = (f8){0, 0, 0, 0, 0, 0, 0, 0};
     uint32_t i = 0;
     for (; i + DOT_LANES <= n; i += DOT_LANES) {
-        f4 wl[TILE_MAX], wh[TILE_MAX];
-        for (uint32_t r = 0; r < nr; r++) {
-            wl[r] = f4_load(w + (uint64_t)r * n + i);
-            wh[r] = f4_load(w + (uint64_t)r * n + i + 4);
-        }
+        f8 wv[TILE_MAX];
+        for (uint32_t r = 0; r < nr; r++) wv[r] = f8_load(w + (uint64_t)r * n + i);
         for (uint32_t t = 0; t < nt; t++) {
-            const f4 xl = f4_load(x + (uint64_t)t * n + i), xh = f4_load(x + (uint64_t)t * n + i + 4);
-            for (uint32_t r = 0; r < nr; r++) {
-                lo[r][t] += xl * wl[r];
-                hi[r][t] += xh * wh[r];
-            }
+            const f8 xv = f8_load(x + (uint64_t)t * n + i);
+            for (uint32_t r = 0; r < nr; r++) acc[r][t] += xv * wv[r];
         }
     }
     for (uint32_t r = 0; r < nr; r++)
         for (uint32_t t = 0; t < nt; t++) {
             const float *xr = x + (uint64_t)t * n, *wr = w + (uint64_t)r * n;
-            float acc[DOT_LANES];
-            memcpy(acc, &lo[r][t], sizeof lo[r][t]);
-            memcpy(acc + 4, &hi[r][t], sizeof hi[r][t]);
-            for (uint32_t l = 0; l < DOT_LANES && i + l < n; l++) acc[l] += xr[i + l] * wr[i + l];
+            float lanes[DOT_LANES];
+            memcpy(lanes, &acc[r][t], sizeof lanes);
+            for (uint32_t l = 0; l < DOT_LANES && i + l < n; l++) lanes[l] += xr[i + l] * wr[i + l];
             float s = 0;
-            for (uint32_t l = 0; l < DOT_LANES; l++) s += acc[l];
+            for (uint32_t l = 0; l < DOT_LANES; l++) s += lanes[l];
             out[(uint64_t)t * out_stride + r] = s;
         }
 }
@@ -123,7 +119,7 @@ typedef struct matmul_job {
     uint32_t n_tok, in, out, rows_per_task;
 } matmul_job;
 
-static int matmul_task(void *arg, uint32_t task, uint32_t worker) {
+FATHOM_INLINE int matmul_task_body(void *arg, uint32_t task, uint32_t worker) {
     const matmul_job *j = arg;
     const uint32_t o0 = task * j->rows_per_task;
     const uint32_t o1 = o0 + j->rows_per_task < j->out ? o0 + j->rows_per_task : j->out;
@@ -153,6 +149,10 @@ static int matmul_task(void *arg, uint32_t task, uint32_t worker) {
     return FATHOM_OK;
 }
 
+/* matmul_task: the body compiled for AVX-512F, AVX2 or the baseline
+ * (same bits: elementwise operations in the same order). */
+FATHOM_CPU_DISPATCH(int, matmul_task, (void *arg, uint32_t task, uint32_t worker), (arg, task, worker))
+
 static int matmul(fathom_pool *p, float *y, const float *x, const float *w, uint32_t n_tok, uint32_t in,
                   uint32_t out) {
     /* About 8 tasks per thread for balance, at least 4 rows each. */
@@ -164,7 +164,7 @@ static int matmul(fathom_pool *p, float *y, const float *x, const float *w, uint
 }
 
 /* out += w * v, elementwise (restrict lets it vectorize). */
-static void axpy(float *restrict out, float w, const float *restrict v, uint32_t n) {
+FATHOM_INLINE void axpy(float *restrict out, float w, const float *restrict v, uint32_t n) {
     for (uint32_t i = 0; i < n; i++) out[i] += w * v[i];
 }
 
@@ -1041,7 +1041,7 @@ typedef struct attn_job {
  * same operations in the same order whatever block it is in, so a prefill
  * gives the same bits as decode steps (blocks of one token). In a sliding
  * layer, the query at position p sees keys (p - window, p]. */
-static int attn_task(void *arg, uint32_t task, uint32_t worker) {
+FATHOM_INLINE int attn_task_body(void *arg, uint32_t task, uint32_t worker) {
     const attn_job *j = arg;
     fathom_ctx *c = j->c;
     const fathom_model_info *in = &c->model->info;
@@ -1117,6 +1117,8 @@ static int attn_task(void *arg, uint32_t task, uint32_t worker) {
 #undef ROW_LO
     return FATHOM_OK;
 }
+
+FATHOM_CPU_DISPATCH(int, attn_task, (void *arg, uint32_t task, uint32_t worker), (arg, task, worker))
 
 /* GELU, tanh form (Gemma's gelu_pytorch_tanh), in double. */
 static float gelu_tanh(float x) {
