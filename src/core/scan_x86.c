@@ -162,34 +162,41 @@ typedef struct avx2_scratch {
     float step[SCAN_PASS_CHANNELS], offset[SCAN_PASS_CHANNELS];
 } avx2_scratch;
 
-/* Codes and coefficients of block b for the pass's channels. */
-AVX2_TARGET static void avx2_prepare(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
-                                     avx2_scratch *sc) {
+/* Codes and coefficients of block b for the pass's channels of depth T (a
+ * constant, so that the loop over the planes unrolls). */
+AVX2_TARGET SCAN_INLINE void avx2_prepare_depth(const scan2_pass *ps, const scan2_tile *tile,
+                                                uint32_t b, const uint32_t T, avx2_scratch *sc) {
     /* byte i of the lower (upper) half takes the byte of token i (32 + i) of the plane word */
     const __m256i rep_lo = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202,
                                               0x0303030303030303);
     const __m256i rep_hi = _mm256_add_epi8(rep_lo, _mm256_set1_epi8(4));
     const __m256i sel = _mm256_set1_epi64x((long long)0x8040201008040201ull); /* bit i % 8 */
-    for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
-        uint32_t r = ps->row[t];
-        for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++, r += t) {
-            const float a = _cvtsh_ss(tile->scales[k][b]);
-            sc->step[k] = scan2_coefp(a, t - 1);
-            sc->offset[k] = scan2_coef0(a, t);
-            __m256i lo = _mm256_setzero_si256(), hi = lo;
-            for (uint32_t p = 0; p < t; p++) {
-                const __m256i x = _mm256_castpd_si256(
-                    _mm256_broadcast_sd((const double *)(const void *)&tile->words[r + p][b]));
-                const __m256i w = _mm256_set1_epi8((char)(1 << (t - 1 - p)));
-                const __m256i bl = _mm256_and_si256(_mm256_shuffle_epi8(x, rep_lo), sel);
-                const __m256i bh = _mm256_and_si256(_mm256_shuffle_epi8(x, rep_hi), sel);
-                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(bl, sel), w));
-                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(bh, sel), w));
-            }
-            _mm256_store_si256((__m256i *)(void *)sc->codes[k], lo);
-            _mm256_store_si256((__m256i *)(void *)(sc->codes[k] + 32), hi);
+    uint32_t r = ps->row[T];
+    for (uint32_t k = ps->first[T - 1]; k < ps->first[T]; k++, r += T) {
+        const float a = _cvtsh_ss(tile->scales[k][b]);
+        sc->step[k] = scan2_coefp(a, T - 1);
+        sc->offset[k] = scan2_coef0(a, T);
+        __m256i lo = _mm256_setzero_si256(), hi = lo;
+        for (uint32_t p = 0; p < T; p++) {
+            const __m256i x = _mm256_castpd_si256(
+                _mm256_broadcast_sd((const double *)(const void *)&tile->words[r + p][b]));
+            const __m256i w = _mm256_set1_epi8((char)(1 << (T - 1 - p)));
+            const __m256i bl = _mm256_and_si256(_mm256_shuffle_epi8(x, rep_lo), sel);
+            const __m256i bh = _mm256_and_si256(_mm256_shuffle_epi8(x, rep_hi), sel);
+            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(bl, sel), w));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(bh, sel), w));
         }
+        _mm256_store_si256((__m256i *)(void *)sc->codes[k], lo);
+        _mm256_store_si256((__m256i *)(void *)(sc->codes[k] + 32), hi);
     }
+}
+
+/* Codes and coefficients of block b for the pass's channels. */
+AVX2_TARGET static void avx2_prepare(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                     avx2_scratch *sc) {
+#define AVX2_PREPARE(T) avx2_prepare_depth(ps, tile, b, T, sc)
+    SCAN_FOR_EACH_DEPTH(AVX2_PREPARE);
+#undef AVX2_PREPARE
 }
 
 #define AVX2_GEMM_HEAD(i, acc0, acc1)                                                              \
@@ -228,7 +235,9 @@ AVX2_TARGET SCAN_INLINE void avx2_tquarter(const scan2_pass *ps, const avx2_scra
                                           uint32_t valid) {
     __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
            a30 = a00, a31 = a00;
-    for (uint32_t k = 0; k < ps->count; k++) {
+    const uint32_t count = ps->count; /* a local: not reloaded every channel */
+#pragma GCC unroll 2
+    for (uint32_t k = 0; k < count; k++) {
         const __m256 step = _mm256_broadcast_ss(&sc->step[k]);
         const __m256 offset = _mm256_broadcast_ss(&sc->offset[k]);
         const __m256 v0 = avx2_values8(sc, k, 16 * g, step, offset);
