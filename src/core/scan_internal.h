@@ -144,11 +144,13 @@ SCAN_INLINE void add_scores(float *s, const float *acc, uint32_t count) {
  *
  * For each pass and chunk of up to 4 heads, a tile of up to
  * SCAN2_TILE_BLOCKS blocks (one 64-byte line of every staged plane row) is
- * staged as above; each block is decoded once into dec[k][64] (the exact
- * values, shared by the chunk's heads) and then multiplied with the staged
- * queries q[k][h]: for every token and head, acc = fma(q[k][h], dec[k][i],
- * acc) over k in pass order from acc = 0 (the portable kernel: a multiply
- * then an add), exactly the operations and order of the kernels above. The
+ * staged as above; each block is decoded once, shared by the chunk's heads
+ * (the portable kernel: into dec[k][64], the exact values; the AVX2 kernel:
+ * into code bytes, whose exact values it forms 8 at a time) and then
+ * multiplied with the staged queries q[k][h]: for every token and head,
+ * acc = fma(q[k][h], value, acc) over k in pass order from acc = 0 (the
+ * portable kernel: a multiply then an add), exactly the operations and
+ * order of the kernels above. The
  * first pass stores 0.0f + acc, later passes add acc into the score (the
  * older kernels' memset + add), so the scores are bit-identical to theirs. */
 #define SCAN2_TILE_BLOCKS 8
