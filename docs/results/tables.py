@@ -1126,13 +1126,13 @@ TABLES = [
     Table("gemma-prose-16k-nocalib", GEMMA_SECTION, "Prose, 16k: calibration-free against calibrated",
           gemma_nocalib, None),
     Table("gemma-code-32k", GEMMA_SECTION, "Every method on a 32k-token code capture, k = 512 and 2048",
-          gemma_fidelity,
-          "Pending (a 32k prefill did not fit the session on the shared 2-core machine; a 16k one took 8 min "
-          "under load 5; a second attempt, under load 12-15, reached 70% of the 31,914-token prefill in 66 "
-          "min): `scripts/make-prompts R/code32 --kind code --count 1 --min 32000 --max 32000`, "
-          "`fathom capture --model GEMMA --text-file R/code32/code_00.txt --positions 128 --global-only "
-          "--out R/code_32k.safetensors`, then `scripts/record-result gemma-code-32k -- fathom eval --kv "
-          "R/code_32k.safetensors --calib R/calib_c2k.safetensors --sweep-k 512,2048 --match --json --quiet`."),
+          gemma_fidelity, None),
+    Table("gemma-code-32k-nocalib", GEMMA_SECTION, "Code, 32k: calibration-free against calibrated",
+          gemma_nocalib, None),
+    Table("gemma-prose-32k", GEMMA_SECTION, "Every method on a 32k-token prose capture, k = 512 and 2048",
+          gemma_fidelity, None),
+    Table("gemma-prose-32k-nocalib", GEMMA_SECTION, "Prose, 32k: calibration-free against calibrated",
+          gemma_nocalib, None),
     Table("gemma-klt-fit", GEMMA_SECTION, "The KLT basis from the session's own keys: fit time at 16k",
           gemma_klt_fit, None),
     Table("gemma-quant-code-16k", GEMMA_SECTION,
