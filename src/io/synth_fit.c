@@ -360,6 +360,19 @@ static void profiles_from(const profile_acc *a, synth_params *p) {
     }
 }
 
+/* The knob searches, in the order the file's opening comment gives. */
+static int search_knobs(fit_ctx *f, uint32_t groups, const fathom_synth_stats *target) {
+    if (groups & FATHOM_SYNTH_FIT_RANK) FATHOM_TRY(search_knob(f, KNOB_TOPIC_AMP, target->pca_share, 0.02, 50));
+    for (int round = 0; round < 2; round++) {
+        if (groups & FATHOM_SYNTH_FIT_RECENCY)
+            FATHOM_TRY(search_knob(f, KNOB_RECENCY, target->local_mass, 0.01, 30));
+        if (groups & FATHOM_SYNTH_FIT_SINKS) FATHOM_TRY(search_knob(f, KNOB_SINK_LOGIT, target->sink_mass, 0.25, 60));
+        if (groups & FATHOM_SYNTH_FIT_CONCENTRATION)
+            FATHOM_TRY(search_knob(f, KNOB_TOPIC_LOGIT, target->top_mass, 0.25, 60));
+    }
+    return FATHOM_OK;
+}
+
 static int fit_run(fit_ctx *f, const fathom_source *capture, const char *base_name, uint32_t groups,
                    fathom_synth_fit_report *r, profile_acc *prof) {
     /* the capture's statistics and profiles */
@@ -378,14 +391,7 @@ static int fit_run(fit_ctx *f, const fathom_source *capture, const char *base_na
         profiles_from(prof, &f->p);
     }
     f->p.fitted = true;
-    if (groups & FATHOM_SYNTH_FIT_RANK) FATHOM_TRY(search_knob(f, KNOB_TOPIC_AMP, r->target.pca_share, 0.02, 50));
-    for (int round = 0; round < 2; round++) {
-        if (groups & FATHOM_SYNTH_FIT_RECENCY)
-            FATHOM_TRY(search_knob(f, KNOB_RECENCY, r->target.local_mass, 0.01, 30));
-        if (groups & FATHOM_SYNTH_FIT_SINKS) FATHOM_TRY(search_knob(f, KNOB_SINK_LOGIT, r->target.sink_mass, 0.25, 60));
-        if (groups & FATHOM_SYNTH_FIT_CONCENTRATION)
-            FATHOM_TRY(search_knob(f, KNOB_TOPIC_LOGIT, r->target.top_mass, 0.25, 60));
-    }
+    FATHOM_TRY(search_knobs(f, groups, &r->target));
     if (groups & FATHOM_SYNTH_FIT_DRIFT) FATHOM_TRY(search_run(f, r->target.drift));
     FATHOM_TRY(synth_params_check(&f->p));
     return stats_of(f, &f->p, &r->achieved, NULL);

@@ -161,8 +161,11 @@ static int parse_root(const json_t *root, synth_params *p) {
     FATHOM_TRY(get_profile(root, "q_mean", p->dim, p->q_mean));
     p->fitted = true;
     int st = synth_params_check(p);
-    /* the same message, as a file-format error */
-    return st == FATHOM_ERR_INVALID_ARG ? fathom_fail(FATHOM_ERR_FORMAT, "%s (preset file)", fathom_last_error()) : st;
+    if (st != FATHOM_ERR_INVALID_ARG) return st;
+    /* the same message ("preset: ..."), as a file-format error */
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", fathom_last_error());
+    return fathom_fail(FATHOM_ERR_FORMAT, "%s (preset file)", msg);
 }
 
 int fathom_synth_preset_parse(fathom_synth_preset **out, const char *text, size_t len) {
@@ -280,7 +283,7 @@ int fathom_synth_preset_write(const fathom_synth_preset *preset, const char *pat
         json_decref(root);
         return fathom_fail(FATHOM_ERR_NOMEM, "out of memory building the preset file");
     }
-    int rc = json_dump_file(root, path, JSON_INDENT(1) | JSON_REAL_PRECISION(7));
+    int rc = json_dump_file(root, path, JSON_INDENT(1) | JSON_REAL_PRECISION(9));
     json_decref(root);
     FATHOM_CHECK(rc != 0, FATHOM_ERR_IO, "cannot write preset file %s", path);
     return FATHOM_OK;
