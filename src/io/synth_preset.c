@@ -260,7 +260,11 @@ int fathom_synth_preset_write(const fathom_synth_preset *preset, const char *pat
     if (extra) {
         json_error_t err;
         fit = json_loads(extra, JSON_REJECT_DUPLICATES, &err);
-        FATHOM_CHECK_ARG(fit && json_is_object(fit), "extra is not a JSON object (%s)", fit ? "not an object" : err.text);
+        if (!fit || !json_is_object(fit)) {
+            json_decref(fit);
+            return fathom_fail(FATHOM_ERR_INVALID_ARG, "extra is not a JSON object (%s)",
+                               fit ? "another JSON value" : err.text);
+        }
     }
     json_t *root = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:f, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, "
                              "s:f, s:f, s:I, s:o, s:o, s:o, s:o}",
