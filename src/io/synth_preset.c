@@ -2,6 +2,7 @@
  * preset files (JSON, docs/synthetic.md). A preset file is untrusted input:
  * every key must be known, every number finite and in range, every array
  * exactly d long; the first problem is reported by name. */
+#define _POSIX_C_SOURCE 200809L /* strnlen */
 #include "synth.h"
 
 #include <jansson.h>
