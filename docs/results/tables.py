@@ -1129,7 +1129,22 @@ def synthfit(rec):
                  "preset's value (profiles: measured on the built-in preset's own output at this shape); the "
                  "last fits the last-32-token mass too. The statistic columns are the generator's at the "
                  "judged n (the fit's `achieved`; the built-in row: the base preset's). The rank correlation "
-                 "and the ratios are against the judged capture, as above.\n\n")
+                 "and the ratios are against the judged capture, as above. ")
+        group = {x["fit"]["keep"].split(",")[-1]: x for x in ablations}
+        base_sq, base_ds = fitted["fathom_sparq16"], fitted["fathom_ds32"]
+        moved = lambda x: max(abs(x["fathom_sparq16"] / base_sq - 1), abs(x["fathom_ds32"] / base_ds - 1))
+        small = [g for g in ("sinks", "rank", "drift") if g in group]
+        if "profiles" in group and "concentration" in group and small:
+            text += ("What moves the ratios is the channel profiles (without them fathom:48 / sparq:16 is %.3f "
+                     "and fathom:48 / ds:32 %.3f) and the concentration (%.3f and %.3f); keeping %s at the "
+                     "built-in values moves either ratio by at most %.0f%%. Rho alone does not separate them: "
+                     "it stays high where a ratio is off by orders of magnitude, because most methods' errors "
+                     "keep their order.\n\n"
+                     % (group["profiles"]["fathom_sparq16"], group["profiles"]["fathom_ds32"],
+                        group["concentration"]["fathom_sparq16"], group["concentration"]["fathom_ds32"],
+                        ", ".join(small), 100 * max(moved(group[g]) for g in small)))
+        else:
+            text += "\n\n"
     else:
         text += md_table(header, rows)
         text += ("\nThe statistics the fit matches: the capture's, the built-in preset's and the fitted "
