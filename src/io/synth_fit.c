@@ -8,7 +8,7 @@
  *
  * The fit (fathom_synth_fit) measures the per-channel profiles directly and
  * searches five generator knobs, one statistic each, by bisection in log
- * space at the capture's n and positions: topic amplitude -> covariance
+ * space at the capture's n and positions: topic amplitude (at least 2) -> covariance
  * share of the top d/4 eigenvalues (keys only, so first), then twice around
  * recency logit -> last-32 mass (only when asked for: not by default),
  * sink logit -> first-4 mass, topic logit -> top-k mass, and last the query
@@ -362,7 +362,13 @@ static void profiles_from(const profile_acc *a, synth_params *p) {
 
 /* The knob searches, in the order the file's opening comment gives. */
 static int search_knobs(fit_ctx *f, uint32_t groups, const fathom_synth_stats *target) {
-    if (groups & FATHOM_SYNTH_FIT_RANK) FATHOM_TRY(search_knob(f, KNOB_TOPIC_AMP, target->pca_share, 0.02, 50));
+    /* The topic amplitude stays at or above the built-in 2 noise units: the
+     * query's calibration scales the query until a topic key sits
+     * topic_logit above the background, so with little topic content the
+     * query grows without bound and every other structure with it (Gemma 3:
+     * a profile whose noise alone holds more than the capture's top-d/4
+     * share drove the amplitude to the floor and the top-k mass to 1). */
+    if (groups & FATHOM_SYNTH_FIT_RANK) FATHOM_TRY(search_knob(f, KNOB_TOPIC_AMP, target->pca_share, 2, 50));
     for (int round = 0; round < 2; round++) {
         if (groups & FATHOM_SYNTH_FIT_RECENCY)
             FATHOM_TRY(search_knob(f, KNOB_RECENCY, target->local_mass, 0.01, 30));
