@@ -237,7 +237,7 @@ def bench_scan_tiled(rec):
              "interleaved repeats; threads take (query, head, %d-token range) tasks, the old kernel one task per "
              "(query, head). Scores bit-identical to the untiled kernel's: %s. Tiled over old, fathom:48 plane bytes "
              "per second on one core: %.2fx (issue 16 asks >= 2.5x); fathom:48 over ds:32 time: tiled %.2f, old %.2f "
-             "(asks <= 0.5; bytes %.2f). Where it does not hold: both kernels keep the GPU's float operations "
+             "(asks <= 0.5; bytes %.2f).%s Where it does not hold: both kernels keep the GPU's float operations "
              "(one fused multiply-add per query head, active channel and token, in the GPU's order), so at G = 4 "
              "their time follows the active channel count more than the bytes; a shared, loaded machine makes "
              "absolute rates noisy (load average in the record). The GPU host's targets (>= 3 GB/s per core, "
@@ -246,6 +246,11 @@ def bench_scan_tiled(rec):
                 "yes" if r["identical_scores"] else "NO", r["ratio_tiled_to_old_fathom_per_core"],
                 r["ratio_fathom_to_ds_tiled"]["time"], r["ratio_fathom_to_ds"]["time"],
                 r["ratio_fathom_to_ds"]["bytes"],
+                (" The AVX2 tiled kernel forms each value from its 4-bit code with one conversion and one "
+                 "multiply-add whatever the channel's depth, so its time per active channel does not grow with "
+                 "the depth: ds:32's 32 channels of depth 4 cost it about what as many channels of depth 1 would, "
+                 "and fathom:48's fewer bits buy less time than with the plane-by-plane kernels.")
+                if r["tiled_isa"] == "avx2" else "",
                 ("measured here: %.2f GB/s per core, %.2f GB/s on all threads"
                  % (g["per_core_GBps"], g["all_threads_GBps"])) if g["applies"]
                 else "need --context 1048576 --threads 16 on that machine (pending)",
