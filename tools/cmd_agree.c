@@ -223,10 +223,13 @@ static int find_cuts(agree_run *r, size_t p, const char *text, size_t len) {
     size_t *ends = malloc(n * sizeof *ends); /* byte offset where token i's piece ends */
     if (!ends) return cli_out_of_memory();
     size_t at = 0;
+    const int32_t bos = fathom_tokenizer_bos(tok);
     for (size_t i = 0; i < n; i++) {
         char piece[512];
         size_t plen = 0;
-        int st = fathom_tokenizer_token_to_piece(tok, ids[i], piece, sizeof piece, &plen);
+        /* a leading BOS (Gemma's tokenizer adds one) has a piece but no text */
+        int st = i == 0 && ids[0] == bos ? FATHOM_OK
+                                         : fathom_tokenizer_token_to_piece(tok, ids[i], piece, sizeof piece, &plen);
         if (st < 0) {
             free(ends);
             return cli_fail(r->ses.files[p], st);
