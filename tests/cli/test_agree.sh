@@ -157,12 +157,12 @@ expect 2 "--branches must be at most 4096" -- agree --prompts x --branches 5000
 python3 - "$tmp/doc.txt" <<'EOF'
 import sys
 with open(sys.argv[1], "w") as f:
-    for i in range(8):
+    for i in range(4):
         f.write("def step_%d(state, value):\n    if value > %d:\n        state.total += value * %d\n"
                 "    else:\n        state.misses += %d\n    return state\n\n" % (i, i, i + 2, i + 1))
 EOF
 t0=$(date +%s)
-branch_args=(--tokens 3 --methods fathom:48,sparq:16 --budgets 0.25 --threads 2 --json)
+branch_args=(--tokens 3 --methods fathom:48,sparq:16 --budgets 0.5 --threads 2 --json)
 "$fathom" agree --prompts "$tmp/doc.txt" --branches 2 "${branch_args[@]}" >"$tmp/branch.json" 2>"$tmp/branch.err" ||
   { echo "FAIL: agree --branches: $(cat "$tmp/branch.err")"; fail=1; }
 mkdir "$tmp/cuts"
@@ -191,7 +191,7 @@ assert s["documents"] == 2 and len(b["prompts"]) == len(s["prompts"]) == 2
 for pb, ps in zip(b["prompts"], s["prompts"]):
     assert pb["n_tokens"] == ps["n_tokens"] and pb["dense_ids"] == ps["dense_ids"], (pb, ps)
     assert pb["continuations"] == ps["continuations"], (pb["continuations"], ps["continuations"])
-    # k = 25% of n: the sparse rows select, below every key
+    # k = 50% of n: the sparse rows select, below every key
     assert all(0 < c["k"] < pb["n_tokens"] for c in pb["continuations"] if c["method"] != "dense")
 for rb, rs in zip(b["results"], s["results"]):
     for m in ("token_vs_dense", "word_vs_dense", "token_vs_oracle", "word_vs_oracle"):
