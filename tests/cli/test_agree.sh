@@ -157,12 +157,12 @@ expect 2 "--branches must be at most 4096" -- agree --prompts x --branches 5000
 python3 - "$tmp/doc.txt" <<'EOF'
 import sys
 with open(sys.argv[1], "w") as f:
-    for i in range(4):
+    for i in range(3):
         f.write("def step_%d(state, value):\n    if value > %d:\n        state.total += value * %d\n"
                 "    else:\n        state.misses += %d\n    return state\n\n" % (i, i, i + 2, i + 1))
 EOF
 t0=$(date +%s)
-branch_args=(--tokens 3 --methods fathom:48,sparq:16 --budgets 0.5 --threads 2 --json)
+branch_args=(--tokens 2 --methods fathom:48,sparq:16 --budgets 0.5 --threads 2 --json)
 "$fathom" agree --prompts "$tmp/doc.txt" --branches 2 "${branch_args[@]}" >"$tmp/branch.json" 2>"$tmp/branch.err" ||
   { echo "FAIL: agree --branches: $(cat "$tmp/branch.err")"; fail=1; }
 mkdir "$tmp/cuts"
