@@ -168,6 +168,42 @@ FATHOM_INLINE void axpy(float *restrict out, float w, const float *restrict v, u
     for (uint32_t i = 0; i < n; i++) out[i] += w * v[i];
 }
 
+#define PV_KEYS 64     /* keys per chunk of the prefill's p x V */
+#define PV_CHANNELS 16 /* output channels per register tile of it */
+
+#if defined(__GNUC__)
+/* o[m][c0 .. c0+16) += p[m][k] * v[k][c0 .. c0+16) for k = lo .. hi-1 in
+ * order, for nr (<= 4) rows: each output element gets the multiplies and
+ * adds of axpy() in the same order, with the sums held in registers. */
+FATHOM_INLINE void pv_tile(float *const *o, const float *const *p, uint32_t nr, const float *v, uint32_t D,
+                           uint32_t c0, uint64_t lo, uint64_t hi) {
+    f8 acc[4][2];
+    for (uint32_t m = 0; m < nr; m++) {
+        acc[m][0] = f8_load(o[m] + c0);
+        acc[m][1] = f8_load(o[m] + c0 + 8);
+    }
+    for (uint64_t k = lo; k < hi; k++) {
+        const f8 v0 = f8_load(v + k * D + c0), v1 = f8_load(v + k * D + c0 + 8);
+        for (uint32_t m = 0; m < nr; m++) {
+            const float w = p[m][k];
+            const f8 wv = {w, w, w, w, w, w, w, w};
+            acc[m][0] += wv * v0;
+            acc[m][1] += wv * v1;
+        }
+    }
+    for (uint32_t m = 0; m < nr; m++) {
+        memcpy(o[m] + c0, &acc[m][0], sizeof acc[m][0]);
+        memcpy(o[m] + c0 + 8, &acc[m][1], sizeof acc[m][1]);
+    }
+}
+#else
+static void pv_tile(float *const *o, const float *const *p, uint32_t nr, const float *v, uint32_t D, uint32_t c0,
+                    uint64_t lo, uint64_t hi) {
+    for (uint64_t k = lo; k < hi; k++)
+        for (uint32_t m = 0; m < nr; m++) axpy(o[m] + c0, p[m][k], v + k * D + c0, PV_CHANNELS);
+}
+#endif
+
 /* out = x / sqrt(mean(x^2) + eps) * weight, the sum in double. */
 static void rmsnorm(float *out, const float *x, const float *weight, uint32_t n, float eps) {
     double ss = 0;
@@ -1099,12 +1135,37 @@ FATHOM_INLINE int attn_task_body(void *arg, uint32_t task, uint32_t worker) {
         float *out = ROW_OUT(r);
         for (uint32_t ch = 0; ch < D; ch++) out[ch] = 0;
     }
-    for (i = ROW_LO(0); i < n_max; i++) {
-        const float *v = values + i * D;
-        for (uint32_t r = 0; r < rows; r++) {
-            if (i >= ROW_VIS(r) || i < ROW_LO(r)) continue;
-            axpy(ROW_OUT(r), S[r * n_max + i], v, D);
-        }
+    /* out += p * v over the visible keys, in key order for every output
+     * element (what one decode step's axpy per key gives): chunks of
+     * PV_KEYS keys (their V rows stay in cache) x PV_CHANNELS channels
+     * (accumulators in registers) x up to 4 query heads of one token (the
+     * same visible keys) */
+    for (uint64_t ib = ROW_LO(0); ib < n_max; ib += PV_KEYS) {
+        const uint64_t ie = ib + PV_KEYS < n_max ? ib + PV_KEYS : n_max;
+        for (uint32_t c0 = 0; c0 < D; c0 += PV_CHANNELS)
+            for (uint32_t r0 = 0; r0 < rows; r0 += G)
+                for (uint32_t r = r0; r < r0 + G; r += 4) {
+                    const uint32_t nr = r0 + G - r < 4 ? r0 + G - r : 4;
+                    const uint64_t lo = ROW_LO(r) > ib ? ROW_LO(r) : ib;
+                    const uint64_t hi = ROW_VIS(r) < ie ? ROW_VIS(r) : ie;
+                    if (lo >= hi) continue;
+                    float *o[4];
+                    const float *p[4];
+                    for (uint32_t m = 0; m < nr; m++) {
+                        o[m] = ROW_OUT(r + m);
+                        p[m] = S + (r + m) * n_max;
+                    }
+                    const uint32_t nc = D - c0 < PV_CHANNELS ? D - c0 : PV_CHANNELS;
+                    switch (nc == PV_CHANNELS ? nr : 0) {
+                    case 4: pv_tile(o, p, 4, values, D, c0, lo, hi); break;
+                    case 3: pv_tile(o, p, 3, values, D, c0, lo, hi); break;
+                    case 2: pv_tile(o, p, 2, values, D, c0, lo, hi); break;
+                    case 1: pv_tile(o, p, 1, values, D, c0, lo, hi); break;
+                    default:
+                        for (uint64_t k = lo; k < hi; k++)
+                            for (uint32_t m = 0; m < nr; m++) axpy(o[m] + c0, p[m][k], values + k * D + c0, nc);
+                    }
+                }
     }
     for (uint32_t r = 0; r < rows; r++) {
         const float f = (float)(1.0 / inv[r]);
