@@ -1172,8 +1172,8 @@ def gemma_agree_branched(rec):
         if code:
             recs = [code, rec]
             order, rows, groups = agree_runs(recs)
-            text += ("Code and prose pooled (%d prompts from %d documents):\n\n" %
-                     (len(groups), len(set(groups))))
+            text += ("Code and prose pooled (%d prompts from %d documents; the code run at commit `%s`, this one at "
+                     "`%s`):\n\n" % (len(groups), len(set(groups)), code["commit"], rec["commit"]))
             text += agree_table(order, rows, groups) + "\n"
             for budget in sorted({b for b, _ in order}, reverse=True):
                 text += "Pooled, at %g%%, paired word-level differences: %s.\n\n" % (
