@@ -469,6 +469,89 @@ FATHOM_API int fathom_capture_open(fathom_source **out, const char *path);
  * "llama-3.1-8b", "smollm2-135m". See docs/synthetic.md. */
 FATHOM_API int fathom_synth_open(fathom_source **out, const char *preset, uint64_t context, uint32_t positions,
                                  uint64_t seed);
+
+/* A synthetic preset as a value: a built-in one or one fitted to a capture
+ * (fathom_synth_fit), kept in a JSON preset file (docs/synthetic.md, "Presets
+ * fitted to captures"). Preset files are untrusted input: every field is
+ * checked (FATHOM_ERR_FORMAT naming the field). */
+typedef struct fathom_synth_preset fathom_synth_preset;
+/* name: a built-in preset's name, or a path ending in ".json" (a preset file). */
+FATHOM_API int fathom_synth_preset_load(fathom_synth_preset **out, const char *name);
+/* A preset file's text (len bytes, need not be NUL-terminated). */
+FATHOM_API int fathom_synth_preset_parse(fathom_synth_preset **out, const char *text, size_t len);
+/* Write p as a preset file (JSON); extra (may be NULL) is kept under "fit"
+ * as free-form information (a JSON object text, e.g. the fit's report). */
+FATHOM_API int fathom_synth_preset_write(const fathom_synth_preset *p, const char *path, const char *extra);
+FATHOM_API void fathom_synth_preset_free(fathom_synth_preset *p); /* NULL is fine */
+/* Name and shape of a preset (the source it opens reports the same). */
+FATHOM_API int fathom_synth_preset_info(const fathom_synth_preset *p, fathom_source_info *info);
+/* As fathom_synth_open, from a preset value (copied: p may be freed after). */
+FATHOM_API int fathom_synth_open_preset(fathom_source **out, const fathom_synth_preset *p, uint64_t context,
+                                        uint32_t positions, uint64_t seed);
+
+/* The statistics a fit matches, measured on any source over its queried
+ * positions (keys and queries un-rotated with the given RoPE first):
+ * dense-softmax mass on the top k keys, on the first 4 tokens and on the
+ * last 32, the share of the key covariance in its top d/4 eigenvalues
+ * (the rank of the content), and the cosine between consecutive queries of
+ * one head (step-to-step drift), each the mean over layers, heads and
+ * positions; mean_ratio is the largest |mean| / std of a key channel,
+ * averaged over heads (outliers). */
+typedef struct fathom_synth_stats {
+    double top_mass, sink_mass, local_mass, pca_share, drift, mean_ratio;
+} fathom_synth_stats;
+
+typedef enum fathom_rope_style {
+    FATHOM_ROPE_DETECT = 0,  /* fit: the style and base whose un-rotation leaves the largest key means */
+    FATHOM_ROPE_NEOX = 1,    /* pairs (i, i + d/2) (Qwen3, Gemma 3, the generator) */
+    FATHOM_ROPE_ADJACENT = 2 /* pairs (2i, 2i + 1) (Llama, SmolLM2 in GGUF) */
+} fathom_rope_style;
+
+/* Statistics of src at top-k size k, every layer_stride-th layer (1: all). */
+FATHOM_API int fathom_synth_stats_measure(const fathom_source *src, fathom_rope_style style, double rope_base,
+                                          uint32_t k, uint32_t layer_stride, fathom_synth_stats *out);
+
+/* Groups of statistics a fit takes from the capture; a group left out of
+ * fathom_synth_fit_options.fit keeps the base preset's value (ablations). */
+enum {
+    FATHOM_SYNTH_FIT_PROFILES = 1,      /* per-channel key/query std and mean, their spread over heads */
+    FATHOM_SYNTH_FIT_CONCENTRATION = 2, /* top-k mass (topic logit) */
+    FATHOM_SYNTH_FIT_SINKS = 4,         /* first-4-token mass (sink logit) */
+    FATHOM_SYNTH_FIT_RECENCY = 8,       /* last-32-token mass (query recency gain) */
+    FATHOM_SYNTH_FIT_RANK = 16,         /* covariance share of the top d/4 eigenvalues (topic amplitude) */
+    FATHOM_SYNTH_FIT_DRIFT = 32,        /* consecutive-query cosine (query run length) */
+    FATHOM_SYNTH_FIT_ALL = 63,
+    /* All but recency: the generator's recency component cannot reach a
+     * real model's last-32 mass (SmolLM2: 0.36) without its cross terms
+     * with the key noise swamping the other logits (docs/synthetic.md). */
+    FATHOM_SYNTH_FIT_DEFAULT = FATHOM_SYNTH_FIT_ALL & ~FATHOM_SYNTH_FIT_RECENCY
+};
+
+typedef struct fathom_synth_fit_options {
+    const char *base;         /* built-in preset for what is not fitted (qk_norm, caps, seeds' roles) */
+    const char *name;         /* the fitted preset's name (1..63 bytes; it seeds the model draws) */
+    fathom_rope_style style;  /* the capture's RoPE (FATHOM_ROPE_DETECT: detect style and base) */
+    double rope_base;         /* with a given style: its base (> 1) */
+    uint32_t k;               /* top-k size of the concentration statistic (0: max(64, n/64)) */
+    uint32_t fit;             /* FATHOM_SYNTH_FIT_* bits (0: FATHOM_SYNTH_FIT_DEFAULT) */
+    uint32_t layer_stride;    /* measure every this-many layers of the candidates (0: 1) */
+} fathom_synth_fit_options;
+
+typedef struct fathom_synth_fit_report {
+    fathom_synth_stats target;   /* the capture's */
+    fathom_synth_stats achieved; /* the fitted preset's, at the capture's n and positions */
+    fathom_synth_stats base;     /* the base preset's, same n and positions */
+    fathom_rope_style style;     /* the capture's RoPE, as used */
+    double rope_base;
+    uint32_t k;
+} fathom_synth_fit_report;
+
+/* Fit a preset to a capture: per-channel profiles are measured directly,
+ * the topic amplitude, logit targets, recency gain and query run are
+ * searched so that the generator's statistics at the capture's n match the
+ * capture's. report may be NULL. */
+FATHOM_API int fathom_synth_fit(fathom_synth_preset **out, const fathom_source *capture,
+                                const fathom_synth_fit_options *options, fathom_synth_fit_report *report);
 FATHOM_API void fathom_source_free(fathom_source *src);
 FATHOM_API int fathom_source_get_info(const fathom_source *src, fathom_source_info *info);
 /* One layer as float32: q [Hq x P x d], k and v [Hkv x n x d]; any may be

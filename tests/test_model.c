@@ -724,9 +724,16 @@ static void test_invariance_and_sparse(const tiny *mt, const char *file) {
     CHECK_OK(fathom_ctx_record_queries(ctx, n - P, P, q));
     CHECK_OK(fathom_ctx_prefill(ctx, other, n, NULL));
     fathom_source_info si = {"tiny", mi.layers, mi.q_heads, mi.kv_heads, D, n, P, n - P};
-    fathom_capture_writer *wr = NULL;
+    fathom_capture_writer *wr = NULL, *wg = NULL;
     CHECK_OK(fathom_capture_writer_open(&wr, cap_path, &si, FATHOM_DTYPE_F32));
-    for (uint32_t l = 0; wr && l < mi.layers; l++) {
+    /* and one of the global layers only (fathom capture --global-only) */
+    const uint32_t n_global = global_layers(mt);
+    char glob_path[512];
+    path_in_tmp(glob_path, sizeof glob_path, "calib_global.safetensors");
+    fathom_source_info sg = si;
+    sg.layers = n_global;
+    if (n_global < mi.layers) CHECK_OK(fathom_capture_writer_open(&wg, glob_path, &sg, FATHOM_DTYPE_F32));
+    for (uint32_t l = 0, g = 0; wr && l < mi.layers; l++) {
         for (uint32_t h = 0; h < mi.kv_heads; h++) {
             const float *keys, *values;
             CHECK_OK(fathom_ctx_kv(ctx, l, h, &keys, &values));
@@ -734,8 +741,11 @@ static void test_invariance_and_sparse(const tiny *mt, const char *file) {
             memcpy(vv + (uint64_t)h * n * D, values, sizeof(float) * n * D);
         }
         CHECK_OK(fathom_capture_writer_layer(wr, l, q + (uint64_t)l * mi.q_heads * P * D, kk, vv));
+        if (wg && !fathom_model_layer_sliding(model, l))
+            CHECK_OK(fathom_capture_writer_layer(wg, g++, q + (uint64_t)l * mi.q_heads * P * D, kk, vv));
     }
     if (wr) CHECK_OK(fathom_capture_writer_close(wr));
+    if (wg) CHECK_OK(fathom_capture_writer_close(wg));
     fathom_ctx_free(ctx);
     fathom_source *calib = NULL;
     CHECK_OK(fathom_capture_open(&calib, cap_path));
@@ -749,6 +759,18 @@ static void test_invariance_and_sparse(const tiny *mt, const char *file) {
         CHECK(st.selected_rows == (double)global_layers(mt) * mt->q_heads * 40 * 60);
         CHECK(rel_diff_f(b, a, V) > 0 && st.scan_bytes > 0);
     }
+    /* the global layers' capture calibrates exactly as the whole one */
+    fathom_source *glob = NULL;
+    if (n_global < mi.layers) CHECK_OK(fathom_capture_open(&glob, glob_path));
+    for (size_t i = 0; glob && i < 4; i++) {
+        fathom_method m;
+        CHECK_OK(fathom_method_parse(with_calib[i], &m));
+        run_split(model, tok, 40, 2, &m, 40, calib, b, NULL);
+        run_split(model, tok, 40, 2, &m, 40, glob, c, NULL);
+        CHECK(memcmp(b, c, V * sizeof *b) == 0);
+    }
+    fathom_source_free(glob);
+    if (n_global < mi.layers) unlink(glob_path);
     /* a calibration of another shape is refused */
     fathom_source *wrong = NULL;
     CHECK_OK(fathom_synth_open(&wrong, "smollm2-135m", 256, 8, 1));

@@ -100,6 +100,45 @@ static void test_tiled_identical(void) {
     }
 }
 
+/* Extreme fp16 scales: 0 (all keys of a block zero; the values are zeros of
+ * either sign, depending on how a kernel forms them, and the scores stay
+ * bit-identical since a fused multiply-add of a zero product into an
+ * accumulator that starts at +0 gives the same sum), subnormal (keys near
+ * 1e-6) and near the largest (keys near 6e4). Queries of both signs, -0.0f
+ * and exact zeros included. */
+static void test_extreme_scales(void) {
+    const uint32_t dim = 24;
+    const uint64_t len = 64 * 4 + 9;
+    float *keys = malloc(sizeof(float) * len * dim);
+    for (uint64_t i = 0; i < len; i++)
+        for (uint32_t j = 0; j < dim; j++) { /* channels 0, 3, ... and tokens 64..127: zero */
+            const float u = rng_key(3) * 2.0f; /* uniform in [-2, 2) */
+            keys[i * dim + j] = j % 3 == 0 || (i >= 64 && i < 128) ? 0.0f
+                                : j % 3 == 1                     ? 1e-6f * u
+                                                                 : 3e4f * u;
+        }
+    fathom_store *st = NULL;
+    CHECK_OK(fathom_store_create(&st, dim, 0, NULL));
+    CHECK_OK(fathom_store_append(st, keys, len));
+    free(keys);
+    uint64_t word;
+    uint16_t zero = 1, tiny = 0, huge = 0;
+    CHECK_OK(fathom_store_word(st, 0, 0, 0, &word, &zero));
+    CHECK_OK(fathom_store_word(st, 1, 0, 0, &word, &tiny));
+    CHECK_OK(fathom_store_word(st, 2, 0, 0, &word, &huge));
+    /* fp16 bits: 0; a subnormal (exponent field 0); an exponent of 2^14 or more */
+    CHECK(zero == 0 && tiny != 0 && (tiny & 0x7c00) == 0 && (huge & 0x7c00) >= 0x7400);
+    float q[5 * 24];
+    for (uint32_t i = 0; i < 5 * dim; i++)
+        q[i] = i % 7 == 0 ? -0.0f : i % 11 == 0 ? 0.0f : (i % 2 ? -1.0f : 1.0f) * rng_key(i);
+    uint8_t depths[24];
+    for (int pattern = 0; pattern < 4; pattern++) {
+        for (uint32_t j = 0; j < dim; j++) depths[j] = (uint8_t)(1 + (j + (uint32_t)pattern) % 4);
+        for (uint32_t group = 1; group <= 5; group += 2) check_full(st, depths, q, group, len);
+    }
+    fathom_store_free(st);
+}
+
 /* Ranges: scores[h * ld + i] of tokens first + i equal the full scan's; the
  * stride padding is untouched; bytes_read counts the range's blocks. */
 static void test_ranges(void) {
@@ -365,6 +404,7 @@ static void test_cpu_features(void) {
 int main(void) {
     test_cpu_features();
     test_tiled_identical();
+    test_extreme_scales();
     test_ranges();
     test_range_args();
     test_parallel();

@@ -12,6 +12,7 @@ int cmd_eval(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_synth_fit(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_capture(int argc, char **argv);
 int cmd_agree(int argc, char **argv);

@@ -360,3 +360,12 @@ void cli_progress_update(void *user, uint64_t done, uint64_t total) {
         fprintf(stderr, "%s %d%% (%.0fs)\n", p->label, decile * 10, t - p->t0);
     }
 }
+
+int cli_synth_open(fathom_source **out, const char *preset, uint64_t context, uint32_t positions, uint64_t seed) {
+    fathom_synth_preset *p;
+    int st = fathom_synth_preset_load(&p, preset);
+    if (st < 0) return st;
+    st = fathom_synth_open_preset(out, p, context, positions, seed);
+    fathom_synth_preset_free(p);
+    return st;
+}

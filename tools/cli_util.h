@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+struct fathom_source;
+
 /* Exit status of every command. */
 enum { CLI_OK = 0, CLI_FAILURE = 1, CLI_USAGE = 2 };
 
@@ -86,6 +88,10 @@ void cli_text_write(cli_text_out *t, const char *s, size_t len);
 void cli_text_finish(cli_text_out *t); /* writes a held byte */
 /* The whole file into a malloc'd buffer (not NUL-terminated); -1 on error. */
 int cli_read_file(const char *path, char **text, size_t *len);
+/* A synthetic source from a built-in preset's name or a preset file (a path
+ * ending in .json, e.g. from fathom synth-fit); a fathom status. */
+int cli_synth_open(struct fathom_source **out, const char *preset, uint64_t context, uint32_t positions,
+                   uint64_t seed);
 /* Whether a file can be created or overwritten at path (opens it for
  * appending, removes it again if it did not exist); after a message if not. */
 bool cli_check_writable(const char *path);

@@ -30,7 +30,8 @@ static void usage(FILE *f) {
             "\n"
             "source (default: --synthetic qwen3-8b --context 32768):\n"
             "  --kv FILE             a capture file (docs/capture-format.md)\n"
-            "  --synthetic PRESET    qwen3-8b | llama-3.1-8b | smollm2-135m\n"
+            "  --synthetic PRESET    qwen3-8b | llama-3.1-8b | smollm2-135m | FILE.json (a preset\n"
+            "                        file from fathom synth-fit)\n"
             "  --context N           synthetic window length in tokens\n"
             "  --seed S              synthetic text seed (default 1)\n"
             "  --positions P         queried positions, the last P (default 128)\n"
@@ -155,11 +156,11 @@ static int open_sources(const options *o, fathom_source **src, fathom_source **c
     *src = *calib = NULL;
     if (o->kv) {
         if ((st = fathom_capture_open(src, o->kv)) < 0) return cli_fail(o->kv, st);
-    } else if ((st = fathom_synth_open(src, o->preset, o->context, o->positions, o->seed)) < 0) {
+    } else if ((st = cli_synth_open(src, o->preset, o->context, o->positions, o->seed)) < 0) {
         return st == FATHOM_ERR_INVALID_ARG ? cli_fail_usage("--synthetic", st) : cli_fail(o->preset, st);
     }
     if (o->calib && !strcmp(o->calib, "synthetic")) {
-        if ((st = fathom_synth_open(calib, o->preset, o->context, o->positions, o->seed + 1000)) < 0)
+        if ((st = cli_synth_open(calib, o->preset, o->context, o->positions, o->seed + 1000)) < 0)
             return cli_fail("synthetic calibration", st);
     } else if (o->calib) {
         if ((st = fathom_capture_open(calib, o->calib)) < 0) return cli_fail(o->calib, st);

@@ -15,7 +15,8 @@ static void synth_usage(FILE *f) {
             "\n"
             "Write a synthetic capture (safetensors, docs/capture-format.md).\n"
             "\n"
-            "  --preset NAME     qwen3-8b, llama-3.1-8b or smollm2-135m\n"
+            "  --preset NAME     qwen3-8b, llama-3.1-8b, smollm2-135m or a preset file\n"
+            "                    (FILE.json, from fathom synth-fit)\n"
             "  --context N       tokens per layer and head (suffix k = 1024, m = 1048576)\n"
             "  --positions P     queries for the last P positions (default min(128, N))\n"
             "  --seed S          token-level content seed (default 1; 2 for calibration text)\n"
@@ -99,8 +100,8 @@ int cmd_synth(int argc, char **argv) {
     }
 
     fathom_source *src = NULL;
-    int st = fathom_synth_open(&src, preset, context, (uint32_t)positions, seed);
-    if (st < 0) return st == FATHOM_ERR_INVALID_ARG ? cli_fail_usage("--preset", st) : cli_fail("generator", st);
+    int st = cli_synth_open(&src, preset, context, (uint32_t)positions, seed);
+    if (st < 0) return st == FATHOM_ERR_INVALID_ARG ? cli_fail_usage("--preset", st) : cli_fail(preset, st);
     fathom_source_info info;
     fathom_source_get_info(src, &info);
 

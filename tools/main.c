@@ -16,6 +16,7 @@ static const command commands[] = {
     {"plan", cmd_plan, "show one query group's importance, water line and depths"},
     {"info", cmd_info, "describe a capture file"},
     {"synth", cmd_synth, "write a synthetic capture file"},
+    {"synth-fit", cmd_synth_fit, "fit a synthetic preset to a capture (a preset file)"},
     {"generate", cmd_generate, "greedy decoding with a GGUF model, dense or sparse attention"},
     {"capture", cmd_capture, "run a text through a GGUF model and write a capture file"},
     {"agree", cmd_agree, "step agreement of sparse with dense and top-k decoding (paper §5.6)"},

@@ -68,16 +68,6 @@ int fathom_store_scan_reference(const fathom_store *st, const uint8_t *depths, c
 const float fathom_bit_expand[256][8]
     __attribute__((aligned(32))) = {EXPAND_64(0), EXPAND_64(64), EXPAND_64(128), EXPAND_64(192)};
 
-#undef EXPAND_ROW
-#define EXPAND_ROW(x)                                                                              \
-    {                                                                                              \
-        0u - ((x)&1u), 0u - (((x) >> 1) & 1u), 0u - (((x) >> 2) & 1u), 0u - (((x) >> 3) & 1u),    \
-            0u - (((x) >> 4) & 1u), 0u - (((x) >> 5) & 1u), 0u - (((x) >> 6) & 1u),               \
-            0u - (((x) >> 7) & 1u)                                                                 \
-    }
-const uint32_t fathom_bit_mask[256][8]
-    __attribute__((aligned(32))) = {EXPAND_64(0u), EXPAND_64(64u), EXPAND_64(128u), EXPAND_64(192u)};
-
 /* ---- portable: GNU C vectors of 4 floats (SSE2, NEON, or scalar code) ----
  * 8 tokens x up to 4 heads of accumulators per pass over the channels. */
 
@@ -280,7 +270,7 @@ static scan2_kernel pick_tiled(fathom_scan_kernel kernel) {
         return (scan2_kernel){fathom_scan2_coef_x86, fathom_scan2_block_avx512};
     if (kernel == FATHOM_SCAN_TILED_AVX2 ||
         (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX2)))
-        return (scan2_kernel){fathom_scan2_coef_x86, fathom_scan2_block_avx2};
+        return (scan2_kernel){NULL, fathom_scan2_block_avx2};
 #endif
     (void)kernel;
     return (scan2_kernel){NULL, portable2_block};

@@ -32,9 +32,6 @@
 extern const float fathom_bit_expand[256][8];
 #define bit_expand fathom_bit_expand
 
-/* fathom_bit_mask[b][l] = all ones where bit l of byte b is set, else 0. */
-extern const uint32_t fathom_bit_mask[256][8];
-
 /* Channels handled per pass and blocks per staged tile. The tile tables
  * (about 13 KiB) live on the stack, so a scan allocates nothing. */
 #define SCAN_PASS_CHANNELS 64
@@ -147,11 +144,13 @@ SCAN_INLINE void add_scores(float *s, const float *acc, uint32_t count) {
  *
  * For each pass and chunk of up to 4 heads, a tile of up to
  * SCAN2_TILE_BLOCKS blocks (one 64-byte line of every staged plane row) is
- * staged as above; each block is decoded once into dec[k][64] (the exact
- * values, shared by the chunk's heads) and then multiplied with the staged
- * queries q[k][h]: for every token and head, acc = fma(q[k][h], dec[k][i],
- * acc) over k in pass order from acc = 0 (the portable kernel: a multiply
- * then an add), exactly the operations and order of the kernels above. The
+ * staged as above; each block is decoded once, shared by the chunk's heads
+ * (the portable kernel: into dec[k][64], the exact values; the AVX2 kernel:
+ * into code bytes, whose exact values it forms 8 at a time) and then
+ * multiplied with the staged queries q[k][h]: for every token and head,
+ * acc = fma(q[k][h], value, acc) over k in pass order from acc = 0 (the
+ * portable kernel: a multiply then an add), exactly the operations and
+ * order of the kernels above. The
  * first pass stores 0.0f + acc, later passes add acc into the score (the
  * older kernels' memset + add), so the scores are bit-identical to theirs. */
 #define SCAN2_TILE_BLOCKS 8
@@ -170,7 +169,7 @@ typedef struct scan2_pass {
 /* The staged plane words (rows as in scan_tile) and the raw fp16 scales of
  * a tile; the kernels form each block's coefficients from its scale
  * (products with powers of two and 2^-t - 1: exact, so equal to scan_tile's).
- * The x86 kernels have them formed for the whole tile first, eight blocks
+ * The AVX-512 kernel has them formed for the whole tile first, eight blocks
  * per vector (scan2_coef_fn), into coef[k][c][b]: c = 0 the value of code 0
  * (scan2_coef0), c = 1 + p what bit p adds (scan2_coefp), c = 5 the value
  * after the first plane's bit alone, coef0 + coefp(0), exact. */
@@ -192,7 +191,7 @@ FATHOM_INLINE float scan2_coefp(float a, uint32_t p) { return a * (1.0f / (float
 
 /* Scores tokens [0, valid) of block b of the tile for the pass's heads into
  * out[h * ld + i]; dec is scratch of SCAN_PASS_CHANNELS * 64 floats, aligned
- * to 64 bytes. */
+ * to 64 bytes (the portable kernel's values; the AVX2 kernel's codes). */
 typedef void (*scan2_block_fn)(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
                                float *dec, float *out, uint64_t ld, uint32_t valid);
 

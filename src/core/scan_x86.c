@@ -140,44 +140,70 @@ AVX2_TARGET void fathom_scan2_coef_x86(const scan2_pass *ps, scan2_tile *tile) {
     }
 }
 
-/* The 16 bits of plane row r, block b that are tokens 16 g .. 16 g + 15. */
-SCAN_INLINE uint16_t tile_bits16(const scan2_tile *tile, uint32_t r, uint32_t b, uint32_t g) {
-    uint16_t m;
-    memcpy(&m, (const unsigned char *)&tile->words[r][b] + 2 * g, sizeof m);
-    return m;
+/* ---- tiled AVX2: a block's codes as bytes, then convert and multiply ----
+ *
+ * The value of code c at depth t (plane 0 the code's top bit) is
+ *     v = c * a 2^(1-t) + a (2^-t - 1) = a (2c + 1 - 2^t) / 2^t,
+ * a multiple of a 2^-t (a: the fp16 scale, 11 significant bits) of at most
+ * 15 significant bits: the product and the sum are exact, so one fused
+ * multiply-add of the converted code gives the value of the other kernels
+ * bit for bit (their plane-by-plane sums are exact too; the two can differ
+ * only in the sign of a zero value when a = 0, which a fused multiply-add
+ * into an accumulator that starts at +0 cannot see). Per block, each
+ * channel's planes become 64 code bytes with byte shuffles and compares;
+ * the multiply then takes 8 codes at a time (vpmovzxbd), converts them and
+ * scales them with one multiply-add, the same for every depth, and adds
+ * q_h * v into 16 tokens x 4 heads of accumulators in pass order. */
+
+/* A block's scratch: each channel's 64 code bytes (byte i: token i) and
+ * its step a 2^(1-t) and offset a (2^-t - 1). */
+typedef struct avx2_scratch {
+    uint8_t codes[SCAN_PASS_CHANNELS][FATHOM_BLOCK_TOKENS];
+    float step[SCAN_PASS_CHANNELS], offset[SCAN_PASS_CHANNELS];
+} avx2_scratch;
+
+/* Codes and coefficients of block b for the pass's channels of depth T (a
+ * constant, so that the loop over the planes unrolls). */
+AVX2_TARGET SCAN_INLINE void avx2_prepare_depth(const scan2_pass *ps, const scan2_tile *tile,
+                                                uint32_t b, const uint32_t T, avx2_scratch *sc) {
+    /* byte i of the lower (upper) half takes the byte of token i (32 + i) of the plane word */
+    const __m256i rep_lo = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202,
+                                              0x0303030303030303);
+    const __m256i rep_hi = _mm256_add_epi8(rep_lo, _mm256_set1_epi8(4));
+    const __m256i sel = _mm256_set1_epi64x((long long)0x8040201008040201ull); /* bit i % 8 */
+    uint32_t r = ps->row[T];
+    for (uint32_t k = ps->first[T - 1]; k < ps->first[T]; k++, r += T) {
+        const float a = _cvtsh_ss(tile->scales[k][b]);
+        sc->step[k] = scan2_coefp(a, T - 1);
+        sc->offset[k] = scan2_coef0(a, T);
+        __m256i lo = _mm256_setzero_si256(), hi = lo;
+        for (uint32_t p = 0; p < T; p++) {
+            const __m256i x = _mm256_castpd_si256(
+                _mm256_broadcast_sd((const double *)(const void *)&tile->words[r + p][b]));
+            const __m256i w = _mm256_set1_epi8((char)(1 << (T - 1 - p)));
+            const __m256i bl = _mm256_and_si256(_mm256_shuffle_epi8(x, rep_lo), sel);
+            const __m256i bh = _mm256_and_si256(_mm256_shuffle_epi8(x, rep_hi), sel);
+            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(bl, sel), w));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(bh, sel), w));
+        }
+        _mm256_store_si256((__m256i *)(void *)sc->codes[k], lo);
+        _mm256_store_si256((__m256i *)(void *)(sc->codes[k] + 32), hi);
+    }
 }
 
-/* ---- tiled AVX2: decode fused with the multiply, 16 tokens x 4 heads ----
- *
- * A channel's value for 8 tokens is coef0 plus, plane by plane, coefp AND a
- * lane mask of the plane's bits (fathom_bit_mask): the adds of the decode in
- * the order of the other kernels (bit 0: + 0.0f, which leaves the scores
- * as they are), on the vector adders and logic units, so that the fused
- * multiply-add units do only the G multiply-adds per channel and token. */
+/* Codes and coefficients of block b for the pass's channels. */
+AVX2_TARGET static void avx2_prepare(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                     avx2_scratch *sc) {
+#define AVX2_PREPARE(T) avx2_prepare_depth(ps, tile, b, T, sc)
+    SCAN_FOR_EACH_DEPTH(AVX2_PREPARE);
+#undef AVX2_PREPARE
+}
 
 #define AVX2_GEMM_HEAD(i, acc0, acc1)                                                              \
     if (HC > i) {                                                                                  \
-        const __m256 qh = _mm256_broadcast_ss(q + i);                                              \
+        const __m256 qh = _mm256_broadcast_ss(&ps->q[k][i]);                                       \
         acc0 = _mm256_fmadd_ps(qh, v0, acc0);                                                      \
         acc1 = _mm256_fmadd_ps(qh, v1, acc1);                                                      \
-    }
-
-/* The channels of depth T, in pass order, into the accumulators. */
-#define AVX2_FUSED_DEPTH(T)                                                                        \
-    for (uint32_t k = ps->first[(T)-1], r = ps->row[T]; k < ps->first[T]; k++, r += (T)) {         \
-        const float(*cf)[SCAN2_TILE_BLOCKS] = tile->coef[k];                                       \
-        __m256 v0 = _mm256_broadcast_ss(&cf[0][b]), v1 = v0;                                       \
-        for (uint32_t p = 0; p < (T); p++) {                                                       \
-            const __m256 wp = _mm256_broadcast_ss(&cf[1 + p][b]);                                  \
-            const uint32_t bits = tile_bits16(tile, r + p, b, quarter);                            \
-            v0 = _mm256_add_ps(v0, _mm256_and_ps(wp, _mm256_load_ps(bit_mask[bits & 0xffu])));     \
-            v1 = _mm256_add_ps(v1, _mm256_and_ps(wp, _mm256_load_ps(bit_mask[bits >> 8])));        \
-        }                                                                                          \
-        const float *q = ps->q[k];                                                                 \
-        AVX2_GEMM_HEAD(0, a00, a01)                                                                \
-        AVX2_GEMM_HEAD(1, a10, a11)                                                                \
-        AVX2_GEMM_HEAD(2, a20, a21)                                                                \
-        AVX2_GEMM_HEAD(3, a30, a31)                                                                \
     }
 
 /* Writes one head's 16 accumulated scores (n < 16: the first n). */
@@ -195,36 +221,56 @@ AVX2_TARGET SCAN_INLINE void avx2_put16(float *o, __m256 a0, __m256 a1, uint32_t
     }
 }
 
-/* 16 tokens x HC heads; the accumulators are named variables so that they
- * stay in registers (an array of them was spilled to the stack). */
-AVX2_TARGET SCAN_INLINE void avx2_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+/* The 8 values of channel k, tokens i .. i + 7. */
+AVX2_TARGET SCAN_INLINE __m256 avx2_values8(const avx2_scratch *sc, uint32_t k, uint32_t i,
+                                            __m256 step, __m256 offset) {
+    const __m128i c = _mm_loadl_epi64((const __m128i *)(const void *)(sc->codes[k] + i));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c)), step, offset);
+}
+
+/* Tokens 16 g .. 16 g + 15 x HC heads; the accumulators are named variables
+ * so that they stay in registers. */
+AVX2_TARGET SCAN_INLINE void avx2_tquarter(const scan2_pass *ps, const avx2_scratch *sc, uint32_t g,
+                                          const uint32_t HC, float *out, uint64_t ld,
+                                          uint32_t valid) {
+    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
+           a30 = a00, a31 = a00;
+    const uint32_t count = ps->count; /* a local: not reloaded every channel */
+#pragma GCC unroll 2
+    for (uint32_t k = 0; k < count; k++) {
+        const __m256 step = _mm256_broadcast_ss(&sc->step[k]);
+        const __m256 offset = _mm256_broadcast_ss(&sc->offset[k]);
+        const __m256 v0 = avx2_values8(sc, k, 16 * g, step, offset);
+        const __m256 v1 = avx2_values8(sc, k, 16 * g + 8, step, offset);
+        AVX2_GEMM_HEAD(0, a00, a01)
+        AVX2_GEMM_HEAD(1, a10, a11)
+        AVX2_GEMM_HEAD(2, a20, a21)
+        AVX2_GEMM_HEAD(3, a30, a31)
+    }
+    const uint32_t n = valid - g * 16 < 16 ? valid - g * 16 : 16;
+    float *o = out + g * 16;
+    avx2_put16(o, a00, a01, n, ps->add);
+    if (HC > 1) avx2_put16(o + ld, a10, a11, n, ps->add);
+    if (HC > 2) avx2_put16(o + 2 * ld, a20, a21, n, ps->add);
+    if (HC > 3) avx2_put16(o + 3 * ld, a30, a31, n, ps->add);
+}
+#undef AVX2_GEMM_HEAD
+
+AVX2_TARGET SCAN_INLINE void avx2_tblock(const scan2_pass *ps, const avx2_scratch *sc,
                                         const uint32_t HC, float *out, uint64_t ld,
                                         uint32_t valid) {
-    const float(*bit_mask)[8] = (const float(*)[8])fathom_bit_mask;
-    for (uint32_t quarter = 0; quarter * 16 < valid; quarter++) {
-        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
-               a30 = a00, a31 = a00;
-        AVX2_FUSED_DEPTH(1)
-        AVX2_FUSED_DEPTH(2)
-        AVX2_FUSED_DEPTH(3)
-        AVX2_FUSED_DEPTH(4)
-        const uint32_t n = valid - quarter * 16 < 16 ? valid - quarter * 16 : 16;
-        float *o = out + quarter * 16;
-        avx2_put16(o, a00, a01, n, ps->add);
-        if (HC > 1) avx2_put16(o + ld, a10, a11, n, ps->add);
-        if (HC > 2) avx2_put16(o + 2 * ld, a20, a21, n, ps->add);
-        if (HC > 3) avx2_put16(o + 3 * ld, a30, a31, n, ps->add);
-    }
+    for (uint32_t g = 0; g * 16 < valid; g++) avx2_tquarter(ps, sc, g, HC, out, ld, valid);
 }
-#undef AVX2_FUSED_DEPTH
-#undef AVX2_GEMM_HEAD
 
 AVX2_TARGET void fathom_scan2_block_avx2(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
                                          float *dec, float *out, uint64_t ld, uint32_t valid) {
-    (void)dec;
-#define AVX2_FUSED(HC) avx2_fused(ps, tile, b, HC, out, ld, valid)
-    SCAN_HEAD_CHUNK(ps->heads, AVX2_FUSED);
-#undef AVX2_FUSED
+    _Static_assert(sizeof(avx2_scratch) <= SCAN_PASS_CHANNELS * FATHOM_BLOCK_TOKENS * sizeof(float),
+                   "the block's scratch fits in dec");
+    avx2_scratch *sc = (avx2_scratch *)(void *)dec;
+    avx2_prepare(ps, tile, b, sc);
+#define AVX2_BLOCK(HC) avx2_tblock(ps, sc, HC, out, ld, valid)
+    SCAN_HEAD_CHUNK(ps->heads, AVX2_BLOCK);
+#undef AVX2_BLOCK
 }
 
 /* ---- tiled AVX-512: decode fused with the multiply, 64 tokens x 4 heads ----

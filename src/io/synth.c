@@ -9,6 +9,7 @@
  * directions, head preferences); the user's seed draws the token-level
  * content, so seeds 1 and 2 are two texts read by the same model. */
 #include "source.h"
+#include "synth.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -19,37 +20,19 @@
  * presets
  * ===================================================================== */
 
-typedef struct synth_preset {
-    const char *name;
-    uint32_t layers, kv_heads, group, dim;
-    double rope_base;
-    bool qk_norm;     /* RMS-normalised q and k per head before RoPE (Qwen3) */
-    float key_scale;  /* overall key magnitude without QK-norm */
-    float scale_spread; /* sigma of log channel scale */
-    float low_freq_boost; /* key scale grows by 1 + this * lowness^2 toward slow pairs */
-    float outlier_mean;   /* |mean| of outlier channels, at least, in rms key noise units */
-    /* Logit targets (after 1/sqrt(d)) that set how peaked attention is: the
-     * spread of the query's logits from key noise alone, the logit of a key
-     * whose coefficient on the query's main topic is 1.25 (coefficients are
-     * unit-variance Gaussians, so topic_logit/1.25 is roughly the spread of
-     * the content part), and the gap of the first sink token. Realised
-     * values differ (salience, QK-norm saturation); docs/synthetic.md gives
-     * the measured concentration and errors. */
-    float background_logit, topic_logit, sink_logit;
-    /* Topic coefficients saturate softly at this (c -> cap tanh(c / cap)):
-     * content logits are bounded, as QK-norm bounds them for Qwen3 (0: none). */
-    float content_cap;
-} synth_preset;
-
-static const synth_preset presets[] = {
-    {"qwen3-8b", 36, 8, 4, 128, 1e6, true, 1.0f, 0.9f, 0.5f, 12.0f, 1.0f, 7.5f, 16.0f, 0.0f},
-    {"llama-3.1-8b", 32, 8, 4, 128, 5e5, false, 2.5f, 1.1f, 4.0f, 0.0f, 1.0f, 4.5f, 16.0f, 2.5f},
-    {"smollm2-135m", 30, 3, 3, 64, 1e5, false, 2.0f, 1.0f, 4.0f, 0.0f, 1.0f, 4.0f, 16.0f, 2.5f},
+/* name, layers, KV heads, group, dim, RoPE base, QK-norm, key scale, scale
+ * spread, low-frequency boost, outlier mean, background / topic / sink
+ * logit, content cap; the fitted-preset fields take their built-in values
+ * in synth_builtin. */
+#define BUILTIN(...) {__VA_ARGS__, false, 0, 0.0f, 0.0f, 0, {0}, {0}, {0}, {0}}
+static const synth_params presets[] = {
+    BUILTIN("qwen3-8b", 36, 8, 4, 128, 1e6, true, 1.0f, 0.9f, 0.5f, 12.0f, 1.0f, 7.5f, 16.0f, 0.0f),
+    BUILTIN("llama-3.1-8b", 32, 8, 4, 128, 5e5, false, 2.5f, 1.1f, 4.0f, 0.0f, 1.0f, 4.5f, 16.0f, 2.5f),
+    BUILTIN("smollm2-135m", 30, 3, 3, 64, 1e5, false, 2.0f, 1.0f, 4.0f, 0.0f, 1.0f, 4.0f, 16.0f, 2.5f),
 };
+#undef BUILTIN
 
-#define SYNTH_MAX_DIM 128
-#define SYNTH_MAX_GROUP 4
-#define SYNTH_TOPICS 16      /* topic directions per (layer, KV head) */
+#define SYNTH_TOPICS 16      /* topic directions per (layer, KV head) of a built-in preset */
 #define SYNTH_QUERY_TOPICS 3 /* topics one query mixes */
 #define SYNTH_SINKS 4        /* tokens that can act as attention sinks */
 #define SYNTH_CHUNK 24       /* tokens per topic run (not a multiple of 8 on purpose) */
@@ -108,7 +91,7 @@ static double inv_normal(double p) {
 }
 
 typedef struct synth {
-    const synth_preset *preset;
+    synth_params preset;
     uint64_t seed;       /* token-level content */
     uint64_t model_seed; /* model-level parameters, fixed per preset */
     /* Normal quantiles at (i + 0.5) / 65536: one 64-bit draw gives four
@@ -128,23 +111,24 @@ static float normal_at(const synth *s, uint64_t base, uint64_t i) { return gauss
  * ===================================================================== */
 
 typedef struct head_model {
-    uint32_t dim, half;
+    uint32_t dim, half, topics;
     float theta[SYNTH_MAX_DIM / 2];  /* RoPE frequency of each pair */
     float k_scale[SYNTH_MAX_DIM], k_mean[SYNTH_MAX_DIM], k_gain[SYNTH_MAX_DIM];
     float v_scale[SYNTH_MAX_DIM], v_mean[SYNTH_MAX_DIM];
-    float topic[SYNTH_TOPICS][SYNTH_MAX_DIM]; /* unit vectors, low-frequency pairs */
+    float topic[SYNTH_MAX_TOPICS][SYNTH_MAX_DIM]; /* unit vectors, low-frequency pairs */
     float sink_dir[SYNTH_MAX_DIM];            /* unit, where the group's queries point */
     float recency[SYNTH_MAX_DIM];             /* unit, high/mid-frequency pairs */
     float sink_amp[SYNTH_SINKS];   /* logit gap of each sink token, relative to the first */
     float topic_amp, recency_amp;
     uint32_t chunk_offset, phrase_offset;
     float sal_phrase, sal_token, w_chunk, w_phrase, w_token, v_topic_amp;
-    float v_topic[SYNTH_TOPICS][SYNTH_MAX_DIM];
+    float v_topic[SYNTH_MAX_TOPICS][SYNTH_MAX_DIM];
     /* per query head of the group */
     float q_scale[SYNTH_MAX_GROUP][SYNTH_MAX_DIM], q_mean[SYNTH_MAX_GROUP][SYNTH_MAX_DIM];
     float q_gain[SYNTH_MAX_GROUP][SYNTH_MAX_DIM];
-    float topic_cdf[SYNTH_MAX_GROUP][SYNTH_TOPICS]; /* head preference over topics */
+    float topic_cdf[SYNTH_MAX_GROUP][SYNTH_MAX_TOPICS]; /* head preference over topics */
     float q_topic_amp, q_recency_amp;
+    float q_recency_post; /* recency component added after the calibration (fitted presets) */
     float q_sink_amp[SYNTH_MAX_GROUP]; /* query component along sink_dir */
     float q_bg[SYNTH_MAX_GROUP];   /* multiplier of the query's mean and noise */
     float q_mult[SYNTH_MAX_GROUP]; /* overall query multiplier (softmax temperature) */
@@ -174,7 +158,7 @@ static void unit_vector(const synth *s, uint64_t base, uint64_t *counter, const 
 /* Noise-free key carrying `amp` of direction dir (NULL: none), scaled as
  * QK-norm would scale it with its noise; sigma_out (may be NULL) gets the
  * per-channel noise std after that scaling. */
-static void key_hat(const synth_preset *p, const head_model *hm, const float *dir, float amp, float *out,
+static void key_hat(const synth_params *p, const head_model *hm, const float *dir, float amp, float *out,
                     float *sigma_out) {
     const uint32_t d = hm->dim;
     double ss = 0;
@@ -183,7 +167,7 @@ static void key_hat(const synth_preset *p, const head_model *hm, const float *di
         ss += (double)out[j] * out[j] + (double)hm->k_scale[j] * hm->k_scale[j];
     }
     /* every token carries unit-variance coefficients on all topics */
-    ss += (double)SYNTH_TOPICS * hm->topic_amp * hm->topic_amp;
+    ss += (double)hm->topics * hm->topic_amp * hm->topic_amp;
     float inv = p->qk_norm ? (float)(1.0 / sqrt(ss / d + 1e-6)) : 1.0f;
     for (uint32_t j = 0; j < d; j++) {
         float gain = p->qk_norm ? hm->k_gain[j] : 1.0f;
@@ -206,7 +190,7 @@ typedef struct query_terms {
 
 static const float query_topic_weight[SYNTH_QUERY_TOPICS] = {1.0f, 0.6f, 0.35f};
 
-static void query_terms_of(const synth_preset *p, const head_model *hm, uint32_t h, query_terms *qt) {
+static void query_terms_of(const synth_params *p, const head_model *hm, uint32_t h, query_terms *qt) {
     const uint32_t d = hm->dim;
     const double sqrt_d = sqrt((double)d);
     float plain[SYNTH_MAX_DIM], strong[SYNTH_MAX_DIM], sigma[SYNTH_MAX_DIM];
@@ -214,7 +198,7 @@ static void query_terms_of(const synth_preset *p, const head_model *hm, uint32_t
     for (uint32_t m = 0; m < SYNTH_QUERY_TOPICS; m++) mix2 += (double)query_topic_weight[m] * query_topic_weight[m];
     key_hat(p, hm, NULL, 0.0f, plain, sigma);
     memset(qt, 0, sizeof *qt);
-    for (uint32_t t = 0; t < SYNTH_TOPICS; t++) {
+    for (uint32_t t = 0; t < hm->topics; t++) {
         key_hat(p, hm, hm->topic[t], 1.25f * hm->topic_amp, strong, NULL);
         for (uint32_t j = 0; j < d; j++) {
             float g = p->qk_norm ? hm->q_gain[h][j] : 1.0f, dk = strong[j] - plain[j];
@@ -222,15 +206,15 @@ static void query_terms_of(const synth_preset *p, const head_model *hm, uint32_t
             qt->m2 += g * hm->q_topic_amp * hm->topic[t][j] * dk;
         }
     }
-    qt->m1 /= SYNTH_TOPICS * sqrt_d;
-    qt->m2 /= SYNTH_TOPICS * sqrt_d;
+    qt->m1 /= hm->topics * sqrt_d;
+    qt->m2 /= hm->topics * sqrt_d;
     double f2 = 0, m4 = 0, m3 = 0;
     key_hat(p, hm, hm->topic[0], 1.25f * hm->topic_amp, strong, NULL);
     for (uint32_t j = 0; j < d; j++) {
         float g = p->qk_norm ? hm->q_gain[h][j] : 1.0f;
         double topic2 = 0;
-        for (uint32_t t = 0; t < SYNTH_TOPICS; t++) topic2 += (double)hm->topic[t][j] * hm->topic[t][j];
-        topic2 *= mix2 * hm->q_topic_amp * hm->q_topic_amp / SYNTH_TOPICS;
+        for (uint32_t t = 0; t < hm->topics; t++) topic2 += (double)hm->topic[t][j] * hm->topic[t][j];
+        topic2 *= mix2 * hm->q_topic_amp * hm->q_topic_amp / hm->topics;
         double fixed = (double)hm->q_recency_amp * hm->recency[j] + (double)hm->q_sink_amp[h] * hm->sink_dir[j];
         double e = (double)hm->q_mean[h][j] * hm->q_mean[h][j] + (double)hm->q_scale[h][j] * hm->q_scale[h][j];
         double s2 = (double)g * g * sigma[j] * sigma[j];
@@ -240,7 +224,7 @@ static void query_terms_of(const synth_preset *p, const head_model *hm, uint32_t
         qt->fixed_energy += fixed * fixed + topic2;
     }
     /* the fixed part's own contribution to the gap, averaged over topics */
-    for (uint32_t t = 0; t < SYNTH_TOPICS; t++) {
+    for (uint32_t t = 0; t < hm->topics; t++) {
         key_hat(p, hm, hm->topic[t], 1.25f * hm->topic_amp, strong, NULL);
         for (uint32_t j = 0; j < d; j++) {
             float g = p->qk_norm ? hm->q_gain[h][j] : 1.0f;
@@ -248,7 +232,7 @@ static void query_terms_of(const synth_preset *p, const head_model *hm, uint32_t
             m3 += g * fixed * (strong[j] - plain[j]);
         }
     }
-    qt->m3 = m3 / (SYNTH_TOPICS * sqrt_d);
+    qt->m3 = m3 / (hm->topics * sqrt_d);
     qt->m4 = sqrt(m4) / sqrt_d;
     qt->f = sqrt(f2) / sqrt_d;
     qt->bg_energy /= d;
@@ -257,7 +241,7 @@ static void query_terms_of(const synth_preset *p, const head_model *hm, uint32_t
 
 /* Fit head h's query to the preset's logit targets: the gap/background
  * ratio fixes a (a quadratic), then c sets the gap. */
-static void calibrate_query(const synth_preset *p, head_model *hm, uint32_t h) {
+static void calibrate_query(const synth_params *p, head_model *hm, uint32_t h) {
     query_terms qt;
     query_terms_of(p, hm, h, &qt);
     double rho = p->topic_logit / p->background_logit;
@@ -280,7 +264,7 @@ static void calibrate_query(const synth_preset *p, head_model *hm, uint32_t h) {
 }
 
 /* Sink logit gap, averaged over the group, for sink key amplitude amp. */
-static double sink_gap(const synth_preset *p, const head_model *hm, float amp) {
+static double sink_gap(const synth_params *p, const head_model *hm, float amp) {
     const uint32_t d = hm->dim;
     float plain[SYNTH_MAX_DIM], sink[SYNTH_MAX_DIM];
     key_hat(p, hm, NULL, 0.0f, plain, NULL);
@@ -304,9 +288,9 @@ static double sink_gap(const synth_preset *p, const head_model *hm, float amp) {
 /* Remove from v its part in the span of the topics (Gram-Schmidt) and
  * renormalise, so the sink scores the same whatever topics a query mixes. */
 static void orthogonalize(const head_model *hm, float *v) {
-    double q[SYNTH_TOPICS][SYNTH_MAX_DIM];
+    double q[SYNTH_MAX_TOPICS][SYNTH_MAX_DIM];
     uint32_t rank = 0;
-    for (uint32_t t = 0; t < SYNTH_TOPICS; t++) {
+    for (uint32_t t = 0; t < hm->topics; t++) {
         double w[SYNTH_MAX_DIM], norm = 0;
         for (uint32_t j = 0; j < hm->dim; j++) w[j] = hm->topic[t][j];
         for (uint32_t r = 0; r < rank; r++) {
@@ -334,10 +318,11 @@ static void orthogonalize(const head_model *hm, float *v) {
 }
 
 static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, head_model *hm) {
-    const synth_preset *p = s->preset;
+    const synth_params *p = &s->preset;
     memset(hm, 0, sizeof *hm);
     hm->dim = p->dim;
     hm->half = p->dim / 2;
+    hm->topics = p->fitted ? p->topics : SYNTH_TOPICS;
     for (uint32_t i = 0; i < hm->half; i++)
         hm->theta[i] = (float)pow(p->rope_base, -2.0 * i / p->dim); /* NeoX theta_i = base^(-2i/d) */
     uint64_t base = stream_base(s->model_seed, S_MODEL_HEAD, layer, kv_head);
@@ -359,8 +344,19 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         hm->v_mean[j] = 0.1f * hm->v_scale[j] * normal_at(s, base, c++);
     }
     /* 2-4 outlier channels in the slowest eighth of pairs: much larger scale
-     * and a nonzero mean that RoPE barely rotates. */
+     * and a nonzero mean that RoPE barely rotates. A fitted preset has its
+     * outliers in the measured profiles instead. */
     uint32_t outliers = 2 + (uint32_t)(draw(base, c++) % 3), outlier_channel[4];
+    if (p->fitted) {
+        /* The measured profiles, each head's scales spread log-normally
+         * around them; the sign of each channel's mean is the head's own. */
+        for (uint32_t j = 0; j < hm->dim; j++) {
+            hm->k_scale[j] = key_scale * p->k_std[j] * expf(p->scale_spread * normal_at(s, base, c++));
+            hm->k_mean[j] = (draw(base, c++) & 1 ? 1.0f : -1.0f) * p->k_mean[j] * hm->k_scale[j];
+            hm->k_gain[j] = 1.0f;
+        }
+        outliers = 0;
+    }
     for (uint32_t o = 0; o < outliers; o++) {
         uint32_t eighth = hm->half / 8 ? hm->half / 8 : 1;
         uint32_t pair = hm->half - 1 - (uint32_t)(draw(base, c++) % eighth);
@@ -372,7 +368,7 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
     }
     /* Topics live on the slow pairs but not on the outlier channels: those
      * carry a near-constant bias (massive activations), not content. */
-    for (uint32_t t = 0; t < SYNTH_TOPICS; t++) {
+    for (uint32_t t = 0; t < hm->topics; t++) {
         float *u = hm->topic[t];
         unit_vector(s, base, &c, hm, 6.0f, 0.002f, true, u);
         double norm = 0;
@@ -383,6 +379,19 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
     unit_vector(s, base, &c, hm, 6.0f, 0.0f, true, hm->sink_dir);
     orthogonalize(hm, hm->sink_dir);
     unit_vector(s, base, &c, hm, 1.0f, 0.0f, false, hm->recency);
+    if (p->fitted) {
+        /* A fitted preset's recency lives on the pairs with theta in
+         * [1/48, 1/3] rad per token, equal weight: the sum of their cosines
+         * decays within about 32 tokens without the fastest pairs'
+         * oscillation. Random signs, unit norm. */
+        double norm = 0;
+        for (uint32_t j = 0; j < hm->dim; j++) {
+            float th = hm->theta[j % hm->half];
+            hm->recency[j] = th >= 1.0f / 48 && th <= 1.0f / 3 ? (draw(base, c++) & 1 ? 1.0f : -1.0f) : 0.0f;
+            norm += (double)hm->recency[j] * hm->recency[j];
+        }
+        for (uint32_t j = 0; norm > 0 && j < hm->dim; j++) hm->recency[j] /= (float)sqrt(norm);
+    }
     static const float sink_base[SYNTH_SINKS] = {1.0f, 0.6f, 0.45f, 0.35f};
     for (uint32_t i = 0; i < SYNTH_SINKS; i++)
         hm->sink_amp[i] = sink_base[i] * (float)(0.7 + 0.6 * uniform01(draw(base, c++)));
@@ -395,7 +404,7 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
     hm->sal_phrase = 0.35f;
     hm->sal_token = 0.05f;
     hm->v_topic_amp = 0.5f;
-    for (uint32_t t = 0; t < SYNTH_TOPICS; t++)
+    for (uint32_t t = 0; t < hm->topics; t++)
         for (uint32_t j = 0; j < hm->dim; j++) hm->v_topic[t][j] = hm->v_scale[j] * normal_at(s, base, c++);
 
     /* Amplitudes relative to the key noise norm, so the same structure holds
@@ -409,8 +418,10 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         float *mean = &hm->k_mean[outlier_channel[o]];
         if (fabsf(*mean) < p->outlier_mean * noise) *mean = copysignf(p->outlier_mean * noise, *mean);
     }
-    hm->topic_amp = 2.0f * noise;
-    hm->recency_amp = 1.5f * noise;
+    hm->topic_amp = (p->fitted ? p->topic_amp : 2.0f) * noise;
+    /* (fitted: strong enough that the query's recency part, scaled to its
+     * logit target, picks up little of the key noise) */
+    hm->recency_amp = (p->fitted ? 4.0f : 1.5f) * noise;
 
     for (uint32_t h = 0; h < p->group; h++) {
         uint64_t qbase = stream_base(s->model_seed, S_MODEL_QHEAD, layer, (uint64_t)kv_head * p->group + h);
@@ -421,12 +432,17 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
             hm->q_mean[h][j] = key_scale * 0.2f * normal_at(s, qbase, qc++);
             hm->q_gain[h][j] = expf(0.5f * normal_at(s, qbase, qc++));
         }
+        for (uint32_t j = 0; p->fitted && j < hm->dim; j++) {
+            hm->q_scale[h][j] = key_scale * p->q_std[j] * expf(p->scale_spread * normal_at(s, qbase, qc++));
+            hm->q_mean[h][j] = (draw(qbase, qc++) & 1 ? 1.0f : -1.0f) * p->q_mean[j] * hm->q_scale[h][j];
+            hm->q_gain[h][j] = 1.0f;
+        }
         double acc = 0;
-        for (uint32_t t = 0; t < SYNTH_TOPICS; t++) {
+        for (uint32_t t = 0; t < hm->topics; t++) {
             acc += exp(1.2 * normal_at(s, qbase, qc++));
             hm->topic_cdf[h][t] = (float)acc;
         }
-        for (uint32_t t = 0; t < SYNTH_TOPICS; t++) hm->topic_cdf[h][t] /= (float)acc;
+        for (uint32_t t = 0; t < hm->topics; t++) hm->topic_cdf[h][t] /= (float)acc;
         hm->q_sink_amp[h] = 6.0f * key_scale * expf(0.3f * normal_at(s, qbase, qc++));
     }
     hm->q_topic_amp = 6.0f * key_scale;
@@ -434,7 +450,8 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
     /* Keys must carry their topic strongly enough, against the key noise the
      * query picks up, for the gap/background ratio to be reachable. */
     double rho = p->topic_logit / p->background_logit;
-    for (int it = 0; it < 3; it++) { /* at most 8x: beyond, QK-norm saturates */
+    /* (A fitted preset keeps its measured topic amplitude.) */
+    for (int it = 0; !p->fitted && it < 3; it++) { /* at most 8x: beyond, QK-norm saturates */
         double worst = INFINITY;
         for (uint32_t h = 0; h < p->group; h++) {
             query_terms qt;
@@ -467,12 +484,26 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         double energy = 0;
         for (uint32_t j = 0; j < hm->dim; j++)
             energy += (double)hm->k_mean[j] * hm->k_mean[j] + (double)hm->k_scale[j] * hm->k_scale[j];
-        energy += (double)SYNTH_TOPICS * hm->topic_amp * hm->topic_amp + (double)hm->recency_amp * hm->recency_amp;
+        energy += (double)hm->topics * hm->topic_amp * hm->topic_amp + (double)hm->recency_amp * hm->recency_amp;
         float f = (float)(p->key_scale / sqrt(energy / hm->dim));
         for (uint32_t j = 0; j < hm->dim; j++) hm->k_mean[j] *= f, hm->k_scale[j] *= f;
         hm->topic_amp *= f, hm->recency_amp *= f;
         for (uint32_t i = 0; i < SYNTH_SINKS; i++) hm->sink_key_amp[i] *= f;
         for (uint32_t h = 0; h < p->group; h++) hm->q_mult[h] /= f;
+    }
+    if (p->fitted) {
+        /* Recency as a logit target of its own, outside the calibration
+         * (which would scale it back into the background): the nearest key
+         * gets recency_logit from this component, keys further back
+         * sum_i r_i^2 cos((p - t) theta_i) of it, r the recency direction. */
+        double ss = 0;
+        for (uint32_t j = 0; j < hm->dim; j++) {
+            double m = hm->k_mean[j] + (double)hm->recency_amp * hm->recency[j];
+            ss += m * m + (double)hm->k_scale[j] * hm->k_scale[j];
+        }
+        ss += (double)hm->topics * hm->topic_amp * hm->topic_amp;
+        double key_amp = hm->recency_amp * (p->qk_norm ? 1.0 / sqrt(ss / hm->dim + 1e-6) : 1.0);
+        hm->q_recency_post = (float)(p->recency_logit * sqrt((double)hm->dim) / (key_amp > 1e-12 ? key_amp : 1e-12));
     }
 }
 
@@ -518,7 +549,7 @@ typedef struct token_streams {
 } token_streams;
 
 static void token_coeffs(const synth *s, const head_model *hm, const token_streams *ts, uint64_t t, float *c) {
-    const uint32_t words = SYNTH_TOPICS / 4;
+    const uint32_t words = hm->topics / 4;
     uint64_t chunk = (t + hm->chunk_offset) / SYNTH_CHUNK, phrase = (t + hm->phrase_offset) / SYNTH_PHRASE;
     uint64_t xs = draw(ts->phrase, phrase * (words + 1) + words), xt = draw(ts->token, t * (words + 1) + words);
     float sal = expf(hm->sal_phrase * gauss_of(s, xs, 0) + hm->sal_token * gauss_of(s, xt, 0));
@@ -529,9 +560,9 @@ static void token_coeffs(const synth *s, const head_model *hm, const token_strea
             c[4 * w + (uint32_t)lane] = sal * (hm->w_chunk * gauss_of(s, rc, lane) + hm->w_phrase * gauss_of(s, rp, lane) +
                                                hm->w_token * gauss_of(s, rt, lane));
     }
-    const float cap = s->preset->content_cap;
+    const float cap = s->preset.content_cap;
     if (cap > 0)
-        for (uint32_t m = 0; m < SYNTH_TOPICS; m++) c[m] = cap * tanhf(c[m] / cap);
+        for (uint32_t m = 0; m < hm->topics; m++) c[m] = cap * tanhf(c[m] / cap);
 }
 
 static void token_streams_of(const synth *s, uint32_t layer, uint32_t kv_head, token_streams *ts) {
@@ -557,9 +588,9 @@ static void gen_keys(const synth *s, const head_model *hm, uint32_t layer, uint3
                 x[j] = hm->k_mean[j] + hm->k_scale[j] * gauss_of(s, r, lane) + hm->recency_amp * hm->recency[j];
             }
         }
-        float c[SYNTH_TOPICS];
+        float c[SYNTH_MAX_TOPICS];
         token_coeffs(s, hm, &ts, t, c);
-        for (uint32_t m = 0; m < SYNTH_TOPICS; m++) {
+        for (uint32_t m = 0; m < hm->topics; m++) {
             const float a = hm->topic_amp * c[m], *u = hm->topic[m];
             for (uint32_t j = 0; j < d; j++) x[j] += a * u[j];
         }
@@ -568,7 +599,7 @@ static void gen_keys(const synth *s, const head_model *hm, uint32_t layer, uint3
             float sa = hm->sink_key_amp[t];
             for (uint32_t j = 0; j < d; j++) x[j] += sa * hm->sink_dir[j];
         }
-        if (s->preset->qk_norm) qk_norm(x, hm->k_gain, d);
+        if (s->preset.qk_norm) qk_norm(x, hm->k_gain, d);
         rope(x, cs + (t - t0) * hm->half, sn + (t - t0) * hm->half, hm->half);
     }
 }
@@ -588,9 +619,9 @@ static void gen_values(const synth *s, const head_model *hm, uint32_t layer, uin
                 x[j] = hm->v_mean[j] + hm->v_scale[j] * gauss_of(s, r, lane);
             }
         }
-        float c[SYNTH_TOPICS];
+        float c[SYNTH_MAX_TOPICS];
         token_coeffs(s, hm, &ts, t, c);
-        for (uint32_t m = 0; m < SYNTH_TOPICS; m++) {
+        for (uint32_t m = 0; m < hm->topics; m++) {
             const float a = hm->v_topic_amp * c[m], *u = hm->v_topic[m];
             for (uint32_t j = 0; j < d; j++) x[j] += a * u[j];
         }
@@ -612,17 +643,19 @@ static void gen_query(const synth *s, const head_model *hm, uint32_t layer, uint
             x[j] = hm->q_bg[h] * (hm->q_mean[h][j] + hm->q_scale[h][j] * gauss_of(s, r, lane));
         }
     }
+    /* a fitted preset keeps the topics for runs of query_run positions */
+    const uint64_t run = s->preset.fitted ? pos / s->preset.query_run : pos;
     for (uint32_t m = 0; m < SYNTH_QUERY_TOPICS; m++) {
-        float u = (float)uniform01(draw(topic_base, pos * SYNTH_QUERY_TOPICS + m));
+        float u = (float)uniform01(draw(topic_base, run * SYNTH_QUERY_TOPICS + m));
         uint32_t t = 0;
-        while (t + 1 < SYNTH_TOPICS && hm->topic_cdf[h][t] < u) t++;
+        while (t + 1 < hm->topics && hm->topic_cdf[h][t] < u) t++;
         float a = hm->q_topic_amp * query_topic_weight[m];
         for (uint32_t j = 0; j < d; j++) x[j] += a * hm->topic[t][j];
     }
     for (uint32_t j = 0; j < d; j++)
         x[j] += hm->q_recency_amp * hm->recency[j] + hm->q_sink_amp[h] * hm->sink_dir[j];
-    if (s->preset->qk_norm) qk_norm(x, hm->q_gain[h], d);
-    for (uint32_t j = 0; j < d; j++) x[j] *= hm->q_mult[h];
+    if (s->preset.qk_norm) qk_norm(x, hm->q_gain[h], d);
+    for (uint32_t j = 0; j < d; j++) x[j] = x[j] * hm->q_mult[h] + hm->q_recency_post * hm->recency[j];
     float cs[SYNTH_MAX_DIM / 2], sn[SYNTH_MAX_DIM / 2];
     rope_table(hm, pos, cs, sn);
     rope(x, cs, sn, hm->half);
@@ -668,20 +701,27 @@ static const fathom_source_ops synth_ops = {
     .meta_entry = NULL,
 };
 
-int fathom_synth_open(fathom_source **out, const char *preset, uint64_t context, uint32_t positions,
-                      uint64_t seed) {
-    FATHOM_CHECK_ARG(out != NULL, "out is NULL");
-    *out = NULL;
-    FATHOM_CHECK_ARG(preset != NULL, "preset is NULL");
-    const synth_preset *p = NULL;
+bool synth_builtin(const char *name, synth_params *out) {
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
-        if (!strcmp(preset, presets[i].name)) p = &presets[i];
-    FATHOM_CHECK_ARG(p != NULL, "unknown preset '%s' (qwen3-8b, llama-3.1-8b, smollm2-135m)", preset);
+        if (!strcmp(name, presets[i].name)) {
+            *out = presets[i];
+            out->topics = SYNTH_TOPICS;
+            out->topic_amp = 2.0f;
+            out->recency_logit = 0.0f;
+            out->query_run = 1;
+            return true;
+        }
+    return false;
+}
+
+static int synth_open_params(fathom_source **out, const synth_params *p, uint64_t context, uint32_t positions,
+                             uint64_t seed) {
     FATHOM_CHECK_ARG(context > 0, "context must be > 0");
     FATHOM_CHECK_ARG(positions > 0 && positions <= context, "positions %u must be in 1..context (%llu)",
                      positions, (unsigned long long)context);
     /* float32 angles of pos * theta lose precision past 2^40; nobody needs more */
     FATHOM_CHECK_ARG(context <= (1ull << 40), "context %llu too large", (unsigned long long)context);
+    FATHOM_TRY(synth_params_check(p));
 
     fathom_source_info info;
     memset(&info, 0, sizeof info);
@@ -697,11 +737,30 @@ int fathom_synth_open(fathom_source **out, const char *preset, uint64_t context,
 
     synth *s = malloc(sizeof *s);
     FATHOM_CHECK(!s, FATHOM_ERR_NOMEM, "out of memory for a synthetic source");
-    s->preset = p;
+    s->preset = *p;
     s->seed = seed;
     uint64_t model_seed = 0xf47402u;
     for (const char *c = p->name; *c; c++) model_seed = mix64(model_seed ^ (uint64_t)(unsigned char)*c);
     s->model_seed = model_seed;
     for (uint32_t i = 0; i < 65536; i++) s->gauss[i] = (float)inv_normal((i + 0.5) / 65536.0);
     return fathom_source_new(out, &synth_ops, &info, s);
+}
+
+int fathom_synth_open(fathom_source **out, const char *preset, uint64_t context, uint32_t positions,
+                      uint64_t seed) {
+    FATHOM_CHECK_ARG(out != NULL, "out is NULL");
+    *out = NULL;
+    FATHOM_CHECK_ARG(preset != NULL, "preset is NULL");
+    synth_params p;
+    FATHOM_CHECK_ARG(synth_builtin(preset, &p), "unknown preset '%s' (qwen3-8b, llama-3.1-8b, smollm2-135m)",
+                     preset);
+    return synth_open_params(out, &p, context, positions, seed);
+}
+
+int fathom_synth_open_preset(fathom_source **out, const fathom_synth_preset *preset, uint64_t context,
+                             uint32_t positions, uint64_t seed) {
+    FATHOM_CHECK_ARG(out != NULL, "out is NULL");
+    *out = NULL;
+    FATHOM_CHECK_ARG(preset != NULL, "preset is NULL");
+    return synth_open_params(out, &preset->p, context, positions, seed);
 }

@@ -70,11 +70,10 @@ static float dot(const float *a, const float *b, uint32_t n) {
  * YMM register where the caller is compiled for AVX2, two XMM otherwise,
  * the same elementwise multiplies and adds either way. */
 typedef float f8 __attribute__((vector_size(32)));
-FATHOM_INLINE f8 f8_load(const float *p) {
-    f8 v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
+/* an unaligned load of 8 floats (a macro: no vector-typed function in the
+ * baseline compilation, whose ABI passes them differently) */
+typedef float f8u __attribute__((vector_size(32), aligned(4), may_alias));
+#define f8_load(p) (*(const f8u *)(const void *)(p))
 
 static inline __attribute__((always_inline)) void tile(const float *w, uint32_t nr, const float *x,
                                                         uint32_t nt, uint32_t n, float *out,
@@ -838,7 +837,7 @@ int fathom_ctx_get_stats(const fathom_ctx *ctx, fathom_ctx_stats *stats) {
 /* Append cached keys [pos0, pos0+count) of one layer to its indexes. */
 static int sparse_append(fathom_ctx *c, uint32_t layer, uint64_t pos0, uint64_t count) {
     sparse_state *s = c->sparse;
-    if (!s || count == 0) return FATHOM_OK;
+    if (!s || count == 0 || c->model->sliding[layer]) return FATHOM_OK; /* sliding layers attend densely */
     for (uint32_t kvh = 0; kvh < c->model->info.kv_heads; kvh++) {
         FATHOM_TRY(fathom_index_append(s->heads[(uint64_t)layer * c->model->info.kv_heads + kvh],
                                        cache_row(c, c->k_cache, layer, kvh, pos0), count));
@@ -925,22 +924,33 @@ static int sparse_calibrate_layer(sparse_state *s, const fathom_model_info *in, 
     return FATHOM_OK;
 }
 
-static int sparse_calibrate(sparse_state *s, const fathom_model_info *in, const fathom_source *calib) {
+/* The calibration capture holds every layer of the model, or only its
+ * global layers in order (`fathom capture --global-only`); sliding layers
+ * attend densely and take no statistics. */
+static int sparse_calibrate(sparse_state *s, const fathom_model *m, const fathom_source *calib) {
+    const fathom_model_info *in = &m->info;
     fathom_source_info ci;
     FATHOM_TRY(fathom_source_get_info(calib, &ci));
-    FATHOM_CHECK(ci.layers != in->layers || ci.q_heads != in->q_heads ||
+    uint32_t global = 0;
+    for (uint32_t l = 0; l < in->layers; l++) global += !m->sliding[l];
+    const bool global_only = ci.layers == global && global < in->layers;
+    FATHOM_CHECK((ci.layers != in->layers && !global_only) || ci.q_heads != in->q_heads ||
                      ci.kv_heads != in->kv_heads || ci.dim != in->head_dim,
                  FATHOM_ERR_INVALID_ARG,
-                 "model: calibration has %u layers, %u/%u heads of dim %u; the model %u, %u/%u, %u",
-                 ci.layers, ci.q_heads, ci.kv_heads, ci.dim, in->layers, in->q_heads, in->kv_heads,
+                 "model: calibration has %u layers, %u/%u heads of dim %u; the model %u (%u global), %u/%u, %u",
+                 ci.layers, ci.q_heads, ci.kv_heads, ci.dim, in->layers, global, in->q_heads, in->kv_heads,
                  in->head_dim);
     FATHOM_CHECK(ci.tokens < 2 || ci.positions < 1, FATHOM_ERR_INVALID_ARG,
                  "model: calibration needs >= 2 keys and >= 1 query per head");
     float *q = fathom_alloc_array((uint64_t)ci.q_heads * ci.positions, (uint64_t)ci.dim * sizeof(float));
     float *k = fathom_alloc_array((uint64_t)ci.kv_heads * ci.tokens, (uint64_t)ci.dim * sizeof(float));
     int st = (q && k) ? FATHOM_OK : fathom_fail(FATHOM_ERR_NOMEM, "model: out of memory for calibration");
-    for (uint32_t l = 0; st == FATHOM_OK && l < in->layers; l++) {
-        st = fathom_source_layer(calib, l, q, k, NULL);
+    for (uint32_t l = 0, src = 0; st == FATHOM_OK && l < in->layers; l++) {
+        if (m->sliding[l]) {
+            src += !global_only;
+            continue;
+        }
+        st = fathom_source_layer(calib, src++, q, k, NULL);
         if (st == FATHOM_OK) st = sparse_calibrate_layer(s, in, l, q, k, ci.tokens, ci.positions);
     }
     free(q);
@@ -974,7 +984,7 @@ static int sparse_create(fathom_ctx *c, const fathom_method *method, uint32_t k,
     }
     for (uint64_t i = 0; i < (uint64_t)in->layers * in->kv_heads; i++)
         FATHOM_TRY(fathom_index_create(&s->heads[i], method, 1, D, 0));
-    if (calib) FATHOM_TRY(sparse_calibrate(s, in, calib));
+    if (calib) FATHOM_TRY(sparse_calibrate(s, c->model, calib));
     return FATHOM_OK;
 }
 

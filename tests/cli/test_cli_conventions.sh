@@ -12,7 +12,7 @@ fathom=$(cd "$1" && pwd)/fathom
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 source "$(dirname "$0")/../support/cli_expect.sh"
-commands="eval plan info synth generate capture agree needle tokenize"
+commands="eval plan info synth synth-fit generate capture agree needle tokenize"
 # no message may carry a C function name ("fathom_x:", "tokenizer_encode:")
 internal='fathom_[a-z_]*:\|[a-z]*_[a-z_]*: '
 no_internal() { # label
@@ -44,6 +44,8 @@ for args in "eval --methods bogus:1" "generate --prompt a --attn bogus:1" \
 done
 expect 2 "^fathom eval: --synthetic: unknown preset\|^fathom eval: --synthetic: .*no-such" -- eval --synthetic no-such --context 64
 expect 2 "^fathom synth: --preset: " -- synth --preset no-such --context 64 -o "$tmp/x"
+expect 2 "^fathom synth-fit: --keep needs a list of profiles" -- synth-fit --kv x --out "$tmp/p.json" --keep bogus
+expect 1 "^fathom synth-fit: .*does-not-exist" -- synth-fit --kv "$tmp/does-not-exist" --out "$tmp/p.json"
 
 # failures: exit 1, the prefix, the path once, no internal names
 expect 1 "^fathom info: " -- info "$tmp/does-not-exist"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every file under tests/data/malformed/ (gguf/, capture/, methods/) is
+# Every file under tests/data/malformed/ (gguf/, capture/, methods/, preset/) is
 # rejected by the CLI with exit status 1 or 2 (never 0, never a crash), one
 # message prefixed "fathom <cmd>:" that contains the text EXPECT lists for
 # it; every file there is listed in EXPECT. The same files seed the fuzz
@@ -21,6 +21,7 @@ run() {
     gguf) "$fathom" generate --model "$file" --prompt x --tokens 1 ;;
     capture) "$fathom" info "$file" ;;
     methods) "$fathom" eval --synthetic smollm2-135m --context 256 --methods "$(cat "$file")" ;;
+    preset) "$fathom" eval --synthetic "$file" --context 256 --positions 8 --methods oracle ;;
     *) echo "unknown kind $kind" >&2; return 99 ;;
   esac
 }
@@ -35,7 +36,7 @@ while IFS='|' read -r file want; do
   timeout 60 bash -c "$(declare -f run); fathom='$fathom'; run '$kind' '$dir/$file'" \
     >"$tmp/out" 2>"$tmp/err"
   got=$?
-  case $kind in gguf) cmd=generate ;; capture) cmd=info ;; methods) cmd=eval ;; esac
+  case $kind in gguf) cmd=generate ;; capture) cmd=info ;; methods|preset) cmd=eval ;; esac
   checked=$((checked + 1))
   if [ $got -ne 1 ] && [ $got -ne 2 ]; then
     bad "$file: exit $got (want 1 or 2): $(head -c 300 "$tmp/err")"

@@ -7,6 +7,7 @@ message each one gets, listed in EXPECT), also the seeds of the fuzz targets
   gguf/      GGUF images: fathom_gguf_open / fathom_model_open must fail
   capture/   safetensors captures: fathom_capture_open must fail
   methods/   method lists: fathom_method_parse_list must fail
+  preset/    synthetic preset files: fathom_synth_preset_load must fail
 """
 import json
 import os
@@ -126,3 +127,44 @@ for name, text in [("unknown", "fathom:48,bogus:3"), ("empty_item", "fathom:48,,
                    ("parameter_on_dense", "dense:4"), ("uppercase", "FATHOM:48"),
                    ("only_commas", ","), ("too_long", "fathom:" + "0" * 40 + "48")]:
     write("methods", name + ".txt", text)
+
+# ---- synthetic preset files ----------------------------------------------
+def valid_preset():
+    """A well-formed preset file with d = 8 (fuzz/corpus/synth_preset/ holds it)."""
+    return {"format": "fathom-synth-preset-1", "name": "tiny-fit", "layers": 2, "kv_heads": 1, "group": 2,
+            "dim": 8, "rope_base": 10000.0, "qk_norm": False, "key_scale": 2.0, "scale_spread": 0.3,
+            "low_freq_boost": 4.0, "outlier_mean": 0.0, "background_logit": 1.0, "topic_logit": 3.0,
+            "sink_logit": 12.0, "content_cap": 2.5, "topics": 8, "topic_amp": 2.0, "recency_logit": 0.0,
+            "query_run": 4, "k_std": [1.0] * 8, "k_mean": [0.5] * 8, "q_std": [1.0] * 8, "q_mean": [2.0] * 8}
+
+
+def preset(change):
+    p = valid_preset()
+    change(p)
+    return json.dumps(p)
+
+
+for name, text in [
+        ("not_json", '{"format": "fathom-synth-preset-1", '),
+        ("not_object", "[1, 2]"),
+        ("wrong_format", preset(lambda p: p.update(format="fathom-synth-preset-0"))),
+        ("unknown_key", preset(lambda p: p.update(topic_logits=3.0))),
+        ("missing_dim", preset(lambda p: p.pop("dim"))),
+        ("dim_as_string", preset(lambda p: p.update(dim="8"))),
+        ("dim_2e32", preset(lambda p: p.update(dim=2 ** 32 - 1))),
+        ("dim_not_multiple_of_8", preset(lambda p: p.update(dim=12))),
+        ("profile_too_short", preset(lambda p: p.update(k_std=[1.0] * 7))),
+        ("profile_not_numbers", preset(lambda p: p.update(q_mean=[1.0] * 7 + ["x"]))),
+        ("negative_std", preset(lambda p: p["k_std"].__setitem__(3, -1.0))),
+        ("huge_number", preset(lambda p: p.update(topic_logit=1e300))),
+        ("layers_1e6", preset(lambda p: p.update(layers=1000000))),
+        ("group_9", preset(lambda p: p.update(group=9))),
+        ("topics_5", preset(lambda p: p.update(topics=5))),
+        ("name_too_long", preset(lambda p: p.update(name="n" * 64))),
+        ("query_run_0", preset(lambda p: p.update(query_run=0))),
+        ("qk_norm_not_bool", preset(lambda p: p.update(qk_norm=1))),
+        ("duplicate_key", preset(lambda p: None).replace('"layers": 2,', '"layers": 2, "layers": 3,'))]:
+    write("preset", name + ".json", text)
+os.makedirs(os.path.join(HERE, "..", "..", "..", "fuzz", "corpus", "synth_preset"), exist_ok=True)
+with open(os.path.join(HERE, "..", "..", "..", "fuzz", "corpus", "synth_preset", "valid.json"), "w") as f:
+    f.write(json.dumps(valid_preset()))

@@ -1,0 +1,61 @@
+/* The synthetic generator's parameters, shared by the generator (synth.c),
+ * preset files (synth_preset.c) and the fit to a capture (synth_fit.c).
+ * docs/synthetic.md describes what each one does. */
+#ifndef FATHOM_SYNTH_H
+#define FATHOM_SYNTH_H
+
+#include "internal.h"
+
+#define SYNTH_MAX_DIM 256
+#define SYNTH_MAX_GROUP 8
+#define SYNTH_MAX_TOPICS 64
+#define SYNTH_MAX_LAYERS 4096
+#define SYNTH_MAX_KV_HEADS 1024
+
+typedef struct synth_params {
+    char name[64];
+    uint32_t layers, kv_heads, group, dim;
+    double rope_base;
+    bool qk_norm;     /* RMS-normalised q and k per head before RoPE (Qwen3) */
+    float key_scale;  /* overall key magnitude without QK-norm */
+    float scale_spread; /* sigma of log channel scale */
+    float low_freq_boost; /* key scale grows by 1 + this * lowness^2 toward slow pairs */
+    float outlier_mean;   /* |mean| of outlier channels, at least, in rms key noise units */
+    /* Logit targets (after 1/sqrt(d)) that set how peaked attention is: the
+     * spread of the query's logits from key noise alone, the logit of a key
+     * whose coefficient on the query's main topic is 1.25 (coefficients are
+     * unit-variance Gaussians, so topic_logit/1.25 is roughly the spread of
+     * the content part), and the gap of the first sink token. Realised
+     * values differ (salience, QK-norm saturation); docs/synthetic.md gives
+     * the measured concentration and errors. */
+    float background_logit, topic_logit, sink_logit;
+    /* Topic coefficients saturate softly at this (c -> cap tanh(c / cap)):
+     * content logits are bounded, as QK-norm bounds them for Qwen3 (0: none). */
+    float content_cap;
+    /* Built-in presets: false, and the fields below take their built-in
+     * values (16 topics, topic amplitude 2, recency logit 0, query run 1,
+     * parametric channel profiles, 2-4 outlier channels per head). A fitted
+     * preset (synth_fit.c) sets them from a capture. */
+    bool fitted;
+    uint32_t topics;     /* topic directions per head: 4..64, a multiple of 4 */
+    float topic_amp;     /* topic amplitude in rms key-noise units */
+    float recency_logit; /* extra logit of the nearest key from the query's recency component */
+    uint32_t query_run;  /* positions a query keeps its topics (step-to-step drift) */
+    /* Per-channel profiles before RoPE, NeoX order (channel j in pair j mod
+     * d/2): key and query std (rms 1 over channels) and |mean| / std. */
+    float k_std[SYNTH_MAX_DIM], k_mean[SYNTH_MAX_DIM];
+    float q_std[SYNTH_MAX_DIM], q_mean[SYNTH_MAX_DIM];
+} synth_params;
+
+struct fathom_synth_preset {
+    synth_params p;
+};
+
+/* The built-in preset of that name into *out; false when there is none. */
+bool synth_builtin(const char *name, synth_params *out);
+
+/* Check every field of p (ranges, finiteness); FATHOM_ERR_INVALID_ARG naming
+ * the first bad field. */
+int synth_params_check(const synth_params *p);
+
+#endif /* FATHOM_SYNTH_H */

@@ -1,0 +1,452 @@
+/* Fitting a synthetic preset to a capture (docs/synthetic.md, "Presets
+ * fitted to captures").
+ *
+ * Statistics of a source (fathom_synth_stats_measure): keys and queries are
+ * rotated back by their RoPE, so channel statistics are those of the
+ * projections, in the generator's NeoX channel order; attention statistics
+ * use the stored (rotated) vectors, the logits the methods see.
+ *
+ * The fit (fathom_synth_fit) measures the per-channel profiles directly and
+ * searches five generator knobs, one statistic each, by bisection in log
+ * space at the capture's n and positions: topic amplitude (at least 2) -> covariance
+ * share of the top d/4 eigenvalues (keys only, so first), then twice around
+ * recency logit -> last-32 mass (only when asked for: not by default),
+ * sink logit -> first-4 mass, topic logit -> top-k mass, and last the query
+ * run -> consecutive-query cosine. Each
+ * statistic grows with its knob; the others move it too, which the second
+ * round corrects for. */
+#include "source.h"
+#include "synth.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STATS_SINKS 4
+#define STATS_LOCAL 32
+#define STATS_POSITIONS 8 /* queried positions per head for the attention statistics */
+
+/* Per-channel sums behind a fitted preset's profiles (NeoX order). */
+typedef struct profile_acc {
+    double k_log[SYNTH_MAX_DIM], k_log2[SYNTH_MAX_DIM], k_ratio2[SYNTH_MAX_DIM];
+    double q_log[SYNTH_MAX_DIM], q_ratio2[SYNTH_MAX_DIM];
+    double key_ms; /* mean square of a key entry, summed over KV heads */
+    uint64_t kv_heads, q_heads;
+} profile_acc;
+
+typedef struct stats_acc {
+    double top, sink, local, pca, drift, ratio;
+    uint64_t n_attn, n_heads, n_drift;
+} stats_acc;
+
+/* x (one head's vector at position pos) rotated back by RoPE into out, in
+ * NeoX order: out[i], out[i + d/2] is pair i. */
+static void unrope(const float *x, uint32_t d, uint64_t pos, fathom_rope_style style, const double *theta,
+                   float *out) {
+    const uint32_t half = d / 2;
+    for (uint32_t i = 0; i < half; i++) {
+        double angle = (double)pos * theta[i], c = cos(angle), s = sin(angle);
+        double a = style == FATHOM_ROPE_NEOX ? x[i] : x[2 * i];
+        double b = style == FATHOM_ROPE_NEOX ? x[i + half] : x[2 * i + 1];
+        out[i] = (float)(a * c + b * s);
+        out[i + half] = (float)(b * c - a * s);
+    }
+}
+
+/* Channel means and stds of rows [n x d]. */
+static void channel_moments(const float *x, uint64_t n, uint32_t d, double *mean, double *sd) {
+    for (uint32_t j = 0; j < d; j++) mean[j] = sd[j] = 0;
+    for (uint64_t t = 0; t < n; t++)
+        for (uint32_t j = 0; j < d; j++) mean[j] += x[t * d + j];
+    for (uint32_t j = 0; j < d; j++) mean[j] /= (double)n;
+    for (uint64_t t = 0; t < n; t++)
+        for (uint32_t j = 0; j < d; j++) {
+            double e = x[t * d + j] - mean[j];
+            sd[j] += e * e;
+        }
+    for (uint32_t j = 0; j < d; j++) sd[j] = sqrt(sd[j] / (double)n) + 1e-12;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+/* Dense softmax of query q over keys [0, pos]: top-k, sink and local mass. */
+static void attention_mass(const float *q, const float *keys, uint64_t pos, uint32_t d, uint32_t k, float *prob,
+                           stats_acc *acc) {
+    const uint64_t n = pos + 1;
+    const double scale = 1.0 / sqrt((double)d);
+    double mx = -INFINITY, sum = 0;
+    for (uint64_t t = 0; t < n; t++) {
+        double dot = 0;
+        for (uint32_t j = 0; j < d; j++) dot += (double)q[j] * keys[t * d + j];
+        prob[t] = (float)(dot * scale);
+        if (prob[t] > mx) mx = prob[t];
+    }
+    for (uint64_t t = 0; t < n; t++) sum += (prob[t] = (float)exp(prob[t] - mx));
+    double sink = 0, local = 0, top = 0;
+    for (uint64_t t = 0; t < n; t++) {
+        prob[t] = (float)(prob[t] / sum);
+        if (t < STATS_SINKS) sink += prob[t];
+        if (t + STATS_LOCAL > pos) local += prob[t];
+    }
+    qsort(prob, n, sizeof *prob, cmp_desc);
+    for (uint64_t t = 0; t < n && t < k; t++) top += prob[t];
+    acc->top += top, acc->sink += sink, acc->local += local;
+    acc->n_attn++;
+}
+
+typedef struct measure_ctx {
+    const fathom_source_info *in;
+    fathom_rope_style style;
+    double theta[SYNTH_MAX_DIM / 2];
+    uint32_t k;
+    float *kp, *qp, *prob; /* [n x d], [P x d], [n] */
+} measure_ctx;
+
+/* KV head g of one layer (q, k as fathom_source_layer returns them). */
+static int measure_head(measure_ctx *m, const float *q, const float *k, uint32_t g, stats_acc *acc,
+                        profile_acc *prof) {
+    const fathom_source_info *in = m->in;
+    const uint32_t d = in->dim, group = in->q_heads / in->kv_heads, P = in->positions;
+    const uint64_t n = in->tokens;
+    const float *kg = k + (uint64_t)g * n * d;
+    for (uint64_t t = 0; t < n; t++) unrope(kg + t * d, d, t, m->style, m->theta, m->kp + t * d);
+    double mean[SYNTH_MAX_DIM], sd[SYNTH_MAX_DIM], ms = 0, ratio = 0;
+    channel_moments(m->kp, n, d, mean, sd);
+    for (uint32_t j = 0; j < d; j++) {
+        ms += sd[j] * sd[j];
+        if (fabs(mean[j]) / sd[j] > ratio) ratio = fabs(mean[j]) / sd[j];
+    }
+    acc->ratio += ratio;
+    if (prof) {
+        double rms = sqrt(ms / d), ms_all = 0;
+        for (uint32_t j = 0; j < d; j++) {
+            double l = log(sd[j] / rms);
+            prof->k_log[j] += l, prof->k_log2[j] += l * l;
+            prof->k_ratio2[j] += mean[j] * mean[j] / (sd[j] * sd[j]);
+            ms_all += mean[j] * mean[j] + sd[j] * sd[j];
+        }
+        prof->key_ms += ms_all / d;
+        prof->kv_heads++;
+    }
+    fathom_basis *basis;
+    if (n >= 2) {
+        FATHOM_TRY(fathom_basis_fit(&basis, d, m->kp, n, NULL, 0));
+        const float *ev = fathom_basis_eigenvalues(basis);
+        double top = 0, all = 0;
+        for (uint32_t c = 0; c < d; c++) {
+            all += ev[c] > 0 ? ev[c] : 0;
+            if (c < d / 4) top += ev[c] > 0 ? ev[c] : 0;
+        }
+        fathom_basis_free(basis);
+        acc->pca += all > 0 ? top / all : 0;
+    }
+    acc->n_heads++;
+    for (uint32_t h = 0; h < group; h++) {
+        const float *qh = q + ((uint64_t)g * group + h) * P * d;
+        for (uint32_t i = 0; i < P; i++) unrope(qh + (uint64_t)i * d, d, in->first_query + i, m->style, m->theta, m->qp + (uint64_t)i * d);
+        for (uint32_t i = 1; i < P; i++) {
+            double dot = 0, a = 0, b = 0;
+            for (uint32_t j = 0; j < d; j++) {
+                double x = m->qp[(uint64_t)i * d + j], y = m->qp[(uint64_t)(i - 1) * d + j];
+                dot += x * y, a += x * x, b += y * y;
+            }
+            acc->drift += a > 0 && b > 0 ? dot / sqrt(a * b) : 0;
+            acc->n_drift++;
+        }
+        if (prof && P >= 2) {
+            double qmean[SYNTH_MAX_DIM], qsd[SYNTH_MAX_DIM], qms = 0;
+            channel_moments(m->qp, P, d, qmean, qsd);
+            for (uint32_t j = 0; j < d; j++) qms += qsd[j] * qsd[j];
+            for (uint32_t j = 0; j < d; j++) {
+                prof->q_log[j] += log(qsd[j] / sqrt(qms / d));
+                prof->q_ratio2[j] += qmean[j] * qmean[j] / (qsd[j] * qsd[j]);
+            }
+            prof->q_heads++;
+        }
+        uint32_t step = P / STATS_POSITIONS ? P / STATS_POSITIONS : 1;
+        for (uint32_t s = 0; s < STATS_POSITIONS && (uint64_t)s * step < P; s++) {
+            uint32_t i = P - 1 - s * step;
+            attention_mass(qh + (uint64_t)i * d, kg, in->first_query + i, d, m->k, m->prob, acc);
+        }
+    }
+    return FATHOM_OK;
+}
+
+static int measure(const fathom_source *src, fathom_rope_style style, double rope_base, uint32_t k,
+                   uint32_t layer_stride, fathom_synth_stats *out, profile_acc *prof) {
+    fathom_source_info in;
+    FATHOM_TRY(fathom_source_get_info(src, &in));
+    FATHOM_CHECK_ARG(in.dim % 2 == 0 && in.dim <= SYNTH_MAX_DIM, "statistics: head dim %u must be even and <= %u",
+                     in.dim, SYNTH_MAX_DIM);
+    FATHOM_CHECK_ARG(style == FATHOM_ROPE_NEOX || style == FATHOM_ROPE_ADJACENT, "statistics: unknown RoPE style %d",
+                     (int)style);
+    FATHOM_CHECK_ARG(isfinite(rope_base) && rope_base > 1, "statistics: RoPE base %g must be > 1", rope_base);
+    FATHOM_CHECK_ARG(k > 0, "statistics: k must be > 0");
+    if (layer_stride == 0) layer_stride = 1;
+    uint64_t q_elems, kv_elems;
+    FATHOM_TRY(fathom_source_layer_sizes(&in, &q_elems, &kv_elems));
+    measure_ctx m = {.in = &in, .style = style, .k = k};
+    for (uint32_t i = 0; i < in.dim / 2; i++) m.theta[i] = pow(rope_base, -2.0 * i / in.dim);
+    float *q = fathom_alloc_array(q_elems, sizeof *q), *kk = fathom_alloc_array(kv_elems, sizeof *kk);
+    m.kp = fathom_alloc_array(in.tokens, (uint64_t)in.dim * sizeof(float));
+    m.qp = fathom_alloc_array(in.positions, (uint64_t)in.dim * sizeof(float));
+    m.prob = fathom_alloc_array(in.tokens, sizeof(float));
+    int st = FATHOM_OK;
+    if (!q || !kk || !m.kp || !m.qp || !m.prob) st = fathom_fail(FATHOM_ERR_NOMEM, "out of memory for statistics");
+    stats_acc acc;
+    memset(&acc, 0, sizeof acc);
+    for (uint32_t l = 0; st == FATHOM_OK && l < in.layers; l += layer_stride) {
+        st = fathom_source_layer(src, l, q, kk, NULL);
+        for (uint32_t g = 0; st == FATHOM_OK && g < in.kv_heads; g++) st = measure_head(&m, q, kk, g, &acc, prof);
+    }
+    free(q), free(kk), free(m.kp), free(m.qp), free(m.prob);
+    FATHOM_TRY(st);
+    out->top_mass = acc.top / (double)acc.n_attn;
+    out->sink_mass = acc.sink / (double)acc.n_attn;
+    out->local_mass = acc.local / (double)acc.n_attn;
+    out->pca_share = acc.pca / (double)acc.n_heads;
+    out->mean_ratio = acc.ratio / (double)acc.n_heads;
+    out->drift = acc.n_drift ? acc.drift / (double)acc.n_drift : 1.0;
+    return FATHOM_OK;
+}
+
+int fathom_synth_stats_measure(const fathom_source *src, fathom_rope_style style, double rope_base, uint32_t k,
+                               uint32_t layer_stride, fathom_synth_stats *out) {
+    FATHOM_CHECK_ARG(src != NULL && out != NULL, "fathom_synth_stats_measure: NULL argument");
+    return measure(src, style, rope_base, k, layer_stride, out, NULL);
+}
+
+/* ---- RoPE detection ---- */
+
+/* Mean over the KV heads of sampled layers of sum_j mean_j^2 / var_j after
+ * rotating back: a rotation that undoes the model's leaves the channel
+ * means (large on the slow pairs of trained keys) in place; any other
+ * spins them around and averages them away. */
+static int rope_score(const fathom_source *src, const fathom_source_info *in, fathom_rope_style style, double base,
+                      float *k, float *kp, double *score) {
+    double theta[SYNTH_MAX_DIM / 2], total = 0;
+    for (uint32_t i = 0; i < in->dim / 2; i++) theta[i] = pow(base, -2.0 * i / in->dim);
+    uint32_t stride = in->layers / 4 ? in->layers / 4 : 1, heads = 0;
+    for (uint32_t l = 0; l < in->layers; l += stride) {
+        FATHOM_TRY(fathom_source_layer(src, l, NULL, k, NULL));
+        for (uint32_t g = 0; g < in->kv_heads; g++, heads++) {
+            const float *kg = k + (uint64_t)g * in->tokens * in->dim;
+            for (uint64_t t = 0; t < in->tokens; t++) unrope(kg + t * in->dim, in->dim, t, style, theta, kp + t * in->dim);
+            double mean[SYNTH_MAX_DIM], sd[SYNTH_MAX_DIM];
+            channel_moments(kp, in->tokens, in->dim, mean, sd);
+            for (uint32_t j = 0; j < in->dim; j++) total += mean[j] * mean[j] / (sd[j] * sd[j]);
+        }
+    }
+    *score = total / heads;
+    return FATHOM_OK;
+}
+
+static int detect_rope(const fathom_source *src, fathom_rope_style *style, double *base) {
+    static const double bases[] = {1e4, 1e5, 5e5, 1e6, 1e7};
+    fathom_source_info in;
+    FATHOM_TRY(fathom_source_get_info(src, &in));
+    uint64_t q_elems, kv_elems;
+    FATHOM_TRY(fathom_source_layer_sizes(&in, &q_elems, &kv_elems));
+    float *k = fathom_alloc_array(kv_elems, sizeof *k), *kp = fathom_alloc_array(in.tokens, (uint64_t)in.dim * 4);
+    int st = k && kp ? FATHOM_OK : fathom_fail(FATHOM_ERR_NOMEM, "out of memory detecting RoPE");
+    double best = -1;
+    for (int s = FATHOM_ROPE_NEOX; st == FATHOM_OK && s <= FATHOM_ROPE_ADJACENT; s++)
+        for (size_t b = 0; st == FATHOM_OK && b < sizeof bases / sizeof bases[0]; b++) {
+            double score;
+            st = rope_score(src, &in, (fathom_rope_style)s, bases[b], k, kp, &score);
+            if (st == FATHOM_OK && score > best) best = score, *style = (fathom_rope_style)s, *base = bases[b];
+        }
+    free(k), free(kp);
+    return st;
+}
+
+/* ---- the fit ---- */
+
+typedef struct fit_ctx {
+    const fathom_source_info *in;
+    uint32_t k, layer_stride;
+    synth_params p;
+} fit_ctx;
+
+/* The statistics of the preset p at the capture's n and positions (text seed 1). */
+static int stats_of(const fit_ctx *f, const synth_params *p, fathom_synth_stats *out, profile_acc *prof) {
+    fathom_synth_preset preset = {.p = *p};
+    fathom_source *src;
+    FATHOM_TRY(fathom_synth_open_preset(&src, &preset, f->in->tokens, f->in->positions, 1));
+    int st = measure(src, FATHOM_ROPE_NEOX, p->rope_base, f->k, f->layer_stride, out, prof);
+    fathom_source_free(src);
+    return st;
+}
+
+typedef enum { KNOB_TOPIC_AMP, KNOB_TOPIC_LOGIT, KNOB_SINK_LOGIT, KNOB_RECENCY } knob;
+
+static float *knob_field(synth_params *p, knob which) {
+    switch (which) {
+    case KNOB_TOPIC_AMP: return &p->topic_amp;
+    case KNOB_TOPIC_LOGIT: return &p->topic_logit;
+    case KNOB_SINK_LOGIT: return &p->sink_logit;
+    default: return &p->recency_logit;
+    }
+}
+
+static double stat_field(const fathom_synth_stats *s, knob which) {
+    switch (which) {
+    case KNOB_TOPIC_AMP: return s->pca_share;
+    case KNOB_TOPIC_LOGIT: return s->top_mass;
+    case KNOB_SINK_LOGIT: return s->sink_mass;
+    default: return s->local_mass;
+    }
+}
+
+/* Bisection in log space over [lo, hi] for the knob whose statistic reaches
+ * target (the statistic grows with the knob); ends at a bracket edge when
+ * the target lies outside what the generator reaches there. */
+static int search_knob(fit_ctx *f, knob which, double target, double lo, double hi) {
+    float *x = knob_field(&f->p, which);
+    for (int it = 0; it < 8; it++) {
+        double mid = sqrt(lo * hi);
+        *x = (float)mid;
+        fathom_synth_stats s;
+        FATHOM_TRY(stats_of(f, &f->p, &s, NULL));
+        if (stat_field(&s, which) < target) lo = mid;
+        else hi = mid;
+    }
+    *x = (float)sqrt(lo * hi);
+    return FATHOM_OK;
+}
+
+static int search_run(fit_ctx *f, double target) {
+    static const uint32_t runs[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64};
+    double best = INFINITY;
+    uint32_t best_run = 1;
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        f->p.query_run = runs[i];
+        fathom_synth_stats s;
+        FATHOM_TRY(stats_of(f, &f->p, &s, NULL));
+        if (fabs(s.drift - target) < best) best = fabs(s.drift - target), best_run = runs[i];
+    }
+    f->p.query_run = best_run;
+    return FATHOM_OK;
+}
+
+/* Profiles, spread and key scale from the sums. */
+static void profiles_from(const profile_acc *a, synth_params *p) {
+    const uint32_t d = p->dim;
+    double spread2 = 0, kn = 0, qn = 0;
+    for (uint32_t j = 0; j < d; j++) {
+        double m = a->k_log[j] / a->kv_heads;
+        spread2 += a->k_log2[j] / a->kv_heads - m * m;
+        p->k_std[j] = (float)exp(m);
+        p->k_mean[j] = (float)sqrt(a->k_ratio2[j] / a->kv_heads);
+        p->q_std[j] = (float)exp(a->q_log[j] / (a->q_heads ? a->q_heads : 1));
+        p->q_mean[j] = (float)sqrt(a->q_ratio2[j] / (a->q_heads ? a->q_heads : 1));
+        kn += (double)p->k_std[j] * p->k_std[j], qn += (double)p->q_std[j] * p->q_std[j];
+    }
+    for (uint32_t j = 0; j < d; j++) p->k_std[j] /= (float)sqrt(kn / d), p->q_std[j] /= (float)sqrt(qn / d);
+    double spread = sqrt(spread2 > 0 ? spread2 / d : 0);
+    p->scale_spread = (float)(spread < 3 ? spread : 3);
+    double key_rms = sqrt(a->key_ms / a->kv_heads);
+    if (!p->qk_norm) p->key_scale = (float)(key_rms < 1e-3 ? 1e-3 : key_rms > 1e3 ? 1e3 : key_rms);
+    for (uint32_t j = 0; j < d; j++) {
+        /* the ranges synth_params_check accepts */
+        if (!(p->k_std[j] >= 1e-4f)) p->k_std[j] = 1e-4f;
+        if (!(p->q_std[j] >= 1e-4f)) p->q_std[j] = 1e-4f;
+        if (p->k_mean[j] > 1e3f) p->k_mean[j] = 1e3f;
+        if (p->q_mean[j] > 1e3f) p->q_mean[j] = 1e3f;
+    }
+}
+
+/* The knob searches, in the order the file's opening comment gives. */
+static int search_knobs(fit_ctx *f, uint32_t groups, const fathom_synth_stats *target) {
+    /* The topic amplitude stays at or above the built-in 2 noise units: the
+     * query's calibration scales the query until a topic key sits
+     * topic_logit above the background, so with little topic content the
+     * query grows without bound and every other structure with it (Gemma 3:
+     * a profile whose noise alone holds more than the capture's top-d/4
+     * share drove the amplitude to the floor and the top-k mass to 1). */
+    if (groups & FATHOM_SYNTH_FIT_RANK) FATHOM_TRY(search_knob(f, KNOB_TOPIC_AMP, target->pca_share, 2, 50));
+    for (int round = 0; round < 2; round++) {
+        if (groups & FATHOM_SYNTH_FIT_RECENCY)
+            FATHOM_TRY(search_knob(f, KNOB_RECENCY, target->local_mass, 0.01, 30));
+        if (groups & FATHOM_SYNTH_FIT_SINKS) FATHOM_TRY(search_knob(f, KNOB_SINK_LOGIT, target->sink_mass, 0.25, 60));
+        if (groups & FATHOM_SYNTH_FIT_CONCENTRATION)
+            FATHOM_TRY(search_knob(f, KNOB_TOPIC_LOGIT, target->top_mass, 0.25, 60));
+    }
+    return FATHOM_OK;
+}
+
+static int fit_run(fit_ctx *f, const fathom_source *capture, const char *base_name, uint32_t groups,
+                   fathom_synth_fit_report *r, profile_acc *prof) {
+    /* the capture's statistics and profiles */
+    memset(prof, 0, sizeof *prof);
+    FATHOM_TRY(measure(capture, r->style, r->rope_base, f->k, 1, &r->target, prof));
+    /* the base preset's, at the capture's shape (a built-in parametric model) */
+    synth_params base = f->p;
+    base.fitted = false;
+    snprintf(base.name, sizeof base.name, "%s", base_name);
+    if (groups & FATHOM_SYNTH_FIT_PROFILES) {
+        profiles_from(prof, &f->p);
+        FATHOM_TRY(stats_of(f, &base, &r->base, NULL));
+    } else {
+        memset(prof, 0, sizeof *prof);
+        FATHOM_TRY(stats_of(f, &base, &r->base, prof));
+        profiles_from(prof, &f->p);
+    }
+    f->p.fitted = true;
+    FATHOM_TRY(search_knobs(f, groups, &r->target));
+    if (groups & FATHOM_SYNTH_FIT_DRIFT) FATHOM_TRY(search_run(f, r->target.drift));
+    FATHOM_TRY(synth_params_check(&f->p));
+    return stats_of(f, &f->p, &r->achieved, NULL);
+}
+
+int fathom_synth_fit(fathom_synth_preset **out, const fathom_source *capture, const fathom_synth_fit_options *o,
+                     fathom_synth_fit_report *report) {
+    FATHOM_CHECK_ARG(out != NULL, "out is NULL");
+    *out = NULL;
+    FATHOM_CHECK_ARG(capture != NULL && o != NULL, "fathom_synth_fit: NULL capture or options");
+    FATHOM_CHECK_ARG(o->base != NULL && o->name != NULL, "fathom_synth_fit: base and name are required");
+    FATHOM_CHECK_ARG(o->fit <= FATHOM_SYNTH_FIT_ALL, "fathom_synth_fit: unknown fit bits 0x%x", o->fit);
+    fathom_source_info in;
+    FATHOM_TRY(fathom_source_get_info(capture, &in));
+    FATHOM_CHECK_ARG(in.dim >= 8 && in.dim <= SYNTH_MAX_DIM && in.dim % 8 == 0,
+                     "fathom_synth_fit: head dim %u must be a multiple of 8 up to %u", in.dim, SYNTH_MAX_DIM);
+    FATHOM_CHECK_ARG(in.q_heads / in.kv_heads <= SYNTH_MAX_GROUP, "fathom_synth_fit: group %u exceeds %u",
+                     in.q_heads / in.kv_heads, SYNTH_MAX_GROUP);
+    FATHOM_CHECK_ARG(in.first_query + in.positions == in.tokens,
+                     "fathom_synth_fit: the capture's queries must be its last positions");
+    size_t name_len = strlen(o->name);
+    fit_ctx f = {.in = &in, .k = o->k, .layer_stride = o->layer_stride};
+    FATHOM_CHECK_ARG(name_len > 0 && name_len < sizeof f.p.name, "fathom_synth_fit: name must be 1..%zu bytes",
+                     sizeof f.p.name - 1);
+    FATHOM_CHECK_ARG(synth_builtin(o->base, &f.p), "fathom_synth_fit: unknown base preset '%s'", o->base);
+    if (!f.k) f.k = in.tokens / 64 > 64 ? (uint32_t)(in.tokens / 64) : 64;
+    if (!f.layer_stride) f.layer_stride = in.layers / 6 ? in.layers / 6 : 1;
+    fathom_synth_fit_report r;
+    memset(&r, 0, sizeof r);
+    r.k = f.k;
+    r.style = o->style;
+    r.rope_base = o->rope_base;
+    if (o->style == FATHOM_ROPE_DETECT) FATHOM_TRY(detect_rope(capture, &r.style, &r.rope_base));
+    else FATHOM_CHECK_ARG(isfinite(o->rope_base) && o->rope_base > 1, "fathom_synth_fit: rope_base must be > 1");
+    memcpy(f.p.name, o->name, name_len + 1);
+    f.p.layers = in.layers;
+    f.p.kv_heads = in.kv_heads;
+    f.p.group = in.q_heads / in.kv_heads;
+    f.p.dim = in.dim;
+    f.p.rope_base = r.rope_base;
+    profile_acc *prof = malloc(sizeof *prof);
+    FATHOM_CHECK(!prof, FATHOM_ERR_NOMEM, "out of memory for the fit");
+    int st = fit_run(&f, capture, o->base, o->fit ? o->fit : FATHOM_SYNTH_FIT_DEFAULT, &r, prof);
+    free(prof);
+    FATHOM_TRY(st);
+    fathom_synth_preset *p = malloc(sizeof *p);
+    FATHOM_CHECK(!p, FATHOM_ERR_NOMEM, "out of memory for a preset");
+    p->p = f.p;
+    *out = p;
+    if (report) *report = r;
+    return FATHOM_OK;
+}

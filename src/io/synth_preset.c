@@ -1,0 +1,295 @@
+/* Synthetic presets as values: the built-in ones by name, fitted ones from
+ * preset files (JSON, docs/synthetic.md). A preset file is untrusted input:
+ * every key must be known, every number finite and in range, every array
+ * exactly d long; the first problem is reported by name. */
+#define _POSIX_C_SOURCE 200809L /* strnlen */
+#include "synth.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PRESET_FORMAT "fathom-synth-preset-1"
+
+int synth_params_check(const synth_params *p) {
+    size_t len = strnlen(p->name, sizeof p->name);
+    FATHOM_CHECK_ARG(len > 0 && len < sizeof p->name, "preset: name must be 1..%zu bytes", sizeof p->name - 1);
+    FATHOM_CHECK_ARG(p->layers >= 1 && p->layers <= SYNTH_MAX_LAYERS, "preset: layers %u not in 1..%u", p->layers,
+                     SYNTH_MAX_LAYERS);
+    FATHOM_CHECK_ARG(p->kv_heads >= 1 && p->kv_heads <= SYNTH_MAX_KV_HEADS, "preset: kv_heads %u not in 1..%u",
+                     p->kv_heads, SYNTH_MAX_KV_HEADS);
+    FATHOM_CHECK_ARG(p->group >= 1 && p->group <= SYNTH_MAX_GROUP, "preset: group %u not in 1..%u", p->group,
+                     SYNTH_MAX_GROUP);
+    FATHOM_CHECK_ARG(p->dim >= 8 && p->dim <= SYNTH_MAX_DIM && p->dim % 8 == 0,
+                     "preset: dim %u must be a multiple of 8 in 8..%u", p->dim, SYNTH_MAX_DIM);
+    FATHOM_CHECK_ARG(isfinite(p->rope_base) && p->rope_base > 1 && p->rope_base <= 1e12,
+                     "preset: rope_base %g not in (1, 1e12]", p->rope_base);
+    const struct {
+        const char *name;
+        float value, lo, hi;
+    } ranges[] = {
+        {"key_scale", p->key_scale, 1e-3f, 1e3f},        {"scale_spread", p->scale_spread, 0.0f, 3.0f},
+        {"low_freq_boost", p->low_freq_boost, 0.0f, 100.0f}, {"outlier_mean", p->outlier_mean, 0.0f, 100.0f},
+        {"background_logit", p->background_logit, 1e-3f, 100.0f}, {"topic_logit", p->topic_logit, 1e-3f, 100.0f},
+        {"sink_logit", p->sink_logit, 0.0f, 100.0f},     {"content_cap", p->content_cap, 0.0f, 100.0f},
+        {"topic_amp", p->topic_amp, 1e-3f, 100.0f},      {"recency_logit", p->recency_logit, 0.0f, 100.0f},
+    };
+    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
+        FATHOM_CHECK_ARG(isfinite(ranges[i].value) && ranges[i].value >= ranges[i].lo && ranges[i].value <= ranges[i].hi,
+                         "preset: %s %g not in [%g, %g]", ranges[i].name, ranges[i].value, ranges[i].lo,
+                         ranges[i].hi);
+    FATHOM_CHECK_ARG(p->topics >= 4 && p->topics <= SYNTH_MAX_TOPICS && p->topics % 4 == 0,
+                     "preset: topics %u must be a multiple of 4 in 4..%u", p->topics, SYNTH_MAX_TOPICS);
+    FATHOM_CHECK_ARG(p->query_run >= 1 && p->query_run <= 65536, "preset: query_run %u not in 1..65536",
+                     p->query_run);
+    if (!p->fitted) return FATHOM_OK;
+    const struct {
+        const char *name;
+        const float *x;
+        float lo, hi;
+    } profiles[] = {{"k_std", p->k_std, 1e-4f, 1e4f},
+                    {"k_mean", p->k_mean, 0.0f, 1e3f},
+                    {"q_std", p->q_std, 1e-4f, 1e4f},
+                    {"q_mean", p->q_mean, 0.0f, 1e3f}};
+    for (size_t i = 0; i < sizeof profiles / sizeof profiles[0]; i++)
+        for (uint32_t j = 0; j < p->dim; j++)
+            FATHOM_CHECK_ARG(isfinite(profiles[i].x[j]) && profiles[i].x[j] >= profiles[i].lo &&
+                                 profiles[i].x[j] <= profiles[i].hi,
+                             "preset: %s[%u] = %g not in [%g, %g]", profiles[i].name, j, profiles[i].x[j],
+                             profiles[i].lo, profiles[i].hi);
+    return FATHOM_OK;
+}
+
+/* ---- reading ---- */
+
+static int get_number(const json_t *root, const char *key, double *out) {
+    const json_t *v = json_object_get(root, key);
+    FATHOM_CHECK(!v, FATHOM_ERR_FORMAT, "preset file: missing \"%s\"", key);
+    FATHOM_CHECK(!json_is_number(v), FATHOM_ERR_FORMAT, "preset file: \"%s\" is not a number", key);
+    *out = json_number_value(v);
+    FATHOM_CHECK(!isfinite(*out), FATHOM_ERR_FORMAT, "preset file: \"%s\" is not finite", key);
+    return FATHOM_OK;
+}
+
+static int get_float(const json_t *root, const char *key, float *out) {
+    double x = 0;
+    FATHOM_TRY(get_number(root, key, &x));
+    FATHOM_CHECK(fabs(x) > 1e30, FATHOM_ERR_FORMAT, "preset file: \"%s\" = %g is out of range", key, x);
+    *out = (float)x;
+    return FATHOM_OK;
+}
+
+static int get_u32(const json_t *root, const char *key, uint32_t *out) {
+    const json_t *v = json_object_get(root, key);
+    FATHOM_CHECK(!v, FATHOM_ERR_FORMAT, "preset file: missing \"%s\"", key);
+    FATHOM_CHECK(!json_is_integer(v), FATHOM_ERR_FORMAT, "preset file: \"%s\" is not an integer", key);
+    json_int_t x = json_integer_value(v);
+    FATHOM_CHECK(x < 0 || x > (json_int_t)UINT32_MAX, FATHOM_ERR_FORMAT, "preset file: \"%s\" = %lld is out of range",
+                 key, (long long)x);
+    *out = (uint32_t)x;
+    return FATHOM_OK;
+}
+
+static int get_profile(const json_t *root, const char *key, uint32_t dim, float *out) {
+    const json_t *v = json_object_get(root, key);
+    FATHOM_CHECK(!v, FATHOM_ERR_FORMAT, "preset file: missing \"%s\"", key);
+    FATHOM_CHECK(!json_is_array(v) || json_array_size(v) != dim, FATHOM_ERR_FORMAT,
+                 "preset file: \"%s\" must be an array of dim = %u numbers", key, dim);
+    for (uint32_t j = 0; j < dim; j++) {
+        const json_t *x = json_array_get(v, j);
+        FATHOM_CHECK(!json_is_number(x) || !isfinite(json_number_value(x)) || fabs(json_number_value(x)) > 1e30,
+                     FATHOM_ERR_FORMAT, "preset file: \"%s\"[%u] is not a finite number", key, j);
+        out[j] = (float)json_number_value(x);
+    }
+    return FATHOM_OK;
+}
+
+static const char *const known_keys[] = {
+    "format",       "name",       "layers",         "kv_heads",     "group",          "dim",
+    "rope_base",    "qk_norm",    "key_scale",      "scale_spread", "low_freq_boost", "outlier_mean",
+    "background_logit", "topic_logit", "sink_logit", "content_cap", "topics",         "topic_amp",
+    "recency_logit", "query_run",  "k_std",          "k_mean",       "q_std",          "q_mean",
+    "fit",
+};
+
+static int parse_root(const json_t *root, synth_params *p) {
+    FATHOM_CHECK(!json_is_object(root), FATHOM_ERR_FORMAT, "preset file: not a JSON object");
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)root, key, value) {
+        bool known = false;
+        for (size_t i = 0; i < sizeof known_keys / sizeof known_keys[0]; i++) known |= !strcmp(key, known_keys[i]);
+        FATHOM_CHECK(!known, FATHOM_ERR_FORMAT, "preset file: unknown key \"%s\"", key);
+    }
+    const json_t *format = json_object_get(root, "format");
+    FATHOM_CHECK(!json_is_string(format) || strcmp(json_string_value(format), PRESET_FORMAT), FATHOM_ERR_FORMAT,
+                 "preset file: \"format\" must be \"%s\"", PRESET_FORMAT);
+    const json_t *name = json_object_get(root, "name");
+    FATHOM_CHECK(!json_is_string(name), FATHOM_ERR_FORMAT, "preset file: missing or non-string \"name\"");
+    size_t name_len = json_string_length(name);
+    FATHOM_CHECK(name_len == 0 || name_len >= sizeof p->name || strlen(json_string_value(name)) != name_len,
+                 FATHOM_ERR_FORMAT, "preset file: \"name\" must be 1..%zu bytes without NUL", sizeof p->name - 1);
+    memcpy(p->name, json_string_value(name), name_len + 1);
+    const json_t *qk = json_object_get(root, "qk_norm");
+    FATHOM_CHECK(!json_is_boolean(qk), FATHOM_ERR_FORMAT, "preset file: missing or non-boolean \"qk_norm\"");
+    p->qk_norm = json_is_true(qk);
+    const json_t *fit = json_object_get(root, "fit");
+    FATHOM_CHECK(fit && !json_is_object(fit), FATHOM_ERR_FORMAT, "preset file: \"fit\" is not an object");
+    FATHOM_TRY(get_u32(root, "layers", &p->layers));
+    FATHOM_TRY(get_u32(root, "kv_heads", &p->kv_heads));
+    FATHOM_TRY(get_u32(root, "group", &p->group));
+    FATHOM_TRY(get_u32(root, "dim", &p->dim));
+    FATHOM_TRY(get_u32(root, "topics", &p->topics));
+    FATHOM_TRY(get_u32(root, "query_run", &p->query_run));
+    FATHOM_TRY(get_number(root, "rope_base", &p->rope_base));
+    struct {
+        const char *key;
+        float *out;
+    } floats[] = {{"key_scale", &p->key_scale},       {"scale_spread", &p->scale_spread},
+                  {"low_freq_boost", &p->low_freq_boost}, {"outlier_mean", &p->outlier_mean},
+                  {"background_logit", &p->background_logit}, {"topic_logit", &p->topic_logit},
+                  {"sink_logit", &p->sink_logit},     {"content_cap", &p->content_cap},
+                  {"topic_amp", &p->topic_amp},       {"recency_logit", &p->recency_logit}};
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++) FATHOM_TRY(get_float(root, floats[i].key, floats[i].out));
+    /* the arrays' length is checked against dim, so dim's range first */
+    FATHOM_CHECK(p->dim < 8 || p->dim > SYNTH_MAX_DIM || p->dim % 8, FATHOM_ERR_FORMAT,
+                 "preset file: dim %u must be a multiple of 8 in 8..%u", p->dim, SYNTH_MAX_DIM);
+    FATHOM_TRY(get_profile(root, "k_std", p->dim, p->k_std));
+    FATHOM_TRY(get_profile(root, "k_mean", p->dim, p->k_mean));
+    FATHOM_TRY(get_profile(root, "q_std", p->dim, p->q_std));
+    FATHOM_TRY(get_profile(root, "q_mean", p->dim, p->q_mean));
+    p->fitted = true;
+    int st = synth_params_check(p);
+    if (st != FATHOM_ERR_INVALID_ARG) return st;
+    /* the same message ("preset: ..."), as a file-format error */
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", fathom_last_error());
+    return fathom_fail(FATHOM_ERR_FORMAT, "%s (preset file)", msg);
+}
+
+int fathom_synth_preset_parse(fathom_synth_preset **out, const char *text, size_t len) {
+    FATHOM_CHECK_ARG(out != NULL, "out is NULL");
+    *out = NULL;
+    FATHOM_CHECK_ARG(text != NULL, "text is NULL");
+    json_error_t err;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    FATHOM_CHECK(!root, FATHOM_ERR_FORMAT, "preset file: not valid JSON (line %d: %s)", err.line, err.text);
+    fathom_synth_preset *p = calloc(1, sizeof *p);
+    if (!p) {
+        json_decref(root);
+        return fathom_fail(FATHOM_ERR_NOMEM, "out of memory for a preset");
+    }
+    int st = parse_root(root, &p->p);
+    json_decref(root);
+    if (st < 0) {
+        free(p);
+        return st;
+    }
+    *out = p;
+    return FATHOM_OK;
+}
+
+/* Preset files are small (a few arrays of d numbers); anything larger is not one. */
+#define PRESET_MAX_BYTES (16u << 20)
+
+int fathom_synth_preset_load(fathom_synth_preset **out, const char *name) {
+    FATHOM_CHECK_ARG(out != NULL, "out is NULL");
+    *out = NULL;
+    FATHOM_CHECK_ARG(name != NULL, "preset name is NULL");
+    size_t len = strlen(name);
+    if (len < 5 || strcmp(name + len - 5, ".json")) {
+        fathom_synth_preset *p = calloc(1, sizeof *p);
+        FATHOM_CHECK(!p, FATHOM_ERR_NOMEM, "out of memory for a preset");
+        if (!synth_builtin(name, &p->p)) {
+            free(p);
+            return fathom_fail(FATHOM_ERR_INVALID_ARG,
+                               "unknown preset '%s' (qwen3-8b, llama-3.1-8b, smollm2-135m, or a .json preset file)",
+                               name);
+        }
+        *out = p;
+        return FATHOM_OK;
+    }
+    FILE *f = fopen(name, "rb");
+    FATHOM_CHECK(!f, FATHOM_ERR_IO, "cannot open preset file %s", name);
+    char *buf = malloc(PRESET_MAX_BYTES + 1);
+    size_t got = buf ? fread(buf, 1, PRESET_MAX_BYTES + 1, f) : 0;
+    bool read_error = ferror(f);
+    fclose(f);
+    if (!buf) return fathom_fail(FATHOM_ERR_NOMEM, "out of memory reading %s", name);
+    if (read_error || got > PRESET_MAX_BYTES) {
+        free(buf);
+        return fathom_fail(read_error ? FATHOM_ERR_IO : FATHOM_ERR_FORMAT,
+                           read_error ? "cannot read preset file %s" : "preset file %s is larger than 16 MiB", name);
+    }
+    int st = fathom_synth_preset_parse(out, buf, got);
+    free(buf);
+    return st;
+}
+
+void fathom_synth_preset_free(fathom_synth_preset *p) { free(p); }
+
+int fathom_synth_preset_info(const fathom_synth_preset *p, fathom_source_info *info) {
+    FATHOM_CHECK_ARG(p != NULL && info != NULL, "fathom_synth_preset_info: NULL argument");
+    memset(info, 0, sizeof *info);
+    snprintf(info->model, sizeof info->model, "%s", p->p.name);
+    info->layers = p->p.layers;
+    info->kv_heads = p->p.kv_heads;
+    info->q_heads = p->p.kv_heads * p->p.group;
+    info->dim = p->p.dim;
+    return FATHOM_OK;
+}
+
+/* ---- writing ---- */
+
+static json_t *profile_json(const float *x, uint32_t dim) {
+    json_t *a = json_array();
+    for (uint32_t j = 0; a && j < dim; j++)
+        if (json_array_append_new(a, json_real((double)x[j]))) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
+int fathom_synth_preset_write(const fathom_synth_preset *preset, const char *path, const char *extra) {
+    FATHOM_CHECK_ARG(preset != NULL && path != NULL, "fathom_synth_preset_write: NULL argument");
+    const synth_params *p = &preset->p;
+    FATHOM_CHECK_ARG(p->fitted, "preset '%s' is built in; only fitted presets have a file form", p->name);
+    json_t *fit = NULL;
+    if (extra) {
+        json_error_t err;
+        fit = json_loads(extra, JSON_REJECT_DUPLICATES, &err);
+        if (!fit || !json_is_object(fit)) {
+            json_decref(fit);
+            return fathom_fail(FATHOM_ERR_INVALID_ARG, "extra is not a JSON object (%s)",
+                               fit ? "another JSON value" : err.text);
+        }
+    }
+    json_t *root = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:f, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, "
+                             "s:f, s:f, s:I, s:o, s:o, s:o, s:o}",
+                             "format", PRESET_FORMAT, "name", p->name, "layers", (json_int_t)p->layers, "kv_heads",
+                             (json_int_t)p->kv_heads, "group", (json_int_t)p->group, "dim", (json_int_t)p->dim,
+                             "rope_base", p->rope_base, "qk_norm", (int)p->qk_norm, "key_scale", (double)p->key_scale,
+                             "scale_spread", (double)p->scale_spread, "low_freq_boost", (double)p->low_freq_boost,
+                             "outlier_mean", (double)p->outlier_mean, "background_logit", (double)p->background_logit,
+                             "topic_logit", (double)p->topic_logit, "sink_logit", (double)p->sink_logit,
+                             "content_cap", (double)p->content_cap, "topics", (json_int_t)p->topics, "topic_amp",
+                             (double)p->topic_amp, "recency_logit", (double)p->recency_logit, "query_run",
+                             (json_int_t)p->query_run, "k_std", profile_json(p->k_std, p->dim), "k_mean",
+                             profile_json(p->k_mean, p->dim), "q_std", profile_json(p->q_std, p->dim), "q_mean",
+                             profile_json(p->q_mean, p->dim));
+    if (!root) {
+        json_decref(fit);
+        return fathom_fail(FATHOM_ERR_NOMEM, "out of memory building the preset file");
+    }
+    if (fit && json_object_set_new(root, "fit", fit)) {
+        json_decref(root);
+        return fathom_fail(FATHOM_ERR_NOMEM, "out of memory building the preset file");
+    }
+    int rc = json_dump_file(root, path, JSON_INDENT(1) | JSON_REAL_PRECISION(9));
+    json_decref(root);
+    FATHOM_CHECK(rc != 0, FATHOM_ERR_IO, "cannot write preset file %s", path);
+    return FATHOM_OK;
+}

@@ -1,0 +1,191 @@
+/* fathom synth-fit: fit a synthetic preset to a capture (docs/synthetic.md,
+ * "Presets fitted to captures") and write it as a preset file that
+ * `fathom eval --synthetic FILE.json` and `fathom synth --preset FILE.json`
+ * generate from at any context length. */
+#define _POSIX_C_SOURCE 200809L /* fmemopen */
+#include "cli.h"
+#include "fathom.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: fathom synth-fit --kv CAPTURE --out PRESET.json [options]\n"
+            "\n"
+            "Fit the synthetic generator to a capture: per-channel key and query profiles\n"
+            "(std and mean before RoPE) are measured; the topic amplitude, topic and sink\n"
+            "logits, recency gain and query run are searched so that the generator's\n"
+            "statistics at the capture's n match the capture's (covariance share of the\n"
+            "top d/4 eigenvalues, top-k, first-4 and last-32 attention mass, consecutive-\n"
+            "query cosine).\n"
+            "\n"
+            "  --kv FILE            the capture (docs/capture-format.md)\n"
+            "  --out FILE.json      the preset file to write\n"
+            "  --base PRESET        built-in preset for what is not fitted: qwen3-8b (QK-norm),\n"
+            "                       llama-3.1-8b or smollm2-135m (default smollm2-135m)\n"
+            "  --name NAME          the fitted preset's name (default: the capture's model + \"-fit\")\n"
+            "  --rope STYLE         the capture's RoPE: neox, adjacent or detect (default detect:\n"
+            "                       the style and base that leave the largest key means)\n"
+            "  --rope-base B        the RoPE base, with --rope neox|adjacent\n"
+            "  --k K                top-k size of the concentration statistic (default max(64, n/64))\n"
+            "  --keep LIST          statistics NOT fitted (kept at the base preset), for ablations:\n"
+            "                       profiles, concentration, sinks, recency, rank, drift, or none\n"
+            "                       (default recency: the generator cannot reach a real model's\n"
+            "                       local mass without breaking the other statistics)\n"
+            "  --layer-stride S     measure the candidates on every S-th layer (default layers/6)\n"
+            "  --json               the fit's report as one JSON object on stdout\n"
+            "  -h, --help           this help\n"
+            "\n"
+            "Exit status: 0 success, 1 failure, 2 usage error.\n");
+}
+
+enum { OPT_KV = 256, OPT_OUT, OPT_BASE, OPT_NAME, OPT_ROPE, OPT_ROPE_BASE, OPT_K, OPT_KEEP, OPT_STRIDE, OPT_JSON };
+static const struct option long_options[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"kv", required_argument, NULL, OPT_KV},
+    {"out", required_argument, NULL, OPT_OUT},
+    {"base", required_argument, NULL, OPT_BASE},
+    {"name", required_argument, NULL, OPT_NAME},
+    {"rope", required_argument, NULL, OPT_ROPE},
+    {"rope-base", required_argument, NULL, OPT_ROPE_BASE},
+    {"k", required_argument, NULL, OPT_K},
+    {"keep", required_argument, NULL, OPT_KEEP},
+    {"layer-stride", required_argument, NULL, OPT_STRIDE},
+    {"json", no_argument, NULL, OPT_JSON},
+    {NULL, 0, NULL, 0},
+};
+
+static const struct {
+    const char *name;
+    uint32_t bit;
+} groups[] = {{"profiles", FATHOM_SYNTH_FIT_PROFILES}, {"concentration", FATHOM_SYNTH_FIT_CONCENTRATION},
+              {"sinks", FATHOM_SYNTH_FIT_SINKS},       {"recency", FATHOM_SYNTH_FIT_RECENCY},
+              {"rank", FATHOM_SYNTH_FIT_RANK},         {"drift", FATHOM_SYNTH_FIT_DRIFT}};
+
+/* Comma-separated group names into their bits; false on an unknown one. */
+static bool parse_groups(const char *list, uint32_t *bits) {
+    *bits = 0;
+    const char *s = list;
+    while (*s) {
+        size_t len = strcspn(s, ",");
+        bool found = false;
+        for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
+            if (strlen(groups[i].name) == len && !strncmp(s, groups[i].name, len)) *bits |= groups[i].bit, found = true;
+        if (!found) return false;
+        s += len;
+        if (*s == ',') s++;
+    }
+    return *bits != 0;
+}
+
+static const char *style_name(fathom_rope_style s) { return s == FATHOM_ROPE_NEOX ? "neox" : "adjacent"; }
+
+static void stats_json(char *buf, size_t cap, const fathom_synth_stats *s) {
+    snprintf(buf, cap,
+             "{\"top_mass\":%.6g,\"sink_mass\":%.6g,\"local_mass\":%.6g,\"pca_share\":%.6g,\"drift\":%.6g,"
+             "\"mean_ratio\":%.6g}",
+             s->top_mass, s->sink_mass, s->local_mass, s->pca_share, s->drift, s->mean_ratio);
+}
+
+/* The report as a JSON object text: what was fitted, the RoPE used, and the
+ * capture's, the fitted preset's and the base preset's statistics. */
+static void report_json(char *buf, size_t cap, const char *kv, const char *keep, const fathom_synth_fit_report *r) {
+    char target[256], achieved[256], base[256];
+    stats_json(target, sizeof target, &r->target);
+    stats_json(achieved, sizeof achieved, &r->achieved);
+    stats_json(base, sizeof base, &r->base);
+    size_t used = (size_t)snprintf(buf, cap, "{\"capture\":");
+    FILE *mem = fmemopen(buf + used, cap - used, "w");
+    if (mem) {
+        cli_print_json_string(mem, kv);
+        fprintf(mem, ",\"keep\":");
+        cli_print_json_string(mem, keep);
+        fprintf(mem, ",\"rope\":\"%s\",\"rope_base\":%.6g,\"k\":%u,\"target\":%s,\"achieved\":%s,\"base\":%s}",
+                style_name(r->style), r->rope_base, r->k, target, achieved, base);
+        fclose(mem);
+    }
+}
+
+int cmd_synth_fit(int argc, char **argv) {
+    const char *kv = NULL, *out = NULL, *keep = "recency", *rope = "detect";
+    char name[64] = "";
+    fathom_synth_fit_options o = {.base = "smollm2-135m"};
+    bool json = false;
+    uint32_t kept = FATHOM_SYNTH_FIT_RECENCY;
+    int c;
+    while ((c = cli_getopt(argc, argv, "h", long_options)) != -1) {
+        switch (c) {
+        case 'h': usage(stdout); return CLI_OK;
+        case '?': return CLI_USAGE;
+        case OPT_KV: kv = optarg; break;
+        case OPT_OUT: out = optarg; break;
+        case OPT_BASE: o.base = optarg; break;
+        case OPT_NAME:
+            if (!*optarg || strlen(optarg) >= sizeof name) return cli_bad_value("a name of 1..63 bytes");
+            snprintf(name, sizeof name, "%s", optarg);
+            break;
+        case OPT_ROPE: rope = optarg; break;
+        case OPT_ROPE_BASE:
+            if (!cli_parse_double(optarg, &o.rope_base) || !(o.rope_base > 1)) return cli_bad_value("a number > 1");
+            break;
+        case OPT_K:
+            if (!cli_parse_u32(optarg, &o.k) || !o.k) return cli_bad_value("a positive integer");
+            break;
+        case OPT_KEEP:
+            keep = optarg;
+            if (!strcmp(optarg, "none")) kept = 0;
+            else if (!parse_groups(optarg, &kept))
+                return cli_bad_value("a list of profiles, concentration, sinks, recency, rank, drift");
+            break;
+        case OPT_STRIDE:
+            if (!cli_parse_u32(optarg, &o.layer_stride) || !o.layer_stride) return cli_bad_value("a positive integer");
+            break;
+        case OPT_JSON: json = true; break;
+        }
+    }
+    if (optind < argc) return cli_usage_error("unexpected argument '%s'", argv[optind]);
+    if (!kv || !out) return cli_usage_error("--kv and --out are required");
+    if (!strcmp(rope, "neox")) o.style = FATHOM_ROPE_NEOX;
+    else if (!strcmp(rope, "adjacent")) o.style = FATHOM_ROPE_ADJACENT;
+    else if (strcmp(rope, "detect")) return cli_usage_error("--rope must be neox, adjacent or detect, not '%s'", rope);
+    if ((o.style == FATHOM_ROPE_DETECT) != (o.rope_base == 0))
+        return cli_usage_error("--rope-base goes with --rope neox|adjacent, and they need it");
+    o.fit = FATHOM_SYNTH_FIT_ALL & ~kept;
+    if (!o.fit) return cli_usage_error("--keep leaves nothing to fit");
+    if (!cli_check_writable(out)) return CLI_FAILURE;
+
+    fathom_source *src;
+    int st = fathom_capture_open(&src, kv);
+    if (st < 0) return cli_fail(kv, st);
+    if (!name[0]) {
+        fathom_source_info in;
+        fathom_source_get_info(src, &in);
+        snprintf(name, sizeof name, "%.59s-fit", in.model);
+    }
+    o.name = name;
+    fathom_synth_preset *preset = NULL;
+    fathom_synth_fit_report r;
+    st = fathom_synth_fit(&preset, src, &o, &r);
+    fathom_source_free(src);
+    if (st < 0) return st == FATHOM_ERR_INVALID_ARG ? cli_fail_usage("synth-fit", st) : cli_fail(kv, st);
+    char report[2048];
+    report_json(report, sizeof report, kv, keep, &r);
+    st = fathom_synth_preset_write(preset, out, report);
+    fathom_synth_preset_free(preset);
+    if (st < 0) return cli_fail(out, st);
+    if (json) printf("%s\n", report);
+    else
+        fprintf(stderr,
+                "synth-fit: %s (RoPE %s, base %g, k %u)\n"
+                "  statistic   capture  fitted   base\n"
+                "  top-k mass  %.4f   %.4f   %.4f\n  sink mass   %.4f   %.4f   %.4f\n"
+                "  local mass  %.4f   %.4f   %.4f\n  pca share   %.4f   %.4f   %.4f\n"
+                "  drift       %.4f   %.4f   %.4f\n",
+                out, style_name(r.style), r.rope_base, r.k, r.target.top_mass, r.achieved.top_mass, r.base.top_mass,
+                r.target.sink_mass, r.achieved.sink_mass, r.base.sink_mass, r.target.local_mass, r.achieved.local_mass,
+                r.base.local_mass, r.target.pca_share, r.achieved.pca_share, r.base.pca_share, r.target.drift,
+                r.achieved.drift, r.base.drift);
+    return CLI_OK;
+}
