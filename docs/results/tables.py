@@ -1151,9 +1151,11 @@ def gemma_agree_branched(rec):
     docs = len(set(groups))
     n = [p["n_tokens"] for p in prompts]
     kind = "prose" if "prose" in rec["command"] else "code"
-    what = ("man pages and licence texts (`scripts/make-prompts --kind prose`), cut just after a line that ends "
+    what = ("man pages and licence texts (`scripts/make-prompts R/prose --kind prose --count 4 --min 16000 --max "
+            "16300 --skip 2`), cut just after a line that ends "
             "a sentence ('.', '!' or '?')" if kind == "prose" else
-            "Python standard-library files as `$ cat PATH` (`scripts/make-prompts --kind code`), cut just after "
+            "Python standard-library files as `$ cat PATH` (`scripts/make-prompts R/code --kind code --count 4 "
+            "--min 16000 --max 16300 --skip 40`), cut just after "
             "a line that opens a block (':' or '{')")
     text += ("\nStep agreement (paper §5.6) over %d prompts of %d-%d tokens from %d documents of ~16k tokens: %s, "
              "or just before its line break where the tokenizer joins it to the next line's indent; `fathom agree "
