@@ -1024,6 +1024,199 @@ def gemma_agree(rec):
     return text
 
 
+# The paper's word-level step agreement with exact top-k (§5.6, Tables 8 and 9) beside the rows it
+# compares: fathom:48 is its 56-bit Fathom, fathom:80 (~94 bits) its 92-bit one.
+PAPER_AGREE_ROWS = {(0.02, "fathom:48"): "0.67", (0.02, "sparq:16"): "0.49", (0.02, "landmark"): "0.47",
+                    (0.005, "sparq:32"): "0.60", (0.005, "fathom:80"): "0.60 (92 bits)"}
+PAPER_AGREE_PAIRS = {(0.02, "fathom:48", "sparq:16"): "+0.18 ± 0.05 (20 sessions)",
+                     (0.005, "fathom:80", "sparq:32"): "-0.00 ± 0.04 (40 sessions)"}
+AGREE_KEYS = ("token_vs_dense", "word_vs_dense", "token_vs_oracle", "word_vs_oracle")
+
+
+def cluster_se(x, groups):
+    """Mean of x and its cluster-robust (CR1) standard error with clusters `groups`
+    (what fathom agree reports as stderr_cluster); None with fewer than 2 clusters."""
+    import math
+    n = len(x)
+    mean = sum(x) / n
+    sums = {}
+    for v, g in zip(x, groups):
+        sums[g] = sums.get(g, 0.0) + v - mean
+    G = len(sums)
+    if G < 2:
+        return mean, None
+    return mean, math.sqrt(G / (G - 1) * sum(s * s for s in sums.values())) / n
+
+
+def prompt_se(x):
+    import math
+    n = len(x)
+    mean = sum(x) / n
+    return mean, (math.sqrt(sum((v - mean) ** 2 for v in x) / (n - 1) / n) if n > 1 else 0.0)
+
+
+def agree_runs(recs):
+    """Rows of one or more branched `fathom agree` records pooled: per (budget, method) the
+    per-prompt values of every measure, the documents (unique across records) and the run facts."""
+    rows, groups, order = {}, [], []
+    for i, rec in enumerate(recs):
+        r = rec["result"]
+        groups += ["%d:%d" % (i, p["document"]) for p in r["prompts"]]
+        for x in r["results"]:
+            key = (x["budget"], x["method"])
+            if key not in rows:
+                order.append(key)
+                rows[key] = {"k": [], "bits": [], "ms": [], **{m: [] for m in AGREE_KEYS}}
+            w = rows[key]
+            n = len(x["word_vs_oracle"]["per_prompt"])
+            w["k"] += [x["k_mean"]] * n
+            w["bits"] += [x["bits_per_token"]] * n
+            if x.get("decode_steps"):
+                w["ms"].append(1000.0 * x["decode_s"] / x["decode_steps"])
+            for m in AGREE_KEYS:
+                w[m] += x[m]["per_prompt"]
+    return order, rows, groups
+
+
+def agree_pair_stats(rows, groups, budget):
+    """Paired word-vs-oracle differences a - b at one budget: (a, b, mean, se over prompts, se over documents)."""
+    pairs = [("fathom:48", "sparq:16"), ("fathom:48", "landmark"), ("fathom:80", "sparq:32"),
+             ("fathom-centered:48", "fathom:48")]
+    out = []
+    for a, b in pairs:
+        if (budget, a) in rows and (budget, b) in rows:
+            d = [x - y for x, y in zip(rows[(budget, a)]["word_vs_oracle"], rows[(budget, b)]["word_vs_oracle"])]
+            mean, se_p = prompt_se(d)
+            out.append((a, b, mean, se_p, cluster_se(d, groups)[1]))
+    return out
+
+
+def agree_pairs(rows, groups, budget):
+    out = []
+    for a, b, mean, se_p, se_c in agree_pair_stats(rows, groups, budget):
+        paper = PAPER_AGREE_PAIRS.get((budget, a, b))
+        out.append("%s - %s %+.3f ± %.3f over prompts, ± %s over documents%s" % (
+            a, b, mean, se_p, "-" if se_c is None else "%.3f" % se_c, " (paper %s)" % paper if paper else ""))
+    return out
+
+
+def agree_table(order, rows, groups):
+    header = ["budget", "method", "k", "bits", "word vs oracle", "± documents", "token vs oracle", "word vs dense",
+              "paper (word vs oracle)"]
+    out = []
+    for budget, method in order:
+        w = rows[(budget, method)]
+        wm, wp = prompt_se(w["word_vs_oracle"])
+        _, wc = cluster_se(w["word_vs_oracle"], groups)
+        out.append(["%g%%" % (100 * budget), method, "%.0f" % (sum(w["k"]) / len(w["k"])),
+                    "%.1f" % (sum(w["bits"]) / len(w["bits"])), "%.3f ± %.3f" % (wm, wp),
+                    "-" if wc is None else "± %.3f" % wc,
+                    "%.3f ± %.3f" % prompt_se(w["token_vs_oracle"]), "%.3f ± %.3f" % prompt_se(w["word_vs_dense"]),
+                    PAPER_AGREE_ROWS.get((budget, method), "")])
+    return md_table(header, out, ["---", "---"] + ["---:"] * 7)
+
+
+def agree_worst(rows, groups):
+    """The largest standard errors of a sparse method's word agreement: over prompts, over documents."""
+    sp, sc = [], []
+    for (budget, method), w in rows.items():
+        if method in ("oracle", "dense"):
+            continue
+        sp.append(prompt_se(w["word_vs_oracle"])[1])
+        sc.append(cluster_se(w["word_vs_oracle"], groups)[1])
+    return max(sp), (None if None in sc else max(sc))
+
+
+AGREE_WHY = (
+    "Where ours differ from the paper, what differs between the two setups (named, not measured one by one): "
+    "(1) selection size: at 16k tokens 2%% and 0.5%% are k = %.0f and %.0f keys (sink 4 + local 32 included), "
+    "against the paper's k = 2048 and 512 at 80k-100k: the same fractions of a 5-6x shorter context; (2) model: "
+    "Gemma 3 270M has 18 layers of which 3 are global, with one KV head each, and only those use the sparse method "
+    "(the sliding-window layers attend their 512-token window exactly), against 36 layers x 8 KV heads of Qwen3-8B; "
+    "(3) text: Python standard-library files and man pages continued for %d tokens from cuts chosen by rule, not "
+    "coding-agent trajectories at the agent's own step boundaries; (4) sensitivity: here even the exact top-k "
+    "oracle's continuation equals dense attention's on only %.2f of words at 2%%, so small changes of attention "
+    "change greedy continuations of this model on this text, and a continuation that has left the oracle's rarely "
+    "matches it position by position again; (5) "
+    "prompts cut from one document share its content and its dense prefix, so their outcomes are correlated: the "
+    "standard error over documents is the honest one, and it rests on %d documents.\n\n")
+
+
+def gemma_agree_branched(rec):
+    """One branched agreement record (code or prose); the prose one adds both pooled."""
+    r = rec["result"]
+    order, rows, groups = agree_runs([rec])
+    text = agree_table(order, rows, groups)
+    prompts = r["prompts"]
+    docs = len(set(groups))
+    n = [p["n_tokens"] for p in prompts]
+    kind = "prose" if "prose" in rec["command"] else "code"
+    what = ("man pages and licence texts (`scripts/make-prompts R/prose --kind prose --count 4 --min 16000 --max "
+            "16300 --skip 2`), cut just after a line that ends "
+            "a sentence ('.', '!' or '?')" if kind == "prose" else
+            "Python standard-library files as `$ cat PATH` (`scripts/make-prompts R/code --kind code --count 4 "
+            "--min 16000 --max 16300 --skip 40`), cut just after "
+            "a line that opens a block (':' or '{')")
+    text += ("\nStep agreement (paper §5.6) over %d prompts of %d-%d tokens from %d documents of ~16k tokens: %s, "
+             "or just before its line break where the tokenizer joins it to the next line's indent; `fathom agree "
+             "--branches`: one dense prefill per document, each prompt rewound to its cut with fathom_ctx_truncate "
+             "(test_agree checks that this gives the same tokens, for every method, as a separate prefill of the "
+             "prefix), %d decode steps each. word/token vs oracle: share of the generated words/tokens equal, "
+             "position by position, to the exact top-k oracle's at the same k; k = budget x n (sink 4 + local 32 "
+             "included). ± after a mean: standard error over prompts; \"± documents\": cluster-robust (CR1) "
+             "standard error of the same mean with the documents as clusters.\n\n" %
+             (len(prompts), min(n), max(n), docs, what, r["tokens"]))
+    for budget in sorted({b for b, _ in order}, reverse=True):
+        text += "At %g%%, paired word-level differences: %s.\n\n" % (
+            100 * budget, "; ".join(agree_pairs(rows, groups, budget)))
+    pre = [(p["prefill_tokens"], p["prefill_s"]) for p in prompts if p["prefill_tokens"]]
+    dense_ms = [1000.0 * p["dense_decode_s"] / p["dense_steps"] for p in prompts if p["dense_steps"]]
+    text += ("Cost in the same run: %d dense prefills of %d-%d tokens at %.0f-%.0f tokens/s, dense decode %.0f "
+             "ms/step, every row's decode %.0f-%.0f ms/step (2 threads, under the load above); peak resident "
+             "memory %.2f GiB.\n\n" % (
+                 len(pre), min(t for t, _ in pre), max(t for t, _ in pre), min(t / s for t, s in pre),
+                 max(t / s for t, s in pre), sum(dense_ms) / len(dense_ms),
+                 min(min(w["ms"]) for w in rows.values() if w["ms"]),
+                 max(max(w["ms"]) for w in rows.values() if w["ms"]), r["peak_rss_kib"] / 2**20))
+    recs = [rec]
+    if kind == "prose":
+        code = sibling("gemma-agree-16k-code")
+        if code:
+            recs = [code, rec]
+            order, rows, groups = agree_runs(recs)
+            text += ("Code and prose pooled (%d prompts from %d documents; the code run at commit `%s`, this one at "
+                     "`%s`):\n\n" % (len(groups), len(set(groups)), code["commit"], rec["commit"]))
+            text += agree_table(order, rows, groups) + "\n"
+            for budget in sorted({b for b, _ in order}, reverse=True):
+                text += "Pooled, at %g%%, paired word-level differences: %s.\n\n" % (
+                    100 * budget, "; ".join(agree_pairs(rows, groups, budget)))
+    dense2 = prompt_se(rows[(max(b for b, _ in order), "dense")]["word_vs_oracle"])[0]
+    ks = [sum(w["k"]) / len(w["k"]) for (b, m), w in rows.items() if m == "oracle"]
+    text += AGREE_WHY % (max(ks), min(ks), r["tokens"], dense2, len(set(groups)))
+    sp, sc = agree_worst(rows, groups)
+    met = sc is not None and sc <= 0.05
+    # this run's cost: a document's dense prefill, a prompt's continuations (dense and every row)
+    pre_s = sum(s for _, s in pre) / len(pre)
+    per_prompt_s = (sum(p["dense_decode_s"] for p in prompts) +
+                    sum(x["decode_s"] for x in r["results"])) / len(prompts)
+    text += ("Where it does not hold: standard errors of a sparse method's word agreement up to %.3f over prompts "
+             "and %s over documents%s, so the issue's target (<= 0.05) is %s; %d of the %d paired differences "
+             "above are within two document standard errors of zero.\n" % (
+                 sp, "-" if sc is None else "%.3f" % sc, " (pooled)" if len(recs) > 1 else "",
+                 "met" if met else "not met: it needs more documents, each a dense ~16k prefill plus the "
+                 "continuations of every cut (at this run's cost, %.0f s per prefill and %.0f s per prompt, 64 "
+                 "prompts as 16 documents x 4 cuts take %.1f h on this machine)" % (
+                     pre_s, per_prompt_s, (16 * pre_s + 64 * per_prompt_s) / 3600), agree_within(rows, groups),
+                 sum(len(agree_pair_stats(rows, groups, b)) for b in {b for b, _ in rows})))
+    return text
+
+
+def agree_within(rows, groups):
+    """How many paired differences lie within two document standard errors of zero (or have none)."""
+    return sum(1 for budget in {b for b, _ in rows} for _, _, mean, _, se in agree_pair_stats(rows, groups, budget)
+               if se is None or abs(mean) <= 2 * se)
+
+
 def gemma_eval_small_k(rec):
     r = rec["result"]
     sweep = r["k_sweep"]
@@ -1311,6 +1504,16 @@ TABLES = [
           "Pending: the command above on R/prose_16k.safetensors."),
     Table("gemma-agree-16k", GEMMA_SECTION, "Step agreement at 16k (§5.6), with decode speed and memory",
           gemma_agree, None),
+    Table("gemma-agree-16k-code", GEMMA_SECTION, "Step agreement at 16k (§5.6): code, prompts branched from one "
+          "prefill per document", gemma_agree_branched,
+          "Pending: `scripts/record-result gemma-agree-16k-code -- fathom agree --model GEMMA --prompts R/code "
+          "--cut code --branches 3 --methods fathom:48,fathom:80,fathom-centered:48,sparq:16,sparq:32,landmark "
+          "--budgets 0.02,0.005 --json --progress`, R/code from `scripts/make-prompts R/code --kind code --count 4 "
+          "--min 16000 --max 16300 --skip 40`."),
+    Table("gemma-agree-16k-prose", GEMMA_SECTION, "Step agreement at 16k (§5.6): prose, and code and prose pooled",
+          gemma_agree_branched,
+          "Pending: the command above with `--prompts R/prose --cut prose`, R/prose from `scripts/make-prompts "
+          "R/prose --kind prose --count 4 --min 16000 --max 16300 --skip 2`."),
     Table("gemma-code-16k-agree-k", GEMMA_SECTION, "Attention error at the agreement runs' k, code 16k",
           gemma_eval_small_k, "Pending: `scripts/record-result gemma-code-16k-agree-k -- fathom eval --kv "
           "R/code_16k.safetensors --methods sparq:16,sparq:32,fathom:48,fathom-centered:48,oracle --sweep-k "

@@ -150,6 +150,57 @@ check(d["prompts"][0]["dense_text"] == gen, "dense continuation %r vs generate %
 sys.exit(0 if ok else 1)
 EOF
 
+# --branches: prompts cut from one dense prefill give exactly what separate
+# prefills of the same prefixes give, for every method.
+expect 2 "--cut must be code or prose" -- agree --prompts x --cut verse
+expect 2 "--branches must be at most 4096" -- agree --prompts x --branches 5000
+python3 - "$tmp/doc.txt" <<'EOF'
+import sys
+with open(sys.argv[1], "w") as f:
+    for i in range(3):
+        f.write("def step_%d(state, value):\n    if value > %d:\n        state.total += value * %d\n"
+                "    else:\n        state.misses += %d\n    return state\n\n" % (i, i, i + 2, i + 1))
+EOF
+t0=$(date +%s)
+branch_args=(--tokens 2 --methods fathom:48,sparq:16 --budgets 0.5 --threads 2 --json)
+"$fathom" agree --prompts "$tmp/doc.txt" --branches 2 "${branch_args[@]}" >"$tmp/branch.json" 2>"$tmp/branch.err" ||
+  { echo "FAIL: agree --branches: $(cat "$tmp/branch.err")"; fail=1; }
+mkdir "$tmp/cuts"
+python3 - "$tmp/doc.txt" "$tmp/branch.json" "$tmp/cuts" <<'EOF' || fail=1
+import json, sys
+text, d = open(sys.argv[1], "rb").read(), json.load(open(sys.argv[2]))
+assert d["documents"] == 1 and [p["branch"] for p in d["prompts"]] == [0, 1], d["prompts"]
+n = [p["n_tokens"] for p in d["prompts"]]
+assert n == sorted(n, reverse=True) and len(set(n)) == 2 and n[1] >= 0.75 * n[0], n
+assert d["prompts"][0]["prefill_tokens"] == n[0] - 1 and d["prompts"][1]["prefill_tokens"] == 0
+for i, p in enumerate(d["prompts"]):
+    head = text[:p["cut_byte"]].rstrip(b"\n")
+    assert head.endswith(b":"), "cut %d after %r" % (i, head[-20:])
+    open("%s/cut_%d.txt" % (sys.argv[3], i), "wb").write(text[:p["cut_byte"]])
+for r in d["results"]:
+    assert all(r[m]["stderr_documents"] is None and r[m]["stderr_cluster"] is None for m in
+               ("token_vs_dense", "word_vs_dense", "token_vs_oracle", "word_vs_oracle")), r
+EOF
+"$fathom" agree --prompts "$tmp/cuts" "${branch_args[@]}" >"$tmp/separate.json" 2>"$tmp/branch.err" ||
+  { echo "FAIL: agree on the cut files: $(cat "$tmp/branch.err")"; fail=1; }
+echo "agree --branches: $(( $(date +%s) - t0 )) s"
+python3 - "$tmp/branch.json" "$tmp/separate.json" <<'EOF' || fail=1
+import json, sys
+b, s = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert s["documents"] == 2 and len(b["prompts"]) == len(s["prompts"]) == 2
+for pb, ps in zip(b["prompts"], s["prompts"]):
+    assert pb["n_tokens"] == ps["n_tokens"] and pb["dense_ids"] == ps["dense_ids"], (pb, ps)
+    assert pb["continuations"] == ps["continuations"], (pb["continuations"], ps["continuations"])
+    # k = 50% of n: the sparse rows select, below every key
+    assert all(0 < c["k"] < pb["n_tokens"] for c in pb["continuations"] if c["method"] != "dense")
+for rb, rs in zip(b["results"], s["results"]):
+    for m in ("token_vs_dense", "word_vs_dense", "token_vs_oracle", "word_vs_oracle"):
+        assert rb[m]["per_prompt"] == rs[m]["per_prompt"], (rb["method"], m)
+        # two documents of one prompt each: the document stderrs equal the prompt one
+        assert abs(rs[m]["stderr_documents"] - rs[m]["stderr"]) < 2e-4, rs[m]
+        assert abs(rs[m]["stderr_cluster"] - rs[m]["stderr"]) < 2e-4, rs[m]
+EOF
+
 # needle at ~1k tokens: dense attention retrieves the number.
 # a haystack that does not change with the code: the Apache-2.0 text
 cp "$(dirname "$0")/../../LICENSE" "$tmp/hay.txt"
