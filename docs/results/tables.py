@@ -1490,6 +1490,7 @@ TABLES = [
           "--k 512 --positions 128 --no-ablations --no-builtin`."),
     Table("gemma-ruler-16k-single", GEMMA_SECTION, "RULER at 16k: single needle", gemma_ruler, None),
     Table("gemma-ruler-16k-multikey", GEMMA_SECTION, "RULER at 16k: multi-key needle", gemma_ruler, None),
+    Table("gemma-ruler-16k-vt", GEMMA_SECTION, "RULER at 16k: variable tracking", gemma_ruler, None),
     Table("gemma-klt-fit", GEMMA_SECTION, "The KLT basis from the session's own keys: fit time at 16k",
           gemma_klt_fit, None),
     Table("gemma-quant-code-16k", GEMMA_SECTION,
