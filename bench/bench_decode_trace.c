@@ -12,6 +12,7 @@
  * one line per record, in the order the steps produced them. */
 #include "fathom.h"
 #include "fathom_model.h"
+#include "bench_prompt.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -38,25 +39,6 @@ static void on_record(const fathom_trace_record *r, void *user) {
     fputc('\n', t->f);
     t->records++;
     pthread_mutex_unlock(&t->lock);
-}
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    size_t got;
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            char *grown = realloc(buf, cap *= 2);
-            if (!grown) free(buf);
-            buf = grown;
-        }
-    }
-    fclose(f);
-    *len = n;
-    return buf;
 }
 
 static int fail(const char *what, int st) {
@@ -86,21 +68,14 @@ int main(int argc, char **argv) {
     fathom_method method;
     int st = fathom_method_parse(attn, &method);
     if (st < 0) return fail(attn, st);
-    fathom_model *model = NULL;
-    fathom_tokenizer *tok = NULL;
-    if ((st = fathom_model_open(&model, model_path)) < 0) return fail(model_path, st);
-    if ((st = fathom_model_tokenizer(model, &tok)) < 0) return fail("tokenizer", st);
-    fathom_model_info info;
-    fathom_model_get_info(model, &info);
-    size_t len = 0, n = 0;
-    char *text = read_file(prompt_path, &len);
-    if (!text) return fail(prompt_path, FATHOM_ERR_IO);
-    /* a first call sizes the ids (it fails with "buffer too small" and sets n) */
-    if ((st = fathom_tokenizer_encode(tok, text, len, false, NULL, 0, &n)) < 0 && n == 0) return fail("encode", st);
-    int32_t *ids = malloc((n + 1) * sizeof *ids);
+    bench_prompt bp;
+    if (bench_prompt_open(&bp, "bench_decode_trace", model_path, prompt_path)) return 1;
+    fathom_model *model = bp.model;
+    const fathom_model_info info = bp.info;
+    const int32_t *ids = bp.ids;
+    const size_t n = bp.n;
     float *logits = malloc((size_t)info.vocab * sizeof *logits);
-    if (!ids || !logits) return fail("allocation", FATHOM_ERR_NOMEM);
-    if ((st = fathom_tokenizer_encode(tok, text, len, false, ids, n, &n)) < 0) return fail("encode", st);
+    if (!logits) return fail("allocation", FATHOM_ERR_NOMEM);
     fathom_ctx *ctx = NULL;
     if ((st = fathom_ctx_create(&ctx, model, (uint32_t)(n + steps + 1), threads)) < 0) return fail("context", st);
     if ((st = fathom_ctx_set_attention(ctx, &method, k, NULL)) < 0) return fail(attn, st);
@@ -120,10 +95,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_decode_trace: %zu prompt tokens, %u steps, %llu records -> %s\n", n, steps,
             (unsigned long long)out.records, out_path);
     fathom_ctx_free(ctx);
-    fathom_tokenizer_free(tok);
-    fathom_model_free(model);
-    free(ids);
+    bench_prompt_free(&bp);
     free(logits);
-    free(text);
     return 0;
 }

@@ -15,6 +15,7 @@
  * x n). The prompt is the file's raw text (no chat template). */
 #include "fathom.h"
 #include "fathom_model.h"
+#include "bench_prompt.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -28,17 +29,6 @@
 static int fail(const char *what, int st) {
     fprintf(stderr, "bench_next_token: %s: %s: %s\n", what, fathom_status_name(st), fathom_last_error());
     return 1;
-}
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    if (size >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)size + 1)))
-        *len = fread(buf, 1, (size_t)size, f);
-    fclose(f);
-    return buf;
 }
 
 static int32_t argmax(const float *x, uint32_t n) {
@@ -103,24 +93,17 @@ int main(int argc, char **argv) {
     }
     int st = fathom_method_parse_list(method_list, methods, MAX_METHODS, &nm);
     if (st < 0) return fail(method_list, st);
-    fathom_model *model = NULL;
-    fathom_tokenizer *tok = NULL;
-    if ((st = fathom_model_open(&model, model_path)) < 0) return fail(model_path, st);
-    if ((st = fathom_model_tokenizer(model, &tok)) < 0) return fail("tokenizer", st);
-    fathom_model_info info;
-    fathom_model_get_info(model, &info);
-    size_t len = 0, n = 0;
-    char *text = slurp(prompt_path, &len);
-    if (!text) return fail(prompt_path, FATHOM_ERR_IO);
-    /* a first call sizes the ids (it fails with "buffer too small" and sets n) */
-    if ((st = fathom_tokenizer_encode(tok, text, len, false, NULL, 0, &n)) < 0 && n == 0) return fail("encode", st);
-    int32_t *ids = malloc((n + 1) * sizeof *ids);
+    bench_prompt bp;
+    if (bench_prompt_open(&bp, "bench_next_token", model_path, prompt_path)) return 1;
+    fathom_model *model = bp.model;
+    const fathom_model_info info = bp.info;
+    const int32_t *ids = bp.ids;
+    const size_t n = bp.n;
     float *logits = malloc((size_t)info.vocab * sizeof *logits);
     int32_t *dense = malloc(P * sizeof *dense), *oracle = malloc(P * sizeof *oracle);
     int32_t *got = malloc((size_t)nm * P * sizeof *got);
     double *x = malloc(P * sizeof *x);
-    if (!ids || !logits || !dense || !oracle || !got || !x) return fail("allocation", FATHOM_ERR_NOMEM);
-    if ((st = fathom_tokenizer_encode(tok, text, len, false, ids, n, &n)) < 0) return fail("encode", st);
+    if (!logits || !dense || !oracle || !got || !x) return fail("allocation", FATHOM_ERR_NOMEM);
     if (n <= P) return fail("prompt shorter than --positions", FATHOM_ERR_INVALID_ARG);
     fathom_ctx *ctx = NULL;
     if ((st = fathom_ctx_create(&ctx, model, (uint32_t)n, threads)) < 0) return fail("context", st);
@@ -164,14 +147,11 @@ int main(int argc, char **argv) {
     }
     if (json) printf("]}\n");
     fathom_ctx_free(ctx);
-    fathom_tokenizer_free(tok);
-    fathom_model_free(model);
-    free(ids);
+    bench_prompt_free(&bp);
     free(logits);
     free(dense);
     free(oracle);
     free(got);
     free(x);
-    free(text);
     return 0;
 }
