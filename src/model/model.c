@@ -982,8 +982,9 @@ static int sparse_create(fathom_ctx *c, const fathom_method *method, uint32_t k,
         FATHOM_CHECK(!sc->index || !sc->scores || !sc->work || !sc->idx, FATHOM_ERR_NOMEM,
                      "model: out of memory for sparse attention scratch");
     }
+    /* Sliding layers attend their window densely: no index (heads[] NULL). */
     for (uint64_t i = 0; i < (uint64_t)in->layers * in->kv_heads; i++)
-        FATHOM_TRY(fathom_index_create(&s->heads[i], method, 1, D, 0));
+        if (!c->model->sliding[i / in->kv_heads]) FATHOM_TRY(fathom_index_create(&s->heads[i], method, 1, D, 0));
     if (calib) FATHOM_TRY(sparse_calibrate(s, c->model, calib));
     return FATHOM_OK;
 }
@@ -1025,7 +1026,8 @@ int fathom_ctx_set_attention(fathom_ctx *ctx, const fathom_method *method, uint3
 
 /* Replace the method's indexes by empty ones; calibration is kept. */
 static int sparse_clear(sparse_state *s, const fathom_model_info *in) {
-    for (uint64_t i = 0; i < (uint64_t)in->layers * in->kv_heads; i++) FATHOM_TRY(fathom_index_clear(s->heads[i]));
+    for (uint64_t i = 0; i < (uint64_t)in->layers * in->kv_heads; i++)
+        if (s->heads[i]) FATHOM_TRY(fathom_index_clear(s->heads[i]));
     return FATHOM_OK;
 }
 
