@@ -3,12 +3,13 @@
  *           variance from the running sums (fathom_store_variance), the
  *           water-filling depths (fathom_water_fill) or the caller's fixed
  *           depths, and the scan order;
- *   gather  (pipelined steps, sessions without a plane cache) the planned
- *           plane rows and scales of a chunk of problems into HBM staging,
- *           laid out as the host slices;
- *   scan    approximate scores of every token, plane words from staging, or
- *           read in place from the host segments through the segment table,
- *           or from the session's HBM plane cache where it holds them;
+ *   gather  (pipelined steps) the planned plane rows and scales of a chunk
+ *           of problems that the session's HBM plane cache does not hold
+ *           into HBM staging, laid out as the host slices;
+ *   scan    approximate scores of every token, plane words from the
+ *           session's HBM plane cache where it holds them, else from
+ *           staging (pipelined) or read in place from the host segments
+ *           through the segment table;
  *   top-k   topk.cu's radix select, each row at its own length;
  *   fetch   the union of the group's winners, K and V rows from the host or
  *           from the session's HBM row cache;
@@ -241,9 +242,8 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
     const uint64_t *cwords = cache.words + lh * cache.lines * cache.blocks;
     const uint16_t *cscales = cache.scales + lh * cache.lines * cache.blocks;
     uint32_t cached = 0; /* bytes this thread read from the cache */
-    const uint8_t *slice = w.stage && !cache.map
-                               ? w.stage + ((size_t)p * w.nseg + b0 / S) * t.kv_off /* the gather's copy */
-                               : tier_slice(t, s, (uint32_t)(b0 / S), layer, h);
+    const uint8_t *slice = w.stage ? w.stage + ((size_t)p * w.nseg + b0 / S) * t.kv_off /* the gather's copy */
+                                   : tier_slice(t, s, (uint32_t)(b0 / S), layer, h);
     const uint64_t *planes = (const uint64_t *)slice;
     const uint16_t *scales = (const uint16_t *)(slice + t.scales_off);
     const uint32_t bs0 = (uint32_t)(b0 % S), nblk = nb - b0 < 32 ? (uint32_t)(nb - b0) : 32;
@@ -359,12 +359,15 @@ static __device__ __forceinline__ void warp_copy(uint8_t *dst, const uint8_t *sr
         *(uint16_t *)(dst + x) = __ldcv((const unsigned short *)(src + x));
 }
 
-/* Problems [p0, p0 + count) of a step; their sessions without a plane cache
- * get, for every segment the length reaches, the plane rows p < depth_j of
- * every channel (one run when the segment is full, else one per row of its
- * nblk blocks) and the channel's scales, at the offsets of the host slice.
- * The runs are cut into GATHER_PIECE pieces dealt round robin to all warps
- * of the grid; every warp walks the same list (depths in shared memory). A
+/* Problems [p0, p0 + count) of a step: for every segment the length
+ * reaches, the plane rows p < depth_j of every channel and the channel's
+ * scales, at the offsets of the host slice, less what the session's plane
+ * cache holds (line (j, p) mapped: its blocks below the cache's valid
+ * count; the scales with line (j, 0)), which the scan reads from the cache.
+ * A row's blocks left to copy are one run; runs adjacent in the slice merge
+ * (a full segment without a cache: one run per channel). The runs are cut
+ * into GATHER_PIECE pieces dealt round robin to all warps of the grid;
+ * every warp walks the same list (depths and cache map in shared memory). A
  * first walk counts the pieces: a warp near its last ones lets the next
  * chunk's gather (programmatic dependent launch) start, so the link does not
  * drain between chunks. */
@@ -373,6 +376,7 @@ static __global__ void __launch_bounds__(GATHER_WARPS * 32)
 tier_gather_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t p0, uint32_t count,
                    tier_ws w) {
     __shared__ uint8_t s_dep[D];
+    __shared__ int16_t s_map[D * FATHOM_PLANES];
     const uint32_t lane = threadIdx.x & 31, W = GATHER_GRID * GATHER_WARPS;
     const uint32_t me = blockIdx.x * GATHER_WARPS + (threadIdx.x >> 5), S = t.segment_blocks;
     uint64_t total = 0, g = 0;
@@ -380,36 +384,59 @@ tier_gather_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_
         for (uint32_t p = p0; p < p0 + count; p++) {
             const uint32_t s = sessions[p / t.heads], h = p % t.heads;
             const uint64_t nb = ((uint64_t)w.n_of[p] + 63) / 64;
-            if (s >= t.max_sessions || t.caches[s].map) continue; /* uniform */
+            if (s >= t.max_sessions) continue; /* uniform */
+            const tier_cache cache = t.caches[s];
+            const uint64_t cvalid = cache.map ? cache.valid[layer] : 0; /* cached blocks of mapped lines */
+            const int16_t *cmap = cvalid ? cache.map + ((size_t)layer * t.heads + h) * D * FATHOM_PLANES : NULL;
             __syncthreads();
             for (uint32_t j = threadIdx.x; j < D; j += blockDim.x) s_dep[j] = w.depths[(size_t)p * D + j];
+            for (uint32_t i = threadIdx.x; i < D * FATHOM_PLANES; i += blockDim.x)
+                s_map[i] = cvalid ? cmap[i] : (int16_t)-1;
             __syncthreads();
             for (uint32_t seg = 0; (uint64_t)seg * S < nb; seg++) {
-                const uint32_t nblk = nb - (uint64_t)seg * S < S ? (uint32_t)(nb - (uint64_t)seg * S) : S;
+                const uint64_t sb = (uint64_t)seg * S; /* the segment's first block */
+                const uint32_t nblk = nb - sb < S ? (uint32_t)(nb - sb) : S;
+                /* blocks [from, nblk) of a cached line's row are left to copy; from is
+                   rounded down to 8 blocks so that every run starts 16-byte aligned */
+                const uint32_t from = (cvalid <= sb ? 0 : cvalid - sb < nblk ? (uint32_t)(cvalid - sb) : nblk) & ~7u;
                 const uint8_t *src = walk ? tier_slice(t, s, seg, layer, h) : NULL;
                 uint8_t *dst = w.stage + ((size_t)p * w.nseg + seg) * t.kv_off;
                 for (uint32_t j = 0; j < D; j++) {
                     const uint32_t tj = s_dep[j];
                     if (!tj) continue;
-                    /* the rows as (offset, length) runs, then the scales */
-                    const uint32_t runs = nblk == S ? 1 : tj;
-                    for (uint32_t r = 0; r <= runs; r++) {
-                        const uint64_t off = r < runs ? ((uint64_t)j * FATHOM_PLANES + r) * S * 8
-                                                      : t.scales_off + (uint64_t)j * S * 2;
-                        const uint32_t len = r < runs ? (nblk == S ? tj * S * 8 : nblk * 8) : nblk * 2;
-                        const uint32_t pieces = (len + GATHER_PIECE - 1) / GATHER_PIECE;
-                        if (walk == 0) {
-                            total += pieces;
+                    /* runs (offset, length): the rows p < tj, then the scales */
+                    uint64_t off = 0;
+                    uint32_t len = 0;
+                    for (uint32_t r = 0; r <= tj + 1; r++) {
+                        uint64_t o = 0;
+                        uint32_t n = 0;
+                        if (r < tj) {
+                            const uint32_t lo = s_map[j * FATHOM_PLANES + r] >= 0 ? from : 0;
+                            o = ((uint64_t)j * FATHOM_PLANES + r) * S * 8 + (uint64_t)lo * 8;
+                            n = (nblk - lo) * 8;
+                        } else if (r == tj) {
+                            const uint32_t lo = s_map[j * FATHOM_PLANES] >= 0 ? from : 0;
+                            o = t.scales_off + ((uint64_t)j * S + lo) * 2;
+                            n = (nblk - lo) * 2;
+                        }
+                        if (n && len && o == off + len) { /* adjacent in the slice: one run */
+                            len += n;
                             continue;
                         }
-                        /* this warp's pieces of the run: g + q = me (mod W) */
-                        for (uint32_t q = (me + W - (uint32_t)(g % W)) % W; q < pieces; q += W) {
-                            if (g + q + 2 * W >= total) asm volatile("griddepcontrol.launch_dependents;");
-                            const uint32_t at = q * GATHER_PIECE;
-                            warp_copy(dst + off + at, src + off + at,
-                                      len - at < GATHER_PIECE ? len - at : GATHER_PIECE, lane);
+                        if (len) { /* copy the run (off, len) */
+                            const uint32_t pieces = (len + GATHER_PIECE - 1) / GATHER_PIECE;
+                            if (walk == 0) total += pieces;
+                            else /* this warp's pieces of the run: g + q = me (mod W) */
+                                for (uint32_t q = (me + W - (uint32_t)(g % W)) % W; q < pieces; q += W) {
+                                    if (g + q + 2 * W >= total) asm volatile("griddepcontrol.launch_dependents;");
+                                    const uint32_t at = q * GATHER_PIECE;
+                                    warp_copy(dst + off + at, src + off + at,
+                                              len - at < GATHER_PIECE ? len - at : GATHER_PIECE, lane);
+                                }
+                            g += walk ? pieces : 0;
                         }
-                        g += pieces;
+                        off = o;
+                        len = n;
                     }
                 }
             }
