@@ -211,6 +211,7 @@ struct tier_scan_shape {
     static const int TOK = GP <= 4 ? 16 : GP == 8 ? 8 : 4; /* tokens per lane */
     static const int PARTS = 64 / TOK;                    /* warps per 32 blocks */
     static const int THREADS = 32 * PARTS;
+    static const int MIN_BLOCKS = 512 / THREADS; /* 16 warps an SM: at most 128 registers */
 };
 
 /* One CTA: 32 consecutive blocks (lane = block) of one KV head, warps
@@ -218,7 +219,7 @@ struct tier_scan_shape {
  * scales of the 32 blocks are loaded once into shared memory (coalesced
  * 256-byte runs of host memory), then decoded by every warp. */
 template <int D, int GP>
-static __global__ void __launch_bounds__(tier_scan_shape<GP>::THREADS)
+static __global__ void __launch_bounds__(tier_scan_shape<GP>::THREADS, tier_scan_shape<GP>::MIN_BLOCKS)
 tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t G, uint32_t p0, tier_ws w,
                  unsigned long long *hit_bytes) {
     typedef tier_scan_shape<GP> SH;
@@ -230,9 +231,11 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
     __shared__ uint8_t s_row_p[PASS * FATHOM_PLANES];
     __shared__ int16_t s_line[PASS * FATHOM_PLANES]; /* cache slot of (pass channel c, plane p) */
     __shared__ int16_t s_row_line[PASS * FATHOM_PLANES];
+    __shared__ uint32_t s_spread[256]; /* fc_spread8 of every byte */
     const uint32_t p = p0 + blockIdx.y, tid = threadIdx.x, lane = tid & 31, part = tid >> 5;
     const uint64_t n = w.n_of[p], nb = (n + 63) / 64, b0 = (uint64_t)blockIdx.x * 32;
     if (b0 >= nb) return; /* uniform */
+    for (uint32_t i = tid; i < 256; i += SH::THREADS) s_spread[i] = fc_spread8(i); /* read after a barrier */
     const uint32_t S = t.segment_blocks, h = p % t.heads;
     const uint32_t s = sessions[p / t.heads];
     const tier_cache cache = t.caches[s];
@@ -305,32 +308,32 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
         for (int i = 0; i < SH::TOK; i++)
 #pragma unroll
             for (int g = 0; g < GP; g++) acc[i][g] = 0.0f;
-        for (uint32_t c = 0; c < np; c++) {
-            const uint32_t depth = s_t[c], half = 1u << (depth - 1);
-            const float unit = tier_f32(s_scale[c][lane]) / (float)half; /* exact: a power of two */
-            const float base = 0.5f - (float)half;
-            uint32_t bits[FATHOM_PLANES];
+        for (uint32_t c = 0; c < np; c++) { /* scan.cu's codes and khat: the same exact values */
+            const uint32_t depth = s_t[c];
+            uint32_t nib[(SH::TOK + 7) / 8] = {};
 #pragma unroll
-            for (int pl = 0; pl < FATHOM_PLANES; pl++)
-                bits[pl] = pl < (int)depth ? (uint32_t)(s_words[(s_off[c] + pl) * 32 + lane] >> shift) : 0u;
-#pragma unroll
-            for (int i = 0; i < SH::TOK; i++) {
-                uint32_t code = 0;
-#pragma unroll
-                for (int pl = 0; pl < FATHOM_PLANES; pl++)
-                    if (pl < (int)depth) code = (code << 1) | ((bits[pl] >> i) & 1u);
-                const float khat = ((float)code + base) * unit; /* exact */
-#pragma unroll
-                for (int g = 0; g < GP; g++) acc[i][g] = fmaf(s_q[g][c], khat, acc[i][g]);
+            for (int pl = 0; pl < FATHOM_PLANES; pl++) {
+                if (pl >= (int)depth) break;
+                fc_codes_add_plane(nib, (uint32_t)(s_words[(s_off[c] + pl) * 32 + lane] >> shift), s_spread);
             }
+            fc_codes_accumulate<GP, SH::TOK>(acc, [&](int g) { return s_q[g][c]; }, depth, s_scale[c][lane], nib);
         }
 #pragma unroll
         for (int g = 0; g < GP; g++) {
             if (g >= (int)G) break;
             float *row = w.scores + ((size_t)p * G + g) * w.stride + first;
+            if (first + SH::TOK <= n) { /* 16-byte aligned: first and the stride are multiples of 4 */
 #pragma unroll
-            for (int i = 0; i < SH::TOK; i++)
-                if (first + i < n) row[i] = (c0 == 0 ? 0.0f : row[i]) + acc[i][g];
+                for (int i = 0; i < SH::TOK; i += 4) {
+                    const float4 o = c0 == 0 ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : *(const float4 *)(row + i);
+                    *(float4 *)(row + i) = make_float4(o.x + acc[i][g], o.y + acc[i + 1][g], o.z + acc[i + 2][g],
+                                                       o.w + acc[i + 3][g]);
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < SH::TOK; i++)
+                    if (first + i < n) row[i] = (c0 == 0 ? 0.0f : row[i]) + acc[i][g];
+            }
         }
     }
     if (hit_bytes) { /* per warp, one atomic */
