@@ -91,6 +91,26 @@ static uint32_t chunk_of(const fathom_cuda_tier *tier, const fathom_cuda_tier_st
     return fc_chunk_size(L->per_chunk, P, a->capacity_tokens);
 }
 
+/* Whether every live session's HBM cache holds at least half of a
+ * water-filling plan's budget of plane lines per (layer, KV head): then the
+ * gather would move little and a step chunked by context runs on one stream
+ * (bench_cuda_tier at 1M tokens: from about half the plane bytes cached, one
+ * stream measured faster than the pipeline, whose chunks multiply the
+ * fixed-latency top-k, fetch and attention launches). */
+static bool planes_mostly_cached(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a) {
+    if (a->fixed_depths) return false;
+    const tier_dev *t = fc_tier_dev(tier);
+    tier_cache *dev;
+    const tier_cache *c = fc_tier_caches(tier, &dev);
+    bool any = false;
+    for (uint32_t s = 0; s < t->max_sessions; s++) {
+        if (!fc_tier_live(tier, s)) continue;
+        if (2ull * c[s].lines < a->budget) return false;
+        any = true;
+    }
+    return any;
+}
+
 static int layout(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a, void *base,
                   tier_ws *w) {
     const tier_dev *t = fc_tier_dev(tier);
@@ -755,7 +775,11 @@ extern "C" int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_t
     uint32_t *sel = a->selected ? a->selected : w.top.sel;
     uint32_t *sel_count = a->selected_count ? a->selected_count : w.top.sel_count;
     fathom_cuda_lanes *L = fc_tier_lanes(tier);
-    const uint32_t per = chunk_of(tier, a);
+    uint32_t per = chunk_of(tier, a);
+    if (per < P && L->per_chunk == 0 && planes_mostly_cached(tier, a)) {
+        per = P;
+        w.stage = NULL; /* reserved by the layout, unused: the scan reads what the cache lacks in place */
+    }
     FATHOM_CUDA_TRY(cudaMemsetAsync(w.top.hist, 0, w.top.zero_bytes, stream));
     const bool insert = *fc_tier_row_caches(tier) > 0;
     switch (t->dim) {
