@@ -96,7 +96,8 @@ static uint32_t chunk_of(const fathom_cuda_tier *tier, const fathom_cuda_tier_st
  * gather would move little and a step chunked by context runs on one stream
  * (bench_cuda_tier at 1M tokens: from about half the plane bytes cached, one
  * stream measured faster than the pipeline, whose chunks multiply the
- * fixed-latency top-k, fetch and attention launches). */
+ * fixed-latency top-k, fetch and attention launches). Host work: a pass
+ * over max_sessions, for steps that would pipeline only. */
 static bool planes_mostly_cached(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a) {
     if (a->fixed_depths) return false;
     const tier_dev *t = fc_tier_dev(tier);
