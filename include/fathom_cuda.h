@@ -415,12 +415,15 @@ int fathom_cuda_tier_workspace_size(const fathom_cuda_tier *tier,
  * into HBM staging one after another on the tier's high-priority link
  * stream, and each chunk's scan, top-k, row fetch and attention run on one
  * of its lanes beside the next chunks' gathers; the streams fork from and
- * join back into `stream` (graph capture works). Sessions with a plane
- * cache are scanned in place. Chunks by context (the default) pipeline only
- * from 196608 tokens of capacity_tokens, with at most FATHOM_CUDA_MAX_CHUNKS
- * (entry, KV head) pairs and segments of at least 4096 blocks; otherwise,
- * and without lanes or with one chunk, every phase runs on `stream` and the
- * scan reads the planes in place from host memory. Steps of one tier must be enqueued from
+ * join back into `stream` (graph capture works). For a session with a
+ * plane cache the gather moves only what the cache does not hold. Chunks by
+ * context (the default) pipeline only from 196608 tokens of
+ * capacity_tokens, with at most FATHOM_CUDA_MAX_CHUNKS (entry, KV head)
+ * pairs and segments of at least 4096 blocks, and not while every live
+ * session's plane cache holds at least budget / 2 lines per (layer, KV
+ * head) (checked when the step is enqueued or captured); otherwise, and
+ * without lanes or with one chunk, every phase runs on `stream` and the
+ * scan reads the planes the cache lacks in place from host memory. Steps of one tier must be enqueued from
  * one host thread at a time. Same bits with or without the pipeline; the
  * workspace holds the staging (workspace_size depends on the lanes). */
 int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *args,

@@ -30,14 +30,22 @@
  *            plan's depths) and row slots = a multiple of the mean union;
  *            the hit rates are measured (bytes the step read from HBM over
  *            the bytes it planned and fetched), not assumed. "none" is the
- *            same graph without a cache; "real" forces the hit rates of the
- *            SmolLM2 decode traces (planes 0.47, rows about 0.43: slots =
- *            union / 2) and reports its HBM bytes against the index's.
+ *            same graph without a cache; "smollm2@10%" and "gemma@10%"
+ *            force the hit rates that bench/cache_sim.py measured on real
+ *            decode traces with an HBM budget of 10% of the index (LFU, half
+ *            the budget to planes; docs/results/data/decode-cache-sim.json,
+ *            SmolLM2 code_00: planes 0.24, rows 0.25; gemma-cache-sim.json,
+ *            Gemma 3 16k code: planes 0.95, rows 0.47) and report the HBM
+ *            they took against the index's. Every point is also timed on one
+ *            stream (fathom_cuda_tier_set_lanes(tier, 0, 0)).
  * ragged: four sessions of --ragged lengths in one batch (segments of 1024
  *   blocks), one graph of L x (append + step): ms per step against the link
  *   floor of the bytes it moved.
  * --only-tier: the tier and one-stream graphs only (no fixed step, cache
- * sweep or ragged batch: for a profiler).
+ * sweep or ragged batch: for a profiler). --only-cache: no fixed step and
+ * no ragged batch. --profile P,..: one more replay of those cache points'
+ * pipelined and one-stream graphs between cudaProfilerStart and
+ * cudaProfilerStop (ncu --profile-from-start off).
  * The link: one 1 GiB pinned host -> device copy, best of 3, in the same run. */
 #define FATHOM_CUDA_EXPERIMENTAL /* the direct transport, for the fixed step's comparison */
 #include "fathom_cuda.h"
@@ -45,6 +53,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cuda_bf16.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -161,6 +170,19 @@ typedef struct setup {
 } setup;
 
 static uint32_t chunk_heads = 0; /* --chunk: KV heads per pipeline chunk, 0 by context */
+static const char *profile_point = NULL; /* --profile: cache points, comma-separated */
+
+/* Whether name is one of list's comma-separated names. */
+static bool listed(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; p && *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n)) return true;
+        p = e ? e + 1 : NULL;
+    }
+    return false;
+}
 
 static setup make_setup(uint32_t L, uint32_t S, const std::vector<uint64_t> &lens, uint64_t capacity) {
     setup st;
@@ -333,8 +355,12 @@ static std::string cache_sweep(setup &st, uint64_t n, cudaStream_t s, int reps, 
         const char *name;
         double plane_frac, slot_mult;
     };
-    const point pts[] = {{"none", 0, 0},      {"p0.25", 0.25, 0.25}, {"p0.5", 0.5, 0.75}, {"p0.75", 0.75, 2},
-                         {"p1", 1, 64},        {"planes-only", 1, 0}, {"rows-only", 0, 64}, {"real", 0.47, 0.5}};
+    /* slots = m x union keep about m (1 - exp(-1/m)) of a static union (direct-mapped);
+       lines = f x the plan's lines give a little more than f of its bytes (the first
+       lines carry their channels' scales) */
+    const point pts[] = {{"none", 0, 0},        {"p0.25", 0.25, 0.25},        {"p0.5", 0.5, 0.75},
+                         {"p0.75", 0.75, 2},    {"p1", 1, 64},                {"planes-only", 1, 0},
+                         {"rows-only", 0, 64},  {"smollm2@10%", 0.22, 0.25},  {"gemma@10%", 0.94, 0.57}};
     std::string js = "[";
     double none_ms = 0;
     for (size_t i = 0; i < sizeof pts / sizeof pts[0]; i++) {
@@ -346,16 +372,21 @@ static std::string cache_sweep(setup &st, uint64_t n, cudaStream_t s, int reps, 
         FK(fathom_cuda_tier_cache_fill(st.tier, sid, st.d_depths, s));
         uint64_t hbm = 0;
         FK(fathom_cuda_tier_cache_bytes(st.tier, sid, &hbm));
-        cudaGraph_t g;
-        cudaGraphExec_t exec;
-        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        for (uint32_t l = 0; l < L; l++) {
-            fathom_cuda_tier_step_args a = args_of(st, l);
-            a.cache_bytes = d_hits;
-            FK(fathom_cuda_tier_step(st.tier, &a, s));
-        }
-        CK(cudaStreamEndCapture(s, &g));
-        CK(cudaGraphInstantiate(&exec, g, 0));
+        auto graph_of = [&](unsigned long long *hits_to) {
+            cudaGraph_t g;
+            cudaGraphExec_t exec;
+            CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+            for (uint32_t l = 0; l < L; l++) {
+                fathom_cuda_tier_step_args a = args_of(st, l);
+                a.cache_bytes = hits_to;
+                FK(fathom_cuda_tier_step(st.tier, &a, s));
+            }
+            CK(cudaStreamEndCapture(s, &g));
+            CK(cudaGraphInstantiate(&exec, g, 0));
+            CK(cudaGraphDestroy(g));
+            return exec;
+        };
+        cudaGraphExec_t exec = graph_of(d_hits);
         CK(cudaGraphLaunch(exec, s)); /* warm: the row cache fills */
         CK(cudaMemsetAsync(d_hits, 0, 16, s));
         const timing t = replay(exec, s, reps); /* reps + 1 replays counted */
@@ -363,8 +394,22 @@ static std::string cache_sweep(setup &st, uint64_t n, cudaStream_t s, int reps, 
         CK(cudaMemcpy(hits, d_hits, 16, cudaMemcpyDeviceToHost));
         double scan_b, row_b;
         bytes_of(st, {n}, &scan_b, &row_b);
+        /* the same point on one stream (no counters: the rates are the pipeline's) */
+        FK(fathom_cuda_tier_set_lanes(st.tier, 0, 0));
+        cudaGraphExec_t one = graph_of(NULL);
+        const timing t1 = replay(one, s, reps);
+        FK(fathom_cuda_tier_set_lanes(st.tier, 3, chunk_heads));
+        if (listed(profile_point, pt.name)) {
+            CK(cudaStreamSynchronize(s));
+            CK(cudaProfilerStart());
+            CK(cudaGraphLaunch(exec, s));
+            CK(cudaStreamSynchronize(s));
+            CK(cudaGraphLaunch(one, s));
+            CK(cudaStreamSynchronize(s));
+            CK(cudaProfilerStop());
+        }
         CK(cudaGraphExecDestroy(exec));
-        CK(cudaGraphDestroy(g));
+        CK(cudaGraphExecDestroy(one));
         const double ph = hits[0] / (scan_b * (reps + 1)), rh = hits[1] / (row_b * (reps + 1));
         if (i == 0) none_ms = t.gpu_ms;
         const double floor_ms = ((1 - ph) * scan_b + (1 - rh) * row_b) / (link * 1e9) * 1e3;
@@ -372,9 +417,11 @@ static std::string cache_sweep(setup &st, uint64_t n, cudaStream_t s, int reps, 
         snprintf(buf, sizeof buf,
                  "%s{\"point\": \"%s\", \"lines\": %llu, \"plan_lines\": %.2f, \"slots\": %llu, "
                  "\"union_mean\": %.1f, \"hbm_GB\": %.4f, \"hbm_of_index\": %.4f, \"plane_hit\": %.4f, "
-                 "\"row_hit\": %.4f, \"ms\": %.4f, \"vs_none\": %.4f, \"host_floor_ms\": %.4f}",
+                 "\"row_hit\": %.4f, \"ms\": %.4f, \"one_stream_ms\": %.4f, \"vs_none\": %.4f, "
+                 "\"host_floor_ms\": %.4f}",
                  i ? ", " : "", pt.name, (unsigned long long)lines, lines_mean, (unsigned long long)slots,
-                 union_mean, hbm / 1e9, hbm / index_bytes, ph, rh, t.gpu_ms, t.gpu_ms / none_ms, floor_ms);
+                 union_mean, hbm / 1e9, hbm / index_bytes, ph, rh, t.gpu_ms, t1.gpu_ms, t.gpu_ms / none_ms,
+                 floor_ms);
         fprintf(stderr, "  cache %s\n", buf);
         js += buf;
     }
@@ -466,7 +513,7 @@ int main(int argc, char **argv) {
     std::vector<uint64_t> ragged = {1000000, 600000, 300000, 131072};
     uint32_t L = 4;
     int reps = 50;
-    bool only_tier = false;
+    bool only_tier = false, only_cache = false;
     for (int i = 1; i < argc; i++) {
         auto list = [&](std::vector<uint64_t> &v) {
             v.clear();
@@ -481,9 +528,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) chunk_heads = (uint32_t)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--only-tier")) only_tier = true;
+        else if (!strcmp(argv[i], "--only-cache")) only_cache = true;
+        else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile_point = argv[++i];
         else if (!strcmp(argv[i], "--json")) {
         } else {
-            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--json]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--only-cache] [--profile POINT,..] [--json]\n", argv[0]);
             return 2;
         }
     }
@@ -539,8 +588,8 @@ int main(int argc, char **argv) {
         uint64_t len;
         FK(fathom_cuda_tier_length(st.tier, st.ids[0], &len));
         double fk = 0, fl = 0, fd = 0;
-        if (!only_tier) fixed_steps(st, len, s, reps, &fk, &fl, &fd);
-        const double best = only_tier ? 1.0 : std::min(fk, std::min(fl, fd));
+        if (!only_tier && !only_cache) fixed_steps(st, len, s, reps, &fk, &fl, &fd);
+        const double best = only_tier || only_cache ? 1.0 : std::min(fk, std::min(fl, fd));
         const std::string cache_js = only_tier ? std::string("[]") : cache_sweep(st, len, s, reps, link);
         const double floor_ms = (scan_b + row_b) / (link * 1e9) * 1e3;
         snprintf(buf, sizeof buf,
@@ -558,7 +607,7 @@ int main(int argc, char **argv) {
         free_setup(st);
     }
     js += "]";
-    if (ragged.size() == 4 && !only_tier) {
+    if (ragged.size() == 4 && !only_tier && !only_cache) {
         fprintf(stderr, "ragged batch\n");
         uint64_t cap = 0;
         for (uint64_t n : ragged) cap = std::max(cap, n + reps + 2);

@@ -41,6 +41,59 @@ static __device__ __forceinline__ uint32_t fc_score_order(float s) {
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+/* Plane decoding shared by the plane scans (scan.cu, tier_step.cu); scan.cu's
+ * header explains the nibble codes and why khat is exact. */
+
+/* bit i of the low byte of x -> bit 4i */
+static __host__ __device__ __forceinline__ uint32_t fc_spread8(uint32_t x) {
+    x &= 0xffu;
+    x = (x | (x << 12)) & 0x000f000fu;
+    x = (x | (x << 6)) & 0x03030303u;
+    x = (x | (x << 3)) & 0x11111111u;
+    return x;
+}
+
+/* One more plane (MSB first) into a lane's codes: bits holds the plane's
+ * bits of the lane's tokens from bit 0; nib[k] bits [4m, 4m + 4) hold the
+ * code of token 8k + m. spread: fc_spread8 of every byte (shared memory). */
+template <int WORDS>
+static __device__ __forceinline__ void fc_codes_add_plane(uint32_t (&nib)[WORDS], uint32_t bits,
+                                                          const uint32_t *spread) {
+#pragma unroll
+    for (int k = 0; k < WORDS; k++) nib[k] = (nib[k] << 1) | spread[(bits >> (8 * k)) & 0xffu];
+}
+
+/* acc[i][h] = fmaf(q(h), khat_i, acc[i][h]) for the lane's TOK tokens of a
+ * channel read to depth t >= 1 with fp16 scale `scale`, codes in nib as
+ * fc_codes_add_plane leaves them (TOK even). khat in one fma from a float
+ * whose mantissa holds the code: (2^(23-r) + c) * a - (2^(23-r) + 2^(t-1) -
+ * 1/2) * a, for a code at bits [r, r+4) with r = 12 or 16. Both constants
+ * have at most 13 significant bits, so their products with a (11) are exact
+ * in float, and so is the fma's result. */
+template <int G, int TOK, typename Q>
+static __device__ __forceinline__ void fc_codes_accumulate(float (&acc)[TOK][G], Q q, uint32_t t, uint16_t scale,
+                                                           const uint32_t (&nib)[(TOK + 7) / 8]) {
+    const float unit = __int_as_float((127 + 1 - (int)t) << 23); /* 2^-(t-1) */
+    const float a = __half2float(__ushort_as_half(scale)) * unit;
+    const float half_t = (float)(1u << (t - 1)) - 0.5f;
+    const float k12 = -(2048.0f + half_t) * a, k16 = -(128.0f + half_t) * a;
+#pragma unroll
+    for (int i = 0; i < TOK; i += 2) {
+        /* codes i and i+1 (nibbles 2m and 2m+1 of a word) to bits 12 and 16:
+         * one shift per pair, one mask-and-or per code */
+        const uint32_t w = nib[i / 8], m = (i % 8) / 2;
+        const uint32_t s2 = m == 0 ? w << 12 : m == 1 ? w << 4 : m == 2 ? w >> 4 : w >> 12;
+        const float x0 = __int_as_float(0x45000000u | (s2 & 0x0000f000u)); /* 2^11 + c_i */
+        const float x1 = __int_as_float(0x43000000u | (s2 & 0x000f0000u)); /* 2^7 + c_i+1 */
+        const float khat0 = fmaf(x0, a, k12), khat1 = fmaf(x1, a, k16);
+#pragma unroll
+        for (int h = 0; h < G; h++) {
+            acc[i][h] = fmaf(q(h), khat0, acc[i][h]);
+            acc[i + 1][h] = fmaf(q(h), khat1, acc[i + 1][h]);
+        }
+    }
+}
+
 /* fathom_water_fill's depth of channel j = threadIdx.x in a CTA of D
  * threads, from g = its importance (fathom_importance, in double).
  * t_j(theta) counts the breakpoints g_j / 4^(m - 1/2), m = 1..4 (g_j/2,

@@ -36,14 +36,6 @@
 #define SCAN_THREADS 256
 #define SCAN_PASS 64 /* active channels per pass, as the CPU kernels */
 
-/* bit i of the low byte of x -> bit 4i */
-static __device__ __forceinline__ uint32_t spread8(uint32_t x) {
-    x &= 0xffu;
-    x = (x | (x << 12)) & 0x000f000fu;
-    x = (x | (x << 6)) & 0x03030303u;
-    x = (x | (x << 3)) & 0x11111111u;
-    return x;
-}
 
 template <int G, int TOK_>
 struct scan_shape {
@@ -98,38 +90,13 @@ scan_lane(float (&acc)[TOK][G], uint32_t c0, uint32_t c1, const uint8_t *s_chan,
 #pragma unroll
             for (int pl = 0; pl < FATHOM_PLANES; pl++) {
                 if (pl >= (int)t) break;
-                const uint32_t bits = (uint32_t)word[pl] >> (shift % 32);
-#pragma unroll
-                for (int k = 0; k < WORDS; k++) nib[k] = (nib[k] << 1) | s_spread[(bits >> (8 * k)) & 0xffu];
+                fc_codes_add_plane(nib, (uint32_t)word[pl] >> (shift % 32), s_spread);
             }
         }
     };
     /* the multiply-adds of channel c */
     auto accumulate = [&](uint32_t c, uint32_t t, uint16_t scale, const uint32_t (&nib)[WORDS]) {
-        const float unit = __int_as_float((127 + 1 - (int)t) << 23);         /* 2^-(t-1) */
-        const float a = __half2float(__ushort_as_half(scale)) * unit;
-        /* khat in one fma from a float whose mantissa holds the code (the
-         * header): (2^(23-r) + c) * a - (2^(23-r) + 2^(t-1) - 1/2) * a, for a
-         * code at bits [r, r+4) with r = 12 or 16. Both constants have at
-         * most 13 significant bits, so their products with a (11) are exact
-         * in float, and so is the fma's result. */
-        const float half_t = (float)(1u << (t - 1)) - 0.5f;
-        const float k12 = -(2048.0f + half_t) * a, k16 = -(128.0f + half_t) * a;
-#pragma unroll
-        for (int i = 0; i < TOK; i += 2) {
-            /* codes i and i+1 (nibbles 2m and 2m+1 of a word) to bits 12 and 16:
-             * one shift per pair, one mask-and-or per code */
-            const uint32_t w = nib[i / 8], m = (i % 8) / 2;
-            const uint32_t s2 = m == 0 ? w << 12 : m == 1 ? w << 4 : m == 2 ? w >> 4 : w >> 12;
-            const float x0 = __int_as_float(0x45000000u | (s2 & 0x0000f000u)); /* 2^11 + c_i */
-            const float x1 = __int_as_float(0x43000000u | (s2 & 0x000f0000u)); /* 2^7 + c_i+1 */
-            const float khat0 = fmaf(x0, a, k12), khat1 = fmaf(x1, a, k16);
-#pragma unroll
-            for (int h = 0; h < G; h++) {
-                acc[i][h] = fmaf(s_q[h][c], khat0, acc[i][h]);
-                acc[i + 1][h] = fmaf(s_q[h][c], khat1, acc[i + 1][h]);
-            }
-        }
+        fc_codes_accumulate<G, TOK>(acc, [&](int h) { return s_q[h][c]; }, t, scale, nib);
     };
     if (c0 < c1) load(c0, wa, sa);
     if (c0 + 1 < c1) load(c0 + 1, wb, sb);
@@ -178,7 +145,7 @@ scan_planes_kernel(uint64_t n, uint32_t nb, const uint8_t *depths, const float *
     /* byte -> its 8 bits at nibble positions: two shared loads per plane
      * and 16 tokens instead of 18 shift-and-mask operations */
     __shared__ uint32_t s_spread[256];
-    for (uint32_t i = tid; i < 256; i += blockDim.x) s_spread[i] = spread8(i);
+    for (uint32_t i = tid; i < 256; i += blockDim.x) s_spread[i] = fc_spread8(i);
     if (tally.hist)
         for (uint32_t i = tid; i < G * FC_HIST_BINS; i += blockDim.x) s_hist[i] = 0;
     uint32_t t_mine = 0, rank = 0;

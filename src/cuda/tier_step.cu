@@ -3,12 +3,13 @@
  *           variance from the running sums (fathom_store_variance), the
  *           water-filling depths (fathom_water_fill) or the caller's fixed
  *           depths, and the scan order;
- *   gather  (pipelined steps, sessions without a plane cache) the planned
- *           plane rows and scales of a chunk of problems into HBM staging,
- *           laid out as the host slices;
- *   scan    approximate scores of every token, plane words from staging, or
- *           read in place from the host segments through the segment table,
- *           or from the session's HBM plane cache where it holds them;
+ *   gather  (pipelined steps) the planned plane rows and scales of a chunk
+ *           of problems that the session's HBM plane cache does not hold
+ *           into HBM staging, laid out as the host slices;
+ *   scan    approximate scores of every token, plane words from the
+ *           session's HBM plane cache where it holds them, else from
+ *           staging (pipelined) or read in place from the host segments
+ *           through the segment table;
  *   top-k   topk.cu's radix select, each row at its own length;
  *   fetch   the union of the group's winners, K and V rows from the host or
  *           from the session's HBM row cache;
@@ -88,6 +89,27 @@ static uint32_t chunk_of(const fathom_cuda_tier *tier, const fathom_cuda_tier_st
                               t->segment_blocks < TIER_PIPELINE_SEGMENT))
         return P;
     return fc_chunk_size(L->per_chunk, P, a->capacity_tokens);
+}
+
+/* Whether every live session's HBM cache holds at least half of a
+ * water-filling plan's budget of plane lines per (layer, KV head): then the
+ * gather would move little and a step chunked by context runs on one stream
+ * (bench_cuda_tier at 1M tokens: from about half the plane bytes cached, one
+ * stream measured faster than the pipeline, whose chunks multiply the
+ * fixed-latency top-k, fetch and attention launches). Host work: a pass
+ * over max_sessions, for steps that would pipeline only. */
+static bool planes_mostly_cached(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a) {
+    if (a->fixed_depths) return false;
+    const tier_dev *t = fc_tier_dev(tier);
+    tier_cache *dev;
+    const tier_cache *c = fc_tier_caches(tier, &dev);
+    bool any = false;
+    for (uint32_t s = 0; s < t->max_sessions; s++) {
+        if (!fc_tier_live(tier, s)) continue;
+        if (2ull * c[s].lines < a->budget) return false;
+        any = true;
+    }
+    return any;
 }
 
 static int layout(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a, void *base,
@@ -210,6 +232,7 @@ struct tier_scan_shape {
     static const int TOK = GP <= 4 ? 16 : GP == 8 ? 8 : 4; /* tokens per lane */
     static const int PARTS = 64 / TOK;                    /* warps per 32 blocks */
     static const int THREADS = 32 * PARTS;
+    static const int MIN_BLOCKS = 512 / THREADS; /* 16 warps an SM: at most 128 registers */
 };
 
 /* One CTA: 32 consecutive blocks (lane = block) of one KV head, warps
@@ -217,7 +240,7 @@ struct tier_scan_shape {
  * scales of the 32 blocks are loaded once into shared memory (coalesced
  * 256-byte runs of host memory), then decoded by every warp. */
 template <int D, int GP>
-static __global__ void __launch_bounds__(tier_scan_shape<GP>::THREADS)
+static __global__ void __launch_bounds__(tier_scan_shape<GP>::THREADS, tier_scan_shape<GP>::MIN_BLOCKS)
 tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t G, uint32_t p0, tier_ws w,
                  unsigned long long *hit_bytes) {
     typedef tier_scan_shape<GP> SH;
@@ -229,9 +252,11 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
     __shared__ uint8_t s_row_p[PASS * FATHOM_PLANES];
     __shared__ int16_t s_line[PASS * FATHOM_PLANES]; /* cache slot of (pass channel c, plane p) */
     __shared__ int16_t s_row_line[PASS * FATHOM_PLANES];
+    __shared__ uint32_t s_spread[256]; /* fc_spread8 of every byte */
     const uint32_t p = p0 + blockIdx.y, tid = threadIdx.x, lane = tid & 31, part = tid >> 5;
     const uint64_t n = w.n_of[p], nb = (n + 63) / 64, b0 = (uint64_t)blockIdx.x * 32;
     if (b0 >= nb) return; /* uniform */
+    for (uint32_t i = tid; i < 256; i += SH::THREADS) s_spread[i] = fc_spread8(i); /* read after a barrier */
     const uint32_t S = t.segment_blocks, h = p % t.heads;
     const uint32_t s = sessions[p / t.heads];
     const tier_cache cache = t.caches[s];
@@ -241,9 +266,8 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
     const uint64_t *cwords = cache.words + lh * cache.lines * cache.blocks;
     const uint16_t *cscales = cache.scales + lh * cache.lines * cache.blocks;
     uint32_t cached = 0; /* bytes this thread read from the cache */
-    const uint8_t *slice = w.stage && !cache.map
-                               ? w.stage + ((size_t)p * w.nseg + b0 / S) * t.kv_off /* the gather's copy */
-                               : tier_slice(t, s, (uint32_t)(b0 / S), layer, h);
+    const uint8_t *slice = w.stage ? w.stage + ((size_t)p * w.nseg + b0 / S) * t.kv_off /* the gather's copy */
+                                   : tier_slice(t, s, (uint32_t)(b0 / S), layer, h);
     const uint64_t *planes = (const uint64_t *)slice;
     const uint16_t *scales = (const uint16_t *)(slice + t.scales_off);
     const uint32_t bs0 = (uint32_t)(b0 % S), nblk = nb - b0 < 32 ? (uint32_t)(nb - b0) : 32;
@@ -305,32 +329,32 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
         for (int i = 0; i < SH::TOK; i++)
 #pragma unroll
             for (int g = 0; g < GP; g++) acc[i][g] = 0.0f;
-        for (uint32_t c = 0; c < np; c++) {
-            const uint32_t depth = s_t[c], half = 1u << (depth - 1);
-            const float unit = tier_f32(s_scale[c][lane]) / (float)half; /* exact: a power of two */
-            const float base = 0.5f - (float)half;
-            uint32_t bits[FATHOM_PLANES];
+        for (uint32_t c = 0; c < np; c++) { /* scan.cu's codes and khat: the same exact values */
+            const uint32_t depth = s_t[c];
+            uint32_t nib[(SH::TOK + 7) / 8] = {};
 #pragma unroll
-            for (int pl = 0; pl < FATHOM_PLANES; pl++)
-                bits[pl] = pl < (int)depth ? (uint32_t)(s_words[(s_off[c] + pl) * 32 + lane] >> shift) : 0u;
-#pragma unroll
-            for (int i = 0; i < SH::TOK; i++) {
-                uint32_t code = 0;
-#pragma unroll
-                for (int pl = 0; pl < FATHOM_PLANES; pl++)
-                    if (pl < (int)depth) code = (code << 1) | ((bits[pl] >> i) & 1u);
-                const float khat = ((float)code + base) * unit; /* exact */
-#pragma unroll
-                for (int g = 0; g < GP; g++) acc[i][g] = fmaf(s_q[g][c], khat, acc[i][g]);
+            for (int pl = 0; pl < FATHOM_PLANES; pl++) {
+                if (pl >= (int)depth) break;
+                fc_codes_add_plane(nib, (uint32_t)(s_words[(s_off[c] + pl) * 32 + lane] >> shift), s_spread);
             }
+            fc_codes_accumulate<GP, SH::TOK>(acc, [&](int g) { return s_q[g][c]; }, depth, s_scale[c][lane], nib);
         }
 #pragma unroll
         for (int g = 0; g < GP; g++) {
             if (g >= (int)G) break;
             float *row = w.scores + ((size_t)p * G + g) * w.stride + first;
+            if (first + SH::TOK <= n) { /* 16-byte aligned: first and the stride are multiples of 4 */
 #pragma unroll
-            for (int i = 0; i < SH::TOK; i++)
-                if (first + i < n) row[i] = (c0 == 0 ? 0.0f : row[i]) + acc[i][g];
+                for (int i = 0; i < SH::TOK; i += 4) {
+                    const float4 o = c0 == 0 ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : *(const float4 *)(row + i);
+                    *(float4 *)(row + i) = make_float4(o.x + acc[i][g], o.y + acc[i + 1][g], o.z + acc[i + 2][g],
+                                                       o.w + acc[i + 3][g]);
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < SH::TOK; i++)
+                    if (first + i < n) row[i] = (c0 == 0 ? 0.0f : row[i]) + acc[i][g];
+            }
         }
     }
     if (hit_bytes) { /* per warp, one atomic */
@@ -359,12 +383,15 @@ static __device__ __forceinline__ void warp_copy(uint8_t *dst, const uint8_t *sr
         *(uint16_t *)(dst + x) = __ldcv((const unsigned short *)(src + x));
 }
 
-/* Problems [p0, p0 + count) of a step; their sessions without a plane cache
- * get, for every segment the length reaches, the plane rows p < depth_j of
- * every channel (one run when the segment is full, else one per row of its
- * nblk blocks) and the channel's scales, at the offsets of the host slice.
- * The runs are cut into GATHER_PIECE pieces dealt round robin to all warps
- * of the grid; every warp walks the same list (depths in shared memory). A
+/* Problems [p0, p0 + count) of a step: for every segment the length
+ * reaches, the plane rows p < depth_j of every channel and the channel's
+ * scales, at the offsets of the host slice, less what the session's plane
+ * cache holds (line (j, p) mapped: its blocks below the cache's valid
+ * count; the scales with line (j, 0)), which the scan reads from the cache.
+ * A row's blocks left to copy are one run; runs adjacent in the slice merge
+ * (a full segment without a cache: one run per channel). The runs are cut
+ * into GATHER_PIECE pieces dealt round robin to all warps of the grid;
+ * every warp walks the same list (depths and cache map in shared memory). A
  * first walk counts the pieces: a warp near its last ones lets the next
  * chunk's gather (programmatic dependent launch) start, so the link does not
  * drain between chunks. */
@@ -373,6 +400,7 @@ static __global__ void __launch_bounds__(GATHER_WARPS * 32)
 tier_gather_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t p0, uint32_t count,
                    tier_ws w) {
     __shared__ uint8_t s_dep[D];
+    __shared__ int16_t s_map[D * FATHOM_PLANES];
     const uint32_t lane = threadIdx.x & 31, W = GATHER_GRID * GATHER_WARPS;
     const uint32_t me = blockIdx.x * GATHER_WARPS + (threadIdx.x >> 5), S = t.segment_blocks;
     uint64_t total = 0, g = 0;
@@ -380,36 +408,59 @@ tier_gather_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_
         for (uint32_t p = p0; p < p0 + count; p++) {
             const uint32_t s = sessions[p / t.heads], h = p % t.heads;
             const uint64_t nb = ((uint64_t)w.n_of[p] + 63) / 64;
-            if (s >= t.max_sessions || t.caches[s].map) continue; /* uniform */
+            if (s >= t.max_sessions) continue; /* uniform */
+            const tier_cache cache = t.caches[s];
+            const uint64_t cvalid = cache.map ? cache.valid[layer] : 0; /* cached blocks of mapped lines */
+            const int16_t *cmap = cvalid ? cache.map + ((size_t)layer * t.heads + h) * D * FATHOM_PLANES : NULL;
             __syncthreads();
             for (uint32_t j = threadIdx.x; j < D; j += blockDim.x) s_dep[j] = w.depths[(size_t)p * D + j];
+            for (uint32_t i = threadIdx.x; i < D * FATHOM_PLANES; i += blockDim.x)
+                s_map[i] = cvalid ? cmap[i] : (int16_t)-1;
             __syncthreads();
             for (uint32_t seg = 0; (uint64_t)seg * S < nb; seg++) {
-                const uint32_t nblk = nb - (uint64_t)seg * S < S ? (uint32_t)(nb - (uint64_t)seg * S) : S;
+                const uint64_t sb = (uint64_t)seg * S; /* the segment's first block */
+                const uint32_t nblk = nb - sb < S ? (uint32_t)(nb - sb) : S;
+                /* blocks [from, nblk) of a cached line's row are left to copy; from is
+                   rounded down to 8 blocks so that every run starts 16-byte aligned */
+                const uint32_t from = (cvalid <= sb ? 0 : cvalid - sb < nblk ? (uint32_t)(cvalid - sb) : nblk) & ~7u;
                 const uint8_t *src = walk ? tier_slice(t, s, seg, layer, h) : NULL;
                 uint8_t *dst = w.stage + ((size_t)p * w.nseg + seg) * t.kv_off;
                 for (uint32_t j = 0; j < D; j++) {
                     const uint32_t tj = s_dep[j];
                     if (!tj) continue;
-                    /* the rows as (offset, length) runs, then the scales */
-                    const uint32_t runs = nblk == S ? 1 : tj;
-                    for (uint32_t r = 0; r <= runs; r++) {
-                        const uint64_t off = r < runs ? ((uint64_t)j * FATHOM_PLANES + r) * S * 8
-                                                      : t.scales_off + (uint64_t)j * S * 2;
-                        const uint32_t len = r < runs ? (nblk == S ? tj * S * 8 : nblk * 8) : nblk * 2;
-                        const uint32_t pieces = (len + GATHER_PIECE - 1) / GATHER_PIECE;
-                        if (walk == 0) {
-                            total += pieces;
+                    /* runs (offset, length): the rows p < tj, then the scales */
+                    uint64_t off = 0;
+                    uint32_t len = 0;
+                    for (uint32_t r = 0; r <= tj + 1; r++) {
+                        uint64_t o = 0;
+                        uint32_t n = 0;
+                        if (r < tj) {
+                            const uint32_t lo = s_map[j * FATHOM_PLANES + r] >= 0 ? from : 0;
+                            o = ((uint64_t)j * FATHOM_PLANES + r) * S * 8 + (uint64_t)lo * 8;
+                            n = (nblk - lo) * 8;
+                        } else if (r == tj) {
+                            const uint32_t lo = s_map[j * FATHOM_PLANES] >= 0 ? from : 0;
+                            o = t.scales_off + ((uint64_t)j * S + lo) * 2;
+                            n = (nblk - lo) * 2;
+                        }
+                        if (n && len && o == off + len) { /* adjacent in the slice: one run */
+                            len += n;
                             continue;
                         }
-                        /* this warp's pieces of the run: g + q = me (mod W) */
-                        for (uint32_t q = (me + W - (uint32_t)(g % W)) % W; q < pieces; q += W) {
-                            if (g + q + 2 * W >= total) asm volatile("griddepcontrol.launch_dependents;");
-                            const uint32_t at = q * GATHER_PIECE;
-                            warp_copy(dst + off + at, src + off + at,
-                                      len - at < GATHER_PIECE ? len - at : GATHER_PIECE, lane);
+                        if (len) { /* copy the run (off, len) */
+                            const uint32_t pieces = (len + GATHER_PIECE - 1) / GATHER_PIECE;
+                            if (walk == 0) total += pieces;
+                            else /* this warp's pieces of the run: g + q = me (mod W) */
+                                for (uint32_t q = (me + W - (uint32_t)(g % W)) % W; q < pieces; q += W) {
+                                    if (g + q + 2 * W >= total) asm volatile("griddepcontrol.launch_dependents;");
+                                    const uint32_t at = q * GATHER_PIECE;
+                                    warp_copy(dst + off + at, src + off + at,
+                                              len - at < GATHER_PIECE ? len - at : GATHER_PIECE, lane);
+                                }
+                            g += walk ? pieces : 0;
                         }
-                        g += pieces;
+                        off = o;
+                        len = n;
                     }
                 }
             }
@@ -725,7 +776,11 @@ extern "C" int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_t
     uint32_t *sel = a->selected ? a->selected : w.top.sel;
     uint32_t *sel_count = a->selected_count ? a->selected_count : w.top.sel_count;
     fathom_cuda_lanes *L = fc_tier_lanes(tier);
-    const uint32_t per = chunk_of(tier, a);
+    uint32_t per = chunk_of(tier, a);
+    if (per < P && L->per_chunk == 0 && planes_mostly_cached(tier, a)) {
+        per = P;
+        w.stage = NULL; /* reserved by the layout, unused: the scan reads what the cache lacks in place */
+    }
     FATHOM_CUDA_TRY(cudaMemsetAsync(w.top.hist, 0, w.top.zero_bytes, stream));
     const bool insert = *fc_tier_row_caches(tier) > 0;
     switch (t->dim) {

@@ -866,6 +866,70 @@ static void test_cache(void) {
     fathom_cuda_tier_destroy(tu);
 }
 
+/* A step chunked by context (the default lanes) at a capacity that
+ * pipelines, with a session's plane cache: without a cache the step is
+ * pipelined (every planned plane gathered); with one holding every line it
+ * runs on one stream (planes_mostly_cached: the staging reserved, unused);
+ * with fewer lines than budget / 2 it is pipelined again and gathers only
+ * what the cache lacks. Same bits in all three, the first against the CPU. */
+static void test_cache_by_context(void) {
+    const uint32_t H = 2, G = 4, D = 128, S = 4096; /* segments of 4096 blocks: pipelined by context */
+    const uint64_t capacity = 196608, len = quick ? 3000 : 9100;
+    fathom_cuda_tier_shape sh = {1, H, G, D, S, 1, capacity};
+    fathom_cuda_tier *tier = NULL;
+    CHECK_OK(fathom_cuda_tier_create(&sh, &tier));
+    if (!tier) return;
+    std::vector<std::vector<uint16_t>> rows = {make_rows(len, H, D, 1300)};
+    std::vector<uint32_t> ids(1);
+    CHECK_OK(fathom_cuda_tier_session_create(tier, &ids[0]));
+    CHECK_OK(fathom_cuda_tier_reserve(tier, ids[0], len));
+    std::vector<uint64_t> done(1, 0);
+    append_calls(tier, 1, H, D, ids, {{(uint32_t)len}}, {&rows[0]}, done);
+    std::vector<uint16_t> q((size_t)H * G * D);
+    rng_state = 1301;
+    for (size_t i = 0; i < q.size(); i++) q[i] = fathom_f32_to_bf16(0.3f * rng_normal());
+    step_bufs b = alloc_bufs(tier, 1, H, G, D, capacity, 1);
+    CK(cudaMemcpy(b.q, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b.sessions, ids.data(), 4, cudaMemcpyHostToDevice));
+    unsigned long long *d_hits = NULL, hits[2] = {1, 1};
+    CK(cudaMalloc((void **)&d_hits, 16));
+    auto step = [&]() {
+        CK(cudaMemset(b.out, 0xff, (size_t)H * G * D * 2)); /* poison: every output must be written */
+        CK(cudaMemset(d_hits, 0, 16));
+        fathom_cuda_tier_step_args a = step_args(0, 1, capacity, b);
+        a.cache_bytes = d_hits;
+        CHECK_OK(fathom_cuda_tier_step(tier, &a, 0));
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(hits, d_hits, 16, cudaMemcpyDeviceToHost));
+        return read_out(b, (size_t)H * G, D, H, 1);
+    };
+    auto same = [](const step_out &x, const step_out &y) {
+        return x.out == y.out && x.sel == y.sel && x.sel_count == y.sel_count && x.depths == y.depths &&
+               memcmp(x.lse.data(), y.lse.data(), x.lse.size() * 4) == 0;
+    };
+    const step_out none = step();
+    CHECK(hits[0] == 0);
+    cpu_check("by context, no cache", rows, &len, 1, H, G, D, S, q, none);
+    uint64_t expect = 0; /* every planned line of the closed blocks */
+    for (uint32_t x = 0; x < H * D; x++) expect += none.depths[x] ? (8ull * none.depths[x] + 2) * (len / 64) : 0;
+    const uint64_t blocks = capacity / 64;
+    const uint32_t lines[2] = {4 * D, 8}; /* every line; fewer than budget / 2 = 24 */
+    for (uint32_t v = 0; v < 2; v++) {
+        fathom_cuda_tier_cache_config cc = {(uint64_t)H * 10 * blocks * lines[v], capacity, 0};
+        CHECK_OK(fathom_cuda_tier_cache_set(tier, ids[0], &cc));
+        CHECK_OK(fathom_cuda_tier_cache_fill(tier, ids[0], b.depths, 0));
+        const step_out o = step();
+        printf("by context, %u cache lines: plane bytes from HBM %llu (all planned: %llu), %s\n", lines[v],
+               hits[0], (unsigned long long)expect, same(o, none) ? "same bits" : "DIFFER");
+        CHECK(same(o, none));
+        CHECK(v == 0 ? hits[0] == expect : hits[0] > 0 && hits[0] < expect / 2);
+    }
+    CHECK_OK(fathom_cuda_tier_check(tier));
+    cudaFree(d_hits);
+    free_bufs(b);
+    fathom_cuda_tier_destroy(tier);
+}
+
 static void test_args(void) {
     fathom_cuda_tier *t = NULL;
     fathom_cuda_tier_shape sh = {2, 2, 4, 128, 32, 4, 1u << 16};
@@ -996,5 +1060,6 @@ int main(void) {
     test_shapes();
     test_graph();
     test_cache();
+    test_cache_by_context();
     return check_summary("test_cuda_tier");
 }
