@@ -425,6 +425,32 @@ int fathom_cuda_tier_workspace_size(const fathom_cuda_tier *tier,
  * workspace holds the staging (workspace_size depends on the lanes). */
 int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *args,
                           cudaStream_t stream);
+/* Selections made elsewhere for the LAST `pairs` (entry, KV head) pairs of
+ * a step's batch, p in [batch*kv_heads - pairs, batch*kv_heads) with
+ * p = entry * kv_heads + head (fathom_cuda_hybrid makes them on the host
+ * CPU). selected: device, [pairs * group][k], row (p - first given) * group
+ * + query head: that head's positions ascending, as fathom_select writes
+ * them for the session's length at this layer (sink, k - sink - local
+ * middle winners, local; only the middle ones are read). ready: NULL, or an
+ * event recorded after the selections are written (e.g. after their H2D
+ * copy on another stream of the same capture); the step waits for it on
+ * `stream` after the other pairs' work is enqueued. */
+typedef struct fathom_cuda_tier_given {
+    uint32_t pairs;
+    const uint32_t *selected;
+    cudaEvent_t ready;
+} fathom_cuda_tier_given;
+
+/* fathom_cuda_tier_step, the given pairs' selections taken as they are:
+ * they are planned (depths as usual), their planes are neither gathered nor
+ * scanned on the GPU and they have no top-k; after `ready`, their selections
+ * give selected, selected_count, the union, the row fetch and the attention
+ * exactly as if the GPU had selected the same positions. given NULL or
+ * pairs 0: fathom_cuda_tier_step. Capturable when `ready` is part of the
+ * capture. */
+int fathom_cuda_tier_step_given(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *args,
+                                const fathom_cuda_tier_given *given, cudaStream_t stream);
+
 #ifdef FATHOM_CUDA_EXPERIMENTAL
 /* lanes 0..FATHOM_CUDA_MAX_LANES (0: every phase on the caller's stream, one
  * after another), problems per chunk as fathom_cuda_lanes_set_chunk (0: by
