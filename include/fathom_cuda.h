@@ -514,10 +514,15 @@ int fathom_cuda_hybrid_check(fathom_cuda_hybrid *hybrid);
  * step's batch as it is, in the plane bytes of fathom_cuda_hybrid_share's
  * estimate: cpu: the host's plan + scan + select of every pair on the
  * object's threads; gpu: the GPU-only step (events, best of a few), so its
- * fetch and attention are part of the rate. */
+ * fetch and attention are part of the rate; cpu_fixed_s: the hybrid step
+ * with min(max_pairs, pairs) pairs on the host, less their bytes at the cpu
+ * rate (the host side's latency that does not scale with bytes: export,
+ * host function and pool wake-ups, H2D copy, the given pairs' union, fetch
+ * and attention after the host is done). */
 typedef struct fathom_cuda_hybrid_rates {
     double cpu_bytes_per_s;
     double gpu_bytes_per_s;
+    double cpu_fixed_s;
     double cpu_s, gpu_s; /* the measured times of the whole batch */
 } fathom_cuda_hybrid_rates;
 
@@ -529,9 +534,9 @@ int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *hybrid, const fathom_cuda_t
 
 /* The scheduler: host_pairs for a step of args whose entries have lengths
  * [batch] tokens (host), from the calibrated rates: the c in
- * 0..min(max_pairs, batch*kv_heads) that minimizes max(host bytes of the
- * last c pairs / cpu rate, GPU bytes of the others / gpu rate), so that
- * both sides finish together (ties: fewer host pairs). Bytes per pair are
+ * 0..min(max_pairs, batch*kv_heads) that minimizes max(cpu_fixed_s + host
+ * bytes of the last c pairs / cpu rate, GPU bytes of the others / gpu
+ * rate), so that both sides finish together (ties: fewer host pairs). Bytes per pair are
  * estimated as the budget's plane bits plus a scale per active channel per
  * block, n * (budget + min(budget, dim) / 4) / 8. */
 int fathom_cuda_hybrid_share(const fathom_cuda_hybrid *hybrid, const fathom_cuda_tier_step_args *args,

@@ -522,14 +522,15 @@ static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint
             by += buf;
         }
         by += "]";
-        fprintf(stderr, "  %2llu threads: cpu %.2f GB/s gpu %.2f GB/s, share %u: %.3f ms (best %u: %.3f ms) %s\n",
-                (unsigned long long)threads[i], r.cpu_bytes_per_s / 1e9, r.gpu_bytes_per_s / 1e9, share, chosen,
-                best_c, best, by.c_str());
+        fprintf(stderr, "  %2llu threads: cpu %.2f GB/s + %.3f ms, gpu %.2f GB/s, share %u: %.3f ms (best %u: %.3f ms) %s\n",
+                (unsigned long long)threads[i], r.cpu_bytes_per_s / 1e9, r.cpu_fixed_s * 1e3, r.gpu_bytes_per_s / 1e9,
+                share, chosen, best_c, best, by.c_str());
         snprintf(buf, sizeof buf,
-                 "%s{\"threads\": %llu, \"cpu_GBps\": %.3f, \"gpu_GBps\": %.3f, \"share\": %u, \"ms\": %.4f, "
-                 "\"vs_gpu_only\": %.4f, \"best_share\": %u, \"best_ms\": %.4f, \"ms_by_share\": ",
-                 i ? ", " : "", (unsigned long long)threads[i], r.cpu_bytes_per_s / 1e9, r.gpu_bytes_per_s / 1e9,
-                 share, chosen, chosen / gpu_ms, best_c, best);
+                 "%s{\"threads\": %llu, \"cpu_GBps\": %.3f, \"cpu_fixed_ms\": %.4f, \"gpu_GBps\": %.3f, "
+                 "\"share\": %u, \"ms\": %.4f, \"vs_gpu_only\": %.4f, \"best_share\": %u, \"best_ms\": %.4f, "
+                 "\"ms_by_share\": ",
+                 i ? ", " : "", (unsigned long long)threads[i], r.cpu_bytes_per_s / 1e9, r.cpu_fixed_s * 1e3,
+                 r.gpu_bytes_per_s / 1e9, share, chosen, chosen / gpu_ms, best_c, best);
         js += buf + by + "}";
         fathom_cuda_hybrid_destroy(hy);
     }

@@ -107,7 +107,14 @@ static int hy_select(fathom_cuda_hybrid *h, uint32_t layer, uint32_t count, cons
         it->idx = selected + (size_t)i * h->G * k;
         it->count = selected_count + (size_t)i * h->G;
     }
-    if (status == FATHOM_OK) status = fathom_plan_select_parallel(h->pool, FATHOM_SCAN_AUTO, items, count, 0);
+    /* token ranges: about two tasks per thread for a small share, 8192 to 16384 tokens each (shorter
+       ranges cost more in the selection's candidate pools than they gain in balance) */
+    uint64_t tokens = 0;
+    for (uint32_t i = 0; i < count; i++) tokens += lengths[i];
+    uint64_t range = tokens / (2 * (uint64_t)h->threads);
+    range = range < 8192 ? 8192 : range > 16384 ? 16384 : (range + 63) / 64 * 64;
+    if (status == FATHOM_OK)
+        status = fathom_plan_select_parallel(h->pool, FATHOM_SCAN_AUTO, items, count, range);
     free(views);
     free(segs);
     free(items);
@@ -377,6 +384,24 @@ extern "C" int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *h, const fathom_
         const double dt = hy_now() - t0;
         if (rep > 0 && dt < cpu_s) cpu_s = dt;
     }
+    /* the step with the most pairs on the host: its time beyond their scan at the host's rate is the
+       host side's fixed latency (export, host function, pool wake-ups, H2D copy, the given pairs'
+       union, fetch and attention after it) */
+    const uint32_t most = P < h->max_pairs ? P : h->max_pairs;
+    double host_bytes = 0, step_s = 1e30;
+    for (uint32_t p = P - most; p < P; p++) host_bytes += hy_pair_bytes(lengths[p], a->budget, h->D);
+    for (int rep = 0; rep < 3; rep++) {
+        FATHOM_CUDA_TRY(cudaEventRecord(ev.e[0], stream));
+        FATHOM_TRY(fathom_cuda_hybrid_step(h, a, most, stream));
+        FATHOM_CUDA_TRY(cudaEventRecord(ev.e[1], stream));
+        FATHOM_CUDA_TRY(cudaEventSynchronize(ev.e[1]));
+        FATHOM_TRY(fathom_cuda_hybrid_check(h));
+        float ms = 0;
+        FATHOM_CUDA_TRY(cudaEventElapsedTime(&ms, ev.e[0], ev.e[1]));
+        if (rep > 0 && ms * 1e-3 < step_s) step_s = ms * 1e-3;
+    }
+    const double fixed = step_s - host_bytes / (bytes / cpu_s);
+    h->rates.cpu_fixed_s = fixed > 0 ? fixed : 0;
     h->rates.cpu_s = cpu_s;
     h->rates.gpu_s = gpu_s;
     h->rates.cpu_bytes_per_s = bytes / cpu_s;
@@ -398,7 +423,8 @@ extern "C" int fathom_cuda_hybrid_share(const fathom_cuda_hybrid *h, const fatho
     uint32_t choice = 0;
     for (uint32_t c = 1; c <= most; c++) {
         host += hy_pair_bytes(lengths[(P - c) / h->heads], a->budget, h->D);
-        const double t = fmax(host / h->rates.cpu_bytes_per_s, (total - host) / h->rates.gpu_bytes_per_s);
+        const double t = fmax(h->rates.cpu_fixed_s + host / h->rates.cpu_bytes_per_s,
+                              (total - host) / h->rates.gpu_bytes_per_s);
         if (t < best) best = t, choice = c;
     }
     *host_pairs = choice;

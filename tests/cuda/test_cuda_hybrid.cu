@@ -283,11 +283,13 @@ static void test_hybrid(void) {
         uint32_t share = P + 1;
         CHECK_STATUS(fathom_cuda_hybrid_share(hy, &ac, lens, &share), piped ? FATHOM_OK : FATHOM_ERR_STATE);
         CHECK_OK(fathom_cuda_hybrid_calibrate(hy, &ac, s, &rates));
-        CHECK(rates.cpu_bytes_per_s > 0 && rates.gpu_bytes_per_s > 0 && rates.cpu_s > 0 && rates.gpu_s > 0);
+        CHECK(rates.cpu_bytes_per_s > 0 && rates.gpu_bytes_per_s > 0 && rates.cpu_s > 0 && rates.gpu_s > 0 &&
+              rates.cpu_fixed_s >= 0);
         CHECK_OK(fathom_cuda_hybrid_share(hy, &ac, lens, &share));
         CHECK(share <= P);
-        printf("test_cuda_hybrid: %s: cpu %.2f GB/s (%.3f ms), gpu %.2f GB/s (%.3f ms), share %u of %u pairs\n",
-               piped ? "pipelined" : "one stream", rates.cpu_bytes_per_s / 1e9, rates.cpu_s * 1e3,
+        printf("test_cuda_hybrid: %s: cpu %.2f GB/s (%.3f ms, fixed %.3f ms), gpu %.2f GB/s (%.3f ms), share %u of %u "
+               "pairs\n",
+               piped ? "pipelined" : "one stream", rates.cpu_bytes_per_s / 1e9, rates.cpu_s * 1e3, rates.cpu_fixed_s * 1e3,
                rates.gpu_bytes_per_s / 1e9, rates.gpu_s * 1e3, share, P);
         cudaFree(ws);
     }
