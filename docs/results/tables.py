@@ -1509,8 +1509,9 @@ TABLES = [
           gpu_shard, None),
     Table("gpu-hybrid", "GPU offload step (H200)",
           "The hybrid step: the host CPU selects a share of the KV heads where they live", gpu_hybrid,
-          "Pending: on the GPU machine, `FATHOM_COMMIT=<commit> scripts/record-result gpu-hybrid -- "
-          "build-gpu/bench_cuda_tier --hybrid --json --reps 10`."),
+          "Pending: on the GPU machine, `FATHOM_COMMIT=<commit> GPU_CHECK_STAGES=\"build hybrid\" "
+          "GPU_CHECK_TESTS=test_cuda_hybrid scripts/gpu-check` (bench_cuda_tier --hybrid --json --reps 10 "
+          "through record-result: $OUT/gpu-hybrid.json)."),
     Table("serve-bench", "Python and transformers (H200)",
           "Decode tokens/s: transformers with the KV tier against sdpa in HBM and dense host offload",
           serve_bench, "Pending: on the GPU machine, `FATHOM_COMMIT=<commit> SERVE_TABLE=serve-bench "
