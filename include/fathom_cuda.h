@@ -473,7 +473,10 @@ int fathom_cuda_tier_step_given(fathom_cuda_tier *tier, const fathom_cuda_tier_s
  * the H2D copy of the selections, and an event the step waits for. Every
  * piece is a stream operation, so the call can be captured into a CUDA
  * graph (the host function becomes a host node); the host work itself runs
- * on CUDA's callback thread and blocks the side stream, not `stream`.
+ * on CUDA's callback thread and blocks the side stream, not `stream`. What is
+ * not capturable: fathom_cuda_hybrid_select, _calibrate (it synchronizes the
+ * device; start-up only) and _check; and a graph keeps the host_pairs it was
+ * captured with, so a new share needs a new capture.
  * Errors of the host work are reported by fathom_cuda_hybrid_check (the
  * step's given pairs then attend over placeholder positions).
  *
