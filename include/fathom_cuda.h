@@ -428,6 +428,126 @@ int fathom_cuda_tier_workspace_size(const fathom_cuda_tier *tier,
  * workspace holds the staging (workspace_size depends on the lanes). */
 int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *args,
                           cudaStream_t stream);
+
+/* Selections made elsewhere for the LAST `pairs` (entry, KV head) pairs of
+ * a step's batch, p in [batch*kv_heads - pairs, batch*kv_heads) with
+ * p = entry * kv_heads + head (fathom_cuda_hybrid makes them on the host
+ * CPU). selected: device, [pairs * group][k], row (p - first given) * group
+ * + query head: that head's positions ascending, as fathom_select writes
+ * them for the session's length at this layer (sink, k - sink - local
+ * middle winners, local; only the middle ones are read). ready: NULL, or an
+ * event recorded after the selections are written (e.g. after their H2D
+ * copy on another stream of the same capture); the step waits for it on
+ * `stream` after the other pairs' work is enqueued. */
+typedef struct fathom_cuda_tier_given {
+    uint32_t pairs;
+    const uint32_t *selected;
+    cudaEvent_t ready;
+} fathom_cuda_tier_given;
+
+/* fathom_cuda_tier_step, the given pairs' selections taken as they are:
+ * they are planned (depths as usual), their planes are neither gathered nor
+ * scanned on the GPU and they have no top-k; after `ready`, their selections
+ * give selected, selected_count, the union, the row fetch and the attention
+ * exactly as if the GPU had selected the same positions. given NULL or
+ * pairs 0: fathom_cuda_tier_step. Capturable when `ready` is part of the
+ * capture. */
+int fathom_cuda_tier_step_given(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *args,
+                                const fathom_cuda_tier_given *given, cudaStream_t stream);
+
+/* ===================================================================== *
+ * Hybrid step: the host CPU scans a share of the pairs where they live
+ * ===================================================================== *
+ *
+ * The tier's host segments can be read by the host CPU in place. A hybrid
+ * object runs, for the last host_pairs pairs of a step, the plan the GPU
+ * step would make (running variance, water-filling at the step's budget),
+ * the scan of the pinned host segments and the selection (the CPU
+ * library's kernels on a thread pool of `threads` threads, split over
+ * pairs and token ranges) on the host, while the GPU runs plan, gather,
+ * scan and top-k of the other pairs; only the selected positions cross to
+ * the GPU, which fetches those rows and attends (fathom_cuda_tier_step_given).
+ * Selections, depths, outputs and LSE are the GPU-only step's, bit for bit.
+ *
+ * fathom_cuda_hybrid_step enqueues, beside `stream` on the object's side
+ * stream: a kernel that copies the host pairs' session ids, lengths and
+ * bf16 queries into mapped host memory, a host function
+ * (cudaLaunchHostFunc) that plans, scans and selects on the thread pool,
+ * the H2D copy of the selections, and an event the step waits for. Every
+ * piece is a stream operation, so the call can be captured into a CUDA
+ * graph (the host function becomes a host node); the host work itself runs
+ * on CUDA's callback thread and blocks the side stream, not `stream`. What is
+ * not capturable: fathom_cuda_hybrid_select, _calibrate (it synchronizes the
+ * device; start-up only) and _check; and a graph keeps the host_pairs it was
+ * captured with, so a new share needs a new capture.
+ * Errors of the host work are reported by fathom_cuda_hybrid_check (the
+ * step's given pairs then attend over placeholder positions).
+ *
+ * One call per layer may be in flight (each layer has its own buffers);
+ * sessions must not be reserved, truncated, forked or freed while a hybrid
+ * step that reads them is in flight. */
+typedef struct fathom_cuda_hybrid fathom_cuda_hybrid;
+
+/* threads >= 1 host threads; max_pairs >= 1 bounds host_pairs; max_k bounds
+ * the steps' k (<= FATHOM_CUDA_MAX_K). Allocates pinned and device buffers
+ * for every layer of the tier. */
+int fathom_cuda_hybrid_create(fathom_cuda_tier *tier, uint32_t threads, uint32_t max_pairs, uint32_t max_k,
+                              fathom_cuda_hybrid **out);
+void fathom_cuda_hybrid_destroy(fathom_cuda_hybrid *hybrid); /* NULL is a no-op */
+
+/* The host's selection now (synchronous, no GPU work): for each i < count,
+ * the pair (sessions[i], heads[i]) at layer with lengths[i] tokens and
+ * queries[i] ([group][dim] float, the bf16 queries' values): depths
+ * [count][dim] (may be NULL), selected [count][group][k], selected_count
+ * [count][group]. The tier's step makes the same ones for the same data. */
+int fathom_cuda_hybrid_select(fathom_cuda_hybrid *hybrid, uint32_t layer, uint32_t count,
+                              const uint32_t *sessions, const uint32_t *heads, const uint64_t *lengths,
+                              const float *queries, uint32_t budget, uint32_t k, uint32_t sink,
+                              uint32_t local, uint8_t *depths, uint32_t *selected,
+                              uint32_t *selected_count);
+
+/* One hybrid step (see above): args as fathom_cuda_tier_step (water-filling
+ * only: fixed_depths NULL), host_pairs <= min(max_pairs, batch*kv_heads);
+ * host_pairs 0 is the GPU-only step. */
+int fathom_cuda_hybrid_step(fathom_cuda_hybrid *hybrid, const fathom_cuda_tier_step_args *args,
+                            uint32_t host_pairs, cudaStream_t stream);
+
+/* The first error of the host work since the last call (FATHOM_OK if none).
+ * Synchronizes the side stream. */
+int fathom_cuda_hybrid_check(fathom_cuda_hybrid *hybrid);
+
+/* The scheduler's rates, measured by fathom_cuda_hybrid_calibrate on a
+ * step's batch as it is, in the plane bytes of fathom_cuda_hybrid_share's
+ * estimate: cpu: the host's plan + scan + select of every pair on the
+ * object's threads; gpu: the GPU-only step (events, best of a few), so its
+ * fetch and attention are part of the rate; cpu_fixed_s: the hybrid step
+ * with min(max_pairs, pairs) pairs on the host, less their bytes at the cpu
+ * rate (the host side's latency that does not scale with bytes: export,
+ * host function and pool wake-ups, H2D copy, the given pairs' union, fetch
+ * and attention after the host is done). */
+typedef struct fathom_cuda_hybrid_rates {
+    double cpu_bytes_per_s;
+    double gpu_bytes_per_s;
+    double cpu_fixed_s;
+    double cpu_s, gpu_s; /* the measured times of the whole batch */
+} fathom_cuda_hybrid_rates;
+
+/* Measure the rates at start-up on the batch of args (its sessions at their
+ * current lengths; the step runs a few times, its outputs are overwritten)
+ * and keep them in the object. Synchronizes the device. */
+int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *hybrid, const fathom_cuda_tier_step_args *args,
+                                 cudaStream_t stream, fathom_cuda_hybrid_rates *rates);
+
+/* The scheduler: host_pairs for a step of args whose entries have lengths
+ * [batch] tokens (host), from the calibrated rates: the c in
+ * 0..min(max_pairs, batch*kv_heads) that minimizes max(cpu_fixed_s + host
+ * bytes of the last c pairs / cpu rate, GPU bytes of the others / gpu
+ * rate), so that both sides finish together (ties: fewer host pairs). Bytes per pair are
+ * estimated as the budget's plane bits plus a scale per active channel per
+ * block, n * (budget + min(budget, dim) / 4) / 8. */
+int fathom_cuda_hybrid_share(const fathom_cuda_hybrid *hybrid, const fathom_cuda_tier_step_args *args,
+                             const uint64_t *lengths, uint32_t *host_pairs);
+
 #ifdef FATHOM_CUDA_EXPERIMENTAL
 /* lanes 0..FATHOM_CUDA_MAX_LANES (0: every phase on the caller's stream, one
  * after another), problems per chunk as fathom_cuda_lanes_set_chunk (0: by

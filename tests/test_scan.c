@@ -304,8 +304,8 @@ static void check_scan_select(fathom_pool *pool, fathom_store *a, fathom_store *
                     uint32_t ca[3] = {0}, cb[5] = {0};
                     const uint64_t nb = n < fathom_store_length(b) ? n : fathom_store_length(b);
                     fathom_scan_select_item items[2] = {
-                        {a, da, q, ga, n, k, sink, local, ia, ca},
-                        {b, db, q + dim, gb, nb, k, sink, local, ib, cb}};
+                        {a, da, q, ga, n, k, sink, local, ia, ca, NULL},
+                        {b, db, q + dim, gb, nb, k, sink, local, ib, cb, NULL}};
                     CHECK_OK(fathom_scan_select_parallel(pool, FATHOM_SCAN_AUTO, items, 2, range));
                     for (int it = 0; it < 2; it++) {
                         const fathom_scan_select_item *x = &items[it];
@@ -359,7 +359,7 @@ static void test_scan_select(void) {
         check_scan_select(pool, a, b, db, da, qinf, 0);
         /* argument errors */
         uint32_t idx[8], cnt[3];
-        fathom_scan_select_item it = {a, da, q, 3, 100, 2, 0, 0, idx, cnt};
+        fathom_scan_select_item it = {a, da, q, 3, 100, 2, 0, 0, idx, cnt, NULL};
         CHECK_STATUS(fathom_scan_select_parallel(pool, FATHOM_SCAN_AUTO, &it, 1, 100),
                      FATHOM_ERR_INVALID_ARG);
         CHECK_STATUS(fathom_scan_select_parallel(NULL, FATHOM_SCAN_AUTO, &it, 1, 64),
@@ -401,6 +401,159 @@ static void test_cpu_features(void) {
 #endif
 }
 
+/* Caller-provided segments: copies of a store's segments in separate
+ * buffers (the CUDA tier's host segments have this layout), scanned in
+ * place. fathom_segments_scan_range gives fathom_store_scan_range's scores
+ * bit for bit; fathom_plan_select_parallel gives, per item, the depths of
+ * fathom_store_variance + fathom_importance + fathom_water_fill and the
+ * selections of fathom_select over fathom_store_scan's scores. */
+typedef struct seg_copy {
+    fathom_segments segs;
+    fathom_segment_view *views;
+    uint64_t *words;
+    uint16_t *scales;
+} seg_copy;
+
+static seg_copy copy_segments(const fathom_store *st) {
+    seg_copy c;
+    const uint32_t dim = fathom_store_dim(st), S = fathom_store_segment_blocks(st);
+    const uint32_t count = fathom_store_segment_count(st);
+    c.views = calloc(count, sizeof *c.views);
+    c.words = malloc(sizeof(uint64_t) * count * dim * 4 * S);
+    c.scales = malloc(sizeof(uint16_t) * count * dim * S);
+    for (uint32_t i = 0; i < count; i++) {
+        fathom_segment_view v;
+        CHECK_OK(fathom_store_segment(st, i, &v));
+        uint64_t *w = c.words + (uint64_t)i * dim * 4 * S;
+        uint16_t *sc = c.scales + (uint64_t)i * dim * S;
+        memcpy(w, v.planes, sizeof(uint64_t) * dim * 4 * S);
+        memcpy(sc, v.scales, sizeof(uint16_t) * dim * S);
+        c.views[i].planes = w;
+        c.views[i].scales = sc;
+        c.views[i].first_token = v.first_token;
+    }
+    c.segs.dim = dim;
+    c.segs.segment_blocks = S;
+    c.segs.length = fathom_store_length(st);
+    c.segs.views = c.views;
+    return c;
+}
+
+static void free_segments(seg_copy *c) {
+    free(c->views);
+    free(c->words);
+    free(c->scales);
+}
+
+static void test_segments(void) {
+    const uint32_t dim = 32, G = 4;
+    const uint64_t lengths[3] = {64 * 9 + 17, 64 * 4, 200}; /* partial block, several segments */
+    fathom_store *st[3];
+    seg_copy sc[3];
+    for (int i = 0; i < 3; i++) {
+        st[i] = make_store(dim, i == 2 ? 0 : 2, lengths[i]);
+        sc[i] = copy_segments(st[i]);
+    }
+    float q[3 * 4 * 32];
+    for (uint32_t i = 0; i < 3 * G * dim; i++) q[i] = rng_key(i % dim);
+    /* scores over ranges: bit-identical to the store's */
+    int scans = 0, scan_bad = 0;
+    float *a = malloc(sizeof(float) * G * 700), *b = malloc(sizeof(float) * G * 700);
+    uint8_t depths[32];
+    for (uint32_t j = 0; j < dim; j++) depths[j] = (uint8_t)rng_below(5);
+    const uint64_t firsts[3] = {0, 128, 320}, counts[3] = {lengths[0], 17, 64 * 4 + 17};
+    for (int r = 0; r < 3; r++) {
+        uint64_t ba = 0, bb = 0;
+        CHECK_OK(fathom_store_scan_range(FATHOM_SCAN_AUTO, st[0], depths, q, G, firsts[r], counts[r], a,
+                                         700, &ba));
+        CHECK_OK(fathom_segments_scan_range(FATHOM_SCAN_AUTO, &sc[0].segs, depths, q, G, firsts[r],
+                                            counts[r], b, 700, &bb));
+        for (uint32_t h = 0; h < G; h++, scans++)
+            scan_bad += memcmp(a + h * 700, b + h * 700, sizeof(float) * counts[r]) != 0;
+        CHECK(ba == bb && ba > 0);
+    }
+    CHECK(scans == 12 && scan_bad == 0);
+    /* argument checks of the segments scan */
+    CHECK_STATUS(fathom_segments_scan_range(FATHOM_SCAN_AUTO, NULL, depths, q, G, 0, 64, a, 700, NULL),
+                 FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_segments_scan_range(FATHOM_SCAN_AUTO, &sc[0].segs, depths, q, G, 0,
+                                            lengths[0] + 1, a, lengths[0] + 1, NULL),
+                 FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_segments_scan_range(FATHOM_SCAN_REFERENCE, &sc[0].segs, depths, q, G, 0, 64, a,
+                                            700, NULL),
+                 FATHOM_ERR_INVALID_ARG);
+    /* plan + scan + select of a batch against the library's steps */
+    fathom_pool *pool = NULL;
+    CHECK_OK(fathom_pool_create(&pool, 3));
+    uint64_t *work = malloc(fathom_select_work_size(700));
+    uint32_t ref[64];
+    int heads = 0, head_bad = 0, depth_bad = 0;
+    static const uint32_t budgets[3] = {1, 48, 128}, ks[3] = {8, 40, 64};
+    for (int cfg = 0; cfg < 3 && pool; cfg++) {
+        const uint32_t k = ks[cfg], sink = cfg == 0 ? 0 : 4, local = cfg == 0 ? 0 : cfg == 1 ? 32 : 16;
+        const uint64_t *ns = lengths;
+        fathom_plan_select_item items[3];
+        uint8_t dep[3][32];
+        uint32_t idx[3][4 * 64], cnt[3][4];
+        const double *shift, *sum[3], *sum_sq[3];
+        for (int i = 0; i < 3; i++) {
+            fathom_store_sums(st[i], &shift, &sum[i], &sum_sq[i]);
+            const fathom_plan_select_item it = {&sc[i].segs, sum[i], sum_sq[i], q + i * G * dim, G,
+                                                ns[i], budgets[(cfg + i) % 3], k, sink, local,
+                                                dep[i], idx[i], cnt[i]};
+            items[i] = it;
+        }
+        CHECK_OK(fathom_plan_select_parallel(pool, FATHOM_SCAN_AUTO, items, 3, cfg == 1 ? 0 : 64));
+        for (int i = 0; i < 3; i++) {
+            const fathom_plan_select_item *it = &items[i];
+            float var[32];
+            double g[32];
+            uint8_t want[32];
+            CHECK_OK(fathom_store_variance(st[i], var));
+            CHECK_OK(fathom_importance(dim, G, it->queries, var, g));
+            CHECK_OK(fathom_water_fill(dim, g, it->budget, want, NULL));
+            depth_bad += memcmp(want, it->depths, dim) != 0;
+            CHECK_OK(fathom_store_scan(st[i], want, it->queries, G, it->n, a, NULL));
+            for (uint32_t h = 0; h < G; h++, heads++) {
+                uint32_t c = 0;
+                CHECK_OK(fathom_select(a + h * it->n, it->n, k, sink, local, work, ref, &c));
+                if (c != it->count[h] || memcmp(ref, it->idx + h * k, sizeof(uint32_t) * c) != 0) {
+                    head_bad++;
+                    fprintf(stderr, "plan_select differs: item %d head %u k %u\n", i, h, k);
+                }
+            }
+        }
+    }
+    CHECK(heads == 3 * 3 * 4 && head_bad == 0 && depth_bad == 0);
+    /* argument checks of the batch */
+    {
+        uint8_t dep[32];
+        uint32_t idx[4 * 8], cnt[4];
+        const double *shift, *sum, *sum_sq;
+        fathom_store_sums(st[0], &shift, &sum, &sum_sq);
+        fathom_plan_select_item it = {&sc[0].segs, sum, sum_sq, q, G, lengths[0], 48, 8, 0, 0, dep, idx, cnt};
+        CHECK_STATUS(fathom_plan_select_parallel(NULL, FATHOM_SCAN_AUTO, &it, 1, 0), FATHOM_ERR_INVALID_ARG);
+        it.budget = 0;
+        CHECK_STATUS(fathom_plan_select_parallel(pool, FATHOM_SCAN_AUTO, &it, 1, 0), FATHOM_ERR_INVALID_ARG);
+        it.budget = 4 * dim + 1;
+        CHECK_STATUS(fathom_plan_select_parallel(pool, FATHOM_SCAN_AUTO, &it, 1, 0), FATHOM_ERR_INVALID_ARG);
+        it.budget = 48, it.n = lengths[0] + 1;
+        CHECK_STATUS(fathom_plan_select_parallel(pool, FATHOM_SCAN_AUTO, &it, 1, 0), FATHOM_ERR_INVALID_ARG);
+        it.n = lengths[0], it.sum = NULL;
+        CHECK_STATUS(fathom_plan_select_parallel(pool, FATHOM_SCAN_AUTO, &it, 1, 0), FATHOM_ERR_INVALID_ARG);
+    }
+    printf("test_scan: caller-provided segments: %d range scans bit-identical, %d head selections and "
+           "%d plans equal to the library's\n", scans, heads, 3 * 3);
+    free(work);
+    free(a);
+    free(b);
+    fathom_pool_free(pool);
+    for (int i = 0; i < 3; i++) {
+        free_segments(&sc[i]);
+        fathom_store_free(st[i]);
+    }
+}
+
 int main(void) {
     test_cpu_features();
     test_tiled_identical();
@@ -409,6 +562,7 @@ int main(void) {
     test_range_args();
     test_parallel();
     test_scan_select();
+    test_segments();
     CHECK(pairs_run[0] > 0); /* the portable pair runs everywhere */
     for (int k = 0; k < 3; k++)
         if (pairs_run[k])

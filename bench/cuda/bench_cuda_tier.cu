@@ -46,6 +46,13 @@
  * no ragged batch. --profile P,..: one more replay of those cache points'
  * pipelined and one-stream graphs between cudaProfilerStart and
  * cudaProfilerStop (ncu --profile-from-start off).
+ * --hybrid: instead of the above, the hybrid CPU/GPU step (fathom_cuda_hybrid)
+ *   per --contexts N: one session filled to N - 64 (segments of N/64
+ *   blocks), graphs of the L layer steps without appends, R replays each:
+ *   the GPU-only step, then for each of --threads T,..: the scheduler's
+ *   rates (fathom_cuda_hybrid_calibrate on layer 0) and its share, and the
+ *   step with 0..kv_heads pairs on the host (ms_by_share), so the chosen
+ *   share can be read against the best one.
  * The link: one 1 GiB pinned host -> device copy, best of 3, in the same run. */
 #define FATHOM_CUDA_EXPERIMENTAL /* the direct transport, for the fixed step's comparison */
 #include "fathom_cuda.h"
@@ -508,8 +515,80 @@ static void fixed_steps(setup &st, uint64_t n, cudaStream_t s, int reps, double 
     cudaFree(d_out);
 }
 
+/* Capture L x fathom_cuda_hybrid_step with host_pairs on the host. */
+static cudaGraphExec_t capture_hybrid(setup &st, fathom_cuda_hybrid *hy, uint32_t host_pairs, cudaStream_t s) {
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (uint32_t l = 0; l < st.L; l++) {
+        fathom_cuda_tier_step_args a = args_of(st, l);
+        FK(fathom_cuda_hybrid_step(hy, &a, host_pairs, s));
+    }
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&exec, g, 0));
+    CK(cudaGraphDestroy(g));
+    return exec;
+}
+
+/* The --hybrid mode at context N (see the header): one JSON object. */
+static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint64_t> &threads, int reps,
+                                  cudaStream_t s) {
+    const uint64_t n = N - 64;
+    setup st = make_setup(L, (uint32_t)(N / 64), {n}, N);
+    cudaGraphExec_t gpu = capture(st, s, false, true);
+    const double gpu_ms = replay(gpu, s, reps).gpu_ms;
+    CK(cudaGraphExecDestroy(gpu));
+    double scan_b, row_b;
+    bytes_of(st, {n}, &scan_b, &row_b);
+    char buf[1024];
+    snprintf(buf, sizeof buf, "{\"context\": %llu, \"length\": %llu, \"gpu_only_ms\": %.4f, \"scan_GB\": %.4f, "
+             "\"row_GB\": %.4f, \"threads\": [",
+             (unsigned long long)N, (unsigned long long)n, gpu_ms, scan_b / 1e9, row_b / 1e9);
+    std::string js = buf;
+    fprintf(stderr, "  GPU only: %.3f ms per step of %u layers\n", gpu_ms, L);
+    for (size_t i = 0; i < threads.size(); i++) {
+        fathom_cuda_hybrid *hy = NULL;
+        FK(fathom_cuda_hybrid_create(st.tier, (uint32_t)threads[i], H, K, &hy));
+        fathom_cuda_tier_step_args a0 = args_of(st, 0);
+        fathom_cuda_hybrid_rates r;
+        FK(fathom_cuda_hybrid_calibrate(hy, &a0, s, &r));
+        uint32_t share = 0;
+        FK(fathom_cuda_hybrid_share(hy, &a0, &n, &share));
+        std::string by = "[";
+        double best = 1e30, chosen = 0;
+        uint32_t best_c = 0;
+        for (uint32_t c = 0; c <= H; c++) {
+            cudaGraphExec_t exec = capture_hybrid(st, hy, c, s);
+            const double ms = replay(exec, s, reps).gpu_ms;
+            CK(cudaGraphExecDestroy(exec));
+            FK(fathom_cuda_hybrid_check(hy));
+            FK(fathom_cuda_tier_check(st.tier));
+            if (ms < best) best = ms, best_c = c;
+            if (c == share) chosen = ms;
+            snprintf(buf, sizeof buf, "%s%.4f", c ? ", " : "", ms);
+            by += buf;
+        }
+        by += "]";
+        fprintf(stderr, "  %2llu threads: cpu %.2f GB/s + %.3f ms, gpu %.2f GB/s, share %u: %.3f ms (best %u: %.3f ms) %s\n",
+                (unsigned long long)threads[i], r.cpu_bytes_per_s / 1e9, r.cpu_fixed_s * 1e3, r.gpu_bytes_per_s / 1e9,
+                share, chosen, best_c, best, by.c_str());
+        snprintf(buf, sizeof buf,
+                 "%s{\"threads\": %llu, \"cpu_GBps\": %.3f, \"cpu_fixed_ms\": %.4f, \"gpu_GBps\": %.3f, "
+                 "\"share\": %u, \"ms\": %.4f, \"vs_gpu_only\": %.4f, \"best_share\": %u, \"best_ms\": %.4f, "
+                 "\"ms_by_share\": ",
+                 i ? ", " : "", (unsigned long long)threads[i], r.cpu_bytes_per_s / 1e9, r.cpu_fixed_s * 1e3,
+                 r.gpu_bytes_per_s / 1e9, share, chosen, chosen / gpu_ms, best_c, best);
+        js += buf + by + "}";
+        fathom_cuda_hybrid_destroy(hy);
+    }
+    free_setup(st);
+    return js + "]}";
+}
+
 int main(int argc, char **argv) {
     std::vector<uint64_t> contexts = {131072, 1048576};
+    std::vector<uint64_t> threads = {1, 2, 4, 8, 15};
+    bool hybrid = false;
     std::vector<uint64_t> ragged = {1000000, 600000, 300000, 131072};
     uint32_t L = 4;
     int reps = 50;
@@ -530,9 +609,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--only-tier")) only_tier = true;
         else if (!strcmp(argv[i], "--only-cache")) only_cache = true;
         else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile_point = argv[++i];
+        else if (!strcmp(argv[i], "--hybrid")) hybrid = true;
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) list(threads);
         else if (!strcmp(argv[i], "--json")) {
         } else {
-            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--only-cache] [--profile POINT,..] [--json]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--only-cache] [--profile POINT,..] [--hybrid [--threads T,..]] [--json]\n", argv[0]);
             return 2;
         }
     }
@@ -548,6 +629,20 @@ int main(int argc, char **argv) {
     fprintf(stderr, "link %.1f GB/s\n", link);
     std::string js;
     char buf[1024];
+    if (hybrid) {
+        snprintf(buf, sizeof buf,
+                 "{\"bench\": \"tier-hybrid\", \"gpu\": \"%s\", \"machine\": \"%s / %s\", \"layers\": %u, "
+                 "\"kv_heads\": %u, \"group\": %u, \"dim\": %u, \"k\": %u, \"method\": \"fathom:%u\", "
+                 "\"reps\": %d, \"link_GBps\": %.2f, \"decode\": [",
+                 prop.name, prop.name, bench_host_cpu().c_str(), L, H, G, D, K, BUDGET, reps, link);
+        js += buf;
+        for (size_t c = 0; c < contexts.size(); c++) {
+            fprintf(stderr, "hybrid at %llu tokens\n", (unsigned long long)contexts[c]);
+            js += (c ? ", " : "") + hybrid_context(L, contexts[c], threads, reps, s);
+        }
+        printf("%s]}\n", js.c_str());
+        return 0;
+    }
     snprintf(buf, sizeof buf,
              "{\"bench\": \"tier\", \"gpu\": \"%s\", \"machine\": \"%s / %s\", \"layers\": %u, \"kv_heads\": %u, "
              "\"group\": %u, \"dim\": %u, \"k\": %u, \"method\": \"fathom:%u\", \"reps\": %d, \"chunk\": %u, "

@@ -498,6 +498,51 @@ def gpu_tier(rec):
     return text
 
 
+def gpu_hybrid(rec):
+    r = rec["result"]
+    rows = []
+    for d in r["decode"]:
+        for t in d["threads"]:
+            rows.append([ctx(d["context"]), str(t["threads"]), "%.2f" % t["cpu_GBps"],
+                         "%.3f" % t["cpu_fixed_ms"] if "cpu_fixed_ms" in t else "-", "%.2f" % t["gpu_GBps"],
+                         "%d" % t["share"], "%.2f" % t["ms"], "%.2fx" % t["vs_gpu_only"],
+                         "%d: %.2f" % (t["best_share"], t["best_ms"]),
+                         " / ".join("%.1f" % x for x in t["ms_by_share"])])
+    text = md_table(["context", "host threads", "cpu GB/s", "cpu fixed ms", "gpu GB/s", "share", "ms",
+                     "vs GPU only", "best share: ms", "ms with 0 .. %d pairs on the host" % r["kv_heads"]], rows)
+    gpu = ", ".join("%s %.2f ms" % (ctx(d["context"]), d["gpu_only_ms"]) for d in r["decode"])
+    zeros = [t["ms_by_share"][0] / d["gpu_only_ms"] for d in r["decode"] for t in d["threads"]]
+    last = r["decode"][-1]
+    top = max(last["threads"], key=lambda t: t["threads"])
+    host_best = min(min(t["ms_by_share"][1:]) for t in last["threads"])
+    text += ("\nGPU ms per decode step of fathom_cuda_hybrid_step: %d layers x %d KV heads, G = %d, d = %d, k = %d, %s, "
+             "one session of the context less 64 tokens (segments of context / 64 blocks), ONE graph of the %d "
+             "layers' steps (no appends) replayed %d times; the GPU-only step (fathom_cuda_tier_step) in the same "
+             "run: %s. Per host thread count, fathom_cuda_hybrid_calibrate measures the rates on layer 0 (cpu: the "
+             "host's plan + scan + select of every pair on that many threads; gpu: the GPU-only step; bytes: the "
+             "scheduler's estimate of plane bytes, n (B + min(B, d) / 4) / 8 per pair)%s, fathom_cuda_hybrid_share "
+             "picks how many of the %d pairs the host takes (\"share\", whose step is \"ms\"), and the step is "
+             "measured with every share (last column: 0 = the GPU-only step again, its spread over the rows, "
+             "%.2fx to %.2fx of the first measurement, is the noise). test_cuda_hybrid checks the hybrid step's "
+             "selections, depths, unions, out and LSE bit-identical to the GPU-only step's. Where it does not "
+             "hold: today the host CPU does not pay: its kernel reads %.2f GB/s per core here (%.1f GB/s on %d "
+             "threads at %s, in the scheduler's bytes), %.2f of the link's %.1f GB/s, and the host side adds a "
+             "fixed latency per layer (host function, pool wake-ups, the copy and the given pairs' fetch and "
+             "attention after it), so the fastest step with any pair on the host at %s is %.2fx the GPU-only "
+             "step; "
+             "issue 16's faster CPU kernel (>= 3 GB/s per core, another engineer's work) is what would move the "
+             "best share off 0. Queries are the same every step and the length does not grow; one session "
+             "(batch 1); the host shares its memory bandwidth with the GPU's reads of the other pairs.\n" %
+             (r["layers"], r["kv_heads"], r["group"], r["dim"], r["k"], r["method"], r["layers"], r["reps"], gpu,
+              " and the host side's fixed latency (cpu fixed: the step with every pair on the host less their bytes "
+              "at the cpu rate)" if "cpu_fixed_ms" in top else
+              " (at the recorded commit the scheduler had no fixed-latency term)",
+              r["kv_heads"], min(zeros), max(zeros), top["cpu_GBps"] / top["threads"], top["cpu_GBps"],
+              top["threads"], ctx(last["context"]), top["cpu_GBps"] / r["link_GBps"], r["link_GBps"],
+              ctx(last["context"]), host_best / last["gpu_only_ms"]))
+    return text
+
+
 def gpu_shard(rec):
     r = rec["result"]
     copy = {c["tp"]: c for c in r["copy"]}
@@ -1516,6 +1561,11 @@ TABLES = [
           gpu_tier, None),
     Table("gpu-shard", "GPU offload step (H200)", "The KV tier over several GPUs (head sharding, tp = 1, 2, 4)",
           gpu_shard, None),
+    Table("gpu-hybrid", "GPU offload step (H200)",
+          "The hybrid step: the host CPU selects a share of the KV heads where they live", gpu_hybrid,
+          "Pending: on the GPU machine, `FATHOM_COMMIT=<commit> GPU_CHECK_STAGES=\"build hybrid\" "
+          "GPU_CHECK_TESTS=test_cuda_hybrid scripts/gpu-check` (bench_cuda_tier --hybrid --json --reps 10 "
+          "through record-result: $OUT/gpu-hybrid.json)."),
     Table("serve-bench", "Python and transformers (H200)",
           "Decode tokens/s: transformers with the KV tier against sdpa in HBM and dense host offload",
           serve_bench, "Pending: on the GPU machine, `FATHOM_COMMIT=<commit> SERVE_TABLE=serve-bench "

@@ -17,24 +17,56 @@
  * scan (§3.3): scores of every token from the first t_j planes
  * ---------------------------------------------------------------------- */
 
-static int check_scan_args(const fathom_store *st, const uint8_t *depths, const float *queries,
-                           uint32_t group, uint64_t n, const float *scores,
-                           uint64_t *bytes_read_out) {
-    FATHOM_CHECK_ARG(st && depths && queries && scores, "store_scan: NULL argument");
+/* The index a tiled scan reads: a store, or caller-provided segments. */
+typedef struct scan_source {
+    const fathom_store *store; /* NULL: segs */
+    const fathom_segments *segs;
+    uint32_t dim, S;
+    uint64_t length;
+} scan_source;
+
+static scan_source source_of_store(const fathom_store *st) {
+    scan_source src = {st, NULL, 0, 0, 0};
+    if (st) {
+        src.dim = fathom_store_dim(st);
+        src.S = fathom_store_segment_blocks(st);
+        src.length = fathom_store_length(st);
+    }
+    return src;
+}
+
+static int source_segment(const scan_source *src, uint32_t seg, fathom_segment_view *view) {
+    if (src->store) return fathom_store_segment(src->store, seg, view);
+    *view = src->segs->views[seg];
+    return FATHOM_OK;
+}
+
+static int check_source_args(const scan_source *src, const uint8_t *depths, const float *queries,
+                             uint32_t group, uint64_t n, const float *scores,
+                             uint64_t *bytes_read_out) {
+    FATHOM_CHECK_ARG((src->store || src->segs) && depths && queries && scores,
+                     "store_scan: NULL argument");
     FATHOM_CHECK_ARG(group > 0, "store_scan: group is 0");
-    FATHOM_CHECK_ARG(n > 0 && n <= fathom_store_length(st), "store_scan: n = %llu not in 1..length %llu",
-                     (unsigned long long)n, (unsigned long long)fathom_store_length(st));
+    FATHOM_CHECK_ARG(n > 0 && n <= src->length, "store_scan: n = %llu not in 1..length %llu",
+                     (unsigned long long)n, (unsigned long long)src->length);
     uint64_t total;
     FATHOM_CHECK(!fathom_mul_u64(group, n, &total) || total > SIZE_MAX / sizeof(float),
                  FATHOM_ERR_NOMEM, "store_scan: group * n overflows");
-    FATHOM_TRY(fathom_depths_check(fathom_store_dim(st), depths, "store_scan"));
+    FATHOM_TRY(fathom_depths_check(src->dim, depths, "store_scan"));
     /* bytes: sum over active channels of ceil(n/64) * (8 t_j + 2) */
     uint64_t per_block = 0;
-    for (uint32_t j = 0; j < fathom_store_dim(st); j++)
+    for (uint32_t j = 0; j < src->dim; j++)
         if (depths[j]) per_block += 8u * depths[j] + 2u;
     FATHOM_CHECK(!fathom_mul_u64(fathom_blocks_for(n), per_block, bytes_read_out), FATHOM_ERR_NOMEM,
                  "store_scan: byte count overflows");
     return FATHOM_OK;
+}
+
+static int check_scan_args(const fathom_store *st, const uint8_t *depths, const float *queries,
+                           uint32_t group, uint64_t n, const float *scores,
+                           uint64_t *bytes_read_out) {
+    const scan_source src = source_of_store(st);
+    return check_source_args(&src, depths, queries, group, n, scores, bytes_read_out);
 }
 
 int fathom_store_scan_reference(const fathom_store *st, const uint8_t *depths, const float *queries,
@@ -320,12 +352,12 @@ static void scan2_stage(const scan2_pass *ps, const fathom_segment_view *view, u
 }
 
 /* Scores heads [h0, h0 + pass->heads) over the range's blocks for one pass. */
-static int scan2_chunk(scan2_kernel kern, scan2_work *w, const fathom_store *st,
+static int scan2_chunk(scan2_kernel kern, scan2_work *w, const scan_source *src,
                        uint64_t first, uint64_t count, float *out, uint64_t ld) {
     const uint64_t S = w->pass.S, end = first + count;
     for (uint64_t blk = first / FATHOM_BLOCK_TOKENS; blk * FATHOM_BLOCK_TOKENS < end;) {
         fathom_segment_view view;
-        FATHOM_TRY(fathom_store_segment(st, (uint32_t)(blk / S), &view));
+        FATHOM_TRY(source_segment(src, (uint32_t)(blk / S), &view));
         const uint32_t b0 = (uint32_t)(blk % S);
         uint64_t left = fathom_blocks_for(end) - blk;
         uint32_t nb = SCAN2_TILE_BLOCKS;
@@ -343,13 +375,13 @@ static int scan2_chunk(scan2_kernel kern, scan2_work *w, const fathom_store *st,
     return FATHOM_OK;
 }
 
-static int scan2_run(scan2_kernel kern, const fathom_store *st, const uint8_t *depths,
+static int scan2_run(scan2_kernel kern, const scan_source *src, const uint8_t *depths,
                      const float *queries, uint32_t group, uint64_t first, uint64_t count,
                      float *scores, uint64_t ld) {
     scan2_work work, *w = &work;
-    const uint32_t dim = fathom_store_dim(st);
+    const uint32_t dim = src->dim;
     scan2_pass *ps = &w->pass;
-    ps->S = fathom_store_segment_blocks(st);
+    ps->S = src->S;
     int status = FATHOM_OK, first_pass = 1;
     for (uint32_t j = 0; j < dim && status == FATHOM_OK; first_pass = 0) {
         j = scan_next_pass(dim, depths, j, &ps->count, ps->first, ps->row, ps->channels);
@@ -367,7 +399,7 @@ static int scan2_run(scan2_kernel kern, const fathom_store *st, const uint8_t *d
                     ps->q[k][h] = h < ps->heads
                                       ? queries[(uint64_t)(h0 + h) * dim + ps->channels[k]]
                                       : 0.0f;
-            status = scan2_chunk(kern, w, st, first, count, scores + h0 * ld, ld);
+            status = scan2_chunk(kern, w, src, first, count, scores + h0 * ld, ld);
         }
     }
     return status;
@@ -378,17 +410,18 @@ static int is_tiled(fathom_scan_kernel kernel) {
            kernel == FATHOM_SCAN_TILED_AVX512;
 }
 
-int fathom_store_scan_range(fathom_scan_kernel kernel, const fathom_store *st,
-                            const uint8_t *depths, const float *queries, uint32_t group,
-                            uint64_t first, uint64_t count, float *scores, uint64_t ld,
-                            uint64_t *bytes_read) {
+static int source_scan_range(fathom_scan_kernel kernel, const scan_source *src,
+                             const uint8_t *depths, const float *queries, uint32_t group,
+                             uint64_t first, uint64_t count, float *scores, uint64_t ld,
+                             uint64_t *bytes_read) {
     FATHOM_CHECK_ARG(kernel == FATHOM_SCAN_AUTO || is_tiled(kernel),
                      "store_scan_range: kernel %d is not a tiled kernel", (int)kernel);
     FATHOM_CHECK(!fathom_scan_kernel_available(kernel), FATHOM_ERR_UNSUPPORTED,
                  "store_scan_range: kernel %d is not available on this CPU", (int)kernel);
-    FATHOM_CHECK_ARG(st && depths && queries && scores, "store_scan_range: NULL argument");
+    FATHOM_CHECK_ARG((src->store || src->segs) && depths && queries && scores,
+                     "store_scan_range: NULL argument");
     FATHOM_CHECK_ARG(group > 0, "store_scan_range: group is 0");
-    const uint64_t length = fathom_store_length(st);
+    const uint64_t length = src->length;
     FATHOM_CHECK_ARG(first % FATHOM_BLOCK_TOKENS == 0,
                      "store_scan_range: first %llu is not a multiple of %d",
                      (unsigned long long)first, FATHOM_BLOCK_TOKENS);
@@ -402,10 +435,33 @@ int fathom_store_scan_range(fathom_scan_kernel kernel, const fathom_store *st,
     FATHOM_CHECK(!fathom_mul_u64(group, ld, &total) || total > SIZE_MAX / sizeof(float),
                  FATHOM_ERR_NOMEM, "store_scan_range: group * ld overflows");
     uint64_t bytes;
-    FATHOM_TRY(check_scan_args(st, depths, queries, group, count, scores, &bytes));
-    FATHOM_TRY(scan2_run(pick_tiled(kernel), st, depths, queries, group, first, count, scores, ld));
+    FATHOM_TRY(check_source_args(src, depths, queries, group, count, scores, &bytes));
+    FATHOM_TRY(scan2_run(pick_tiled(kernel), src, depths, queries, group, first, count, scores, ld));
     if (bytes_read) *bytes_read = bytes;
     return FATHOM_OK;
+}
+
+int fathom_store_scan_range(fathom_scan_kernel kernel, const fathom_store *st,
+                            const uint8_t *depths, const float *queries, uint32_t group,
+                            uint64_t first, uint64_t count, float *scores, uint64_t ld,
+                            uint64_t *bytes_read) {
+    const scan_source src = source_of_store(st);
+    return source_scan_range(kernel, &src, depths, queries, group, first, count, scores, ld,
+                             bytes_read);
+}
+
+int fathom_segments_scan_range(fathom_scan_kernel kernel, const fathom_segments *segments,
+                               const uint8_t *depths, const float *queries, uint32_t group,
+                               uint64_t first, uint64_t count, float *scores, uint64_t ld,
+                               uint64_t *bytes_read) {
+    FATHOM_CHECK_ARG(segments && segments->views, "segments_scan_range: NULL segments");
+    FATHOM_CHECK_ARG(segments->dim > 0 && segments->segment_blocks > 0,
+                     "segments_scan_range: dim %u or segment_blocks %u is 0", segments->dim,
+                     segments->segment_blocks);
+    const scan_source src = {NULL, segments, segments->dim, segments->segment_blocks,
+                             segments->length};
+    return source_scan_range(kernel, &src, depths, queries, group, first, count, scores, ld,
+                             bytes_read);
 }
 
 int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st, const uint8_t *depths,

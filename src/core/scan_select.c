@@ -155,8 +155,12 @@ static int ss_scan_task(void *arg, uint32_t task, uint32_t worker) {
     const uint64_t s0 = lo - lo % FATHOM_BLOCK_TOKENS, m = si->m;
     float *scores = bt->scratch + worker * bt->scratch_per_worker;
     uint64_t *out = bt->buf + worker * bt->cap;
-    FATHOM_TRY(fathom_store_scan_range(bt->kernel, it->store, it->depths, it->queries, it->group,
-                                       s0, hi - s0, scores, bt->range, NULL));
+    if (it->store)
+        FATHOM_TRY(fathom_store_scan_range(bt->kernel, it->store, it->depths, it->queries,
+                                           it->group, s0, hi - s0, scores, bt->range, NULL));
+    else
+        FATHOM_TRY(fathom_segments_scan_range(bt->kernel, it->segments, it->depths, it->queries,
+                                              it->group, s0, hi - s0, scores, bt->range, NULL));
     for (uint32_t h = 0; h < it->group; h++) {
         ss_pool *pl = &si->pools[h];
         uint64_t c = 0, floor = atomic_load_explicit(&pl->floor, memory_order_relaxed);
@@ -237,14 +241,15 @@ int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel ker
     uint64_t max_k = 0, max_group = 0;
     for (uint32_t i = 0; i < count; i++) {
         const fathom_scan_select_item *it = &items[i];
-        FATHOM_CHECK_ARG(it->store && it->depths && it->queries && it->idx && it->count,
+        FATHOM_CHECK_ARG((it->store || (it->segments && it->segments->views)) && it->depths &&
+                             it->queries && it->idx && it->count,
                          "scan_select: item %u has a NULL pointer", i);
         FATHOM_CHECK_ARG(it->group > 0 && it->k > 0, "scan_select: item %u: group or k is 0", i);
-        FATHOM_CHECK_ARG(it->n > 0 && it->n <= fathom_store_length(it->store) &&
-                             it->n <= (uint64_t)UINT32_MAX + 1,
+        const uint64_t length =
+            it->store ? fathom_store_length(it->store) : it->segments->length;
+        FATHOM_CHECK_ARG(it->n > 0 && it->n <= length && it->n <= (uint64_t)UINT32_MAX + 1,
                          "scan_select: item %u: n = %llu not in 1..length %llu", i,
-                         (unsigned long long)it->n,
-                         (unsigned long long)fathom_store_length(it->store));
+                         (unsigned long long)it->n, (unsigned long long)length);
         max_k = it->k > max_k ? it->k : max_k;
         max_group = it->group > max_group ? it->group : max_group;
     }
@@ -316,5 +321,75 @@ int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel ker
     free(buf);
     free(scratch);
     free(st);
+    return status;
+}
+
+/* ---- the plan of fathom_plan_select_parallel: one task per item ---- */
+
+typedef struct ps_batch {
+    const fathom_plan_select_item *items;
+    float *var;  /* [count][dim] */
+    double *g;   /* [count][dim] */
+    uint32_t dim;
+} ps_batch;
+
+static int ps_plan_task(void *arg, uint32_t task, uint32_t worker) {
+    (void)worker;
+    const ps_batch *b = arg;
+    const fathom_plan_select_item *it = &b->items[task];
+    const uint32_t dim = it->segments->dim;
+    float *var = b->var + (uint64_t)task * b->dim;
+    double *g = b->g + (uint64_t)task * b->dim;
+    fathom_variance_from_sums(dim, it->n, it->sum, it->sum_sq, var);
+    FATHOM_TRY(fathom_importance(dim, it->group, it->queries, var, g));
+    return fathom_water_fill(dim, g, it->budget, it->depths, NULL);
+}
+
+int fathom_plan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
+                                const fathom_plan_select_item *items, uint32_t count,
+                                uint64_t range_tokens) {
+    FATHOM_CHECK_ARG(pool && items && count > 0, "plan_select: NULL pool or no items");
+    uint32_t max_dim = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        const fathom_plan_select_item *it = &items[i];
+        FATHOM_CHECK_ARG(it->segments && it->sum && it->sum_sq && it->queries && it->depths,
+                         "plan_select: item %u has a NULL pointer", i);
+        const uint32_t dim = it->segments->dim;
+        FATHOM_CHECK_ARG(dim > 0 && it->budget >= 1 && it->budget <= FATHOM_PLANES * dim,
+                         "plan_select: item %u: budget %u not in 1..%u", i, it->budget,
+                         FATHOM_PLANES * dim);
+        FATHOM_CHECK_ARG(it->n > 0 && it->n <= it->segments->length,
+                         "plan_select: item %u: n = %llu not in 1..length %llu", i,
+                         (unsigned long long)it->n, (unsigned long long)it->segments->length);
+        max_dim = dim > max_dim ? dim : max_dim;
+    }
+    float *var = fathom_alloc_array((uint64_t)count * max_dim, sizeof(float));
+    double *g = fathom_alloc_array((uint64_t)count * max_dim, sizeof(double));
+    fathom_scan_select_item *sel = fathom_calloc_array(count, sizeof *sel);
+    int status;
+    if (!var || !g || !sel)
+        status = fathom_fail(FATHOM_ERR_NOMEM, "plan_select: out of memory");
+    else {
+        const ps_batch batch = {items, var, g, max_dim};
+        status = fathom_pool_run(pool, ps_plan_task, (void *)&batch, count);
+        for (uint32_t i = 0; i < count && status == FATHOM_OK; i++) {
+            const fathom_plan_select_item *it = &items[i];
+            sel[i].segments = it->segments;
+            sel[i].depths = it->depths;
+            sel[i].queries = it->queries;
+            sel[i].group = it->group;
+            sel[i].n = it->n;
+            sel[i].k = it->k;
+            sel[i].sink = it->sink;
+            sel[i].local = it->local;
+            sel[i].idx = it->idx;
+            sel[i].count = it->count;
+        }
+        if (status == FATHOM_OK)
+            status = fathom_scan_select_parallel(pool, kernel, sel, count, range_tokens);
+    }
+    free(var);
+    free(g);
+    free(sel);
     return status;
 }

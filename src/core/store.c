@@ -397,15 +397,20 @@ int fathom_store_decode(const fathom_store *st, uint64_t first, uint64_t count,
     return FATHOM_OK;
 }
 
+void fathom_variance_from_sums(uint32_t dim, uint64_t n, const double *sum, const double *sum_sq,
+                               float *out) {
+    const double count = (double)n;
+    for (uint32_t j = 0; j < dim; j++) {
+        double mean = sum[j] / count;
+        double var = sum_sq[j] / count - mean * mean;
+        out[j] = var > 0.0 ? (float)var : 0.0f;
+    }
+}
+
 int fathom_store_variance(const fathom_store *st, float *out) {
     FATHOM_CHECK_ARG(st && out, "store_variance: NULL argument");
     FATHOM_CHECK(st->length == 0, FATHOM_ERR_STATE, "store_variance: the store is empty");
-    const double n = (double)st->length;
-    for (uint32_t j = 0; j < st->dim; j++) {
-        double mean = st->sum[j] / n;
-        double var = st->sum_sq[j] / n - mean * mean;
-        out[j] = var > 0.0 ? (float)var : 0.0f;
-    }
+    fathom_variance_from_sums(st->dim, st->length, st->sum, st->sum_sq, out);
     return FATHOM_OK;
 }
 

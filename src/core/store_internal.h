@@ -56,6 +56,34 @@ int fathom_store_scan_range(fathom_scan_kernel kernel, const fathom_store *store
                             uint64_t first, uint64_t count, float *scores, uint64_t ld,
                             uint64_t *bytes_read);
 
+/* A read-only K index over segments held elsewhere, in the store's layout
+ * (e.g. the CUDA tier's pinned host segments): views[i] is segment i, its
+ * planes [dim][4][segment_blocks] and scales [dim][segment_blocks], with
+ * first_token = i * 64 * segment_blocks; there are
+ * ceil(length / (64 * segment_blocks)) of them. The scans below read the
+ * views in place (nothing is copied); blocks and tokens of the views are not
+ * read. The caller keeps the memory alive and unchanged during a scan. */
+typedef struct fathom_segments {
+    uint32_t dim;
+    uint32_t segment_blocks;
+    uint64_t length; /* tokens */
+    const fathom_segment_view *views;
+} fathom_segments;
+
+/* fathom_store_scan_range over caller-provided segments: the same kernels,
+ * checks and scores, bit for bit, as over a store holding the same words and
+ * scales. */
+int fathom_segments_scan_range(fathom_scan_kernel kernel, const fathom_segments *segments,
+                               const uint8_t *depths, const float *queries, uint32_t group,
+                               uint64_t first, uint64_t count, float *scores, uint64_t ld,
+                               uint64_t *bytes_read);
+
+/* fathom_store_variance from running sums over n >= 1 rows (the store's,
+ * or a copy of them such as the CUDA tier's): out[j] = sum_sq/n - (sum/n)^2
+ * in double, negative round-off as 0. */
+void fathom_variance_from_sums(uint32_t dim, uint64_t n, const double *sum, const double *sum_sq,
+                               float *out);
+
 /* One scan of a batch: scores [group x n] (row stride n) of `queries`
  * [group x dim] over the first n tokens of store at depths [dim]. */
 typedef struct fathom_scan_item {
@@ -84,7 +112,7 @@ int fathom_scan_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
  * in count[h]; the scores are those of fathom_store_scan over the first n
  * tokens of store at depths [dim] for queries [group x dim]. */
 typedef struct fathom_scan_select_item {
-    const fathom_store *store;
+    const fathom_store *store; /* NULL: segments */
     const uint8_t *depths;
     const float *queries;
     uint32_t group;
@@ -92,6 +120,7 @@ typedef struct fathom_scan_select_item {
     uint32_t k, sink, local;
     uint32_t *idx;   /* [group * k] */
     uint32_t *count; /* [group] */
+    const fathom_segments *segments; /* the index when store is NULL */
 } fathom_scan_select_item;
 
 /* Scans and selects items [0, count) on the pool's threads in tasks of one
@@ -102,6 +131,30 @@ typedef struct fathom_scan_select_item {
  * any thread count. kernel: FATHOM_SCAN_AUTO or a tiled kernel. */
 int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
                                 const fathom_scan_select_item *items, uint32_t count,
+                                uint64_t range_tokens);
+
+/* The host's part of a decode step for one KV head (the CUDA tier's
+ * hybrid step): the plan fathom_cuda_tier_step makes (variance from the
+ * running sums over n tokens, fathom_importance, fathom_water_fill at
+ * budget), then the scan and selection of fathom_scan_select_parallel over
+ * segments. depths [dim] out; idx [group * k] and count [group] as there. */
+typedef struct fathom_plan_select_item {
+    const fathom_segments *segments;
+    const double *sum, *sum_sq; /* [dim] running sums (fathom_store_sums) */
+    const float *queries;       /* [group x dim] */
+    uint32_t group;
+    uint64_t n;                 /* tokens seen, 1..segments->length */
+    uint32_t budget;            /* water-filling budget B, 1..4*dim */
+    uint32_t k, sink, local;
+    uint8_t *depths;            /* [dim] */
+    uint32_t *idx;              /* [group * k] */
+    uint32_t *count;            /* [group] */
+} fathom_plan_select_item;
+
+/* Plans items [0, count) (one task each), then scans and selects them on the
+ * pool's threads in tasks of one item and range_tokens tokens (0: 16384). */
+int fathom_plan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
+                                const fathom_plan_select_item *items, uint32_t count,
                                 uint64_t range_tokens);
 
 /* The reference scan: scores[h*n + i] = sum_j q_hj * decode(i, j, depths[j]),

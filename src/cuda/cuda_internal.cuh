@@ -280,6 +280,13 @@ int fc_topk(const fathom_cuda_config *cfg, const fc_workspace *ws, const float *
 int fc_topk_rows(uint32_t problems, uint32_t group, uint32_t k, uint32_t sink, uint32_t local,
                  fc_rows rows_n, uint64_t max_n, bool level0_counted, const fc_workspace *ws,
                  const float *scores, uint32_t *sel, uint32_t *sel_count, cudaStream_t stream);
+/* The top-k's last phase alone: each head's winners from ws->mid (its
+ * k - sink - local middle winners, any order) plus sink and local, sorted
+ * into sel, and the group's union and slots, as fc_topk_rows leaves them.
+ * For selections made elsewhere (the tier's host-given pairs). */
+int fc_topk_union(uint32_t problems, uint32_t group, uint32_t k, uint32_t sink, uint32_t local,
+                  fc_rows rows_n, const fc_workspace *ws, uint32_t *sel, uint32_t *sel_count,
+                  cudaStream_t stream);
 int fc_fetch(const fathom_cuda_config *cfg, const fathom_cuda_problem *problems,
              const fc_workspace *ws, cudaStream_t stream);
 int fc_attend(const fathom_cuda_config *cfg, const fc_workspace *ws, const float *queries,

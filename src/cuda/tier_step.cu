@@ -16,6 +16,10 @@
  *   attend  softmax(scale q.k) v over each head's own winners, in double;
  *           bf16 output and optional log-sum-exp;
  *   insert  (sessions with a row cache) the missed rows into their slots.
+ * Given pairs (fathom_cuda_tier_step_given: the last pairs of the batch,
+ * selected on the host) are planned, then skip gather, scan and top-k: once
+ * their event fires, their selections' middle winners go through the
+ * top-k's union kernel, and fetch and attention run as for the others.
  * Grids depend only on the host arguments (batch, capacity_tokens, k), so a
  * captured graph stays valid while lengths grow. Kernels are templated on
  * the head dimension (64, 128, 256) and on G rounded up to a power of two.
@@ -658,16 +662,42 @@ static int gather_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, 
     return FATHOM_OK;
 }
 
-/* Top-k, row fetch, row-cache insertion and attention of one chunk. */
+/* ---- host-given selections ---- */
+
+/* Rows of the given pairs [p0, p0 + count): the middle winners of each
+ * head's given selection (ascending, as fathom_select writes it: sink
+ * positions, then the k - sink - local middle winners, then the local ones)
+ * into the top-k's mid, from which the union kernel rebuilds the sorted
+ * selection, the union and the slots exactly as after a scan on the GPU.
+ * Rows with n <= k select every token: the union kernel reads no mid. */
+static __global__ void tier_given_kernel(uint32_t G, uint32_t k, uint32_t sink, uint32_t local, uint32_t p0,
+                                         const uint32_t *given, tier_ws w) {
+    const uint32_t r = p0 * G + blockIdx.x, p = r / G;
+    const uint64_t n = w.n_of[p];
+    if (n <= k) return;
+    const uint32_t m = k - sink - local;
+    const uint32_t *src = given + (size_t)blockIdx.x * k + sink;
+    for (uint32_t i = threadIdx.x; i < m; i += blockDim.x) w.top.mid[(size_t)r * k + i] = src[i];
+}
+
+/* Top-k (or, given, the union of the given selections), row fetch,
+ * row-cache insertion and attention of one chunk. */
 template <int D>
 static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G, const tier_ws *w,
-                        tier_chunk c, uint32_t *sel, uint32_t *sel_count, bool insert, cudaStream_t stream) {
+                        tier_chunk c, uint32_t *sel, uint32_t *sel_count, bool insert, cudaStream_t stream,
+                        const uint32_t *given = NULL) {
     const uint64_t rows0 = (uint64_t)c.p0 * G;
     fc_workspace top = w->top;
     fc_topk_view(&top, c.p0, G, a->k);
     const fc_rows rows = {a->capacity_tokens, w->n_of + c.p0, G, w->stride};
-    FATHOM_TRY(fc_topk_rows(c.count, G, a->k, a->sink, a->local, rows, a->capacity_tokens, false, &top,
-                            w->scores + rows0 * w->stride, sel + rows0 * a->k, sel_count + rows0, stream));
+    if (given) {
+        tier_given_kernel<<<c.count * G, 256, 0, stream>>>(G, a->k, a->sink, a->local, c.p0, given, *w);
+        FATHOM_CUDA_LAUNCHED();
+        FATHOM_TRY(fc_topk_union(c.count, G, a->k, a->sink, a->local, rows, &top, sel + rows0 * a->k,
+                                 sel_count + rows0, stream));
+    } else
+        FATHOM_TRY(fc_topk_rows(c.count, G, a->k, a->sink, a->local, rows, a->capacity_tokens, false, &top,
+                                w->scores + rows0 * w->stride, sel + rows0 * a->k, sel_count + rows0, stream));
     const uint32_t cap = G * a->k;
     const dim3 rows_grid((cap + FETCH_WARPS - 1) / FETCH_WARPS, c.count);
     tier_fetch_kernel<D><<<rows_grid, FETCH_WARPS * 32, 0, stream>>>(*t, a->layer, a->sessions, cap, c.p0, *w,
@@ -691,13 +721,33 @@ static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, 
  * top-k, fetch and attention on lane i % count as soon as its planes are in,
  * beside the next chunks' gathers; the lanes join back into `stream`. */
 template <int D>
+static int launch_gpu(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, const fathom_cuda_tier_step_args *a,
+                      uint32_t G, const tier_ws *w, uint32_t *sel, uint32_t *sel_count, bool insert,
+                      uint32_t P, cudaStream_t stream);
+
+/* The plan of every problem, then the problems [0, P - given pairs) on the
+ * GPU (launch_gpu), then, once given->ready has fired, the given pairs'
+ * union, row fetch and attention on `stream`. */
+template <int D>
 static int launch_all(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, const fathom_cuda_tier_step_args *a,
                       uint32_t G, const tier_ws *w, uint32_t *sel, uint32_t *sel_count, bool insert,
-                      cudaStream_t stream) {
-    const uint32_t P = a->batch * t->heads;
+                      const fathom_cuda_tier_given *given, cudaStream_t stream) {
+    const uint32_t P = a->batch * t->heads, Pg = P - (given ? given->pairs : 0);
     tier_prep_kernel<D><<<P, D, 0, stream>>>(*t, a->layer, a->sessions, G, a->budget, a->fixed_depths,
                                              a->capacity_tokens, a->queries, *w);
     FATHOM_CUDA_LAUNCHED();
+    if (Pg > 0) FATHOM_TRY(launch_gpu<D>(t, L, per, a, G, w, sel, sel_count, insert, Pg, stream));
+    if (Pg == P) return FATHOM_OK;
+    if (given->ready) FATHOM_CUDA_TRY(cudaStreamWaitEvent(stream, given->ready, 0));
+    const tier_chunk host = {Pg, P - Pg};
+    return finish_chunk<D>(t, a, G, w, host, sel, sel_count, insert, stream, given->selected);
+}
+
+/* Problems [0, P) after the plan: see launch_all's comment above it. */
+template <int D>
+static int launch_gpu(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, const fathom_cuda_tier_step_args *a,
+                      uint32_t G, const tier_ws *w, uint32_t *sel, uint32_t *sel_count, bool insert,
+                      uint32_t P, cudaStream_t stream) {
     if (per >= P) {
         const tier_chunk all = {0, P};
         FATHOM_TRY(scan_chunk<D>(t, a, G, w, all, stream));
@@ -763,7 +813,19 @@ extern "C" int fathom_cuda_tier_workspace_size(const fathom_cuda_tier *tier,
 
 extern "C" int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a,
                                      cudaStream_t stream) {
+    return fathom_cuda_tier_step_given(tier, a, NULL, stream);
+}
+
+extern "C" int fathom_cuda_tier_step_given(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a,
+                                           const fathom_cuda_tier_given *given, cudaStream_t stream) {
     FATHOM_TRY(check_args(tier, a));
+    if (given && given->pairs) {
+        const uint64_t P = (uint64_t)a->batch * fc_tier_dev(tier)->heads;
+        FATHOM_CHECK_ARG(given->pairs <= P && given->selected != NULL,
+                         "tier_step: %u given pairs of %llu, or their selections are NULL", given->pairs,
+                         (unsigned long long)P);
+    } else
+        given = NULL;
     FATHOM_CHECK_ARG(a->workspace != NULL && ((uintptr_t)a->workspace & 255) == 0,
                      "tier_step: workspace is NULL or not 256-byte aligned");
     tier_ws w;
@@ -784,9 +846,9 @@ extern "C" int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_t
     FATHOM_CUDA_TRY(cudaMemsetAsync(w.top.hist, 0, w.top.zero_bytes, stream));
     const bool insert = *fc_tier_row_caches(tier) > 0;
     switch (t->dim) {
-    case 64: FATHOM_TRY(launch_all<64>(t, L, per, a, G, &w, sel, sel_count, insert, stream)); break;
-    case 128: FATHOM_TRY(launch_all<128>(t, L, per, a, G, &w, sel, sel_count, insert, stream)); break;
-    case 256: FATHOM_TRY(launch_all<256>(t, L, per, a, G, &w, sel, sel_count, insert, stream)); break;
+    case 64: FATHOM_TRY(launch_all<64>(t, L, per, a, G, &w, sel, sel_count, insert, given, stream)); break;
+    case 128: FATHOM_TRY(launch_all<128>(t, L, per, a, G, &w, sel, sel_count, insert, given, stream)); break;
+    case 256: FATHOM_TRY(launch_all<256>(t, L, per, a, G, &w, sel, sel_count, insert, given, stream)); break;
     default: return fathom_fail(FATHOM_ERR_UNSUPPORTED, "tier_step: dim %u", t->dim);
     }
     if (a->depths)

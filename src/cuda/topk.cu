@@ -476,6 +476,12 @@ int fc_topk_rows(uint32_t problems, uint32_t group, uint32_t k, uint32_t sink, u
         rows_n, k, sink, local, scores, ws->state, ws->cand_fill, ws->mid, ws->cand,
         ws->counters);
     FATHOM_CUDA_LAUNCHED();
+    return fc_topk_union(problems, group, k, sink, local, rows_n, ws, sel, sel_count, stream);
+}
+
+int fc_topk_union(uint32_t problems, uint32_t group, uint32_t k, uint32_t sink, uint32_t local,
+                  fc_rows rows_n, const fc_workspace *ws, uint32_t *sel, uint32_t *sel_count,
+                  cudaStream_t stream) {
     union_kernel<<<problems, 1024, 0, stream>>>(rows_n, group, k, sink, local,
                                                  ws->mid, sel, sel_count, ws->uni,
                                                  ws->uni_count, ws->slot);

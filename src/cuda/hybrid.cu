@@ -1,0 +1,432 @@
+/* hybrid — the host CPU selects a share of a tier step's (entry, KV head)
+ * pairs where their planes live (pinned host memory), the GPU the rest
+ * (fathom_cuda.h, "Hybrid step").
+ *
+ * Host side: fathom_plan_select_parallel (core/scan_select.c) over the
+ * tier's host segments as fathom_segments views, on one thread pool: the
+ * plan from the running sums, the scan, the selection. Device side:
+ * fathom_cuda_tier_step_given. Between them, on a side stream: an export
+ * kernel (session ids, lengths and queries of the host pairs into mapped
+ * host memory), a host function that runs the host side, the H2D copy of
+ * the selections and the event the step waits for. */
+#include "tier_internal.cuh"
+
+extern "C" {
+#include "pool.h"
+#include "store_internal.h"
+}
+
+#include <chrono>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+/* What the export kernel leaves for the host function, per host pair. */
+typedef struct hy_export {
+    uint32_t session;
+    uint32_t n; /* the session's length at the layer; 0 when the session id is out of range */
+} hy_export;
+
+/* One layer's buffers and the parameters of its last enqueued step. */
+typedef struct hy_slot {
+    fathom_cuda_hybrid *h;
+    uint32_t layer, pairs, p0, budget, k, sink, local;
+    hy_export *exp;     /* [max_pairs], mapped host */
+    uint16_t *q;        /* [max_pairs][G][D] bf16, mapped host */
+    hy_export *exp_dev; /* device views of the same */
+    uint16_t *q_dev;
+    uint32_t *sel_host; /* [max_pairs][G][max_k], pinned */
+    uint32_t *sel_dev;  /* [max_pairs][G][max_k], device */
+    cudaEvent_t ready;
+} hy_slot;
+
+struct fathom_cuda_hybrid {
+    fathom_cuda_tier *tier;
+    uint32_t layers, heads, G, D, S, max_pairs, max_k, threads;
+    fathom_pool *pool;
+    cudaStream_t side;
+    cudaEvent_t fork;
+    hy_slot *slots; /* [layers] */
+    int status;     /* first failure of the host work, and its message */
+    char message[512];
+    fathom_cuda_hybrid_rates rates;
+    bool calibrated;
+};
+
+/* ---- the host side ---- */
+
+/* Plan, scan and select `count` pairs on the pool (see fathom_cuda_hybrid_select). */
+static int hy_select(fathom_cuda_hybrid *h, uint32_t layer, uint32_t count, const uint32_t *sessions,
+                     const uint32_t *heads, const uint64_t *lengths, const float *queries, uint32_t budget,
+                     uint32_t k, uint32_t sink, uint32_t local, uint8_t *depths, uint32_t *selected,
+                     uint32_t *selected_count) {
+    const uint64_t seg_tokens = (uint64_t)h->S * FATHOM_BLOCK_TOKENS;
+    uint64_t views_total = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        FATHOM_CHECK_ARG(lengths[i] >= 1, "hybrid_select: pair %u has length 0", i);
+        views_total += (lengths[i] + seg_tokens - 1) / seg_tokens;
+    }
+    fathom_segment_view *views = (fathom_segment_view *)fathom_calloc_array(views_total, sizeof *views);
+    fathom_segments *segs = (fathom_segments *)fathom_calloc_array(count, sizeof *segs);
+    fathom_plan_select_item *items = (fathom_plan_select_item *)fathom_calloc_array(count, sizeof *items);
+    uint8_t *dep = depths ? depths : (uint8_t *)fathom_alloc_array(count, h->D);
+    int status = views && segs && items && dep ? FATHOM_OK
+                                               : fathom_fail(FATHOM_ERR_NOMEM, "hybrid_select: out of memory");
+    fathom_segment_view *v = views;
+    for (uint32_t i = 0; i < count && status == FATHOM_OK; i++) {
+        const uint32_t nseg = (uint32_t)((lengths[i] + seg_tokens - 1) / seg_tokens);
+        for (uint32_t g = 0; g < nseg && status == FATHOM_OK; g++) {
+            fathom_cuda_tier_view tv;
+            status = fathom_cuda_tier_segment(h->tier, sessions[i], layer, heads[i], g, &tv);
+            v[g].planes = tv.planes;
+            v[g].scales = tv.scales;
+            v[g].first_token = tv.first_token;
+        }
+        const double *shift, *sum, *sum_sq;
+        if (status == FATHOM_OK)
+            status = fathom_cuda_tier_sums(h->tier, sessions[i], layer, heads[i], &shift, &sum, &sum_sq);
+        if (status != FATHOM_OK) break;
+        segs[i].dim = h->D;
+        segs[i].segment_blocks = h->S;
+        segs[i].length = lengths[i];
+        segs[i].views = v;
+        v += nseg;
+        fathom_plan_select_item *it = &items[i];
+        it->segments = &segs[i];
+        it->sum = sum;
+        it->sum_sq = sum_sq;
+        it->queries = queries + (size_t)i * h->G * h->D;
+        it->group = h->G;
+        it->n = lengths[i];
+        it->budget = budget;
+        it->k = k;
+        it->sink = sink;
+        it->local = local;
+        it->depths = dep + (size_t)i * h->D;
+        it->idx = selected + (size_t)i * h->G * k;
+        it->count = selected_count + (size_t)i * h->G;
+    }
+    /* token ranges: about two tasks per thread for a small share, 8192 to 16384 tokens each (shorter
+       ranges cost more in the selection's candidate pools than they gain in balance) */
+    uint64_t tokens = 0;
+    for (uint32_t i = 0; i < count; i++) tokens += lengths[i];
+    uint64_t range = tokens / (2 * (uint64_t)h->threads);
+    range = range < 8192 ? 8192 : range > 16384 ? 16384 : (range + 63) / 64 * 64;
+    if (status == FATHOM_OK)
+        status = fathom_plan_select_parallel(h->pool, FATHOM_SCAN_AUTO, items, count, range);
+    free(views);
+    free(segs);
+    free(items);
+    if (dep != depths) free(dep);
+    return status;
+}
+
+static int check_select_args(const fathom_cuda_hybrid *h, uint32_t layer, uint32_t count, uint32_t budget,
+                             uint32_t k, uint32_t sink, uint32_t local) {
+    FATHOM_CHECK_ARG(layer < h->layers, "hybrid: layer %u >= %u", layer, h->layers);
+    FATHOM_CHECK_ARG(count >= 1 && count <= h->max_pairs, "hybrid: %u pairs not in 1..%u", count, h->max_pairs);
+    FATHOM_CHECK_ARG(k >= 1 && k <= h->max_k, "hybrid: k %u not in 1..%u", k, h->max_k);
+    FATHOM_CHECK_ARG((uint64_t)sink + local <= k, "hybrid: sink %u + local %u exceed k %u", sink, local, k);
+    FATHOM_CHECK_ARG(budget >= 1 && budget <= FATHOM_PLANES * h->D, "hybrid: budget %u not in 1..%u", budget,
+                     FATHOM_PLANES * h->D);
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_hybrid_select(fathom_cuda_hybrid *h, uint32_t layer, uint32_t count,
+                                         const uint32_t *sessions, const uint32_t *heads,
+                                         const uint64_t *lengths, const float *queries, uint32_t budget,
+                                         uint32_t k, uint32_t sink, uint32_t local, uint8_t *depths,
+                                         uint32_t *selected, uint32_t *selected_count) {
+    FATHOM_CHECK_ARG(h != NULL, "hybrid_select: NULL hybrid");
+    FATHOM_TRY(check_select_args(h, layer, count, budget, k, sink, local));
+    FATHOM_CHECK_ARG(sessions && heads && lengths && queries && selected && selected_count,
+                     "hybrid_select: NULL argument");
+    for (uint32_t i = 0; i < count; i++)
+        FATHOM_CHECK_ARG(heads[i] < h->heads, "hybrid_select: head %u >= %u", heads[i], h->heads);
+    return hy_select(h, layer, count, sessions, heads, lengths, queries, budget, k, sink, local, depths, selected,
+                     selected_count);
+}
+
+/* The host function of a step: the exported pairs, selected into sel_host. */
+static int hy_run(hy_slot *sl) {
+    fathom_cuda_hybrid *h = sl->h;
+    const uint32_t c = sl->pairs, GD = h->G * h->D;
+    uint32_t *ids = (uint32_t *)fathom_alloc_array(c, 2 * sizeof(uint32_t));
+    uint64_t *lengths = (uint64_t *)fathom_alloc_array(c, sizeof(uint64_t));
+    float *q = (float *)fathom_alloc_array((uint64_t)c * GD, sizeof(float));
+    uint32_t *counts = (uint32_t *)fathom_alloc_array((uint64_t)c * h->G, sizeof(uint32_t));
+    int status = ids && lengths && q && counts ? FATHOM_OK : fathom_fail(FATHOM_ERR_NOMEM, "hybrid: out of memory");
+    for (uint32_t i = 0; i < c && status == FATHOM_OK; i++) {
+        ids[i] = sl->exp[i].session;
+        ids[c + i] = (sl->p0 + i) % h->heads;
+        lengths[i] = sl->exp[i].n;
+        if (lengths[i] == 0)
+            status = fathom_fail(FATHOM_ERR_STATE, "hybrid: session %u is empty or out of range at layer %u",
+                                 ids[i], sl->layer);
+    }
+    for (uint64_t e = 0; e < (uint64_t)c * GD && status == FATHOM_OK; e++) q[e] = fathom_bf16_to_f32(sl->q[e]);
+    if (status == FATHOM_OK)
+        status = hy_select(h, sl->layer, c, ids, ids + c, lengths, q, sl->budget, sl->k, sl->sink, sl->local, NULL,
+                           sl->sel_host, counts);
+    free(ids);
+    free(lengths);
+    free(q);
+    free(counts);
+    return status;
+}
+
+static void CUDART_CB hy_host_fn(void *arg) {
+    hy_slot *sl = (hy_slot *)arg;
+    fathom_cuda_hybrid *h = sl->h;
+    const int status = hy_run(sl);
+    if (status == FATHOM_OK) return;
+    if (h->status == FATHOM_OK) {
+        snprintf(h->message, sizeof h->message, "%s", fathom_last_error());
+        h->status = status;
+    }
+    /* middle winners that exist at any length above k, so that the step's
+       row fetch stays inside the session (its output is then meaningless) */
+    const uint32_t m = sl->k - sl->sink - sl->local;
+    for (uint64_t r = 0; r < (uint64_t)sl->pairs * h->G; r++)
+        for (uint32_t i = 0; i < m; i++) sl->sel_host[r * sl->k + sl->sink + i] = sl->sink + i;
+}
+
+/* ---- the device side ---- */
+
+/* Host pair i = p0 + blockIdx.x: its session, length and bf16 queries. */
+static __global__ void hy_export_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t p0,
+                                        uint32_t GD, const uint16_t *queries, hy_export *exp, uint16_t *q) {
+    const uint32_t i = blockIdx.x, p = p0 + i;
+    const uint32_t s = sessions[p / t.heads];
+    if (threadIdx.x == 0) {
+        hy_export e = {s, s < t.max_sessions ? t.len[(size_t)s * t.layers + layer] : 0u};
+        exp[i] = e;
+    }
+    for (uint32_t e = threadIdx.x; e < GD; e += blockDim.x) q[(size_t)i * GD + e] = queries[(size_t)p * GD + e];
+}
+
+/* ---- object ---- */
+
+extern "C" void fathom_cuda_hybrid_destroy(fathom_cuda_hybrid *h) {
+    if (!h) return;
+    if (h->side) cudaStreamSynchronize(h->side);
+    for (uint32_t l = 0; h->slots && l < h->layers; l++) {
+        hy_slot *sl = &h->slots[l];
+        cudaFreeHost(sl->exp);
+        cudaFreeHost(sl->q);
+        cudaFreeHost(sl->sel_host);
+        cudaFree(sl->sel_dev);
+        if (sl->ready) cudaEventDestroy(sl->ready);
+    }
+    free(h->slots);
+    if (h->fork) cudaEventDestroy(h->fork);
+    if (h->side) cudaStreamDestroy(h->side);
+    fathom_pool_free(h->pool);
+    free(h);
+}
+
+static int hy_create(fathom_cuda_hybrid *h) {
+    FATHOM_TRY(fathom_pool_create(&h->pool, h->threads));
+    FATHOM_CUDA_TRY(cudaStreamCreateWithFlags(&h->side, cudaStreamNonBlocking));
+    FATHOM_CUDA_TRY(cudaEventCreateWithFlags(&h->fork, cudaEventDisableTiming));
+    h->slots = (hy_slot *)fathom_calloc_array(h->layers, sizeof *h->slots);
+    FATHOM_CHECK(!h->slots, FATHOM_ERR_NOMEM, "hybrid_create: out of memory");
+    const size_t sel_bytes = (size_t)h->max_pairs * h->G * h->max_k * sizeof(uint32_t);
+    for (uint32_t l = 0; l < h->layers; l++) {
+        hy_slot *sl = &h->slots[l];
+        sl->h = h;
+        FATHOM_CUDA_TRY(cudaHostAlloc((void **)&sl->exp, h->max_pairs * sizeof(hy_export), cudaHostAllocMapped));
+        FATHOM_CUDA_TRY(cudaHostAlloc((void **)&sl->q, (size_t)h->max_pairs * h->G * h->D * 2, cudaHostAllocMapped));
+        FATHOM_CUDA_TRY(cudaHostGetDevicePointer((void **)&sl->exp_dev, sl->exp, 0));
+        FATHOM_CUDA_TRY(cudaHostGetDevicePointer((void **)&sl->q_dev, sl->q, 0));
+        FATHOM_CUDA_TRY(cudaHostAlloc((void **)&sl->sel_host, sel_bytes, cudaHostAllocDefault));
+        memset(sl->sel_host, 0, sel_bytes);
+        FATHOM_CUDA_TRY(cudaMalloc((void **)&sl->sel_dev, sel_bytes));
+        FATHOM_CUDA_TRY(cudaEventCreateWithFlags(&sl->ready, cudaEventDisableTiming));
+    }
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_hybrid_create(fathom_cuda_tier *tier, uint32_t threads, uint32_t max_pairs,
+                                         uint32_t max_k, fathom_cuda_hybrid **out) {
+    FATHOM_CHECK_ARG(tier && out, "hybrid_create: NULL tier or out");
+    *out = NULL;
+    FATHOM_CHECK_ARG(threads >= 1 && threads <= 1024, "hybrid_create: threads %u not in 1..1024", threads);
+    FATHOM_CHECK_ARG(max_pairs >= 1 && max_pairs <= 65535, "hybrid_create: max_pairs %u not in 1..65535",
+                     max_pairs);
+    FATHOM_CHECK_ARG(max_k >= 1 && max_k <= FATHOM_CUDA_MAX_K, "hybrid_create: max_k %u not in 1..%d", max_k,
+                     FATHOM_CUDA_MAX_K);
+    fathom_cuda_hybrid *h = (fathom_cuda_hybrid *)calloc(1, sizeof *h);
+    FATHOM_CHECK(!h, FATHOM_ERR_NOMEM, "hybrid_create: out of memory");
+    const tier_dev *t = fc_tier_dev(tier);
+    h->tier = tier;
+    h->layers = t->layers;
+    h->heads = t->heads;
+    h->G = fc_tier_group(tier);
+    h->D = t->dim;
+    h->S = t->segment_blocks;
+    h->max_pairs = max_pairs;
+    h->max_k = max_k;
+    h->threads = threads;
+    const int status = hy_create(h);
+    if (status < 0) {
+        fathom_cuda_hybrid_destroy(h);
+        return status;
+    }
+    *out = h;
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_hybrid_step(fathom_cuda_hybrid *h, const fathom_cuda_tier_step_args *a,
+                                       uint32_t host_pairs, cudaStream_t stream) {
+    FATHOM_CHECK_ARG(h && a, "hybrid_step: NULL hybrid or args");
+    if (host_pairs == 0) return fathom_cuda_tier_step(h->tier, a, stream);
+    FATHOM_CHECK_ARG(a->fixed_depths == NULL, "hybrid_step: fixed depths are not supported (water-filling only)");
+    FATHOM_TRY(check_select_args(h, a->layer, host_pairs, a->budget, a->k, a->sink, a->local));
+    FATHOM_CHECK_ARG(a->sessions && a->queries && (uint64_t)host_pairs <= (uint64_t)a->batch * h->heads,
+                     "hybrid_step: %u host pairs of a batch of %u x %u heads, or NULL sessions/queries",
+                     host_pairs, a->batch, h->heads);
+    hy_slot *sl = &h->slots[a->layer];
+    const uint32_t P = a->batch * h->heads;
+    sl->layer = a->layer;
+    sl->pairs = host_pairs;
+    sl->p0 = P - host_pairs;
+    sl->budget = a->budget;
+    sl->k = a->k;
+    sl->sink = a->sink;
+    sl->local = a->local;
+    FATHOM_CUDA_TRY(cudaEventRecord(h->fork, stream));
+    FATHOM_CUDA_TRY(cudaStreamWaitEvent(h->side, h->fork, 0));
+    hy_export_kernel<<<host_pairs, 128, 0, h->side>>>(*fc_tier_dev(h->tier), a->layer, a->sessions, sl->p0,
+                                                      h->G * h->D, a->queries, sl->exp_dev, sl->q_dev);
+    FATHOM_CUDA_LAUNCHED();
+    FATHOM_CUDA_TRY(cudaLaunchHostFunc(h->side, hy_host_fn, sl));
+    FATHOM_CUDA_TRY(cudaMemcpyAsync(sl->sel_dev, sl->sel_host, (size_t)host_pairs * h->G * a->k * sizeof(uint32_t),
+                                    cudaMemcpyHostToDevice, h->side));
+    FATHOM_CUDA_TRY(cudaEventRecord(sl->ready, h->side));
+    const fathom_cuda_tier_given given = {host_pairs, sl->sel_dev, sl->ready};
+    return fathom_cuda_tier_step_given(h->tier, a, &given, stream);
+}
+
+extern "C" int fathom_cuda_hybrid_check(fathom_cuda_hybrid *h) {
+    FATHOM_CHECK_ARG(h != NULL, "hybrid_check: NULL hybrid");
+    FATHOM_CUDA_TRY(cudaStreamSynchronize(h->side));
+    const int status = h->status;
+    h->status = FATHOM_OK;
+    if (status < 0) return fathom_fail(status, "hybrid: host work failed: %s", h->message);
+    return FATHOM_OK;
+}
+
+/* ---- scheduler ---- */
+
+/* Plane bytes of one pair at n tokens (the estimate of fathom_cuda_hybrid_share). */
+static double hy_pair_bytes(uint64_t n, uint32_t budget, uint32_t dim) {
+    const double active = budget < dim ? budget : dim;
+    return (double)n * (budget + active / 4.0) / 8.0;
+}
+
+static double hy_now(void) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+/* Events destroyed on every return path. */
+struct hy_events {
+    cudaEvent_t e[2] = {NULL, NULL};
+    ~hy_events() {
+        for (int i = 0; i < 2; i++)
+            if (e[i]) cudaEventDestroy(e[i]);
+    }
+};
+
+extern "C" int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *h, const fathom_cuda_tier_step_args *a,
+                                            cudaStream_t stream, fathom_cuda_hybrid_rates *rates) {
+    FATHOM_CHECK_ARG(h && a, "hybrid_calibrate: NULL hybrid or args");
+    FATHOM_CHECK_ARG(a->fixed_depths == NULL && a->sessions && a->queries,
+                     "hybrid_calibrate: fixed depths, or NULL sessions/queries");
+    const uint32_t P = a->batch * h->heads, GD = h->G * h->D;
+    FATHOM_CHECK_ARG(a->batch >= 1 && P <= h->max_pairs, "hybrid_calibrate: %u pairs, max_pairs %u", P,
+                     h->max_pairs);
+    FATHOM_TRY(check_select_args(h, a->layer, P, a->budget, a->k, a->sink, a->local));
+    FATHOM_CUDA_TRY(cudaDeviceSynchronize());
+    std::vector<uint32_t> entry(a->batch), ids(2 * (size_t)P), sel((size_t)P * h->G * a->k), cnt((size_t)P * h->G);
+    std::vector<uint64_t> lengths(P);
+    std::vector<uint16_t> qb((size_t)P * GD);
+    std::vector<float> q((size_t)P * GD);
+    FATHOM_CUDA_TRY(cudaMemcpy(entry.data(), a->sessions, a->batch * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+    FATHOM_CUDA_TRY(cudaMemcpy(qb.data(), a->queries, qb.size() * 2, cudaMemcpyDeviceToHost));
+    double bytes = 0;
+    for (uint32_t p = 0; p < P; p++) {
+        if (p % h->heads == 0) FATHOM_TRY(fathom_cuda_tier_length(h->tier, entry[p / h->heads], &lengths[p]));
+        else lengths[p] = lengths[p - 1];
+        ids[p] = entry[p / h->heads];
+        ids[P + p] = p % h->heads;
+        bytes += hy_pair_bytes(lengths[p], a->budget, h->D);
+    }
+    for (size_t e = 0; e < q.size(); e++) q[e] = fathom_bf16_to_f32(qb[e]);
+    hy_events ev;
+    FATHOM_CUDA_TRY(cudaEventCreate(&ev.e[0]));
+    FATHOM_CUDA_TRY(cudaEventCreate(&ev.e[1]));
+    double gpu_s = 1e30, cpu_s = 1e30;
+    for (int rep = 0; rep < 4; rep++) { /* the GPU-only step: one warm-up, best of 3 */
+        FATHOM_CUDA_TRY(cudaEventRecord(ev.e[0], stream));
+        FATHOM_TRY(fathom_cuda_tier_step(h->tier, a, stream));
+        FATHOM_CUDA_TRY(cudaEventRecord(ev.e[1], stream));
+        FATHOM_CUDA_TRY(cudaEventSynchronize(ev.e[1]));
+        float ms = 0;
+        FATHOM_CUDA_TRY(cudaEventElapsedTime(&ms, ev.e[0], ev.e[1]));
+        if (rep > 0 && ms * 1e-3 < gpu_s) gpu_s = ms * 1e-3;
+    }
+    for (int rep = 0; rep < 3; rep++) { /* the host: one warm-up, best of 2 */
+        const double t0 = hy_now();
+        FATHOM_TRY(hy_select(h, a->layer, P, ids.data(), ids.data() + P, lengths.data(), q.data(), a->budget, a->k,
+                             a->sink, a->local, NULL, sel.data(), cnt.data()));
+        const double dt = hy_now() - t0;
+        if (rep > 0 && dt < cpu_s) cpu_s = dt;
+    }
+    /* the step with the most pairs on the host: its time beyond their scan at the host's rate is the
+       host side's fixed latency (export, host function, pool wake-ups, H2D copy, the given pairs'
+       union, fetch and attention after it) */
+    const uint32_t most = P < h->max_pairs ? P : h->max_pairs;
+    double host_bytes = 0, step_s = 1e30;
+    for (uint32_t p = P - most; p < P; p++) host_bytes += hy_pair_bytes(lengths[p], a->budget, h->D);
+    for (int rep = 0; rep < 3; rep++) {
+        FATHOM_CUDA_TRY(cudaEventRecord(ev.e[0], stream));
+        FATHOM_TRY(fathom_cuda_hybrid_step(h, a, most, stream));
+        FATHOM_CUDA_TRY(cudaEventRecord(ev.e[1], stream));
+        FATHOM_CUDA_TRY(cudaEventSynchronize(ev.e[1]));
+        FATHOM_TRY(fathom_cuda_hybrid_check(h));
+        float ms = 0;
+        FATHOM_CUDA_TRY(cudaEventElapsedTime(&ms, ev.e[0], ev.e[1]));
+        if (rep > 0 && ms * 1e-3 < step_s) step_s = ms * 1e-3;
+    }
+    const double fixed = step_s - host_bytes / (bytes / cpu_s);
+    h->rates.cpu_fixed_s = fixed > 0 ? fixed : 0;
+    h->rates.cpu_s = cpu_s;
+    h->rates.gpu_s = gpu_s;
+    h->rates.cpu_bytes_per_s = bytes / cpu_s;
+    h->rates.gpu_bytes_per_s = bytes / gpu_s;
+    h->calibrated = true;
+    if (rates) *rates = h->rates;
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_hybrid_share(const fathom_cuda_hybrid *h, const fathom_cuda_tier_step_args *a,
+                                        const uint64_t *lengths, uint32_t *host_pairs) {
+    FATHOM_CHECK_ARG(h && a && lengths && host_pairs, "hybrid_share: NULL argument");
+    FATHOM_CHECK(!h->calibrated, FATHOM_ERR_STATE, "hybrid_share: not calibrated (fathom_cuda_hybrid_calibrate)");
+    FATHOM_CHECK_ARG(a->batch >= 1 && a->budget >= 1, "hybrid_share: batch or budget is 0");
+    const uint32_t P = a->batch * h->heads, most = P < h->max_pairs ? P : h->max_pairs;
+    double total = 0;
+    for (uint32_t p = 0; p < P; p++) total += hy_pair_bytes(lengths[p / h->heads], a->budget, h->D);
+    double host = 0, best = total / h->rates.gpu_bytes_per_s;
+    uint32_t choice = 0;
+    for (uint32_t c = 1; c <= most; c++) {
+        host += hy_pair_bytes(lengths[(P - c) / h->heads], a->budget, h->D);
+        const double t = fmax(h->rates.cpu_fixed_s + host / h->rates.cpu_bytes_per_s,
+                              (total - host) / h->rates.gpu_bytes_per_s);
+        if (t < best) best = t, choice = c;
+    }
+    *host_pairs = choice;
+    return FATHOM_OK;
+}
