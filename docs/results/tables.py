@@ -254,12 +254,11 @@ def bench_scan_tiled(rec):
                 (" The AVX-512 tiled kernel forms each value plane by plane (per 16 tokens a blend, then t - 1 "
                  "masked adds, each plane's bits loaded straight into a mask register), so per active channel and "
                  "64-token block it issues 4t of those besides the 16 multiply-adds of G = 4: its time per channel "
-                 "grows with the depth, and ds:32's depth-4 channels cost it about twice what fathom:48's shallow "
-                 "ones do.")
+                 "grows with the depth, and ds:32's depth-4 channels cost it more than fathom:48's shallow ones do.")
                 if r["tiled_isa"] == "avx512" else "",
                 ("measured here: %.2f GB/s per core, %.2f GB/s on all threads"
                  % (g["per_core_GBps"], g["all_threads_GBps"])) if g["applies"]
-                else "need --context 1048576 --threads 16 on that machine (pending)",
+                else "need --context 1048576 --threads 16 on that machine (its own table)",
                 (" The binary ran there is bench/bench_scan.c built here (Release) and linked statically, "
                  "since that machine has no jansson or PCRE2 to build the full library.")
                 if ".static" in rec["command"] else ""))
