@@ -433,8 +433,11 @@ int main(int argc, char **argv) {
     char cpu[256];
     cpu_model(cpu, sizeof cpu);
     static const char *isa[] = {"auto", "reference", "portable", "avx2", "avx512", "portable", "avx2", "avx512"};
-    const char *kern = isa[new_kernel == FATHOM_SCAN_AUTO ? (fathom_scan_kernel_available(FATHOM_SCAN_AVX2) ? 6 : 5)
-                                                          : new_kernel];
+    /* AUTO runs the widest tiled kernel this CPU runs (scan.c's pick_tiled) */
+    const fathom_scan_kernel auto_kernel = fathom_scan_kernel_available(FATHOM_SCAN_TILED_AVX512) ? FATHOM_SCAN_TILED_AVX512
+                                           : fathom_scan_kernel_available(FATHOM_SCAN_TILED_AVX2) ? FATHOM_SCAN_TILED_AVX2
+                                                                                                   : FATHOM_SCAN_TILED_PORTABLE;
+    const char *kern = isa[new_kernel == FATHOM_SCAN_AUTO ? auto_kernel : new_kernel];
     const char *old_isa = isa[old_kernel];
     /* per core: plane bytes / s on one thread; all: on the largest thread count */
     const double pc_old = bytes_f / tof, pc_new = bytes_f / tnf, all_new = bytes_f / sn[ntc - 1];

@@ -1,12 +1,13 @@
 /* The tiled scan kernels and token ranges (core/scan.c, core/scan_x86.c):
  * every tiled kernel's scores are bit-identical to the untiled kernel of the
  * same instruction set (which test_store checks against the reference and
- * decode), over full ranges, sub-ranges with a row stride, several passes,
- * head counts that are not multiples of 4 and tiles cut by segment ends;
- * range arguments are validated; the pool driver gives the same scores;
- * cpu.h's feature bits agree with the
- * compiler's own cpuid reading. Kernels this CPU cannot run are compiled
- * in and reported as skipped, never as passing. */
+ * decode), and the tiled AVX2 and AVX-512 kernels equal each other, over
+ * full ranges, model shapes (dims 64/128/256, G 1..16, every depth 0..4),
+ * sub-ranges with a row stride, several passes, head counts that are not
+ * multiples of 4 and tiles cut by segment ends; range arguments are
+ * validated; the pool driver gives the same scores; cpu.h's feature bits
+ * agree with the compiler's own cpuid reading. Kernels this CPU cannot run
+ * are compiled in and reported as skipped, never as passing. */
 #include "check.h"
 #include "cpu.h"
 #include "fathom.h"
@@ -50,10 +51,18 @@ static fathom_store *make_store(uint32_t dim, uint32_t seg_blocks, uint64_t n) {
     return st;
 }
 
-/* Full scans: tiled == untiled, bit for bit, and the same bytes_read. */
+/* Tiled AVX2 and AVX-512 scores compared bit for bit (both run one fused
+ * multiply-add per head, channel and token in pass order), and how many
+ * scores were compared. */
+static uint64_t fma_pairs_compared;
+
+/* Full scans: tiled == untiled, bit for bit, and the same bytes_read; the
+ * tiled AVX2 and AVX-512 kernels equal each other where both run. */
 static void check_full(fathom_store *st, const uint8_t *depths, const float *q, uint32_t group,
                        uint64_t n) {
     float *a = malloc(sizeof(float) * group * n), *b = malloc(sizeof(float) * group * n);
+    float *wide = malloc(sizeof(float) * group * n);
+    int have_avx2 = 0;
     for (int k = 0; k < 3; k++) {
         if (!fathom_scan_kernel_available(pairs[k].tiled)) {
             CHECK(!fathom_scan_kernel_available(pairs[k].untiled));
@@ -70,9 +79,52 @@ static void check_full(fathom_store *st, const uint8_t *depths, const float *q, 
             fprintf(stderr, "%s: tiled scores differ (group %u, n %llu)\n", pairs[k].name, group,
                     (unsigned long long)n);
         CHECK(!differ);
+        if (pairs[k].tiled == FATHOM_SCAN_TILED_AVX2) {
+            memcpy(wide, b, sizeof(float) * group * n);
+            have_avx2 = 1;
+        } else if (pairs[k].tiled == FATHOM_SCAN_TILED_AVX512 && have_avx2) {
+            int cross = memcmp(wide, b, sizeof(float) * group * n) != 0;
+            if (cross)
+                fprintf(stderr, "tiled AVX2 and AVX-512 scores differ (group %u, n %llu)\n", group,
+                        (unsigned long long)n);
+            CHECK(!cross);
+            fma_pairs_compared += group * n;
+        }
     }
     free(a);
     free(b);
+    free(wide);
+}
+
+/* The shapes of real models: dims 64, 128 and 256, G from 1 to 16 (chunks
+ * of 4 heads and remainders), every depth 0..4 in one plan and plans of one
+ * depth, and lengths that end in partial blocks and partial 16-token
+ * quarters. */
+static void test_model_shapes(void) {
+    const uint32_t dims[3] = {64, 128, 256}, groups[7] = {1, 2, 3, 4, 5, 8, 16};
+    const uint64_t len = 64 * 6 + 37, ns[3] = {len, 64 * 2 + 16, 9};
+    for (int di = 0; di < 3; di++) {
+        const uint32_t dim = dims[di];
+        fathom_store *st = make_store(dim, 0, len);
+        float *q = malloc(sizeof(float) * 16 * dim);
+        for (uint32_t i = 0; i < 16 * dim; i++) q[i] = rng_key(i) * 10.0f;
+        uint8_t *depths = malloc(dim);
+        for (int pattern = 0; pattern < 7; pattern++) {
+            int seen[5] = {0};
+            for (uint32_t j = 0; j < dim; j++) {
+                depths[j] = pattern < 5    ? (uint8_t)pattern /* every channel at one depth */
+                            : pattern == 5 ? (uint8_t)((j * 7 + 3) % 5)
+                                           : (uint8_t)rng_below(5);
+                seen[depths[j]]++;
+            }
+            if (pattern >= 5) CHECK(seen[0] && seen[1] && seen[2] && seen[3] && seen[4]);
+            for (int gi = 0; gi < 7; gi++)
+                for (int ni = 0; ni < 3; ni++) check_full(st, depths, q, groups[gi], ns[ni]);
+        }
+        free(depths);
+        free(q);
+        fathom_store_free(st);
+    }
 }
 
 static void test_tiled_identical(void) {
@@ -558,6 +610,7 @@ int main(void) {
     test_cpu_features();
     test_tiled_identical();
     test_extreme_scales();
+    test_model_shapes();
     test_ranges();
     test_range_args();
     test_parallel();
@@ -571,5 +624,11 @@ int main(void) {
         else
             printf("test_scan: tiled %s kernel skipped: no %s on this CPU\n", pairs[k].name,
                    pairs[k].name);
+    if (pairs_run[1] && pairs_run[2]) {
+        CHECK(fma_pairs_compared > 0);
+        printf("test_scan: tiled AVX2 and AVX-512 scores equal bit for bit (%llu scores)\n",
+               (unsigned long long)fma_pairs_compared);
+    } else
+        printf("test_scan: tiled AVX2 against AVX-512 skipped: this CPU lacks one of them\n");
     return check_summary("test_scan");
 }

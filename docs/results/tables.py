@@ -250,10 +250,15 @@ def bench_scan_tiled(rec):
                  "multiply-add whatever the channel's depth, so its time per active channel does not grow with "
                  "the depth: ds:32's 32 channels of depth 4 cost it about what as many channels of depth 1 would, "
                  "and fathom:48's fewer bits buy less time than with the plane-by-plane kernels.")
-                if r["tiled_isa"] == "avx2" else "",
+                if r["tiled_isa"] == "avx2" else
+                (" The AVX-512 tiled kernel forms each value plane by plane (per 16 tokens a blend, then t - 1 "
+                 "masked adds, each plane's bits loaded straight into a mask register), so per active channel and "
+                 "64-token block it issues 4t of those besides the 16 multiply-adds of G = 4: its time per channel "
+                 "grows with the depth, and ds:32's depth-4 channels cost it more than fathom:48's shallow ones do.")
+                if r["tiled_isa"] == "avx512" else "",
                 ("measured here: %.2f GB/s per core, %.2f GB/s on all threads"
                  % (g["per_core_GBps"], g["all_threads_GBps"])) if g["applies"]
-                else "need --context 1048576 --threads 16 on that machine (pending)",
+                else "need --context 1048576 --threads 16 on that machine (its own table)",
                 (" The binary ran there is bench/bench_scan.c built here (Release) and linked statically, "
                  "since that machine has no jansson or PCRE2 to build the full library.")
                 if ".static" in rec["command"] else ""))
@@ -275,6 +280,35 @@ def bench_scan_tiled(rec):
                  "other layers' work in between.\n"
                  % (ss["k"], ss["sink"], ss["local"], "yes" if ss["identical_selections"] else "NO",
                     last["threads"], last["scan_select_ms"] / last["scan_then_select_ms"]))
+    return text
+
+
+def bench_scan_kernel(rec):
+    r = rec["result"]
+    rows = []
+    for k in r["kernels"]:
+        for x in k["plans"]:
+            rows.append([k["kernel"], x["plan"], x["channels"], x["bits"], "%.1f" % x["ns_per_block"],
+                         "%.2f" % x["ns_per_channel_block"], "%.2f" % x["plane_GBps"],
+                         "%.1f" % x["fma_floor_ns_per_block"] if x["fma_floor_ns_per_block"] else "-",
+                         "%.2f" % x["of_floor"] if x["of_floor"] else "-"])
+    text = md_table(["kernel", "plan", "channels", "bits", "ns/block", "ns/channel/block", "plane GB/s",
+                     "FMA floor ns/block", "of floor"], rows)
+    text += ("\nOne core's time per 64-token block of each tiled kernel (fathom_store_scan_range over a store of "
+             "n = %d random keys, dim %d, G = %d, the fastest of 7 rounds), for fathom:48's shape on the bench-scan "
+             "setup (18 channels of depth 1, 9 of 2, 4 of 3) and ds:32's (32 of depth 4), against the floor of "
+             "the multiply-adds every tiled kernel issues (one per query head, active channel and token: G x "
+             "channels x 64 lanes per block) at this core's measured rate (%.2f 16-lane and %.2f 8-lane "
+             "multiply-adds per ns). What a kernel spends beyond the floor forms the values from the planes "
+             "(AVX-512: a blend and t - 1 masked adds per 16 tokens; AVX2: byte codes, a conversion and a "
+             "multiply-add per 8 tokens), stages the tile and waits on memory. Where it does not hold: the scans "
+             "read %s; the keys are random, the plans fixed, so the rates are the kernels' and not a "
+             "model's; the portable kernel (a multiply then an add) has no floor here; on a shared, loaded machine the "
+             "rates are noisy (load average in the record).\n"
+             % (r["context"], r["dim"], r["group"], r["fma_zmm_per_ns"], r["fma_ymm_per_ns"],
+                "%s KiB, the rows each plan reads" % " and ".join(
+                    "%.0f" % ((8 * x["bits"] + 2 * x["channels"]) * ((r["context"] + 63) // 64) / 1024.0)
+                    for x in r["kernels"][0]["plans"])))
     return text
 
 
@@ -1545,6 +1579,13 @@ TABLES = [
           "The tiled kernel on the GPU machine's host (16 cores, 1M tokens)", bench_scan_tiled,
           "Pending: on the GPU machine, `FATHOM_COMMIT=<commit> scripts/record-result bench-scan-tiled-gpu-host -- "
           "build/bench_scan --context 1048576 --threads 16 --queries 4 --repeats 5 --json` (about 8 GB of memory)."),
+    Table("bench-scan-kernel", "CPU: scan throughput (bench_scan)",
+          "One core's time per block against the multiply-add floor", bench_scan_kernel,
+          "Pending: `scripts/record-result bench-scan-kernel -- build/bench_scan_kernel --json`."),
+    Table("bench-scan-kernel-gpu-host", "CPU: scan throughput (bench_scan)",
+          "The same on the GPU machine's host core", bench_scan_kernel,
+          "Pending: on the GPU machine, `FATHOM_COMMIT=<commit> scripts/record-result bench-scan-kernel-gpu-host -- "
+          "build/bench_scan_kernel --json`."),
     Table("decode-cache-sim", "CPU: decode traces and HBM cache hit rates",
           "Plane and row bytes an HBM cache would keep off the link", decode_cache_sim,
           "Pending: `scripts/record-result decode-cache-sim -- bench/cache_sim.py --json TRACE ...`."),

@@ -1,0 +1,234 @@
+/* bench_scan_kernel — one core's time per 64-token block of each tiled scan
+ * kernel, against the floor set by its multiply-adds.
+ *
+ *   bench_scan_kernel [--context N] [--repeats R] [--json]
+ *
+ * One store of N tokens (dim 128, random keys), G = 4 query heads and two
+ * plans: fathom:48's shape on the bench_scan setup (18 channels of depth 1,
+ * 9 of depth 2, 4 of depth 3: 48 bits over 31 channels) and ds:32's (32
+ * channels of depth 4). Each tiled kernel this CPU runs scans the whole
+ * store R times per round (fathom_store_scan_range, one thread), rounds
+ * interleaved over kernels and plans, the fastest round kept. N = 16384
+ * keeps the store in L2; 1M puts it in L3 or memory.
+ *
+ * The floor: every tiled kernel issues one fused multiply-add per query
+ * head, active channel and token (the GPU's operations), G * C * 64 lanes
+ * per block, so its time cannot fall below those vectors at this core's
+ * multiply-add rate, which is timed here (12 independent chains of 16-lane
+ * or 8-lane multiply-adds). "of floor" is the kernel's time over that floor;
+ * what the kernel spends beyond it is forming the values from the planes,
+ * staging and the memory.
+ *
+ * --json: one JSON object on stdout (scripts/record-result adds the machine,
+ * date and commit). */
+#include "cpu.h"
+#include "fathom.h"
+#include "store_internal.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef FATHOM_X86
+#include <immintrin.h>
+#endif
+
+#define DIM 128
+#define GROUP 4
+#define ROUNDS 7
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t rng = 88172645463325252ull;
+static float rng_unit(void) { /* xorshift64, uniform in [-1, 1) */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+/* ---- this core's multiply-add rate: 12 independent chains ---- */
+
+#ifdef FATHOM_X86
+#define FMA_BODY                                                                                   \
+    "vfmadd231ps %[x], %[y], %[a0]\n\tvfmadd231ps %[x], %[y], %[a1]\n\t"                           \
+    "vfmadd231ps %[x], %[y], %[a2]\n\tvfmadd231ps %[x], %[y], %[a3]\n\t"                           \
+    "vfmadd231ps %[x], %[y], %[a4]\n\tvfmadd231ps %[x], %[y], %[a5]\n\t"                           \
+    "vfmadd231ps %[x], %[y], %[a6]\n\tvfmadd231ps %[x], %[y], %[a7]\n\t"                           \
+    "vfmadd231ps %[x], %[y], %[a8]\n\tvfmadd231ps %[x], %[y], %[a9]\n\t"                           \
+    "vfmadd231ps %[x], %[y], %[a10]\n\tvfmadd231ps %[x], %[y], %[a11]\n\t"
+#define FMA_OPERANDS                                                                               \
+    : [a0] "+v"(a0), [a1] "+v"(a1), [a2] "+v"(a2), [a3] "+v"(a3), [a4] "+v"(a4), [a5] "+v"(a5),    \
+      [a6] "+v"(a6), [a7] "+v"(a7), [a8] "+v"(a8), [a9] "+v"(a9), [a10] "+v"(a10),                 \
+      [a11] "+v"(a11)                                                                              \
+    : [x] "v"(x), [y] "v"(y)
+
+/* Vector multiply-adds per nanosecond, 16 lanes each (named accumulators:
+ * an array would live in memory). */
+FATHOM_TARGET_AVX512 static double fma_rate_zmm(long n) {
+    const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-7f);
+    __m512 a0 = _mm512_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+           a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+    const double t0 = now_s();
+    for (long i = 0; i < n; i++) __asm__ volatile(FMA_BODY FMA_OPERANDS);
+    const double dt = now_s() - t0;
+    volatile float sink = _mm512_reduce_add_ps(_mm512_add_ps(a0, a11));
+    (void)sink;
+    return 12.0 * (double)n / dt * 1e-9;
+}
+
+/* Vector multiply-adds per nanosecond, 8 lanes each. */
+FATHOM_TARGET_AVX2 static double fma_rate_ymm(long n) {
+    const __m256 x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(1e-7f);
+    __m256 a0 = _mm256_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+           a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+    const double t0 = now_s();
+    for (long i = 0; i < n; i++) __asm__ volatile(FMA_BODY FMA_OPERANDS);
+    const double dt = now_s() - t0;
+    float s[8];
+    _mm256_storeu_ps(s, _mm256_add_ps(a0, a11));
+    volatile float sink = s[0];
+    (void)sink;
+    return 12.0 * (double)n / dt * 1e-9;
+}
+#endif
+
+/* The best of 5 timings of the rate for 16 or 8 lanes (0 where this CPU
+ * lacks the width). */
+static double fma_rate(int lanes) {
+    double best = 0;
+#ifdef FATHOM_X86
+    for (int r = 0; r < 5; r++) {
+        double x = lanes == 16 ? (fathom_cpu_has(FATHOM_CPU_AVX512) ? fma_rate_zmm(20000000) : 0)
+                               : (fathom_cpu_has(FATHOM_CPU_AVX2) ? fma_rate_ymm(20000000) : 0);
+        if (x > best) best = x;
+    }
+#else
+    (void)lanes;
+#endif
+    return best;
+}
+
+/* ---- the kernels ---- */
+
+static const struct {
+    fathom_scan_kernel kernel;
+    const char *name;
+    int lanes; /* of its multiply-adds; 0: a multiply then an add, no floor */
+} kernels[3] = {{FATHOM_SCAN_TILED_AVX512, "avx512", 16},
+                {FATHOM_SCAN_TILED_AVX2, "avx2", 8},
+                {FATHOM_SCAN_TILED_PORTABLE, "portable", 0}};
+
+static const char *plan_names[2] = {"fathom:48", "ds:32"};
+
+int main(int argc, char **argv) {
+    uint64_t n = 16384;
+    int repeats = 0, json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--json")) {
+            json = 1;
+            continue;
+        }
+        if (v && !strcmp(a, "--context")) n = strtoull(v, NULL, 10);
+        else if (v && !strcmp(a, "--repeats")) repeats = atoi(v);
+        else {
+            fprintf(stderr, "usage: bench_scan_kernel [--context N] [--repeats R] [--json]\n");
+            return 2;
+        }
+        i++;
+    }
+    if (n < 64 || n > ((uint64_t)1 << 26) || repeats < 0) {
+        fprintf(stderr, "bench_scan_kernel: bad arguments\n");
+        return 2;
+    }
+    if (!repeats) repeats = (int)(((uint64_t)1 << 22) / n) + 1; /* ~4M tokens per round */
+
+    fathom_store *st = NULL;
+    const uint64_t chunk = 65536;
+    float *keys = malloc(sizeof(float) * chunk * DIM), q[GROUP * DIM];
+    float *scores = malloc(sizeof(float) * GROUP * n);
+    int status = keys && scores ? fathom_store_create(&st, DIM, 0, NULL) : FATHOM_ERR_NOMEM;
+    for (uint64_t done = 0; status >= 0 && done < n; done += chunk) {
+        const uint64_t m = n - done < chunk ? n - done : chunk;
+        for (uint64_t i = 0; i < m * DIM; i++) keys[i] = rng_unit() * (float)(1 + i % DIM % 5);
+        status = fathom_store_append(st, keys, m);
+    }
+    if (status < 0) {
+        fprintf(stderr, "bench_scan_kernel: %s: %s\n", fathom_status_name(status), fathom_last_error());
+        return 1;
+    }
+    for (int i = 0; i < GROUP * DIM; i++) q[i] = rng_unit();
+    uint8_t depths[2][DIM] = {{0}};
+    uint32_t channels[2] = {31, 32}, bits[2] = {0, 0};
+    for (uint32_t j = 0; j < 31; j++) depths[0][(j * 37) % DIM] = (uint8_t)(j < 18 ? 1 : j < 27 ? 2 : 3);
+    for (uint32_t j = 0; j < 32; j++) depths[1][(j * 4 + 1) % DIM] = 4;
+    for (int p = 0; p < 2; p++)
+        for (uint32_t j = 0; j < DIM; j++) bits[p] += depths[p][j];
+
+    double best[3][2];
+    for (int k = 0; k < 3; k++) best[k][0] = best[k][1] = 1e30;
+    for (int r = 0; r < ROUNDS; r++)
+        for (int k = 0; k < 3; k++) {
+            if (!fathom_scan_kernel_available(kernels[k].kernel)) continue;
+            for (int p = 0; p < 2; p++) {
+                const double t0 = now_s();
+                for (int i = 0; i < repeats && status >= 0; i++)
+                    status = fathom_store_scan_range(kernels[k].kernel, st, depths[p], q, GROUP, 0, n,
+                                                     scores, n, NULL);
+                const double dt = (now_s() - t0) / repeats;
+                if (dt < best[k][p]) best[k][p] = dt;
+            }
+        }
+    if (status < 0) {
+        fprintf(stderr, "bench_scan_kernel: %s: %s\n", fathom_status_name(status), fathom_last_error());
+        return 1;
+    }
+    const double rate[3] = {fma_rate(16), fma_rate(8), 0};
+    const double blocks = (double)((n + 63) / 64);
+
+    if (json)
+        printf("{\"bench\": \"bench_scan_kernel\", \"context\": %llu, \"dim\": %d, \"group\": %d, "
+               "\"repeats\": %d, \"fma_zmm_per_ns\": %.4f, \"fma_ymm_per_ns\": %.4f, \"kernels\": [",
+               (unsigned long long)n, DIM, GROUP, repeats, rate[0], rate[1]);
+    fprintf(stderr, "bench_scan_kernel: n = %llu, dim %d, G = %d, one core, %d scans per round, best of %d; "
+                    "multiply-adds per ns: %.2f (16 lanes), %.2f (8 lanes)\n",
+            (unsigned long long)n, DIM, GROUP, repeats, ROUNDS, rate[0], rate[1]);
+    fprintf(stderr, "%-9s %-10s %8s %10s %14s %9s %13s %9s\n", "kernel", "plan", "channels", "ns/block",
+            "ns/chan/block", "GB/s", "floor ns/blk", "of floor");
+    int first = 1;
+    for (int k = 0; k < 3; k++) {
+        if (!fathom_scan_kernel_available(kernels[k].kernel)) continue;
+        if (json) printf("%s{\"kernel\": \"%s\", \"plans\": [", first ? "" : ", ", kernels[k].name);
+        first = 0;
+        for (int p = 0; p < 2; p++) {
+            const double ns = best[k][p] * 1e9 / blocks;
+            /* plane bytes per block: 8 per plane word and 2 per scale */
+            const double bytes = 8.0 * bits[p] + 2.0 * channels[p];
+            const double floor_ns = kernels[k].lanes && rate[k] > 0
+                                        ? (double)GROUP * channels[p] * 64 / kernels[k].lanes / rate[k]
+                                        : 0;
+            fprintf(stderr, "%-9s %-10s %8u %10.2f %14.3f %9.3f %13.2f %9.2f\n", kernels[k].name,
+                    plan_names[p], channels[p], ns, ns / channels[p], bytes / ns, floor_ns,
+                    floor_ns > 0 ? ns / floor_ns : 0);
+            if (json)
+                printf("%s{\"plan\": \"%s\", \"channels\": %u, \"bits\": %u, \"ns_per_block\": %.3f, "
+                       "\"ns_per_channel_block\": %.4f, \"plane_GBps\": %.4f, \"fma_floor_ns_per_block\": "
+                       "%.3f, \"of_floor\": %.3f}",
+                       p ? ", " : "", plan_names[p], channels[p], bits[p], ns, ns / channels[p],
+                       bytes / ns, floor_ns, floor_ns > 0 ? ns / floor_ns : 0);
+        }
+        if (json) printf("]}");
+    }
+    if (json) printf("]}\n");
+    fathom_store_free(st);
+    free(keys);
+    free(scores);
+    return 0;
+}
