@@ -559,13 +559,15 @@ def gpu_hybrid(rec):
              "measured with every share (last column: 0 = the GPU-only step again, its spread over the rows, "
              "%.2fx to %.2fx of the first measurement, is the noise). test_cuda_hybrid checks the hybrid step's "
              "selections, depths, unions, out and LSE bit-identical to the GPU-only step's. Where it does not "
-             "hold: today the host CPU does not pay: its kernel reads %.2f GB/s per core here (%.1f GB/s on %d "
+             "hold: today the host CPU barely pays: its kernel reads %.2f GB/s per core here (%.1f GB/s on %d "
              "threads at %s, in the scheduler's bytes), %.2f of the link's %.1f GB/s, and the host side adds a "
              "fixed latency per layer (host function, pool wake-ups, the copy and the given pairs' fetch and "
              "attention after it), so the fastest step with any pair on the host at %s is %.2fx the GPU-only "
              "step; "
-             "issue 16's faster CPU kernel (>= 3 GB/s per core, another engineer's work) is what would move the "
-             "best share off 0. Queries are the same every step and the length does not grow; one session "
+             "a host kernel at issue 16's >= 3 GB/s per core (the tiled AVX-512 kernel: 1.6 GB/s per core on "
+             "one core of this host at 1M, \"The tiled kernel on the GPU machine's host\") is what would make a "
+             "larger share pay. The scheduler's choice can miss the best share (its rates come from one "
+             "calibration; it assumes the GPU's time scales with its pairs). Queries are the same every step and the length does not grow; one session "
              "(batch 1); the host shares its memory bandwidth with the GPU's reads of the other pairs.\n" %
              (r["layers"], r["kv_heads"], r["group"], r["dim"], r["k"], r["method"], r["layers"], r["reps"], gpu,
               " and the host side's fixed latency (cpu fixed: the step with every pair on the host less their bytes "
