@@ -1302,6 +1302,48 @@ def gemma_agree_branched(rec):
     return text
 
 
+# Further branched code runs (documents that share no file with each other or with the
+# gemma-agree-16k-code run), in the order they pool: (data file, make-prompts folder, --skip,
+# prompts of that folder the run took).
+AGREE_MORE = [("gemma-agree-16k-code2a", "R/code2", 68, "0-3"), ("gemma-agree-16k-code2b", "R/code2", 68, "4-7"),
+              ("gemma-agree-16k-code3a", "R/code3", 124, "0-3"), ("gemma-agree-16k-code3b", "R/code3", 124, "4-7")]
+
+
+def gemma_agree_more(rec):
+    """One further branched code run; the last one on record adds every branched run pooled."""
+    r = rec["result"]
+    order, rows, groups = agree_runs([rec])
+    me = [x for x in AGREE_MORE if x[0] == rec["table"]][0]
+    n = [p["n_tokens"] for p in r["prompts"]]
+    text = agree_table(order, rows, groups)
+    text += ("\nThe protocol of the code run above (`fathom agree --branches 3 --cut code`, %d decode steps) on "
+             "%d prompts of %d-%d tokens from %d more documents: prompts %s of `scripts/make-prompts %s --kind code "
+             "--count 8 --min 16000 --max 16300 --skip %d` (Python standard-library files; no file is in two "
+             "documents of these runs).\n" % (r["tokens"], len(n), min(n), max(n), len(set(groups)), me[3], me[1],
+                                                me[2]))
+    names = ["gemma-agree-16k-code", "gemma-agree-16k-prose"] + [x[0] for x in AGREE_MORE]
+    recs = [rec if name == rec["table"] else sibling(name) for name in names]
+    recs = [x for x in recs if x]
+    if recs[-1] is not rec:
+        return text
+    order, rows, groups = agree_runs(recs)
+    text += ("\n**Every branched run pooled** (%d prompts from %d documents: %s):\n\n" % (
+        len(groups), len(set(groups)), ", ".join("%s at `%s`" % (x["table"], x["commit"]) for x in recs)))
+    text += agree_table(order, rows, groups) + "\n"
+    for budget in sorted({b for b, _ in order}, reverse=True):
+        text += "Pooled, at %g%%, paired word-level differences: %s.\n\n" % (
+            100 * budget, "; ".join(agree_pairs(rows, groups, budget)))
+    sp, sc = agree_worst(rows, groups)
+    met = sc is not None and sc <= 0.05 and sp <= 0.05
+    text += ("Standard errors of a sparse method's word agreement: at most %.3f over prompts and %s over documents "
+             "(cluster-robust), so the issue's target (<= 0.05) is %s. %d of the %d paired differences above are "
+             "within two document standard errors of zero. What differs from the paper is said under the prose "
+             "table above.\n" % (sp, "-" if sc is None else "%.3f" % sc,
+                                  "met" if met else "not met", agree_within(rows, groups),
+                                  sum(len(agree_pair_stats(rows, groups, b)) for b in {b for b, _ in rows})))
+    return text
+
+
 def agree_within(rows, groups):
     """How many paired differences lie within two document standard errors of zero (or have none)."""
     return sum(1 for budget in {b for b, _ in rows} for _, _, mean, _, se in agree_pair_stats(rows, groups, budget)
@@ -1591,6 +1633,11 @@ TABLES = [
     Table("decode-cache-sim", "CPU: decode traces and HBM cache hit rates",
           "Plane and row bytes an HBM cache would keep off the link", decode_cache_sim,
           "Pending: `scripts/record-result decode-cache-sim -- bench/cache_sim.py --json TRACE ...`."),
+    Table("decode-cache-sim-8k", "CPU: decode traces and HBM cache hit rates",
+          "The same on SmolLM2 at 8k (code and prose)", decode_cache_sim,
+          "Pending: `bench_decode_trace --model SMOLLM2 --prompt-file R/code_00.txt --out T --attn fathom:48 --k 64 "
+          "--steps 64` on prompts of `scripts/make-prompts R --kind code|prose --count 1 --min 7900 --max 7950 "
+          "--skip 40|2`, then `scripts/record-result decode-cache-sim-8k -- python3 bench/cache_sim.py --json T ...`."),
     Table("gemma-cache-sim", "CPU: decode traces and HBM cache hit rates",
           "The same on Gemma 3 270M at 16k (fathom:48, k = 512)", decode_cache_sim,
           "Pending: `bench_decode_trace --model GEMMA --prompt-file R/code16/code_00.txt --out T --attn "
@@ -1666,6 +1713,9 @@ TABLES = [
           gemma_agree_branched,
           "Pending: the command above with `--prompts R/prose --cut prose`, R/prose from `scripts/make-prompts "
           "R/prose --kind prose --count 4 --min 16000 --max 16300 --skip 2`."),
+    *[Table(name, GEMMA_SECTION, "Step agreement at 16k (§5.6): code, prompts %s of %s%s" % (
+        part, folder, ", and every branched run pooled" if name == AGREE_MORE[-1][0] else ""), gemma_agree_more, None)
+      for name, folder, _, part in AGREE_MORE],
     Table("gemma-code-16k-agree-k", GEMMA_SECTION, "Attention error at the agreement runs' k, code 16k",
           gemma_eval_small_k, "Pending: `scripts/record-result gemma-code-16k-agree-k -- fathom eval --kv "
           "R/code_16k.safetensors --methods sparq:16,sparq:32,fathom:48,fathom-centered:48,oracle --sweep-k "
