@@ -309,6 +309,10 @@ def bench_scan_kernel(rec):
                 "%s KiB, the rows each plan reads" % " and ".join(
                     "%.0f" % ((8 * x["bits"] + 2 * x["channels"]) * ((r["context"] + 63) // 64) / 1024.0)
                     for x in r["kernels"][0]["plans"])))
+    if rec["table"].endswith("gpu-host"):
+        text += ("The binary ran there is bench/bench_scan_kernel.c built on the development machine at the "
+                 "recorded commit (Release, linked statically against libfathom's common + core modules, "
+                 "LAPACK and BLAS), since that machine has no jansson or PCRE2 to build the full library.\n")
     return text
 
 
