@@ -1307,10 +1307,11 @@ def gemma_agree_branched(rec):
 
 
 # Further branched code runs (documents that share no file with each other or with the
-# gemma-agree-16k-code run), in the order they pool: (data file, make-prompts folder, --skip,
-# prompts of that folder the run took).
-AGREE_MORE = [("gemma-agree-16k-code2a", "R/code2", 68, "0-3"), ("gemma-agree-16k-code2b", "R/code2", 68, "4-7"),
-              ("gemma-agree-16k-code3a", "R/code3", 124, "0-3"), ("gemma-agree-16k-code3b", "R/code3", 124, "4-7")]
+# gemma-agree-16k-code run), in the order they pool: (data file, make-prompts folder, --count,
+# --skip, prompts of that folder the run took).
+AGREE_MORE = [("gemma-agree-16k-code2a", "R/code2", 8, 68, "0-3"), ("gemma-agree-16k-code2b", "R/code2", 8, 68, "4-7"),
+              ("gemma-agree-16k-code3a", "R/code3", 8, 124, "0-3"), ("gemma-agree-16k-code3b", "R/code3", 8, 124, "4-7"),
+              ("gemma-agree-16k-code4", "R/code4", 3, 22, "0-2")]
 
 
 def gemma_agree_more(rec):
@@ -1322,9 +1323,9 @@ def gemma_agree_more(rec):
     text = agree_table(order, rows, groups)
     text += ("\nThe protocol of the code run above (`fathom agree --branches 3 --cut code`, %d decode steps) on "
              "%d prompts of %d-%d tokens from %d more documents: prompts %s of `scripts/make-prompts %s --kind code "
-             "--count 8 --min 16000 --max 16300 --skip %d` (Python standard-library files; no file is in two "
-             "documents of these runs).\n" % (r["tokens"], len(n), min(n), max(n), len(set(groups)), me[3], me[1],
-                                                me[2]))
+             "--count %d --min 16000 --max 16300 --skip %d` (Python standard-library files; no file is in two "
+             "documents of these runs; a document without three cuts whose text tokenizes as its prefix is "
+             "left out).\n" % (r["tokens"], len(n), min(n), max(n), len(set(groups)), me[4], me[1], me[2], me[3]))
     names = ["gemma-agree-16k-code", "gemma-agree-16k-prose"] + [x[0] for x in AGREE_MORE]
     recs = [rec if name == rec["table"] else sibling(name) for name in names]
     recs = [x for x in recs if x]
@@ -1719,7 +1720,7 @@ TABLES = [
           "R/prose --kind prose --count 4 --min 16000 --max 16300 --skip 2`."),
     *[Table(name, GEMMA_SECTION, "Step agreement at 16k (§5.6): code, prompts %s of %s%s" % (
         part, folder, ", and every branched run pooled" if name == AGREE_MORE[-1][0] else ""), gemma_agree_more, None)
-      for name, folder, _, part in AGREE_MORE],
+      for name, folder, _, _, part in AGREE_MORE],
     Table("gemma-code-16k-agree-k", GEMMA_SECTION, "Attention error at the agreement runs' k, code 16k",
           gemma_eval_small_k, "Pending: `scripts/record-result gemma-code-16k-agree-k -- fathom eval --kv "
           "R/code_16k.safetensors --methods sparq:16,sparq:32,fathom:48,fathom-centered:48,oracle --sweep-k "
