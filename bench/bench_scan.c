@@ -26,6 +26,7 @@
  * [head][G][n] scores, then fathom_select per query head on the pool;
  * "scan+select" is fathom_scan_select_parallel, which keeps only candidates
  * and never writes the scores out. Their selections are checked equal. */
+#include "bench_clock.h"
 #include "fathom.h"
 #include "pool.h"
 #include "store_internal.h"
@@ -41,12 +42,6 @@
 #define MAX_HEADS 8
 #define MAX_THREADS 256
 #define MAX_REPEATS 64
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
