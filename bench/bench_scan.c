@@ -194,7 +194,8 @@ static double run_select(sel_ctx *s, fathom_pool *pool, int fused) {
                 items[h] = (fathom_scan_select_item){c->stores[h], task_depths(c, h, p),
                                                      c->qg + ((size_t)h * c->queries + p) * c->G * c->d,
                                                      c->G, c->n, SEL_K, SEL_SINK, SEL_LOCAL,
-                                                     s->idx + (size_t)h * c->G * SEL_K, s->count + h * c->G};
+                                                     s->idx + (size_t)h * c->G * SEL_K, s->count + h * c->G,
+                                                     NULL};
             st = fathom_scan_select_parallel(pool, c->new_kernel, items, c->heads, c->range);
         } else {
             total -= run_new_step(c, pool, p);
