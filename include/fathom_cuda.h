@@ -495,7 +495,9 @@ typedef struct fathom_cuda_hybrid fathom_cuda_hybrid;
  * group * dim bf16 queries. *out is NULL on failure. */
 int fathom_cuda_hybrid_create(fathom_cuda_tier *tier, uint32_t threads, uint32_t max_pairs, uint32_t max_k,
                               fathom_cuda_hybrid **out);
-void fathom_cuda_hybrid_destroy(fathom_cuda_hybrid *hybrid); /* NULL is a no-op */
+/* Waits for the object's side stream, then frees it; the steps that use its
+ * selections on other streams must have completed. NULL is a no-op. */
+void fathom_cuda_hybrid_destroy(fathom_cuda_hybrid *hybrid);
 
 /* The host's selection now (synchronous; it first waits for the object's
  * side stream, whose host work uses the same thread pool; no GPU work): for
