@@ -714,12 +714,6 @@ static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, 
     return FATHOM_OK;
 }
 
-/* The plan of every problem on `stream`. Not pipelined (chunk_of): every
- * phase on `stream`, the planes scanned in place. Pipelined: the chunks'
- * gathers one after another on the lanes' link stream (the link moves one
- * chunk at a time, at its full rate), and each chunk's scan (from staging),
- * top-k, fetch and attention on lane i % count as soon as its planes are in,
- * beside the next chunks' gathers; the lanes join back into `stream`. */
 template <int D>
 static int launch_gpu(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, const fathom_cuda_tier_step_args *a,
                       uint32_t G, const tier_ws *w, uint32_t *sel, uint32_t *sel_count, bool insert,
@@ -743,7 +737,12 @@ static int launch_all(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, con
     return finish_chunk<D>(t, a, G, w, host, sel, sel_count, insert, stream, given->selected);
 }
 
-/* Problems [0, P) after the plan: see launch_all's comment above it. */
+/* Problems [0, P) after the plan. Not pipelined (per >= P, chunk_of): every
+ * phase on `stream`, the planes scanned in place. Pipelined: the chunks'
+ * gathers one after another on the lanes' link stream (the link moves one
+ * chunk at a time, at its full rate), and each chunk's scan (from staging),
+ * top-k, fetch and attention on lane i % count as soon as its planes are in,
+ * beside the next chunks' gathers; the lanes join back into `stream`. */
 template <int D>
 static int launch_gpu(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, const fathom_cuda_tier_step_args *a,
                       uint32_t G, const tier_ws *w, uint32_t *sel, uint32_t *sel_count, bool insert,
