@@ -436,7 +436,9 @@ int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_ar
  * CPU). selected: device, [pairs * group][k], row (p - first given) * group
  * + query head: that head's positions ascending, as fathom_select writes
  * them for the session's length at this layer (sink, k - sink - local
- * middle winners, local; only the middle ones are read). ready: NULL, or an
+ * middle winners, local; only the middle ones are read, and not checked:
+ * each must be a distinct position in [sink, n - local) of the session's n
+ * tokens, since the row fetch reads those rows). ready: NULL, or an
  * event recorded after the selections are written (e.g. after their H2D
  * copy on another stream of the same capture); the step waits for it on
  * `stream` after the other pairs' work is enqueued. */
