@@ -846,7 +846,7 @@ static int step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a, con
     case 64: FATHOM_TRY(launch_all<64>(t, L, per, a, G, &w, sel, sel_count, insert, given, stream)); break;
     case 128: FATHOM_TRY(launch_all<128>(t, L, per, a, G, &w, sel, sel_count, insert, given, stream)); break;
     case 256: FATHOM_TRY(launch_all<256>(t, L, per, a, G, &w, sel, sel_count, insert, given, stream)); break;
-    default: return fathom_fail(FATHOM_ERR_UNSUPPORTED, "tier_step: dim %u", t->dim);
+    default: return fathom_fail(FATHOM_ERR_UNSUPPORTED, "%s: dim %u not supported", who, t->dim);
     }
     if (a->depths)
         FATHOM_CUDA_TRY(cudaMemcpyAsync(a->depths, w.depths, (size_t)P * t->dim, cudaMemcpyDeviceToDevice, stream));
