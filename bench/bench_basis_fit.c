@@ -8,18 +8,13 @@
  *
  * Prints each (layer, KV head)'s best time over R repeats (wall clock,
  * one thread) and their median. */
+#include "bench_clock.h"
 #include "fathom.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int compare_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

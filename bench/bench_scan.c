@@ -26,6 +26,7 @@
  * [head][G][n] scores, then fathom_select per query head on the pool;
  * "scan+select" is fathom_scan_select_parallel, which keeps only candidates
  * and never writes the scores out. Their selections are checked equal. */
+#include "bench_clock.h"
 #include "fathom.h"
 #include "pool.h"
 #include "store_internal.h"
@@ -41,12 +42,6 @@
 #define MAX_HEADS 8
 #define MAX_THREADS 256
 #define MAX_REPEATS 64
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -199,7 +194,8 @@ static double run_select(sel_ctx *s, fathom_pool *pool, int fused) {
                 items[h] = (fathom_scan_select_item){c->stores[h], task_depths(c, h, p),
                                                      c->qg + ((size_t)h * c->queries + p) * c->G * c->d,
                                                      c->G, c->n, SEL_K, SEL_SINK, SEL_LOCAL,
-                                                     s->idx + (size_t)h * c->G * SEL_K, s->count + h * c->G};
+                                                     s->idx + (size_t)h * c->G * SEL_K, s->count + h * c->G,
+                                                     NULL};
             st = fathom_scan_select_parallel(pool, c->new_kernel, items, c->heads, c->range);
         } else {
             total -= run_new_step(c, pool, p);

@@ -21,6 +21,7 @@
  *
  * --json: one JSON object on stdout (scripts/record-result adds the machine,
  * date and commit). */
+#include "bench_clock.h"
 #include "cpu.h"
 #include "fathom.h"
 #include "store_internal.h"
@@ -38,12 +39,6 @@
 #define DIM 128
 #define GROUP 4
 #define ROUNDS 7
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static uint64_t rng = 88172645463325252ull;
 static float rng_unit(void) { /* xorshift64, uniform in [-1, 1) */

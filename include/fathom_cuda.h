@@ -419,8 +419,9 @@ int fathom_cuda_tier_workspace_size(const fathom_cuda_tier *tier,
  * plane cache the gather moves only what the cache does not hold. Chunks by
  * context (the default) pipeline only from 196608 tokens of
  * capacity_tokens, with at most FATHOM_CUDA_MAX_CHUNKS (entry, KV head)
- * pairs and segments of at least 4096 blocks, and not while every live
- * session's plane cache holds at least budget / 2 lines per (layer, KV
+ * pairs and segments of at least 4096 blocks, and, for a water-filling
+ * step (fixed_depths NULL) with at least one live session, not while every
+ * live session's plane cache holds at least budget / 2 lines per (layer, KV
  * head) (checked when the step is enqueued or captured); otherwise, and
  * without lanes or with one chunk, every phase runs on `stream` and the
  * scan reads the planes the cache lacks in place from host memory. Steps of one tier must be enqueued from
@@ -435,7 +436,9 @@ int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_ar
  * CPU). selected: device, [pairs * group][k], row (p - first given) * group
  * + query head: that head's positions ascending, as fathom_select writes
  * them for the session's length at this layer (sink, k - sink - local
- * middle winners, local; only the middle ones are read). ready: NULL, or an
+ * middle winners, local; only the middle ones are read, and not checked:
+ * each must be a distinct position in [sink, n - local) of the session's n
+ * tokens, since the row fetch reads those rows). ready: NULL, or an
  * event recorded after the selections are written (e.g. after their H2D
  * copy on another stream of the same capture); the step waits for it on
  * `stream` after the other pairs' work is enqueued. */
@@ -488,18 +491,26 @@ int fathom_cuda_tier_step_given(fathom_cuda_tier *tier, const fathom_cuda_tier_s
  * step that reads them is in flight. */
 typedef struct fathom_cuda_hybrid fathom_cuda_hybrid;
 
-/* threads >= 1 host threads; max_pairs >= 1 bounds host_pairs; max_k bounds
- * the steps' k (<= FATHOM_CUDA_MAX_K). Allocates pinned and device buffers
- * for every layer of the tier. */
+/* threads: 1..1024 host threads (the pool's, the caller's included);
+ * max_pairs: 1..65535, bounds host_pairs; max_k: 1..FATHOM_CUDA_MAX_K, bounds
+ * the steps' k. Allocates, for every layer of the tier, pinned host and
+ * device buffers of max_pairs * group * max_k selections and max_pairs *
+ * group * dim bf16 queries. *out is NULL on failure. */
 int fathom_cuda_hybrid_create(fathom_cuda_tier *tier, uint32_t threads, uint32_t max_pairs, uint32_t max_k,
                               fathom_cuda_hybrid **out);
-void fathom_cuda_hybrid_destroy(fathom_cuda_hybrid *hybrid); /* NULL is a no-op */
+/* Waits for the object's side stream, then frees it; the steps that use its
+ * selections on other streams must have completed. NULL is a no-op. */
+void fathom_cuda_hybrid_destroy(fathom_cuda_hybrid *hybrid);
 
-/* The host's selection now (synchronous, no GPU work): for each i < count,
- * the pair (sessions[i], heads[i]) at layer with lengths[i] tokens and
+/* The host's selection now (synchronous; it first waits for the object's
+ * side stream, whose host work uses the same thread pool; no GPU work): for
+ * each i < count (1..max_pairs), the pair (sessions[i], heads[i]) at layer
+ * with lengths[i] tokens (1..2^32-1, at most the session's length at that
+ * layer: the caller's to ensure, tokens beyond it are read as they are) and
  * queries[i] ([group][dim] float, the bf16 queries' values): depths
  * [count][dim] (may be NULL), selected [count][group][k], selected_count
- * [count][group]. The tier's step makes the same ones for the same data. */
+ * [count][group], all host memory. The tier's step makes the same ones for
+ * the same data. Not capturable. */
 int fathom_cuda_hybrid_select(fathom_cuda_hybrid *hybrid, uint32_t layer, uint32_t count,
                               const uint32_t *sessions, const uint32_t *heads, const uint64_t *lengths,
                               const float *queries, uint32_t budget, uint32_t k, uint32_t sink,
@@ -507,8 +518,9 @@ int fathom_cuda_hybrid_select(fathom_cuda_hybrid *hybrid, uint32_t layer, uint32
                               uint32_t *selected_count);
 
 /* One hybrid step (see above): args as fathom_cuda_tier_step (water-filling
- * only: fixed_depths NULL), host_pairs <= min(max_pairs, batch*kv_heads);
- * host_pairs 0 is the GPU-only step. */
+ * only: fixed_depths NULL; k <= max_k), host_pairs <= min(max_pairs,
+ * batch*kv_heads); host_pairs 0 is the GPU-only step. Every argument is
+ * checked before anything is enqueued. */
 int fathom_cuda_hybrid_step(fathom_cuda_hybrid *hybrid, const fathom_cuda_tier_step_args *args,
                             uint32_t host_pairs, cudaStream_t stream);
 
@@ -533,13 +545,16 @@ typedef struct fathom_cuda_hybrid_rates {
 } fathom_cuda_hybrid_rates;
 
 /* Measure the rates at start-up on the batch of args (its sessions at their
- * current lengths; the step runs a few times, its outputs are overwritten)
- * and keep them in the object. Synchronizes the device. */
+ * current lengths, equal in every layer; batch * kv_heads <= max_pairs; the
+ * step runs a few times, its outputs are overwritten) and keep them in the
+ * object. rates may be NULL. Synchronizes the device. */
 int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *hybrid, const fathom_cuda_tier_step_args *args,
                                  cudaStream_t stream, fathom_cuda_hybrid_rates *rates);
 
-/* The scheduler: host_pairs for a step of args whose entries have lengths
- * [batch] tokens (host), from the calibrated rates: the c in
+/* The scheduler (host arithmetic only; FATHOM_ERR_STATE before
+ * fathom_cuda_hybrid_calibrate): host_pairs for a step of args (batch and
+ * budget read) whose entries have lengths [batch] tokens (host), from the
+ * calibrated rates: the c in
  * 0..min(max_pairs, batch*kv_heads) that minimizes max(cpu_fixed_s + host
  * bytes of the last c pairs / cpu rate, GPU bytes of the others / gpu
  * rate), so that both sides finish together (ties: fewer host pairs). Bytes per pair are

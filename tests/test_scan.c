@@ -606,6 +606,162 @@ static void test_segments(void) {
     }
 }
 
+/* Invalid arguments of the segments scan and of fathom_plan_select_parallel:
+ * each call fails with FATHOM_ERR_INVALID_ARG, its message names the
+ * function and the argument, and the batch writes no depths. */
+static int args_rejected;
+
+static void expect_invalid(int status, const char *who, const char *what, const uint8_t *dep,
+                           uint32_t dim) {
+    CHECK_STATUS(status, FATHOM_ERR_INVALID_ARG);
+    const char *msg = fathom_last_error();
+    const int named = strstr(msg, who) != NULL && strstr(msg, what) != NULL;
+    if (!named) fprintf(stderr, "message \"%s\" does not name %s and %s\n", msg, who, what);
+    CHECK(named);
+    uint32_t untouched = 0;
+    for (uint32_t j = 0; dep && j < dim; j++) untouched += dep[j] == 0xAA;
+    CHECK(!dep || untouched == dim);
+    args_rejected++;
+}
+
+static void test_segments_args(void) {
+    const uint32_t dim = 32, G = 4, k = 8;
+    const uint64_t len = 64 * 9 + 17;
+    fathom_store *st = make_store(dim, 2, len);
+    seg_copy sc = copy_segments(st);
+    float q[4 * 32], scores[4 * 640];
+    for (uint32_t i = 0; i < G * dim; i++) q[i] = rng_key(i % dim);
+    uint8_t depths[32];
+    for (uint32_t j = 0; j < dim; j++) depths[j] = 2;
+    const char *sr = "segments_scan_range";
+    /* the segments scan */
+    fathom_segments bad = sc.segs;
+    expect_invalid(fathom_segments_scan_range(FATHOM_SCAN_AUTO, NULL, depths, q, G, 0, 64, scores,
+                                              640, NULL),
+                   sr, "segments", NULL, 0);
+    bad.views = NULL;
+    expect_invalid(fathom_segments_scan_range(FATHOM_SCAN_AUTO, &bad, depths, q, G, 0, 64, scores,
+                                              640, NULL),
+                   sr, "views", NULL, 0);
+    bad = sc.segs, bad.dim = 0;
+    expect_invalid(fathom_segments_scan_range(FATHOM_SCAN_AUTO, &bad, depths, q, G, 0, 64, scores,
+                                              640, NULL),
+                   sr, "dim", NULL, 0);
+    bad = sc.segs, bad.segment_blocks = 0;
+    expect_invalid(fathom_segments_scan_range(FATHOM_SCAN_AUTO, &bad, depths, q, G, 0, 64, scores,
+                                              640, NULL),
+                   sr, "segment_blocks", NULL, 0);
+    /* 2^32 segments of one block: their indexes would not fit the scan's 32 bits */
+    bad = sc.segs, bad.segment_blocks = 1, bad.length = (uint64_t)64 << 32;
+    expect_invalid(fathom_segments_scan_range(FATHOM_SCAN_AUTO, &bad, depths, q, G, 0, 64, scores,
+                                              640, NULL),
+                   sr, "length", NULL, 0);
+    /* a view without planes, read by a range that reaches its segment */
+    fathom_segment_view views[5];
+    memcpy(views, sc.views, sizeof(fathom_segment_view) * 5);
+    views[1].planes = NULL;
+    bad = sc.segs, bad.views = views;
+    CHECK_OK(fathom_segments_scan_range(FATHOM_SCAN_AUTO, &bad, depths, q, G, 0, 128, scores, 640,
+                                        NULL)); /* segment 0 only */
+    expect_invalid(fathom_segments_scan_range(FATHOM_SCAN_AUTO, &bad, depths, q, G, 0, 256, scores,
+                                              640, NULL),
+                   sr, "views[1]", NULL, 0);
+    expect_invalid(fathom_segments_scan_range(FATHOM_SCAN_AUTO, &sc.segs, depths, q, 0, 0, 64,
+                                              scores, 640, NULL),
+                   sr, "group", NULL, 0);
+    expect_invalid(fathom_segments_scan_range(FATHOM_SCAN_AUTO, &sc.segs, NULL, q, G, 0, 64, scores,
+                                              640, NULL),
+                   sr, "NULL", NULL, 0);
+
+    /* the plan + scan + select batch */
+    fathom_pool *pool = NULL;
+    CHECK_OK(fathom_pool_create(&pool, 2));
+    if (!pool) return;
+    const double *shift, *sum, *sum_sq;
+    fathom_store_sums(st, &shift, &sum, &sum_sq);
+    uint8_t dep[32];
+    uint32_t idx[4 * 8], cnt[4];
+    const fathom_plan_select_item good = {&sc.segs, sum, sum_sq, q, G, len, 48, k, 0, 0, dep, idx, cnt};
+    fathom_plan_select_item it = good;
+    const char *ps = "plan_select";
+#define PS_REJECTS(what, range)                                                                    \
+    do {                                                                                           \
+        memset(dep, 0xAA, sizeof dep);                                                             \
+        expect_invalid(fathom_plan_select_parallel(pool, FATHOM_SCAN_AUTO, &it, 1, range), ps,      \
+                       what, dep, dim);                                                            \
+        it = good;                                                                                 \
+        bad = sc.segs;                                                                             \
+    } while (0)
+    memset(dep, 0xAA, sizeof dep);
+    expect_invalid(fathom_plan_select_parallel(NULL, FATHOM_SCAN_AUTO, &it, 1, 0), ps, "pool", dep,
+                   dim);
+    expect_invalid(fathom_plan_select_parallel(pool, FATHOM_SCAN_AUTO, NULL, 1, 0), ps, "items", dep,
+                   dim);
+    expect_invalid(fathom_plan_select_parallel(pool, FATHOM_SCAN_AUTO, &it, 0, 0), ps, "count", dep,
+                   dim);
+    it.segments = NULL;
+    PS_REJECTS("segments", 0);
+    bad.views = NULL, it.segments = &bad;
+    PS_REJECTS("views", 0);
+    bad.dim = 0, it.segments = &bad;
+    PS_REJECTS("dim is 0", 0);
+    bad.segment_blocks = 0, it.segments = &bad;
+    PS_REJECTS("segment_blocks", 0);
+    bad.segment_blocks = 1, bad.length = (uint64_t)64 << 32, it.segments = &bad;
+    PS_REJECTS("length", 0);
+    it.sum = NULL;
+    PS_REJECTS("sum is NULL", 0);
+    it.sum_sq = NULL;
+    PS_REJECTS("sum_sq", 0);
+    it.queries = NULL;
+    PS_REJECTS("queries is NULL", 0);
+    it.depths = NULL;
+    expect_invalid(fathom_plan_select_parallel(pool, FATHOM_SCAN_AUTO, &it, 1, 0), ps,
+                   "depths is NULL", NULL, 0);
+    it = good;
+    it.idx = NULL;
+    PS_REJECTS("idx is NULL", 0);
+    it.count = NULL;
+    PS_REJECTS("count is NULL", 0);
+    it.group = 0;
+    PS_REJECTS("group is 0", 0);
+    it.k = 0;
+    PS_REJECTS("k is 0", 0);
+    it.budget = 0;
+    PS_REJECTS("budget", 0);
+    it.budget = 4 * dim + 1;
+    PS_REJECTS("budget", 0);
+    it.n = 0;
+    PS_REJECTS("n = 0", 0);
+    it.n = len + 1;
+    PS_REJECTS("n = ", 0);
+    /* n above 2^32 in segments that claim to hold it (nothing is read) */
+    bad.length = (uint64_t)1 << 33, it.segments = &bad, it.n = ((uint64_t)1 << 32) + 1;
+    PS_REJECTS("n = ", 0);
+    PS_REJECTS("range_tokens", 100); /* checked before the plan writes depths */
+    /* a second item's error: the first item's depths are not written either */
+    fathom_plan_select_item two[2] = {good, good};
+    uint8_t dep2[32];
+    two[1].depths = dep2, two[1].k = 0;
+    memset(dep, 0xAA, sizeof dep);
+    expect_invalid(fathom_plan_select_parallel(pool, FATHOM_SCAN_AUTO, two, 2, 0), ps, "item 1", dep,
+                   dim);
+    /* the valid item still runs */
+    CHECK_OK(fathom_plan_select_parallel(pool, FATHOM_SCAN_AUTO, &it, 1, 0));
+    CHECK(dep[0] <= FATHOM_PLANES && cnt[0] == k);
+#undef PS_REJECTS
+    /* fathom_scan_select_parallel: an item without store or segments */
+    fathom_scan_select_item si = {NULL, depths, q, G, len, k, 0, 0, idx, cnt, NULL};
+    expect_invalid(fathom_scan_select_parallel(pool, FATHOM_SCAN_AUTO, &si, 1, 0), "scan_select",
+                   "store and segments", NULL, 0);
+    CHECK(args_rejected == 32); /* 8 scans, 22 batches, 2 more */
+    printf("test_scan: %d invalid argument sets of the segments scan and the plan + select batch "
+           "rejected with their names, no depths written\n", args_rejected);
+    fathom_pool_free(pool);
+    free_segments(&sc);
+    fathom_store_free(st);
+}
+
 int main(void) {
     test_cpu_features();
     test_tiled_identical();
@@ -616,6 +772,7 @@ int main(void) {
     test_parallel();
     test_scan_select();
     test_segments();
+    test_segments_args();
     CHECK(pairs_run[0] > 0); /* the portable pair runs everywhere */
     for (int k = 0; k < 3; k++)
         if (pairs_run[k])

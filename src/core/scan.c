@@ -38,27 +38,40 @@ static scan_source source_of_store(const fathom_store *st) {
 static int source_segment(const scan_source *src, uint32_t seg, fathom_segment_view *view) {
     if (src->store) return fathom_store_segment(src->store, seg, view);
     *view = src->segs->views[seg];
+    FATHOM_CHECK_ARG(view->planes && view->scales,
+                     "segments_scan_range: views[%u] has NULL planes or scales", seg);
+    return FATHOM_OK;
+}
+
+int fathom_segments_check(const fathom_segments *segments, const char *who) {
+    FATHOM_CHECK_ARG(segments && segments->views, "%s: segments or segments->views is NULL", who);
+    FATHOM_CHECK_ARG(segments->dim > 0, "%s: segments->dim is 0", who);
+    FATHOM_CHECK_ARG(segments->segment_blocks > 0, "%s: segments->segment_blocks is 0", who);
+    const uint64_t seg_tokens = (uint64_t)segments->segment_blocks * FATHOM_BLOCK_TOKENS;
+    FATHOM_CHECK_ARG(segments->length / seg_tokens < UINT32_MAX,
+                     "%s: segments->length %llu needs more than 2^32 - 1 segments of %u blocks", who,
+                     (unsigned long long)segments->length, segments->segment_blocks);
     return FATHOM_OK;
 }
 
 static int check_source_args(const scan_source *src, const uint8_t *depths, const float *queries,
                              uint32_t group, uint64_t n, const float *scores,
-                             uint64_t *bytes_read_out) {
+                             uint64_t *bytes_read_out, const char *who) {
     FATHOM_CHECK_ARG((src->store || src->segs) && depths && queries && scores,
-                     "store_scan: NULL argument");
-    FATHOM_CHECK_ARG(group > 0, "store_scan: group is 0");
-    FATHOM_CHECK_ARG(n > 0 && n <= src->length, "store_scan: n = %llu not in 1..length %llu",
+                     "%s: NULL store, depths, queries or scores", who);
+    FATHOM_CHECK_ARG(group > 0, "%s: group is 0", who);
+    FATHOM_CHECK_ARG(n > 0 && n <= src->length, "%s: n = %llu not in 1..length %llu", who,
                      (unsigned long long)n, (unsigned long long)src->length);
     uint64_t total;
     FATHOM_CHECK(!fathom_mul_u64(group, n, &total) || total > SIZE_MAX / sizeof(float),
-                 FATHOM_ERR_NOMEM, "store_scan: group * n overflows");
-    FATHOM_TRY(fathom_depths_check(src->dim, depths, "store_scan"));
+                 FATHOM_ERR_NOMEM, "%s: group * n overflows", who);
+    FATHOM_TRY(fathom_depths_check(src->dim, depths, who));
     /* bytes: sum over active channels of ceil(n/64) * (8 t_j + 2) */
     uint64_t per_block = 0;
     for (uint32_t j = 0; j < src->dim; j++)
         if (depths[j]) per_block += 8u * depths[j] + 2u;
     FATHOM_CHECK(!fathom_mul_u64(fathom_blocks_for(n), per_block, bytes_read_out), FATHOM_ERR_NOMEM,
-                 "store_scan: byte count overflows");
+                 "%s: byte count overflows", who);
     return FATHOM_OK;
 }
 
@@ -66,7 +79,7 @@ static int check_scan_args(const fathom_store *st, const uint8_t *depths, const 
                            uint32_t group, uint64_t n, const float *scores,
                            uint64_t *bytes_read_out) {
     const scan_source src = source_of_store(st);
-    return check_source_args(&src, depths, queries, group, n, scores, bytes_read_out);
+    return check_source_args(&src, depths, queries, group, n, scores, bytes_read_out, "store_scan");
 }
 
 int fathom_store_scan_reference(const fathom_store *st, const uint8_t *depths, const float *queries,
@@ -421,29 +434,29 @@ static int is_tiled(fathom_scan_kernel kernel) {
 static int source_scan_range(fathom_scan_kernel kernel, const scan_source *src,
                              const uint8_t *depths, const float *queries, uint32_t group,
                              uint64_t first, uint64_t count, float *scores, uint64_t ld,
-                             uint64_t *bytes_read) {
+                             uint64_t *bytes_read, const char *who) {
     FATHOM_CHECK_ARG(kernel == FATHOM_SCAN_AUTO || is_tiled(kernel),
-                     "store_scan_range: kernel %d is not a tiled kernel", (int)kernel);
+                     "%s: kernel %d is not a tiled kernel", who, (int)kernel);
     FATHOM_CHECK(!fathom_scan_kernel_available(kernel), FATHOM_ERR_UNSUPPORTED,
-                 "store_scan_range: kernel %d is not available on this CPU", (int)kernel);
+                 "%s: kernel %d is not available on this CPU", who, (int)kernel);
     FATHOM_CHECK_ARG((src->store || src->segs) && depths && queries && scores,
-                     "store_scan_range: NULL argument");
-    FATHOM_CHECK_ARG(group > 0, "store_scan_range: group is 0");
+                     "%s: NULL store, depths, queries or scores", who);
+    FATHOM_CHECK_ARG(group > 0, "%s: group is 0", who);
     const uint64_t length = src->length;
     FATHOM_CHECK_ARG(first % FATHOM_BLOCK_TOKENS == 0,
-                     "store_scan_range: first %llu is not a multiple of %d",
+                     "%s: first %llu is not a multiple of %d", who,
                      (unsigned long long)first, FATHOM_BLOCK_TOKENS);
     FATHOM_CHECK_ARG(count > 0 && first < length && count <= length - first,
-                     "store_scan_range: tokens [%llu, +%llu) not in 0..length %llu",
+                     "%s: tokens [%llu, +%llu) not in 0..length %llu", who,
                      (unsigned long long)first, (unsigned long long)count,
                      (unsigned long long)length);
     uint64_t total;
-    FATHOM_CHECK_ARG(ld >= count, "store_scan_range: ld %llu < count %llu",
+    FATHOM_CHECK_ARG(ld >= count, "%s: ld %llu < count %llu", who,
                      (unsigned long long)ld, (unsigned long long)count);
     FATHOM_CHECK(!fathom_mul_u64(group, ld, &total) || total > SIZE_MAX / sizeof(float),
-                 FATHOM_ERR_NOMEM, "store_scan_range: group * ld overflows");
+                 FATHOM_ERR_NOMEM, "%s: group * ld overflows", who);
     uint64_t bytes;
-    FATHOM_TRY(check_source_args(src, depths, queries, group, count, scores, &bytes));
+    FATHOM_TRY(check_source_args(src, depths, queries, group, count, scores, &bytes, who));
     FATHOM_TRY(scan2_run(pick_tiled(kernel), src, depths, queries, group, first, count, scores, ld));
     if (bytes_read) *bytes_read = bytes;
     return FATHOM_OK;
@@ -455,21 +468,18 @@ int fathom_store_scan_range(fathom_scan_kernel kernel, const fathom_store *st,
                             uint64_t *bytes_read) {
     const scan_source src = source_of_store(st);
     return source_scan_range(kernel, &src, depths, queries, group, first, count, scores, ld,
-                             bytes_read);
+                             bytes_read, "store_scan_range");
 }
 
 int fathom_segments_scan_range(fathom_scan_kernel kernel, const fathom_segments *segments,
                                const uint8_t *depths, const float *queries, uint32_t group,
                                uint64_t first, uint64_t count, float *scores, uint64_t ld,
                                uint64_t *bytes_read) {
-    FATHOM_CHECK_ARG(segments && segments->views, "segments_scan_range: NULL segments");
-    FATHOM_CHECK_ARG(segments->dim > 0 && segments->segment_blocks > 0,
-                     "segments_scan_range: dim %u or segment_blocks %u is 0", segments->dim,
-                     segments->segment_blocks);
+    FATHOM_TRY(fathom_segments_check(segments, "segments_scan_range"));
     const scan_source src = {NULL, segments, segments->dim, segments->segment_blocks,
                              segments->length};
     return source_scan_range(kernel, &src, depths, queries, group, first, count, scores, ld,
-                             bytes_read);
+                             bytes_read, "segments_scan_range");
 }
 
 int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st, const uint8_t *depths,

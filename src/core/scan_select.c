@@ -230,28 +230,44 @@ static int ss_select_task(void *arg, uint32_t task, uint32_t worker) {
     return FATHOM_OK;
 }
 
-int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
-                                const fathom_scan_select_item *items, uint32_t count,
-                                uint64_t range_tokens) {
-    FATHOM_CHECK_ARG(pool && items && count > 0, "scan_select: NULL pool or no items");
-    if (range_tokens == 0) range_tokens = 16384;
-    FATHOM_CHECK_ARG(range_tokens % FATHOM_BLOCK_TOKENS == 0 && range_tokens <= UINT32_MAX,
-                     "scan_select: range %llu is not a multiple of %d",
-                     (unsigned long long)range_tokens, FATHOM_BLOCK_TOKENS);
-    uint64_t max_k = 0, max_group = 0;
+/* The arguments of fathom_scan_select_parallel (who names the caller in the
+ * messages); *range_tokens 0 becomes the default. */
+static int ss_check(const fathom_scan_select_item *items, uint32_t count, uint64_t *range_tokens,
+                    const char *who) {
+    if (*range_tokens == 0) *range_tokens = 16384;
+    FATHOM_CHECK_ARG(*range_tokens % FATHOM_BLOCK_TOKENS == 0 && *range_tokens <= UINT32_MAX,
+                     "%s: range_tokens %llu is not a multiple of %d below 2^32", who,
+                     (unsigned long long)*range_tokens, FATHOM_BLOCK_TOKENS);
     for (uint32_t i = 0; i < count; i++) {
         const fathom_scan_select_item *it = &items[i];
-        FATHOM_CHECK_ARG((it->store || (it->segments && it->segments->views)) && it->depths &&
-                             it->queries && it->idx && it->count,
-                         "scan_select: item %u has a NULL pointer", i);
-        FATHOM_CHECK_ARG(it->group > 0 && it->k > 0, "scan_select: item %u: group or k is 0", i);
+        FATHOM_CHECK_ARG(it->store || it->segments, "%s: item %u: store and segments are NULL", who,
+                         i);
+        if (!it->store)
+            FATHOM_TRY(fathom_segments_check(it->segments, who));
+        FATHOM_CHECK_ARG(it->depths, "%s: item %u: depths is NULL", who, i);
+        FATHOM_CHECK_ARG(it->queries, "%s: item %u: queries is NULL", who, i);
+        FATHOM_CHECK_ARG(it->idx, "%s: item %u: idx is NULL", who, i);
+        FATHOM_CHECK_ARG(it->count, "%s: item %u: count is NULL", who, i);
+        FATHOM_CHECK_ARG(it->group > 0, "%s: item %u: group is 0", who, i);
+        FATHOM_CHECK_ARG(it->k > 0, "%s: item %u: k is 0", who, i);
         const uint64_t length =
             it->store ? fathom_store_length(it->store) : it->segments->length;
         FATHOM_CHECK_ARG(it->n > 0 && it->n <= length && it->n <= (uint64_t)UINT32_MAX + 1,
-                         "scan_select: item %u: n = %llu not in 1..length %llu", i,
+                         "%s: item %u: n = %llu not in 1..length %llu (at most 2^32)", who, i,
                          (unsigned long long)it->n, (unsigned long long)length);
-        max_k = it->k > max_k ? it->k : max_k;
-        max_group = it->group > max_group ? it->group : max_group;
+    }
+    return FATHOM_OK;
+}
+
+int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
+                                const fathom_scan_select_item *items, uint32_t count,
+                                uint64_t range_tokens) {
+    FATHOM_CHECK_ARG(pool && items && count > 0, "scan_select: NULL pool or items, or count 0");
+    FATHOM_TRY(ss_check(items, count, &range_tokens, "scan_select"));
+    uint64_t max_k = 0, max_group = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        max_k = items[i].k > max_k ? items[i].k : max_k;
+        max_group = items[i].group > max_group ? items[i].group : max_group;
     }
     const uint64_t cap = 2 * max_k + SS_CHUNK;
     const uint32_t threads = fathom_pool_threads(pool);
@@ -348,46 +364,53 @@ static int ps_plan_task(void *arg, uint32_t task, uint32_t worker) {
 int fathom_plan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
                                 const fathom_plan_select_item *items, uint32_t count,
                                 uint64_t range_tokens) {
-    FATHOM_CHECK_ARG(pool && items && count > 0, "plan_select: NULL pool or no items");
-    uint32_t max_dim = 0;
-    for (uint32_t i = 0; i < count; i++) {
-        const fathom_plan_select_item *it = &items[i];
-        FATHOM_CHECK_ARG(it->segments && it->sum && it->sum_sq && it->queries && it->depths,
-                         "plan_select: item %u has a NULL pointer", i);
-        const uint32_t dim = it->segments->dim;
-        FATHOM_CHECK_ARG(dim > 0 && it->budget >= 1 && it->budget <= FATHOM_PLANES * dim,
-                         "plan_select: item %u: budget %u not in 1..%u", i, it->budget,
-                         FATHOM_PLANES * dim);
-        FATHOM_CHECK_ARG(it->n > 0 && it->n <= it->segments->length,
-                         "plan_select: item %u: n = %llu not in 1..length %llu", i,
-                         (unsigned long long)it->n, (unsigned long long)it->segments->length);
-        max_dim = dim > max_dim ? dim : max_dim;
-    }
-    float *var = fathom_alloc_array((uint64_t)count * max_dim, sizeof(float));
-    double *g = fathom_alloc_array((uint64_t)count * max_dim, sizeof(double));
+    FATHOM_CHECK_ARG(pool && items && count > 0, "plan_select: NULL pool or items, or count 0");
     fathom_scan_select_item *sel = fathom_calloc_array(count, sizeof *sel);
-    int status;
-    if (!var || !g || !sel)
-        status = fathom_fail(FATHOM_ERR_NOMEM, "plan_select: out of memory");
-    else {
+    FATHOM_CHECK(!sel, FATHOM_ERR_NOMEM, "plan_select: out of memory");
+    uint32_t max_dim = 0;
+    int status = FATHOM_OK;
+    for (uint32_t i = 0; i < count && status == FATHOM_OK; i++) {
+        const fathom_plan_select_item *it = &items[i];
+        sel[i].segments = it->segments;
+        sel[i].depths = it->depths;
+        sel[i].queries = it->queries;
+        sel[i].group = it->group;
+        sel[i].n = it->n;
+        sel[i].k = it->k;
+        sel[i].sink = it->sink;
+        sel[i].local = it->local;
+        sel[i].idx = it->idx;
+        sel[i].count = it->count;
+        if (!it->segments)
+            status = fathom_fail(FATHOM_ERR_INVALID_ARG, "plan_select: item %u: segments is NULL", i);
+        else if ((status = fathom_segments_check(it->segments, "plan_select")) != FATHOM_OK)
+            break;
+        else if (!it->sum)
+            status = fathom_fail(FATHOM_ERR_INVALID_ARG, "plan_select: item %u: sum is NULL", i);
+        else if (!it->sum_sq)
+            status = fathom_fail(FATHOM_ERR_INVALID_ARG, "plan_select: item %u: sum_sq is NULL", i);
+        else if (it->budget < 1 || it->budget > (uint64_t)FATHOM_PLANES * it->segments->dim)
+            status = fathom_fail(FATHOM_ERR_INVALID_ARG, "plan_select: item %u: budget %u not in 1..%llu",
+                                 i, it->budget,
+                                 (unsigned long long)FATHOM_PLANES * it->segments->dim);
+        else
+            max_dim = it->segments->dim > max_dim ? it->segments->dim : max_dim;
+    }
+    /* everything the scan and selection check, before any depths are written */
+    if (status == FATHOM_OK) status = ss_check(sel, count, &range_tokens, "plan_select");
+    float *var = NULL;
+    double *g = NULL;
+    if (status == FATHOM_OK) {
+        var = fathom_alloc_array((uint64_t)count * max_dim, sizeof(float));
+        g = fathom_alloc_array((uint64_t)count * max_dim, sizeof(double));
+        if (!var || !g) status = fathom_fail(FATHOM_ERR_NOMEM, "plan_select: out of memory");
+    }
+    if (status == FATHOM_OK) {
         const ps_batch batch = {items, var, g, max_dim};
         status = fathom_pool_run(pool, ps_plan_task, (void *)&batch, count);
-        for (uint32_t i = 0; i < count && status == FATHOM_OK; i++) {
-            const fathom_plan_select_item *it = &items[i];
-            sel[i].segments = it->segments;
-            sel[i].depths = it->depths;
-            sel[i].queries = it->queries;
-            sel[i].group = it->group;
-            sel[i].n = it->n;
-            sel[i].k = it->k;
-            sel[i].sink = it->sink;
-            sel[i].local = it->local;
-            sel[i].idx = it->idx;
-            sel[i].count = it->count;
-        }
-        if (status == FATHOM_OK)
-            status = fathom_scan_select_parallel(pool, kernel, sel, count, range_tokens);
     }
+    if (status == FATHOM_OK)
+        status = fathom_scan_select_parallel(pool, kernel, sel, count, range_tokens);
     free(var);
     free(g);
     free(sel);

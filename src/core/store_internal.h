@@ -70,6 +70,12 @@ typedef struct fathom_segments {
     const fathom_segment_view *views;
 } fathom_segments;
 
+/* FATHOM_ERR_INVALID_ARG (message from `who`) unless segments and its views
+ * are non-NULL, dim and segment_blocks are >= 1 and length needs at most
+ * 2^32 - 1 segments. The views themselves are checked as a scan reads them
+ * (NULL planes or scales: FATHOM_ERR_INVALID_ARG). */
+int fathom_segments_check(const fathom_segments *segments, const char *who);
+
 /* fathom_store_scan_range over caller-provided segments: the same kernels,
  * checks and scores, bit for bit, as over a store holding the same words and
  * scales. */
@@ -152,7 +158,10 @@ typedef struct fathom_plan_select_item {
 } fathom_plan_select_item;
 
 /* Plans items [0, count) (one task each), then scans and selects them on the
- * pool's threads in tasks of one item and range_tokens tokens (0: 16384). */
+ * pool's threads in tasks of one item and range_tokens tokens (0: 16384).
+ * Every argument fathom_scan_select_parallel checks, and segments, sum,
+ * sum_sq and budget, are checked before any depths are written
+ * (FATHOM_ERR_INVALID_ARG naming plan_select, the item and the argument). */
 int fathom_plan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
                                 const fathom_plan_select_item *items, uint32_t count,
                                 uint64_t range_tokens);

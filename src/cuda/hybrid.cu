@@ -122,13 +122,14 @@ static int hy_select(fathom_cuda_hybrid *h, uint32_t layer, uint32_t count, cons
     return status;
 }
 
-static int check_select_args(const fathom_cuda_hybrid *h, uint32_t layer, uint32_t count, uint32_t budget,
-                             uint32_t k, uint32_t sink, uint32_t local) {
-    FATHOM_CHECK_ARG(layer < h->layers, "hybrid: layer %u >= %u", layer, h->layers);
-    FATHOM_CHECK_ARG(count >= 1 && count <= h->max_pairs, "hybrid: %u pairs not in 1..%u", count, h->max_pairs);
-    FATHOM_CHECK_ARG(k >= 1 && k <= h->max_k, "hybrid: k %u not in 1..%u", k, h->max_k);
-    FATHOM_CHECK_ARG((uint64_t)sink + local <= k, "hybrid: sink %u + local %u exceed k %u", sink, local, k);
-    FATHOM_CHECK_ARG(budget >= 1 && budget <= FATHOM_PLANES * h->D, "hybrid: budget %u not in 1..%u", budget,
+static int check_select_args(const fathom_cuda_hybrid *h, uint32_t layer, uint64_t count, uint32_t budget,
+                             uint32_t k, uint32_t sink, uint32_t local, const char *who) {
+    FATHOM_CHECK_ARG(layer < h->layers, "%s: layer %u >= %u", who, layer, h->layers);
+    FATHOM_CHECK_ARG(count >= 1 && count <= h->max_pairs, "%s: %llu host pairs not in 1..max_pairs %u", who,
+                     (unsigned long long)count, h->max_pairs);
+    FATHOM_CHECK_ARG(k >= 1 && k <= h->max_k, "%s: k %u not in 1..max_k %u", who, k, h->max_k);
+    FATHOM_CHECK_ARG((uint64_t)sink + local <= k, "%s: sink %u + local %u exceed k %u", who, sink, local, k);
+    FATHOM_CHECK_ARG(budget >= 1 && budget <= FATHOM_PLANES * h->D, "%s: budget %u not in 1..%u", who, budget,
                      FATHOM_PLANES * h->D);
     return FATHOM_OK;
 }
@@ -139,11 +140,16 @@ extern "C" int fathom_cuda_hybrid_select(fathom_cuda_hybrid *h, uint32_t layer, 
                                          uint32_t k, uint32_t sink, uint32_t local, uint8_t *depths,
                                          uint32_t *selected, uint32_t *selected_count) {
     FATHOM_CHECK_ARG(h != NULL, "hybrid_select: NULL hybrid");
-    FATHOM_TRY(check_select_args(h, layer, count, budget, k, sink, local));
+    FATHOM_TRY(check_select_args(h, layer, count, budget, k, sink, local, "hybrid_select"));
     FATHOM_CHECK_ARG(sessions && heads && lengths && queries && selected && selected_count,
-                     "hybrid_select: NULL argument");
-    for (uint32_t i = 0; i < count; i++)
-        FATHOM_CHECK_ARG(heads[i] < h->heads, "hybrid_select: head %u >= %u", heads[i], h->heads);
+                     "hybrid_select: NULL sessions, heads, lengths, queries, selected or selected_count");
+    for (uint32_t i = 0; i < count; i++) {
+        FATHOM_CHECK_ARG(heads[i] < h->heads, "hybrid_select: heads[%u] = %u >= %u", i, heads[i], h->heads);
+        FATHOM_CHECK_ARG(lengths[i] >= 1 && lengths[i] <= 0xffffffffull, "hybrid_select: lengths[%u] = %llu "
+                         "not in 1..2^32-1", i, (unsigned long long)lengths[i]);
+    }
+    /* a step's host function in flight uses the same thread pool */
+    FATHOM_CUDA_TRY(cudaStreamSynchronize(h->side));
     return hy_select(h, layer, count, sessions, heads, lengths, queries, budget, k, sink, local, depths, selected,
                      selected_count);
 }
@@ -282,11 +288,12 @@ extern "C" int fathom_cuda_hybrid_step(fathom_cuda_hybrid *h, const fathom_cuda_
                                        uint32_t host_pairs, cudaStream_t stream) {
     FATHOM_CHECK_ARG(h && a, "hybrid_step: NULL hybrid or args");
     if (host_pairs == 0) return fathom_cuda_tier_step(h->tier, a, stream);
-    FATHOM_CHECK_ARG(a->fixed_depths == NULL, "hybrid_step: fixed depths are not supported (water-filling only)");
-    FATHOM_TRY(check_select_args(h, a->layer, host_pairs, a->budget, a->k, a->sink, a->local));
-    FATHOM_CHECK_ARG(a->sessions && a->queries && (uint64_t)host_pairs <= (uint64_t)a->batch * h->heads,
-                     "hybrid_step: %u host pairs of a batch of %u x %u heads, or NULL sessions/queries",
-                     host_pairs, a->batch, h->heads);
+    /* every check of the step before anything is enqueued on the side stream */
+    FATHOM_TRY(fc_tier_step_check(h->tier, a, "hybrid_step", true));
+    FATHOM_CHECK_ARG(a->fixed_depths == NULL, "hybrid_step: fixed_depths is not NULL (water-filling only)");
+    FATHOM_TRY(check_select_args(h, a->layer, host_pairs, a->budget, a->k, a->sink, a->local, "hybrid_step"));
+    FATHOM_CHECK_ARG((uint64_t)host_pairs <= (uint64_t)a->batch * h->heads,
+                     "hybrid_step: host_pairs %u > batch %u x kv_heads %u", host_pairs, a->batch, h->heads);
     hy_slot *sl = &h->slots[a->layer];
     const uint32_t P = a->batch * h->heads;
     sl->layer = a->layer;
@@ -342,12 +349,12 @@ struct hy_events {
 extern "C" int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *h, const fathom_cuda_tier_step_args *a,
                                             cudaStream_t stream, fathom_cuda_hybrid_rates *rates) {
     FATHOM_CHECK_ARG(h && a, "hybrid_calibrate: NULL hybrid or args");
-    FATHOM_CHECK_ARG(a->fixed_depths == NULL && a->sessions && a->queries,
-                     "hybrid_calibrate: fixed depths, or NULL sessions/queries");
+    FATHOM_TRY(fc_tier_step_check(h->tier, a, "hybrid_calibrate", true));
+    FATHOM_CHECK_ARG(a->fixed_depths == NULL, "hybrid_calibrate: fixed_depths is not NULL (water-filling only)");
+    /* the batch's pairs all fit max_pairs: the host's rate is measured on every one */
+    FATHOM_TRY(check_select_args(h, a->layer, (uint64_t)a->batch * h->heads, a->budget, a->k, a->sink, a->local,
+                                 "hybrid_calibrate"));
     const uint32_t P = a->batch * h->heads, GD = h->G * h->D;
-    FATHOM_CHECK_ARG(a->batch >= 1 && P <= h->max_pairs, "hybrid_calibrate: %u pairs, max_pairs %u", P,
-                     h->max_pairs);
-    FATHOM_TRY(check_select_args(h, a->layer, P, a->budget, a->k, a->sink, a->local));
     FATHOM_CUDA_TRY(cudaDeviceSynchronize());
     std::vector<uint32_t> entry(a->batch), ids(2 * (size_t)P), sel((size_t)P * h->G * a->k), cnt((size_t)P * h->G);
     std::vector<uint64_t> lengths(P);
@@ -413,9 +420,12 @@ extern "C" int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *h, const fathom_
 
 extern "C" int fathom_cuda_hybrid_share(const fathom_cuda_hybrid *h, const fathom_cuda_tier_step_args *a,
                                         const uint64_t *lengths, uint32_t *host_pairs) {
-    FATHOM_CHECK_ARG(h && a && lengths && host_pairs, "hybrid_share: NULL argument");
+    FATHOM_CHECK_ARG(h && a && lengths && host_pairs, "hybrid_share: NULL hybrid, args, lengths or host_pairs");
     FATHOM_CHECK(!h->calibrated, FATHOM_ERR_STATE, "hybrid_share: not calibrated (fathom_cuda_hybrid_calibrate)");
-    FATHOM_CHECK_ARG(a->batch >= 1 && a->budget >= 1, "hybrid_share: batch or budget is 0");
+    FATHOM_CHECK_ARG(a->batch >= 1 && (uint64_t)a->batch * h->heads <= 65535,
+                     "hybrid_share: batch %u x kv_heads %u not in 1..65535", a->batch, h->heads);
+    FATHOM_CHECK_ARG(a->budget >= 1 && a->budget <= FATHOM_PLANES * h->D, "hybrid_share: budget %u not in 1..%u",
+                     a->budget, FATHOM_PLANES * h->D);
     const uint32_t P = a->batch * h->heads, most = P < h->max_pairs ? P : h->max_pairs;
     double total = 0;
     for (uint32_t p = 0; p < P; p++) total += hy_pair_bytes(lengths[p / h->heads], a->budget, h->D);

@@ -160,6 +160,12 @@ static __device__ __forceinline__ float tier_variance(double sum, double sum_sq,
     return v > 0.0 ? (float)v : 0.0f;
 }
 
+/* tier_step.cu: every check fathom_cuda_tier_step makes of its arguments
+ * (messages name `who`), with the workspace's alignment and size when
+ * `workspace`; nothing is enqueued. */
+int fc_tier_step_check(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *args, const char *who,
+                       bool workspace);
+
 /* tier_step.cu: where a step with these arguments leaves the scan's scores
  * in its workspace ([batch*kv_heads*group][stride] floats; a row's first n
  * tokens, n its session's length, hold the scores after the step). The

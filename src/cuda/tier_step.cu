@@ -714,12 +714,6 @@ static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, 
     return FATHOM_OK;
 }
 
-/* The plan of every problem on `stream`. Not pipelined (chunk_of): every
- * phase on `stream`, the planes scanned in place. Pipelined: the chunks'
- * gathers one after another on the lanes' link stream (the link moves one
- * chunk at a time, at its full rate), and each chunk's scan (from staging),
- * top-k, fetch and attention on lane i % count as soon as its planes are in,
- * beside the next chunks' gathers; the lanes join back into `stream`. */
 template <int D>
 static int launch_gpu(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, const fathom_cuda_tier_step_args *a,
                       uint32_t G, const tier_ws *w, uint32_t *sel, uint32_t *sel_count, bool insert,
@@ -743,7 +737,12 @@ static int launch_all(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, con
     return finish_chunk<D>(t, a, G, w, host, sel, sel_count, insert, stream, given->selected);
 }
 
-/* Problems [0, P) after the plan: see launch_all's comment above it. */
+/* Problems [0, P) after the plan. Not pipelined (per >= P, chunk_of): every
+ * phase on `stream`, the planes scanned in place. Pipelined: the chunks'
+ * gathers one after another on the lanes' link stream (the link moves one
+ * chunk at a time, at its full rate), and each chunk's scan (from staging),
+ * top-k, fetch and attention on lane i % count as soon as its planes are in,
+ * beside the next chunks' gathers; the lanes join back into `stream`. */
 template <int D>
 static int launch_gpu(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, const fathom_cuda_tier_step_args *a,
                       uint32_t G, const tier_ws *w, uint32_t *sel, uint32_t *sel_count, bool insert,
@@ -778,60 +777,58 @@ static int launch_gpu(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, con
     return FATHOM_OK;
 }
 
-static int check_args(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a) {
-    FATHOM_CHECK_ARG(tier != NULL && a != NULL, "tier_step: NULL tier or args");
+int fc_tier_step_check(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a, const char *who,
+                       bool workspace) {
+    FATHOM_CHECK_ARG(tier != NULL && a != NULL, "%s: NULL tier or args", who);
     const tier_dev *t = fc_tier_dev(tier);
     const uint32_t G = fc_tier_group(tier);
-    FATHOM_CHECK_ARG(a->layer < t->layers, "tier_step: layer %u >= %u", a->layer, t->layers);
-    FATHOM_CHECK_ARG(a->sessions && a->queries && a->out, "tier_step: NULL sessions, queries or out");
+    FATHOM_CHECK_ARG(a->layer < t->layers, "%s: layer %u >= %u", who, a->layer, t->layers);
+    FATHOM_CHECK_ARG(a->sessions && a->queries && a->out, "%s: NULL sessions, queries or out", who);
     FATHOM_CHECK_ARG(a->batch >= 1 && (uint64_t)a->batch * t->heads <= 65535 &&
                          (uint64_t)a->batch * t->heads * G <= 0x7fffffffu,
-                     "tier_step: batch %u x kv_heads %u not in 1..65535", a->batch, t->heads);
+                     "%s: batch %u x kv_heads %u not in 1..65535", who, a->batch, t->heads);
     FATHOM_CHECK_ARG(a->capacity_tokens >= 1 && a->capacity_tokens <= 0xffffffffull - 64,
-                     "tier_step: capacity_tokens %llu not in 1..2^32-65",
+                     "%s: capacity_tokens %llu not in 1..2^32-65", who,
                      (unsigned long long)a->capacity_tokens);
-    FATHOM_CHECK_ARG(a->k >= 1 && a->k <= FATHOM_CUDA_MAX_K, "tier_step: k %u not in 1..%d", a->k,
+    FATHOM_CHECK_ARG(a->k >= 1 && a->k <= FATHOM_CUDA_MAX_K, "%s: k %u not in 1..%d", who, a->k,
                      FATHOM_CUDA_MAX_K);
-    FATHOM_CHECK_ARG((uint64_t)a->sink + a->local <= a->k, "tier_step: sink %u + local %u exceed k %u",
+    FATHOM_CHECK_ARG((uint64_t)a->sink + a->local <= a->k, "%s: sink %u + local %u exceed k %u", who,
                      a->sink, a->local, a->k);
-    FATHOM_CHECK_ARG((uint64_t)G * a->k <= 4096, "tier_step: group %u x k %u exceeds 4096", G, a->k);
+    FATHOM_CHECK_ARG((uint64_t)G * a->k <= 4096, "%s: group %u x k %u exceeds 4096", who, G, a->k);
     FATHOM_CHECK_ARG(a->fixed_depths || (a->budget >= 1 && a->budget <= FATHOM_PLANES * t->dim),
-                     "tier_step: budget %u not in 1..%u", a->budget, FATHOM_PLANES * t->dim);
-    FATHOM_CHECK_ARG(isfinite(a->scale), "tier_step: scale is not finite");
+                     "%s: budget %u not in 1..%u", who, a->budget, FATHOM_PLANES * t->dim);
+    FATHOM_CHECK_ARG(isfinite(a->scale), "%s: scale is not finite", who);
+    if (!workspace) return FATHOM_OK;
+    FATHOM_CHECK_ARG(a->workspace != NULL && ((uintptr_t)a->workspace & 255) == 0,
+                     "%s: workspace is NULL or not 256-byte aligned", who);
+    tier_ws w;
+    FATHOM_TRY(layout(tier, a, NULL, &w));
+    FATHOM_CHECK_ARG(a->workspace_bytes >= w.total, "%s: workspace of %zu bytes, need %zu", who,
+                     a->workspace_bytes, w.total);
     return FATHOM_OK;
 }
 
 extern "C" int fathom_cuda_tier_workspace_size(const fathom_cuda_tier *tier,
                                                const fathom_cuda_tier_step_args *args, size_t *bytes) {
     FATHOM_CHECK_ARG(bytes != NULL, "tier_workspace_size: bytes is NULL");
-    FATHOM_TRY(check_args(tier, args));
+    FATHOM_TRY(fc_tier_step_check(tier, args, "tier_workspace_size", false));
     tier_ws w;
     FATHOM_TRY(layout(tier, args, NULL, &w));
     *bytes = w.total;
     return FATHOM_OK;
 }
 
-extern "C" int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a,
-                                     cudaStream_t stream) {
-    return fathom_cuda_tier_step_given(tier, a, NULL, stream);
-}
-
-extern "C" int fathom_cuda_tier_step_given(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a,
-                                           const fathom_cuda_tier_given *given, cudaStream_t stream) {
-    FATHOM_TRY(check_args(tier, a));
+static int step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a, const fathom_cuda_tier_given *given,
+                cudaStream_t stream, const char *who) {
+    FATHOM_TRY(fc_tier_step_check(tier, a, who, true));
     if (given && given->pairs) {
         const uint64_t P = (uint64_t)a->batch * fc_tier_dev(tier)->heads;
-        FATHOM_CHECK_ARG(given->pairs <= P && given->selected != NULL,
-                         "tier_step: %u given pairs of %llu, or their selections are NULL", given->pairs,
+        FATHOM_CHECK_ARG(given->pairs <= P, "%s: given->pairs %u > batch x kv_heads %llu", who, given->pairs,
                          (unsigned long long)P);
+        FATHOM_CHECK_ARG(given->selected != NULL, "%s: given->selected is NULL", who);
     } else
         given = NULL;
-    FATHOM_CHECK_ARG(a->workspace != NULL && ((uintptr_t)a->workspace & 255) == 0,
-                     "tier_step: workspace is NULL or not 256-byte aligned");
     tier_ws w;
-    FATHOM_TRY(layout(tier, a, NULL, &w));
-    FATHOM_CHECK_ARG(a->workspace_bytes >= w.total, "tier_step: workspace of %zu bytes, need %zu",
-                     a->workspace_bytes, w.total);
     FATHOM_TRY(layout(tier, a, a->workspace, &w));
     const tier_dev *t = fc_tier_dev(tier);
     const uint32_t G = fc_tier_group(tier), P = a->batch * t->heads;
@@ -849,7 +846,7 @@ extern "C" int fathom_cuda_tier_step_given(fathom_cuda_tier *tier, const fathom_
     case 64: FATHOM_TRY(launch_all<64>(t, L, per, a, G, &w, sel, sel_count, insert, given, stream)); break;
     case 128: FATHOM_TRY(launch_all<128>(t, L, per, a, G, &w, sel, sel_count, insert, given, stream)); break;
     case 256: FATHOM_TRY(launch_all<256>(t, L, per, a, G, &w, sel, sel_count, insert, given, stream)); break;
-    default: return fathom_fail(FATHOM_ERR_UNSUPPORTED, "tier_step: dim %u", t->dim);
+    default: return fathom_fail(FATHOM_ERR_UNSUPPORTED, "%s: dim %u not supported", who, t->dim);
     }
     if (a->depths)
         FATHOM_CUDA_TRY(cudaMemcpyAsync(a->depths, w.depths, (size_t)P * t->dim, cudaMemcpyDeviceToDevice, stream));
@@ -857,6 +854,16 @@ extern "C" int fathom_cuda_tier_step_given(fathom_cuda_tier *tier, const fathom_
         FATHOM_CUDA_TRY(cudaMemcpyAsync(a->union_count, w.top.uni_count, (size_t)P * 4,
                                         cudaMemcpyDeviceToDevice, stream));
     return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a,
+                                     cudaStream_t stream) {
+    return step(tier, a, NULL, stream, "tier_step");
+}
+
+extern "C" int fathom_cuda_tier_step_given(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a,
+                                           const fathom_cuda_tier_given *given, cudaStream_t stream) {
+    return step(tier, a, given, stream, "tier_step_given");
 }
 
 int fc_tier_step_scores(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a,

@@ -276,6 +276,19 @@ static void test_hybrid(void) {
             CHECK_STATUS(fathom_cuda_hybrid_step(hy, &af, 1, s), FATHOM_ERR_INVALID_ARG);
             const fathom_cuda_tier_given bad = {P + 1, got.sel, NULL};
             CHECK_STATUS(fathom_cuda_tier_step_given(tier, &ag, &bad, s), FATHOM_ERR_INVALID_ARG);
+            CHECK(strstr(fathom_last_error(), "tier_step_given: given->pairs") != NULL);
+            /* an invalid step is refused before anything is enqueued on the side
+               stream: a capture around it ends without unjoined work */
+            fathom_cuda_tier_step_args aw = ag;
+            aw.workspace = (char *)ws + 16;
+            aw.workspace_bytes = ws_bytes - 16;
+            CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+            CHECK_STATUS(fathom_cuda_hybrid_step(hy, &aw, 1, s), FATHOM_ERR_INVALID_ARG);
+            CHECK(strstr(fathom_last_error(), "hybrid_step: workspace") != NULL);
+            cudaGraph_t g_bad = NULL;
+            CHECK(cudaStreamEndCapture(s, &g_bad) == cudaSuccess);
+            if (g_bad) CK(cudaGraphDestroy(g_bad));
+            CHECK_OK(fathom_cuda_hybrid_check(hy));
         }
         /* the scheduler: rates from the batch, a share in range */
         fathom_cuda_tier_step_args ac = args_of(0, batch, capacity, d_ids, d_q, got, ws, ws_bytes);
@@ -287,6 +300,10 @@ static void test_hybrid(void) {
               rates.cpu_fixed_s >= 0);
         CHECK_OK(fathom_cuda_hybrid_share(hy, &ac, lens, &share));
         CHECK(share <= P);
+        fathom_cuda_tier_step_args ab = ac;
+        ab.budget = FATHOM_PLANES * D + 1;
+        CHECK_STATUS(fathom_cuda_hybrid_share(hy, &ab, lens, &share), FATHOM_ERR_INVALID_ARG);
+        CHECK(strstr(fathom_last_error(), "hybrid_share: budget") != NULL);
         printf("test_cuda_hybrid: %s: cpu %.2f GB/s (%.3f ms, fixed %.3f ms), gpu %.2f GB/s (%.3f ms), share %u of %u "
                "pairs\n",
                piped ? "pipelined" : "one stream", rates.cpu_bytes_per_s / 1e9, rates.cpu_s * 1e3, rates.cpu_fixed_s * 1e3,
