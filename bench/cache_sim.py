@@ -3,7 +3,7 @@
 budget and a policy, the fraction of plane bytes and of row bytes a GPU step
 would find resident instead of sending over the link.
 
-  bench/cache_sim.py TRACE [TRACE ...] [--budget 0.1] [--plane-share 0.5] [--json]
+  bench/cache_sim.py TRACE [TRACE ...] [--budget 0.1] [--plane-share 0.5] [--fill-every 1 16] [--json]
 
 Model of what crosses the link, per step and (layer, KV head):
   planes: the scan reads plane p of channel j for p < depth_j. A plane unit
@@ -18,6 +18,19 @@ layer and KV head at the trace's last position); plane-share of it for
 planes, the rest for rows. Policies, separately for planes and rows: LRU by bytes (touched in the
 order the step reads them) and LFU (after each step, the units read most
 often so far; see the classes).
+gpu: the GPU tier's own HBM cache (src/cuda/tier_cache.cu, tier_step.cu),
+  given the same bytes: per (layer, KV head) traced,
+  lines = min(floor(plane bytes / (pairs * 10 * blocks)), 4 * dim) plane lines
+  (blocks = ceil(last length / 64)) and slots = floor(row bytes / (pairs *
+  (4 * dim + 4))) row slots. After step 0 and every F steps after it
+  (--fill-every) the lines are chosen again from that step's depths: lines
+  (j, p < depth_j) ranked by var_j / 4^p descending (var: the running key
+  variance the trace's "v" lines give at that step), ties to the lower
+  4 j + p, the first `lines` kept, holding the blocks closed at that fill
+  (floor(length / 64)); a kept line read by a step saves 8 bytes per held
+  block, line (j, 0) also the 2-byte scales. Rows: slot = token mod slots; a
+  row hits when its slot holds it; after the step each missed row enters its
+  slot unless the slot holds a later token. The cache starts empty.
 Also printed: the fraction of a step's rows selected by the previous step and
 by one of the last 8 steps (union over the group), to compare with captures.
 """
@@ -27,26 +40,66 @@ import sys
 from collections import OrderedDict
 
 
+PLANES = 4  # FATHOM_PLANES
+BLOCK = 64  # FATHOM_BLOCK_TOKENS
+
+
+class TraceError(ValueError):
+    pass
+
+
 def read_trace(path):
-    meta, steps = {}, {}
+    """meta, steps (each {(layer, kv head): [depths max over the group or None,
+    rows union]} plus "_pos") and var {(position, layer, kv head): [dim]}.
+    The file is untrusted: every field is checked against the header."""
+    meta, steps, var = None, {}, {}
     with open(path) as f:
-        for line in f:
+        for no, line in enumerate(f, 1):
+            where = f"{path}:{no}"
             if line.startswith("#"):
                 head, _, name = line[1:].partition(" model ")
                 t = head.split()
                 meta = {t[i]: t[i + 1] for i in range(0, len(t) - 1, 2)}
                 meta["model"] = name.strip()
+                try:
+                    dims = [int(meta[k]) for k in ("layers", "kv_heads", "dim", "prompt", "k")]
+                except (KeyError, ValueError):
+                    raise TraceError(f"{where}: header lacks layers, kv_heads, dim, prompt or k") from None
+                if min(dims) < 1 or dims[2] > 1024:
+                    raise TraceError(f"{where}: header sizes out of range")
+                layers, kvh_n, dim = dims[:3]
                 continue
+            if meta is None:
+                raise TraceError(f"{where}: record before the header")
             t = line.split()
-            pos, layer, kvh = int(t[0]), int(t[1]), int(t[2])
-            depths = None if t[4] == "-" else [int(c, 16) for c in t[4]]
-            rows = [int(x) for x in t[6:6 + int(t[5])]]
+            try:
+                if t and t[0] == "v":
+                    pos, layer, kvh = int(t[1]), int(t[2]), int(t[3])
+                    v = [float(x) for x in t[4:]]
+                    if len(v) != dim or not all(0.0 <= x < float("inf") for x in v):
+                        raise ValueError
+                else:
+                    pos, layer, kvh, count = int(t[0]), int(t[1]), int(t[2]), int(t[5])
+                    depths = None if t[4] == "-" else [int(c, 16) for c in t[4]]
+                    rows = [int(x) for x in t[6:]]
+                    if (len(rows) != count or (depths is not None and (len(depths) != dim or max(depths) > PLANES))
+                            or any(r < 0 or r > pos for r in rows)):
+                        raise ValueError
+            except (ValueError, IndexError):
+                raise TraceError(f"{where}: malformed record") from None
+            if pos < 0 or not 0 <= layer < layers or not 0 <= kvh < kvh_n:
+                raise TraceError(f"{where}: position, layer or KV head out of range")
+            if t[0] == "v":
+                var[(pos, layer, kvh)] = v
+                continue
             step = steps.setdefault(pos, {})
             d, r = step.setdefault((layer, kvh), [None, set()])
             if depths is not None:
                 step[(layer, kvh)][0] = depths if d is None else [max(a, b) for a, b in zip(d, depths)]
             r.update(rows)
-    return meta, [steps[p] | {"_pos": p} for p in sorted(steps)]
+    if meta is None:
+        raise TraceError(f"{path}: no header")
+    return meta, [steps[p] | {"_pos": p} for p in sorted(steps)], var
 
 
 class LRU:
@@ -141,6 +194,74 @@ def simulate(meta, steps, budget_frac, plane_share, policy):
     }
 
 
+def gpu_lines(depths, var, lines):
+    """The plane lines fathom_cuda_tier_cache_fill keeps for one (layer, KV
+    head): (j, p < depth_j) by var_j / 4^p descending, ties to the lower 4 j + p."""
+    chosen = [(-(var[j] / 4 ** p), PLANES * j + p) for j, t in enumerate(depths) for p in range(t)]
+    return {(i // PLANES, i % PLANES) for _, i in sorted(chosen)[:lines]}
+
+
+def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every):
+    dim = int(meta["dim"])
+    layers, kv = int(meta["layers"]), int(meta["kv_heads"])
+    last_n = steps[-1]["_pos"] + 1
+    index_bytes = layers * kv * ((last_n + BLOCK - 1) // BLOCK) * dim * 34
+    budget = budget_frac * index_bytes
+    pairs = len({key for step in steps for key in step if key != "_pos"})
+    cache_blocks = (last_n + BLOCK - 1) // BLOCK
+    lines = min(int(budget * plane_share) // pairs // 10 // cache_blocks, PLANES * dim)
+    slots = int(budget * (1 - plane_share)) // pairs // (4 * dim + 4)
+    kept, valid, tags = {}, {}, {}  # per (layer, kv head): lines, blocks they hold, slot -> token + 1
+    tot = {"plane": 0, "plane_hit": 0, "row": 0, "row_hit": 0}
+    row_bytes, max_row_hits = 4 * dim, 0
+    for s, step in enumerate(steps):
+        n = step["_pos"] + 1
+        blocks = (n + BLOCK - 1) // BLOCK
+        for key, value in step.items():
+            if key == "_pos":
+                continue
+            depths, sel = value
+            held, nvalid = kept.get(key, ()), valid.get(key, 0)
+            for j, t in enumerate(depths or []):
+                for p in range(t):
+                    per_block = 8 + (2 if p == 0 else 0)
+                    tot["plane"] += blocks * per_block
+                    if (j, p) in held:
+                        tot["plane_hit"] += nvalid * per_block
+            if slots:
+                tag = tags.setdefault(key, {})
+                missed = [r for r in sel if tag.get(r % slots) != r + 1]
+                tot["row_hit"] += row_bytes * (len(sel) - len(missed))
+                max_row_hits = max(max_row_hits, len(sel) - len(missed))
+                for r in missed:
+                    tag[r % slots] = max(tag.get(r % slots, 0), r + 1)
+            tot["row"] += row_bytes * len(sel)
+        if lines and s % fill_every == 0:
+            for key, value in step.items():
+                if key == "_pos" or value[0] is None:
+                    continue
+                depths = value[0]
+                v = var.get((step["_pos"], *key))
+                if v is None:
+                    raise TraceError(f"no variance line for position {step['_pos']}, layer {key[0]}, "
+                                     f"KV head {key[1]}: regenerate the trace with bench_decode_trace")
+                kept[key] = gpu_lines(depths, v, lines)
+                valid[key] = min(n // BLOCK, cache_blocks)
+    return {
+        "plane_hit": tot["plane_hit"] / tot["plane"] if tot["plane"] else None,
+        "row_hit": tot["row_hit"] / tot["row"] if tot["row"] else None,
+        "bytes_hit": (tot["plane_hit"] + tot["row_hit"]) / (tot["plane"] + tot["row"]),
+        "plane_bytes": tot["plane"],
+        "row_bytes": tot["row"],
+        "budget_bytes": budget,
+        "index_bytes": index_bytes,
+        "lines": lines,
+        "slots": slots,
+        "max_row_hits": max_row_hits,  # most resident rows one step of one pair read
+        "fill_every": fill_every,
+    }
+
+
 def reuse(steps):
     prev, last8, total = 0, 0, 0
     history = []
@@ -161,21 +282,36 @@ def main():
     ap.add_argument("traces", nargs="+")
     ap.add_argument("--budget", type=float, default=0.1, help="HBM budget, fraction of the index")
     ap.add_argument("--plane-share", type=float, nargs="+", default=[1.0, 0.5, 0.0])
+    ap.add_argument("--fill-every", type=int, nargs="+", default=[1, 16],
+                    help="gpu policy: steps between plane-line fills (a run per value)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    if not 0 < a.budget <= 1 or any(not 0 <= x <= 1 for x in a.plane_share) or min(a.fill_every) < 1:
+        sys.exit("cache_sim: --budget in (0, 1], --plane-share in [0, 1], --fill-every >= 1")
     out = []
     for path in a.traces:
-        meta, steps = read_trace(path)
-        if not steps:
-            sys.exit(f"cache_sim: {path}: no records")
-        res = {"trace": path, "model": meta.get("model"), "prompt_tokens": int(meta["prompt"]),
-               "attn": meta.get("attn"), "k": int(meta["k"]), "steps": len(steps), "budget": a.budget,
-               "reuse": reuse(steps), "runs": []}
-        for name, policy in (("lru", LRU), ("lfu", LFU)):
-            for share in a.plane_share:
-                r = simulate(meta, steps, a.budget, share, policy)
-                r["policy"], r["plane_share"] = name, share
-                res["runs"].append(r)
+        try:
+            meta, steps, var = read_trace(path)
+            if not steps:
+                raise TraceError(f"{path}: no records")
+            res = {"trace": path, "model": meta.get("model"), "prompt_tokens": int(meta["prompt"]),
+                   "attn": meta.get("attn"), "k": int(meta["k"]), "steps": len(steps), "budget": a.budget,
+                   "reuse": reuse(steps), "runs": []}
+            for name, policy in (("lru", LRU), ("lfu", LFU)):
+                for share in a.plane_share:
+                    r = simulate(meta, steps, a.budget, share, policy)
+                    r["policy"], r["plane_share"] = name, share
+                    res["runs"].append(r)
+            if not var:
+                print(f"cache_sim: {path}: no variance lines (a trace of an older bench_decode_trace): "
+                      "no gpu policy", file=sys.stderr)
+            for every in a.fill_every if var else []:
+                for share in a.plane_share:
+                    r = simulate_gpu(meta, steps, var, a.budget, share, every)
+                    r["policy"], r["plane_share"] = "gpu", share
+                    res["runs"].append(r)
+        except (OSError, TraceError) as e:
+            sys.exit(f"cache_sim: {e}")
         out.append(res)
     if a.json:
         print(json.dumps({"traces": out}, indent=1))
@@ -187,7 +323,8 @@ def main():
               f"by one of the last 8 {u['rows_in_last_8_steps']:.3f}")
         for r in res["runs"]:
             ph = "n/a" if r["plane_hit"] is None else f"{r['plane_hit']:.3f}"
-            print(f"  {r['policy'].upper()}, budget {res['budget']:.0%} of the index ({r['budget_bytes'] / 1e6:.2f} MB), "
+            name = r["policy"].upper() + (f" (fill every {r['fill_every']})" if "fill_every" in r else "")
+            print(f"  {name}, budget {res['budget']:.0%} of the index ({r['budget_bytes'] / 1e6:.2f} MB), "
                   f"{r['plane_share']:.0%} to planes: plane bytes resident {ph}, row bytes resident "
                   f"{r['row_hit']:.3f}, all bytes {r['bytes_hit']:.3f} "
                   f"(per step {r['plane_bytes'] / res['steps'] / 1e6:.2f} MB planes, "
