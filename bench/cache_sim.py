@@ -14,7 +14,8 @@ Model of what crosses the link, per step and (layer, KV head):
   rows: the union over the group's query heads of the selected rows; a row
     is its key and value in fp16 (4 * dim bytes). A resident row crosses 0.
 Budget: a fraction of the session's index (all planes and scales of every
-layer and KV head at the trace's last position); plane-share of it for
+traced layer and KV head at the trace's last position: the layers that keep an
+index; Gemma 3's sliding-window layers keep none and are not traced); plane-share of it for
 planes, the rest for rows. Policies, separately for planes and rows: LRU by bytes (touched in the
 order the step reads them) and LFU (after each step, the units read most
 often so far; see the classes).
@@ -150,11 +151,17 @@ class LFU:
             used += self.size[k]
 
 
+def traced_index_bytes(steps, dim, last_n):
+    """Bytes of the index of every (layer, KV head) the trace holds at n = last_n:
+    4 planes of 8 bytes and a 2-byte scale per 64-token block and channel."""
+    pairs = len({key for step in steps for key in step if key != "_pos"})
+    return pairs * ((last_n + BLOCK - 1) // BLOCK) * dim * 34
+
+
 def simulate(meta, steps, budget_frac, plane_share, policy):
     dim = int(meta["dim"])
-    layers, kv = int(meta["layers"]), int(meta["kv_heads"])
     last_n = steps[-1]["_pos"] + 1
-    index_bytes = layers * kv * ((last_n + 63) // 64) * dim * 34
+    index_bytes = traced_index_bytes(steps, dim, last_n)
     budget = budget_frac * index_bytes
     planes, rows = policy(budget * plane_share), policy(budget * (1 - plane_share))
     plane_units = {}  # key -> closed blocks resident
@@ -203,9 +210,8 @@ def gpu_lines(depths, var, lines):
 
 def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every):
     dim = int(meta["dim"])
-    layers, kv = int(meta["layers"]), int(meta["kv_heads"])
     last_n = steps[-1]["_pos"] + 1
-    index_bytes = layers * kv * ((last_n + BLOCK - 1) // BLOCK) * dim * 34
+    index_bytes = traced_index_bytes(steps, dim, last_n)
     budget = budget_frac * index_bytes
     pairs = len({key for step in steps for key in step if key != "_pos"})
     cache_blocks = (last_n + BLOCK - 1) // BLOCK
