@@ -186,5 +186,18 @@ grep -v '^v 127' "$tmp/hand.trace" >"$tmp/novar.trace"
 python3 "$sim" "$tmp/novar.trace" --budget 0.35 >/dev/null 2>"$tmp/novar.err" && fail "a missing variance line accepted"
 grep -q "no variance line for position 127" "$tmp/novar.err" || fail "missing variance: $(cat "$tmp/novar.err")"
 
+# The budget is a fraction of the index of the traced (layer, KV head) pairs
+# (the layers that keep one): the hand trace declared with 6 layers, of which
+# it traces one, has the same 204-byte index and the same hits.
+sed 's/^# layers 1 /# layers 6 /' "$tmp/hand.trace" >"$tmp/hand6.trace"
+python3 "$sim" "$tmp/hand6.trace" --json --budget 0.35 --plane-share 1 0 --fill-every 1 2 >"$tmp/hand6.json" 2>/dev/null || fail "6-layer header"
+python3 - "$tmp/hand.json" "$tmp/hand6.json" <<'PY' || fails=$((fails + 1))
+import json, sys
+a, b = (json.load(open(p))["traces"][0]["runs"] for p in sys.argv[1:3])
+bad = [x["index_bytes"] for x in b if x["index_bytes"] != 204]
+if bad or [(x["plane_hit"], x["row_hit"]) for x in a] != [(x["plane_hit"], x["row_hit"]) for x in b]:
+    print("FAIL: the index or the hits depend on layers the trace does not hold: %s" % bad)
+    sys.exit(1)
+PY
 [ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "PASS"
