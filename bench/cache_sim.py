@@ -158,6 +158,19 @@ def traced_index_bytes(steps, dim, last_n):
     return pairs * ((last_n + BLOCK - 1) // BLOCK) * dim * 34
 
 
+def hit_rates(tot, budget, index_bytes):
+    """A run's result from its byte totals (plane, plane_hit, row, row_hit)."""
+    return {
+        "plane_hit": tot["plane_hit"] / tot["plane"] if tot["plane"] else None,
+        "row_hit": tot["row_hit"] / tot["row"] if tot["row"] else None,
+        "bytes_hit": (tot["plane_hit"] + tot["row_hit"]) / (tot["plane"] + tot["row"]),
+        "plane_bytes": tot["plane"],
+        "row_bytes": tot["row"],
+        "budget_bytes": budget,
+        "index_bytes": index_bytes,
+    }
+
+
 def simulate(meta, steps, budget_frac, plane_share, policy):
     dim = int(meta["dim"])
     last_n = steps[-1]["_pos"] + 1
@@ -190,15 +203,7 @@ def simulate(meta, steps, budget_frac, plane_share, policy):
                 rows.touch((layer, kvh, r), row_bytes)
         planes.end_step()
         rows.end_step()
-    return {
-        "plane_hit": tot["plane_hit"] / tot["plane"] if tot["plane"] else None,
-        "row_hit": tot["row_hit"] / tot["row"] if tot["row"] else None,
-        "bytes_hit": (tot["plane_hit"] + tot["row_hit"]) / (tot["plane"] + tot["row"]),
-        "plane_bytes": tot["plane"],
-        "row_bytes": tot["row"],
-        "budget_bytes": budget,
-        "index_bytes": index_bytes,
-    }
+    return hit_rates(tot, budget, index_bytes)
 
 
 def gpu_lines(depths, var, lines):
@@ -254,13 +259,7 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every):
                 kept[key] = gpu_lines(depths, v, lines)
                 valid[key] = min(n // BLOCK, cache_blocks)
     return {
-        "plane_hit": tot["plane_hit"] / tot["plane"] if tot["plane"] else None,
-        "row_hit": tot["row_hit"] / tot["row"] if tot["row"] else None,
-        "bytes_hit": (tot["plane_hit"] + tot["row_hit"]) / (tot["plane"] + tot["row"]),
-        "plane_bytes": tot["plane"],
-        "row_bytes": tot["row"],
-        "budget_bytes": budget,
-        "index_bytes": index_bytes,
+        **hit_rates(tot, budget, index_bytes),
         "lines": lines,
         "slots": slots,
         "max_row_hits": max_row_hits,  # most resident rows one step of one pair read
