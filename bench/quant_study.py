@@ -144,7 +144,9 @@ def select(approx, n_vis, k):
     sink_end, local_begin = min(SINK, n_vis), max(n_vis - LOCAL, 0)
     m = k - (sink_end + n_vis - local_begin)
     mid = approx[sink_end:local_begin]
-    top = np.argpartition(-mid, m - 1)[:m] + sink_end
+    # ties go to the lower position, as fathom_select breaks them (a stable sort
+    # keeps equal scores in position order; argpartition's order is unspecified)
+    top = np.argsort(-mid, kind="stable")[:m] + sink_end
     return np.concatenate([np.arange(sink_end), np.sort(top), np.arange(local_begin, n_vis)])
 
 
