@@ -1787,6 +1787,8 @@ TABLES = [
           "--haystack R/prose32/prose_00.txt --context 31000 --samples S --calib R/calib_c2k.safetensors --methods "
           "oracle,fathom:48,fathom-centered:48,fathom-klt:48,sparq:16,sparq:32,ds:32,loki:32,thumb,landmark,full4 "
           "--budgets 0.02,0.005 --json --progress`."),
+    Table("gemma-ruler-32k-multikey", GEMMA_SECTION, "RULER at 32k: multi-key needle", gemma_ruler,
+          "Pending: the 32k single-needle command above with `--task multikey`."),
     Table("gemma-klt-fit", GEMMA_SECTION, "The KLT basis from the session's own keys: fit time at 16k",
           gemma_klt_fit, None),
     Table("gemma-quant-code-16k", GEMMA_SECTION,
