@@ -336,9 +336,7 @@ typedef struct scan2_work {
 /* Prefetch into L2 (prefetcht1), not L1: a tile's rows lie S * 8 bytes
  * apart, a multiple of 4 KiB at the default S, so they all map to one L1
  * set and the 48-128 lines of a pass, prefetched into L1, evict each other
- * before the copy reads them (prefetcht1, 1M tokens of one head: ~13% less
- * time per block on a Zen 4 core; 3% (fathom:48) and 10% (ds:32) on the GPU
- * host's Emerald Rapids core, whose 300 MB L3 holds that store). */
+ * before the copy reads them. */
 #define SCAN2_PREFETCH(p) __builtin_prefetch((p), 0, 2)
 
 /* Copies blocks [b0, b0 + nb) of the pass's plane rows and scales into tile
