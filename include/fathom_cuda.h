@@ -570,18 +570,25 @@ typedef struct fathom_cuda_hybrid_rates {
  * current lengths, equal in every layer; batch * kv_heads <= max_pairs; the
  * step runs a few dozen times, its outputs are overwritten; the tier's
  * recorded errors are checked and cleared, fathom_cuda_tier_check) and keep
- * them in the object. rates may be NULL. Synchronizes the device. */
+ * them in the object, with the hybrid step itself measured with every
+ * c = 1 .. min(max_pairs, pairs) pairs on the host (best of 3): for each c
+ * the measured time over the rates' estimate of it is kept as that share's
+ * correction (the two sides slow each other down, reading the same host
+ * memory, and the host's threads do not divide a few pairs evenly). rates
+ * may be NULL. Synchronizes the device. */
 int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *hybrid, const fathom_cuda_tier_step_args *args,
                                  cudaStream_t stream, fathom_cuda_hybrid_rates *rates);
 
 /* The scheduler (host arithmetic only; FATHOM_ERR_STATE before
  * fathom_cuda_hybrid_calibrate): host_pairs for a step of args (batch and
  * budget read) whose entries have lengths [batch] tokens (host), from the
- * calibrated rates: the c in
- * 0..min(max_pairs, batch*kv_heads) that minimizes max(cpu_fixed_s + host
- * bytes of the last c pairs / cpu rate, gpu_fixed_s + GPU bytes of the
- * others / gpu rate) (c = 0: the GPU side alone), so that both sides
- * finish together (ties: fewer host pairs). Bytes per pair are
+ * calibration: the c in 0..min(max_pairs, batch*kv_heads) that minimizes
+ * the estimate max(cpu_fixed_s + host bytes of the last c pairs / cpu rate,
+ * gpu_fixed_s + GPU bytes of the others / gpu rate) (c = 0: the GPU side
+ * alone) times c's measured correction (c beyond the calibration's: its
+ * largest c's), so that both sides finish together (ties: fewer host
+ * pairs); on the calibration's own batch that is the fastest measured
+ * share. Bytes per pair are
  * estimated as the budget's plane bits plus a scale per active channel per
  * block, n * (budget + min(budget, dim) / 4) / 8. */
 int fathom_cuda_hybrid_share(const fathom_cuda_hybrid *hybrid, const fathom_cuda_tier_step_args *args,

@@ -50,7 +50,8 @@
  *   per --contexts N: one session filled to N - 64 (segments of N/64
  *   blocks), graphs of the L layer steps without appends, R replays each:
  *   the GPU-only step, then for each of --threads T,..: the scheduler's
- *   rates (fathom_cuda_hybrid_calibrate on layer 0) and its share, and the
+ *   rates (fathom_cuda_hybrid_calibrate on layer 0: one layer's step, so its
+ *   measured corrections are of one layer, the graphs' of L) and its share, and the
  *   step with 0..kv_heads pairs on the host (ms_by_share), so the chosen
  *   share can be read against the best one. Then "cache": the session's
  *   HBM cache at the cache sweep's smollm2@10% point (plane lines 0.22 x

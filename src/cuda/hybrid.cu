@@ -60,6 +60,10 @@ struct fathom_cuda_hybrid {
     char message[512];
     fathom_cuda_hybrid_rates rates;
     bool calibrated;
+    /* corr[c], c = 0..corr_most: the calibration's measured step with c host pairs over the rates'
+       estimate of it (the sides slow each other down: they read the same host memory) */
+    double *corr; /* [max_pairs + 1] */
+    uint32_t corr_most;
 };
 
 /* ---- the host side ---- */
@@ -245,6 +249,7 @@ extern "C" void fathom_cuda_hybrid_destroy(fathom_cuda_hybrid *h) {
         cudaFree(sl->sel_dev);
     }
     free(h->slots);
+    free(h->corr);
     if (h->fork) cudaEventDestroy(h->fork);
     if (h->start) cudaEventDestroy(h->start);
     if (h->done) cudaEventDestroy(h->done);
@@ -260,7 +265,8 @@ static int hy_create(fathom_cuda_hybrid *h) {
     FATHOM_CUDA_TRY(cudaEventCreateWithFlags(&h->start, cudaEventDisableTiming));
     FATHOM_CUDA_TRY(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));
     h->slots = (hy_slot *)fathom_calloc_array(h->layers, sizeof *h->slots);
-    FATHOM_CHECK(!h->slots, FATHOM_ERR_NOMEM, "hybrid_create: out of memory");
+    h->corr = (double *)fathom_calloc_array((uint64_t)h->max_pairs + 1, sizeof(double));
+    FATHOM_CHECK(!h->slots || !h->corr, FATHOM_ERR_NOMEM, "hybrid_create: out of memory");
     const size_t sel_bytes = hy_depths_at(h->max_pairs, h->G, h->max_k) + (size_t)h->max_pairs * h->D;
     for (uint32_t l = 0; l < h->layers; l++) {
         hy_slot *sl = &h->slots[l];
@@ -385,6 +391,15 @@ struct hy_events {
     }
 };
 
+/* The rates' estimate of a step whose pairs have plane bytes pb[0..P), with the last c on the host:
+   the later of the two sides (c = 0: the GPU side alone). */
+static double hy_estimate(const fathom_cuda_hybrid_rates *r, const double *pb, uint32_t P, uint32_t c) {
+    double host = 0, gpu = 0;
+    for (uint32_t p = 0; p < P; p++) (p < P - c ? gpu : host) += pb[p];
+    const double g = r->gpu_fixed_s + gpu / r->gpu_bytes_per_s;
+    return c ? fmax(r->cpu_fixed_s + host / r->cpu_bytes_per_s, g) : g;
+}
+
 /* Device memory freed on every return path. */
 struct hy_device_buffer {
     void *p = NULL;
@@ -475,22 +490,31 @@ extern "C" int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *h, const fathom_
     const double var = points * sxx - sx * sx, slope = var > 0 ? (points * sxy - sx * sy) / var : 0;
     double gpu_fixed = slope > 0 ? (sy - slope * sx) / points : sy / points;
     if (gpu_fixed < 0) gpu_fixed = 0;
-    /* the step with the most pairs on the host: its time beyond their scan at the host's rate is the
-       host side's fixed latency (export, host function, pool wake-ups, H2D copy, the given pairs'
-       union, fetch and attention after it) */
-    double host_bytes = 0, step_s;
+    /* the hybrid step with c = 1 .. most pairs on the host (best of 3); with the most, its time beyond
+       their scan at the host's rate is the host side's fixed latency (export, host function, pool
+       wake-ups, H2D copy, the given pairs' union, fetch and attention after it) */
+    std::vector<double> step_s(most + 1);
+    step_s[0] = gpu_s;
+    for (uint32_t c = 1; c <= most; c++) {
+        tier_ws wc;
+        FATHOM_TRY(hy_step_check(h, a, c, "hybrid_calibrate", &wc));
+        FATHOM_TRY(hy_time(stream, ev, 3, &step_s[c], [&]() { return hy_step(h, a, c, &wc, stream); }));
+        FATHOM_TRY(fathom_cuda_hybrid_check(h));
+    }
+    double host_bytes = 0;
     for (uint32_t p = P - most; p < P; p++) host_bytes += pair_bytes[p];
-    tier_ws wm;
-    FATHOM_TRY(hy_step_check(h, a, most, "hybrid_calibrate", &wm));
-    FATHOM_TRY(hy_time(stream, ev, 2, &step_s, [&]() { return hy_step(h, a, most, &wm, stream); }));
-    FATHOM_TRY(fathom_cuda_hybrid_check(h));
-    const double fixed = step_s - host_bytes / (bytes / cpu_s);
+    const double fixed = step_s[most] - host_bytes / (bytes / cpu_s);
     h->rates.cpu_fixed_s = fixed > 0 ? fixed : 0;
     h->rates.cpu_s = cpu_s;
     h->rates.gpu_s = gpu_s;
     h->rates.cpu_bytes_per_s = bytes / cpu_s;
     h->rates.gpu_bytes_per_s = slope > 0 ? 1.0 / slope : INFINITY;
     h->rates.gpu_fixed_s = gpu_fixed;
+    for (uint32_t c = 0; c <= most; c++) {
+        const double e = hy_estimate(&h->rates, pair_bytes.data(), P, c);
+        h->corr[c] = e > 0 ? step_s[c] / e : 1.0;
+    }
+    h->corr_most = most;
     h->calibrated = true;
     if (rates) *rates = h->rates;
     return FATHOM_OK;
@@ -505,16 +529,13 @@ extern "C" int fathom_cuda_hybrid_share(const fathom_cuda_hybrid *h, const fatho
     FATHOM_CHECK_ARG(a->budget >= 1 && a->budget <= FATHOM_PLANES * h->D, "hybrid_share: budget %u not in 1..%u",
                      a->budget, FATHOM_PLANES * h->D);
     const uint32_t P = a->batch * h->heads, most = P < h->max_pairs ? P : h->max_pairs;
-    const fathom_cuda_hybrid_rates *r = &h->rates;
-    double total = 0;
-    for (uint32_t p = 0; p < P; p++) total += hy_pair_bytes(lengths[p / h->heads], a->budget, h->D);
-    double host = 0, best = r->gpu_fixed_s + total / r->gpu_bytes_per_s;
+    std::vector<double> pb(P);
+    for (uint32_t p = 0; p < P; p++) pb[p] = hy_pair_bytes(lengths[p / h->heads], a->budget, h->D);
+    double best = 0;
     uint32_t choice = 0;
-    for (uint32_t c = 1; c <= most; c++) {
-        host += hy_pair_bytes(lengths[(P - c) / h->heads], a->budget, h->D);
-        const double t = fmax(r->cpu_fixed_s + host / r->cpu_bytes_per_s,
-                              r->gpu_fixed_s + (total - host) / r->gpu_bytes_per_s);
-        if (t < best) best = t, choice = c;
+    for (uint32_t c = 0; c <= most; c++) {
+        const double t = hy_estimate(&h->rates, pb.data(), P, c) * h->corr[c < h->corr_most ? c : h->corr_most];
+        if (c == 0 || t < best) best = t, choice = c;
     }
     *host_pairs = choice;
     return FATHOM_OK;
