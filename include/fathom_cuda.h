@@ -485,7 +485,9 @@ int fathom_cuda_tier_step_given(fathom_cuda_tier *tier, const fathom_cuda_tier_s
  * stream: a kernel that copies the host pairs' session ids, lengths and
  * bf16 queries into mapped host memory, a host function
  * (cudaLaunchHostFunc) that plans, scans and selects on the thread pool,
- * the H2D copy of the selections, and an event the step waits for. Every
+ * the H2D copy of the selections and depths, and, once the step's plan on
+ * `stream` is done, the host pairs' union, row fetch and attention; `stream`
+ * waits for the side stream at the end of the step. Every
  * piece is a stream operation, so the call can be captured into a CUDA
  * graph (the host function becomes a host node); the host work itself runs
  * on CUDA's callback thread and blocks the side stream, not `stream`. What is

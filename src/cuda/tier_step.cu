@@ -17,9 +17,11 @@
  *           bf16 output and optional log-sum-exp;
  *   insert  (sessions with a row cache) the missed rows into their slots.
  * Given pairs (fathom_cuda_tier_step_given: the last pairs of the batch,
- * selected on the host) are planned, then skip gather, scan and top-k: once
- * their event fires, their selections' middle winners go through the
- * top-k's union kernel, and fetch and attention run as for the others.
+ * selected on the host) are planned (or take the given depths), then skip
+ * gather, scan and top-k: once their event fires, their selections' middle
+ * winners are checked and go through the top-k's union kernel, and fetch
+ * and attention run as for the others (after the other pairs on the step's
+ * stream, or beside them on a caller's stream: fc_tier_step_launch).
  * Grids depend only on the host arguments (batch, capacity_tokens, k), so a
  * captured graph stays valid while lengths grow. Kernels are templated on
  * the head dimension (64, 128, 256) and on G rounded up to a power of two.
