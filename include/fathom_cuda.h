@@ -436,25 +436,34 @@ int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_ar
  * CPU). selected: device, [pairs * group][k], row (p - first given) * group
  * + query head: that head's positions ascending, as fathom_select writes
  * them for the session's length at this layer (sink, k - sink - local
- * middle winners, local; only the middle ones are read, and not checked:
- * each must be a distinct position in [sink, n - local) of the session's n
- * tokens, since the row fetch reads those rows). ready: NULL, or an
+ * middle winners, local; only the middle ones are read). The step checks
+ * the middle winners on the device, since the row fetch reads the rows they
+ * name: a head of a session with n > k tokens whose middle winners are not
+ * strictly ascending inside [sink, n - local) attends over the placeholder
+ * positions sink, sink + 1, .. instead, and fathom_cuda_tier_check reports
+ * FATHOM_ERR_STATE ("a given selection ..."); nothing outside the session
+ * is read. ready: NULL, or an
  * event recorded after the selections are written (e.g. after their H2D
  * copy on another stream of the same capture); the step waits for it on
- * `stream` after the other pairs' work is enqueued. */
+ * `stream` after the other pairs' work is enqueued. depths: NULL (the GPU
+ * plans the given pairs), or device [pairs][dim] depths of their plan (the
+ * ones the selections were made with, e.g. fathom_cuda_hybrid_select's):
+ * the GPU then does not plan them and args->depths shows these (copied
+ * after `ready`, not checked; water-filling steps only). */
 typedef struct fathom_cuda_tier_given {
     uint32_t pairs;
     const uint32_t *selected;
     cudaEvent_t ready;
+    const uint8_t *depths;
 } fathom_cuda_tier_given;
 
 /* fathom_cuda_tier_step, the given pairs' selections taken as they are:
- * they are planned (depths as usual), their planes are neither gathered nor
- * scanned on the GPU and they have no top-k; after `ready`, their selections
- * give selected, selected_count, the union, the row fetch and the attention
- * exactly as if the GPU had selected the same positions. given NULL or
- * pairs 0: fathom_cuda_tier_step. Capturable when `ready` is part of the
- * capture. */
+ * they are planned (depths as usual, or given), their planes are neither
+ * gathered nor scanned on the GPU and they have no top-k; after `ready`,
+ * their selections give selected, selected_count, the union, the row fetch
+ * and the attention exactly as if the GPU had selected the same positions.
+ * given NULL or pairs 0: fathom_cuda_tier_step. Capturable when `ready` is
+ * part of the capture. */
 int fathom_cuda_tier_step_given(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *args,
                                 const fathom_cuda_tier_given *given, cudaStream_t stream);
 
@@ -476,7 +485,9 @@ int fathom_cuda_tier_step_given(fathom_cuda_tier *tier, const fathom_cuda_tier_s
  * stream: a kernel that copies the host pairs' session ids, lengths and
  * bf16 queries into mapped host memory, a host function
  * (cudaLaunchHostFunc) that plans, scans and selects on the thread pool,
- * the H2D copy of the selections, and an event the step waits for. Every
+ * the H2D copy of the selections and depths, and, once the step's plan on
+ * `stream` is done, the host pairs' union, row fetch and attention; `stream`
+ * waits for the side stream at the end of the step. Every
  * piece is a stream operation, so the call can be captured into a CUDA
  * graph (the host function becomes a host node); the host work itself runs
  * on CUDA's callback thread and blocks the side stream, not `stream`. What is
@@ -505,8 +516,9 @@ void fathom_cuda_hybrid_destroy(fathom_cuda_hybrid *hybrid);
 /* The host's selection now (synchronous; it first waits for the object's
  * side stream, whose host work uses the same thread pool; no GPU work): for
  * each i < count (1..max_pairs), the pair (sessions[i], heads[i]) at layer
- * with lengths[i] tokens (1..2^32-1, at most the session's length at that
- * layer: the caller's to ensure, tokens beyond it are read as they are) and
+ * with lengths[i] tokens (1 .. the session's length at that layer as the
+ * device holds it at the call, read with one device-to-host copy; appends
+ * still in flight on other streams are not waited for) and
  * queries[i] ([group][dim] float, the bf16 queries' values): depths
  * [count][dim] (may be NULL), selected [count][group][k], selected_count
  * [count][group], all host memory. The tier's step makes the same ones for
@@ -520,7 +532,13 @@ int fathom_cuda_hybrid_select(fathom_cuda_hybrid *hybrid, uint32_t layer, uint32
 /* One hybrid step (see above): args as fathom_cuda_tier_step (water-filling
  * only: fixed_depths NULL; k <= max_k), host_pairs <= min(max_pairs,
  * batch*kv_heads); host_pairs 0 is the GPU-only step. Every argument is
- * checked before anything is enqueued. */
+ * checked before anything is enqueued. The GPU does not plan the host
+ * pairs (their depths cross with their selections), and their union, row
+ * fetch and attention run on the side stream as soon as the step's plan
+ * and their selections are done, beside the GPU pairs' work; `stream`
+ * joins the side stream at the end of the step. A host selection the
+ * device finds invalid is reported by fathom_cuda_tier_check
+ * (fathom_cuda_tier_given). */
 int fathom_cuda_hybrid_step(fathom_cuda_hybrid *hybrid, const fathom_cuda_tier_step_args *args,
                             uint32_t host_pairs, cudaStream_t stream);
 
@@ -531,33 +549,48 @@ int fathom_cuda_hybrid_check(fathom_cuda_hybrid *hybrid);
 /* The scheduler's rates, measured by fathom_cuda_hybrid_calibrate on a
  * step's batch as it is, in the plane bytes of fathom_cuda_hybrid_share's
  * estimate: cpu: the host's plan + scan + select of every pair on the
- * object's threads; gpu: the GPU-only step (events, best of a few), so its
- * fetch and attention are part of the rate; cpu_fixed_s: the hybrid step
- * with min(max_pairs, pairs) pairs on the host, less their bytes at the cpu
- * rate (the host side's latency that does not scale with bytes: export,
- * host function and pool wake-ups, H2D copy, the given pairs' union, fetch
- * and attention after the host is done). */
+ * object's threads; gpu: the GPU side of the step with c = 0 .. min(max_pairs,
+ * pairs) pairs given (the host's selections of the last c pairs, given at
+ * once: plan, the other pairs' gather, scan and top-k, every pair's union,
+ * fetch and attention; at most 17 values of c, best of 3 each), fitted by
+ * least squares as gpu_fixed_s + the GPU pairs' bytes / gpu_bytes_per_s
+ * (INFINITY, gpu_fixed_s the mean time, where the time does not fall with
+ * the bytes); cpu_fixed_s: the hybrid step with min(max_pairs, pairs) pairs
+ * on the host, less their bytes at the cpu rate (the host side's latency
+ * that does not scale with bytes: export, host function and pool wake-ups,
+ * H2D copy, the given pairs' union, fetch and attention after the host is
+ * done). */
 typedef struct fathom_cuda_hybrid_rates {
     double cpu_bytes_per_s;
     double gpu_bytes_per_s;
     double cpu_fixed_s;
-    double cpu_s, gpu_s; /* the measured times of the whole batch */
+    double cpu_s, gpu_s; /* the measured times of the whole batch (gpu: the GPU-only step) */
+    double gpu_fixed_s;
 } fathom_cuda_hybrid_rates;
 
 /* Measure the rates at start-up on the batch of args (its sessions at their
  * current lengths, equal in every layer; batch * kv_heads <= max_pairs; the
- * step runs a few times, its outputs are overwritten) and keep them in the
- * object. rates may be NULL. Synchronizes the device. */
+ * step runs a few dozen times, its outputs are overwritten; the tier's
+ * recorded errors are checked and cleared, fathom_cuda_tier_check) and keep
+ * them in the object, with the hybrid step itself measured with every
+ * c = 1 .. min(max_pairs, pairs) pairs on the host (best of 3): for each c
+ * the measured time over the rates' estimate of it is kept as that share's
+ * correction (the two sides slow each other down, reading the same host
+ * memory, and the host's threads do not divide a few pairs evenly). rates
+ * may be NULL. Synchronizes the device. */
 int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *hybrid, const fathom_cuda_tier_step_args *args,
                                  cudaStream_t stream, fathom_cuda_hybrid_rates *rates);
 
 /* The scheduler (host arithmetic only; FATHOM_ERR_STATE before
  * fathom_cuda_hybrid_calibrate): host_pairs for a step of args (batch and
  * budget read) whose entries have lengths [batch] tokens (host), from the
- * calibrated rates: the c in
- * 0..min(max_pairs, batch*kv_heads) that minimizes max(cpu_fixed_s + host
- * bytes of the last c pairs / cpu rate, GPU bytes of the others / gpu
- * rate), so that both sides finish together (ties: fewer host pairs). Bytes per pair are
+ * calibration: the c in 0..min(max_pairs, batch*kv_heads) that minimizes
+ * the estimate max(cpu_fixed_s + host bytes of the last c pairs / cpu rate,
+ * gpu_fixed_s + GPU bytes of the others / gpu rate) (c = 0: the GPU side
+ * alone) times c's measured correction (c beyond the calibration's: its
+ * largest c's), so that both sides finish together (ties: fewer host
+ * pairs); on the calibration's own batch that is the fastest measured
+ * share. Bytes per pair are
  * estimated as the budget's plane bits plus a scale per active channel per
  * block, n * (budget + min(budget, dim) / 4) / 8. */
 int fathom_cuda_hybrid_share(const fathom_cuda_hybrid *hybrid, const fathom_cuda_tier_step_args *args,

@@ -50,9 +50,15 @@
  *   per --contexts N: one session filled to N - 64 (segments of N/64
  *   blocks), graphs of the L layer steps without appends, R replays each:
  *   the GPU-only step, then for each of --threads T,..: the scheduler's
- *   rates (fathom_cuda_hybrid_calibrate on layer 0) and its share, and the
+ *   rates (fathom_cuda_hybrid_calibrate on layer 0: one layer's step, so its
+ *   measured corrections are of one layer, the graphs' of L) and its share, and the
  *   step with 0..kv_heads pairs on the host (ms_by_share), so the chosen
- *   share can be read against the best one.
+ *   share can be read against the best one. Then "cache": the session's
+ *   HBM cache at the cache sweep's smollm2@10% point (plane lines 0.22 x
+ *   the plan's, row slots 0.25 x the mean union; hit rates measured on the
+ *   GPU-only step), the GPU-only step with it, and with the last --threads
+ *   count the rates, share and ms_by_share of the hybrid step with it, each
+ *   also against the uncached GPU-only step.
  * The link: one 1 GiB pinned host -> device copy, best of 3, in the same run. */
 #define FATHOM_CUDA_EXPERIMENTAL /* the direct transport, for the fixed step's comparison */
 #include "fathom_cuda.h"
@@ -515,6 +521,14 @@ static void fixed_steps(setup &st, uint64_t n, cudaStream_t s, int reps, double 
     cudaFree(d_out);
 }
 
+/* A rate in GB/s as JSON: null where the fit found no per-byte time (INFINITY). */
+static std::string gbps_json(double bytes_per_s) {
+    char b[32];
+    if (!isfinite(bytes_per_s)) return "null";
+    snprintf(b, sizeof b, "%.3f", bytes_per_s / 1e9);
+    return b;
+}
+
 /* Capture L x fathom_cuda_hybrid_step with host_pairs on the host. */
 static cudaGraphExec_t capture_hybrid(setup &st, fathom_cuda_hybrid *hy, uint32_t host_pairs, cudaStream_t s) {
     cudaGraph_t g;
@@ -546,9 +560,10 @@ static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint
              (unsigned long long)N, (unsigned long long)n, gpu_ms, scan_b / 1e9, row_b / 1e9);
     std::string js = buf;
     fprintf(stderr, "  GPU only: %.3f ms per step of %u layers\n", gpu_ms, L);
-    for (size_t i = 0; i < threads.size(); i++) {
+    /* the hybrid with `threads` host threads: rates, share and the step at every share */
+    auto hybrid_at = [&](uint64_t threads_n, const char *lead) {
         fathom_cuda_hybrid *hy = NULL;
-        FK(fathom_cuda_hybrid_create(st.tier, (uint32_t)threads[i], H, K, &hy));
+        FK(fathom_cuda_hybrid_create(st.tier, (uint32_t)threads_n, H, K, &hy));
         fathom_cuda_tier_step_args a0 = args_of(st, 0);
         fathom_cuda_hybrid_rates r;
         FK(fathom_cuda_hybrid_calibrate(hy, &a0, s, &r));
@@ -569,20 +584,85 @@ static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint
             by += buf;
         }
         by += "]";
-        fprintf(stderr, "  %2llu threads: cpu %.2f GB/s + %.3f ms, gpu %.2f GB/s, share %u: %.3f ms (best %u: %.3f ms) %s\n",
-                (unsigned long long)threads[i], r.cpu_bytes_per_s / 1e9, r.cpu_fixed_s * 1e3, r.gpu_bytes_per_s / 1e9,
-                share, chosen, best_c, best, by.c_str());
+        fprintf(stderr, "  %2llu threads: cpu %.2f GB/s + %.3f ms, gpu %.2f GB/s + %.3f ms, share %u: %.3f ms (best %u: "
+                "%.3f ms) %s\n", (unsigned long long)threads_n, r.cpu_bytes_per_s / 1e9, r.cpu_fixed_s * 1e3,
+                r.gpu_bytes_per_s / 1e9, r.gpu_fixed_s * 1e3, share, chosen, best_c, best, by.c_str());
         snprintf(buf, sizeof buf,
-                 "%s{\"threads\": %llu, \"cpu_GBps\": %.3f, \"cpu_fixed_ms\": %.4f, \"gpu_GBps\": %.3f, "
-                 "\"share\": %u, \"ms\": %.4f, \"vs_gpu_only\": %.4f, \"best_share\": %u, \"best_ms\": %.4f, "
-                 "\"ms_by_share\": ",
-                 i ? ", " : "", (unsigned long long)threads[i], r.cpu_bytes_per_s / 1e9, r.cpu_fixed_s * 1e3,
-                 r.gpu_bytes_per_s / 1e9, share, chosen, chosen / gpu_ms, best_c, best);
-        js += buf + by + "}";
+                 "%s\"threads\": %llu, \"cpu_GBps\": %.3f, \"cpu_fixed_ms\": %.4f, \"gpu_GBps\": %s, "
+                 "\"gpu_fixed_ms\": %.4f, \"share\": %u, \"ms\": %.4f, \"vs_gpu_only\": %.4f, \"best_share\": %u, "
+                 "\"best_ms\": %.4f, \"ms_by_share\": ",
+                 lead, (unsigned long long)threads_n, r.cpu_bytes_per_s / 1e9, r.cpu_fixed_s * 1e3,
+                 gbps_json(r.gpu_bytes_per_s).c_str(), r.gpu_fixed_s * 1e3, share, chosen, chosen / gpu_ms, best_c,
+                 best);
         fathom_cuda_hybrid_destroy(hy);
+        return buf + by;
+    };
+    for (size_t i = 0; i < threads.size(); i++) js += hybrid_at(threads[i], i ? ", {" : "{") + "}";
+    js += "], \"cache\": ";
+    /* the cache at the smollm2@10% point (cache_sweep's), from the GPU-only step's plans and unions */
+    {
+        const uint32_t sid = st.ids[0];
+        const uint64_t LH = (uint64_t)L * H, blocks = (n + 63) / 64;
+        std::vector<uint8_t> dep((size_t)LH * D);
+        std::vector<uint32_t> uni(LH);
+        CK(cudaMemcpy(dep.data(), st.d_depths, dep.size(), cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(uni.data(), st.d_union, uni.size() * 4, cudaMemcpyDeviceToHost));
+        double lines_mean = 0, union_mean = 0;
+        for (uint8_t x : dep) lines_mean += x;
+        for (uint32_t u : uni) union_mean += u;
+        lines_mean /= (double)LH;
+        union_mean /= (double)LH;
+        const double plane_frac = 0.22, slot_mult = 0.25;
+        const uint64_t lines = (uint64_t)llround(plane_frac * lines_mean), slots = (uint64_t)llround(slot_mult * union_mean);
+        const fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, LH * (4 * D + 4) * slots};
+        FK(fathom_cuda_tier_cache_set(st.tier, sid, &cc));
+        FK(fathom_cuda_tier_cache_fill(st.tier, sid, st.d_depths, s));
+        uint64_t hbm = 0;
+        FK(fathom_cuda_tier_cache_bytes(st.tier, sid, &hbm));
+        unsigned long long *d_hits;
+        CK(cudaMalloc((void **)&d_hits, 16));
+        cudaGraph_t g;
+        cudaGraphExec_t exec;
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        for (uint32_t l = 0; l < L; l++) {
+            fathom_cuda_tier_step_args a = args_of(st, l);
+            a.cache_bytes = d_hits;
+            FK(fathom_cuda_tier_step(st.tier, &a, s));
+        }
+        CK(cudaStreamEndCapture(s, &g));
+        CK(cudaGraphInstantiate(&exec, g, 0));
+        CK(cudaGraphDestroy(g));
+        CK(cudaGraphLaunch(exec, s)); /* warm: the row cache fills */
+        CK(cudaMemsetAsync(d_hits, 0, 16, s));
+        const double cached_ms = replay(exec, s, reps).gpu_ms; /* reps + 1 replays counted */
+        CK(cudaGraphExecDestroy(exec));
+        unsigned long long hits[2];
+        CK(cudaMemcpy(hits, d_hits, 16, cudaMemcpyDeviceToHost));
+        cudaFree(d_hits);
+        double scan_c, row_c;
+        bytes_of(st, {n}, &scan_c, &row_c);
+        const double ph = hits[0] / (scan_c * (reps + 1)), rh = hits[1] / (row_c * (reps + 1));
+        const double index_bytes = (double)LH * blocks * D * (FATHOM_PLANES * 8 + 2);
+        fprintf(stderr, "  cache smollm2@10%%: planes %.3f rows %.3f hit, GPU only %.3f ms (%.3fx uncached)\n", ph, rh,
+                cached_ms, cached_ms / gpu_ms);
+        snprintf(buf, sizeof buf,
+                 "{\"point\": \"smollm2@10%%\", \"lines\": %llu, \"plan_lines\": %.2f, \"slots\": %llu, "
+                 "\"union_mean\": %.1f, \"hbm_of_index\": %.4f, \"plane_hit\": %.4f, \"row_hit\": %.4f, "
+                 "\"gpu_only_ms\": %.4f, \"gpu_only_vs_uncached\": %.4f, \"hybrid\": {",
+                 (unsigned long long)lines, lines_mean, (unsigned long long)slots, union_mean, hbm / index_bytes, ph, rh,
+                 cached_ms, cached_ms / gpu_ms);
+        std::string cjs = buf;
+        const double uncached_ms = gpu_ms;
+        std::string hj = hybrid_at(threads.back(), "");
+        /* hybrid_at's vs_gpu_only is against the uncached GPU-only step (gpu_ms) */
+        js += cjs + hj;
+        snprintf(buf, sizeof buf, "}, \"uncached_gpu_only_ms\": %.4f}", uncached_ms);
+        js += buf;
+        const fathom_cuda_tier_cache_config off = {0, 0, 0};
+        FK(fathom_cuda_tier_cache_set(st.tier, sid, &off));
     }
     free_setup(st);
-    return js + "]}";
+    return js + "}";
 }
 
 int main(int argc, char **argv) {

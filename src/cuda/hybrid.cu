@@ -5,10 +5,14 @@
  * Host side: fathom_plan_select_parallel (core/scan_select.c) over the
  * tier's host segments as fathom_segments views, on one thread pool: the
  * plan from the running sums, the scan, the selection. Device side:
- * fathom_cuda_tier_step_given. Between them, on a side stream: an export
+ * fathom_cuda_tier_step_given (its two halves: every check before anything
+ * is enqueued, one workspace layout), which does not plan the host pairs
+ * (their depths come with the selections). On a side stream: an export
  * kernel (session ids, lengths and queries of the host pairs into mapped
- * host memory), a host function that runs the host side, the H2D copy of
- * the selections and the event the step waits for. */
+ * host memory), a host function that runs the host side, one H2D copy of
+ * the selections and depths, then the host pairs' union, row fetch and
+ * attention as soon as the step's plan is done, beside the GPU pairs'
+ * work (the step's stream joins the side stream at its end). */
 #include "tier_internal.cuh"
 
 extern "C" {
@@ -36,22 +40,30 @@ typedef struct hy_slot {
     uint16_t *q;        /* [max_pairs][G][D] bf16, mapped host */
     hy_export *exp_dev; /* device views of the same */
     uint16_t *q_dev;
-    uint32_t *sel_host; /* [max_pairs][G][max_k], pinned */
-    uint32_t *sel_dev;  /* [max_pairs][G][max_k], device */
-    cudaEvent_t ready;
+    uint8_t *sel_host;  /* pinned: a step's [pairs][G][k] selections, then at hy_depths_at its [pairs][D] depths */
+    uint8_t *sel_dev;   /* device, the same layout */
 } hy_slot;
+
+/* Byte offset of the depths after the selections of `pairs` pairs at k. */
+static size_t hy_depths_at(uint32_t pairs, uint32_t G, uint32_t k) {
+    return ((size_t)pairs * G * k * sizeof(uint32_t) + 255) & ~(size_t)255;
+}
 
 struct fathom_cuda_hybrid {
     fathom_cuda_tier *tier;
     uint32_t layers, heads, G, D, S, max_pairs, max_k, threads;
     fathom_pool *pool;
     cudaStream_t side;
-    cudaEvent_t fork;
+    cudaEvent_t fork, start, done; /* fork: the step's stream to the side one; start, done: its given lane */
     hy_slot *slots; /* [layers] */
     int status;     /* first failure of the host work, and its message */
     char message[512];
     fathom_cuda_hybrid_rates rates;
     bool calibrated;
+    /* corr[c], c = 0..corr_most: the calibration's measured step with c host pairs over the rates'
+       estimate of it (the sides slow each other down: they read the same host memory) */
+    double *corr; /* [max_pairs + 1] */
+    uint32_t corr_most;
 };
 
 /* ---- the host side ---- */
@@ -143,13 +155,23 @@ extern "C" int fathom_cuda_hybrid_select(fathom_cuda_hybrid *h, uint32_t layer, 
     FATHOM_TRY(check_select_args(h, layer, count, budget, k, sink, local, "hybrid_select"));
     FATHOM_CHECK_ARG(sessions && heads && lengths && queries && selected && selected_count,
                      "hybrid_select: NULL sessions, heads, lengths, queries, selected or selected_count");
+    const tier_dev *t = fc_tier_dev(h->tier);
     for (uint32_t i = 0; i < count; i++) {
         FATHOM_CHECK_ARG(heads[i] < h->heads, "hybrid_select: heads[%u] = %u >= %u", i, heads[i], h->heads);
-        FATHOM_CHECK_ARG(lengths[i] >= 1 && lengths[i] <= 0xffffffffull, "hybrid_select: lengths[%u] = %llu "
-                         "not in 1..2^32-1", i, (unsigned long long)lengths[i]);
+        FATHOM_CHECK_ARG(fc_tier_live(h->tier, sessions[i]), "hybrid_select: sessions[%u] = %u is not a live "
+                         "session", i, sessions[i]);
     }
     /* a step's host function in flight uses the same thread pool */
     FATHOM_CUDA_TRY(cudaStreamSynchronize(h->side));
+    /* each pair's length against its session's at the layer, as the device holds it now */
+    std::vector<uint32_t> len((size_t)t->max_sessions * t->layers);
+    FATHOM_CUDA_TRY(cudaMemcpy(len.data(), t->len, len.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+    for (uint32_t i = 0; i < count; i++) {
+        const uint32_t have = len[(size_t)sessions[i] * t->layers + layer];
+        FATHOM_CHECK_ARG(lengths[i] >= 1 && lengths[i] <= have, "hybrid_select: lengths[%u] = %llu not in 1..%u "
+                         "(session %u's length at layer %u)", i, (unsigned long long)lengths[i], have, sessions[i],
+                         layer);
+    }
     return hy_select(h, layer, count, sessions, heads, lengths, queries, budget, k, sink, local, depths, selected,
                      selected_count);
 }
@@ -173,8 +195,8 @@ static int hy_run(hy_slot *sl) {
     }
     for (uint64_t e = 0; e < (uint64_t)c * GD && status == FATHOM_OK; e++) q[e] = fathom_bf16_to_f32(sl->q[e]);
     if (status == FATHOM_OK)
-        status = hy_select(h, sl->layer, c, ids, ids + c, lengths, q, sl->budget, sl->k, sl->sink, sl->local, NULL,
-                           sl->sel_host, counts);
+        status = hy_select(h, sl->layer, c, ids, ids + c, lengths, q, sl->budget, sl->k, sl->sink, sl->local,
+                           sl->sel_host + hy_depths_at(c, h->G, sl->k), (uint32_t *)sl->sel_host, counts);
     free(ids);
     free(lengths);
     free(q);
@@ -194,8 +216,10 @@ static void CUDART_CB hy_host_fn(void *arg) {
     /* middle winners that exist at any length above k, so that the step's
        row fetch stays inside the session (its output is then meaningless) */
     const uint32_t m = sl->k - sl->sink - sl->local;
+    uint32_t *sel = (uint32_t *)sl->sel_host;
     for (uint64_t r = 0; r < (uint64_t)sl->pairs * h->G; r++)
-        for (uint32_t i = 0; i < m; i++) sl->sel_host[r * sl->k + sl->sink + i] = sl->sink + i;
+        for (uint32_t i = 0; i < m; i++) sel[r * sl->k + sl->sink + i] = sl->sink + i;
+    memset(sl->sel_host + hy_depths_at(sl->pairs, h->G, sl->k), 0, (size_t)sl->pairs * h->D);
 }
 
 /* ---- the device side ---- */
@@ -223,10 +247,12 @@ extern "C" void fathom_cuda_hybrid_destroy(fathom_cuda_hybrid *h) {
         cudaFreeHost(sl->q);
         cudaFreeHost(sl->sel_host);
         cudaFree(sl->sel_dev);
-        if (sl->ready) cudaEventDestroy(sl->ready);
     }
     free(h->slots);
+    free(h->corr);
     if (h->fork) cudaEventDestroy(h->fork);
+    if (h->start) cudaEventDestroy(h->start);
+    if (h->done) cudaEventDestroy(h->done);
     if (h->side) cudaStreamDestroy(h->side);
     fathom_pool_free(h->pool);
     free(h);
@@ -236,9 +262,12 @@ static int hy_create(fathom_cuda_hybrid *h) {
     FATHOM_TRY(fathom_pool_create(&h->pool, h->threads));
     FATHOM_CUDA_TRY(cudaStreamCreateWithFlags(&h->side, cudaStreamNonBlocking));
     FATHOM_CUDA_TRY(cudaEventCreateWithFlags(&h->fork, cudaEventDisableTiming));
+    FATHOM_CUDA_TRY(cudaEventCreateWithFlags(&h->start, cudaEventDisableTiming));
+    FATHOM_CUDA_TRY(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));
     h->slots = (hy_slot *)fathom_calloc_array(h->layers, sizeof *h->slots);
-    FATHOM_CHECK(!h->slots, FATHOM_ERR_NOMEM, "hybrid_create: out of memory");
-    const size_t sel_bytes = (size_t)h->max_pairs * h->G * h->max_k * sizeof(uint32_t);
+    h->corr = (double *)fathom_calloc_array((uint64_t)h->max_pairs + 1, sizeof(double));
+    FATHOM_CHECK(!h->slots || !h->corr, FATHOM_ERR_NOMEM, "hybrid_create: out of memory");
+    const size_t sel_bytes = hy_depths_at(h->max_pairs, h->G, h->max_k) + (size_t)h->max_pairs * h->D;
     for (uint32_t l = 0; l < h->layers; l++) {
         hy_slot *sl = &h->slots[l];
         sl->h = h;
@@ -249,7 +278,6 @@ static int hy_create(fathom_cuda_hybrid *h) {
         FATHOM_CUDA_TRY(cudaHostAlloc((void **)&sl->sel_host, sel_bytes, cudaHostAllocDefault));
         memset(sl->sel_host, 0, sel_bytes);
         FATHOM_CUDA_TRY(cudaMalloc((void **)&sl->sel_dev, sel_bytes));
-        FATHOM_CUDA_TRY(cudaEventCreateWithFlags(&sl->ready, cudaEventDisableTiming));
     }
     return FATHOM_OK;
 }
@@ -284,16 +312,21 @@ extern "C" int fathom_cuda_hybrid_create(fathom_cuda_tier *tier, uint32_t thread
     return FATHOM_OK;
 }
 
-extern "C" int fathom_cuda_hybrid_step(fathom_cuda_hybrid *h, const fathom_cuda_tier_step_args *a,
-                                       uint32_t host_pairs, cudaStream_t stream) {
-    FATHOM_CHECK_ARG(h && a, "hybrid_step: NULL hybrid or args");
-    if (host_pairs == 0) return fathom_cuda_tier_step(h->tier, a, stream);
-    /* every check of the step before anything is enqueued on the side stream */
-    FATHOM_TRY(fc_tier_step_check(h->tier, a, "hybrid_step", true));
-    FATHOM_CHECK_ARG(a->fixed_depths == NULL, "hybrid_step: fixed_depths is not NULL (water-filling only)");
-    FATHOM_TRY(check_select_args(h, a->layer, host_pairs, a->budget, a->k, a->sink, a->local, "hybrid_step"));
-    FATHOM_CHECK_ARG((uint64_t)host_pairs <= (uint64_t)a->batch * h->heads,
-                     "hybrid_step: host_pairs %u > batch %u x kv_heads %u", host_pairs, a->batch, h->heads);
+/* Checks of a hybrid step with host_pairs >= 1, the step's workspace laid out in *w. */
+static int hy_step_check(fathom_cuda_hybrid *h, const fathom_cuda_tier_step_args *a, uint32_t host_pairs,
+                         const char *who, tier_ws *w) {
+    const fathom_cuda_tier_given *none;
+    FATHOM_TRY(fc_tier_step_prepare(h->tier, a, NULL, who, w, &none));
+    FATHOM_CHECK_ARG(a->fixed_depths == NULL, "%s: fixed_depths is not NULL (water-filling only)", who);
+    FATHOM_TRY(check_select_args(h, a->layer, host_pairs, a->budget, a->k, a->sink, a->local, who));
+    FATHOM_CHECK_ARG((uint64_t)host_pairs <= (uint64_t)a->batch * h->heads, "%s: host_pairs %u > batch %u x "
+                     "kv_heads %u", who, host_pairs, a->batch, h->heads);
+    return FATHOM_OK;
+}
+
+/* Enqueue a checked hybrid step (hy_step_check's layout). */
+static int hy_step(fathom_cuda_hybrid *h, const fathom_cuda_tier_step_args *a, uint32_t host_pairs, const tier_ws *w,
+                   cudaStream_t stream) {
     hy_slot *sl = &h->slots[a->layer];
     const uint32_t P = a->batch * h->heads;
     sl->layer = a->layer;
@@ -303,17 +336,29 @@ extern "C" int fathom_cuda_hybrid_step(fathom_cuda_hybrid *h, const fathom_cuda_
     sl->k = a->k;
     sl->sink = a->sink;
     sl->local = a->local;
+    const size_t dep_at = hy_depths_at(host_pairs, h->G, a->k);
     FATHOM_CUDA_TRY(cudaEventRecord(h->fork, stream));
     FATHOM_CUDA_TRY(cudaStreamWaitEvent(h->side, h->fork, 0));
     hy_export_kernel<<<host_pairs, 128, 0, h->side>>>(*fc_tier_dev(h->tier), a->layer, a->sessions, sl->p0,
                                                       h->G * h->D, a->queries, sl->exp_dev, sl->q_dev);
     FATHOM_CUDA_LAUNCHED();
     FATHOM_CUDA_TRY(cudaLaunchHostFunc(h->side, hy_host_fn, sl));
-    FATHOM_CUDA_TRY(cudaMemcpyAsync(sl->sel_dev, sl->sel_host, (size_t)host_pairs * h->G * a->k * sizeof(uint32_t),
+    FATHOM_CUDA_TRY(cudaMemcpyAsync(sl->sel_dev, sl->sel_host, dep_at + (size_t)host_pairs * h->D,
                                     cudaMemcpyHostToDevice, h->side));
-    FATHOM_CUDA_TRY(cudaEventRecord(sl->ready, h->side));
-    const fathom_cuda_tier_given given = {host_pairs, sl->sel_dev, sl->ready};
-    return fathom_cuda_tier_step_given(h->tier, a, &given, stream);
+    /* the selections and depths are on the side stream, where the given pairs finish */
+    const fathom_cuda_tier_given given = {host_pairs, (const uint32_t *)sl->sel_dev, NULL, sl->sel_dev + dep_at};
+    const tier_given_lane lane = {h->side, h->start, h->done};
+    return fc_tier_step_launch(h->tier, a, &given, &lane, w, stream);
+}
+
+extern "C" int fathom_cuda_hybrid_step(fathom_cuda_hybrid *h, const fathom_cuda_tier_step_args *a,
+                                       uint32_t host_pairs, cudaStream_t stream) {
+    FATHOM_CHECK_ARG(h && a, "hybrid_step: NULL hybrid or args");
+    if (host_pairs == 0) return fathom_cuda_tier_step(h->tier, a, stream);
+    /* every check of the step, and its workspace layout, before anything is enqueued on the side stream */
+    tier_ws w;
+    FATHOM_TRY(hy_step_check(h, a, host_pairs, "hybrid_step", &w));
+    return hy_step(h, a, host_pairs, &w, stream);
 }
 
 extern "C" int fathom_cuda_hybrid_check(fathom_cuda_hybrid *h) {
@@ -346,73 +391,130 @@ struct hy_events {
     }
 };
 
+/* The rates' estimate of a step whose pairs have plane bytes pb[0..P), with the last c on the host:
+   the later of the two sides (c = 0: the GPU side alone). */
+static double hy_estimate(const fathom_cuda_hybrid_rates *r, const double *pb, uint32_t P, uint32_t c) {
+    double host = 0, gpu = 0;
+    for (uint32_t p = 0; p < P; p++) (p < P - c ? gpu : host) += pb[p];
+    const double g = r->gpu_fixed_s + gpu / r->gpu_bytes_per_s;
+    return c ? fmax(r->cpu_fixed_s + host / r->cpu_bytes_per_s, g) : g;
+}
+
+/* Device memory freed on every return path. */
+struct hy_device_buffer {
+    void *p = NULL;
+    ~hy_device_buffer() { cudaFree(p); }
+};
+
+/* Best of reps after one warm-up of the step `run` enqueues on stream, in seconds (events). */
+template <typename F>
+static int hy_time(cudaStream_t stream, hy_events &ev, int reps, double *best, F run) {
+    *best = 1e30;
+    for (int rep = 0; rep <= reps; rep++) {
+        FATHOM_CUDA_TRY(cudaEventRecord(ev.e[0], stream));
+        FATHOM_TRY(run());
+        FATHOM_CUDA_TRY(cudaEventRecord(ev.e[1], stream));
+        FATHOM_CUDA_TRY(cudaEventSynchronize(ev.e[1]));
+        float ms = 0;
+        FATHOM_CUDA_TRY(cudaEventElapsedTime(&ms, ev.e[0], ev.e[1]));
+        if (rep > 0 && ms * 1e-3 < *best) *best = ms * 1e-3;
+    }
+    return FATHOM_OK;
+}
+
 extern "C" int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *h, const fathom_cuda_tier_step_args *a,
                                             cudaStream_t stream, fathom_cuda_hybrid_rates *rates) {
     FATHOM_CHECK_ARG(h && a, "hybrid_calibrate: NULL hybrid or args");
-    FATHOM_TRY(fc_tier_step_check(h->tier, a, "hybrid_calibrate", true));
-    FATHOM_CHECK_ARG(a->fixed_depths == NULL, "hybrid_calibrate: fixed_depths is not NULL (water-filling only)");
     /* the batch's pairs all fit max_pairs: the host's rate is measured on every one */
-    FATHOM_TRY(check_select_args(h, a->layer, (uint64_t)a->batch * h->heads, a->budget, a->k, a->sink, a->local,
-                                 "hybrid_calibrate"));
     const uint32_t P = a->batch * h->heads, GD = h->G * h->D;
+    tier_ws w;
+    FATHOM_TRY(hy_step_check(h, a, P, "hybrid_calibrate", &w));
     FATHOM_CUDA_TRY(cudaDeviceSynchronize());
     std::vector<uint32_t> entry(a->batch), ids(2 * (size_t)P), sel((size_t)P * h->G * a->k), cnt((size_t)P * h->G);
     std::vector<uint64_t> lengths(P);
     std::vector<uint16_t> qb((size_t)P * GD);
     std::vector<float> q((size_t)P * GD);
+    std::vector<uint8_t> dep((size_t)P * h->D);
     FATHOM_CUDA_TRY(cudaMemcpy(entry.data(), a->sessions, a->batch * sizeof(uint32_t), cudaMemcpyDeviceToHost));
     FATHOM_CUDA_TRY(cudaMemcpy(qb.data(), a->queries, qb.size() * 2, cudaMemcpyDeviceToHost));
+    std::vector<double> pair_bytes(P);
     double bytes = 0;
     for (uint32_t p = 0; p < P; p++) {
         if (p % h->heads == 0) FATHOM_TRY(fathom_cuda_tier_length(h->tier, entry[p / h->heads], &lengths[p]));
         else lengths[p] = lengths[p - 1];
         ids[p] = entry[p / h->heads];
         ids[P + p] = p % h->heads;
-        bytes += hy_pair_bytes(lengths[p], a->budget, h->D);
+        pair_bytes[p] = hy_pair_bytes(lengths[p], a->budget, h->D);
+        bytes += pair_bytes[p];
     }
     for (size_t e = 0; e < q.size(); e++) q[e] = fathom_bf16_to_f32(qb[e]);
     hy_events ev;
     FATHOM_CUDA_TRY(cudaEventCreate(&ev.e[0]));
     FATHOM_CUDA_TRY(cudaEventCreate(&ev.e[1]));
-    double gpu_s = 1e30, cpu_s = 1e30;
-    for (int rep = 0; rep < 4; rep++) { /* the GPU-only step: one warm-up, best of 3 */
-        FATHOM_CUDA_TRY(cudaEventRecord(ev.e[0], stream));
-        FATHOM_TRY(fathom_cuda_tier_step(h->tier, a, stream));
-        FATHOM_CUDA_TRY(cudaEventRecord(ev.e[1], stream));
-        FATHOM_CUDA_TRY(cudaEventSynchronize(ev.e[1]));
-        float ms = 0;
-        FATHOM_CUDA_TRY(cudaEventElapsedTime(&ms, ev.e[0], ev.e[1]));
-        if (rep > 0 && ms * 1e-3 < gpu_s) gpu_s = ms * 1e-3;
-    }
+    double cpu_s = 1e30;
     for (int rep = 0; rep < 3; rep++) { /* the host: one warm-up, best of 2 */
         const double t0 = hy_now();
         FATHOM_TRY(hy_select(h, a->layer, P, ids.data(), ids.data() + P, lengths.data(), q.data(), a->budget, a->k,
-                             a->sink, a->local, NULL, sel.data(), cnt.data()));
+                             a->sink, a->local, dep.data(), sel.data(), cnt.data()));
         const double dt = hy_now() - t0;
         if (rep > 0 && dt < cpu_s) cpu_s = dt;
     }
-    /* the step with the most pairs on the host: its time beyond their scan at the host's rate is the
-       host side's fixed latency (export, host function, pool wake-ups, H2D copy, the given pairs'
-       union, fetch and attention after it) */
+    /* the GPU side of a hybrid step with c pairs given: the host's selections of the last c pairs
+       (made above) given at once, so the time is the GPU's alone (plan, the other pairs' gather,
+       scan and top-k, every pair's union, fetch and attention); c = 0 .. most, at most 17 points */
     const uint32_t most = P < h->max_pairs ? P : h->max_pairs;
-    double host_bytes = 0, step_s = 1e30;
-    for (uint32_t p = P - most; p < P; p++) host_bytes += hy_pair_bytes(lengths[p], a->budget, h->D);
-    for (int rep = 0; rep < 3; rep++) {
-        FATHOM_CUDA_TRY(cudaEventRecord(ev.e[0], stream));
-        FATHOM_TRY(fathom_cuda_hybrid_step(h, a, most, stream));
-        FATHOM_CUDA_TRY(cudaEventRecord(ev.e[1], stream));
-        FATHOM_CUDA_TRY(cudaEventSynchronize(ev.e[1]));
-        FATHOM_TRY(fathom_cuda_hybrid_check(h));
-        float ms = 0;
-        FATHOM_CUDA_TRY(cudaEventElapsedTime(&ms, ev.e[0], ev.e[1]));
-        if (rep > 0 && ms * 1e-3 < step_s) step_s = ms * 1e-3;
+    hy_device_buffer d_sel, d_dep;
+    FATHOM_CUDA_TRY(cudaMalloc(&d_sel.p, sel.size() * sizeof(uint32_t)));
+    FATHOM_CUDA_TRY(cudaMalloc(&d_dep.p, dep.size()));
+    FATHOM_CUDA_TRY(cudaMemcpy(d_sel.p, sel.data(), sel.size() * sizeof(uint32_t), cudaMemcpyHostToDevice));
+    FATHOM_CUDA_TRY(cudaMemcpy(d_dep.p, dep.data(), dep.size(), cudaMemcpyHostToDevice));
+    const uint32_t points = most < 16 ? most + 1 : 17;
+    double sx = 0, sy = 0, sxx = 0, sxy = 0, gpu_s = 0;
+    for (uint32_t i = 0; i < points; i++) {
+        const uint32_t c = (uint32_t)(((uint64_t)most * i + (points - 1) / 2) / (points - 1));
+        const fathom_cuda_tier_given given = {c, (const uint32_t *)d_sel.p + (size_t)(P - c) * h->G * a->k, NULL,
+                                              (const uint8_t *)d_dep.p + (size_t)(P - c) * h->D};
+        const tier_given_lane lane = {h->side, h->start, h->done};
+        double t;
+        FATHOM_TRY(hy_time(stream, ev, 3, &t, [&]() {
+            return fc_tier_step_launch(h->tier, a, c ? &given : NULL, c ? &lane : NULL, &w, stream);
+        }));
+        double x = 0; /* the GPU's plane bytes: pairs [0, P - c) */
+        for (uint32_t p = 0; p < P - c; p++) x += pair_bytes[p];
+        if (c == 0) gpu_s = t;
+        sx += x, sy += t, sxx += x * x, sxy += x * t;
     }
-    const double fixed = step_s - host_bytes / (bytes / cpu_s);
+    FATHOM_TRY(fathom_cuda_tier_check(h->tier));
+    /* least squares t = fixed + x / rate; no slope (the GPU's time does not fall with its bytes):
+       the mean as its fixed time and no per-byte time */
+    const double var = points * sxx - sx * sx, slope = var > 0 ? (points * sxy - sx * sy) / var : 0;
+    double gpu_fixed = slope > 0 ? (sy - slope * sx) / points : sy / points;
+    if (gpu_fixed < 0) gpu_fixed = 0;
+    /* the hybrid step with c = 1 .. most pairs on the host (best of 3); with the most, its time beyond
+       their scan at the host's rate is the host side's fixed latency (export, host function, pool
+       wake-ups, H2D copy, the given pairs' union, fetch and attention after it) */
+    std::vector<double> step_s(most + 1);
+    step_s[0] = gpu_s;
+    for (uint32_t c = 1; c <= most; c++) {
+        tier_ws wc;
+        FATHOM_TRY(hy_step_check(h, a, c, "hybrid_calibrate", &wc));
+        FATHOM_TRY(hy_time(stream, ev, 3, &step_s[c], [&]() { return hy_step(h, a, c, &wc, stream); }));
+        FATHOM_TRY(fathom_cuda_hybrid_check(h));
+    }
+    double host_bytes = 0;
+    for (uint32_t p = P - most; p < P; p++) host_bytes += pair_bytes[p];
+    const double fixed = step_s[most] - host_bytes / (bytes / cpu_s);
     h->rates.cpu_fixed_s = fixed > 0 ? fixed : 0;
     h->rates.cpu_s = cpu_s;
     h->rates.gpu_s = gpu_s;
     h->rates.cpu_bytes_per_s = bytes / cpu_s;
-    h->rates.gpu_bytes_per_s = bytes / gpu_s;
+    h->rates.gpu_bytes_per_s = slope > 0 ? 1.0 / slope : INFINITY;
+    h->rates.gpu_fixed_s = gpu_fixed;
+    for (uint32_t c = 0; c <= most; c++) {
+        const double e = hy_estimate(&h->rates, pair_bytes.data(), P, c);
+        h->corr[c] = e > 0 ? step_s[c] / e : 1.0;
+    }
+    h->corr_most = most;
     h->calibrated = true;
     if (rates) *rates = h->rates;
     return FATHOM_OK;
@@ -427,15 +529,13 @@ extern "C" int fathom_cuda_hybrid_share(const fathom_cuda_hybrid *h, const fatho
     FATHOM_CHECK_ARG(a->budget >= 1 && a->budget <= FATHOM_PLANES * h->D, "hybrid_share: budget %u not in 1..%u",
                      a->budget, FATHOM_PLANES * h->D);
     const uint32_t P = a->batch * h->heads, most = P < h->max_pairs ? P : h->max_pairs;
-    double total = 0;
-    for (uint32_t p = 0; p < P; p++) total += hy_pair_bytes(lengths[p / h->heads], a->budget, h->D);
-    double host = 0, best = total / h->rates.gpu_bytes_per_s;
+    std::vector<double> pb(P);
+    for (uint32_t p = 0; p < P; p++) pb[p] = hy_pair_bytes(lengths[p / h->heads], a->budget, h->D);
+    double best = 0;
     uint32_t choice = 0;
-    for (uint32_t c = 1; c <= most; c++) {
-        host += hy_pair_bytes(lengths[(P - c) / h->heads], a->budget, h->D);
-        const double t = fmax(h->rates.cpu_fixed_s + host / h->rates.cpu_bytes_per_s,
-                              (total - host) / h->rates.gpu_bytes_per_s);
-        if (t < best) best = t, choice = c;
+    for (uint32_t c = 0; c <= most; c++) {
+        const double t = hy_estimate(&h->rates, pb.data(), P, c) * h->corr[c < h->corr_most ? c : h->corr_most];
+        if (c == 0 || t < best) best = t, choice = c;
     }
     *host_pairs = choice;
     return FATHOM_OK;

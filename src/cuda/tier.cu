@@ -530,11 +530,13 @@ extern "C" int fathom_cuda_tier_check(fathom_cuda_tier *t) {
     FATHOM_CUDA_TRY(cudaMemcpy(&code, t->d_error, 4, cudaMemcpyDeviceToHost));
     FATHOM_CUDA_TRY(cudaMemset(t->d_error, 0, 4));
     static const char *const why[] = {
-        "", "a batch named a session id >= max_sessions",
-        "an append went beyond a session's reserved capacity (fathom_cuda_tier_reserve)",
-        "an append count exceeded max_count",
-        "a session's length exceeded the step's capacity_tokens"};
-    FATHOM_CHECK(code != 0, FATHOM_ERR_STATE, "tier: %s (skipped)", code < 5 ? why[code] : "unknown error");
+        "", "a batch named a session id >= max_sessions (skipped)",
+        "an append went beyond a session's reserved capacity (fathom_cuda_tier_reserve) (skipped)",
+        "an append count exceeded max_count (skipped)",
+        "a session's length exceeded the step's capacity_tokens (skipped)",
+        "a given selection (fathom_cuda_tier_step_given) held a position outside [sink, n - local) or out of "
+        "ascending order (its heads attended over placeholder positions)"};
+    FATHOM_CHECK(code != 0, FATHOM_ERR_STATE, "tier: %s", code < 6 ? why[code] : "unknown error");
     return FATHOM_OK;
 }
 

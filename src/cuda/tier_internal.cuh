@@ -11,7 +11,8 @@ enum {
     TIER_ERR_SESSION = 1,  /* a session id >= max_sessions */
     TIER_ERR_CAPACITY = 2, /* an append beyond the session's reserved capacity */
     TIER_ERR_COUNT = 3,    /* an append count above max_count */
-    TIER_ERR_LENGTH = 4    /* a length above the step's capacity_tokens */
+    TIER_ERR_LENGTH = 4,   /* a length above the step's capacity_tokens */
+    TIER_ERR_GIVEN = 5     /* a given selection outside [sink, n - local) or not strictly ascending */
 };
 
 /* A session's HBM cache (device memory; all NULL / 0 without one). A plane
@@ -165,6 +166,50 @@ static __device__ __forceinline__ float tier_variance(double sum, double sum_sq,
  * `workspace`; nothing is enqueued. */
 int fc_tier_step_check(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *args, const char *who,
                        bool workspace);
+
+/* The step's workspace layout (tier_step.cu), computed once per step by
+ * fc_tier_step_prepare. */
+typedef struct tier_ws {
+    uint32_t *n_of;    /* [P] */
+    float *qf;         /* [R][D] */
+    uint8_t *depths;   /* [P][D] */
+    uint16_t *order;   /* [P][D] channels in scan order */
+    uint8_t *order_t;  /* [P][D] their depths */
+    uint32_t *active;  /* [P] */
+    float *scores;     /* [R][stride] */
+    uint64_t stride;
+    fc_workspace top;  /* the top-k's arrays (hist .. uni_count) */
+    float *rows_k;     /* [P][G*k][D] */
+    uint16_t *rows_v;  /* [P][G*k][D] */
+    uint8_t *miss;     /* [P][G*k] the row came from host and may enter the row cache */
+    uint8_t *stage;    /* [P][nseg][kv_off] planes and scales as in the host slices; NULL: scanned in place */
+    uint32_t nseg;     /* segments of capacity_tokens */
+    size_t total;
+} tier_ws;
+
+/* Where a step's given pairs finish (fc_tier_step_launch): their union, row
+ * fetch and attention on `stream`, which waits for `start` (recorded on the
+ * step's stream after the plan) and records `done` (the step's stream waits
+ * for it before its last copies). Selections and events are the caller's;
+ * work already enqueued on `stream` (e.g. the H2D copy of the selections)
+ * runs first. */
+typedef struct tier_given_lane {
+    cudaStream_t stream;
+    cudaEvent_t start, done;
+} tier_given_lane;
+
+/* tier_step.cu: fathom_cuda_tier_step_given in two halves, so that a caller
+ * can check everything before it enqueues its own work: prepare checks the
+ * arguments and the given pairs (FATHOM_ERR_INVALID_ARG; given with 0 pairs
+ * becomes NULL in *use) and lays out the workspace; launch enqueues the step
+ * with that layout (no checks). lane NULL: the given pairs finish on the
+ * step's stream after the other pairs' work. */
+int fc_tier_step_prepare(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *args,
+                         const fathom_cuda_tier_given *given, const char *who, tier_ws *w,
+                         const fathom_cuda_tier_given **use);
+int fc_tier_step_launch(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *args,
+                        const fathom_cuda_tier_given *given, const tier_given_lane *lane, const tier_ws *w,
+                        cudaStream_t stream);
 
 /* tier_step.cu: where a step with these arguments leaves the scan's scores
  * in its workspace ([batch*kv_heads*group][stride] floats; a row's first n

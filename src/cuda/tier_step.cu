@@ -17,9 +17,11 @@
  *           bf16 output and optional log-sum-exp;
  *   insert  (sessions with a row cache) the missed rows into their slots.
  * Given pairs (fathom_cuda_tier_step_given: the last pairs of the batch,
- * selected on the host) are planned, then skip gather, scan and top-k: once
- * their event fires, their selections' middle winners go through the
- * top-k's union kernel, and fetch and attention run as for the others.
+ * selected on the host) are planned (or take the given depths), then skip
+ * gather, scan and top-k: once their event fires, their selections' middle
+ * winners are checked and go through the top-k's union kernel, and fetch
+ * and attention run as for the others (after the other pairs on the step's
+ * stream, or beside them on a caller's stream: fc_tier_step_launch).
  * Grids depend only on the host arguments (batch, capacity_tokens, k), so a
  * captured graph stays valid while lengths grow. Kernels are templated on
  * the head dimension (64, 128, 256) and on G rounded up to a power of two.
@@ -38,23 +40,7 @@
 
 /* ---- workspace ---- */
 
-typedef struct tier_ws {
-    uint32_t *n_of;    /* [P] */
-    float *qf;         /* [R][D] */
-    uint8_t *depths;   /* [P][D] */
-    uint16_t *order;   /* [P][D] channels in scan order */
-    uint8_t *order_t;  /* [P][D] their depths */
-    uint32_t *active;  /* [P] */
-    float *scores;     /* [R][stride] */
-    uint64_t stride;
-    fc_workspace top;  /* the top-k's arrays (hist .. uni_count) */
-    float *rows_k;     /* [P][G*k][D] */
-    uint16_t *rows_v;  /* [P][G*k][D] */
-    uint8_t *miss;     /* [P][G*k] the row came from host and may enter the row cache */
-    uint8_t *stage;    /* [P][nseg][kv_off] planes and scales as in the host slices; NULL: scanned in place */
-    uint32_t nseg;     /* segments of capacity_tokens */
-    size_t total;
-} tier_ws;
+/* tier_ws: tier_internal.cuh */
 
 /* A bump allocator over the workspace: 256-byte aligned pieces. */
 typedef struct bump {
@@ -165,7 +151,7 @@ static int layout(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args
 template <int D>
 static __global__ void __launch_bounds__(D)
 tier_prep_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t G, uint32_t budget,
-                 const uint8_t *fixed, uint64_t capacity, const uint16_t *queries, tier_ws w) {
+                 const uint8_t *fixed, uint64_t capacity, const uint16_t *queries, uint32_t plan_to, tier_ws w) {
     __shared__ double bp[D * FATHOM_PLANES];
     __shared__ double best[D / 32];
     __shared__ uint8_t s_dep[D];
@@ -191,6 +177,10 @@ tier_prep_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
         const float q = tier_bf16(queries[at]);
         w.qf[at] = q;
         q2 = __dadd_rn(q2, __dmul_rn((double)q, (double)q));
+    }
+    if (p >= plan_to) { /* a given pair whose depths come with its selections: no plan, no scan */
+        if (j == 0) w.active[p] = 0;
+        return; /* uniform over the CTA */
     }
     uint32_t depth;
     if (fixed) { /* uniform over the CTA */
@@ -669,15 +659,32 @@ static int gather_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, 
  * positions, then the k - sink - local middle winners, then the local ones)
  * into the top-k's mid, from which the union kernel rebuilds the sorted
  * selection, the union and the slots exactly as after a scan on the GPU.
- * Rows with n <= k select every token: the union kernel reads no mid. */
-static __global__ void tier_given_kernel(uint32_t G, uint32_t k, uint32_t sink, uint32_t local, uint32_t p0,
-                                         const uint32_t *given, tier_ws w) {
+ * Rows with n <= k select every token: the union kernel reads no mid.
+ * The middle winners are checked here, since the row fetch reads the rows
+ * they name: a head whose winners are not strictly ascending inside
+ * [sink, n - local) records TIER_ERR_GIVEN (fathom_cuda_tier_check) and
+ * gets the placeholder winners sink, sink + 1, .. (rows every session with
+ * n > k has), so that nothing outside the session is read. With given
+ * depths, each pair's first row copies them into the plan's. */
+static __global__ void tier_given_kernel(tier_dev t, uint32_t G, uint32_t k, uint32_t sink, uint32_t local,
+                                         uint32_t p0, const uint32_t *given, const uint8_t *given_depths,
+                                         tier_ws w) {
     const uint32_t r = p0 * G + blockIdx.x, p = r / G;
+    if (given_depths && r % G == 0)
+        for (uint32_t j = threadIdx.x; j < t.dim; j += blockDim.x)
+            w.depths[(size_t)p * t.dim + j] = given_depths[(size_t)(p - p0) * t.dim + j];
     const uint64_t n = w.n_of[p];
-    if (n <= k) return;
+    if (n <= k) return; /* uniform */
     const uint32_t m = k - sink - local;
     const uint32_t *src = given + (size_t)blockIdx.x * k + sink;
-    for (uint32_t i = threadIdx.x; i < m; i += blockDim.x) w.top.mid[(size_t)r * k + i] = src[i];
+    int bad = 0;
+    for (uint32_t i = threadIdx.x; i < m; i += blockDim.x) {
+        const uint32_t v = src[i];
+        bad |= v < sink || v >= n - local || (i > 0 && src[i - 1] >= v);
+    }
+    bad = __syncthreads_or(bad);
+    if (bad && threadIdx.x == 0) tier_fail(t, TIER_ERR_GIVEN);
+    for (uint32_t i = threadIdx.x; i < m; i += blockDim.x) w.top.mid[(size_t)r * k + i] = bad ? sink + i : src[i];
 }
 
 /* Top-k (or, given, the union of the given selections), row fetch,
@@ -685,13 +692,14 @@ static __global__ void tier_given_kernel(uint32_t G, uint32_t k, uint32_t sink, 
 template <int D>
 static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G, const tier_ws *w,
                         tier_chunk c, uint32_t *sel, uint32_t *sel_count, bool insert, cudaStream_t stream,
-                        const uint32_t *given = NULL) {
+                        const fathom_cuda_tier_given *given = NULL) {
     const uint64_t rows0 = (uint64_t)c.p0 * G;
     fc_workspace top = w->top;
     fc_topk_view(&top, c.p0, G, a->k);
     const fc_rows rows = {a->capacity_tokens, w->n_of + c.p0, G, w->stride};
     if (given) {
-        tier_given_kernel<<<c.count * G, 256, 0, stream>>>(G, a->k, a->sink, a->local, c.p0, given, *w);
+        tier_given_kernel<<<c.count * G, 256, 0, stream>>>(*t, G, a->k, a->sink, a->local, c.p0, given->selected,
+                                                           given->depths, *w);
         FATHOM_CUDA_LAUNCHED();
         FATHOM_TRY(fc_topk_union(c.count, G, a->k, a->sink, a->local, rows, &top, sel + rows0 * a->k,
                                  sel_count + rows0, stream));
@@ -719,22 +727,37 @@ static int launch_gpu(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, con
                       uint32_t G, const tier_ws *w, uint32_t *sel, uint32_t *sel_count, bool insert,
                       uint32_t P, cudaStream_t stream);
 
-/* The plan of every problem, then the problems [0, P - given pairs) on the
- * GPU (launch_gpu), then, once given->ready has fired, the given pairs'
- * union, row fetch and attention on `stream`. */
+/* The plan of every problem (of the given pairs too, unless their depths
+ * are given), then the problems [0, P - given pairs) on the GPU
+ * (launch_gpu), and the given pairs' union, row fetch and attention: on
+ * `stream` after the others once given->ready has fired (lane NULL), or on
+ * the lane's stream beside them from the end of the plan (the step's
+ * stream joins it at the end). */
 template <int D>
 static int launch_all(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, const fathom_cuda_tier_step_args *a,
                       uint32_t G, const tier_ws *w, uint32_t *sel, uint32_t *sel_count, bool insert,
-                      const fathom_cuda_tier_given *given, cudaStream_t stream) {
+                      const fathom_cuda_tier_given *given, const tier_given_lane *lane, cudaStream_t stream) {
     const uint32_t P = a->batch * t->heads, Pg = P - (given ? given->pairs : 0);
+    const uint32_t plan_to = given && given->depths ? Pg : P;
     tier_prep_kernel<D><<<P, D, 0, stream>>>(*t, a->layer, a->sessions, G, a->budget, a->fixed_depths,
-                                             a->capacity_tokens, a->queries, *w);
+                                             a->capacity_tokens, a->queries, plan_to, *w);
     FATHOM_CUDA_LAUNCHED();
+    const tier_chunk host = {Pg, P - Pg};
+    if (Pg < P && lane) {
+        FATHOM_CUDA_TRY(cudaEventRecord(lane->start, stream));
+        FATHOM_CUDA_TRY(cudaStreamWaitEvent(lane->stream, lane->start, 0));
+        if (given->ready) FATHOM_CUDA_TRY(cudaStreamWaitEvent(lane->stream, given->ready, 0));
+        FATHOM_TRY(finish_chunk<D>(t, a, G, w, host, sel, sel_count, insert, lane->stream, given));
+        FATHOM_CUDA_TRY(cudaEventRecord(lane->done, lane->stream));
+    }
     if (Pg > 0) FATHOM_TRY(launch_gpu<D>(t, L, per, a, G, w, sel, sel_count, insert, Pg, stream));
     if (Pg == P) return FATHOM_OK;
+    if (lane) {
+        FATHOM_CUDA_TRY(cudaStreamWaitEvent(stream, lane->done, 0));
+        return FATHOM_OK;
+    }
     if (given->ready) FATHOM_CUDA_TRY(cudaStreamWaitEvent(stream, given->ready, 0));
-    const tier_chunk host = {Pg, P - Pg};
-    return finish_chunk<D>(t, a, G, w, host, sel, sel_count, insert, stream, given->selected);
+    return finish_chunk<D>(t, a, G, w, host, sel, sel_count, insert, stream, given);
 }
 
 /* Problems [0, P) after the plan. Not pipelined (per >= P, chunk_of): every
@@ -777,6 +800,17 @@ static int launch_gpu(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, con
     return FATHOM_OK;
 }
 
+/* The workspace's alignment and size; *w: its layout over args->workspace. */
+static int check_workspace(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a, const char *who,
+                           tier_ws *w) {
+    FATHOM_CHECK_ARG(a->workspace != NULL && ((uintptr_t)a->workspace & 255) == 0,
+                     "%s: workspace is NULL or not 256-byte aligned", who);
+    FATHOM_TRY(layout(tier, a, a->workspace, w));
+    FATHOM_CHECK_ARG(a->workspace_bytes >= w->total, "%s: workspace of %zu bytes, need %zu", who,
+                     a->workspace_bytes, w->total);
+    return FATHOM_OK;
+}
+
 int fc_tier_step_check(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a, const char *who,
                        bool workspace) {
     FATHOM_CHECK_ARG(tier != NULL && a != NULL, "%s: NULL tier or args", who);
@@ -799,13 +833,8 @@ int fc_tier_step_check(const fathom_cuda_tier *tier, const fathom_cuda_tier_step
                      "%s: budget %u not in 1..%u", who, a->budget, FATHOM_PLANES * t->dim);
     FATHOM_CHECK_ARG(isfinite(a->scale), "%s: scale is not finite", who);
     if (!workspace) return FATHOM_OK;
-    FATHOM_CHECK_ARG(a->workspace != NULL && ((uintptr_t)a->workspace & 255) == 0,
-                     "%s: workspace is NULL or not 256-byte aligned", who);
     tier_ws w;
-    FATHOM_TRY(layout(tier, a, NULL, &w));
-    FATHOM_CHECK_ARG(a->workspace_bytes >= w.total, "%s: workspace of %zu bytes, need %zu", who,
-                     a->workspace_bytes, w.total);
-    return FATHOM_OK;
+    return check_workspace(tier, a, who, &w);
 }
 
 extern "C" int fathom_cuda_tier_workspace_size(const fathom_cuda_tier *tier,
@@ -818,42 +847,61 @@ extern "C" int fathom_cuda_tier_workspace_size(const fathom_cuda_tier *tier,
     return FATHOM_OK;
 }
 
-static int step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a, const fathom_cuda_tier_given *given,
-                cudaStream_t stream, const char *who) {
-    FATHOM_TRY(fc_tier_step_check(tier, a, who, true));
+int fc_tier_step_prepare(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a,
+                         const fathom_cuda_tier_given *given, const char *who, tier_ws *w,
+                         const fathom_cuda_tier_given **use) {
+    FATHOM_TRY(fc_tier_step_check(tier, a, who, false));
+    FATHOM_TRY(check_workspace(tier, a, who, w));
+    *use = NULL;
     if (given && given->pairs) {
         const uint64_t P = (uint64_t)a->batch * fc_tier_dev(tier)->heads;
         FATHOM_CHECK_ARG(given->pairs <= P, "%s: given->pairs %u > batch x kv_heads %llu", who, given->pairs,
                          (unsigned long long)P);
         FATHOM_CHECK_ARG(given->selected != NULL, "%s: given->selected is NULL", who);
-    } else
-        given = NULL;
-    tier_ws w;
-    FATHOM_TRY(layout(tier, a, a->workspace, &w));
+        FATHOM_CHECK_ARG(a->fixed_depths == NULL || given->depths == NULL,
+                         "%s: given->depths with fixed_depths (the plan is the caller's already)", who);
+        *use = given;
+    }
+    return FATHOM_OK;
+}
+
+int fc_tier_step_launch(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a,
+                        const fathom_cuda_tier_given *given, const tier_given_lane *lane, const tier_ws *layout_ws,
+                        cudaStream_t stream) {
+    tier_ws ws = *layout_ws, *w = &ws; /* this step's copy: the stage may be dropped below */
     const tier_dev *t = fc_tier_dev(tier);
+    const char *who = given ? "tier_step_given" : "tier_step";
     const uint32_t G = fc_tier_group(tier), P = a->batch * t->heads;
-    uint32_t *sel = a->selected ? a->selected : w.top.sel;
-    uint32_t *sel_count = a->selected_count ? a->selected_count : w.top.sel_count;
+    uint32_t *sel = a->selected ? a->selected : w->top.sel;
+    uint32_t *sel_count = a->selected_count ? a->selected_count : w->top.sel_count;
     fathom_cuda_lanes *L = fc_tier_lanes(tier);
     uint32_t per = chunk_of(tier, a);
     if (per < P && L->per_chunk == 0 && planes_mostly_cached(tier, a)) {
         per = P;
-        w.stage = NULL; /* reserved by the layout, unused: the scan reads what the cache lacks in place */
+        w->stage = NULL; /* reserved by the layout, unused: the scan reads what the cache lacks in place */
     }
-    FATHOM_CUDA_TRY(cudaMemsetAsync(w.top.hist, 0, w.top.zero_bytes, stream));
+    FATHOM_CUDA_TRY(cudaMemsetAsync(w->top.hist, 0, w->top.zero_bytes, stream));
     const bool insert = *fc_tier_row_caches(tier) > 0;
     switch (t->dim) {
-    case 64: FATHOM_TRY(launch_all<64>(t, L, per, a, G, &w, sel, sel_count, insert, given, stream)); break;
-    case 128: FATHOM_TRY(launch_all<128>(t, L, per, a, G, &w, sel, sel_count, insert, given, stream)); break;
-    case 256: FATHOM_TRY(launch_all<256>(t, L, per, a, G, &w, sel, sel_count, insert, given, stream)); break;
+    case 64: FATHOM_TRY(launch_all<64>(t, L, per, a, G, w, sel, sel_count, insert, given, lane, stream)); break;
+    case 128: FATHOM_TRY(launch_all<128>(t, L, per, a, G, w, sel, sel_count, insert, given, lane, stream)); break;
+    case 256: FATHOM_TRY(launch_all<256>(t, L, per, a, G, w, sel, sel_count, insert, given, lane, stream)); break;
     default: return fathom_fail(FATHOM_ERR_UNSUPPORTED, "%s: dim %u not supported", who, t->dim);
     }
     if (a->depths)
-        FATHOM_CUDA_TRY(cudaMemcpyAsync(a->depths, w.depths, (size_t)P * t->dim, cudaMemcpyDeviceToDevice, stream));
+        FATHOM_CUDA_TRY(cudaMemcpyAsync(a->depths, w->depths, (size_t)P * t->dim, cudaMemcpyDeviceToDevice, stream));
     if (a->union_count)
-        FATHOM_CUDA_TRY(cudaMemcpyAsync(a->union_count, w.top.uni_count, (size_t)P * 4,
+        FATHOM_CUDA_TRY(cudaMemcpyAsync(a->union_count, w->top.uni_count, (size_t)P * 4,
                                         cudaMemcpyDeviceToDevice, stream));
     return FATHOM_OK;
+}
+
+static int step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a, const fathom_cuda_tier_given *given,
+                cudaStream_t stream, const char *who) {
+    tier_ws w;
+    const fathom_cuda_tier_given *use;
+    FATHOM_TRY(fc_tier_step_prepare(tier, a, given, who, &w, &use));
+    return fc_tier_step_launch(tier, a, use, NULL, &w, stream);
 }
 
 extern "C" int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a,

@@ -7,7 +7,15 @@
  *           LSE bit-identical to fathom_cuda_tier_step, on one stream and
  *           pipelined (one KV head per chunk), eager and replayed from a
  *           captured graph (the host work as a host node);
- *   scheduler: calibrated rates are positive and the share is in range.
+ *   given:  fathom_cuda_tier_step_given with the host's selections, with
+ *           and without their depths, bit-identical; two deliberately bad
+ *           selections (a position beyond the session, a repeated one) are
+ *           reported by fathom_cuda_tier_check, their head gets the
+ *           placeholder winners and every other row is unchanged;
+ *           hybrid_select refuses a length beyond the session's and a
+ *           session that is not live;
+ *   scheduler: calibrated rates are positive (the GPU's fixed time finite)
+ *           and the share is in range.
  * Sessions: lengths with a partial block, several segments, and one at or
  * below k (every token selected); G = 4, d = 128.
  * Argument checks run without a GPU; the rest exits 77 when none is present. */
@@ -163,6 +171,88 @@ static void test_args(void) {
     fathom_cuda_hybrid_destroy(NULL);
 }
 
+static int given_steps, given_rows;
+
+/* fathom_cuda_tier_step_given with the host's selections of the last 3
+ * pairs (the first of them of a session with n > k): without and with their
+ * depths, bit-identical to the GPU-only step; then each of two deliberately
+ * bad selections of one head (a position beyond the session, a repeated
+ * position) runs, reads nothing outside the session (compute-sanitizer),
+ * gives that head the placeholder winners sink, sink + 1, .., leaves every
+ * other row as the GPU-only step's, and fathom_cuda_tier_check reports it.
+ * Also hybrid_select's checks of sessions and lengths against the tier. */
+static void given_checks(fathom_cuda_tier *tier, fathom_cuda_hybrid *hy, const std::vector<uint32_t> &ids,
+                         const uint64_t *lens, const std::vector<uint32_t> &sess, const std::vector<uint32_t> &heads,
+                         const std::vector<float> &qf, const std::vector<uint32_t> &sel,
+                         const std::vector<uint8_t> &dep, const host_outputs &want, const outputs &got,
+                         uint64_t capacity, const uint32_t *d_ids, const uint16_t *q, void *ws, size_t ws_bytes,
+                         cudaStream_t s) {
+    const uint32_t batch = (uint32_t)ids.size(), P = batch * H, C = 3, p0 = P - C;
+    CHECK(lens[p0 / H] > K && lens[P / H - 1] <= K);
+    uint32_t *d_sel = dev_alloc<uint32_t>((size_t)C * G * K);
+    uint8_t *d_dep = dev_alloc<uint8_t>((size_t)C * D);
+    CK(cudaMemcpy(d_dep, dep.data() + (size_t)p0 * D, (size_t)C * D, cudaMemcpyHostToDevice));
+    fathom_cuda_tier_step_args a = args_of(0, batch, capacity, d_ids, q, got, ws, ws_bytes);
+    for (int with_depths = 0; with_depths < 2; with_depths++) {
+        CK(cudaMemcpy(d_sel, sel.data() + (size_t)p0 * G * K, (size_t)C * G * K * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemset(got.out, 0, (size_t)P * G * D * 2));
+        CK(cudaMemset(got.depths, 0xff, (size_t)P * D));
+        const fathom_cuda_tier_given given = {C, d_sel, NULL, with_depths ? d_dep : NULL};
+        CHECK_OK(fathom_cuda_tier_step_given(tier, &a, &given, s));
+        CHECK_OK(fathom_cuda_tier_check(tier));
+        compare(want, fetch(got, P), P, with_depths ? "given with depths" : "given");
+        given_steps++;
+        given_rows += P * G;
+    }
+    const uint32_t bad_row = 1, m = K - FATHOM_SINK_TOKENS - FATHOM_LOCAL_TOKENS; /* pair p0, query head 1 */
+    for (int kind = 0; kind < 2; kind++) {
+        std::vector<uint32_t> b(sel.begin() + (size_t)p0 * G * K, sel.begin() + (size_t)P * G * K);
+        uint32_t *mid = &b[(size_t)bad_row * K + FATHOM_SINK_TOKENS];
+        if (kind == 0) mid[m / 2] = 0x7fffffffu; /* far beyond the session's segments */
+        else mid[m / 2] = mid[m / 2 - 1];        /* a repeated position */
+        CK(cudaMemcpy(d_sel, b.data(), b.size() * 4, cudaMemcpyHostToDevice));
+        const fathom_cuda_tier_given given = {C, d_sel, NULL, d_dep};
+        CHECK_OK(fathom_cuda_tier_step_given(tier, &a, &given, s));
+        CHECK_STATUS(fathom_cuda_tier_check(tier), FATHOM_ERR_STATE);
+        CHECK(strstr(fathom_last_error(), "given selection") != NULL);
+        const host_outputs h = fetch(got, P);
+        const uint32_t r = p0 * G + bad_row;
+        bool placeholder = h.sel_count[r] == K;
+        for (uint32_t i = 0; i < K && placeholder; i++) placeholder = h.sel[(size_t)r * K + i] ==
+            (i < FATHOM_SINK_TOKENS + m ? i : want.sel[(size_t)r * K + i]); /* local: as the GPU's */
+        CHECK(placeholder);
+        /* every other row as the GPU-only step's */
+        host_outputs others = h;
+        memcpy(&others.sel[(size_t)r * K], &want.sel[(size_t)r * K], K * 4);
+        memcpy(&others.out[(size_t)r * D], &want.out[(size_t)r * D], D * 2);
+        others.lse[r] = want.lse[r];
+        others.uni[p0] = want.uni[p0];
+        compare(want, others, P, kind ? "given, repeated position" : "given, position beyond the session");
+        compared_rows -= 1; /* the bad row itself is not a comparison */
+        given_steps++;
+        given_rows += P * G - 1;
+    }
+    CHECK_OK(fathom_cuda_tier_check(tier)); /* reported once */
+    /* hybrid_select: each length at most the session's at the layer, live sessions only */
+    std::vector<uint64_t> n(P);
+    std::vector<uint32_t> hs((size_t)P * G * K), hc((size_t)P * G);
+    for (uint32_t p = 0; p < P; p++) n[p] = lens[p / H];
+    n[1] = lens[0] + 1;
+    CHECK_STATUS(fathom_cuda_hybrid_select(hy, 0, P, sess.data(), heads.data(), n.data(), qf.data(), 48, K,
+                                           FATHOM_SINK_TOKENS, FATHOM_LOCAL_TOKENS, NULL, hs.data(), hc.data()),
+                 FATHOM_ERR_INVALID_ARG);
+    CHECK(strstr(fathom_last_error(), "hybrid_select: lengths[1]") != NULL);
+    n[1] = lens[0];
+    std::vector<uint32_t> bad_sess = sess;
+    bad_sess[2] = 1000;
+    CHECK_STATUS(fathom_cuda_hybrid_select(hy, 0, P, bad_sess.data(), heads.data(), n.data(), qf.data(), 48, K,
+                                           FATHOM_SINK_TOKENS, FATHOM_LOCAL_TOKENS, NULL, hs.data(), hc.data()),
+                 FATHOM_ERR_INVALID_ARG);
+    CHECK(strstr(fathom_last_error(), "hybrid_select: sessions[2]") != NULL);
+    cudaFree(d_sel);
+    cudaFree(d_dep);
+}
+
 static void test_hybrid(void) {
     const uint64_t lens[3] = {3 * 64 * S + 17, 64 * S + 700, 100}; /* 4 segments + partial block; 2; <= k */
     const uint32_t batch = 3, P = batch * H;
@@ -236,6 +326,8 @@ static void test_hybrid(void) {
                 host.sel_count = cnt;
                 host.depths = dep;
                 compare(want, host, P, "hybrid_select");
+                if (l == 0) given_checks(tier, hy, ids, lens, sess, heads, qf, sel, dep, want, got, capacity, d_ids, q,
+                                         ws, ws_bytes, s);
             }
             const uint32_t shares[4] = {0, 1, P / 2, P};
             for (int c = 0; c < 4; c++) {
@@ -274,7 +366,7 @@ static void test_hybrid(void) {
             fathom_cuda_tier_step_args af = ag;
             af.fixed_depths = ref.depths;
             CHECK_STATUS(fathom_cuda_hybrid_step(hy, &af, 1, s), FATHOM_ERR_INVALID_ARG);
-            const fathom_cuda_tier_given bad = {P + 1, got.sel, NULL};
+            const fathom_cuda_tier_given bad = {P + 1, got.sel, NULL, NULL};
             CHECK_STATUS(fathom_cuda_tier_step_given(tier, &ag, &bad, s), FATHOM_ERR_INVALID_ARG);
             CHECK(strstr(fathom_last_error(), "tier_step_given: given->pairs") != NULL);
             /* an invalid step is refused before anything is enqueued on the side
@@ -297,21 +389,23 @@ static void test_hybrid(void) {
         CHECK_STATUS(fathom_cuda_hybrid_share(hy, &ac, lens, &share), piped ? FATHOM_OK : FATHOM_ERR_STATE);
         CHECK_OK(fathom_cuda_hybrid_calibrate(hy, &ac, s, &rates));
         CHECK(rates.cpu_bytes_per_s > 0 && rates.gpu_bytes_per_s > 0 && rates.cpu_s > 0 && rates.gpu_s > 0 &&
-              rates.cpu_fixed_s >= 0);
+              rates.cpu_fixed_s >= 0 && rates.gpu_fixed_s >= 0 && isfinite(rates.gpu_fixed_s) &&
+              rates.gpu_fixed_s < 10 * rates.gpu_s);
         CHECK_OK(fathom_cuda_hybrid_share(hy, &ac, lens, &share));
         CHECK(share <= P);
         fathom_cuda_tier_step_args ab = ac;
         ab.budget = FATHOM_PLANES * D + 1;
         CHECK_STATUS(fathom_cuda_hybrid_share(hy, &ab, lens, &share), FATHOM_ERR_INVALID_ARG);
         CHECK(strstr(fathom_last_error(), "hybrid_share: budget") != NULL);
-        printf("test_cuda_hybrid: %s: cpu %.2f GB/s (%.3f ms, fixed %.3f ms), gpu %.2f GB/s (%.3f ms), share %u of %u "
-               "pairs\n",
+        printf("test_cuda_hybrid: %s: cpu %.2f GB/s (%.3f ms, fixed %.3f ms), gpu %.2f GB/s + %.3f ms (GPU-only %.3f "
+               "ms), share %u of %u pairs\n",
                piped ? "pipelined" : "one stream", rates.cpu_bytes_per_s / 1e9, rates.cpu_s * 1e3, rates.cpu_fixed_s * 1e3,
-               rates.gpu_bytes_per_s / 1e9, rates.gpu_s * 1e3, share, P);
+               rates.gpu_bytes_per_s / 1e9, rates.gpu_fixed_s * 1e3, rates.gpu_s * 1e3, share, P);
         cudaFree(ws);
     }
     CHECK(steps == 2 * (int)L * 6);
-    CHECK(bad_rows == 0 && compared_rows == (2 * (int)L * 6 + (int)L) * (int)(P * G));
+    CHECK(given_steps == 4 && given_rows == 2 * (int)(P * G) + 2 * (int)(P * G - 1));
+    CHECK(bad_rows == 0 && compared_rows == (2 * (int)L * 6 + (int)L) * (int)(P * G) + given_rows);
     printf("test_cuda_hybrid: %d hybrid steps, %d rows bit-identical to the GPU-only step (%d differ)\n", steps,
            compared_rows, bad_rows);
     CK(cudaStreamDestroy(s));
