@@ -293,6 +293,7 @@ static void test_append_and_life(uint32_t dim) {
     CHECK_OK(fathom_cuda_tier_truncate(tier, c, 0));
     compare_center(tier, c, 1, 1, dim, NULL, &centers);
     std::vector<uint16_t> kd = make_rows(500, H, dim, 77 + dim);
+    CHECK_OK(fathom_cuda_tier_reserve(tier, c, 500)); /* emptied, it holds no segment */
     dc = {0};
     append_calls(tier, L, H, dim, {c}, {{321}, {179}}, {&kd}, dc);
     CHECK_OK(fathom_cuda_tier_check(tier));
@@ -306,6 +307,7 @@ static void test_append_and_life(uint32_t dim) {
     /* a given center survives truncation to 0 */
     CHECK_OK(fathom_cuda_tier_truncate(tier, b, 0));
     compare_center(tier, b, 1, 0, dim, given.data() + (size_t)H * dim, &centers);
+    CHECK_OK(fathom_cuda_tier_reserve(tier, b, 130));
     dc = {0};
     append_calls(tier, L, H, dim, {b}, {{130}}, {&kd}, dc);
     {
