@@ -111,7 +111,14 @@ typedef struct fathom_cuda_config {
 
 /* Where one problem's data lives; every pointer device-accessible. The index
  * is one store segment covering the whole context (fathom_store_create with
- * segment_blocks = ceil(n/64)), so nb = ceil(n/64) in the layouts below. */
+ * segment_blocks = ceil(n/64)), so nb = ceil(n/64) in the layouts below.
+ * A centered store's segment (fathom_store_set_center, fathom-centered:B) is
+ * scanned as it is: its planes hold k - mu, the queries stay the raw ones
+ * (q.mu is the same for every key of the problem, so rankings are
+ * unchanged) and the variance is that store's fathom_store_variance; the K
+ * rows the step fetches and attends over are the raw keys. (The
+ * experimental KEYS_PLANES rows then decode to k - mu, which shifts every
+ * logit of a query by q.mu: the softmax is the same up to rounding.) */
 typedef struct fathom_cuda_problem {
     const uint64_t *planes;    /* [dim][4][nb] plane words (plane scans); the experimental
                                   NIBBLE4 scan reads another layout here (below) */
@@ -320,18 +327,50 @@ int fathom_cuda_tier_length(fathom_cuda_tier *tier, uint32_t session, uint64_t *
  * tokens are those of appending them alone (the open block re-encoded from
  * the kept K rows), the running sums are recomputed over them, as
  * fathom_ctx_truncate rebuilds its index. A segment shared with a fork that
- * becomes writable is copied first. */
+ * becomes writable is copied first. A centered session keeps its center
+ * for n > 0 (the kept tokens' bytes are those of a store centered on it; the
+ * closed blocks are not re-encoded, so unlike fathom_ctx_truncate the center
+ * is not re-fitted to the kept keys); at n = 0 a center taken from the first
+ * append is dropped (the next first append fixes a new one) and a center
+ * the caller gave is kept. */
 int fathom_cuda_tier_truncate(fathom_cuda_tier *tier, uint32_t session, uint64_t n);
 /* A new session with the same tokens: full segments are shared (reference
- * counted, never written again), the partly filled one is copied. */
+ * counted, never written again), the partly filled one is copied; the
+ * center (fathom_cuda_tier_set_center) and its mode are copied. */
 int fathom_cuda_tier_fork(fathom_cuda_tier *tier, uint32_t source, uint32_t *session);
+
+/* Centered codes (fathom-centered:B): the session's planes hold k - mu, mu
+ * one center per (layer, KV head), exactly as a CPU store given
+ * fathom_store_set_center(mu) (k - mu rounded once to float; the running
+ * sums are of k - mu, so the variance the plan reads is the same, and the
+ * queries, the scan and the K/V rows are unchanged: q.mu is the same for
+ * every token of a head, so only the codes change). center NULL: each
+ * (layer, KV head) centers on the mean of its first append's keys, as
+ * fathom_index_append does (summed in double over the rows in order,
+ * divided by the count, rounded once to float), computed on the GPU by that
+ * append. Else center [layers][kv_heads][dim] host floats (copied), each
+ * finite (FATHOM_ERR_NONFINITE otherwise). Only on an empty session (every
+ * layer at 0 tokens; FATHOM_ERR_STATE otherwise); a second call replaces
+ * the center. An append of a centered session needs the centering kernel
+ * that fathom_cuda_tier_append enqueues once the tier has had a centered
+ * session: a graph captured before the tier's first set_center lacks it,
+ * and its appends to a session whose center is not fixed are skipped and
+ * reported by fathom_cuda_tier_check (capture after set_center). The
+ * device does not check k - mu for overflow (as it does not check keys). */
+int fathom_cuda_tier_set_center(fathom_cuda_tier *tier, uint32_t session, const float *center);
+/* The center of (session, layer, head): *center gets dim floats in host
+ * memory (valid until the session is freed or its center changes), NULL
+ * when the session is not centered or its first append at that layer has
+ * not fixed the center yet. Host call (synchronize first). */
+int fathom_cuda_tier_center(const fathom_cuda_tier *tier, uint32_t session, uint32_t layer, uint32_t head,
+                            const float **center);
 
 typedef struct fathom_cuda_tier_usage {
     uint64_t length;          /* tokens */
     uint64_t capacity;        /* tokens its segments hold */
     uint32_t segments;        /* segments it references */
     uint32_t shared_segments; /* of those, referenced by other sessions too */
-    uint64_t bytes;           /* host bytes it references: segments + running sums */
+    uint64_t bytes;           /* host bytes it references: segments + running sums (+ centers) */
     uint64_t exclusive_bytes; /* of those, held by this session alone */
 } fathom_cuda_tier_usage;
 int fathom_cuda_tier_usage_of(fathom_cuda_tier *tier, uint32_t session,
@@ -350,7 +389,8 @@ typedef struct fathom_cuda_tier_view {
 int fathom_cuda_tier_segment(const fathom_cuda_tier *tier, uint32_t session, uint32_t layer,
                              uint32_t head, uint32_t segment, fathom_cuda_tier_view *view);
 /* The running sums (shift = first stored row, sum and sum of squares of
- * row - shift, as fathom_store_append keeps them) of (session, layer, head):
+ * row - shift, as fathom_store_append keeps them; a stored row is k - mu in
+ * a centered session) of (session, layer, head):
  * three arrays of dim doubles in host memory. */
 int fathom_cuda_tier_sums(const fathom_cuda_tier *tier, uint32_t session, uint32_t layer,
                           uint32_t head, const double **shift, const double **sum,
@@ -367,7 +407,9 @@ int fathom_cuda_tier_check(fathom_cuda_tier *tier);
  * session's length for this layer. max_count (host) bounds every count and
  * sizes the grid: 1 for decode, the chunk size for a prefill. The planes,
  * scales and sums are byte-identical to fathom_store_append of the same
- * keys (bf16 -> float32 exactly), however the tokens are split into calls.
+ * keys (bf16 -> float32 exactly), however the tokens are split into calls
+ * (a centered session's: to a store given its center by
+ * fathom_store_set_center).
  * A session appears at most once per batch. */
 int fathom_cuda_tier_append(fathom_cuda_tier *tier, uint32_t layer, const uint32_t *sessions,
                             uint32_t batch, const uint32_t *counts, uint32_t max_count,
@@ -695,7 +737,9 @@ int fathom_cuda_tier_cache_bytes(const fathom_cuda_tier *tier, uint32_t session,
  * fork and the HBM caches are the rank tiers' own (call each rank's tier;
  * the ranks' session ids stay equal while every rank sees the same calls).
  * The token split provides none of them (a rank's tier must not be
- * truncated or forked under it) nor union_count. */
+ * truncated or forked under it) nor union_count, nor centered sessions
+ * (fathom_cuda_tier_set_center; with head sharding, center each rank's
+ * tier's session). */
 typedef struct fathom_cuda_shard fathom_cuda_shard;
 
 typedef struct fathom_cuda_shard_config {

@@ -31,7 +31,7 @@ class TierBackend:
     def __init__(self, *, layers, kv_heads, group, dim, batch, method, k, sink=SINK_TOKENS, local=LOCAL_TOKENS,
                  max_tokens=None, device=None, segment_blocks=0):
         self.kind, param = parse_method(method)
-        self.budget = param if self.kind == "fathom" else 0
+        self.budget = param if self.kind in ("fathom", "fathom-centered") else 0
         self.ds_channels = param if self.kind == "ds" else 0
         self._ds = None  # ds:c: uint8 [layers, B, kv_heads, dim] depths, chosen at the first decode step
         if device is not None:
@@ -46,6 +46,9 @@ class TierBackend:
         self.tier = KVTier(layers, kv_heads, group, dim, max_sessions=batch, max_tokens=self.max_tokens,
                            segment_blocks=segment_blocks)
         self.sessions = [self.tier.session() for _ in range(batch)]
+        if self.kind == "fathom-centered":  # each (layer, KV head) centers on its prefill's mean
+            for s in self.sessions:
+                self.tier.set_center(s)
         self.sessions_t = self.tier.sessions_tensor(self.sessions)
         self._counts = {}
         self._len = [0] * layers

@@ -52,6 +52,8 @@ _PROTOTYPES = {
     "fathom_cuda_tier_length": (STATUS, [P, u32, C.POINTER(u64)]),
     "fathom_cuda_tier_truncate": (STATUS, [P, u32, u64]),
     "fathom_cuda_tier_fork": (STATUS, [P, u32, C.POINTER(u32)]),
+    "fathom_cuda_tier_set_center": (STATUS, [P, u32, P]),
+    "fathom_cuda_tier_center": (STATUS, [P, u32, u32, u32, C.POINTER(P)]),
     "fathom_cuda_tier_usage_of": (STATUS, [P, u32, C.POINTER(TierUsage)]),
     "fathom_cuda_tier_segment": (STATUS, [P, u32, u32, u32, u32, C.POINTER(TierView)]),
     "fathom_cuda_tier_sums": (STATUS, [P, u32, u32, u32, C.POINTER(P), C.POINTER(P), C.POINTER(P)]),
@@ -93,15 +95,17 @@ def available():
 
 def parse_method(method):
     """(kind, parameter) of a method the C tier step runs: ("fathom", B) for
-    "fathom:B" (water-filling plans with budget B) or ("ds", c) for "ds:c"
-    (fixed depths: 4 on c channels per KV head); anything else raises
+    "fathom:B" (water-filling plans with budget B), ("fathom-centered", B)
+    for "fathom-centered:B" (the same plans over a session centered on its
+    first append's mean: KVTier.set_center) or ("ds", c) for "ds:c" (fixed
+    depths: 4 on c channels per KV head); anything else raises
     UnsupportedError."""
-    m = re.fullmatch(r"(fathom|ds):(\d+)", str(method).strip())
+    m = re.fullmatch(r"(fathom|fathom-centered|ds):(\d+)", str(method).strip())
     if not m or int(m.group(2)) < 1:
         raise UnsupportedError(
             UnsupportedError.status, "unsupported",
-            f"method {method!r}: the KV tier step runs water-filling plans (\"fathom:B\") and fixed "
-            "depths (\"ds:c\") only")
+            f"method {method!r}: the KV tier step runs water-filling plans (\"fathom:B\", "
+            "\"fathom-centered:B\") and fixed depths (\"ds:c\") only")
     return m.group(1), int(m.group(2))
 
 
@@ -213,6 +217,32 @@ class KVTier:
         s = u32()
         self._lib.fathom_cuda_tier_fork(self._h(), session, C.byref(s))
         return s.value
+
+    def set_center(self, session, center=None):
+        """Center the session's codes (fathom-centered): its planes hold
+        k - mu per (layer, KV head). center None: mu is the mean of each
+        layer's first append's keys, taken on the GPU by that append (as the
+        CPU index takes it); else float32 [layers, kv_heads, dim], finite.
+        Only on an empty session; a second call replaces the center. Host
+        call: no work touching the session may be in flight."""
+        ptr = None
+        if center is not None:
+            center = np.ascontiguousarray(center, dtype=np.float32)
+            if center.shape != (self.layers, self.kv_heads, self.dim):
+                raise ValueError(f"set_center: center shape {list(center.shape)}, expected "
+                                 f"[{self.layers}, {self.kv_heads}, {self.dim}]")
+            ptr = center.ctypes.data
+        self._lib.fathom_cuda_tier_set_center(self._h(), session, ptr)
+
+    def center(self, session, layer, head):
+        """The center of (session, layer, KV head): a float32 [dim] copy, or
+        None when the session is not centered or that layer's first append
+        has not taken it yet. Host call (synchronize first)."""
+        p = P()
+        self._lib.fathom_cuda_tier_center(self._h(), session, layer, head, C.byref(p))
+        if not p:
+            return None
+        return np.ctypeslib.as_array(C.cast(p, C.POINTER(C.c_float)), shape=(self.dim,)).copy()
 
     def usage(self, session):
         u = TierUsage()

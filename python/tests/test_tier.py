@@ -56,7 +56,8 @@ def keys_like(n, heads, dim, seed):
 def test_methods_and_capacity_classes():
     assert T.parse_method("fathom:48") == ("fathom", 48)
     assert T.parse_method("ds:32") == ("ds", 32)
-    for bad in ("sparq:16", "dense", "fathom:0", "ds"):
+    assert T.parse_method("fathom-centered:48") == ("fathom-centered", 48)
+    for bad in ("sparq:16", "dense", "fathom:0", "ds", "fathom-centered:0", "fathom-klt:48"):
         with pytest.raises(fathom.UnsupportedError, match="fixed depths"):
             T.parse_method(bad)
     from fathom._hf_tier import capacity_class
@@ -134,6 +135,111 @@ def test_append_equals_cpu_store(gpu):
                     var = s2 / n - (s1 / n) ** 2
                     np.testing.assert_allclose(var, store.variance(), rtol=1e-5, atol=1e-6)
         assert compared == 2 * H * sum(math.ceil(sum(sp) / 64) for sp in splits)
+
+
+def first_append_mean(k):
+    """k [t, d] bf16 -> the center fathom_index_append takes: per channel the
+    float64 sum of the rows in order, divided by t, rounded once to float32."""
+    rows = k.float().numpy().astype(np.float64)
+    acc = np.zeros(rows.shape[1])
+    for r in rows:
+        acc = acc + r
+    return (acc / rows.shape[0]).astype(np.float32)
+
+
+def test_centered_append_equals_cpu_store(gpu):
+    """fathom-centered on the tier: a session centered on its first append's
+    mean and one on a given center, appended in ragged chunks, hold the
+    planes and scales of a CPU Store given that center (Store.set_center)
+    and fed the same keys; the taken center is the first append's mean bit
+    for bit, and the K rows stay raw."""
+    dev = torch.device("cuda")
+    L, H, D, S = 2, 2, 128, 32
+    splits = [[700, 1, 62, 1400, 1, 3], [2100, 64, 5]]
+    given = np.random.default_rng(3).normal(0, 2, (L, H, D)).astype(np.float32)
+    with T.KVTier(L, H, 2, D, max_sessions=2, max_tokens=8192, segment_blocks=S) as tier:
+        sessions = [tier.session(), tier.session()]
+        tier.set_center(sessions[0])
+        tier.set_center(sessions[1], given)
+        assert tier.center(sessions[0], 0, 0) is None  # not taken before the first append
+        np.testing.assert_array_equal(tier.center(sessions[1], 1, 1), given[1, 1])
+        with pytest.raises(ValueError, match="center shape"):
+            tier.set_center(sessions[1], given[0])
+        bad = given.copy()
+        bad[1, 0, 7] = np.nan
+        with pytest.raises(fathom.NonFiniteError, match="layer 1 head 0 channel 7 is not finite"):
+            tier.set_center(sessions[1], bad)
+        chunks, full = [], []
+        for i, sp in enumerate(splits):
+            n = sum(sp)
+            tier.reserve(sessions[i], n)
+            k, v = keys_like(n, H, D, seed=30 + i)
+            full.append((k, v))
+            cuts = np.cumsum([0] + sp)
+            chunks.append([(k[:, a:b], v[:, a:b]) for a, b in zip(cuts[:-1], cuts[1:])])
+        append_all(tier, sessions, chunks, dev)
+        tier.check()
+        with pytest.raises(fathom.StateError, match="already holds"):
+            tier.set_center(sessions[0])
+        compared = 0
+        for i, s in enumerate(sessions):
+            k, v = full[i]
+            for layer in range(L):
+                for h in range(H):
+                    mu = first_append_mean(k[h, :splits[0][0]]) if i == 0 else given[layer, h]
+                    got = tier.center(s, layer, h)
+                    assert got is not None and got.view(np.uint32).tolist() == mu.view(np.uint32).tolist()
+                    store = fathom.Store(D, segment_blocks=S)
+                    store.set_center(mu)
+                    store.append(k[h].float().numpy())
+                    for seg in range(store.segment_count):
+                        cpu = store.segment(seg)
+                        g = tier.segment(s, layer, h, seg)
+                        nb = cpu.blocks
+                        np.testing.assert_array_equal(g["planes"][:, :, :nb], cpu.planes[:, :, :nb])
+                        np.testing.assert_array_equal(g["scales"][:, :nb], cpu.scales[:, :nb].view(np.uint16))
+                        t0, t1 = cpu.first_token, cpu.first_token + cpu.tokens
+                        np.testing.assert_array_equal(g["kv"][:cpu.tokens, 0], bf16_bits(k[h, t0:t1]))
+                        compared += nb
+        assert compared == L * H * sum(math.ceil(sum(sp) / 64) for sp in splits)
+
+
+def test_centered_step_selects_as_the_cpu(gpu):
+    """A centered session's step (k < n) attends over the selection of the
+    CPU's fathom-centered:32 (fathom.Index scores + fathom.select): its LSE
+    equals the float64 log-sum-exp over that selection, and on these
+    offset keys fathom:32 selects otherwise for some query head."""
+    dev = torch.device("cuda")
+    H, G, D, n, k, B = 2, 4, 128, 3000, 128, 32
+    scale = 1.0 / math.sqrt(D)
+    with T.KVTier(1, H, G, D, max_sessions=1, max_tokens=4096) as tier:
+        s = tier.session()
+        tier.set_center(s)
+        tier.reserve(s, n)
+        keys, vals = keys_like(n, H, D, seed=41)
+        keys = (keys.float() + 4 * torch.randn((H, 1, D), generator=torch.Generator().manual_seed(42))).to(
+            torch.bfloat16)  # offsets of a few standard deviations
+        append_all(tier, [s], [[(keys[:, :1000], vals[:, :1000]), (keys[:, 1000:], vals[:, 1000:])]], dev)
+        q = (0.3 * torch.randn((1, H, G, D), generator=torch.Generator().manual_seed(43))).to(torch.bfloat16)
+        out, lse = tier.step(0, tier.sessions_tensor([s]), q.to(dev), capacity=4096, k=k, budget=B, scale=scale)
+        tier.check()
+        lse = lse.cpu().numpy()
+        differ = 0
+        for h in range(H):
+            K = keys[h].float().numpy()
+            ix = fathom.Index([f"fathom-centered:{B}", f"fathom:{B}"], D)
+            ix.append(K[:1000])  # the same first append: the same center
+            ix.append(K[1000:])
+            qh = q[0, h].float().numpy()
+            centered = ix.scores(f"fathom-centered:{B}", qh)[0]
+            raw = ix.scores(f"fathom:{B}", qh)[0]
+            for g in range(G):
+                sel = fathom.select(centered[g], k)
+                logits = (K[sel].astype(np.float64) @ qh[g].astype(np.float64)) * scale
+                ref = logits.max() + math.log(np.exp(logits - logits.max()).sum())
+                assert abs(lse[0, h, g] - ref) <= 1e-4 * (1 + abs(ref)), (h, g, lse[0, h, g], ref)
+                differ += not np.array_equal(sel, fathom.select(raw[g], k))
+        assert differ > 0
 
 
 def dense_reference(k, v, q, scale):
@@ -328,7 +434,7 @@ def test_fork_truncate_usage(gpu):
         np.testing.assert_array_equal(tier.segment(b, 0, 0, 0)["planes"][:, :, :2], store.segment(0).planes[:, :, :2])
 
 
-@pytest.mark.parametrize("method", ["fathom:48", "ds:32"])
+@pytest.mark.parametrize("method", ["fathom:48", "ds:32", "fathom-centered:48"])
 def test_backend_decode_matches_transformers_sdpa(gpu, method):
     """k >= n: 64 teacher-forced decode steps of a random-init Qwen3 (bf16)
     through TierBackend (dense prefill, tier steps after) == transformers'
@@ -360,6 +466,8 @@ def test_backend_decode_matches_transformers_sdpa(gpu, method):
                 got.append(model(input_ids=toks[:, t:t + 1], position_ids=pos[:, t:t + 1], **kw).logits[:, -1])
             backend.check()
             assert backend.length() == prompt + steps - 1
+            for s in backend.sessions:  # centered on the prompt's keys, uncentered otherwise
+                assert (backend.tier.center(s, 0, 0) is not None) == (method == "fathom-centered:48")
         finally:
             sb.attach(model, None, "sdpa")
             backend.close()
@@ -369,7 +477,8 @@ def test_backend_decode_matches_transformers_sdpa(gpu, method):
     assert (got.argmax(-1) == ref.argmax(-1)).float().mean() >= 0.95
 
 
-def test_fathom_cache_on_cuda_matches_transformers_sdpa(gpu):
+@pytest.mark.parametrize("method", ["fathom:48", "fathom-centered:48"])
+def test_fathom_cache_on_cuda_matches_transformers_sdpa(gpu, method):
     """fathom.transformers' FathomCache with the model on CUDA picks
     TierBackend; with k >= n its 64 teacher-forced decode steps of a
     random-init Qwen3 (bf16) equal transformers' sdpa within bf16 tolerance."""
@@ -394,10 +503,12 @@ def test_fathom_cache_on_cuda_matches_transformers_sdpa(gpu):
         model.set_attn_implementation("sdpa")
         ref = decode(transformers.DynamicCache(config=cfg))
         model.set_attn_implementation(ft.NAME)
-        cache = ft.FathomCache(model, method="fathom:48", k=512)
+        cache = ft.FathomCache(model, method=method, k=512)
         try:
             got = decode(cache)
             assert isinstance(cache.backend, TierBackend)
+            assert (cache.backend.tier.center(cache.backend.sessions[0], 1, 0) is not None) == (
+                method == "fathom-centered:48")
             cache.backend.check()
             assert cache.backend.length() == prompt + steps - 1
         finally:

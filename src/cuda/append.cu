@@ -9,7 +9,14 @@
  * which gives the bytes fathom_store_append leaves (a code depends only on
  * its value and the block's final scale). The sums CTA adds the new rows in
  * order, as the store does; the lengths move in a second launch, once every
- * CTA has read them. */
+ * CTA has read them.
+ *
+ * Centered sessions (fathom_cuda_tier_set_center): every value encoded and
+ * summed is k - mu (one float subtraction, as fathom_store_append rounds
+ * it). A center still pending is taken first, by its own launch (one CTA
+ * per (entry, head), one thread per channel): the mean of the first
+ * append's rows, summed in double in row order and rounded once to float,
+ * as fathom_index_append's center_on_mean. */
 #include "tier_internal.cuh"
 
 /* Tokens [first, first+count) of entry e start at row offset `off` of the
@@ -43,6 +50,45 @@ static __device__ bool entry_of(const tier_dev &t, uint32_t layer, const uint32_
     return r->count > 0;
 }
 
+/* The center of (session, layer, head) for the encoder, NULL when the
+ * session is not centered; false (and the error recorded when `report`)
+ * when it is centered but its center was never taken (an append captured
+ * before the tier had a centered session lacks the centering launch). */
+static __device__ bool center_of(const tier_dev &t, uint32_t s, uint32_t layer, uint32_t h, bool report,
+                                 const float **mu) {
+    const float *c = t.centers[s];
+    *mu = NULL;
+    if (!c) return true;
+    const uint32_t state = t.center_state[(size_t)s * t.layers + layer];
+    if (state != TIER_CENTER_TAKEN && state != TIER_CENTER_GIVEN) {
+        if (report) tier_fail(t, TIER_ERR_CENTER);
+        return false;
+    }
+    *mu = c + ((size_t)layer * t.heads + h) * t.dim;
+    return true;
+}
+
+/* A pending center from the first append: mu_j = (float)(sum_i k_ij / count)
+ * in double, rows in order (index.c's center_on_mean). */
+template <int D>
+static __global__ void __launch_bounds__(D)
+append_center_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, const uint32_t *counts,
+                     uint32_t max_count, const uint16_t *keys) {
+    const uint32_t e = blockIdx.x / t.heads, h = blockIdx.x % t.heads, j = threadIdx.x;
+    const uint32_t s = sessions[e];
+    if (s >= t.max_sessions || !t.centers[s]) return;
+    uint32_t *state = &t.center_state[(size_t)s * t.layers + layer];
+    if (*state != TIER_CENTER_PENDING && *state != TIER_CENTER_TAKEN) return; /* given: kept */
+    entry_range r;
+    if (!entry_of(t, layer, sessions, counts, e, max_count, false, &r) || r.old != 0) return;
+    const uint16_t *in_k = keys + (r.off * t.heads + h) * D + j;
+    const size_t in_stride = (size_t)t.heads * D;
+    double sum = 0.0;
+    for (uint32_t i = 0; i < r.count; i++) sum = __dadd_rn(sum, (double)tier_bf16(in_k[i * in_stride]));
+    t.centers[s][((size_t)layer * t.heads + h) * D + j] = __double2float_rn(__ddiv_rn(sum, (double)r.count));
+    if (h == 0 && j == 0) *state = TIER_CENTER_TAKEN; /* read by the next launch only */
+}
+
 template <int D>
 static __global__ void __launch_bounds__(D)
 append_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, const uint32_t *counts,
@@ -50,7 +96,14 @@ append_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, const uint32
     const uint32_t e = blockIdx.y / t.heads, h = blockIdx.y % t.heads, j = threadIdx.x;
     const bool sums_cta = blockIdx.x == gridDim.x - 1;
     entry_range r;
-    if (!entry_of(t, layer, sessions, counts, e, max_count, sums_cta && h == 0 && j == 0, &r)) return;
+    const bool report = sums_cta && h == 0 && j == 0;
+    const float *center;
+    if (!entry_of(t, layer, sessions, counts, e, max_count, report, &r) ||
+        !center_of(t, r.s, layer, h, report, &center))
+        return;
+    const float mu = center ? __ldcv(&center[j]) : 0.0f;
+    /* the stored coordinate of a key: k, or k - mu rounded once */
+    auto stored = [&](uint16_t k) { return center ? __fsub_rn(tier_bf16(k), mu) : tier_bf16(k); };
     const uint32_t S = t.segment_blocks;
     const uint64_t seg_tokens = (uint64_t)S * FATHOM_BLOCK_TOKENS, end = (uint64_t)r.old + r.count;
     const uint16_t *in_k = keys + (r.off * t.heads + h) * D;
@@ -60,7 +113,7 @@ append_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, const uint32
         double *base = t.sums[r.s] + ((size_t)layer * t.heads + h) * 3 * D;
         double shift = __ldcv(&base[j]), sum = __ldcv(&base[D + j]), sum_sq = __ldcv(&base[2 * D + j]);
         for (uint32_t i = 0; i < r.count; i++) {
-            const float v = tier_bf16(in_k[i * in_stride + j]);
+            const float v = stored(in_k[i * in_stride + j]);
             if (r.old == 0 && i == 0) shift = v;
             tier_sums_add(v, shift, &sum, &sum_sq);
         }
@@ -92,7 +145,7 @@ append_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, const uint32
     const uint16_t *old_k = (const uint16_t *)s_old;
     auto value = [&](uint32_t i) {
         const uint64_t tok = first + i;
-        return tok < r.old ? tier_bf16(old_k[(size_t)i * D + j]) : tier_bf16(in_k[(tok - r.old) * in_stride + j]);
+        return tok < r.old ? stored(old_k[(size_t)i * D + j]) : stored(in_k[(tok - r.old) * in_stride + j]);
     };
     uint64_t w[FATHOM_PLANES];
     uint16_t scale;
@@ -108,15 +161,26 @@ static __global__ void append_lengths_kernel(tier_dev t, uint32_t layer, const u
                                              const uint32_t *counts, uint32_t batch, uint32_t max_count) {
     for (uint32_t e = threadIdx.x; e < batch; e += blockDim.x) {
         entry_range r;
-        if (entry_of(t, layer, sessions, counts, e, max_count, false, &r))
+        const float *center;
+        if (entry_of(t, layer, sessions, counts, e, max_count, false, &r) && center_of(t, r.s, layer, 0, false, &center))
             t.len[(size_t)r.s * t.layers + layer] = r.old + r.count;
     }
 }
 
 int fc_tier_append(const tier_dev *t, uint32_t layer, const uint32_t *sessions, uint32_t batch,
                    const uint32_t *counts, uint32_t max_count, const uint16_t *keys,
-                   const uint16_t *values, cudaStream_t stream) {
+                   const uint16_t *values, bool centering, cudaStream_t stream) {
     const dim3 grid((max_count + 63) / 64 + 2, batch * t->heads);
+    if (centering) {
+        const uint32_t ctas = batch * t->heads;
+        switch (t->dim) {
+        case 64: append_center_kernel<64><<<ctas, 64, 0, stream>>>(*t, layer, sessions, counts, max_count, keys); break;
+        case 128: append_center_kernel<128><<<ctas, 128, 0, stream>>>(*t, layer, sessions, counts, max_count, keys); break;
+        case 256: append_center_kernel<256><<<ctas, 256, 0, stream>>>(*t, layer, sessions, counts, max_count, keys); break;
+        default: return fathom_fail(FATHOM_ERR_UNSUPPORTED, "tier_append: dim %u", t->dim);
+        }
+        FATHOM_CUDA_LAUNCHED();
+    }
     switch (t->dim) {
     case 64: append_kernel<64><<<grid, 64, 0, stream>>>(*t, layer, sessions, counts, max_count, keys, values); break;
     case 128: append_kernel<128><<<grid, 128, 0, stream>>>(*t, layer, sessions, counts, max_count, keys, values); break;

@@ -24,6 +24,9 @@ typedef struct tier_session {
     tier_segment **segs;  /* [max_segments] */
     double *sums;         /* [layers][heads][3][dim], mapped */
     double *sums_dev;
+    float *center;        /* [layers][heads][dim], mapped; NULL: not centered */
+    float *center_dev;
+    int center_given;     /* the caller's center (else the first append's mean) */
 } tier_session;
 
 struct fathom_cuda_tier {
@@ -34,6 +37,9 @@ struct fathom_cuda_tier {
     uint8_t **d_table;
     uint32_t *d_len, *d_cap, *d_error;
     double **d_sums;
+    float **d_centers;       /* [max_sessions] */
+    uint32_t *d_center_state; /* [max_sessions][layers] */
+    int centering;           /* a session was ever centered: appends enqueue the centering kernel */
     tier_cache *caches;   /* [max_sessions] host copies of the HBM caches' descriptions */
     tier_cache *d_caches; /* [max_sessions] the same in device memory */
     uint32_t row_caches;  /* sessions with a row cache */
@@ -66,6 +72,7 @@ extern "C" void fathom_cuda_tier_destroy(fathom_cuda_tier *t) {
                 }
             free(se->segs);
             if (se->sums) cudaFreeHost(se->sums);
+            if (se->center) cudaFreeHost(se->center);
         }
         free(t->sessions);
     }
@@ -78,6 +85,8 @@ extern "C" void fathom_cuda_tier_destroy(fathom_cuda_tier *t) {
     cudaFree(t->d_cap);
     cudaFree(t->d_error);
     cudaFree(t->d_sums);
+    cudaFree(t->d_centers);
+    cudaFree(t->d_center_state);
     fathom_cuda_lanes_destroy(t->lanes);
     free(t);
 }
@@ -155,6 +164,10 @@ extern "C" int fathom_cuda_tier_create(const fathom_cuda_tier_shape *shape, fath
     TIER_TRY(cudaMemset(t->d_error, 0, 4));
     TIER_TRY(cudaMalloc((void **)&t->d_sums, (size_t)sh.max_sessions * sizeof(double *)));
     TIER_TRY(cudaMemset(t->d_sums, 0, (size_t)sh.max_sessions * sizeof(double *)));
+    TIER_TRY(cudaMalloc((void **)&t->d_centers, (size_t)sh.max_sessions * sizeof(float *)));
+    TIER_TRY(cudaMemset(t->d_centers, 0, (size_t)sh.max_sessions * sizeof(float *)));
+    TIER_TRY(cudaMalloc((void **)&t->d_center_state, (size_t)sh.max_sessions * sh.layers * 4));
+    TIER_TRY(cudaMemset(t->d_center_state, 0, (size_t)sh.max_sessions * sh.layers * 4));
     TIER_TRY(cudaMalloc((void **)&t->d_caches, (size_t)sh.max_sessions * sizeof(tier_cache)));
     TIER_TRY(cudaMemset(t->d_caches, 0, (size_t)sh.max_sessions * sizeof(tier_cache)));
     d->caches = t->d_caches;
@@ -162,6 +175,8 @@ extern "C" int fathom_cuda_tier_create(const fathom_cuda_tier_shape *shape, fath
     d->len = t->d_len;
     d->cap = t->d_cap;
     d->sums = t->d_sums;
+    d->centers = t->d_centers;
+    d->center_state = t->d_center_state;
     d->error = t->d_error;
     const int st = fathom_cuda_lanes_create(TIER_LANES, &t->lanes);
     if (st != FATHOM_OK) {
@@ -209,6 +224,8 @@ static int publish(fathom_cuda_tier *t, uint32_t s) {
     free(row);
     if (e == cudaSuccess) e = cudaMemcpy(t->d_cap + s, &cap, 4, cudaMemcpyHostToDevice);
     if (e == cudaSuccess) e = cudaMemcpy(t->d_sums + s, &se->sums_dev, sizeof(double *), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(t->d_centers + s, &se->center_dev, sizeof(float *), cudaMemcpyHostToDevice);
     FATHOM_CHECK(e != cudaSuccess, FATHOM_ERR_DEVICE, "tier: updating the device tables: %s",
                  cudaGetErrorName(e));
     return FATHOM_OK;
@@ -222,6 +239,34 @@ static int set_lengths(fathom_cuda_tier *t, uint32_t s, uint64_t n) {
     cudaError_t e = cudaMemcpy(t->d_len + (size_t)s * L, v, (size_t)L * 4, cudaMemcpyHostToDevice);
     free(v);
     FATHOM_CHECK(e != cudaSuccess, FATHOM_ERR_DEVICE, "tier: setting lengths: %s", cudaGetErrorName(e));
+    return FATHOM_OK;
+}
+
+/* Every layer's center state of session s (TIER_CENTER_*, 0: not centered). */
+static int set_center_states(fathom_cuda_tier *t, uint32_t s, uint32_t state) {
+    const uint32_t L = t->shape.layers;
+    uint32_t *v = (uint32_t *)malloc((size_t)L * 4);
+    FATHOM_CHECK(v == NULL, FATHOM_ERR_NOMEM, "tier: out of memory");
+    for (uint32_t l = 0; l < L; l++) v[l] = state;
+    cudaError_t e = cudaMemcpy(t->d_center_state + (size_t)s * L, v, (size_t)L * 4, cudaMemcpyHostToDevice);
+    free(v);
+    FATHOM_CHECK(e != cudaSuccess, FATHOM_ERR_DEVICE, "tier: setting center states: %s", cudaGetErrorName(e));
+    return FATHOM_OK;
+}
+
+/* A session's centers: [layers][heads][dim] floats of pinned mapped memory. */
+static int center_alloc(const fathom_cuda_tier *t, float **host, float **dev) {
+    const size_t bytes = (size_t)t->shape.layers * t->shape.kv_heads * t->shape.dim * sizeof(float);
+    *host = *dev = NULL;
+    if (cudaHostAlloc((void **)host, bytes, cudaHostAllocMapped) != cudaSuccess ||
+        cudaHostGetDevicePointer((void **)dev, *host, 0) != cudaSuccess) {
+        cudaGetLastError();
+        if (*host) cudaFreeHost(*host);
+        *host = *dev = NULL;
+        return fathom_fail(FATHOM_ERR_NOMEM, "tier: no pinned memory for %llu bytes of centers",
+                           (unsigned long long)bytes);
+    }
+    memset(*host, 0, bytes);
     return FATHOM_OK;
 }
 
@@ -273,6 +318,7 @@ extern "C" int fathom_cuda_tier_session_create(fathom_cuda_tier *t, uint32_t *se
     t->sessions[s] = se;
     int st = publish(t, s);
     if (st == FATHOM_OK) st = set_lengths(t, s, 0);
+    if (st == FATHOM_OK) st = set_center_states(t, s, 0);
     if (st < 0) {
         cudaFreeHost(se.sums);
         free(se.segs);
@@ -289,18 +335,23 @@ extern "C" int fathom_cuda_tier_session_free(fathom_cuda_tier *t, uint32_t s) {
     const uint32_t count = se->count;
     se->count = 0;
     double *sums = se->sums, *sums_dev = se->sums_dev;
+    float *center = se->center, *center_dev = se->center_dev;
     se->sums_dev = NULL;
+    se->center_dev = NULL;
     int st = publish(t, s); /* the device no longer sees its segments */
     if (st == FATHOM_OK) st = set_lengths(t, s, 0);
+    if (st == FATHOM_OK) st = set_center_states(t, s, 0);
     if (st < 0) {
         se->count = count;
         se->sums_dev = sums_dev;
+        se->center_dev = center_dev;
         publish(t, s);
         return st;
     }
     for (uint32_t i = 0; i < count; i++) segment_release(se->segs[i]);
     free(se->segs);
     cudaFreeHost(sums);
+    if (center) cudaFreeHost(center);
     memset(se, 0, sizeof *se);
     return fc_tier_cache_drop(t, s);
 }
@@ -374,10 +425,12 @@ static void rebuild(fathom_cuda_tier *t, tier_session *se, uint64_t n) {
         for (uint32_t h = 0; h < t->shape.kv_heads; h++) {
             double *shift = se->sums + ((uint64_t)l * t->shape.kv_heads + h) * 3 * D;
             double *sum = shift + D, *sum_sq = shift + 2 * D;
+            /* a centered session (n > 0: its center is taken or given) stores k - mu */
+            const float *mu = se->center ? se->center + ((uint64_t)l * t->shape.kv_heads + h) * D : NULL;
             for (uint64_t i = 0; i < n; i++) {
                 const uint16_t *row = host_row(t, se, i, l, h);
                 for (uint32_t j = 0; j < D; j++) {
-                    const float v = fathom_bf16_to_f32(row[j]);
+                    const float v = mu ? fathom_bf16_to_f32(row[j]) - mu[j] : fathom_bf16_to_f32(row[j]);
                     if (i == 0) shift[j] = v;
                     tier_sums_add(v, shift[j], &sum[j], &sum_sq[j]);
                 }
@@ -391,7 +444,10 @@ static void rebuild(fathom_cuda_tier *t, tier_session *se, uint64_t n) {
             for (uint32_t j = 0; j < D; j++) {
                 uint64_t w[FATHOM_PLANES];
                 float vals[FATHOM_BLOCK_TOKENS];
-                for (uint64_t i = first; i < n; i++) vals[i - first] = fathom_bf16_to_f32(host_row(t, se, i, l, h)[j]);
+                for (uint64_t i = first; i < n; i++) {
+                    const float k = fathom_bf16_to_f32(host_row(t, se, i, l, h)[j]);
+                    vals[i - first] = mu ? k - mu[j] : k;
+                }
                 const tier_values value = {vals};
                 tier_encode_channel(value, (uint32_t)(n - first), w, &scales[(uint64_t)j * S + b]);
                 for (int p = 0; p < FATHOM_PLANES; p++) planes[((uint64_t)j * FATHOM_PLANES + p) * S + b] = w[p];
@@ -407,11 +463,17 @@ extern "C" int fathom_cuda_tier_truncate(fathom_cuda_tier *t, uint32_t s, uint64
     tier_session *se = &t->sessions[s];
     const uint32_t keep = (uint32_t)((n + t->seg_tokens - 1) / t->seg_tokens);
     const uint32_t open = (uint32_t)(n / t->seg_tokens); /* the segment appends write next */
+    /* emptied, a session centered on its first append's mean takes the next one's */
+    const bool repend = n == 0 && se->center && !se->center_given && length > 0;
+    if (repend) FATHOM_TRY(set_center_states(t, s, TIER_CENTER_PENDING));
     tier_segment *copy = NULL;
     if (n % t->seg_tokens != 0 && se->segs[open]->refs > 1) {
         copy = segment_new(t);
-        FATHOM_CHECK(copy == NULL, FATHOM_ERR_NOMEM,
-                     "tier_truncate: no pinned host memory to copy shared segment %u", open);
+        if (copy == NULL) {
+            if (repend) set_center_states(t, s, TIER_CENTER_TAKEN);
+            return fathom_fail(FATHOM_ERR_NOMEM, "tier_truncate: no pinned host memory to copy shared segment %u",
+                               open);
+        }
         memcpy(copy->host, se->segs[open]->host, t->seg_bytes);
     }
     const uint32_t count = se->count;
@@ -428,6 +490,7 @@ extern "C" int fathom_cuda_tier_truncate(fathom_cuda_tier *t, uint32_t s, uint64
         se->count = count;
         publish(t, s);
         set_lengths(t, s, length);
+        if (repend) set_center_states(t, s, TIER_CENTER_TAKEN);
         return st;
     }
     if (old_open) segment_release(old_open);
@@ -462,8 +525,22 @@ extern "C" int fathom_cuda_tier_fork(fathom_cuda_tier *t, uint32_t src, uint32_t
     if (copy) b->segs[full] = copy;
     b->count = full + (copy != NULL);
     memcpy(b->sums, a->sums, t->sums_bytes);
-    st = publish(t, s);
+    if (a->center) { /* the center, its mode and every layer's state */
+        st = center_alloc(t, &b->center, &b->center_dev);
+        if (st == FATHOM_OK) {
+            memcpy(b->center, a->center, (size_t)t->shape.layers * t->shape.kv_heads * t->shape.dim * sizeof(float));
+            b->center_given = a->center_given;
+        }
+    }
+    if (st == FATHOM_OK) st = publish(t, s);
     if (st == FATHOM_OK) st = set_lengths(t, s, n);
+    if (st == FATHOM_OK && a->center) {
+        const cudaError_t e = cudaMemcpy(t->d_center_state + (size_t)s * t->shape.layers,
+                                         t->d_center_state + (size_t)src * t->shape.layers,
+                                         (size_t)t->shape.layers * 4, cudaMemcpyDeviceToDevice);
+        if (e != cudaSuccess) st = fathom_fail(FATHOM_ERR_DEVICE, "tier_fork: copying center states: %s",
+                                               cudaGetErrorName(e));
+    }
     if (st < 0) {
         fathom_cuda_tier_session_free(t, s);
         return st;
@@ -482,7 +559,8 @@ extern "C" int fathom_cuda_tier_usage_of(fathom_cuda_tier *t, uint32_t s, fathom
     u->capacity = (uint64_t)se->count * t->seg_tokens;
     if (u->capacity > t->shape.max_tokens) u->capacity = t->shape.max_tokens;
     u->segments = se->count;
-    u->bytes = u->exclusive_bytes = t->sums_bytes;
+    u->bytes = u->exclusive_bytes =
+        t->sums_bytes + (se->center ? (uint64_t)t->shape.layers * t->shape.kv_heads * t->shape.dim * 4 : 0);
     for (uint32_t i = 0; i < se->count; i++) {
         u->bytes += t->seg_bytes;
         if (se->segs[i]->refs > 1) u->shared_segments++;
@@ -535,8 +613,10 @@ extern "C" int fathom_cuda_tier_check(fathom_cuda_tier *t) {
         "an append count exceeded max_count (skipped)",
         "a session's length exceeded the step's capacity_tokens (skipped)",
         "a given selection (fathom_cuda_tier_step_given) held a position outside [sink, n - local) or out of "
-        "ascending order (its heads attended over placeholder positions)"};
-    FATHOM_CHECK(code != 0, FATHOM_ERR_STATE, "tier: %s", code < 6 ? why[code] : "unknown error");
+        "ascending order (its heads attended over placeholder positions)",
+        "an append to a centered session found no center taken (an append captured into a graph before the "
+        "tier's first fathom_cuda_tier_set_center lacks the kernel that takes it) (skipped)"};
+    FATHOM_CHECK(code != 0, FATHOM_ERR_STATE, "tier: %s", code < 7 ? why[code] : "unknown error");
     return FATHOM_OK;
 }
 
@@ -551,5 +631,73 @@ extern "C" int fathom_cuda_tier_append(fathom_cuda_tier *t, uint32_t layer, cons
                      "tier_append: batch %u x kv_heads %u not in 1..65535", batch, t->shape.kv_heads);
     FATHOM_CHECK_ARG(max_count >= 1 && max_count <= (1u << 24), "tier_append: max_count %u not in 1..2^24",
                      max_count);
-    return fc_tier_append(&t->dev, layer, sessions, batch, counts, max_count, keys, values, stream);
+    return fc_tier_append(&t->dev, layer, sessions, batch, counts, max_count, keys, values, t->centering != 0,
+                          stream);
+}
+
+extern "C" int fathom_cuda_tier_set_center(fathom_cuda_tier *t, uint32_t s, const float *center) {
+    FATHOM_TRY(check_session(t, s, "tier_set_center"));
+    const uint32_t L = t->shape.layers, H = t->shape.kv_heads, D = t->shape.dim;
+    uint32_t *len = (uint32_t *)malloc((size_t)L * 4);
+    FATHOM_CHECK(len == NULL, FATHOM_ERR_NOMEM, "tier_set_center: out of memory");
+    const cudaError_t e = cudaMemcpy(len, t->d_len + (size_t)s * L, (size_t)L * 4, cudaMemcpyDeviceToHost);
+    uint32_t l = 0;
+    while (e == cudaSuccess && l < L && len[l] == 0) l++;
+    const uint32_t held = l < L ? len[l] : 0;
+    free(len);
+    FATHOM_CHECK(e != cudaSuccess, FATHOM_ERR_DEVICE, "tier_set_center: reading lengths: %s", cudaGetErrorName(e));
+    FATHOM_CHECK(l < L, FATHOM_ERR_STATE,
+                 "tier_set_center: session %u already holds %u tokens at layer %u (a center is set before the "
+                 "first append)", s, held, l);
+    if (center)
+        for (uint64_t i = 0; i < (uint64_t)L * H * D; i++)
+            FATHOM_CHECK(!isfinite(center[i]), FATHOM_ERR_NONFINITE,
+                         "tier_set_center: layer %llu head %llu channel %llu is not finite",
+                         (unsigned long long)(i / ((uint64_t)H * D)), (unsigned long long)(i / D % H),
+                         (unsigned long long)(i % D));
+    tier_session *se = &t->sessions[s];
+    const bool fresh = se->center == NULL;
+    if (fresh) {
+        FATHOM_TRY(center_alloc(t, &se->center, &se->center_dev));
+        int st = publish(t, s);
+        if (st < 0) {
+            cudaFreeHost(se->center);
+            se->center = se->center_dev = NULL;
+            publish(t, s);
+            return st;
+        }
+    }
+    const uint32_t was = se->center_given ? TIER_CENTER_GIVEN : TIER_CENTER_PENDING;
+    int st = set_center_states(t, s, center ? TIER_CENTER_GIVEN : TIER_CENTER_PENDING);
+    if (st < 0) {
+        if (fresh) {
+            se->center_dev = NULL;
+            publish(t, s);
+            cudaFreeHost(se->center);
+            se->center = NULL;
+        }
+        set_center_states(t, s, fresh ? 0 : was);
+        return st;
+    }
+    if (center) memcpy(se->center, center, (size_t)L * H * D * sizeof(float));
+    se->center_given = center != NULL;
+    t->centering = 1;
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_tier_center(const fathom_cuda_tier *t, uint32_t s, uint32_t layer, uint32_t head,
+                                       const float **center) {
+    FATHOM_TRY(check_session(t, s, "tier_center"));
+    FATHOM_CHECK_ARG(center != NULL, "tier_center: center is NULL");
+    FATHOM_CHECK_ARG(layer < t->shape.layers && head < t->shape.kv_heads,
+                     "tier_center: layer %u / head %u out of range", layer, head);
+    *center = NULL;
+    const tier_session *se = &t->sessions[s];
+    if (!se->center) return FATHOM_OK;
+    uint32_t state = 0;
+    FATHOM_CUDA_TRY(cudaMemcpy(&state, t->d_center_state + (size_t)s * t->shape.layers + layer, 4,
+                               cudaMemcpyDeviceToHost));
+    if (state == TIER_CENTER_TAKEN || state == TIER_CENTER_GIVEN)
+        *center = se->center + ((uint64_t)layer * t->shape.kv_heads + head) * t->shape.dim;
+    return FATHOM_OK;
 }

@@ -12,7 +12,15 @@ enum {
     TIER_ERR_CAPACITY = 2, /* an append beyond the session's reserved capacity */
     TIER_ERR_COUNT = 3,    /* an append count above max_count */
     TIER_ERR_LENGTH = 4,   /* a length above the step's capacity_tokens */
-    TIER_ERR_GIVEN = 5     /* a given selection outside [sink, n - local) or not strictly ascending */
+    TIER_ERR_GIVEN = 5,    /* a given selection outside [sink, n - local) or not strictly ascending */
+    TIER_ERR_CENTER = 6    /* an append to a centered session whose center is not fixed */
+};
+
+/* A centered session's state per layer (tier_dev.center_state; 0: not centered). */
+enum {
+    TIER_CENTER_PENDING = 1, /* the center is the mean of the first append's keys, not taken yet */
+    TIER_CENTER_TAKEN = 2,   /* ... taken from this layer's first append */
+    TIER_CENTER_GIVEN = 3    /* the caller's (fathom_cuda_tier_set_center) */
 };
 
 /* A session's HBM cache (device memory; all NULL / 0 without one). A plane
@@ -44,6 +52,8 @@ typedef struct tier_dev {
     double *const *sums;   /* [max_sessions] -> [layers][heads][3][dim] (mapped host) */
     uint32_t *error;       /* first error code */
     const tier_cache *caches; /* [max_sessions], device */
+    float *const *centers;  /* [max_sessions] -> [layers][heads][dim] (mapped host); NULL: not centered */
+    uint32_t *center_state; /* [max_sessions][layers] TIER_CENTER_*, 0 where not centered */
 } tier_dev;
 
 static __device__ __forceinline__ void tier_fail(const tier_dev &t, uint32_t code) {
@@ -219,8 +229,10 @@ int fc_tier_step_scores(const fathom_cuda_tier *tier, const fathom_cuda_tier_ste
                         const float **scores, uint64_t *stride);
 
 /* Launchers for tier.cu's host code that need kernels. */
+/* centering: enqueue the kernel that takes a pending center from a first
+ * append (once the tier has had a centered session). */
 int fc_tier_append(const tier_dev *t, uint32_t layer, const uint32_t *sessions, uint32_t batch,
                    const uint32_t *counts, uint32_t max_count, const uint16_t *keys,
-                   const uint16_t *values, cudaStream_t stream);
+                   const uint16_t *values, bool centering, cudaStream_t stream);
 
 #endif
