@@ -32,6 +32,8 @@ extern "C" {
 }
 
 #include <algorithm>
+#include <tuple>
+#include <utility>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -826,26 +828,82 @@ static void test_cache(void) {
            (unsigned long long)expect_rows);
     CHECK(expect_rows > 0 && hits[1] == expect_rows);
     CHECK(hits[0] == expect_planes);
-    /* the fill ranks the plan's lines before the spare ones: session 1 with only
-       as many lines as its largest plan holds still serves every planned line
-       (ranking all lines by var / 4^p alone would let spare lines of high-variance
-       channels push out planned lines of low-variance ones) */
-    uint32_t most = 0;
-    for (uint32_t l = 0; l < L; l++)
-        for (uint32_t h = 0; h < H; h++) {
-            uint32_t sum = 0;
-            for (uint32_t j = 0; j < D; j++) sum += o.depths[(((size_t)l * B + 1) * H + h) * D + j];
-            most = sum > most ? sum : most;
-        }
-    CHECK(most > 0 && most < FATHOM_PLANES * D);
-    fathom_cuda_tier_cache_config fit = {LH * 10 * blocks * most, capacity, 0};
-    CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[1], &fit));
-    model.set(1, 0);
-    CHECK_OK(fathom_cuda_tier_cache_fill(tc, ids[1], d_dep1, 0));
-    o = both();
-    printf("cache: %u lines by the plan: plane bytes from HBM %llu (expected %llu)\n", most, hits[0],
-           (unsigned long long)expect_planes);
-    CHECK(hits[0] == expect_planes);
+    /* the fill ranks the plan's lines before the spare ones: session 1 filled by
+       depths that keep, per (layer, head), the planned lines of the 4 planned
+       channels of LEAST variance, with exactly as many lines as those: the step
+       reads all of them from HBM. The host ranks the same lines (variance from
+       the tier's sums, as the fill computes it): plan lines first, then spare
+       lines, each by var / 4^p, ties to the lower 4 j + p; ranking every line
+       by var / 4^p alone would keep high-variance lines instead, which the test
+       checks would read other bytes. */
+    {
+        std::vector<uint8_t> dz((size_t)L * H * D, 0);
+        uint64_t lines = 0;
+        for (uint32_t l = 0; l < L; l++)
+            for (uint32_t h = 0; h < H; h++) {
+                const uint8_t *dep = &o.depths[(((size_t)l * B + 1) * H + h) * D];
+                std::vector<std::pair<float, uint32_t>> planned;
+                const double *shift, *sum, *sum_sq;
+                CHECK_OK(fathom_cuda_tier_sums(tc, ids[1], l, h, &shift, &sum, &sum_sq));
+                for (uint32_t j = 0; j < D; j++) {
+                    const double mean = sum[j] / (double)start[1], x = sum_sq[j] / (double)start[1] - mean * mean;
+                    if (dep[j]) planned.push_back({x > 0.0 ? (float)x : 0.0f, j});
+                }
+                std::sort(planned.begin(), planned.end());
+                uint64_t here = 0;
+                for (size_t c = 0; c < 4 && c < planned.size(); c++) {
+                    dz[((size_t)l * H + h) * D + planned[c].second] = dep[planned[c].second];
+                    here += dep[planned[c].second];
+                }
+                lines = here > lines ? here : lines;
+            }
+        /* host ranking of one (layer, head): the bytes the step reads from its kept lines */
+        auto kept_bytes = [&](uint32_t l, uint32_t h, bool plan_first) {
+            const uint8_t *dep = &o.depths[(((size_t)l * B + 1) * H + h) * D];
+            const uint8_t *fill = &dz[((size_t)l * H + h) * D];
+            const double *shift, *sum, *sum_sq;
+            CHECK_OK(fathom_cuda_tier_sums(tc, ids[1], l, h, &shift, &sum, &sum_sq));
+            std::vector<std::tuple<int, double, uint32_t>> rank; /* (-class, -key, i) */
+            for (uint32_t j = 0; j < D; j++) {
+                const double mean = sum[j] / (double)start[1], x = sum_sq[j] / (double)start[1] - mean * mean;
+                const float var = x > 0.0 ? (float)x : 0.0f;
+                for (uint32_t p = 0; p < FATHOM_PLANES; p++) {
+                    const int cls = p < fill[j] ? 2 : var > 0.0f ? 1 : 0;
+                    if (cls) rank.push_back({plan_first ? -cls : -1, -(double)var / (double)(1u << (2 * p)),
+                                             j * FATHOM_PLANES + p});
+                }
+            }
+            std::sort(rank.begin(), rank.end());
+            uint64_t bytes = 0;
+            for (size_t x = 0; x < rank.size() && x < lines; x++) {
+                const uint32_t i = std::get<2>(rank[x]), j = i / FATHOM_PLANES, p = i % FATHOM_PLANES;
+                if (p < dep[j]) bytes += (p == 0 ? 10ull : 8ull) * (start[1] / 64);
+            }
+            return bytes;
+        };
+        uint64_t expect = 0, classless = 0, session0 = 0;
+        for (uint32_t l = 0; l < L; l++)
+            for (uint32_t h = 0; h < H; h++) {
+                expect += kept_bytes(l, h, true);
+                classless += kept_bytes(l, h, false);
+                for (uint32_t j = 0; j < D; j++) {
+                    const uint32_t t = o.depths[((size_t)l * B * H + h) * D + j];
+                    session0 += t ? (8ull * t + 2) * (start[0] / 64) : 0;
+                }
+            }
+        uint8_t *d_dz = to_device(dz.data(), dz.size());
+        fathom_cuda_tier_cache_config fit = {LH * 10 * blocks * lines, capacity, 0};
+        CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[1], &fit));
+        model.set(1, 0);
+        CHECK_OK(fathom_cuda_tier_cache_fill(tc, ids[1], d_dz, 0));
+        o = both();
+        printf("cache: %llu lines, plan first: plane bytes from HBM %llu (expected %llu + %llu; ranking by "
+               "var / 4^p alone: %llu)\n", (unsigned long long)lines, hits[0], (unsigned long long)session0,
+               (unsigned long long)expect, (unsigned long long)classless);
+        CHECK(expect > 0 && lines < FATHOM_PLANES * D && classless != expect);
+        CHECK(hits[0] == session0 + expect);
+        cudaFree(d_dz);
+    }
     /* lines beyond the last plan: session 1 filled by an empty plan (depths 0)
        keeps the spare lines, every line of a channel with variance, and the step
        reads its planned lines from them */
