@@ -390,14 +390,16 @@ def cache_sim_gpu_vs_lfu(rec):
 def cache_sim_variants(rec):
     """The gpu policy's variants (cache_sim --variants): a table of all bytes
     kept off the link per fill, row rule and plane share, and the best."""
-    rows, best, later_wins, spare_wins = [], [], True, True
+    rows, best, replace_more, spare_wins = [], [], [], True
     for t in rec["result"]["traces"]:
         var = [x for x in t["runs"] if x["policy"] == "variant"]
         if not var:
             continue
         by = {(x["fill"], x["rows"], x["plane_share"]): x for x in var}
-        later_wins &= all(x["row_hit"] >= by[(x["fill"], "replace", x["plane_share"])]["row_hit"]
-                          for x in var if x["rows"] == "later")
+        replace_more += ["%s at %.0f%% to planes (rows %.3f against %.3f)" % (
+            t["trace"].split("/")[-1], 100 * x["plane_share"], by[("spare", "replace", x["plane_share"])]["row_hit"],
+            x["row_hit"]) for x in var if x["fill"] == "spare" and x["rows"] == "later"
+            and by[("spare", "replace", x["plane_share"])]["row_hit"] > x["row_hit"]]
         spare_wins &= all(x["plane_hit"] is None or x["plane_hit"] >= by[("plan", x["rows"], x["plane_share"])]["plane_hit"]
                           for x in var if x["fill"] == "spare")
         shares = sorted({x["plane_share"] for x in var}, reverse=True)
@@ -422,9 +424,12 @@ def cache_sim_variants(rec):
             md_table(["trace", "fill", "rows"] + ["%.0f%% to planes" % (100 * sh) for sh in shares], rows) +
             "\nMost bytes kept off the link: " + "; ".join(best) + ". Spare lines take only lines the plan leaves "
             "over, so they add plane hits only where the budget holds more lines than a plan reads; here they keep "
-            "%s plane bytes than the plan's lines alone at every share. The later-token rule keeps %s row bytes "
-            "than replacing at every share.\n" % ("at least as many" if spare_wins else "NOT always as many",
-                                                  "at least as many" if later_wins else "NOT always as many"))
+            "%s plane bytes as the plan's lines alone at every share. %s\n\n" % (
+                "at least as many" if spare_wins else "NOT always as many",
+                "Replacing keeps more row bytes than the later-token rule only with many slots: %s; with fewer "
+                "slots (more of the budget to planes) the later-token rule keeps more." % "; ".join(replace_more)
+                if replace_more else "The later-token rule keeps at least as many row bytes as replacing at every "
+                "share."))
 
 
 # ---------------------------------------------------------------- GPU
