@@ -3,7 +3,8 @@
 budget and a policy, the fraction of plane bytes and of row bytes a GPU step
 would find resident instead of sending over the link.
 
-  bench/cache_sim.py TRACE [TRACE ...] [--budget 0.1] [--plane-share 0.5] [--fill-every 1 16] [--json]
+  bench/cache_sim.py TRACE [TRACE ...] [--budget 0.1] [--plane-share 0.5] [--fill-every 1 16]
+                    [--variants] [--json]
 
 Model of what crosses the link, per step and (layer, KV head):
   planes: the scan reads plane p of channel j for p < depth_j. A plane unit
@@ -24,14 +25,21 @@ gpu: the GPU tier's own HBM cache (src/cuda/tier_cache.cu, tier_step.cu),
   lines = min(floor(plane bytes / (pairs * 10 * blocks)), 4 * dim) plane lines
   (blocks = ceil(last length / 64)) and slots = floor(row bytes / (pairs *
   (4 * dim + 4))) row slots. After step 0 and every F steps after it
-  (--fill-every) the lines are chosen again from that step's depths: lines
-  (j, p < depth_j) ranked by var_j / 4^p descending (var: the running key
-  variance the trace's "v" lines give at that step), ties to the lower
-  4 j + p, the first `lines` kept, holding the blocks closed at that fill
-  (floor(length / 64)); a kept line read by a step saves 8 bytes per held
-  block, line (j, 0) also the 2-byte scales. Rows: slot = token mod slots; a
-  row hits when its slot holds it; after the step each missed row enters its
-  slot unless the slot holds a later token. The cache starts empty.
+  (--fill-every) the lines are chosen again from that step's depths: the
+  plan's lines (j, p < depth_j) ranked by var_j / 4^p descending (var: the
+  running key variance the trace's "v" lines give at that step), ties to the
+  lower 4 j + p, then the spare lines (p >= depth_j of every channel with
+  var_j > 0) ranked the same way after them; the first `lines` kept, holding
+  the blocks closed at that fill (floor(length / 64)); a kept line read by a
+  step saves 8 bytes per held block, line (j, 0) also the 2-byte scales.
+  Rows: slot = token mod slots; a row hits when its slot holds it; after the
+  step each missed row enters its slot unless the slot holds a later token.
+  The cache starts empty.
+variant (--variants): the gpu policy filled every step with fill "plan"
+  (the plan's lines only) or "spare" (as gpu) and rows "later" (as gpu) or
+  "replace" (the latest missed token of each slot replaces what the slot
+  held), at each --plane-share; best_variant: the one keeping the most plane
+  and row bytes off the link (bytes as the step reads them), ties listed.
 Also printed: the fraction of a step's rows selected by the previous step and
 by one of the last 8 steps (union over the group), to compare with captures.
 """
@@ -42,6 +50,8 @@ from collections import OrderedDict
 
 
 PLANES = 4  # FATHOM_PLANES
+GPU_FILL = "spare"  # what fathom_cuda_tier_cache_fill keeps: "plan" or "spare" (gpu_lines)
+GPU_ROWS = "later"  # the tier step's row-slot rule: "later" or "replace" (simulate_gpu)
 BLOCK = 64  # FATHOM_BLOCK_TOKENS
 
 
@@ -206,14 +216,19 @@ def simulate(meta, steps, budget_frac, plane_share, policy):
     return hit_rates(tot, budget, index_bytes)
 
 
-def gpu_lines(depths, var, lines):
-    """The plane lines fathom_cuda_tier_cache_fill keeps for one (layer, KV
-    head): (j, p < depth_j) by var_j / 4^p descending, ties to the lower 4 j + p."""
-    chosen = [(-(var[j] / 4 ** p), PLANES * j + p) for j, t in enumerate(depths) for p in range(t)]
-    return {(i // PLANES, i % PLANES) for _, i in sorted(chosen)[:lines]}
+def gpu_lines(depths, var, lines, fill):
+    """The plane lines a fill keeps for one (layer, KV head): the plan's lines
+    (j, p < depth_j) by var_j / 4^p descending, ties to the lower 4 j + p;
+    fill "spare" then ranks the other lines of every channel with var_j > 0
+    (p >= depth_j) after them the same way and keeps those too while lines
+    remain. The first `lines` of the ranking are kept."""
+    chosen = [(0 if p < t else 1, -(var[j] / 4 ** p), PLANES * j + p)
+              for j, t in enumerate(depths) for p in range(PLANES)
+              if p < t or (fill == "spare" and var[j] > 0)]
+    return {(i // PLANES, i % PLANES) for _, _, i in sorted(chosen)[:lines]}
 
 
-def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every):
+def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GPU_FILL, row_rule=GPU_ROWS):
     dim = int(meta["dim"])
     last_n = steps[-1]["_pos"] + 1
     index_bytes = traced_index_bytes(steps, dim, last_n)
@@ -244,8 +259,14 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every):
                 missed = [r for r in sel if tag.get(r % slots) != r + 1]
                 tot["row_hit"] += row_bytes * (len(sel) - len(missed))
                 max_row_hits = max(max_row_hits, len(sel) - len(missed))
-                for r in missed:
-                    tag[r % slots] = max(tag.get(r % slots, 0), r + 1)
+                if row_rule == "replace":  # the latest missed token of each slot replaces what it held
+                    claim = {}
+                    for r in missed:
+                        claim[r % slots] = max(claim.get(r % slots, 0), r + 1)
+                    tag.update(claim)
+                else:  # "later": a missed token enters unless its slot holds a later one
+                    for r in missed:
+                        tag[r % slots] = max(tag.get(r % slots, 0), r + 1)
             tot["row"] += row_bytes * len(sel)
         if lines and s % fill_every == 0:
             for key, value in step.items():
@@ -256,7 +277,7 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every):
                 if v is None:
                     raise TraceError(f"no variance line for position {step['_pos']}, layer {key[0]}, "
                                      f"KV head {key[1]}: regenerate the trace with bench_decode_trace")
-                kept[key] = gpu_lines(depths, v, lines)
+                kept[key] = gpu_lines(depths, v, lines, fill)
                 valid[key] = min(n // BLOCK, cache_blocks)
     return {
         **hit_rates(tot, budget, index_bytes),
@@ -264,6 +285,8 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every):
         "slots": slots,
         "max_row_hits": max_row_hits,  # most resident rows one step of one pair read
         "fill_every": fill_every,
+        "fill": fill,
+        "rows": row_rule,
     }
 
 
@@ -289,6 +312,9 @@ def main():
     ap.add_argument("--plane-share", type=float, nargs="+", default=[1.0, 0.5, 0.0])
     ap.add_argument("--fill-every", type=int, nargs="+", default=[1, 16],
                     help="gpu policy: steps between plane-line fills (a run per value)")
+    ap.add_argument("--variants", action="store_true",
+                    help="also the gpu policy's variants (policy \"variant\", fill every step): fill plan|spare "
+                    "x rows later|replace x each --plane-share, and the one keeping the most bytes off the link")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if not 0 < a.budget <= 1 or any(not 0 <= x <= 1 for x in a.plane_share) or min(a.fill_every) < 1:
@@ -315,6 +341,19 @@ def main():
                     r = simulate_gpu(meta, steps, var, a.budget, share, every)
                     r["policy"], r["plane_share"] = "gpu", share
                     res["runs"].append(r)
+            for fill in ("plan", "spare") if var and a.variants else ():
+                for rule in ("later", "replace"):
+                    for share in a.plane_share:
+                        r = simulate_gpu(meta, steps, var, a.budget, share, 1, fill, rule)
+                        r["policy"], r["plane_share"] = "variant", share
+                        res["runs"].append(r)
+            var_runs = [r for r in res["runs"] if r["policy"] == "variant"]
+            if var_runs:  # the most bytes kept off the link, and every variant that keeps as many
+                best = max(var_runs, key=lambda r: (r["bytes_hit"], -var_runs.index(r)))
+                res["best_variant"] = {k: best[k] for k in ("fill", "rows", "plane_share", "plane_hit", "row_hit",
+                                                             "bytes_hit")}
+                res["best_variant"]["ties"] = [[r["fill"], r["rows"], r["plane_share"]] for r in var_runs
+                                               if r["bytes_hit"] == best["bytes_hit"]]
         except (OSError, TraceError) as e:
             sys.exit(f"cache_sim: {e}")
         out.append(res)
@@ -328,12 +367,19 @@ def main():
               f"by one of the last 8 {u['rows_in_last_8_steps']:.3f}")
         for r in res["runs"]:
             ph = "n/a" if r["plane_hit"] is None else f"{r['plane_hit']:.3f}"
-            name = r["policy"].upper() + (f" (fill every {r['fill_every']})" if "fill_every" in r else "")
+            name = r["policy"].upper() + (f" (fill every {r['fill_every']}, {r['fill']}, rows {r['rows']})"
+                                          if "fill_every" in r else "")
             print(f"  {name}, budget {res['budget']:.0%} of the index ({r['budget_bytes'] / 1e6:.2f} MB), "
                   f"{r['plane_share']:.0%} to planes: plane bytes resident {ph}, row bytes resident "
                   f"{r['row_hit']:.3f}, all bytes {r['bytes_hit']:.3f} "
                   f"(per step {r['plane_bytes'] / res['steps'] / 1e6:.2f} MB planes, "
                   f"{r['row_bytes'] / res['steps'] / 1e6:.2f} MB rows)")
+        if "best_variant" in res:
+            b = res["best_variant"]
+            print(f"  most bytes kept off the link: fill {b['fill']}, rows {b['rows']}, {b['plane_share']:.0%} to "
+                  f"planes: planes {b['plane_hit']:.3f}, rows {b['row_hit']:.3f}, all {b['bytes_hit']:.3f}"
+                  + (" (as many: %s)" % ", ".join("%s/%s/%.0f%%" % (f, r, 100 * x) for f, r, x in b["ties"][1:])
+                     if len(b["ties"]) > 1 else ""))
 
 
 if __name__ == "__main__":

@@ -681,11 +681,14 @@ int fathom_cuda_tier_cache_set(fathom_cuda_tier *tier, uint32_t session,
 /* Choose the session's plane lines and copy their closed blocks from host
  * memory, for every layer and head, on `stream` (capturable: it reads the
  * lengths from device memory). depths: [layers][kv_heads][dim] device (e.g.
- * the depths the last step of each layer planned), the lines (j, p < depth_j)
- * ranked by var_j / 4^p (the running variance: low planes of high-variance
- * channels first); NULL ranks every line of a channel with variance > 0 the
- * same way (a static per-head prefix). The first `lines` of the ranking are
- * kept. No-op without a plane cache. */
+ * the depths the last step of each layer planned): the plan's lines
+ * (j, p < depth_j) ranked by var_j / 4^p (the running variance: low planes
+ * of high-variance channels first), then the spare lines (p >= depth_j of
+ * every channel with variance > 0) ranked the same way after them, so lines
+ * the plan leaves over hold what the next plans may add; NULL ranks every
+ * line of a channel with variance > 0 the same way (a static per-head
+ * prefix). The first `lines` of the ranking are kept. No-op without a plane
+ * cache. */
 int fathom_cuda_tier_cache_fill(fathom_cuda_tier *tier, uint32_t session, const uint8_t *depths,
                                 cudaStream_t stream);
 /* Device bytes the session's cache holds allocated (0 without one). */

@@ -31,13 +31,15 @@
  *            the hit rates are measured (bytes the step read from HBM over
  *            the bytes it planned and fetched), not assumed. "none" is the
  *            same graph without a cache; "smollm2@10%" and "gemma@10%"
- *            force the hit rates that bench/cache_sim.py measured on real
- *            decode traces with an HBM budget of 10% of the index (LFU, half
- *            the budget to planes; docs/results/data/decode-cache-sim.json,
- *            SmolLM2 code_00: planes 0.24, rows 0.25; gemma-cache-sim.json,
- *            Gemma 3 16k code: planes 0.95, rows 0.47) and report the HBM
- *            they took against the index's. Every point is also timed on one
- *            stream (fathom_cuda_tier_set_lanes(tier, 0, 0)).
+ *            force the hit rates that bench/cache_sim.py's gpu policy (this
+ *            cache's own fill and slot rule, filled every step, half the
+ *            budget to planes) measured on real decode traces with an HBM
+ *            budget of 10% of the traced index
+ *            (docs/results/data/decode-cache-sim.json, SmolLM2 code_00:
+ *            planes 0.206, rows 0.265; gemma-cache-sim.json, Gemma 3 16k
+ *            code: planes 0.642, rows 0.076) and report the HBM they took
+ *            against the index's. Every point is also timed on one stream
+ *            (fathom_cuda_tier_set_lanes(tier, 0, 0)).
  * ragged: four sessions of --ragged lengths in one batch (segments of 1024
  *   blocks), one graph of L x (append + step): ms per step against the link
  *   floor of the bytes it moved.
@@ -370,10 +372,11 @@ static std::string cache_sweep(setup &st, uint64_t n, cudaStream_t s, int reps, 
     };
     /* slots = m x union keep about m (1 - exp(-1/m)) of a static union (direct-mapped);
        lines = f x the plan's lines give a little more than f of its bytes (the first
-       lines carry their channels' scales) */
+       lines carry their channels' scales): the trace points' f and m are chosen so
+       (9 of 48 lines for 0.206, m = 0.272 for 0.265; 30 of 48 for 0.642, m = 0.076) */
     const point pts[] = {{"none", 0, 0},        {"p0.25", 0.25, 0.25},        {"p0.5", 0.5, 0.75},
                          {"p0.75", 0.75, 2},    {"p1", 1, 64},                {"planes-only", 1, 0},
-                         {"rows-only", 0, 64},  {"smollm2@10%", 0.22, 0.25},  {"gemma@10%", 0.94, 0.57}};
+                         {"rows-only", 0, 64},  {"smollm2@10%", 9 / 48.0, 0.272}, {"gemma@10%", 30 / 48.0, 0.076}};
     std::string js = "[";
     double none_ms = 0;
     for (size_t i = 0; i < sizeof pts / sizeof pts[0]; i++) {

@@ -321,6 +321,8 @@ def decode_cache_sim(rec):
     for t in rec["result"]["traces"]:
         u = t["reuse"]
         for x in t["runs"]:
+            if x["policy"] == "variant":
+                continue
             pol = x["policy"].upper() + (", fill every %d" % x["fill_every"] if "fill_every" in x else "")
             out.append([t["trace"].split("/")[-1], t["prompt_tokens"], t["steps"], pol,
                         "%.0f%%" % (100 * x["plane_share"]),
@@ -337,16 +339,17 @@ def decode_cache_sim(rec):
              "step reads; LFU keeps, after each step, the units read most often so far. GPU is the GPU tier's own "
              "cache (fathom_cuda_tier_cache_fill and the tier step's row cache) given the same bytes: after step 0 "
              "and every F steps ('fill every F') the plane lines are chosen again from that step's plan, its "
-             "lines (j, p < depth_j) ranked by var_j / 4^p (running key variance), holding the blocks closed at "
-             "that fill; K/V rows sit in direct-mapped slots (token mod slots, a later token stays), 4 d + 4 bytes "
-             "each.%s Where it does not hold: "
+             "lines (j, p < depth_j) ranked by var_j / 4^p (running key variance), then the spare lines (the other "
+             "planes of every channel with variance) ranked the same way while lines remain, holding the blocks "
+             "closed at that fill; K/V rows sit in direct-mapped slots (token mod slots, a later token stays), "
+             "4 d + 4 bytes each.%s%s Where it does not hold: "
              "%s, short decodes (the cache starts cold); plane units are whole (channel, plane) columns of a KV "
              "head.\n"
              % ("Gemma 3 270M (its 3 global layers, 1 KV head each, d = 256; the sliding layers keep their "
                 "window in HBM and are not traced)" if gemma else "SmolLM2-135M",
                 t0["attn"], t0["k"],
                 " (--steps 64, on %s)" % CACHE_SIM_TRACES[rec["table"]] if rec["table"] in CACHE_SIM_TRACES else "",
-                100 * t0["budget"], cache_sim_gpu_vs_lfu(rec),
+                100 * t0["budget"], cache_sim_gpu_vs_lfu(rec), cache_sim_variants(rec),
                 "one 270M model and one code prompt of 16k tokens (the paper's regime is 8B models at 32k-1M); "
                 "the index is that of the 3 global layers, the only ones that keep one (until commit 2f4b340 the "
                 "budget was counted over all 18 layers, 60% of this index)"
@@ -380,10 +383,53 @@ def cache_sim_gpu_vs_lfu(rec):
     if not parts:
         return ""
     return (" At %.0f%% of the index, half to planes, the GPU's own policy (filled every step) keeps of the "
-            "plane, row and all bytes: %s. Its "
-            "plane lines are the last plan's only, so lines a neighbouring step reads beyond that plan cross the "
-            "link even when spare lines exist; direct-mapped rows lose to LFU's choice where tokens collide." %
+            "plane, row and all bytes: %s. Direct-mapped rows lose to LFU's choice where tokens collide." %
             (100 * rec["result"]["traces"][0]["budget"], "; ".join(parts)))
+
+
+def cache_sim_variants(rec):
+    """The gpu policy's variants (cache_sim --variants): a table of all bytes
+    kept off the link per fill, row rule and plane share, and the best."""
+    rows, best, replace_more, spare_wins = [], [], [], True
+    for t in rec["result"]["traces"]:
+        var = [x for x in t["runs"] if x["policy"] == "variant"]
+        if not var:
+            continue
+        by = {(x["fill"], x["rows"], x["plane_share"]): x for x in var}
+        replace_more += ["%s at %.0f%% to planes (rows %.3f against %.3f)" % (
+            t["trace"].split("/")[-1], 100 * x["plane_share"], by[("spare", "replace", x["plane_share"])]["row_hit"],
+            x["row_hit"]) for x in var if x["fill"] == "spare" and x["rows"] == "later"
+            and by[("spare", "replace", x["plane_share"])]["row_hit"] > x["row_hit"]]
+        spare_wins &= all(x["plane_hit"] is None or x["plane_hit"] >= by[("plan", x["rows"], x["plane_share"])]["plane_hit"]
+                          for x in var if x["fill"] == "spare")
+        shares = sorted({x["plane_share"] for x in var}, reverse=True)
+        at = {(x["fill"], x["rows"], x["plane_share"]): x for x in var}
+        for fill in ("plan", "spare"):
+            for rule in ("later", "replace"):
+                rows.append([t["trace"].split("/")[-1], fill, rule] +
+                            ["%.3f" % at[(fill, rule, sh)]["bytes_hit"] if (fill, rule, sh) in at else "-"
+                             for sh in shares])
+        b = t["best_variant"]
+        best.append("%s: %s, rows %s, %.0f%% to planes (planes %.3f, rows %.3f, all %.3f%s)" % (
+            t["trace"].split("/")[-1], b["fill"], b["rows"], 100 * b["plane_share"], b["plane_hit"], b["row_hit"],
+            b["bytes_hit"], "; as many: " + ", ".join("%s/%s/%.0f%%" % (f, r, 100 * x) for f, r, x in b["ties"][1:])
+            if len(b["ties"]) > 1 else ""))
+    if not rows:
+        return ""
+    return ("\n\nVariants of the GPU policy (`--variants`, filled every step): fill 'plan' keeps the plan's lines "
+            "only, 'spare' (the GPU's) adds spare lines; rows 'later' (the GPU's) lets a missed token into its slot "
+            "unless the slot holds a later one, 'replace' lets the latest missed token of each slot replace what "
+            "it held. All bytes kept off the link (plane and row bytes as the step reads them) by share of the "
+            "budget to planes:\n\n" +
+            md_table(["trace", "fill", "rows"] + ["%.0f%% to planes" % (100 * sh) for sh in shares], rows) +
+            "\nMost bytes kept off the link: " + "; ".join(best) + ". Spare lines take only lines the plan leaves "
+            "over, so they add plane hits only where the budget holds more lines than a plan reads; here they keep "
+            "%s plane bytes as the plan's lines alone at every share. %s\n\n" % (
+                "at least as many" if spare_wins else "NOT always as many",
+                "Replacing keeps more row bytes than the later-token rule only with many slots: %s; with fewer "
+                "slots (more of the budget to planes) the later-token rule keeps more." % "; ".join(replace_more)
+                if replace_more else "The later-token rule keeps at least as many row bytes as replacing at every "
+                "share."))
 
 
 # ---------------------------------------------------------------- GPU
@@ -559,17 +605,13 @@ def gpu_tier(rec):
                  "counters) over the plane bytes its plan read and the row bytes its union fetched. \"none\" is "
                  "the same graph with no cache; \"vs tier step\" compares with the growing step of the table above "
                  "(issue 16's targets: <= 0.65x at 1M, <= 0.6x at 128k, at real hit rates with 10% of the index). "
-                 "Points named after a trace force the hit rates that bench/cache_sim.py measured on that real "
-                 "decode with an HBM budget of 10% of the index, LFU, half the budget to planes: smollm2@10% "
-                 "(decode-cache-sim at commit 977a9fe, SmolLM2-135M code_00, k = 64: 24% of plane and 25% of row "
-                 "bytes) and gemma@10% (gemma-cache-sim at commit 3916c0c, Gemma 3 270M 16k code, k = 512: 95% "
-                 "and 47%; both tables' traces were regenerated since). gemma@10% is NOT at 10%: that record "
-                 "counted the budget over all 18 of Gemma's layers, though only its 3 global layers keep an "
-                 "index, so its rates are those of 60% of the index; at a true 10% the same trace gives LFU "
-                 "planes and rows far lower hit rates (the gemma-cache-sim table now), so the 1M and 128k "
-                 "gemma@10% rows do not show issue 16's targets met; the HBM column "
-                 "says what those rates took here, where the plan does not drift (more than 10% at 128k, where "
-                 "the 47% of rows cost as much as the planes).POLICY_NOTE \"ms\" is the step as the library runs it by "
+                 "Points named after a trace force the hit rates that bench/cache_sim.py's gpu policy (this "
+                 "cache's own fill and slot rule, filled after every step) measured on that real decode with an HBM "
+                 "budget of 10% of the traced index, half of it to planes:POLICY_NOTE The bench reaches them through "
+                 "the cache's size (smollm2@10%: 9 of the plan's 48 lines, 0.272 x the union in slots; gemma@10%: "
+                 "30 of 48 lines, 0.076 x the union); the plane and row hit columns are what it measured, and the "
+                 "HBM column what those rates took here, where the plan does not drift. \"ms\" is the step as the "
+                 "library runs it by "
                  "default: pipelined at 1M (the gather moves only what the plane cache lacks), on one stream "
                  "once every live session's plane cache holds at least budget / 2 lines (the p0.5 point and "
                  "above) and at 128k; \"one stream ms\" the same graph with fathom_cuda_tier_set_lanes(tier, "
@@ -584,25 +626,23 @@ def gpu_tier(rec):
 
 
 def gpu_cache_policy_note():
-    """What the GPU cache's own policy earns on the traces the forced points
-    came from (cache_sim's gpu runs, 10%, half to planes, filled every step)."""
+    """The rates the trace points force: cache_sim's gpu runs (10%, half to
+    planes, filled every step) on the traces they are named after, with LFU's
+    on the same trace for comparison."""
     got = []
     for table, point in (("decode-cache-sim", "smollm2@10%"), ("gemma-cache-sim", "gemma@10%")):
         rec = sibling(table)
         t = rec["result"]["traces"][0] if rec else None
         at = {(x["policy"], x.get("fill_every"), x["plane_share"]): x for x in t["runs"]} if t else {}
-        lfu, g1, g16 = at.get(("lfu", None, 0.5)), at.get(("gpu", 1, 0.5)), at.get(("gpu", 16, 0.5))
-        if lfu and g1 and g16:
-            got.append("for %s %.0f%% of plane and %.0f%% of row bytes (LFU on the same trace, %s at commit %s: "
-                       "%.0f%% and %.0f%%; filled every 16 steps: %.0f%% of planes)" %
-                       (point, 100 * g1["plane_hit"], 100 * g1["row_hit"], t["trace"].split("/")[-1],
-                        rec["commit"], 100 * lfu["plane_hit"], 100 * lfu["row_hit"], 100 * g16["plane_hit"]))
+        lfu, g1 = at.get(("lfu", None, 0.5)), at.get(("gpu", 1, 0.5))
+        if lfu and g1:
+            got.append("%s %.1f%% of plane and %.1f%% of row bytes (%s, %s at commit %s; LFU on the same trace "
+                       "%.0f%% and %.0f%%)" %
+                       (point, 100 * g1["plane_hit"], 100 * g1["row_hit"], table, t["trace"].split("/")[-1],
+                        rec["commit"], 100 * lfu["plane_hit"], 100 * lfu["row_hit"]))
     if not got:
-        return ""
-    return (" The cache's own policy on those decodes (bench/cache_sim.py's gpu policy: "
-            "fathom_cuda_tier_cache_fill after every step, direct-mapped rows; same budget and split) earns %s. "
-            "Where those are below LFU's, the forced points overstate what this cache earns by itself: they are "
-            "what an LFU-quality policy would buy." % "; ".join(got))
+        return " (no cache-sim records)."
+    return " " + "; ".join(got) + "."
 
 
 def gpu_hybrid(rec):

@@ -111,12 +111,16 @@ extern "C" int fathom_cuda_tier_cache_bytes(const fathom_cuda_tier *tier, uint32
 }
 
 /* One CTA of 4*D threads per (layer, head): thread i is line (j, p) =
- * (i / 4, i % 4). Its rank among the chosen lines (key var_j / 4^p
- * descending, ties to the lower i) is its slot if below `lines`. */
+ * (i / 4, i % 4). The ranking: the plan's lines (p < depths_j; without
+ * depths, every line of a channel with variance > 0) first, then, with
+ * depths, the spare lines (p >= depths_j of a channel with variance > 0);
+ * within each, key var_j / 4^p descending, ties to the lower i. A line's rank
+ * is its slot if below `lines`. */
 template <int D>
 static __global__ void __launch_bounds__(D * FATHOM_PLANES)
 cache_choose_kernel(tier_dev t, uint32_t s, tier_cache c, const uint8_t *depths) {
     __shared__ double key[D * FATHOM_PLANES];
+    __shared__ uint8_t cls[D * FATHOM_PLANES]; /* 2 plan, 1 spare, 0 never kept */
     const uint32_t lh = blockIdx.x, layer = lh / t.heads, h = lh % t.heads, i = threadIdx.x;
     const uint32_t j = i / FATHOM_PLANES, p = i % FATHOM_PLANES;
     const uint32_t n = t.len[(size_t)s * t.layers + layer];
@@ -128,13 +132,16 @@ cache_choose_kernel(tier_dev t, uint32_t s, tier_cache c, const uint8_t *depths)
         const double v = __dsub_rn(__ddiv_rn(sum_sq, (double)n), __dmul_rn(mean, mean));
         var = v > 0.0 ? (float)v : 0.0f;
     }
-    const bool in = depths ? p < depths[(size_t)lh * D + j] : var > 0.0f;
-    const double mine = in ? (double)var / (double)(1u << (2 * p)) : -1.0;
+    const bool plan = depths ? p < depths[(size_t)lh * D + j] : var > 0.0f;
+    const uint8_t mine_cls = plan ? 2 : var > 0.0f ? 1 : 0;
+    const double mine = (double)var / (double)(1u << (2 * p));
     key[i] = mine;
+    cls[i] = mine_cls;
     __syncthreads();
     uint32_t rank = 0;
-    for (uint32_t x = 0; x < D * FATHOM_PLANES; x++) rank += key[x] > mine || (key[x] == mine && x < i);
-    const bool kept = in && rank < c.lines;
+    for (uint32_t x = 0; x < D * FATHOM_PLANES; x++)
+        rank += cls[x] > mine_cls || (cls[x] == mine_cls && (key[x] > mine || (key[x] == mine && x < i)));
+    const bool kept = mine_cls > 0 && rank < c.lines;
     c.map[(size_t)lh * D * FATHOM_PLANES + i] = kept ? (int16_t)rank : (int16_t)-1;
     if (rank < c.lines) c.line_of[(size_t)lh * c.lines + rank] = kept ? i : 0xffffffffu;
     if (i == 0 && h == 0) c.valid[layer] = min(n / FATHOM_BLOCK_TOKENS, c.blocks);

@@ -5,12 +5,18 @@
 #    whose plane and row hits are worked out by hand below, for fill every
 #    step and every 2 steps, including a tie in the line ranking (ties to the
 #    lower 4 j + p) and direct-mapped row conflicts (a later token stays);
+#  - the variants (fill plan|spare, rows later|replace) on the hand trace and
+#    on two small traces worked out by hand: spare lines (beyond the plan,
+#    ranked after every plan line, only channels with variance > 0), the
+#    replace rule, the best variant;
 #  - on a seeded random trace: with every planned line fitting (budget 100%
 #    of the index, depths <= 3 so at most 3 d lines against floor(3.4 d)),
-#    the plane bytes hit equal an independent count (lines read by a step and
-#    by the step before it, holding the blocks closed before it); more plane
-#    budget never gives fewer plane hits (the kept lines are a prefix of one
-#    ranking); row hits per step never exceed the slots;
+#    fill plan's plane bytes hit equal an independent count (lines read by a
+#    step and by the step before it, holding the blocks closed before it);
+#    more plane budget never gives fewer plane hits (the kept lines are a
+#    prefix of one ranking); fill spare never fewer than fill plan (it keeps
+#    a superset) and more somewhere; the gpu policy equals the variant
+#    spare/later; row hits per step never exceed the slots;
 #  - untrusted input: malformed traces are rejected with a message; a trace
 #    without variance lines still gets LRU and LFU, and no gpu runs.
 #   usage: test_cache_sim.sh [BUILD_DIR]   (the build directory is unused)
@@ -75,6 +81,75 @@ print("hand trace: %d gpu runs checked" % len(want))
 sys.exit(1 if bad else 0)
 PY
 
+# Variants (--variants: fill plan|spare x rows later|replace, fill every step).
+# Rows, replace (the latest missed token of each slot replaces what it held),
+# on the hand trace's 5 slots:
+#  126: {0, 5, 10, 126} all miss; slot 0 <- 10 (the latest of 0, 5, 10),
+#       slot 1 <- 126.
+#  127: {0, 10, 126, 127}: 10, 126 hit; 0 misses and replaces 10 in slot 0;
+#       slot 2 <- 127.
+#  128: {0, 5, 127, 128}: 0 and 127 hit; 5, 128 miss.   4 / 12 (later: 3 / 12).
+# Planes on the hand trace: 2 lines, fewer than the plan's at every fill, so
+# spare lines never enter: both fills give the gpu policy's 50 / 244.
+python3 "$sim" "$tmp/hand.trace" --json --budget 0.35 --plane-share 1 0 --fill-every 1 --variants \
+  >"$tmp/var.json" || fail "cache_sim --variants on the hand-made trace"
+# Spare lines: d = 2, var (1, 4) at both fills, 1 query head.
+#  step 127 (n 128, 2 blocks), depths (2, 0): (0,0) 2 x 10 + (0,1) 2 x 8 = 36
+#    read, nothing held. Fill, 3 lines (budget 0.45 of 204 bytes = 91.8:
+#    floor(91.8 / 10 / 3)): the plan's (0,0) key 1, (0,1) key 1/4 first (a
+#    plan line ranks before every spare line, even (1,0) of key 4), then the
+#    best spare line (1,0) key 4; fill plan keeps only the plan's 2 lines.
+#    128 // 64 = 2 blocks held.
+#  step 128 (n 129, 3 blocks), depths (2, 1): 3 x (10 + 8 + 10) = 84 read;
+#    plan: (0,0), (0,1) hit 2 x 18 = 36 of 120; spare: also (1,0), 56 / 120.
+#    (Ranking every line by key alone would keep (1,0), (0,0), (1,1): 40.)
+cat >"$tmp/spare.trace" <<'EOF2'
+# layers 1 q_heads 1 kv_heads 1 dim 2 prompt 127 attn fathom:48 k 2 model spare
+127 0 0 0 20 1 0
+v 127 0 0 1 4
+128 0 0 0 21 1 0
+v 128 0 0 1 4
+EOF2
+# Channel 1 without variance (var (1, 0)) and 5 lines (budget 0.75: 153
+# bytes): spare lines come from channel 0 only, (0,2), (0,3): step 128's
+# (1,0) is not held, 36 / 120 (counting (1,0) of key 0 as a spare line: 56).
+sed 's/^v \(12[78]\) 0 0 1 4$/v \1 0 0 1 0/' "$tmp/spare.trace" >"$tmp/spare0.trace"
+python3 "$sim" "$tmp/spare.trace" --json --budget 0.45 --plane-share 1 --fill-every 1 --variants \
+  >"$tmp/spare.json" || fail "cache_sim --variants on the spare-line trace"
+python3 "$sim" "$tmp/spare0.trace" --json --budget 0.75 --plane-share 1 --fill-every 1 --variants \
+  >"$tmp/spare0.json" || fail "cache_sim --variants on the zero-variance trace"
+python3 - "$tmp/var.json" "$tmp/spare.json" "$tmp/spare0.json" <<'PY' || fails=$((fails + 1))
+import json, sys
+bad = 0
+def check(path, want, best=None):
+    global bad
+    t = json.load(open(path))["traces"][0]
+    got = {(r["fill"], r["rows"], r["plane_share"]): r for r in t["runs"] if r["policy"] == "variant"}
+    if sorted(got) != sorted(want):
+        print("FAIL: variant runs of", path, sorted(got)); bad += 1; return
+    for key, (plane, row) in want.items():
+        r = got[key]
+        if abs(r["plane_hit"] - plane) > 1e-12 or abs(r["row_hit"] - row) > 1e-12 or r["fill_every"] != 1:
+            print("FAIL: variant", path, key, r["plane_hit"], r["row_hit"]); bad += 1
+    if best is not None:
+        b = t.get("best_variant", {})
+        if (b.get("fill"), b.get("rows"), b.get("plane_share")) != best:
+            print("FAIL: best variant of", path, b); bad += 1
+h = {}
+for fill in ("plan", "spare"):
+    for rows, rh in (("later", 3 / 12), ("replace", 4 / 12)):
+        h[(fill, rows, 1.0)] = (50 / 244, 0.0)
+        h[(fill, rows, 0.0)] = (0.0, rh)
+# hand trace: planes 50 of 244 bytes + 0 rows against rows 4 of 12 x 8 bytes:
+# 50 / 340 > 32 / 340, the first such run (plan, later) is the best
+check(sys.argv[1], h, ("plan", "later", 1.0))
+check(sys.argv[2], {(f, r, 1.0): (p, 0.0) for f, p in (("plan", 36 / 120), ("spare", 56 / 120))
+                    for r in ("later", "replace")}, ("spare", "later", 1.0))
+check(sys.argv[3], {(f, r, 1.0): (36 / 120, 0.0) for f in ("plan", "spare") for r in ("later", "replace")})
+print("variants: checked")
+sys.exit(1 if bad else 0)
+PY
+
 # Seeded random trace: 2 layers x 2 KV heads x 2 query heads, d 8, 40 steps
 # from position 200, rows biased to recent tokens.
 python3 - "$tmp/rand.trace" <<'PY'
@@ -96,7 +171,7 @@ with open(sys.argv[1], "w") as f:
 PY
 : >"$tmp/rand.jsonl"
 for b in 0.02 0.05 0.1 0.2 0.4 0.7 1.0; do
-  python3 "$sim" "$tmp/rand.trace" --json --budget $b --plane-share 1 0 --fill-every 1 3 >>"$tmp/rand.jsonl" ||
+  python3 "$sim" "$tmp/rand.trace" --json --budget $b --plane-share 1 0 --fill-every 1 3 --variants >>"$tmp/rand.jsonl" ||
     fail "cache_sim --budget $b on the random trace"
   echo >>"$tmp/rand.jsonl"
 done
@@ -126,14 +201,22 @@ for i, pos in enumerate(order):
                 if i and p < steps[order[i - 1]][key][0][j]:
                     hit += pb * ((order[i - 1] + 1) // 64)
 docs = [json.loads(x) for x in open(sys.argv[2]).read().split("\n\n") if x.strip()]
-bad, checks, bound = 0, 0, 0
+bad, checks, bound, spare_more = 0, 0, 0, 0
 prev = {}
 for doc in docs:
     t = doc["traces"][0]
+    var = {(r["fill"], r["rows"], r["plane_share"]): r for r in t["runs"] if r["policy"] == "variant"}
     for r in t["runs"]:
         if r["policy"] != "gpu":
             continue
         key = (r["fill_every"], r["plane_share"])
+        if r["fill_every"] == 1:
+            checks += 1
+            v, p = var[("spare", "later", r["plane_share"])], var[("plan", "later", r["plane_share"])]
+            if (r["plane_hit"], r["row_hit"]) != (v["plane_hit"], v["row_hit"]) or p["plane_hit"] > v["plane_hit"]:
+                print("FAIL: gpu against spare/later and plan/later", t["budget"], key, r["plane_hit"],
+                      v["plane_hit"], p["plane_hit"]); bad += 1
+            spare_more += p["plane_hit"] < v["plane_hit"]
         if r["plane_share"] == 1.0:
             checks += 1
             if key in prev and r["plane_hit"] < prev[key] - 1e-15:
@@ -141,8 +224,9 @@ for doc in docs:
             prev[key] = r["plane_hit"]
             if t["budget"] == 1.0 and r["fill_every"] == 1:
                 checks += 1
-                if r["lines"] < 3 * d or abs(r["plane_hit"] - hit / total) > 1e-12 or r["plane_bytes"] != total:
-                    print("FAIL: all lines kept", r["lines"], r["plane_hit"], hit / total); bad += 1
+                p = var[("plan", "later", 1.0)]
+                if p["lines"] < 3 * d or abs(p["plane_hit"] - hit / total) > 1e-12 or p["plane_bytes"] != total:
+                    print("FAIL: all lines kept", p["lines"], p["plane_hit"], hit / total); bad += 1
         else:
             checks += 1
             if r["max_row_hits"] > r["slots"] or (r["slots"] == 0 and r["row_hit"] != 0):
@@ -150,7 +234,9 @@ for doc in docs:
             bound += r["max_row_hits"] == r["slots"] > 0
 if not bound:
     print("FAIL: no budget where the slots bound the hits"); bad += 1
-if checks != 7 * 2 + 1 + 7 * 2:
+if not spare_more:
+    print("FAIL: no budget where spare lines add plane hits"); bad += 1
+if checks != 7 * 2 + 1 + 7 * 2 + 7 * 2:
     print("FAIL: %d checks ran" % checks); bad += 1
 print("random trace: %d checks" % checks)
 sys.exit(1 if bad else 0)

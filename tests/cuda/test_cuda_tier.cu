@@ -17,7 +17,10 @@
  *           eager one-stream steps bit for bit;
  *   cache:  sessions with HBM plane and row caches (full, partial, refilled,
  *           truncated under them) give the bits of a tier without, and read
- *           exactly the bytes the cached lines and slots imply from HBM;
+ *           exactly the bytes the cached lines and slots imply from HBM: a
+ *           fill keeps the plan's lines before spare ones, and spare lines
+ *           (beyond the last plan) are kept and read; every step's row hits
+ *           equal a host model of the slot rule (a later token stays);
  *           fixed depths equal to a plan's give the plan's results.
  * FATHOM_TEST_QUICK=1 shrinks lengths and steps (for compute-sanitizer).
  * Argument checks run without a GPU; the rest exits 77 when none is present. */
@@ -28,6 +31,9 @@ extern "C" {
 #include "store_internal.h"
 }
 
+#include <algorithm>
+#include <tuple>
+#include <utility>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -659,6 +665,59 @@ static uint64_t expected_row_hits(const step_out &o, uint32_t L, uint32_t B, uin
     return hits;
 }
 
+/* The row cache's slot rule, modelled on the host: per (layer, entry, head)
+ * the tags of `slots` direct-mapped slots (token + 1, 0 empty). A step's
+ * union rows (of the group's selections) hit when their slot holds them;
+ * then each missed row enters its slot unless the slot holds a later token.
+ * step() returns the rows that hit and counts in `kept_out` the missed rows
+ * that a later token kept out (where "a later token stays" and "always
+ * replace" differ). */
+struct row_model {
+    uint32_t L, B, H, G;
+    std::vector<uint32_t> slots;             /* per entry, 0: no row cache */
+    std::vector<std::vector<uint32_t>> tags; /* [l][p] */
+    uint64_t kept_out = 0;
+    row_model(uint32_t L_, uint32_t B_, uint32_t H_, uint32_t G_)
+        : L(L_), B(B_), H(H_), G(G_), slots(B_, 0), tags((size_t)L_ * B_ * H_) {}
+    void set(uint32_t entry, uint32_t n) { /* fathom_cuda_tier_cache_set: empty */
+        slots[entry] = n;
+        for (uint32_t l = 0; l < L; l++)
+            for (uint32_t h = 0; h < H; h++) tags[((size_t)l * B + entry) * H + h].assign(n, 0);
+    }
+    void truncate(uint32_t entry, uint64_t n) {
+        for (uint32_t l = 0; l < L; l++)
+            for (uint32_t h = 0; h < H; h++)
+                for (uint32_t &t : tags[((size_t)l * B + entry) * H + h]) t = t > n ? 0 : t;
+    }
+    uint64_t step(const step_out &o) {
+        uint64_t hits = 0;
+        for (uint32_t l = 0; l < L; l++)
+            for (uint32_t p = 0; p < B * H; p++) {
+                const uint32_t n = slots[p / H];
+                if (!n) continue;
+                std::vector<uint32_t> uni;
+                for (uint32_t g = 0; g < G; g++) {
+                    const size_t r = ((size_t)l * B * H + p) * G + g;
+                    uni.insert(uni.end(), o.sel.begin() + r * 256, o.sel.begin() + r * 256 + o.sel_count[r]);
+                }
+                std::sort(uni.begin(), uni.end());
+                uni.erase(std::unique(uni.begin(), uni.end()), uni.end());
+                std::vector<uint32_t> &tag = tags[(size_t)l * B * H + p];
+                std::vector<uint32_t> missed;
+                for (uint32_t idx : uni) {
+                    if (tag[idx % n] == idx + 1) hits++;
+                    else missed.push_back(idx);
+                }
+                for (uint32_t idx : missed) {
+                    uint32_t &t = tag[idx % n];
+                    kept_out += t > idx + 1;
+                    t = t > idx + 1 ? t : idx + 1;
+                }
+            }
+        return hits;
+    }
+};
+
 /* The HBM caches change where bytes come from, never the results: tier tc
  * (caches) and tier tu (none) get the same appends, truncations and
  * queries and must give the same bits; the caches' hit counters equal what
@@ -710,7 +769,8 @@ static void test_cache(void) {
             CHECK_OK(fathom_cuda_tier_step(t, &a, 0));
         }
     };
-    uint64_t differ = 0, compared = 0;
+    uint64_t differ = 0, compared = 0, row_steps = 0, row_wrong = 0;
+    row_model model(L, B, H, G); /* tc's row caches, every step checked against it */
     auto both = [&]() { /* step both tiers; hits: tc's counters */
         CK(cudaMemset(d_hits, 0, 16));
         run(tc, bc, NULL);
@@ -722,6 +782,8 @@ static void test_cache(void) {
         differ += oc.out != ou.out || oc.sel != ou.sel || oc.sel_count != ou.sel_count ||
                   oc.depths != ou.depths || memcmp(oc.lse.data(), ou.lse.data(), oc.lse.size() * 4) != 0;
         compared++;
+        row_wrong += hits[1] != model.step(oc) * 4 * D;
+        row_steps++;
         return oc;
     };
     rng_state = 4242;
@@ -736,6 +798,7 @@ static void test_cache(void) {
     for (uint32_t i = 0; i < B; i++) {
         fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * 4 * D, capacity, LH * (4 * D + 4) * slots[i]};
         CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[i], &cc));
+        model.set(i, slots[i]);
         uint64_t bytes = 0;
         CHECK_OK(fathom_cuda_tier_cache_bytes(tc, ids[i], &bytes));
         CHECK(bytes >= cc.plane_bytes + cc.row_bytes - LH * 10 * blocks && bytes < cc.plane_bytes + cc.row_bytes + (1u << 20));
@@ -765,6 +828,98 @@ static void test_cache(void) {
            (unsigned long long)expect_rows);
     CHECK(expect_rows > 0 && hits[1] == expect_rows);
     CHECK(hits[0] == expect_planes);
+    /* the fill ranks the plan's lines before the spare ones: session 1 filled by
+       depths that keep, per (layer, head), the planned lines of the 4 planned
+       channels of LEAST variance, with exactly as many lines as those: the step
+       reads all of them from HBM. The host ranks the same lines (variance from
+       the tier's sums, as the fill computes it): plan lines first, then spare
+       lines, each by var / 4^p, ties to the lower 4 j + p; ranking every line
+       by var / 4^p alone would keep high-variance lines instead, which the test
+       checks would read other bytes. */
+    {
+        std::vector<uint8_t> dz((size_t)L * H * D, 0);
+        uint64_t lines = 0;
+        for (uint32_t l = 0; l < L; l++)
+            for (uint32_t h = 0; h < H; h++) {
+                const uint8_t *dep = &o.depths[(((size_t)l * B + 1) * H + h) * D];
+                std::vector<std::pair<float, uint32_t>> planned;
+                const double *shift, *sum, *sum_sq;
+                CHECK_OK(fathom_cuda_tier_sums(tc, ids[1], l, h, &shift, &sum, &sum_sq));
+                for (uint32_t j = 0; j < D; j++) {
+                    const double mean = sum[j] / (double)start[1], x = sum_sq[j] / (double)start[1] - mean * mean;
+                    if (dep[j]) planned.push_back({x > 0.0 ? (float)x : 0.0f, j});
+                }
+                std::sort(planned.begin(), planned.end());
+                uint64_t here = 0;
+                for (size_t c = 0; c < 4 && c < planned.size(); c++) {
+                    dz[((size_t)l * H + h) * D + planned[c].second] = dep[planned[c].second];
+                    here += dep[planned[c].second];
+                }
+                lines = here > lines ? here : lines;
+            }
+        /* host ranking of one (layer, head): the bytes the step reads from its kept lines */
+        auto kept_bytes = [&](uint32_t l, uint32_t h, bool plan_first) {
+            const uint8_t *dep = &o.depths[(((size_t)l * B + 1) * H + h) * D];
+            const uint8_t *fill = &dz[((size_t)l * H + h) * D];
+            const double *shift, *sum, *sum_sq;
+            CHECK_OK(fathom_cuda_tier_sums(tc, ids[1], l, h, &shift, &sum, &sum_sq));
+            std::vector<std::tuple<int, double, uint32_t>> rank; /* (-class, -key, i) */
+            for (uint32_t j = 0; j < D; j++) {
+                const double mean = sum[j] / (double)start[1], x = sum_sq[j] / (double)start[1] - mean * mean;
+                const float var = x > 0.0 ? (float)x : 0.0f;
+                for (uint32_t p = 0; p < FATHOM_PLANES; p++) {
+                    const int cls = p < fill[j] ? 2 : var > 0.0f ? 1 : 0;
+                    if (cls) rank.push_back({plan_first ? -cls : -1, -(double)var / (double)(1u << (2 * p)),
+                                             j * FATHOM_PLANES + p});
+                }
+            }
+            std::sort(rank.begin(), rank.end());
+            uint64_t bytes = 0;
+            for (size_t x = 0; x < rank.size() && x < lines; x++) {
+                const uint32_t i = std::get<2>(rank[x]), j = i / FATHOM_PLANES, p = i % FATHOM_PLANES;
+                if (p < dep[j]) bytes += (p == 0 ? 10ull : 8ull) * (start[1] / 64);
+            }
+            return bytes;
+        };
+        uint64_t expect = 0, classless = 0, session0 = 0;
+        for (uint32_t l = 0; l < L; l++)
+            for (uint32_t h = 0; h < H; h++) {
+                expect += kept_bytes(l, h, true);
+                classless += kept_bytes(l, h, false);
+                for (uint32_t j = 0; j < D; j++) {
+                    const uint32_t t = o.depths[((size_t)l * B * H + h) * D + j];
+                    session0 += t ? (8ull * t + 2) * (start[0] / 64) : 0;
+                }
+            }
+        uint8_t *d_dz = to_device(dz.data(), dz.size());
+        fathom_cuda_tier_cache_config fit = {LH * 10 * blocks * lines, capacity, 0};
+        CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[1], &fit));
+        model.set(1, 0);
+        CHECK_OK(fathom_cuda_tier_cache_fill(tc, ids[1], d_dz, 0));
+        o = both();
+        printf("cache: %llu lines, plan first: plane bytes from HBM %llu (expected %llu + %llu; ranking by "
+               "var / 4^p alone: %llu)\n", (unsigned long long)lines, hits[0], (unsigned long long)session0,
+               (unsigned long long)expect, (unsigned long long)classless);
+        CHECK(expect > 0 && lines < FATHOM_PLANES * D && classless != expect);
+        CHECK(hits[0] == session0 + expect);
+        cudaFree(d_dz);
+    }
+    /* lines beyond the last plan: session 1 filled by an empty plan (depths 0)
+       keeps the spare lines, every line of a channel with variance, and the step
+       reads its planned lines from them */
+    uint8_t *d_zero = NULL;
+    CK(cudaMalloc((void **)&d_zero, L * H * D));
+    CK(cudaMemset(d_zero, 0, L * H * D));
+    fathom_cuda_tier_cache_config all = {LH * 10 * blocks * 4 * D, capacity, LH * (4 * D + 4) * slots[1]};
+    CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[1], &all));
+    model.set(1, slots[1]);
+    CHECK_OK(fathom_cuda_tier_cache_fill(tc, ids[1], d_zero, 0));
+    o = both();
+    printf("cache: spare lines only: plane bytes from HBM %llu (expected %llu)\n", hits[0],
+           (unsigned long long)expect_planes);
+    CHECK(hits[0] == expect_planes);
+    cudaFree(d_zero);
+    CHECK_OK(fathom_cuda_tier_cache_fill(tc, ids[1], d_dep1, 0));
     /* decode steps with appends (session 0 crosses a segment), a refill midway */
     uint32_t *d_ids = to_device(ids.data(), B), *d_ones = NULL;
     std::vector<uint32_t> ones(B, 1);
@@ -796,6 +951,7 @@ static void test_cache(void) {
     for (fathom_cuda_tier *t : tiers) {
         CHECK_OK(fathom_cuda_tier_truncate(t, ids[0], cut));
         CHECK_OK(fathom_cuda_tier_truncate(t, ids[1], start[1] + steps)); /* a no-op cut */
+        if (t == tc) model.truncate(0, cut);
         std::vector<uint64_t> done = {0, 0};
         append_calls(t, L, H, D, ids, {{600, 0}}, {&fresh[0], &fresh[1]}, done);
     }
@@ -804,6 +960,7 @@ static void test_cache(void) {
     /* partial caches: 40 lines by the static prefix, 100 slots */
     fathom_cuda_tier_cache_config part = {LH * 10 * blocks * 40, capacity, LH * (4 * D + 4) * 100};
     CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[0], &part));
+    model.set(0, 100);
     CHECK_OK(fathom_cuda_tier_cache_fill(tc, ids[0], NULL, 0));
     new_queries();
     both();
@@ -811,8 +968,15 @@ static void test_cache(void) {
     CHECK(hits[0] > 0 && hits[1] > 0);
     printf("cache: %llu step pairs compared, %llu differ\n", (unsigned long long)compared,
            (unsigned long long)differ);
-    CHECK(compared == 7 + steps);
+    CHECK(compared == 9 + steps);
     CHECK(differ == 0);
+    /* the slot rule: every step's row hits equal the model's "a later token
+       stays", over steps where that rule kept missed rows out (always replacing
+       would have let them in and changed the next steps' hits) */
+    printf("cache: row rule: %llu steps, %llu differ from the model; %llu missed rows kept out by a later "
+           "token\n", (unsigned long long)row_steps, (unsigned long long)row_wrong,
+           (unsigned long long)model.kept_out);
+    CHECK(row_steps == compared && row_wrong == 0 && model.kept_out > 0);
     /* fixed depths: the plan's own depths give the plan's results; 9 clamps to 4 */
     {
         step_out planned = read_out(bu, R, D, B * H, L);
