@@ -56,8 +56,8 @@
  *   measured corrections are of one layer, the graphs' of L) and its share, and the
  *   step with 0..kv_heads pairs on the host (ms_by_share), so the chosen
  *   share can be read against the best one. Then "cache": the session's
- *   HBM cache at the cache sweep's smollm2@10% point (plane lines 0.22 x
- *   the plan's, row slots 0.25 x the mean union; hit rates measured on the
+ *   HBM cache at the cache sweep's smollm2@10% point (plane lines 9/48 of
+ *   the plan's, row slots 0.272 x the mean union; hit rates measured on the
  *   GPU-only step), the GPU-only step with it, and with the last --threads
  *   count the rates, share and ms_by_share of the hybrid step with it, each
  *   also against the uncached GPU-only step.
@@ -80,6 +80,12 @@
 
 #include "cuda/cuda_check.cuh"
 #include "bench_machine.h"
+
+/* The smollm2@10% trace point, shared by the cache sweep and the hybrid's cache
+ * point: plane lines 9/48 of the plan's, row slots 0.272 x the union (what
+ * bench/cache_sim.py's gpu policy keeps at 10% of the index, half to planes,
+ * on the SmolLM2 4k code trace: 0.206 of plane bytes, 0.265 of row bytes). */
+static const double SMOLLM2_10_LINES = 9 / 48.0, SMOLLM2_10_SLOTS = 0.272;
 
 #define FK(call)                                                                                   \
     do {                                                                                           \
@@ -376,7 +382,7 @@ static std::string cache_sweep(setup &st, uint64_t n, cudaStream_t s, int reps, 
        (9 of 48 lines for 0.206, m = 0.272 for 0.265; 30 of 48 for 0.642, m = 0.076) */
     const point pts[] = {{"none", 0, 0},        {"p0.25", 0.25, 0.25},        {"p0.5", 0.5, 0.75},
                          {"p0.75", 0.75, 2},    {"p1", 1, 64},                {"planes-only", 1, 0},
-                         {"rows-only", 0, 64},  {"smollm2@10%", 9 / 48.0, 0.272}, {"gemma@10%", 30 / 48.0, 0.076}};
+                         {"rows-only", 0, 64},  {"smollm2@10%", SMOLLM2_10_LINES, SMOLLM2_10_SLOTS}, {"gemma@10%", 30 / 48.0, 0.076}};
     std::string js = "[";
     double none_ms = 0;
     for (size_t i = 0; i < sizeof pts / sizeof pts[0]; i++) {
@@ -615,7 +621,7 @@ static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint
         for (uint32_t u : uni) union_mean += u;
         lines_mean /= (double)LH;
         union_mean /= (double)LH;
-        const double plane_frac = 0.22, slot_mult = 0.25;
+        const double plane_frac = SMOLLM2_10_LINES, slot_mult = SMOLLM2_10_SLOTS;
         const uint64_t lines = (uint64_t)llround(plane_frac * lines_mean), slots = (uint64_t)llround(slot_mult * union_mean);
         const fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, LH * (4 * D + 4) * slots};
         FK(fathom_cuda_tier_cache_set(st.tier, sid, &cc));

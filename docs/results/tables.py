@@ -697,7 +697,7 @@ def gpu_hybrid(rec):
              "again, its spread over the rows, %.2fx to %.2fx of the first measurement, is the noise). The "
              "scheduler picked the best measured share in %d of %d rows (the worst pick %.2fx the best: one "
              "calibration of one layer, best of 3, against graphs of %d layers). \"+ cache\" rows: the session's "
-             "HBM cache at the cache sweep's smollm2@10%% point (plane lines 0.22 x the plan's, row slots 0.25 x "
+             "HBM cache at the cache sweep's smollm2@10%% point (plane lines %s x the plan's, row slots %s x "
              "the mean union: the hit rates bench/cache_sim.py measured on real SmolLM2 decode traces with 10%% of "
              "the index as budget), the hybrid on the last thread count: %s. Issue 16's \"with the host CPU "
              "scanning its share <= 0.55x\" at 1M is not met: the best step here is %.2fx. test_cuda_hybrid "
@@ -712,7 +712,9 @@ def gpu_hybrid(rec):
              "step and the length does not grow; one session (batch 1); the host shares its memory bandwidth "
              "with the GPU's reads of the other pairs.\n" %
              (r["layers"], r["kv_heads"], r["group"], r["dim"], r["k"], r["method"], r["layers"], r["reps"], gpu,
-              r["kv_heads"], r["kv_heads"], min(zeros), max(zeros), hits, len(picks), worst, r["layers"], cache,
+              r["kv_heads"], r["kv_heads"], min(zeros), max(zeros), hits, len(picks), worst, r["layers"],
+              "/".join(sorted({"%.3f" % (d["cache"]["lines"] / d["cache"]["plan_lines"]) for d in r["decode"]})),
+              "/".join(sorted({"%.3f" % (d["cache"]["slots"] / d["cache"]["union_mean"]) for d in r["decode"]})), cache,
               best_1m, top["cpu_GBps"] / top["threads"], top["cpu_GBps"], top["threads"], ctx(last["context"]),
               top["cpu_GBps"] / r["link_GBps"], r["link_GBps"], ctx(last["context"]),
               host_best / last["gpu_only_ms"]))
