@@ -24,7 +24,7 @@
  * spread, low-frequency boost, outlier mean, background / topic / sink
  * logit, content cap; the fitted-preset fields take their built-in values
  * in synth_builtin. */
-#define BUILTIN(...) {__VA_ARGS__, false, 0, 0.0f, 0.0f, 0, {0}, {0}, {0}, {0}}
+#define BUILTIN(...) {__VA_ARGS__, false, 0, 0.0f, 0.0f, 0, {0}, {0}, {0}, {0}, false, 0.0f, {0}, {0}}
 static const synth_params presets[] = {
     BUILTIN("qwen3-8b", 36, 8, 4, 128, 1e6, true, 1.0f, 0.9f, 0.5f, 12.0f, 1.0f, 7.5f, 16.0f, 0.0f),
     BUILTIN("llama-3.1-8b", 32, 8, 4, 128, 5e5, false, 2.5f, 1.1f, 4.0f, 0.0f, 1.0f, 4.5f, 16.0f, 2.5f),
@@ -129,6 +129,7 @@ typedef struct head_model {
     float topic_cdf[SYNTH_MAX_GROUP][SYNTH_MAX_TOPICS]; /* head preference over topics */
     float q_topic_amp, q_recency_amp;
     float q_recency_post; /* recency component added after the calibration (fitted presets) */
+    float q_pos[SYNTH_MAX_DIM]; /* positional component added after the calibration (positional presets) */
     float q_sink_amp[SYNTH_MAX_GROUP]; /* query component along sink_dir */
     float q_bg[SYNTH_MAX_GROUP];   /* multiplier of the query's mean and noise */
     float q_mult[SYNTH_MAX_GROUP]; /* overall query multiplier (softmax temperature) */
@@ -419,9 +420,23 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         if (fabsf(*mean) < p->outlier_mean * noise) *mean = copysignf(p->outlier_mean * noise, *mean);
     }
     hm->topic_amp = (p->fitted ? p->topic_amp : 2.0f) * noise;
+    /* A positional preset's measured |mean| / std is of the whole key, so
+     * the mean is set against the generated key's whole std: its noise and
+     * the topics the generator adds (unit-variance coefficients). Against
+     * the noise alone the topics would dilute the means, and the query's
+     * positional component would meet more key variance than in the model. */
+    for (uint32_t j = 0; p->positional && j < hm->dim; j++) {
+        double tv = 0;
+        for (uint32_t t = 0; t < hm->topics; t++) tv += (double)hm->topic[t][j] * hm->topic[t][j];
+        tv *= (double)hm->topic_amp * hm->topic_amp;
+        hm->k_mean[j] *= (float)sqrt(1.0 + tv / ((double)hm->k_scale[j] * hm->k_scale[j]));
+    }
     /* (fitted: strong enough that the query's recency part, scaled to its
      * logit target, picks up little of the key noise) */
     hm->recency_amp = (p->fitted ? 4.0f : 1.5f) * noise;
+    /* A positional preset's locality comes from its means (below), not
+     * from a recency direction; its only sink is token 0. */
+    if (p->positional) hm->recency_amp = 0.0f;
 
     for (uint32_t h = 0; h < p->group; h++) {
         uint64_t qbase = stream_base(s->model_seed, S_MODEL_QHEAD, layer, (uint64_t)kv_head * p->group + h);
@@ -446,7 +461,9 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         hm->q_sink_amp[h] = 6.0f * key_scale * expf(0.3f * normal_at(s, qbase, qc++));
     }
     hm->q_topic_amp = 6.0f * key_scale;
-    hm->q_recency_amp = 1.0f * key_scale;
+    hm->q_recency_amp = p->positional ? 0.0f : 1.0f * key_scale;
+    if (p->positional)
+        for (uint32_t i = 1; i < SYNTH_SINKS; i++) hm->sink_amp[i] = 0.0f;
     /* Keys must carry their topic strongly enough, against the key noise the
      * query picks up, for the gap/background ratio to be reachable. */
     double rho = p->topic_logit / p->background_logit;
@@ -473,7 +490,7 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
             if (sink_gap(p, hm, mid) < target) lo = mid;
             else hi = mid;
         }
-        hm->sink_key_amp[i] = hi;
+        hm->sink_key_amp[i] = hm->sink_amp[i] > 0 ? hi : 0.0f;
     }
     /* Without QK-norm the construction above can leave keys in the
      * thousands (log-normal scales times outliers times the topic growth),
@@ -504,6 +521,27 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         ss += (double)hm->topics * hm->topic_amp * hm->topic_amp;
         double key_amp = hm->recency_amp * (p->qk_norm ? 1.0 / sqrt(ss / hm->dim + 1e-6) : 1.0);
         hm->q_recency_post = (float)(p->recency_logit * sqrt((double)hm->dim) / (key_amp > 1e-12 ? key_amp : 1e-12));
+    }
+    if (p->positional) {
+        /* The query component z_i that meets this head's key mean m_i in
+         * pair i (complex, pre-RoPE, as the key arrives after QK-norm) with
+         * z_i conj(m_i) / sqrt(d) = pos_gain * A_i: z_i = sqrt(d) pos_gain
+         * A_i m_i / |m_i|^2. RoPE then turns it into Re(A_i e^{i (p-t)
+         * theta_i}) for every key carrying the mean. A pair whose mean is
+         * negligible gets none (it would need an unbounded query). */
+        float plain[SYNTH_MAX_DIM];
+        key_hat(p, hm, NULL, 0.0f, plain, NULL);
+        double ms = 0;
+        for (uint32_t j = 0; j < hm->dim; j++) ms += (double)plain[j] * plain[j];
+        ms /= hm->dim;
+        const double g = sqrt((double)hm->dim) * p->pos_gain;
+        for (uint32_t i = 0; i < hm->half; i++) {
+            double mr = plain[i], mi = plain[i + hm->half], m2 = mr * mr + mi * mi;
+            if (!(m2 > 1e-6 * ms)) continue;
+            double ar = p->pos_re[i], ai = p->pos_im[i];
+            hm->q_pos[i] = (float)(g * (ar * mr - ai * mi) / m2);
+            hm->q_pos[i + hm->half] = (float)(g * (ar * mi + ai * mr) / m2);
+        }
     }
 }
 
@@ -655,7 +693,7 @@ static void gen_query(const synth *s, const head_model *hm, uint32_t layer, uint
     for (uint32_t j = 0; j < d; j++)
         x[j] += hm->q_recency_amp * hm->recency[j] + hm->q_sink_amp[h] * hm->sink_dir[j];
     if (s->preset.qk_norm) qk_norm(x, hm->q_gain[h], d);
-    for (uint32_t j = 0; j < d; j++) x[j] = x[j] * hm->q_mult[h] + hm->q_recency_post * hm->recency[j];
+    for (uint32_t j = 0; j < d; j++) x[j] = x[j] * hm->q_mult[h] + hm->q_recency_post * hm->recency[j] + hm->q_pos[j];
     float cs[SYNTH_MAX_DIM / 2], sn[SYNTH_MAX_DIM / 2];
     rope_table(hm, pos, cs, sn);
     rope(x, cs, sn, hm->half);
