@@ -129,7 +129,7 @@ typedef struct head_model {
     float topic_cdf[SYNTH_MAX_GROUP][SYNTH_MAX_TOPICS]; /* head preference over topics */
     float q_topic_amp, q_recency_amp;
     float q_recency_post; /* recency component added after the calibration (fitted presets) */
-    float q_pos[SYNTH_MAX_DIM]; /* positional component added after the calibration (positional presets) */
+    float q_pos[SYNTH_MAX_GROUP][SYNTH_MAX_DIM]; /* positional component (positional presets) */
     float q_sink_amp[SYNTH_MAX_GROUP]; /* query component along sink_dir */
     float q_bg[SYNTH_MAX_GROUP];   /* multiplier of the query's mean and noise */
     float q_mult[SYNTH_MAX_GROUP]; /* overall query multiplier (softmax temperature) */
@@ -522,27 +522,6 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         double key_amp = hm->recency_amp * (p->qk_norm ? 1.0 / sqrt(ss / hm->dim + 1e-6) : 1.0);
         hm->q_recency_post = (float)(p->recency_logit * sqrt((double)hm->dim) / (key_amp > 1e-12 ? key_amp : 1e-12));
     }
-    if (p->positional) {
-        /* The query component z_i that meets this head's key mean m_i in
-         * pair i (complex, pre-RoPE, as the key arrives after QK-norm) with
-         * z_i conj(m_i) / sqrt(d) = pos_gain * A_i: z_i = sqrt(d) pos_gain
-         * A_i m_i / |m_i|^2. RoPE then turns it into Re(A_i e^{i (p-t)
-         * theta_i}) for every key carrying the mean. A pair whose mean is
-         * negligible gets none (it would need an unbounded query). */
-        float plain[SYNTH_MAX_DIM];
-        key_hat(p, hm, NULL, 0.0f, plain, NULL);
-        double ms = 0;
-        for (uint32_t j = 0; j < hm->dim; j++) ms += (double)plain[j] * plain[j];
-        ms /= hm->dim;
-        const double g = sqrt((double)hm->dim) * p->pos_gain;
-        for (uint32_t i = 0; i < hm->half; i++) {
-            double mr = plain[i], mi = plain[i + hm->half], m2 = mr * mr + mi * mi;
-            if (!(m2 > 1e-6 * ms)) continue;
-            double ar = p->pos_re[i], ai = p->pos_im[i];
-            hm->q_pos[i] = (float)(g * (ar * mr - ai * mi) / m2);
-            hm->q_pos[i + hm->half] = (float)(g * (ar * mi + ai * mr) / m2);
-        }
-    }
 }
 
 /* ===================================================================== *
@@ -669,11 +648,12 @@ static void gen_values(const synth *s, const head_model *hm, uint32_t layer, uin
 /* Query of head h of the group at absolute position pos: the group's mean
  * direction, noise, and a mix of a few topics drawn from the head's own
  * preferences, so heads and positions attend to different keys. */
-static void gen_query(const synth *s, const head_model *hm, uint32_t layer, uint32_t q_head, uint32_t h,
-                      uint64_t pos, float *x) {
+/* The query before RoPE and the positional component, from text seed `seed`. */
+static void query_pre(const synth *s, uint64_t seed, const head_model *hm, uint32_t layer, uint32_t q_head,
+                      uint32_t h, uint64_t pos, float *x) {
     const uint32_t d = hm->dim, words = d / 4;
-    uint64_t noise_base = stream_base(s->seed, S_QUERY_NOISE, layer, q_head);
-    uint64_t topic_base = stream_base(s->seed, S_QUERY_TOPIC, layer, q_head);
+    uint64_t noise_base = stream_base(seed, S_QUERY_NOISE, layer, q_head);
+    uint64_t topic_base = stream_base(seed, S_QUERY_TOPIC, layer, q_head);
     for (uint32_t w = 0; w < words; w++) {
         uint64_t r = draw(noise_base, pos * words + w);
         for (int lane = 0; lane < 4; lane++) {
@@ -693,7 +673,58 @@ static void gen_query(const synth *s, const head_model *hm, uint32_t layer, uint
     for (uint32_t j = 0; j < d; j++)
         x[j] += hm->q_recency_amp * hm->recency[j] + hm->q_sink_amp[h] * hm->sink_dir[j];
     if (s->preset.qk_norm) qk_norm(x, hm->q_gain[h], d);
-    for (uint32_t j = 0; j < d; j++) x[j] = x[j] * hm->q_mult[h] + hm->q_recency_post * hm->recency[j] + hm->q_pos[j];
+    for (uint32_t j = 0; j < d; j++) x[j] = x[j] * hm->q_mult[h] + hm->q_recency_post * hm->recency[j];
+}
+
+#define SYNTH_POS_MEAN 256 /* query positions whose mean the positional component completes */
+
+/* A positional preset's query component z (pre-RoPE, per query head): for
+ * pair i read as a complex number, with m_i the head's expected key mean
+ * (after QK-norm) and qbar_i the mean of the rest of the query (positions
+ * 0..SYNTH_POS_MEAN-1 of a fixed text, so the component is the model's, not
+ * the text's), the query mean meets the key mean as measured:
+ * (qbar_i + z_i) conj(m_i) / sqrt(d) = pos_gain * A_i, z_i along m_i. RoPE
+ * then gives Re(pos_gain A_i e^{i (p - t) theta_i}) for every key. A pair
+ * whose mean is negligible gets none (it would need an unbounded query). */
+static void positional_query(const synth *s, uint32_t layer, uint32_t kv_head, head_model *hm) {
+    const synth_params *p = &s->preset;
+    const uint32_t d = hm->dim, half = hm->half;
+    float m[SYNTH_MAX_DIM], x[SYNTH_MAX_DIM];
+    key_hat(p, hm, NULL, 0.0f, m, NULL);
+    double ms = 0;
+    for (uint32_t j = 0; j < d; j++) ms += (double)m[j] * m[j];
+    ms /= d;
+    const double g = sqrt((double)d) * p->pos_gain;
+    for (uint32_t h = 0; h < p->group; h++) {
+        double qbar[SYNTH_MAX_DIM] = {0};
+        for (uint64_t pos = 0; pos < SYNTH_POS_MEAN; pos++) {
+            query_pre(s, s->model_seed, hm, layer, kv_head * p->group + h, h, pos, x);
+            for (uint32_t j = 0; j < d; j++) qbar[j] += x[j] / (double)SYNTH_POS_MEAN;
+        }
+        for (uint32_t i = 0; i < half; i++) {
+            double mr = m[i], mi = m[i + half], m2 = mr * mr + mi * mi;
+            if (!(m2 > 1e-6 * ms)) continue;
+            /* w = target - qbar conj(m), then z = w m / |m|^2 */
+            double wr = g * p->pos_re[i] - (qbar[i] * mr + qbar[i + half] * mi);
+            double wi = g * p->pos_im[i] - (qbar[i + half] * mr - qbar[i] * mi);
+            hm->q_pos[h][i] = (float)((wr * mr - wi * mi) / m2);
+            hm->q_pos[h][i + half] = (float)((wr * mi + wi * mr) / m2);
+        }
+    }
+    /* ... and none along the sink direction, so the sink's calibration
+     * (made without this component) holds. */
+    for (uint32_t h = 0; h < p->group; h++) {
+        double dot = 0;
+        for (uint32_t j = 0; j < d; j++) dot += (double)hm->q_pos[h][j] * hm->sink_dir[j];
+        for (uint32_t j = 0; j < d; j++) hm->q_pos[h][j] -= (float)(dot * hm->sink_dir[j]);
+    }
+}
+
+static void gen_query(const synth *s, const head_model *hm, uint32_t layer, uint32_t q_head, uint32_t h,
+                      uint64_t pos, float *x) {
+    query_pre(s, s->seed, hm, layer, q_head, h, pos, x);
+    if (s->preset.positional)
+        for (uint32_t j = 0; j < hm->dim; j++) x[j] += hm->q_pos[h][j];
     float cs[SYNTH_MAX_DIM / 2], sn[SYNTH_MAX_DIM / 2];
     rope_table(hm, pos, cs, sn);
     rope(x, cs, sn, hm->half);
@@ -711,7 +742,10 @@ static int synth_layer(const fathom_source *src, uint32_t layer, float *q, float
         free(hms), free(cs), free(sn);
         return fathom_fail(FATHOM_ERR_NOMEM, "out of memory for synthetic head parameters");
     }
-    for (uint32_t g = 0; g < in->kv_heads; g++) head_model_build(s, layer, g, &hms[g]);
+    for (uint32_t g = 0; g < in->kv_heads; g++) {
+        head_model_build(s, layer, g, &hms[g]);
+        if (s->preset.positional) positional_query(s, layer, g, &hms[g]);
+    }
     /* keys tile by tile, so every KV head reuses one RoPE table */
     for (uint64_t t0 = 0; k && t0 < in->tokens; t0 += SYNTH_TILE) {
         uint64_t t1 = in->tokens - t0 < SYNTH_TILE ? in->tokens : t0 + SYNTH_TILE;
