@@ -695,6 +695,19 @@ static void positional_query(const synth *s, uint32_t layer, uint32_t kv_head, h
     for (uint32_t j = 0; j < d; j++) ms += (double)m[j] * m[j];
     ms /= d;
     const double g = sqrt((double)d) * p->pos_gain;
+    /* This head's share of the key energy in pair i against the profile's:
+     * the measured A_i is an average over heads whose pair-i means differ
+     * with their scales, so a head whose pair i the spread made small gets
+     * a proportionally smaller A_i (a fixed A_i would need a query that
+     * meets the pair's content many times over). */
+    double he = 0, pe = 0, share[SYNTH_MAX_DIM / 2];
+    for (uint32_t j = 0; j < d; j++)
+        he += (double)hm->k_scale[j] * hm->k_scale[j], pe += (double)p->k_std[j] * p->k_std[j];
+    for (uint32_t i = 0; i < half; i++) {
+        double hi = (double)hm->k_scale[i] * hm->k_scale[i] + (double)hm->k_scale[i + half] * hm->k_scale[i + half];
+        double pi = (double)p->k_std[i] * p->k_std[i] + (double)p->k_std[i + half] * p->k_std[i + half];
+        share[i] = pi > 0 && pe > 0 && he > 0 ? sqrt((hi / he) / (pi / pe)) : 1.0;
+    }
     for (uint32_t h = 0; h < p->group; h++) {
         double qbar[SYNTH_MAX_DIM] = {0};
         for (uint64_t pos = 0; pos < SYNTH_POS_MEAN; pos++) {
@@ -705,8 +718,8 @@ static void positional_query(const synth *s, uint32_t layer, uint32_t kv_head, h
             double mr = m[i], mi = m[i + half], m2 = mr * mr + mi * mi;
             if (!(m2 > 1e-6 * ms)) continue;
             /* w = target - qbar conj(m), then z = w m / |m|^2 */
-            double wr = g * p->pos_re[i] - (qbar[i] * mr + qbar[i + half] * mi);
-            double wi = g * p->pos_im[i] - (qbar[i + half] * mr - qbar[i] * mi);
+            double wr = g * share[i] * p->pos_re[i] - (qbar[i] * mr + qbar[i + half] * mi);
+            double wi = g * share[i] * p->pos_im[i] - (qbar[i + half] * mr - qbar[i] * mi);
             hm->q_pos[h][i] = (float)((wr * mr - wi * mi) / m2);
             hm->q_pos[h][i + half] = (float)((wr * mi + wi * mr) / m2);
         }

@@ -6,13 +6,14 @@
  * projections, in the generator's NeoX channel order; attention statistics
  * use the stored (rotated) vectors, the logits the methods see.
  *
- * The fit (fathom_synth_fit) measures the per-channel profiles directly and
- * searches five generator knobs, one statistic each, by bisection in log
- * space at the capture's n and positions: topic amplitude (at least 2) -> covariance
- * share of the top d/4 eigenvalues (keys only, so first), then twice around
- * recency logit -> last-32 mass (only when asked for: not by default),
- * sink logit -> first-4 mass, topic logit -> top-k mass, and last the query
- * run -> consecutive-query cosine. Each
+ * The fit (fathom_synth_fit) measures the per-channel profiles and the
+ * positional profile (mean query against mean key per RoPE pair) directly
+ * and searches five generator knobs, one statistic each, by bisection in
+ * log space at the capture's n and positions: topic amplitude (at least 2)
+ * -> covariance share of the top d/4 eigenvalues (keys only, so first),
+ * then twice around sink logit -> first-4 mass, topic logit -> top-k mass,
+ * positional gain -> last-32 mass, and last the query run ->
+ * consecutive-query cosine. Each
  * statistic grows with its knob; the others move it too, which the second
  * round corrects for. */
 #include "source.h"
