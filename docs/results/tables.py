@@ -1514,6 +1514,9 @@ def synthfit(rec):
     ablations = [s for s in src if s["kind"] == "fitted"]
     judge = src[0]
 
+    def f3(x):
+        return "-" if x is None else "%.3f" % x
+
     def ok(flag):
         return "yes" if flag else "no"
 
@@ -1521,8 +1524,8 @@ def synthfit(rec):
     rows = [[name] + ["%.4f" % s["errors"][name] for s in main] for name in r["methods"]]
     rows.append(["Spearman rho / Kendall tau vs judged"] +
                 ["%.3f / %.3f" % (s["spearman"], s["kendall"]) for s in main])
-    rows.append(["fathom:48 / sparq:16"] + ["%.3f" % s["fathom_sparq16"] for s in main])
-    rows.append(["fathom:48 / ds:32"] + ["%.3f" % s["fathom_ds32"] for s in main])
+    rows.append(["fathom:48 / sparq:16"] + [f3(s["fathom_sparq16"]) for s in main])
+    rows.append(["fathom:48 / ds:32"] + [f3(s["fathom_ds32"]) for s in main])
     rows.append(["within the margins (rank, sparq, ds)"] +
                 ["%s, %s, %s" % (ok(s["rank_ok"]), ok(s["sparq16_ok"]), ok(s["ds32_ok"])) for s in main])
     text = md_table(header, rows)
@@ -1565,14 +1568,14 @@ def synthfit(rec):
              "%.3f" % t["local_mass"], "%.3f" % t["pca_share"], "%.3f" % t["drift"]]]
     b = fitted["fit"]["base"]
     rows.append(["%s (built in)" % r["base"]] +
-                (["%.3f" % builtin["spearman"], "%.3f" % builtin["kendall"], "%.3f" % builtin["fathom_sparq16"],
-                  "%.3f" % builtin["fathom_ds32"]] if builtin else ["", "", "", ""]) +
+                (["%.3f" % builtin["spearman"], "%.3f" % builtin["kendall"], f3(builtin["fathom_sparq16"]),
+                  f3(builtin["fathom_ds32"])] if builtin else ["", "", "", ""]) +
                 ["%.3f" % b["top_mass"], "%.3f" % b["sink_mass"], "%.3f" % b["local_mass"], "%.3f" % b["pca_share"],
                  "%.3f" % b["drift"]])
     for s in ablations:
         a = s["fit"]["achieved"]
-        rows.append([s["source"], "%.3f" % s["spearman"], "%.3f" % s["kendall"], "%.3f" % s["fathom_sparq16"],
-                     "%.3f" % s["fathom_ds32"], "%.3f" % a["top_mass"], "%.3f" % a["sink_mass"],
+        rows.append([s["source"], "%.3f" % s["spearman"], "%.3f" % s["kendall"], f3(s["fathom_sparq16"]),
+                     f3(s["fathom_ds32"]), "%.3f" % a["top_mass"], "%.3f" % a["sink_mass"],
                      "%.3f" % a["local_mass"], "%.3f" % a["pca_share"], "%.3f" % a["drift"]])
     if len(ablations) > 1:
         text += md_table(header, rows)
@@ -1581,9 +1584,10 @@ def synthfit(rec):
                  "judged n (the fit's `achieved`; the built-in row: the base preset's). Recency kept: no "
                  "positional profile, as the built-in preset. The rank correlation "
                  "and the ratios are against the judged capture, as above. ")
-        group = {x["fit"]["keep"]: x for x in ablations if x is not fitted}
+        group = {x["fit"]["keep"].split(",")[0]: x for x in ablations if x is not fitted}
         base_sq, base_ds = fitted["fathom_sparq16"], fitted["fathom_ds32"]
-        change = {g: (x["fathom_sparq16"] / base_sq - 1, x["fathom_ds32"] / base_ds - 1) for g, x in group.items()}
+        change = {g: (x["fathom_sparq16"] / base_sq - 1, x["fathom_ds32"] / base_ds - 1) for g, x in group.items()
+                  if x["fathom_sparq16"] is not None and x["fathom_ds32"] is not None}
         order = sorted(change, key=lambda g: -max(abs(v) for v in change[g]))
         text += ("Keeping one group at the built-in value changes fathom:48 / sparq:16 and fathom:48 / ds:32, "
                  "against the full fit, by: %s. Rho alone does not separate the groups: most methods' "
