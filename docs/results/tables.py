@@ -1497,11 +1497,11 @@ def gemma_next_token(rec):
 def synthfit_mass_gaps(target, achieved):
     """The attention statistics the fitted preset misses by more than 0.03, or that it reaches them."""
     names = [("top_mass", "top-k mass"), ("sink_mass", "first-4-token mass"), ("local_mass", "last-32-token mass")]
-    missed = ["the %s (%.2f; fitted: %.2f)" % (label, target[k], achieved[k])
+    missed = ["%s (%.2f; fitted: %.2f)" % (label, target[k], achieved[k])
               for k, label in names if abs(target[k] - achieved[k]) > 0.03]
     if not missed:
         return "the fitted preset reaches the capture's top-k, first-4 and last-32 masses within 0.03"
-    return "the generator does not reach the real " + ", ".join(missed)
+    return "the fitted preset misses the capture's " + " and ".join(missed) + " by more than 0.03"
 
 
 def synthfit(rec):
@@ -1580,7 +1580,8 @@ def synthfit(rec):
     if len(ablations) > 1:
         text += md_table(header, rows)
         text += ("\nAblations: each row fits all but one group of statistics, which keeps the built-in "
-                 "preset's value (profiles: measured on the built-in preset's own output at this shape). The statistic columns are the generator's at the "
+                 "preset's value (profiles: measured on the built-in preset's own output at this shape, and no "
+                 "positional profile, which is measured against the capture's own means). The statistic columns are the generator's at the "
                  "judged n (the fit's `achieved`; the built-in row: the base preset's). Recency kept: no "
                  "positional profile, as the built-in preset. The rank correlation "
                  "and the ratios are against the judged capture, as above. ")
