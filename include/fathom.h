@@ -517,14 +517,14 @@ enum {
     FATHOM_SYNTH_FIT_PROFILES = 1,      /* per-channel key/query std and mean, their spread over heads */
     FATHOM_SYNTH_FIT_CONCENTRATION = 2, /* top-k mass (topic logit) */
     FATHOM_SYNTH_FIT_SINKS = 4,         /* first-4-token mass (sink logit) */
-    FATHOM_SYNTH_FIT_RECENCY = 8,       /* last-32-token mass (query recency gain) */
+    FATHOM_SYNTH_FIT_RECENCY = 8,       /* last-32-token mass (positional profile of the means, its gain) */
     FATHOM_SYNTH_FIT_RANK = 16,         /* covariance share of the top d/4 eigenvalues (topic amplitude) */
     FATHOM_SYNTH_FIT_DRIFT = 32,        /* consecutive-query cosine (query run length) */
     FATHOM_SYNTH_FIT_ALL = 63,
-    /* All but recency: the generator's recency component cannot reach a
-     * real model's last-32 mass (SmolLM2: 0.36) without its cross terms
-     * with the key noise swamping the other logits (docs/synthetic.md). */
-    FATHOM_SYNTH_FIT_DEFAULT = FATHOM_SYNTH_FIT_ALL & ~FATHOM_SYNTH_FIT_RECENCY
+    /* Everything. (Until the positional profile, recency was left out: the
+     * recency direction it replaced could not reach a real model's last-32
+     * mass without swamping the other logits; docs/synthetic.md.) */
+    FATHOM_SYNTH_FIT_DEFAULT = FATHOM_SYNTH_FIT_ALL
 };
 
 typedef struct fathom_synth_fit_options {
@@ -546,10 +546,10 @@ typedef struct fathom_synth_fit_report {
     uint32_t k;
 } fathom_synth_fit_report;
 
-/* Fit a preset to a capture: per-channel profiles are measured directly,
- * the topic amplitude, logit targets, recency gain and query run are
- * searched so that the generator's statistics at the capture's n match the
- * capture's. report may be NULL. */
+/* Fit a preset to a capture: per-channel profiles and the positional
+ * profile are measured directly; the topic amplitude, logit targets,
+ * positional gain and query run are searched so that the generator's
+ * statistics at the capture's n match the capture's. report may be NULL. */
 FATHOM_API int fathom_synth_fit(fathom_synth_preset **out, const fathom_source *capture,
                                 const fathom_synth_fit_options *options, fathom_synth_fit_report *report);
 FATHOM_API void fathom_source_free(fathom_source *src);

@@ -16,7 +16,7 @@ static void usage(FILE *f) {
             "\n"
             "Fit the synthetic generator to a capture: per-channel key and query profiles\n"
             "(std and mean before RoPE) are measured; the topic amplitude, topic and sink\n"
-            "logits, recency gain and query run are searched so that the generator's\n"
+            "logits, positional gain and query run are searched so that the generator's\n"
             "statistics at the capture's n match the capture's (covariance share of the\n"
             "top d/4 eigenvalues, top-k, first-4 and last-32 attention mass, consecutive-\n"
             "query cosine).\n"
@@ -32,8 +32,8 @@ static void usage(FILE *f) {
             "  --k K                top-k size of the concentration statistic (default max(64, n/64))\n"
             "  --keep LIST          statistics NOT fitted (kept at the base preset), for ablations:\n"
             "                       profiles, concentration, sinks, recency, rank, drift, or none\n"
-            "                       (default recency: the generator cannot reach a real model's\n"
-            "                       local mass without breaking the other statistics)\n"
+            "                       (default none; recency: no positional profile, the query's\n"
+            "                       component that meets the key means under RoPE)\n"
             "  --layer-stride S     measure the candidates on every S-th layer (default layers/6)\n"
             "  --json               the fit's report as one JSON object on stdout\n"
             "  -h, --help           this help\n"
@@ -109,11 +109,11 @@ static void report_json(char *buf, size_t cap, const char *kv, const char *keep,
 }
 
 int cmd_synth_fit(int argc, char **argv) {
-    const char *kv = NULL, *out = NULL, *keep = "recency", *rope = "detect";
+    const char *kv = NULL, *out = NULL, *keep = "none", *rope = "detect";
     char name[64] = "";
     fathom_synth_fit_options o = {.base = "smollm2-135m"};
     bool json = false;
-    uint32_t kept = FATHOM_SYNTH_FIT_RECENCY;
+    uint32_t kept = 0;
     int c;
     while ((c = cli_getopt(argc, argv, "h", long_options)) != -1) {
         switch (c) {

@@ -24,7 +24,7 @@
  * spread, low-frequency boost, outlier mean, background / topic / sink
  * logit, content cap; the fitted-preset fields take their built-in values
  * in synth_builtin. */
-#define BUILTIN(...) {__VA_ARGS__, false, 0, 0.0f, 0.0f, 0, {0}, {0}, {0}, {0}}
+#define BUILTIN(...) {__VA_ARGS__, false, 0, 0.0f, 0.0f, 0, {0}, {0}, {0}, {0}, false, 0.0f, {0}, {0}}
 static const synth_params presets[] = {
     BUILTIN("qwen3-8b", 36, 8, 4, 128, 1e6, true, 1.0f, 0.9f, 0.5f, 12.0f, 1.0f, 7.5f, 16.0f, 0.0f),
     BUILTIN("llama-3.1-8b", 32, 8, 4, 128, 5e5, false, 2.5f, 1.1f, 4.0f, 0.0f, 1.0f, 4.5f, 16.0f, 2.5f),
@@ -129,6 +129,7 @@ typedef struct head_model {
     float topic_cdf[SYNTH_MAX_GROUP][SYNTH_MAX_TOPICS]; /* head preference over topics */
     float q_topic_amp, q_recency_amp;
     float q_recency_post; /* recency component added after the calibration (fitted presets) */
+    float q_pos[SYNTH_MAX_GROUP][SYNTH_MAX_DIM]; /* positional component (positional presets) */
     float q_sink_amp[SYNTH_MAX_GROUP]; /* query component along sink_dir */
     float q_bg[SYNTH_MAX_GROUP];   /* multiplier of the query's mean and noise */
     float q_mult[SYNTH_MAX_GROUP]; /* overall query multiplier (softmax temperature) */
@@ -419,9 +420,23 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         if (fabsf(*mean) < p->outlier_mean * noise) *mean = copysignf(p->outlier_mean * noise, *mean);
     }
     hm->topic_amp = (p->fitted ? p->topic_amp : 2.0f) * noise;
+    /* A positional preset's measured |mean| / std is of the whole key, so
+     * the mean is set against the generated key's whole std: its noise and
+     * the topics the generator adds (unit-variance coefficients). Against
+     * the noise alone the topics would dilute the means, and the query's
+     * positional component would meet more key variance than in the model. */
+    for (uint32_t j = 0; p->positional && j < hm->dim; j++) {
+        double tv = 0;
+        for (uint32_t t = 0; t < hm->topics; t++) tv += (double)hm->topic[t][j] * hm->topic[t][j];
+        tv *= (double)hm->topic_amp * hm->topic_amp;
+        hm->k_mean[j] *= (float)sqrt(1.0 + tv / ((double)hm->k_scale[j] * hm->k_scale[j]));
+    }
     /* (fitted: strong enough that the query's recency part, scaled to its
      * logit target, picks up little of the key noise) */
     hm->recency_amp = (p->fitted ? 4.0f : 1.5f) * noise;
+    /* A positional preset's locality comes from its means (below), not
+     * from a recency direction; its only sink is token 0. */
+    if (p->positional) hm->recency_amp = 0.0f;
 
     for (uint32_t h = 0; h < p->group; h++) {
         uint64_t qbase = stream_base(s->model_seed, S_MODEL_QHEAD, layer, (uint64_t)kv_head * p->group + h);
@@ -446,7 +461,9 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         hm->q_sink_amp[h] = 6.0f * key_scale * expf(0.3f * normal_at(s, qbase, qc++));
     }
     hm->q_topic_amp = 6.0f * key_scale;
-    hm->q_recency_amp = 1.0f * key_scale;
+    hm->q_recency_amp = p->positional ? 0.0f : 1.0f * key_scale;
+    if (p->positional)
+        for (uint32_t i = 1; i < SYNTH_SINKS; i++) hm->sink_amp[i] = 0.0f;
     /* Keys must carry their topic strongly enough, against the key noise the
      * query picks up, for the gap/background ratio to be reachable. */
     double rho = p->topic_logit / p->background_logit;
@@ -473,7 +490,7 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
             if (sink_gap(p, hm, mid) < target) lo = mid;
             else hi = mid;
         }
-        hm->sink_key_amp[i] = hi;
+        hm->sink_key_amp[i] = hm->sink_amp[i] > 0 ? hi : 0.0f;
     }
     /* Without QK-norm the construction above can leave keys in the
      * thousands (log-normal scales times outliers times the topic growth),
@@ -631,11 +648,12 @@ static void gen_values(const synth *s, const head_model *hm, uint32_t layer, uin
 /* Query of head h of the group at absolute position pos: the group's mean
  * direction, noise, and a mix of a few topics drawn from the head's own
  * preferences, so heads and positions attend to different keys. */
-static void gen_query(const synth *s, const head_model *hm, uint32_t layer, uint32_t q_head, uint32_t h,
-                      uint64_t pos, float *x) {
+/* The query before RoPE and the positional component, from text seed `seed`. */
+static void query_pre(const synth *s, uint64_t seed, const head_model *hm, uint32_t layer, uint32_t q_head,
+                      uint32_t h, uint64_t pos, float *x) {
     const uint32_t d = hm->dim, words = d / 4;
-    uint64_t noise_base = stream_base(s->seed, S_QUERY_NOISE, layer, q_head);
-    uint64_t topic_base = stream_base(s->seed, S_QUERY_TOPIC, layer, q_head);
+    uint64_t noise_base = stream_base(seed, S_QUERY_NOISE, layer, q_head);
+    uint64_t topic_base = stream_base(seed, S_QUERY_TOPIC, layer, q_head);
     for (uint32_t w = 0; w < words; w++) {
         uint64_t r = draw(noise_base, pos * words + w);
         for (int lane = 0; lane < 4; lane++) {
@@ -656,6 +674,70 @@ static void gen_query(const synth *s, const head_model *hm, uint32_t layer, uint
         x[j] += hm->q_recency_amp * hm->recency[j] + hm->q_sink_amp[h] * hm->sink_dir[j];
     if (s->preset.qk_norm) qk_norm(x, hm->q_gain[h], d);
     for (uint32_t j = 0; j < d; j++) x[j] = x[j] * hm->q_mult[h] + hm->q_recency_post * hm->recency[j];
+}
+
+#define SYNTH_POS_MEAN 256 /* query positions whose mean the positional component completes */
+
+/* A positional preset's query component z (pre-RoPE, per query head): for
+ * pair i read as a complex number, with m_i the head's expected key mean
+ * (after QK-norm) and qbar_i the mean of the rest of the query (positions
+ * 0..SYNTH_POS_MEAN-1 of a fixed text, so the component is the model's, not
+ * the text's), the query mean meets the key mean as measured:
+ * (qbar_i + z_i) conj(m_i) / sqrt(d) = pos_gain * A_i, z_i along m_i. RoPE
+ * then gives Re(pos_gain A_i e^{i (p - t) theta_i}) for every key. A pair
+ * whose mean is negligible gets none (it would need an unbounded query). */
+static void positional_query(const synth *s, uint32_t layer, uint32_t kv_head, head_model *hm) {
+    const synth_params *p = &s->preset;
+    const uint32_t d = hm->dim, half = hm->half;
+    float m[SYNTH_MAX_DIM], x[SYNTH_MAX_DIM];
+    key_hat(p, hm, NULL, 0.0f, m, NULL);
+    double ms = 0;
+    for (uint32_t j = 0; j < d; j++) ms += (double)m[j] * m[j];
+    ms /= d;
+    const double g = sqrt((double)d) * p->pos_gain;
+    /* This head's share of the key energy in pair i against the profile's:
+     * the measured A_i is an average over heads whose pair-i means differ
+     * with their scales, so a head whose pair i the spread made small gets
+     * a proportionally smaller A_i (a fixed A_i would need a query that
+     * meets the pair's content many times over). */
+    double he = 0, pe = 0, share[SYNTH_MAX_DIM / 2];
+    for (uint32_t j = 0; j < d; j++)
+        he += (double)hm->k_scale[j] * hm->k_scale[j], pe += (double)p->k_std[j] * p->k_std[j];
+    for (uint32_t i = 0; i < half; i++) {
+        double hi = (double)hm->k_scale[i] * hm->k_scale[i] + (double)hm->k_scale[i + half] * hm->k_scale[i + half];
+        double pi = (double)p->k_std[i] * p->k_std[i] + (double)p->k_std[i + half] * p->k_std[i + half];
+        share[i] = pi > 0 && pe > 0 && he > 0 ? sqrt((hi / he) / (pi / pe)) : 1.0;
+    }
+    for (uint32_t h = 0; h < p->group; h++) {
+        double qbar[SYNTH_MAX_DIM] = {0};
+        for (uint64_t pos = 0; pos < SYNTH_POS_MEAN; pos++) {
+            query_pre(s, s->model_seed, hm, layer, kv_head * p->group + h, h, pos, x);
+            for (uint32_t j = 0; j < d; j++) qbar[j] += x[j] / (double)SYNTH_POS_MEAN;
+        }
+        for (uint32_t i = 0; i < half; i++) {
+            double mr = m[i], mi = m[i + half], m2 = mr * mr + mi * mi;
+            if (!(m2 > 1e-6 * ms)) continue;
+            /* w = target - qbar conj(m), then z = w m / |m|^2 */
+            double wr = g * share[i] * p->pos_re[i] - (qbar[i] * mr + qbar[i + half] * mi);
+            double wi = g * share[i] * p->pos_im[i] - (qbar[i + half] * mr - qbar[i] * mi);
+            hm->q_pos[h][i] = (float)((wr * mr - wi * mi) / m2);
+            hm->q_pos[h][i + half] = (float)((wr * mi + wi * mr) / m2);
+        }
+    }
+    /* ... and none along the sink direction, so the sink's calibration
+     * (made without this component) holds. */
+    for (uint32_t h = 0; h < p->group; h++) {
+        double dot = 0;
+        for (uint32_t j = 0; j < d; j++) dot += (double)hm->q_pos[h][j] * hm->sink_dir[j];
+        for (uint32_t j = 0; j < d; j++) hm->q_pos[h][j] -= (float)(dot * hm->sink_dir[j]);
+    }
+}
+
+static void gen_query(const synth *s, const head_model *hm, uint32_t layer, uint32_t q_head, uint32_t h,
+                      uint64_t pos, float *x) {
+    query_pre(s, s->seed, hm, layer, q_head, h, pos, x);
+    if (s->preset.positional)
+        for (uint32_t j = 0; j < hm->dim; j++) x[j] += hm->q_pos[h][j];
     float cs[SYNTH_MAX_DIM / 2], sn[SYNTH_MAX_DIM / 2];
     rope_table(hm, pos, cs, sn);
     rope(x, cs, sn, hm->half);
@@ -673,7 +755,10 @@ static int synth_layer(const fathom_source *src, uint32_t layer, float *q, float
         free(hms), free(cs), free(sn);
         return fathom_fail(FATHOM_ERR_NOMEM, "out of memory for synthetic head parameters");
     }
-    for (uint32_t g = 0; g < in->kv_heads; g++) head_model_build(s, layer, g, &hms[g]);
+    for (uint32_t g = 0; g < in->kv_heads; g++) {
+        head_model_build(s, layer, g, &hms[g]);
+        if (s->preset.positional) positional_query(s, layer, g, &hms[g]);
+    }
     /* keys tile by tile, so every KV head reuses one RoPE table */
     for (uint64_t t0 = 0; k && t0 < in->tokens; t0 += SYNTH_TILE) {
         uint64_t t1 = in->tokens - t0 < SYNTH_TILE ? in->tokens : t0 + SYNTH_TILE;

@@ -45,6 +45,23 @@ typedef struct synth_params {
      * d/2): key and query std (rms 1 over channels) and |mean| / std. */
     float k_std[SYNTH_MAX_DIM], k_mean[SYNTH_MAX_DIM];
     float q_std[SYNTH_MAX_DIM], q_mean[SYNTH_MAX_DIM];
+    /* Positional profile (fitted presets that ask for it; false: none, and
+     * the generator is as without these fields). In a trained RoPE model
+     * the query's and the key's channel means meet under RoPE: pair i adds
+     * Re(A_i e^{i (p - t) theta_i}) to the logit of key t seen from position
+     * p, A_i = mean_q_i conj(mean_k_i) / sqrt(d) with each pair read as a
+     * complex number (NeoX order: channel i is the real part, i + d/2 the
+     * imaginary). Its phases make nearby keys score higher (locality); its
+     * slow pairs give every key that carries the mean a common offset that
+     * a model's sink token, whose key lacks the mean, escapes. pos_re/pos_im
+     * hold A_i in logits as measured (mean over heads); the generated query
+     * gets a component that meets each head's own key means to give
+     * pos_gain * A_i. Only token 0 is a sink (as measured on SmolLM2); it
+     * keeps the mean, and its gap comes from the sink direction alone, so
+     * the sink and the positional gain are fitted apart. */
+    bool positional;
+    float pos_gain;
+    float pos_re[SYNTH_MAX_DIM / 2], pos_im[SYNTH_MAX_DIM / 2];
 } synth_params;
 
 struct fathom_synth_preset {

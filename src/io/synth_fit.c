@@ -6,13 +6,14 @@
  * projections, in the generator's NeoX channel order; attention statistics
  * use the stored (rotated) vectors, the logits the methods see.
  *
- * The fit (fathom_synth_fit) measures the per-channel profiles directly and
- * searches five generator knobs, one statistic each, by bisection in log
- * space at the capture's n and positions: topic amplitude (at least 2) -> covariance
- * share of the top d/4 eigenvalues (keys only, so first), then twice around
- * recency logit -> last-32 mass (only when asked for: not by default),
- * sink logit -> first-4 mass, topic logit -> top-k mass, and last the query
- * run -> consecutive-query cosine. Each
+ * The fit (fathom_synth_fit) measures the per-channel profiles and the
+ * positional profile (mean query against mean key per RoPE pair) directly
+ * and searches five generator knobs, one statistic each, by bisection in
+ * log space at the capture's n and positions: topic amplitude (at least 2)
+ * -> covariance share of the top d/4 eigenvalues (keys only, so first),
+ * then twice around sink logit -> first-4 mass, topic logit -> top-k mass,
+ * positional gain -> last-32 mass, and last the query run ->
+ * consecutive-query cosine. Each
  * statistic grows with its knob; the others move it too, which the second
  * round corrects for. */
 #include "source.h"
@@ -32,6 +33,8 @@ typedef struct profile_acc {
     double k_log[SYNTH_MAX_DIM], k_log2[SYNTH_MAX_DIM], k_ratio2[SYNTH_MAX_DIM];
     double q_log[SYNTH_MAX_DIM], q_ratio2[SYNTH_MAX_DIM];
     double key_ms; /* mean square of a key entry, summed over KV heads */
+    /* mean_q_i conj(mean_k_i) / sqrt(d) per RoPE pair (synth_params.pos_re), summed over query heads */
+    double pos_re[SYNTH_MAX_DIM / 2], pos_im[SYNTH_MAX_DIM / 2];
     uint64_t kv_heads, q_heads;
 } profile_acc;
 
@@ -165,6 +168,12 @@ static int measure_head(measure_ctx *m, const float *q, const float *k, uint32_t
                 prof->q_log[j] += log(qsd[j] / sqrt(qms / d));
                 prof->q_ratio2[j] += qmean[j] * qmean[j] / (qsd[j] * qsd[j]);
             }
+            /* pair i as a complex number: channel i real, i + d/2 imaginary */
+            for (uint32_t i = 0; i < d / 2; i++) {
+                double qa = qmean[i], qb = qmean[i + d / 2], ka = mean[i], kb = mean[i + d / 2];
+                prof->pos_re[i] += (qa * ka + qb * kb) / sqrt((double)d);
+                prof->pos_im[i] += (qb * ka - qa * kb) / sqrt((double)d);
+            }
             prof->q_heads++;
         }
         uint32_t step = P / STATS_POSITIONS ? P / STATS_POSITIONS : 1;
@@ -289,7 +298,7 @@ static float *knob_field(synth_params *p, knob which) {
     case KNOB_TOPIC_AMP: return &p->topic_amp;
     case KNOB_TOPIC_LOGIT: return &p->topic_logit;
     case KNOB_SINK_LOGIT: return &p->sink_logit;
-    default: return &p->recency_logit;
+    default: return p->positional ? &p->pos_gain : &p->recency_logit;
     }
 }
 
@@ -369,12 +378,18 @@ static int search_knobs(fit_ctx *f, uint32_t groups, const fathom_synth_stats *t
      * a profile whose noise alone holds more than the capture's top-d/4
      * share drove the amplitude to the floor and the top-k mass to 1). */
     if (groups & FATHOM_SYNTH_FIT_RANK) FATHOM_TRY(search_knob(f, KNOB_TOPIC_AMP, target->pca_share, 2, 50));
+    /* The positional gain starts at the measured profile (1) and is
+     * searched after the sinks and the concentration of each round: first,
+     * against the base preset's concentration, the content would take the
+     * mass the local window needs and the gain would run to its bound. */
     for (int round = 0; round < 2; round++) {
-        if (groups & FATHOM_SYNTH_FIT_RECENCY)
+        if (!f->p.positional && (groups & FATHOM_SYNTH_FIT_RECENCY))
             FATHOM_TRY(search_knob(f, KNOB_RECENCY, target->local_mass, 0.01, 30));
         if (groups & FATHOM_SYNTH_FIT_SINKS) FATHOM_TRY(search_knob(f, KNOB_SINK_LOGIT, target->sink_mass, 0.25, 60));
         if (groups & FATHOM_SYNTH_FIT_CONCENTRATION)
             FATHOM_TRY(search_knob(f, KNOB_TOPIC_LOGIT, target->top_mass, 0.25, 60));
+        if (f->p.positional && (groups & FATHOM_SYNTH_FIT_RECENCY))
+            FATHOM_TRY(search_knob(f, KNOB_RECENCY, target->local_mass, 0.1, 10));
     }
     return FATHOM_OK;
 }
@@ -384,9 +399,22 @@ static int fit_run(fit_ctx *f, const fathom_source *capture, const char *base_na
     /* the capture's statistics and profiles */
     memset(prof, 0, sizeof *prof);
     FATHOM_TRY(measure(capture, r->style, r->rope_base, f->k, 1, &r->target, prof));
+    /* the capture's positional profile (kept apart: the profiles ablation
+     * measures prof again on the base preset) */
+    if (groups & FATHOM_SYNTH_FIT_RECENCY) {
+        f->p.positional = true;
+        f->p.pos_gain = 1.0f;
+        for (uint32_t i = 0; i < f->p.dim / 2; i++) {
+            double re = prof->q_heads ? prof->pos_re[i] / prof->q_heads : 0;
+            double im = prof->q_heads ? prof->pos_im[i] / prof->q_heads : 0;
+            f->p.pos_re[i] = (float)(re < -1e3 ? -1e3 : re > 1e3 ? 1e3 : re);
+            f->p.pos_im[i] = (float)(im < -1e3 ? -1e3 : im > 1e3 ? 1e3 : im);
+        }
+    }
     /* the base preset's, at the capture's shape (a built-in parametric model) */
     synth_params base = f->p;
     base.fitted = false;
+    base.positional = false;
     snprintf(base.name, sizeof base.name, "%s", base_name);
     if (groups & FATHOM_SYNTH_FIT_PROFILES) {
         profiles_from(prof, &f->p);

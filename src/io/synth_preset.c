@@ -59,6 +59,13 @@ int synth_params_check(const synth_params *p) {
                                  profiles[i].x[j] <= profiles[i].hi,
                              "preset: %s[%u] = %g not in [%g, %g]", profiles[i].name, j, profiles[i].x[j],
                              profiles[i].lo, profiles[i].hi);
+    if (!p->positional) return FATHOM_OK;
+    FATHOM_CHECK_ARG(isfinite(p->pos_gain) && p->pos_gain >= 0.0f && p->pos_gain <= 100.0f,
+                     "preset: pos_gain %g not in [0, 100]", p->pos_gain);
+    for (uint32_t i = 0; i < p->dim / 2; i++)
+        FATHOM_CHECK_ARG(isfinite(p->pos_re[i]) && isfinite(p->pos_im[i]) && fabsf(p->pos_re[i]) <= 1e3f &&
+                             fabsf(p->pos_im[i]) <= 1e3f,
+                         "preset: pos_re/pos_im[%u] = (%g, %g) not in [-1e3, 1e3]", i, p->pos_re[i], p->pos_im[i]);
     return FATHOM_OK;
 }
 
@@ -92,11 +99,12 @@ static int get_u32(const json_t *root, const char *key, uint32_t *out) {
     return FATHOM_OK;
 }
 
-static int get_profile(const json_t *root, const char *key, uint32_t dim, float *out) {
+/* An array of len numbers (len: the value of what, "dim" or "dim / 2"). */
+static int get_profile(const json_t *root, const char *key, uint32_t dim, const char *what, float *out) {
     const json_t *v = json_object_get(root, key);
     FATHOM_CHECK(!v, FATHOM_ERR_FORMAT, "preset file: missing \"%s\"", key);
     FATHOM_CHECK(!json_is_array(v) || json_array_size(v) != dim, FATHOM_ERR_FORMAT,
-                 "preset file: \"%s\" must be an array of dim = %u numbers", key, dim);
+                 "preset file: \"%s\" must be an array of %s = %u numbers", key, what, dim);
     for (uint32_t j = 0; j < dim; j++) {
         const json_t *x = json_array_get(v, j);
         FATHOM_CHECK(!json_is_number(x) || !isfinite(json_number_value(x)) || fabs(json_number_value(x)) > 1e30,
@@ -111,7 +119,7 @@ static const char *const known_keys[] = {
     "rope_base",    "qk_norm",    "key_scale",      "scale_spread", "low_freq_boost", "outlier_mean",
     "background_logit", "topic_logit", "sink_logit", "content_cap", "topics",         "topic_amp",
     "recency_logit", "query_run",  "k_std",          "k_mean",       "q_std",          "q_mean",
-    "fit",
+    "fit",          "pos_gain",   "pos_re",         "pos_im",
 };
 
 static int parse_root(const json_t *root, synth_params *p) {
@@ -156,10 +164,22 @@ static int parse_root(const json_t *root, synth_params *p) {
     /* the arrays' length is checked against dim, so dim's range first */
     FATHOM_CHECK(p->dim < 8 || p->dim > SYNTH_MAX_DIM || p->dim % 8, FATHOM_ERR_FORMAT,
                  "preset file: dim %u must be a multiple of 8 in 8..%u", p->dim, SYNTH_MAX_DIM);
-    FATHOM_TRY(get_profile(root, "k_std", p->dim, p->k_std));
-    FATHOM_TRY(get_profile(root, "k_mean", p->dim, p->k_mean));
-    FATHOM_TRY(get_profile(root, "q_std", p->dim, p->q_std));
-    FATHOM_TRY(get_profile(root, "q_mean", p->dim, p->q_mean));
+    FATHOM_TRY(get_profile(root, "k_std", p->dim, "dim", p->k_std));
+    FATHOM_TRY(get_profile(root, "k_mean", p->dim, "dim", p->k_mean));
+    FATHOM_TRY(get_profile(root, "q_std", p->dim, "dim", p->q_std));
+    FATHOM_TRY(get_profile(root, "q_mean", p->dim, "dim", p->q_mean));
+    /* the positional profile is optional (files of presets fitted without it
+     * have none), but all three keys or none */
+    int pos_keys = !!json_object_get(root, "pos_gain") + !!json_object_get(root, "pos_re") +
+                   !!json_object_get(root, "pos_im");
+    FATHOM_CHECK(pos_keys != 0 && pos_keys != 3, FATHOM_ERR_FORMAT,
+                 "preset file: \"pos_gain\", \"pos_re\" and \"pos_im\" come together or not at all");
+    if (pos_keys == 3) {
+        p->positional = true;
+        FATHOM_TRY(get_float(root, "pos_gain", &p->pos_gain));
+        FATHOM_TRY(get_profile(root, "pos_re", p->dim / 2, "dim / 2", p->pos_re));
+        FATHOM_TRY(get_profile(root, "pos_im", p->dim / 2, "dim / 2", p->pos_im));
+    }
     p->fitted = true;
     int st = synth_params_check(p);
     if (st != FATHOM_ERR_INVALID_ARG) return st;
@@ -281,6 +301,13 @@ int fathom_synth_preset_write(const fathom_synth_preset *preset, const char *pat
                              profile_json(p->k_mean, p->dim), "q_std", profile_json(p->q_std, p->dim), "q_mean",
                              profile_json(p->q_mean, p->dim));
     if (!root) {
+        json_decref(fit);
+        return fathom_fail(FATHOM_ERR_NOMEM, "out of memory building the preset file");
+    }
+    if (p->positional && (json_object_set_new(root, "pos_gain", json_real((double)p->pos_gain)) ||
+                          json_object_set_new(root, "pos_re", profile_json(p->pos_re, p->dim / 2)) ||
+                          json_object_set_new(root, "pos_im", profile_json(p->pos_im, p->dim / 2)))) {
+        json_decref(root);
         json_decref(fit);
         return fathom_fail(FATHOM_ERR_NOMEM, "out of memory building the preset file");
     }
