@@ -1453,6 +1453,35 @@ AGREE_MORE = [("gemma-agree-16k-code2a", "R/code2", 8, 68, "0-3"), ("gemma-agree
               ("gemma-agree-16k-code6", "R/code6", 4, 72, "0-3")]
 
 
+def generate_speed(rec):
+    """Prefill and decode speed and peak memory of fathom generate, one process per (prompt, method)."""
+    r = rec["result"]
+    rows = []
+    dense = {x["prompt_tokens"]: x for x in r["runs"] if x["attn"] == "dense"}
+    for x in r["runs"]:
+        d = dense.get(x["prompt_tokens"])
+        rows.append([x["prompt_tokens"], x["attn"], "%.1f" % x["prefill_s"], "%.0f" % x["prefill_tokens_per_s"],
+                     "%.2f" % x["decode_tokens_per_s"], "%.0f" % (1e3 / x["decode_tokens_per_s"]),
+                     "-" if x["attn"] == "dense" else "%.2f" % (x["scan_bytes_per_step"] / 1e6),
+                     "-" if x["attn"] == "dense" or not d else "%.2fx" % (x["decode_tokens_per_s"] /
+                                                                          d["decode_tokens_per_s"]),
+                     "%.2f" % (x["peak_rss_kib"] / 2**20)])
+    text = md_table(["prompt tokens", "decode attention", "prefill s", "prefill tokens/s", "decode tokens/s",
+                     "ms per token", "MB scanned per step", "decode vs dense", "peak RSS GiB"], rows)
+    text += ("\n`fathom generate --json` on %s (%s, Q4_K_M GGUF), one process per row, %d threads, on this machine "
+             "with no other job running (the load average in the header): the prompt's raw text prefilled densely "
+             "(every row prefills again: the two rows of a prompt are two measurements of the same prefill), then "
+             "%d greedy steps (--ignore-eos) with the row's attention, k = %d keys per query head where sparse. "
+             "Prompts: Python standard-library files as `$ cat PATH` (`scripts/make-prompts R/speed16 --kind code "
+             "--count 1 --min 16000 --max 16000 --skip 40` and `R/speed32 ... --min 32000 --max 32000 --skip "
+             "40`). Sparse attention runs only in the 3 global layers; the 15 sliding-window layers attend their "
+             "512-token window exactly, so at this model's size the decode step is mostly the weights, not the "
+             "cache: the scan saves little here, and the peak memory is the dense KV cache plus the index. "
+             "Where it does not hold: a 2-core machine; a larger model or a longer context shifts the step toward "
+             "attention.\n" % (r["model"], "Gemma 3 270M", r["threads"], r["tokens"], r["k"]))
+    return text
+
+
 def gemma_agree_more(rec):
     """One further branched code run; the last one on record adds every branched run pooled."""
     r = rec["result"]
@@ -1899,6 +1928,11 @@ TABLES = [
     *[Table(name, GEMMA_SECTION, "Step agreement at 16k (§5.6): code, prompts %s of %s%s" % (
         part, folder, ", and every branched run pooled" if name == AGREE_MORE[-1][0] else ""), gemma_agree_more, None)
       for name, folder, _, _, part in AGREE_MORE],
+    Table("gemma-generate-speed", GEMMA_SECTION, "Prefill and decode speed and peak memory, 16k and 32k, idle "
+          "machine", generate_speed,
+          "Pending: `scripts/record-result gemma-generate-speed -- python3 bench/generate_speed.py --fathom FATHOM "
+          "--model GEMMA --prompts R/speed16/code_00.txt,R/speed32/code_00.txt --methods dense,fathom:48 --k 512 "
+          "--tokens 32`."),
     Table("gemma-code-16k-agree-k", GEMMA_SECTION, "Attention error at the agreement runs' k, code 16k",
           gemma_eval_small_k, "Pending: `scripts/record-result gemma-code-16k-agree-k -- fathom eval --kv "
           "R/code_16k.safetensors --methods sparq:16,sparq:32,fathom:48,fathom-centered:48,oracle --sweep-k "
