@@ -1450,7 +1450,8 @@ def gemma_agree_branched(rec):
 AGREE_MORE = [("gemma-agree-16k-code2a", "R/code2", 8, 68, "0-3"), ("gemma-agree-16k-code2b", "R/code2", 8, 68, "4-7"),
               ("gemma-agree-16k-code3a", "R/code3", 8, 124, "0-3"), ("gemma-agree-16k-code3b", "R/code3", 8, 124, "4-7"),
               ("gemma-agree-16k-code4", "R/code4", 3, 22, "0-2"), ("gemma-agree-16k-code5", "R/code5", 6, 121, "0-5"),
-              ("gemma-agree-16k-code6", "R/code6", 4, 72, "0-3")]
+              ("gemma-agree-16k-code6", "R/code6", 4, 72, "0-3"), ("gemma-agree-16k-code7", "R/code7", 2, 92, "0-1"),
+              ("gemma-agree-16k-code8", "R/code8", 2, 66, "0-1")]
 
 
 def generate_speed(rec):
