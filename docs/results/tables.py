@@ -1769,7 +1769,9 @@ def ruler_more(rec):
     first = [t for t, more in RULER_MORE.items() if rec["table"] in more][0]
     r = rec["result"]
     return ("%d samples of %d-%d prompt tokens with another seed (the command above), pooled sample by sample "
-            "into the table of `%s` above; on its own: %s.\n" % (
+            "into the table of `%s` above (the haystack rebuilt with `scripts/make-prompts R/prose32 --kind prose "
+            "--count 1 --min 32000 --max 32000` and the calibration capture rebuilt as before: seed 1's first "
+            "sample, run again with them, gave every one of its 23 recorded answers); on its own: %s.\n" % (
                 len(r["samples"]), min(x["n_tokens"] for x in r["samples"]), max(x["n_tokens"] for x in r["samples"]),
                 first, ", ".join("%s %.3f" % (x["method"] if x["method"] == "dense" else "%s@%g%%" % (
                     x["method"], 100 * x["budget"]), x["score"]) for x in r["results"])))
