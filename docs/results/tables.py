@@ -1723,7 +1723,8 @@ RULER_TASKS = {"single": "single needle (RULER niah_single_2)", "multikey": "mul
 # Further RULER runs of the same task, context and methods with other seeds (other words, numbers and
 # depths), pooled sample by sample into the first run's table: (table, [further data files]).
 RULER_MORE = {"gemma-ruler-16k-single": ["gemma-ruler-16k-single-seed2"],
-              "gemma-ruler-16k-multikey": ["gemma-ruler-16k-multikey-seed2"]}
+              "gemma-ruler-16k-multikey": ["gemma-ruler-16k-multikey-seed2"],
+              "gemma-ruler-32k-single": ["gemma-ruler-32k-single-seed2"]}
 
 
 def ruler_sample_scores(r):
@@ -1770,10 +1771,11 @@ def ruler_more(rec):
     r = rec["result"]
     return ("%d samples of %d-%d prompt tokens with another seed (the command above), pooled sample by sample "
             "into the table of `%s` above (the haystack rebuilt with `scripts/make-prompts R/prose32 --kind prose "
-            "--count 1 --min 32000 --max 32000` and the calibration capture rebuilt as before: seed 1's first "
-            "sample, run again with them, gave every one of its 23 recorded answers); on its own: %s.\n" % (
+            "--count 1 --min 32000 --max 32000` and the calibration capture rebuilt as before: the first sample of "
+            "seed 1 at 16k, run again with them, gave every one of its 23 recorded answers%s); on its own: %s.\n" % (
                 len(r["samples"]), min(x["n_tokens"] for x in r["samples"]), max(x["n_tokens"] for x in r["samples"]),
-                first, ", ".join("%s %.3f" % (x["method"] if x["method"] == "dense" else "%s@%g%%" % (
+                first, "" if "16k" in first else "; at this context the run was not checked against the "
+                "first run's samples", ", ".join("%s %.3f" % (x["method"] if x["method"] == "dense" else "%s@%g%%" % (
                     x["method"], 100 * x["budget"]), x["score"]) for x in r["results"])))
 
 
@@ -1964,15 +1966,18 @@ TABLES = [
           "--k 512 --positions 128 --no-ablations --no-builtin`."),
     Table("gemma-ruler-16k-single", GEMMA_SECTION, "RULER at 16k: single needle", gemma_ruler, None),
     Table("gemma-ruler-16k-multikey", GEMMA_SECTION, "RULER at 16k: multi-key needle", gemma_ruler, None),
-    *[Table(name, GEMMA_SECTION, "RULER at 16k: %s, another seed (pooled above)" % (
-        "single needle" if "single" in name else "multi-key needle"), ruler_more, None)
-      for more in RULER_MORE.values() for name in more],
+    *[Table(name, GEMMA_SECTION, "RULER at %s: %s, another seed (pooled above)" % (
+        name.split("-")[2], "single needle" if "single" in name else "multi-key needle"), ruler_more, None)
+      for first, more in RULER_MORE.items() if first.startswith("gemma-ruler-16k") for name in more],
     Table("gemma-ruler-16k-vt", GEMMA_SECTION, "RULER at 16k: variable tracking", gemma_ruler, None),
     Table("gemma-ruler-32k-single", GEMMA_SECTION, "RULER at 32k: single needle", gemma_ruler,
           "Pending: `scripts/record-result gemma-ruler-32k-single -- fathom needle --model GEMMA --task single "
           "--haystack R/prose32/prose_00.txt --context 31000 --samples S --calib R/calib_c2k.safetensors --methods "
           "oracle,fathom:48,fathom-centered:48,fathom-klt:48,sparq:16,sparq:32,ds:32,loki:32,thumb,landmark,full4 "
           "--budgets 0.02,0.005 --json --progress`."),
+    *[Table(name, GEMMA_SECTION, "RULER at %s: %s, another seed (pooled above)" % (
+        name.split("-")[2], "single needle" if "single" in name else "multi-key needle"), ruler_more, None)
+      for first, more in RULER_MORE.items() if first.startswith("gemma-ruler-32k") for name in more],
     Table("gemma-ruler-32k-multikey", GEMMA_SECTION, "RULER at 32k: multi-key needle", gemma_ruler,
           "Pending: the 32k single-needle command above with `--task multikey`."),
     Table("gemma-klt-fit", GEMMA_SECTION, "The KLT basis from the session's own keys: fit time at 16k",
