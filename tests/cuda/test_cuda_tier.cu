@@ -47,6 +47,7 @@ static bool quick;
 
 #define TEST_RNG_SEED 0x2545f4914f6cdd1dull
 #include "test_rng.h"
+#include "tier_test_util.h"
 
 /* bf16 rows [n][heads][dim]: channel j of head h ~ N(mean_hj, sd_hj), a few
  * channels with a large mean (the store's shifted sums), some huge rows. */
@@ -67,109 +68,6 @@ static std::vector<uint16_t> make_rows(uint64_t n, uint32_t heads, uint32_t dim,
     return rows;
 }
 
-/* One head's keys as float [n][dim] from rows [n][heads][dim]. */
-static std::vector<float> head_floats(const std::vector<uint16_t> &rows, uint64_t first, uint64_t n,
-                                      uint32_t heads, uint32_t dim, uint32_t h) {
-    std::vector<float> out(n * dim);
-    for (uint64_t t = 0; t < n; t++)
-        for (uint32_t j = 0; j < dim; j++)
-            out[t * dim + j] = fathom_bf16_to_f32(rows[((first + t) * heads + h) * dim + j]);
-    return out;
-}
-
-template <typename T>
-static T *to_device(const T *host, size_t count) {
-    T *d = NULL;
-    CK(cudaMalloc((void **)&d, count * sizeof(T) + 16));
-    if (count) CK(cudaMemcpy(d, host, count * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
-
-/* The tier's (session, layer, head) equals a CPU store fed `keys` [n][dim]
- * float: planes and scales of every block in use, the sums, and (when
- * rows_k is given, [n][heads][dim] bf16 with head h) the K rows. */
-static void compare_store(fathom_cuda_tier *tier, uint32_t s, uint32_t layer, uint32_t h, uint32_t dim,
-                          uint32_t S, const float *keys, uint64_t n, const char *what) {
-    fathom_store *st = NULL;
-    CHECK_OK(fathom_store_create(&st, dim, S, NULL));
-    CHECK_OK(fathom_store_append(st, keys, n));
-    uint64_t bad_words = 0, bad_scales = 0, bad_rows = 0, compared = 0;
-    const uint64_t nb = (n + 63) / 64;
-    for (uint32_t seg = 0; (uint64_t)seg * S < nb; seg++) {
-        fathom_cuda_tier_view v;
-        fathom_segment_view c;
-        CHECK_OK(fathom_cuda_tier_segment(tier, s, layer, h, seg, &v));
-        CHECK_OK(fathom_store_segment(st, seg, &c));
-        for (uint32_t j = 0; j < dim; j++)
-            for (uint32_t b = 0; b < c.blocks; b++) {
-                for (uint32_t p = 0; p < 4; p++)
-                    bad_words += v.planes[((uint64_t)j * 4 + p) * S + b] != c.planes[((uint64_t)j * 4 + p) * S + b];
-                bad_scales += v.scales[(uint64_t)j * S + b] != c.scales[(uint64_t)j * S + b];
-                compared += 5;
-            }
-        for (uint32_t i = 0; i < c.tokens; i++)
-            for (uint32_t j = 0; j < dim; j++)
-                bad_rows += fathom_bf16_to_f32(v.kv[(uint64_t)i * 2 * dim + j]) != keys[(c.first_token + i) * dim + j];
-    }
-    const double *a0, *a1, *a2, *b0, *b1, *b2;
-    CHECK_OK(fathom_cuda_tier_sums(tier, s, layer, h, &a0, &a1, &a2));
-    fathom_store_sums(st, &b0, &b1, &b2);
-    const bool sums_equal = memcmp(a0, b0, dim * 8) == 0 && memcmp(a1, b1, dim * 8) == 0 &&
-                            memcmp(a2, b2, dim * 8) == 0;
-    if (bad_words || bad_scales || bad_rows || !sums_equal)
-        fprintf(stderr, "%s: session %u layer %u head %u n %llu: %llu words, %llu scales, %llu rows differ, sums %s\n",
-                what, s, layer, h, (unsigned long long)n, (unsigned long long)bad_words,
-                (unsigned long long)bad_scales, (unsigned long long)bad_rows, sums_equal ? "equal" : "DIFFER");
-    CHECK(compared > 0);
-    CHECK(bad_words == 0);
-    CHECK(bad_scales == 0);
-    CHECK(bad_rows == 0);
-    CHECK(sums_equal);
-    fathom_store_free(st);
-}
-
-/* Append `counts[call][entry]` tokens per call to the batch's sessions;
- * entry e's tokens come from src[e] in order (rows [n][heads][dim]). */
-static void append_calls(fathom_cuda_tier *tier, uint32_t layers, uint32_t heads, uint32_t dim,
-                         const std::vector<uint32_t> &sessions,
-                         const std::vector<std::vector<uint32_t>> &calls,
-                         const std::vector<const std::vector<uint16_t> *> &src,
-                         std::vector<uint64_t> &done) {
-    const uint32_t B = (uint32_t)sessions.size();
-    uint32_t *d_s = to_device(sessions.data(), B);
-    uint32_t *d_c = NULL;
-    CK(cudaMalloc((void **)&d_c, B * 4));
-    uint32_t maxc = 1;
-    for (auto &c : calls)
-        for (uint32_t x : c) maxc = x > maxc ? x : maxc;
-    uint16_t *d_k = NULL, *d_v = NULL;
-    const size_t row = (size_t)heads * dim;
-    CK(cudaMalloc((void **)&d_k, (size_t)maxc * B * row * 2));
-    CK(cudaMalloc((void **)&d_v, (size_t)maxc * B * row * 2));
-    std::vector<uint16_t> hk, hv;
-    for (auto &c : calls) {
-        hk.clear();
-        hv.clear();
-        for (uint32_t e = 0; e < B; e++) {
-            const uint16_t *r = src[e]->data() + done[e] * row;
-            hk.insert(hk.end(), r, r + (size_t)c[e] * row);
-            for (size_t i = 0; i < (size_t)c[e] * row; i++) hv.push_back((uint16_t)(r[i] ^ 0x8000u)); /* V = -K */
-        }
-        if (!hk.empty()) {
-            CK(cudaMemcpy(d_k, hk.data(), hk.size() * 2, cudaMemcpyHostToDevice));
-            CK(cudaMemcpy(d_v, hv.data(), hv.size() * 2, cudaMemcpyHostToDevice));
-        }
-        CK(cudaMemcpy(d_c, c.data(), B * 4, cudaMemcpyHostToDevice));
-        for (uint32_t l = 0; l < layers; l++)
-            CHECK_OK(fathom_cuda_tier_append(tier, l, d_s, B, d_c, maxc, d_k, d_v, 0));
-        for (uint32_t e = 0; e < B; e++) done[e] += c[e];
-    }
-    CK(cudaDeviceSynchronize());
-    cudaFree(d_s);
-    cudaFree(d_c);
-    cudaFree(d_k);
-    cudaFree(d_v);
-}
 
 static void test_append(uint32_t dim) {
     const uint32_t L = 2, H = 2, S = 32, seg_tokens = S * 64;
@@ -208,8 +106,8 @@ static void test_append(uint32_t dim) {
     for (uint32_t l = 0; l < L; l++)
         for (uint32_t h = 0; h < H; h++) {
             std::vector<float> fa = head_floats(ka, 0, total, H, dim, h), fb = head_floats(kb, 0, total, H, dim, h);
-            compare_store(tier, a, l, h, dim, S, fa.data(), total, "append bulk");
-            compare_store(tier, b, l, h, dim, S, fb.data(), total, "append token by token");
+            compare_plain_store(tier, a, l, h, dim, S, fa.data(), total, "append bulk");
+            compare_plain_store(tier, b, l, h, dim, S, fb.data(), total, "append token by token");
         }
     /* an append beyond the reserved capacity is skipped and reported */
     {
@@ -249,9 +147,9 @@ static void test_append(uint32_t dim) {
             for (uint32_t h = 0; h < H; h++) {
                 std::vector<float> f = head_floats(ka, 0, cut, H, dim, h), g = head_floats(kc, 0, extra, H, dim, h);
                 f.insert(f.end(), g.begin(), g.end());
-                compare_store(tier, c, l, h, dim, S, f.data(), cut + extra, "fork+truncate+append");
+                compare_plain_store(tier, c, l, h, dim, S, f.data(), cut + extra, "fork+truncate+append");
                 std::vector<float> fa = head_floats(ka, 0, total, H, dim, h);
-                compare_store(tier, a, l, h, dim, S, fa.data(), total, "fork source");
+                compare_plain_store(tier, a, l, h, dim, S, fa.data(), total, "fork source");
             }
         CHECK_OK(fathom_cuda_tier_session_free(tier, c));
         CHECK_STATUS(fathom_cuda_tier_session_free(tier, c), FATHOM_ERR_INVALID_ARG);
@@ -627,7 +525,7 @@ static void test_graph(void) {
         CHECK_OK(fathom_cuda_tier_length(te, ids[i], &le));
         CHECK(lg == start[i] + steps && le == lg);
         std::vector<float> f = head_floats(rows[i], 0, lg, H, D, 1);
-        compare_store(tg, ids[i], L - 1, 1, D, S, f.data(), lg, "graph appends");
+        compare_plain_store(tg, ids[i], L - 1, 1, D, S, f.data(), lg, "graph appends");
     }
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
