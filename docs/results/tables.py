@@ -1773,15 +1773,20 @@ def ruler_more(rec):
     """A further seed of a RULER run: its provenance here, its samples pooled into the first run's table."""
     first = [t for t, more in RULER_MORE.items() if rec["table"] in more][0]
     r = rec["result"]
+    if "16k" in first:
+        check = ""
+    elif first in RULER_CHECKED:
+        check = ("; at 32k, the first sample of seed 1 of this task, run again with the haystack and calibration of "
+                 "this run (its command with `--samples 1` and no `--seed`), gave every one of its 23 recorded "
+                 "answers too")
+    else:
+        check = "; at this context the run was not checked against the first run's samples"
     return ("%d samples of %d-%d prompt tokens with another seed (the command above), pooled sample by sample "
             "into the table of `%s` above (the haystack rebuilt with `scripts/make-prompts R/prose32 --kind prose "
             "--count 1 --min 32000 --max 32000` and the calibration capture rebuilt as before: the first sample of "
             "seed 1 at 16k, run again with them, gave every one of its 23 recorded answers%s); on its own: %s.\n" % (
                 len(r["samples"]), min(x["n_tokens"] for x in r["samples"]), max(x["n_tokens"] for x in r["samples"]),
-                first, "" if "16k" in first else "; at 32k, the first sample of seed 1 of this task, run again "
-                "with the haystack and calibration of this run (its command with `--samples 1` and no `--seed`), gave "
-                "every one of its 23 recorded answers too" if first in RULER_CHECKED else "; at this context the run "
-                "was not checked against the first run's samples", ", ".join("%s %.3f" % (x["method"] if x["method"] == "dense" else "%s@%g%%" % (
+                first, check, ", ".join("%s %.3f" % (x["method"] if x["method"] == "dense" else "%s@%g%%" % (
                     x["method"], 100 * x["budget"]), x["score"]) for x in r["results"])))
 
 
