@@ -1724,7 +1724,11 @@ RULER_TASKS = {"single": "single needle (RULER niah_single_2)", "multikey": "mul
 # depths), pooled sample by sample into the first run's table: (table, [further data files]).
 RULER_MORE = {"gemma-ruler-16k-single": ["gemma-ruler-16k-single-seed2"],
               "gemma-ruler-16k-multikey": ["gemma-ruler-16k-multikey-seed2"],
-              "gemma-ruler-32k-single": ["gemma-ruler-32k-single-seed2"]}
+              "gemma-ruler-32k-single": ["gemma-ruler-32k-single-seed2"],
+              "gemma-ruler-32k-multikey": ["gemma-ruler-32k-multikey-seed2", "gemma-ruler-32k-multikey-seed3"]}
+
+# The 32k runs whose rebuilt haystack and calibration were checked at 32k too (seed 1's first sample rerun).
+RULER_CHECKED = {"gemma-ruler-32k-multikey"}
 
 
 def ruler_sample_scores(r):
@@ -1769,14 +1773,28 @@ def ruler_more(rec):
     """A further seed of a RULER run: its provenance here, its samples pooled into the first run's table."""
     first = [t for t, more in RULER_MORE.items() if rec["table"] in more][0]
     r = rec["result"]
+    if "16k" in first:
+        check = ""
+    elif first in RULER_CHECKED:
+        check = ("; at 32k, the first sample of seed 1 of this task, run again with the haystack and calibration of "
+                 "this run (its command with `--samples 1` and no `--seed`), gave every one of its 23 recorded "
+                 "answers too")
+    else:
+        check = "; at this context the run was not checked against the first run's samples"
     return ("%d samples of %d-%d prompt tokens with another seed (the command above), pooled sample by sample "
             "into the table of `%s` above (the haystack rebuilt with `scripts/make-prompts R/prose32 --kind prose "
             "--count 1 --min 32000 --max 32000` and the calibration capture rebuilt as before: the first sample of "
             "seed 1 at 16k, run again with them, gave every one of its 23 recorded answers%s); on its own: %s.\n" % (
                 len(r["samples"]), min(x["n_tokens"] for x in r["samples"]), max(x["n_tokens"] for x in r["samples"]),
-                first, "" if "16k" in first else "; at this context the run was not checked against the "
-                "first run's samples", ", ".join("%s %.3f" % (x["method"] if x["method"] == "dense" else "%s@%g%%" % (
+                first, check, ", ".join("%s %.3f" % (x["method"] if x["method"] == "dense" else "%s@%g%%" % (
                     x["method"], 100 * x["budget"]), x["score"]) for x in r["results"])))
+
+
+def ruler_more_tables(first):
+    """The tables of RULER_MORE[first]'s further seeds, to follow first's table."""
+    return [Table(name, GEMMA_SECTION, "RULER at %s: %s, another seed (pooled above)" % (
+        name.split("-")[2], "single needle" if "single" in name else "multi-key needle"), ruler_more, None)
+        for name in RULER_MORE[first]]
 
 
 def gemma_ruler(rec):
@@ -1975,11 +1993,10 @@ TABLES = [
           "--haystack R/prose32/prose_00.txt --context 31000 --samples S --calib R/calib_c2k.safetensors --methods "
           "oracle,fathom:48,fathom-centered:48,fathom-klt:48,sparq:16,sparq:32,ds:32,loki:32,thumb,landmark,full4 "
           "--budgets 0.02,0.005 --json --progress`."),
-    *[Table(name, GEMMA_SECTION, "RULER at %s: %s, another seed (pooled above)" % (
-        name.split("-")[2], "single needle" if "single" in name else "multi-key needle"), ruler_more, None)
-      for first, more in RULER_MORE.items() if first.startswith("gemma-ruler-32k") for name in more],
+    *ruler_more_tables("gemma-ruler-32k-single"),
     Table("gemma-ruler-32k-multikey", GEMMA_SECTION, "RULER at 32k: multi-key needle", gemma_ruler,
           "Pending: the 32k single-needle command above with `--task multikey`."),
+    *ruler_more_tables("gemma-ruler-32k-multikey"),
     Table("gemma-klt-fit", GEMMA_SECTION, "The KLT basis from the session's own keys: fit time at 16k",
           gemma_klt_fit, None),
     Table("gemma-quant-code-16k", GEMMA_SECTION,
