@@ -262,6 +262,12 @@ def bench_scan_tiled(rec):
                 (" The binary ran there is bench/bench_scan.c built here (Release) and linked statically, "
                  "since that machine has no jansson or PCRE2 to build the full library.")
                 if ".static" in rec["command"] else ""))
+    if r.get("read_GBps_1core"):
+        share = new["fathom:48"]["plane_GBps_per_core"] / r["read_GBps_1core"]
+        text += ("One core read memory at %.1f GB/s in the same run; the tiled fathom:48 scan read planes at %.0f%% "
+                 "of that%s.\n" % (r["read_GBps_1core"], 100 * share,
+                                   ", so it is bound by its arithmetic, not by the bytes it reads" if share < 0.5
+                                   else ""))
     if "scan_select" in r:
         ss = r["scan_select"]
         text += "\n" + md_table(["threads", "scan then select ms/step", "scan+select ms/step",
@@ -1913,6 +1919,10 @@ TABLES = [
     Table("bench-scan-tiled", "CPU: scan throughput (bench_scan)",
           "The tiled kernel against the untiled one, and threads over token ranges", bench_scan_tiled,
           "Pending: `scripts/record-result bench-scan-tiled -- build/bench_scan --json`."),
+    Table("bench-scan-tiled-1m", "CPU: scan throughput (bench_scan)",
+          "The tiled kernel at 1M tokens on this machine", bench_scan_tiled,
+          "Pending: `scripts/record-result bench-scan-tiled-1m -- build/bench_scan --context 1048576 --queries 4 "
+          "--repeats 5 --threads 2 --json`."),
     Table("bench-scan-tiled-gpu-host", "CPU: scan throughput (bench_scan)",
           "The tiled kernel on the GPU machine's host (16 cores, 1M tokens)", bench_scan_tiled,
           "Pending: on the GPU machine, `FATHOM_COMMIT=<commit> scripts/record-result bench-scan-tiled-gpu-host -- "
@@ -1997,6 +2007,8 @@ TABLES = [
     Table("gemma-ruler-32k-multikey", GEMMA_SECTION, "RULER at 32k: multi-key needle", gemma_ruler,
           "Pending: the 32k single-needle command above with `--task multikey`."),
     *ruler_more_tables("gemma-ruler-32k-multikey"),
+    Table("gemma-ruler-32k-vt", GEMMA_SECTION, "RULER at 32k: variable tracking", gemma_ruler,
+          "Pending: the 32k single-needle command above with `--task vt --samples 2`."),
     Table("gemma-klt-fit", GEMMA_SECTION, "The KLT basis from the session's own keys: fit time at 16k",
           gemma_klt_fit, None),
     Table("gemma-quant-code-16k", GEMMA_SECTION,
