@@ -12,7 +12,7 @@
 
 /* One head's keys as float [n][dim] from rows [..][heads][dim], from row first. */
 static inline std::vector<float> head_floats(const std::vector<uint16_t> &rows, uint64_t first, uint64_t n,
-                                      uint32_t heads, uint32_t dim, uint32_t h) {
+                                             uint32_t heads, uint32_t dim, uint32_t h) {
     std::vector<float> out(n * dim);
     for (uint64_t t = 0; t < n; t++)
         for (uint32_t j = 0; j < dim; j++)
@@ -37,8 +37,8 @@ typedef struct tally {
  * (NULL: uncentered) and fed keys [n][dim]: plane words and scales of
  * every block in use, the sums, the raw K rows. */
 static inline void compare_store(fathom_cuda_tier *tier, uint32_t s, uint32_t layer, uint32_t h, uint32_t dim,
-                          uint32_t S, const float *mu, const float *keys, uint64_t n, const char *what,
-                          tally *t) {
+                                 uint32_t S, const float *mu, const float *keys, uint64_t n, const char *what,
+                                 tally *t) {
     fathom_store *st = NULL;
     CHECK_OK(fathom_store_create(&st, dim, S, NULL));
     if (mu) CHECK_OK(fathom_store_set_center(st, mu));
@@ -76,9 +76,9 @@ static inline void compare_store(fathom_cuda_tier *tier, uint32_t s, uint32_t la
 /* Append calls[call][entry] tokens per call to the batch's sessions at
  * every layer; entry e's tokens come from src[e] in order. */
 static inline void append_calls(fathom_cuda_tier *tier, uint32_t layers, uint32_t heads, uint32_t dim,
-                         const std::vector<uint32_t> &sessions, const std::vector<std::vector<uint32_t>> &calls,
-                         const std::vector<const std::vector<uint16_t> *> &src, std::vector<uint64_t> &done,
-                         cudaStream_t stream = 0) {
+                                const std::vector<uint32_t> &sessions, const std::vector<std::vector<uint32_t>> &calls,
+                                const std::vector<const std::vector<uint16_t> *> &src, std::vector<uint64_t> &done,
+                                cudaStream_t stream = 0) {
     const uint32_t B = (uint32_t)sessions.size();
     uint32_t *d_s = to_device(sessions.data(), B);
     uint32_t *d_c = NULL;
@@ -119,7 +119,7 @@ static inline void append_calls(fathom_cuda_tier *tier, uint32_t layers, uint32_
 /* compare_store on an uncentered session, checked on its own: something
  * compared, nothing differs. */
 static inline void compare_plain_store(fathom_cuda_tier *tier, uint32_t s, uint32_t layer, uint32_t h, uint32_t dim,
-                                uint32_t S, const float *keys, uint64_t n, const char *what) {
+                                       uint32_t S, const float *keys, uint64_t n, const char *what) {
     tally t = {0, 0};
     compare_store(tier, s, layer, h, dim, S, NULL, keys, n, what, &t);
     CHECK(t.compared > 0);
