@@ -1730,11 +1730,14 @@ RULER_TASKS = {"single": "single needle (RULER niah_single_2)", "multikey": "mul
 # depths), pooled sample by sample into the first run's table: (table, [further data files]).
 RULER_MORE = {"gemma-ruler-16k-single": ["gemma-ruler-16k-single-seed2"],
               "gemma-ruler-16k-multikey": ["gemma-ruler-16k-multikey-seed2"],
-              "gemma-ruler-32k-single": ["gemma-ruler-32k-single-seed2"],
-              "gemma-ruler-32k-multikey": ["gemma-ruler-32k-multikey-seed2", "gemma-ruler-32k-multikey-seed3"]}
+              "gemma-ruler-32k-single": ["gemma-ruler-32k-single-seed2", "gemma-ruler-32k-single-seed3"],
+              "gemma-ruler-32k-multikey": ["gemma-ruler-32k-multikey-seed2", "gemma-ruler-32k-multikey-seed3",
+                                           "gemma-ruler-32k-multikey-seed4"]}
 
-# The 32k runs whose rebuilt haystack and calibration were checked at 32k too (seed 1's first sample rerun).
-RULER_CHECKED = {"gemma-ruler-32k-multikey"}
+# The 32k seed runs made with the haystack and calibration files that were checked at 32k too: seed 1's first
+# multi-key sample, rerun with them (its command with `--samples 1` and no `--seed`), gave all 23 recorded answers.
+RULER_CHECKED = {"gemma-ruler-32k-multikey-seed2", "gemma-ruler-32k-multikey-seed3",
+                 "gemma-ruler-32k-multikey-seed4", "gemma-ruler-32k-single-seed3"}
 
 
 def ruler_sample_scores(r):
@@ -1779,18 +1782,17 @@ def ruler_more(rec):
     """A further seed of a RULER run: its provenance here, its samples pooled into the first run's table."""
     first = [t for t, more in RULER_MORE.items() if rec["table"] in more][0]
     r = rec["result"]
-    if "16k" in first:
-        check = ""
-    elif first in RULER_CHECKED:
-        check = ("; at 32k, the first sample of seed 1 of this task, run again with the haystack and calibration of "
-                 "this run (its command with `--samples 1` and no `--seed`), gave every one of its 23 recorded "
-                 "answers too")
+    if rec["table"] in RULER_CHECKED:
+        check = ("at 32k, the first sample of seed 1 of the multi-key task, run again with these files (its command "
+                 "with `--samples 1` and no `--seed`), gave every one of its 23 recorded answers")
     else:
-        check = "; at this context the run was not checked against the first run's samples"
+        check = ("the first sample of seed 1 at 16k, run again with them, gave every one of its 23 recorded "
+                 "answers%s" % ("" if "16k" in first else
+                                "; at this context the run was not checked against the first run's samples"))
     return ("%d samples of %d-%d prompt tokens with another seed (the command above), pooled sample by sample "
             "into the table of `%s` above (the haystack rebuilt with `scripts/make-prompts R/prose32 --kind prose "
-            "--count 1 --min 32000 --max 32000` and the calibration capture rebuilt as before: the first sample of "
-            "seed 1 at 16k, run again with them, gave every one of its 23 recorded answers%s); on its own: %s.\n" % (
+            "--count 1 --min 32000 --max 32000` and the calibration capture rebuilt as before: %s); on its own: "
+            "%s.\n" % (
                 len(r["samples"]), min(x["n_tokens"] for x in r["samples"]), max(x["n_tokens"] for x in r["samples"]),
                 first, check, ", ".join("%s %.3f" % (x["method"] if x["method"] == "dense" else "%s@%g%%" % (
                     x["method"], 100 * x["budget"]), x["score"]) for x in r["results"])))
