@@ -266,8 +266,7 @@ def bench_scan_tiled(rec):
         share = new["fathom:48"]["plane_GBps_per_core"] / r["read_GBps_1core"]
         text += ("One core read memory at %.1f GB/s in the same run; the tiled fathom:48 scan read planes at %.0f%% "
                  "of that%s.\n" % (r["read_GBps_1core"], 100 * share,
-                                   ", so it is bound by its arithmetic, not by the bytes it reads" if share < 0.5
-                                   else ""))
+                                   ", so memory bandwidth is not what limits it" if share < 0.5 else ""))
     if "scan_select" in r:
         ss = r["scan_select"]
         text += "\n" + md_table(["threads", "scan then select ms/step", "scan+select ms/step",
@@ -1995,10 +1994,9 @@ TABLES = [
           "R/code_16k.safetensors --judge R/prose_16k.safetensors --calib R/calib_c2k.safetensors --base qwen3-8b "
           "--k 512 --positions 128 --no-ablations --no-builtin`."),
     Table("gemma-ruler-16k-single", GEMMA_SECTION, "RULER at 16k: single needle", gemma_ruler, None),
+    *ruler_more_tables("gemma-ruler-16k-single"),
     Table("gemma-ruler-16k-multikey", GEMMA_SECTION, "RULER at 16k: multi-key needle", gemma_ruler, None),
-    *[Table(name, GEMMA_SECTION, "RULER at %s: %s, another seed (pooled above)" % (
-        name.split("-")[2], "single needle" if "single" in name else "multi-key needle"), ruler_more, None)
-      for first, more in RULER_MORE.items() if first.startswith("gemma-ruler-16k") for name in more],
+    *ruler_more_tables("gemma-ruler-16k-multikey"),
     Table("gemma-ruler-16k-vt", GEMMA_SECTION, "RULER at 16k: variable tracking", gemma_ruler, None),
     Table("gemma-ruler-32k-single", GEMMA_SECTION, "RULER at 32k: single needle", gemma_ruler,
           "Pending: `scripts/record-result gemma-ruler-32k-single -- fathom needle --model GEMMA --task single "

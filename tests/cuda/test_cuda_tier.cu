@@ -68,7 +68,6 @@ static std::vector<uint16_t> make_rows(uint64_t n, uint32_t heads, uint32_t dim,
     return rows;
 }
 
-
 static void test_append(uint32_t dim) {
     const uint32_t L = 2, H = 2, S = 32, seg_tokens = S * 64;
     fathom_cuda_tier_shape sh = {L, H, 2, dim, S, 4, 1u << 16};

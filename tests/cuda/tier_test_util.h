@@ -1,7 +1,7 @@
 /* Shared by test_cuda_tier.cu and test_cuda_centered.cu: a head's keys as
  * floats, copies to the device, the tier-against-CPU-store comparison and
- * batched appends. Each test includes check.h, test_rng.h, fathom_cuda.h,
- * store_internal.h and cuda/cuda_check.cuh first. */
+ * batched appends. Include after check.h, fathom_cuda.h, store_internal.h
+ * and cuda/cuda_check.cuh. */
 #ifndef FATHOM_TIER_TEST_UTIL_H
 #define FATHOM_TIER_TEST_UTIL_H
 
@@ -64,7 +64,8 @@ static inline void compare_store(fathom_cuda_tier *tier, uint32_t s, uint32_t la
     const double *a[3], *b[3];
     CHECK_OK(fathom_cuda_tier_sums(tier, s, layer, h, &a[0], &a[1], &a[2]));
     fathom_store_sums(st, &b[0], &b[1], &b[2]);
-    for (int x = 0; x < 3; x++, compared += dim) bad += memcmp(a[x], b[x], dim * 8) != 0;
+    for (int x = 0; x < 3; x++)
+        for (uint32_t j = 0; j < dim; j++, compared++) bad += memcmp(&a[x][j], &b[x][j], sizeof(double)) != 0;
     if (bad)
         fprintf(stderr, "%s: session %u layer %u head %u n %llu: %llu of %llu values differ\n", what, s, layer, h,
                 (unsigned long long)n, (unsigned long long)bad, (unsigned long long)compared);
