@@ -4,7 +4,7 @@ budget and a policy, the fraction of plane bytes and of row bytes a GPU step
 would find resident instead of sending over the link.
 
   bench/cache_sim.py TRACE [TRACE ...] [--budget 0.1] [--plane-share 0.5] [--fill-every 1 16]
-                    [--variants] [--json]
+                    [--variants] [--as-context N ... --as-union U [--as-dim 128] [--only-as]] [--json]
 
 Model of what crosses the link, per step and (layer, KV head):
   planes: the scan reads plane p of channel j for p < depth_j. A plane unit
@@ -40,6 +40,20 @@ variant (--variants): the gpu policy filled every step with fill "plan"
   "replace" (the latest missed token of each slot replaces what the slot
   held), at each --plane-share; best_variant: the one keeping the most plane
   and row bytes off the link (bytes as the step reads them), ties listed.
+as (--as-context N): the gpu policy (filled every step) given the lines and
+  slots that --budget of the index of a longer session would buy: a session
+  of N tokens, head dim D (--as-dim) and a mean union of U rows per (layer,
+  KV head) (--as-union: the target step's, e.g. bench_cuda_tier's union_mean).
+  Per (layer, KV head) its index is B = ceil(N / 64) D 34 bytes, so
+  lines = floor(share budget B / (10 ceil(N / 64))) = floor(3.4 share budget D)
+  (at most 4 D_trace) and target slots = floor((1 - share) budget B / (4 D + 4));
+  the trace gets the same lines (a fathom:B plan is B lines at every d) and
+  slots = round(target slots / U x the trace's mean union): the same multiple
+  of a step's rows. as_bytes_hit weighs the plane and row hits by the target
+  step's bytes: planes = the trace's mean plane bytes per block x ceil(N / 64),
+  rows = 4 D U; best_as: per N, the share with the most as_bytes_hit. What does
+  not carry over: row reuse at the target's k and n (the trace's own k), and
+  plans over D channels instead of the trace's.
 Also printed: the fraction of a step's rows selected by the previous step and
 by one of the last 8 steps (union over the group), to compare with captures.
 """
@@ -228,15 +242,21 @@ def gpu_lines(depths, var, lines, fill):
     return {(i // PLANES, i % PLANES) for _, _, i in sorted(chosen)[:lines]}
 
 
-def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GPU_FILL, row_rule=GPU_ROWS):
+def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GPU_FILL, row_rule=GPU_ROWS,
+                 lines_slots=None):
+    """lines_slots: (plane lines, row slots) per (layer, KV head) instead of
+    those the budget buys on the trace's own index (--as-context)."""
     dim = int(meta["dim"])
     last_n = steps[-1]["_pos"] + 1
     index_bytes = traced_index_bytes(steps, dim, last_n)
     budget = budget_frac * index_bytes
     pairs = len({key for step in steps for key in step if key != "_pos"})
     cache_blocks = (last_n + BLOCK - 1) // BLOCK
-    lines = min(int(budget * plane_share) // pairs // 10 // cache_blocks, PLANES * dim)
-    slots = int(budget * (1 - plane_share)) // pairs // (4 * dim + 4)
+    if lines_slots is None:
+        lines = min(int(budget * plane_share) // pairs // 10 // cache_blocks, PLANES * dim)
+        slots = int(budget * (1 - plane_share)) // pairs // (4 * dim + 4)
+    else:
+        lines, slots = min(lines_slots[0], PLANES * dim), lines_slots[1]
     kept, valid, tags = {}, {}, {}  # per (layer, kv head): lines, blocks they hold, slot -> token + 1
     tot = {"plane": 0, "plane_hit": 0, "row": 0, "row_hit": 0}
     row_bytes, max_row_hits = 4 * dim, 0
@@ -290,6 +310,30 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GP
     }
 
 
+def trace_shape(steps):
+    """The trace's mean union of rows and mean plane bytes per 64-token block
+    per (layer, KV head) and step (the plan's lines, 8 bytes each, plus the
+    2-byte scales of its channels)."""
+    rows = per_block = count = 0
+    for step in steps:
+        for key, (depths, sel) in ((k, v) for k, v in step.items() if k != "_pos"):
+            rows += len(sel)
+            per_block += sum(8 * t + (2 if t else 0) for t in depths or [])
+            count += 1
+    return rows / count, per_block / count
+
+
+def as_lines_slots(budget_frac, share, context, dim, union, trace_union):
+    """Plane lines and row slots (in the trace) that budget_frac of the index
+    of a context-token session of head dim `dim` buys per (layer, KV head), and
+    the target's own slots (see "as" in the module's text)."""
+    blocks = (context + BLOCK - 1) // BLOCK
+    index = blocks * dim * 34
+    lines = int(share * budget_frac * index) // (10 * blocks)
+    target_slots = int((1 - share) * budget_frac * index) // (4 * dim + 4)
+    return lines, round(target_slots / union * trace_union), target_slots
+
+
 def reuse(steps):
     prev, last8, total = 0, 0, 0
     history = []
@@ -315,10 +359,21 @@ def main():
     ap.add_argument("--variants", action="store_true",
                     help="also the gpu policy's variants (policy \"variant\", fill every step): fill plan|spare "
                     "x rows later|replace x each --plane-share, and the one keeping the most bytes off the link")
+    ap.add_argument("--as-context", type=int, nargs="+", default=[],
+                    help="gpu policy with the lines and slots --budget of the index of a session of N tokens buys "
+                    "(see 'as' in the text); needs --as-union")
+    ap.add_argument("--as-dim", type=int, default=128, help="the --as-context session's head dim")
+    ap.add_argument("--as-union", type=float, help="the --as-context step's mean union of rows per (layer, KV head)")
+    ap.add_argument("--only-as", action="store_true", help="only the --as-context runs (no LRU, LFU, gpu runs)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if not 0 < a.budget <= 1 or any(not 0 <= x <= 1 for x in a.plane_share) or min(a.fill_every) < 1:
         sys.exit("cache_sim: --budget in (0, 1], --plane-share in [0, 1], --fill-every >= 1")
+    if a.only_as and not a.as_context:
+        sys.exit("cache_sim: --only-as needs --as-context")
+    if a.as_context and (a.as_union is None or not 0 < a.as_union < 1e9 or not 1 <= a.as_dim <= 1024
+                         or min(a.as_context) < 1 or max(a.as_context) > 1 << 40):
+        sys.exit("cache_sim: --as-context N >= 1 needs --as-union U > 0, and --as-dim in [1, 1024]")
     out = []
     for path in a.traces:
         try:
@@ -328,7 +383,7 @@ def main():
             res = {"trace": path, "model": meta.get("model"), "prompt_tokens": int(meta["prompt"]),
                    "attn": meta.get("attn"), "k": int(meta["k"]), "steps": len(steps), "budget": a.budget,
                    "reuse": reuse(steps), "runs": []}
-            for name, policy in (("lru", LRU), ("lfu", LFU)):
+            for name, policy in () if a.only_as else (("lru", LRU), ("lfu", LFU)):
                 for share in a.plane_share:
                     r = simulate(meta, steps, a.budget, share, policy)
                     r["policy"], r["plane_share"] = name, share
@@ -336,7 +391,7 @@ def main():
             if not var:
                 print(f"cache_sim: {path}: no variance lines (a trace of an older bench_decode_trace): "
                       "no gpu policy", file=sys.stderr)
-            for every in a.fill_every if var else []:
+            for every in a.fill_every if var and not a.only_as else []:
                 for share in a.plane_share:
                     r = simulate_gpu(meta, steps, var, a.budget, share, every)
                     r["policy"], r["plane_share"] = "gpu", share
@@ -347,6 +402,28 @@ def main():
                         r = simulate_gpu(meta, steps, var, a.budget, share, 1, fill, rule)
                         r["policy"], r["plane_share"] = "variant", share
                         res["runs"].append(r)
+            if a.as_context and var:
+                t_union, t_block = trace_shape(steps)
+                res["trace_union"], res["trace_plane_bytes_per_block"] = t_union, t_block
+                res["best_as"] = []
+                for n in a.as_context:
+                    runs = []
+                    for share in a.plane_share:
+                        lines, slots, target_slots = as_lines_slots(a.budget, share, n, a.as_dim, a.as_union, t_union)
+                        r = simulate_gpu(meta, steps, var, a.budget, share, 1, lines_slots=(lines, slots))
+                        planes_b = t_block * ((n + BLOCK - 1) // BLOCK)
+                        rows_b = 4 * a.as_dim * a.as_union
+                        r.update(policy="as", plane_share=share, as_context=n, as_dim=a.as_dim, as_union=a.as_union,
+                                 as_slots=target_slots, slot_multiple=target_slots / a.as_union,
+                                 as_plane_bytes=planes_b, as_row_bytes=rows_b,
+                                 as_bytes_hit=(r["plane_hit"] * planes_b + r["row_hit"] * rows_b)
+                                 / (planes_b + rows_b))
+                        runs.append(r)
+                    res["runs"] += runs
+                    best = max(runs, key=lambda r: (r["as_bytes_hit"], -runs.index(r)))
+                    res["best_as"].append({k: best[k] for k in ("as_context", "plane_share", "lines", "slots",
+                                                                "as_slots", "slot_multiple", "plane_hit", "row_hit",
+                                                                "as_bytes_hit")})
             var_runs = [r for r in res["runs"] if r["policy"] == "variant"]
             if var_runs:  # the most bytes kept off the link, and every variant that keeps as many
                 best = max(var_runs, key=lambda r: (r["bytes_hit"], -var_runs.index(r)))
@@ -369,11 +446,21 @@ def main():
             ph = "n/a" if r["plane_hit"] is None else f"{r['plane_hit']:.3f}"
             name = r["policy"].upper() + (f" (fill every {r['fill_every']}, {r['fill']}, rows {r['rows']})"
                                           if "fill_every" in r else "")
+            if r["policy"] == "as":
+                print(f"  AS {r['as_context']} tokens, d {r['as_dim']}, union {r['as_union']:.0f}: "
+                      f"{r['plane_share']:.0%} to planes = {r['lines']} lines, {r['as_slots']} slots "
+                      f"({r['slot_multiple']:.2f} x union; {r['slots']} here): planes {r['plane_hit']:.3f}, "
+                      f"rows {r['row_hit']:.3f}, the target's bytes {r['as_bytes_hit']:.3f}")
+                continue
             print(f"  {name}, budget {res['budget']:.0%} of the index ({r['budget_bytes'] / 1e6:.2f} MB), "
                   f"{r['plane_share']:.0%} to planes: plane bytes resident {ph}, row bytes resident "
                   f"{r['row_hit']:.3f}, all bytes {r['bytes_hit']:.3f} "
                   f"(per step {r['plane_bytes'] / res['steps'] / 1e6:.2f} MB planes, "
                   f"{r['row_bytes'] / res['steps'] / 1e6:.2f} MB rows)")
+        for b in res.get("best_as", []):
+            print(f"  most of a {b['as_context']}-token step's bytes: {b['plane_share']:.0%} to planes "
+                  f"({b['lines']} lines, {b['slot_multiple']:.2f} x union): planes {b['plane_hit']:.3f}, "
+                  f"rows {b['row_hit']:.3f}, bytes {b['as_bytes_hit']:.3f}")
         if "best_variant" in res:
             b = res["best_variant"]
             print(f"  most bytes kept off the link: fill {b['fill']}, rows {b['rows']}, {b['plane_share']:.0%} to "

@@ -30,14 +30,17 @@
  *            plan's depths) and row slots = a multiple of the mean union;
  *            the hit rates are measured (bytes the step read from HBM over
  *            the bytes it planned and fetched), not assumed. "none" is the
- *            same graph without a cache; "smollm2@10%" and "gemma@10%"
- *            force the hit rates that bench/cache_sim.py's gpu policy (this
- *            cache's own fill and slot rule, filled every step, half the
- *            budget to planes) measured on real decode traces with an HBM
- *            budget of 10% of the traced index
- *            (docs/results/data/decode-cache-sim.json, SmolLM2 code_00:
- *            planes 0.206, rows 0.265; gemma-cache-sim.json, Gemma 3 16k
- *            code: planes 0.642, rows 0.076) and report the HBM they took
+ *            same graph without a cache. --trace-point NAME:N:PLANE:ROW
+ *            adds, at --contexts N only, a point that forces the plane and
+ *            row hit rates a real decode trace gives (bench/cache_sim.py
+ *            --as-context N: the GPU's own policy on a trace, with the lines
+ *            and slots an HBM budget of a share of an N-token session's index
+ *            buys): lines = the plan's lines x (PLANE - 0.015) (the first
+ *            lines carry their channels' scales), slots = m x union with
+ *            m (1 - exp(-1/m)) = ROW (a direct-mapped cache over a static
+ *            union); the hit rates are measured as above, and the HBM they
+ *            took is reported against the index's (a static replay needs less
+ *            than the trace's budget for the same rates).
  *            against the index's. Every point is also timed on one stream
  *            (fathom_cuda_tier_set_lanes(tier, 0, 0)).
  * ragged: four sessions of --ragged lengths in one batch (segments of 1024
@@ -55,10 +58,10 @@
  *   rates (fathom_cuda_hybrid_calibrate on layer 0: one layer's step, so its
  *   measured corrections are of one layer, the graphs' of L) and its share, and the
  *   step with 0..kv_heads pairs on the host (ms_by_share), so the chosen
- *   share can be read against the best one. Then "cache": the session's
- *   HBM cache at the cache sweep's smollm2@10% point (plane lines 9/48 of
- *   the plan's, row slots 0.272 x the mean union; hit rates measured on the
- *   GPU-only step), the GPU-only step with it, and with the last --threads
+ *   share can be read against the best one. Then "cache", per --trace-point
+ *   of that context: the session's HBM cache at that point (lines and slots
+ *   as in the cache sweep; hit rates measured on the GPU-only step), the
+ *   GPU-only step with it, and with the last --threads
  *   count the rates, share and ms_by_share of the hybrid step with it, each
  *   also against the uncached GPU-only step.
  * The link: one 1 GiB pinned host -> device copy, best of 3, in the same run. */
@@ -81,11 +84,46 @@
 #include "cuda/cuda_check.cuh"
 #include "bench_machine.h"
 
-/* The smollm2@10% trace point, shared by the cache sweep and the hybrid's cache
- * point: plane lines 9/48 of the plan's, row slots 0.272 x the union (what
- * bench/cache_sim.py's gpu policy keeps at 10% of the index, half to planes,
- * on the SmolLM2 4k code trace: 0.206 of plane bytes, 0.265 of row bytes). */
-static const double SMOLLM2_10_LINES = 9 / 48.0, SMOLLM2_10_SLOTS = 0.272;
+/* A cache point that forces a real trace's hit rates (--trace-point): the
+ * fraction of the plan's lines and the multiple of the mean union that a
+ * static replay needs for them. */
+struct trace_point {
+    std::string name;
+    uint64_t context;
+    double plane, row;       /* the trace's hit rates */
+    double plane_frac, slot_mult;
+};
+
+/* m with m (1 - exp(-1/m)) = row: the hits of m x union direct-mapped slots
+ * over one static union (bisection; the left side grows with m). */
+static double slot_multiple_for(double row) {
+    if (row <= 0) return 0;
+    double lo = 0, hi = 1;
+    while (hi * (1 - exp(-1 / hi)) < row && hi < 1e6) hi *= 2;
+    for (int i = 0; i < 100; i++) {
+        const double m = (lo + hi) / 2;
+        (m * (1 - exp(-1 / m)) < row ? lo : hi) = m;
+    }
+    return hi;
+}
+
+static bool parse_trace_point(const char *arg, trace_point *tp) {
+    const char *c1 = strchr(arg, ':');
+    if (!c1 || c1 == arg) return false;
+    char *end;
+    tp->name.assign(arg, c1 - arg);
+    tp->context = strtoull(c1 + 1, &end, 10);
+    if (*end != ':' || tp->context < 4096) return false;
+    tp->plane = strtod(end + 1, &end);
+    if (*end != ':') return false;
+    tp->row = strtod(end + 1, &end);
+    if (*end || !(tp->plane >= 0 && tp->plane <= 1) || !(tp->row >= 0 && tp->row < 1)) return false;
+    tp->plane_frac = tp->plane > 0.015 ? tp->plane - 0.015 : 0;
+    tp->slot_mult = slot_multiple_for(tp->row);
+    return true;
+}
+
+static std::vector<trace_point> trace_points;
 
 #define FK(call)                                                                                   \
     do {                                                                                           \
@@ -357,7 +395,7 @@ static void free_setup(setup &st) {
 }
 
 /* The cache sweep at the session's current length (see the header). */
-static std::string cache_sweep(setup &st, uint64_t n, cudaStream_t s, int reps, double link) {
+static std::string cache_sweep(setup &st, uint64_t context, uint64_t n, cudaStream_t s, int reps, double link) {
     const uint32_t L = st.L, P = H, sid = st.ids[0];
     std::vector<uint8_t> dep((size_t)L * P * D);
     std::vector<uint32_t> uni((size_t)L * P);
@@ -373,19 +411,21 @@ static std::string cache_sweep(setup &st, uint64_t n, cudaStream_t s, int reps, 
     unsigned long long *d_hits;
     CK(cudaMalloc((void **)&d_hits, 16));
     struct point {
-        const char *name;
+        std::string name;
         double plane_frac, slot_mult;
+        const trace_point *trace;
     };
     /* slots = m x union keep about m (1 - exp(-1/m)) of a static union (direct-mapped);
        lines = f x the plan's lines give a little more than f of its bytes (the first
-       lines carry their channels' scales): the trace points' f and m are chosen so
-       (9 of 48 lines for 0.206, m = 0.272 for 0.265; 30 of 48 for 0.642, m = 0.076) */
-    const point pts[] = {{"none", 0, 0},        {"p0.25", 0.25, 0.25},        {"p0.5", 0.5, 0.75},
-                         {"p0.75", 0.75, 2},    {"p1", 1, 64},                {"planes-only", 1, 0},
-                         {"rows-only", 0, 64},  {"smollm2@10%", SMOLLM2_10_LINES, SMOLLM2_10_SLOTS}, {"gemma@10%", 30 / 48.0, 0.076}};
+       lines carry their channels' scales) */
+    std::vector<point> pts = {{"none", 0, 0, NULL},      {"p0.25", 0.25, 0.25, NULL}, {"p0.5", 0.5, 0.75, NULL},
+                              {"p0.75", 0.75, 2, NULL},  {"p1", 1, 64, NULL},         {"planes-only", 1, 0, NULL},
+                              {"rows-only", 0, 64, NULL}};
+    for (const trace_point &tp : trace_points)
+        if (tp.context == context) pts.push_back({tp.name, tp.plane_frac, tp.slot_mult, &tp});
     std::string js = "[";
     double none_ms = 0;
-    for (size_t i = 0; i < sizeof pts / sizeof pts[0]; i++) {
+    for (size_t i = 0; i < pts.size(); i++) {
         const point &pt = pts[i];
         const uint64_t lines = (uint64_t)llround(pt.plane_frac * lines_mean);
         const uint64_t slots = (uint64_t)llround(pt.slot_mult * union_mean);
@@ -421,7 +461,7 @@ static std::string cache_sweep(setup &st, uint64_t n, cudaStream_t s, int reps, 
         cudaGraphExec_t one = graph_of(NULL);
         const timing t1 = replay(one, s, reps);
         FK(fathom_cuda_tier_set_lanes(st.tier, 3, chunk_heads));
-        if (listed(profile_point, pt.name)) {
+        if (listed(profile_point, pt.name.c_str())) {
             CK(cudaStreamSynchronize(s));
             CK(cudaProfilerStart());
             CK(cudaGraphLaunch(exec, s));
@@ -435,15 +475,19 @@ static std::string cache_sweep(setup &st, uint64_t n, cudaStream_t s, int reps, 
         const double ph = hits[0] / (scan_b * (reps + 1)), rh = hits[1] / (row_b * (reps + 1));
         if (i == 0) none_ms = t.gpu_ms;
         const double floor_ms = ((1 - ph) * scan_b + (1 - rh) * row_b) / (link * 1e9) * 1e3;
-        char buf[512];
+        char want[96] = "";
+        if (pt.trace)
+            snprintf(want, sizeof want, ", \"trace_plane_hit\": %.4f, \"trace_row_hit\": %.4f", pt.trace->plane,
+                     pt.trace->row);
+        char buf[768];
         snprintf(buf, sizeof buf,
                  "%s{\"point\": \"%s\", \"lines\": %llu, \"plan_lines\": %.2f, \"slots\": %llu, "
                  "\"union_mean\": %.1f, \"hbm_GB\": %.4f, \"hbm_of_index\": %.4f, \"plane_hit\": %.4f, "
                  "\"row_hit\": %.4f, \"ms\": %.4f, \"one_stream_ms\": %.4f, \"vs_none\": %.4f, "
-                 "\"host_floor_ms\": %.4f}",
-                 i ? ", " : "", pt.name, (unsigned long long)lines, lines_mean, (unsigned long long)slots,
+                 "\"host_floor_ms\": %.4f%s}",
+                 i ? ", " : "", pt.name.c_str(), (unsigned long long)lines, lines_mean, (unsigned long long)slots,
                  union_mean, hbm / 1e9, hbm / index_bytes, ph, rh, t.gpu_ms, t1.gpu_ms, t.gpu_ms / none_ms,
-                 floor_ms);
+                 floor_ms, want);
         fprintf(stderr, "  cache %s\n", buf);
         js += buf;
     }
@@ -607,9 +651,11 @@ static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint
         return buf + by;
     };
     for (size_t i = 0; i < threads.size(); i++) js += hybrid_at(threads[i], i ? ", {" : "{") + "}";
-    js += "], \"cache\": ";
-    /* the cache at the smollm2@10% point (cache_sweep's), from the GPU-only step's plans and unions */
-    {
+    js += "], \"cache\": [";
+    /* the cache at each --trace-point of this context, from the GPU-only step's plans and unions */
+    bool first_point = true;
+    for (const trace_point &tp : trace_points) {
+        if (tp.context != N) continue;
         const uint32_t sid = st.ids[0];
         const uint64_t LH = (uint64_t)L * H, blocks = (n + 63) / 64;
         std::vector<uint8_t> dep((size_t)LH * D);
@@ -621,8 +667,8 @@ static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint
         for (uint32_t u : uni) union_mean += u;
         lines_mean /= (double)LH;
         union_mean /= (double)LH;
-        const double plane_frac = SMOLLM2_10_LINES, slot_mult = SMOLLM2_10_SLOTS;
-        const uint64_t lines = (uint64_t)llround(plane_frac * lines_mean), slots = (uint64_t)llround(slot_mult * union_mean);
+        const uint64_t lines = (uint64_t)llround(tp.plane_frac * lines_mean),
+                       slots = (uint64_t)llround(tp.slot_mult * union_mean);
         const fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, LH * (4 * D + 4) * slots};
         FK(fathom_cuda_tier_cache_set(st.tier, sid, &cc));
         FK(fathom_cuda_tier_cache_fill(st.tier, sid, st.d_depths, s));
@@ -652,14 +698,16 @@ static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint
         bytes_of(st, {n}, &scan_c, &row_c);
         const double ph = hits[0] / (scan_c * (reps + 1)), rh = hits[1] / (row_c * (reps + 1));
         const double index_bytes = (double)LH * blocks * D * (FATHOM_PLANES * 8 + 2);
-        fprintf(stderr, "  cache smollm2@10%%: planes %.3f rows %.3f hit, GPU only %.3f ms (%.3fx uncached)\n", ph, rh,
-                cached_ms, cached_ms / gpu_ms);
+        fprintf(stderr, "  cache %s: planes %.3f rows %.3f hit, GPU only %.3f ms (%.3fx uncached)\n", tp.name.c_str(),
+                ph, rh, cached_ms, cached_ms / gpu_ms);
         snprintf(buf, sizeof buf,
-                 "{\"point\": \"smollm2@10%%\", \"lines\": %llu, \"plan_lines\": %.2f, \"slots\": %llu, "
-                 "\"union_mean\": %.1f, \"hbm_of_index\": %.4f, \"plane_hit\": %.4f, \"row_hit\": %.4f, "
-                 "\"gpu_only_ms\": %.4f, \"gpu_only_vs_uncached\": %.4f, \"hybrid\": {",
-                 (unsigned long long)lines, lines_mean, (unsigned long long)slots, union_mean, hbm / index_bytes, ph, rh,
-                 cached_ms, cached_ms / gpu_ms);
+                 "%s{\"point\": \"%s\", \"trace_plane_hit\": %.4f, \"trace_row_hit\": %.4f, \"lines\": %llu, "
+                 "\"plan_lines\": %.2f, \"slots\": %llu, \"union_mean\": %.1f, \"hbm_of_index\": %.4f, "
+                 "\"plane_hit\": %.4f, \"row_hit\": %.4f, \"gpu_only_ms\": %.4f, \"gpu_only_vs_uncached\": %.4f, "
+                 "\"hybrid\": {",
+                 first_point ? "" : ", ", tp.name.c_str(), tp.plane, tp.row, (unsigned long long)lines, lines_mean,
+                 (unsigned long long)slots, union_mean, hbm / index_bytes, ph, rh, cached_ms, cached_ms / gpu_ms);
+        first_point = false;
         std::string cjs = buf;
         const double uncached_ms = gpu_ms;
         std::string hj = hybrid_at(threads.back(), "");
@@ -670,6 +718,7 @@ static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint
         const fathom_cuda_tier_cache_config off = {0, 0, 0};
         FK(fathom_cuda_tier_cache_set(st.tier, sid, &off));
     }
+    js += "]";
     free_setup(st);
     return js + "}";
 }
@@ -699,10 +748,19 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--only-cache")) only_cache = true;
         else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile_point = argv[++i];
         else if (!strcmp(argv[i], "--hybrid")) hybrid = true;
+        else if (!strcmp(argv[i], "--trace-point") && i + 1 < argc) {
+            trace_point tp;
+            if (!parse_trace_point(argv[++i], &tp)) {
+                fprintf(stderr, "--trace-point: want NAME:CONTEXT:PLANE:ROW (context >= 4096, rates in [0, 1], "
+                        "row < 1), got '%s'\n", argv[i]);
+                return 2;
+            }
+            trace_points.push_back(tp);
+        }
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) list(threads);
         else if (!strcmp(argv[i], "--json")) {
         } else {
-            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--only-cache] [--profile POINT,..] [--hybrid [--threads T,..]] [--json]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--only-cache] [--profile POINT,..] [--trace-point NAME:N:PLANE:ROW ..] [--hybrid [--threads T,..]] [--json]\n", argv[0]);
             return 2;
         }
     }
@@ -774,7 +832,7 @@ int main(int argc, char **argv) {
         double fk = 0, fl = 0, fd = 0;
         if (!only_tier && !only_cache) fixed_steps(st, len, s, reps, &fk, &fl, &fd);
         const double best = only_tier || only_cache ? 1.0 : std::min(fk, std::min(fl, fd));
-        const std::string cache_js = only_tier ? std::string("[]") : cache_sweep(st, len, s, reps, link);
+        const std::string cache_js = only_tier ? std::string("[]") : cache_sweep(st, N, len, s, reps, link);
         const double floor_ms = (scan_b + row_b) / (link * 1e9) * 1e3;
         snprintf(buf, sizeof buf,
                  "%s{\"context\": %llu, \"length_after\": %llu, \"tier_ms\": %.4f, \"tier_host_us\": %.2f, "

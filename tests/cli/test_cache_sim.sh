@@ -17,6 +17,10 @@
 #    prefix of one ranking); fill spare never fewer than fill plan (it keeps
 #    a superset) and more somewhere; the gpu policy equals the variant
 #    spare/later; row hits per step never exceed the slots;
+#  - --as-context: the lines and slots a 1M-token session's budget buys,
+#    worked out by hand on the hand trace (lines capped at the trace's 4 d,
+#    slots scaled by the trace's mean union), the target's byte weighting and
+#    the best share; bad option combinations refused;
 #  - untrusted input: malformed traces are rejected with a message; a trace
 #    without variance lines still gets LRU and LFU, and no gpu runs.
 #   usage: test_cache_sim.sh [BUILD_DIR]   (the build directory is unused)
@@ -149,6 +153,51 @@ check(sys.argv[3], {(f, r, 1.0): (36 / 120, 0.0) for f in ("plan", "spare") for 
 print("variants: checked")
 sys.exit(1 if bad else 0)
 PY
+
+# --as-context 1048576 --as-dim 128 --as-union 1000, budget 0.1: a pair's
+# index is 16384 blocks x 128 x 34 = 71,303,168 bytes. Share 1: int(7,130,316.8)
+# // (10 x 16384) = 43 lines (capped at the trace's 4 d = 8), 0 slots. Share
+# 0.5: 3,565,158 // 163,840 = 21 lines (-> 8); target slots 3,565,158 // 516 =
+# 6,909 = 6.909 x union; the trace's mean union is 4 (every step selects 4
+# rows), so round(27.636) = 28 slots here. Share 0: 0 lines, 13,818 target
+# slots -> 55 here.
+# Planes with every line held (fills after 126 and 127, spare lines of both
+# channels): step 127 depths (1, 3), 1 block held: 10 + 10 + 8 + 8 = 36;
+# step 128 (1, 2), 2 blocks: 20 + 20 + 16 = 56: 92 / 244.
+# Rows with 28 or 55 slots (tokens 0, 5, 10, 126, 127, 128 never collide):
+# step 127 hits 0, 10, 126; step 128 hits 0, 5, 127: 6 / 12.
+# The target's bytes: planes = the trace's mean plane bytes per block
+# ((8 x 5 + 4) + (8 x 4 + 4) + (8 x 3 + 4)) / 3 = 36 x 16384 = 589,824; rows
+# 4 x 128 x 1000 = 512,000.
+python3 "$sim" "$tmp/hand.trace" --json --budget 0.1 --plane-share 1 0.5 0 --only-as --as-context 1048576 \
+  --as-union 1000 >"$tmp/as.json" || fail "cache_sim --as-context on the hand-made trace"
+python3 - "$tmp/as.json" <<'PY' || fails=$((fails + 1))
+import json, sys
+t = json.load(open(sys.argv[1]))["traces"][0]
+runs = {r["plane_share"]: r for r in t["runs"]}
+P, R = 36 * 16384, 512000
+want = {1.0: (8, 0, 0, 92 / 244, 0.0), 0.5: (8, 28, 6909, 92 / 244, 0.5), 0.0: (0, 55, 13818, 0.0, 0.5)}
+bad = 0
+if sorted(runs) != sorted(want) or {r["policy"] for r in t["runs"]} != {"as"}:
+    print("FAIL: as runs", sorted(runs), {r["policy"] for r in t["runs"]}); sys.exit(1)
+for share, (lines, slots, target, plane, row) in want.items():
+    r = runs[share]
+    tb = (plane * P + row * R) / (P + R)
+    if ((r["lines"], r["slots"], r["as_slots"]) != (lines, slots, target) or abs(r["plane_hit"] - plane) > 1e-12
+            or abs(r["row_hit"] - row) > 1e-12 or abs(r["as_bytes_hit"] - tb) > 1e-12
+            or r["as_plane_bytes"] != P or r["as_row_bytes"] != R):
+        print("FAIL: as share", share, r); bad += 1
+b = t["best_as"]
+if len(b) != 1 or b[0]["plane_share"] != 0.5 or b[0]["as_context"] != 1048576:
+    print("FAIL: best share", b); bad += 1
+if abs(t["trace_union"] - 4) > 1e-12 or abs(t["trace_plane_bytes_per_block"] - 36) > 1e-12:
+    print("FAIL: trace shape", t["trace_union"], t["trace_plane_bytes_per_block"]); bad += 1
+print("as-context: %d shares checked" % len(want))
+sys.exit(1 if bad else 0)
+PY
+python3 "$sim" "$tmp/hand.trace" --as-context 1048576 >/dev/null 2>&1 && fail "--as-context without --as-union accepted"
+python3 "$sim" "$tmp/hand.trace" --only-as >/dev/null 2>&1 && fail "--only-as without --as-context accepted"
+python3 "$sim" "$tmp/hand.trace" --as-context 0 --as-union 10 >/dev/null 2>&1 && fail "--as-context 0 accepted"
 
 # Seeded random trace: 2 layers x 2 KV heads x 2 query heads, d 8, 40 steps
 # from position 200, rows biased to recent tokens.
