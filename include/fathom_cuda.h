@@ -463,7 +463,7 @@ int fathom_cuda_tier_workspace_size(const fathom_cuda_tier *tier,
  * capacity_tokens, with at most FATHOM_CUDA_MAX_CHUNKS (entry, KV head)
  * pairs and segments of at least 4096 blocks, and, for a water-filling
  * step (fixed_depths NULL) with at least one live session, not while every
- * live session's plane cache holds at least budget / 2 lines per (layer, KV
+ * live session's plane cache holds at least budget lines per (layer, KV
  * head) (checked when the step is enqueued or captured); otherwise, and
  * without lanes or with one chunk, every phase runs on `stream` and the
  * scan reads the planes the cache lacks in place from host memory. Steps of one tier must be enqueued from

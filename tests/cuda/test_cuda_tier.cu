@@ -931,7 +931,7 @@ static void test_cache(void) {
  * pipelines, with a session's plane cache: without a cache the step is
  * pipelined (every planned plane gathered); with one holding every line it
  * runs on one stream (planes_mostly_cached: the staging reserved, unused);
- * with fewer lines than budget / 2 it is pipelined again and gathers only
+ * with fewer lines than the budget it is pipelined again and gathers only
  * what the cache lacks. Same bits in all three, the first against the CPU. */
 static void test_cache_by_context(void) {
     const uint32_t H = 2, G = 4, D = 128, S = 4096; /* segments of 4096 blocks: pipelined by context */
@@ -974,7 +974,7 @@ static void test_cache_by_context(void) {
     uint64_t expect = 0; /* every planned line of the closed blocks */
     for (uint32_t x = 0; x < H * D; x++) expect += none.depths[x] ? (8ull * none.depths[x] + 2) * (len / 64) : 0;
     const uint64_t blocks = capacity / 64;
-    const uint32_t lines[2] = {4 * D, 8}; /* every line; fewer than budget / 2 = 24 */
+    const uint32_t lines[2] = {4 * D, 8}; /* every line; fewer than the budget (48) */
     for (uint32_t v = 0; v < 2; v++) {
         fathom_cuda_tier_cache_config cc = {(uint64_t)H * 10 * blocks * lines[v], capacity, 0};
         CHECK_OK(fathom_cuda_tier_cache_set(tier, ids[0], &cc));
