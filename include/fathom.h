@@ -496,9 +496,13 @@ FATHOM_API int fathom_synth_open_preset(fathom_source **out, const fathom_synth_
  * (the rank of the content), and the cosine between consecutive queries of
  * one head (step-to-step drift), each the mean over layers, heads and
  * positions; mean_ratio is the largest |mean| / std of a key channel,
- * averaged over heads (outliers). */
+ * averaged over heads (outliers); content_mass (reported, not fitted) is
+ * the concentration without the positional part: the logits less the
+ * head's mean key's (rotated to each key's position), softmax over the
+ * keys between the first 4 and the last 32, mass of the k - 36 largest. */
 typedef struct fathom_synth_stats {
     double top_mass, sink_mass, local_mass, pca_share, drift, mean_ratio;
+    double content_mass;
 } fathom_synth_stats;
 
 typedef enum fathom_rope_style {

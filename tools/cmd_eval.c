@@ -38,6 +38,10 @@ static void usage(FILE *f) {
             "calibration (Var for fathom, Double Sparsity's channels, the KLT basis, greedy budgets):\n"
             "  --calib FILE          a capture of other text, as in the paper\n"
             "  --calib synthetic     (synthetic sources) the same preset's text with seed S+1000\n"
+            "  --calib-context N     (with --calib synthetic) that text's length in tokens\n"
+            "                        (default: the source's; give a real calibration capture's n\n"
+            "                        to calibrate as on real text: post-RoPE key statistics\n"
+            "                        depend on the positions the calibration covers)\n"
             "  (none: statistics from the evaluated window itself; fathom's Var from the\n"
             "   store's running sums, the paper's calibration-free variant)\n"
             "method:\n"
@@ -65,7 +69,7 @@ static void usage(FILE *f) {
 
 typedef struct options {
     const char *kv, *preset, *calib, *plot;
-    uint64_t context, seed;
+    uint64_t context, seed, calib_context;
     uint32_t positions, k, threads;
     bool json, match, greedy, planes_keys, positions_given;
     cli_progress_mode progress;
@@ -77,7 +81,7 @@ typedef struct options {
 enum {
     OPT_KV = 256, OPT_SYNTHETIC, OPT_CONTEXT, OPT_SEED, OPT_POSITIONS, OPT_K, OPT_THREADS,
     OPT_METHODS, OPT_CALIB, OPT_LAYER_BUDGET, OPT_KEYS, OPT_SWEEP_BUDGETS, OPT_SWEEP_K, OPT_MATCH,
-    OPT_PLOT, OPT_JSON, OPT_QUIET, OPT_PROGRESS
+    OPT_PLOT, OPT_JSON, OPT_QUIET, OPT_PROGRESS, OPT_CALIB_CONTEXT
 };
 static const struct option long_options[] = {
     {"help", no_argument, NULL, 'h'},
@@ -90,6 +94,7 @@ static const struct option long_options[] = {
     {"threads", required_argument, NULL, OPT_THREADS},
     {"methods", required_argument, NULL, OPT_METHODS},
     {"calib", required_argument, NULL, OPT_CALIB},
+    {"calib-context", required_argument, NULL, OPT_CALIB_CONTEXT},
     {"layer-budget", required_argument, NULL, OPT_LAYER_BUDGET},
     {"keys", required_argument, NULL, OPT_KEYS},
     {"sweep-budgets", required_argument, NULL, OPT_SWEEP_BUDGETS},
@@ -114,6 +119,7 @@ static bool set_option(options *o, int c, const char *v) {
     case OPT_THREADS: return cli_parse_u32(v, &o->threads) && o->threads <= 256;
     case OPT_METHODS: return snprintf(o->methods, sizeof o->methods, "%s", v) < (int)sizeof o->methods;
     case OPT_CALIB: o->calib = v; return true;
+    case OPT_CALIB_CONTEXT: return cli_parse_u64(v, &o->calib_context) && o->calib_context;
     case OPT_LAYER_BUDGET: o->greedy = !strcmp(v, "greedy"); return o->greedy || !strcmp(v, "flat");
     case OPT_KEYS: o->planes_keys = !strcmp(v, "planes"); return o->planes_keys || !strcmp(v, "exact");
     case OPT_SWEEP_BUDGETS: return cli_parse_u32_list(v, o->sweep_budgets, MAX_SWEEP, &o->n_sweep_budgets);
@@ -144,6 +150,8 @@ static int parse_options(int argc, char **argv, options *o) {
     if (o->kv && o->context) return cli_usage_error("--context applies to --synthetic only");
     if (o->calib && !strcmp(o->calib, "synthetic") && o->kv)
         return cli_usage_error("--calib synthetic needs a --synthetic source");
+    if (o->calib_context && !(o->calib && !strcmp(o->calib, "synthetic")))
+        return cli_usage_error("--calib-context applies to --calib synthetic only");
     if (!o->kv && !o->preset) o->preset = "qwen3-8b";
     if (o->preset && !o->context) o->context = 32768;
     if (o->match && !o->n_sweep_budgets)
@@ -160,7 +168,10 @@ static int open_sources(const options *o, fathom_source **src, fathom_source **c
         return st == FATHOM_ERR_INVALID_ARG ? cli_fail_usage("--synthetic", st) : cli_fail(o->preset, st);
     }
     if (o->calib && !strcmp(o->calib, "synthetic")) {
-        if ((st = cli_synth_open(calib, o->preset, o->context, o->positions, o->seed + 1000)) < 0)
+        /* a shorter calibration text is queried at its last positions, at most all of it */
+        uint64_t cn = o->calib_context ? o->calib_context : o->context;
+        uint32_t cp = o->positions < cn ? o->positions : (uint32_t)cn;
+        if ((st = cli_synth_open(calib, o->preset, cn, cp, o->seed + 1000)) < 0)
             return cli_fail("synthetic calibration", st);
     } else if (o->calib) {
         if ((st = fathom_capture_open(calib, o->calib)) < 0) return cli_fail(o->calib, st);
@@ -479,6 +490,7 @@ int cmd_eval(int argc, char **argv) {
         printf("calibration: ");
         cli_print_safe(stdout, !calib ? "none (statistics of the evaluated window itself)"
                                : o.kv || strcmp(o.calib, "synthetic") ? o.calib : "synthetic text, seed + 1000");
+        if (o.calib_context) printf(", %" PRIu64 " tokens", o.calib_context);
         printf("; layer budget: %s%s\n", o.greedy ? "greedy" : "flat",
                o.planes_keys ? "; attention keys decoded from the 4 planes" : "");
         fflush(stdout);

@@ -39,8 +39,8 @@ typedef struct profile_acc {
 } profile_acc;
 
 typedef struct stats_acc {
-    double top, sink, local, pca, drift, ratio;
-    uint64_t n_attn, n_heads, n_drift;
+    double top, sink, local, pca, drift, ratio, content;
+    uint64_t n_attn, n_heads, n_drift, n_content;
 } stats_acc;
 
 /* x (one head's vector at position pos) rotated back by RoPE into out, in
@@ -54,6 +54,19 @@ static void unrope(const float *x, uint32_t d, uint64_t pos, fathom_rope_style s
         double b = style == FATHOM_ROPE_NEOX ? x[i + half] : x[2 * i + 1];
         out[i] = (float)(a * c + b * s);
         out[i + half] = (float)(b * c - a * s);
+    }
+}
+
+/* The NeoX-order pre-RoPE vector m rotated to position pos, in the style's
+ * layout (the inverse of unrope). */
+static void rerope(const double *m, uint32_t d, uint64_t pos, fathom_rope_style style, const double *theta,
+                   float *out) {
+    const uint32_t half = d / 2;
+    for (uint32_t i = 0; i < half; i++) {
+        double angle = (double)pos * theta[i], c = cos(angle), s = sin(angle);
+        double a = m[i] * c - m[i + half] * s, b = m[i] * s + m[i + half] * c;
+        if (style == FATHOM_ROPE_NEOX) out[i] = (float)a, out[i + half] = (float)b;
+        else out[2 * i] = (float)a, out[2 * i + 1] = (float)b;
     }
 }
 
@@ -76,11 +89,37 @@ static int cmp_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-/* Dense softmax of query q over keys [0, pos]: top-k, sink and local mass. */
-static void attention_mass(const float *q, const float *keys, uint64_t pos, uint32_t d, uint32_t k, float *prob,
-                           stats_acc *acc) {
+/* Top-m mass of the softmax of logits x[0, n) (overwritten). */
+static double top_share(float *x, uint64_t n, uint64_t m) {
+    double mx = -INFINITY, sum = 0, top = 0;
+    for (uint64_t t = 0; t < n; t++)
+        if (x[t] > mx) mx = x[t];
+    for (uint64_t t = 0; t < n; t++) sum += (x[t] = (float)exp(x[t] - mx));
+    qsort(x, n, sizeof *x, cmp_desc);
+    for (uint64_t t = 0; t < n && t < m; t++) top += x[t];
+    return top / sum;
+}
+
+/* Dense softmax of query q over keys [0, pos]: top-k, sink and local mass.
+ * With pkeys (the head's mean key at every position, rotated as the keys
+ * are), also the content concentration: the logits less the mean key's
+ * (the positional part), over the keys between the first 4 and the last
+ * 32, and the mass of the k - 36 largest there, the share a method picks. */
+static void attention_mass(const float *q, const float *keys, const float *pkeys, uint64_t pos, uint32_t d,
+                           uint32_t k, float *prob, stats_acc *acc) {
     const uint64_t n = pos + 1;
     const double scale = 1.0 / sqrt((double)d);
+    if (pkeys && n > STATS_SINKS + STATS_LOCAL + 1 && k > STATS_SINKS + STATS_LOCAL) {
+        const uint64_t mid = n - STATS_SINKS - STATS_LOCAL;
+        for (uint64_t t = 0; t < mid; t++) {
+            const float *kt = keys + (t + STATS_SINKS) * d, *mt = pkeys + (t + STATS_SINKS) * d;
+            double dot = 0;
+            for (uint32_t j = 0; j < d; j++) dot += (double)q[j] * (kt[j] - mt[j]);
+            prob[t] = (float)(dot * scale);
+        }
+        acc->content += top_share(prob, mid, k - STATS_SINKS - STATS_LOCAL);
+        acc->n_content++;
+    }
     double mx = -INFINITY, sum = 0;
     for (uint64_t t = 0; t < n; t++) {
         double dot = 0;
@@ -107,6 +146,7 @@ typedef struct measure_ctx {
     double theta[SYNTH_MAX_DIM / 2];
     uint32_t k;
     float *kp, *qp, *prob; /* [n x d], [P x d], [n] */
+    float *pk;             /* [n x d]: the head's mean key rotated to each position */
 } measure_ctx;
 
 /* KV head g of one layer (q, k as fathom_source_layer returns them). */
@@ -124,6 +164,7 @@ static int measure_head(measure_ctx *m, const float *q, const float *k, uint32_t
         if (fabs(mean[j]) / sd[j] > ratio) ratio = fabs(mean[j]) / sd[j];
     }
     acc->ratio += ratio;
+    for (uint64_t t = 0; t < n; t++) rerope(mean, d, t, m->style, m->theta, m->pk + t * d);
     if (prof) {
         double rms = sqrt(ms / d), ms_all = 0;
         for (uint32_t j = 0; j < d; j++) {
@@ -179,7 +220,7 @@ static int measure_head(measure_ctx *m, const float *q, const float *k, uint32_t
         uint32_t step = P / STATS_POSITIONS ? P / STATS_POSITIONS : 1;
         for (uint32_t s = 0; s < STATS_POSITIONS && (uint64_t)s * step < P; s++) {
             uint32_t i = P - 1 - s * step;
-            attention_mass(qh + (uint64_t)i * d, kg, in->first_query + i, d, m->k, m->prob, acc);
+            attention_mass(qh + (uint64_t)i * d, kg, m->pk, in->first_query + i, d, m->k, m->prob, acc);
         }
     }
     return FATHOM_OK;
@@ -204,15 +245,16 @@ static int measure(const fathom_source *src, fathom_rope_style style, double rop
     m.kp = fathom_alloc_array(in.tokens, (uint64_t)in.dim * sizeof(float));
     m.qp = fathom_alloc_array(in.positions, (uint64_t)in.dim * sizeof(float));
     m.prob = fathom_alloc_array(in.tokens, sizeof(float));
+    m.pk = fathom_alloc_array(in.tokens, (uint64_t)in.dim * sizeof(float));
     int st = FATHOM_OK;
-    if (!q || !kk || !m.kp || !m.qp || !m.prob) st = fathom_fail(FATHOM_ERR_NOMEM, "out of memory for statistics");
+    if (!q || !kk || !m.kp || !m.qp || !m.prob || !m.pk) st = fathom_fail(FATHOM_ERR_NOMEM, "out of memory for statistics");
     stats_acc acc;
     memset(&acc, 0, sizeof acc);
     for (uint32_t l = 0; st == FATHOM_OK && l < in.layers; l += layer_stride) {
         st = fathom_source_layer(src, l, q, kk, NULL);
         for (uint32_t g = 0; st == FATHOM_OK && g < in.kv_heads; g++) st = measure_head(&m, q, kk, g, &acc, prof);
     }
-    free(q), free(kk), free(m.kp), free(m.qp), free(m.prob);
+    free(q), free(kk), free(m.kp), free(m.qp), free(m.prob), free(m.pk);
     FATHOM_TRY(st);
     out->top_mass = acc.top / (double)acc.n_attn;
     out->sink_mass = acc.sink / (double)acc.n_attn;
@@ -220,6 +262,7 @@ static int measure(const fathom_source *src, fathom_rope_style style, double rop
     out->pca_share = acc.pca / (double)acc.n_heads;
     out->mean_ratio = acc.ratio / (double)acc.n_heads;
     out->drift = acc.n_drift ? acc.drift / (double)acc.n_drift : 1.0;
+    out->content_mass = acc.n_content ? acc.content / (double)acc.n_content : 0.0;
     return FATHOM_OK;
 }
 

@@ -63,7 +63,26 @@ assert len(b["budget_sweep"]) == 2 and b["budget_sweep"][0]["rel_error"] < a["bu
 assert b["match"][1]["fathom_bits"] == b["methods"][1]["bits_per_token"]' "$tmp/km.json" \
   && ok || bad "k sweep match json: $(cat "$tmp/km.json")"
 
-for args in "--k" "--k 0" "--methods bogus:1" "--layer-budget steep" "--kv x --synthetic qwen3-8b" "--frobnicate"; do
+# --calib-context: the synthetic calibration text at that length is the
+# same as a capture of it written by fathom synth (seed + 1000), and a
+# calibration over fewer positions gives Loki another basis.
+cc=(--synthetic smollm2-135m --context 1024 --positions 8 --k 64 --quiet --methods loki:8,fathom:48 --json)
+"$fathom" eval "${cc[@]}" --calib synthetic --calib-context 300 >"$tmp/cc.json" 2>"$tmp/err" \
+  || bad "calib-context failed: $(cat "$tmp/err")"
+"$fathom" synth --preset smollm2-135m --context 300 --positions 8 --seed 1001 --dtype f32 -o "$tmp/c300.safetensors" \
+  --quiet 2>"$tmp/err" || bad "synth failed: $(cat "$tmp/err")"
+"$fathom" eval "${cc[@]}" --calib "$tmp/c300.safetensors" >"$tmp/cf.json" 2>"$tmp/err" \
+  || bad "calib file failed: $(cat "$tmp/err")"
+"$fathom" eval "${cc[@]}" --calib synthetic >"$tmp/cs.json" 2>"$tmp/err" || bad "calib synthetic failed"
+python3 - "$tmp/cc.json" "$tmp/cf.json" "$tmp/cs.json" <<'PY' && ok || bad "calib-context json"
+import json, sys
+e = [{m["name"]: m["rel_error"] for m in json.load(open(f))["methods"]} for f in sys.argv[1:]]
+assert e[0] == e[1], e
+assert e[0]["loki:8"] != e[2]["loki:8"], e
+PY
+
+for args in "--k" "--k 0" "--methods bogus:1" "--layer-budget steep" "--kv x --synthetic qwen3-8b" "--frobnicate" \
+  "--calib-context 100" "--calib synthetic --calib-context 0" "--kv x --calib y --calib-context 100"; do
   "$fathom" eval $args >/dev/null 2>&1; rc=$?
   [ $rc -eq 2 ] && ok || bad "'eval $args' exited $rc, expected 2"
 done
