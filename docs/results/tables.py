@@ -723,7 +723,8 @@ def gpu_trace_verdict(r):
     if rec:
         for t in rec["result"]["traces"]:
             for b in t["best_as"]:
-                best[(TRACE_POINTS.get(trace_base(t["trace"])), b["as_context"])] = round(100 * b["plane_share"])
+                for name in (trace_base(t["trace"]), TRACE_POINTS.get(trace_base(t["trace"]))):
+                    best[(name, b["as_context"])] = round(100 * b["plane_share"])
     out = []
     for d in r["decode"]:
         pts = trace_points(d)

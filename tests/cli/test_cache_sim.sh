@@ -195,6 +195,14 @@ if abs(t["trace_union"] - 4) > 1e-12 or abs(t["trace_plane_bytes_per_block"] - 3
 print("as-context: %d shares checked" % len(want))
 sys.exit(1 if bad else 0)
 PY
+# bench/trace_points.py: the best share (0.5) by default, and the asked shares
+pts=$(python3 "$root/bench/trace_points.py" "$tmp/as.json") || fail "trace_points on the as runs"
+[ "$pts" = "--trace-point hand/50%:1048576:0.3770:0.5000" ] || fail "trace_points: $pts"
+pts=$(python3 "$root/bench/trace_points.py" "$tmp/as.json" --shares 0 1) || fail "trace_points --shares"
+[ "$pts" = "--trace-point hand/100%:1048576:0.3770:0.0000 --trace-point hand/0%:1048576:0.0000:0.5000" ] ||
+  fail "trace_points --shares: $pts"
+python3 "$root/bench/trace_points.py" "$tmp/as.json" --contexts 131072 >/dev/null 2>&1 &&
+  fail "trace_points printed points of a context the runs lack"
 python3 "$sim" "$tmp/hand.trace" --as-context 1048576 >/dev/null 2>&1 && fail "--as-context without --as-union accepted"
 python3 "$sim" "$tmp/hand.trace" --only-as >/dev/null 2>&1 && fail "--only-as without --as-context accepted"
 python3 "$sim" "$tmp/hand.trace" --as-context 0 --as-union 10 >/dev/null 2>&1 && fail "--as-context 0 accepted"
