@@ -1750,11 +1750,15 @@ def synthfit(rec):
     text += ("\nRelative L2 error of every method (k = %d, the last %d positions) on the judged capture "
              "`%s` (n = %d; calibration `%s`), on the capture the preset was fitted to (`%s`, the same model "
              "on other text) and on the preset fitted to it (`fathom synth-fit`, base `%s`, generated at the "
-             "judged n, calibrated on its own text of seed 1001)%s. "
+             "judged n, calibrated on its own text of seed 1001%s)%s. "
              "Margins, stated before the runs: Spearman's rho of the methods' errors against the judged "
              "capture's >= %.2f, and each error ratio within %d%% of the judged capture's (%.3f and %.3f). "
              % (r["k"], r["positions"], r["judge_capture"], judge["tokens"], r["calib_capture"],
                 r["fit_capture"], r["base"],
+                (", %d tokens long as the calibration capture: a calibration over fewer positions than the "
+                 "window misses the key means' rotation over the rest, which Loki's and the KLT's bases feel, "
+                 "docs/synthetic.md" % r["synthetic_calib_tokens"]) if "synthetic_calib_tokens" in r else
+                " at the judged n",
                 ", and on the built-in `%s` preset at the same n" % r["base"] if builtin else
                 "; the built-in preset is left out, as it has another model's shape and at this n would take "
                 "hours here", rho_min, round(100 * tol), judge["fathom_sparq16"], judge["fathom_ds32"]))
