@@ -40,9 +40,8 @@
  *            m (1 - exp(-1/m)) = ROW (a direct-mapped cache over a static
  *            union); the hit rates are measured as above, and the HBM they
  *            took is reported against the index's (a static replay needs less
- *            than the trace's budget for the same rates).
- *            against the index's. Every point is also timed on one stream
- *            (fathom_cuda_tier_set_lanes(tier, 0, 0)).
+ *            than the trace's budget for the same rates). Every point is
+ *            also timed on one stream (fathom_cuda_tier_set_lanes(tier, 0, 0)).
  * ragged: four sessions of --ragged lengths in one batch (segments of 1024
  *   blocks), one graph of L x (append + step): ms per step against the link
  *   floor of the bytes it moved.
@@ -69,6 +68,7 @@
 #include "fathom_cuda.h"
 
 #include <algorithm>
+#include <ctype.h>
 #include <chrono>
 #include <cuda_bf16.h>
 #include <cuda_profiler_api.h>
@@ -109,7 +109,9 @@ static double slot_multiple_for(double row) {
 
 static bool parse_trace_point(const char *arg, trace_point *tp) {
     const char *c1 = strchr(arg, ':');
-    if (!c1 || c1 == arg) return false;
+    if (!c1 || c1 == arg || c1 - arg > 64) return false;
+    for (const char *p = arg; p < c1; p++) /* the name goes into JSON as is */
+        if (!isalnum((unsigned char)*p) && !strchr("._%/-", *p)) return false;
     char *end;
     tp->name.assign(arg, c1 - arg);
     tp->context = strtoull(c1 + 1, &end, 10);
@@ -751,8 +753,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--trace-point") && i + 1 < argc) {
             trace_point tp;
             if (!parse_trace_point(argv[++i], &tp)) {
-                fprintf(stderr, "--trace-point: want NAME:CONTEXT:PLANE:ROW (context >= 4096, rates in [0, 1], "
-                        "row < 1), got '%s'\n", argv[i]);
+                fprintf(stderr, "--trace-point: want NAME:CONTEXT:PLANE:ROW (NAME of letters, digits and ._%%/-, "
+                        "at most 64; context >= 4096; rates in [0, 1], row < 1), got '%s'\n", argv[i]);
                 return 2;
             }
             trace_points.push_back(tp);
