@@ -615,7 +615,9 @@ typedef struct fathom_cuda_hybrid_rates {
  * step runs a few dozen times, its outputs are overwritten; the tier's
  * recorded errors are checked and cleared, fathom_cuda_tier_check) and keep
  * them in the object, with the hybrid step itself measured with every
- * c = 1 .. min(max_pairs, pairs) pairs on the host (best of 3): for each c
+ * c = 1 .. min(max_pairs, pairs) pairs on the host (best of 3; every time
+ * here is of the step captured into a graph and replayed, as callers run
+ * steps): for each c
  * the measured time over the rates' estimate of it is kept as that share's
  * correction (the two sides slow each other down, reading the same host
  * memory, and the host's threads do not divide a few pairs evenly). rates

@@ -406,13 +406,33 @@ struct hy_device_buffer {
     ~hy_device_buffer() { cudaFree(p); }
 };
 
-/* Best of reps after one warm-up of the step `run` enqueues on stream, in seconds (events). */
+/* A captured graph and its instance, destroyed on every return path. */
+struct hy_graph {
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t exec = NULL;
+    ~hy_graph() {
+        if (exec) cudaGraphExecDestroy(exec);
+        if (g) cudaGraphDestroy(g);
+    }
+};
+
+/* The step `run` enqueues, captured into a graph on stream and replayed:
+ * best of reps after one warm-up replay, in seconds (events). A graph, as
+ * callers run their steps: an eager step adds its host enqueue time, which
+ * differs between the GPU-only and the hybrid step. */
 template <typename F>
 static int hy_time(cudaStream_t stream, hy_events &ev, int reps, double *best, F run) {
+    hy_graph gr;
     *best = 1e30;
+    FATHOM_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    const int st = run();
+    const cudaError_t end = cudaStreamEndCapture(stream, &gr.g); /* ends the capture on every path */
+    FATHOM_TRY(st);
+    FATHOM_CUDA_TRY(end);
+    FATHOM_CUDA_TRY(cudaGraphInstantiate(&gr.exec, gr.g, 0));
     for (int rep = 0; rep <= reps; rep++) {
         FATHOM_CUDA_TRY(cudaEventRecord(ev.e[0], stream));
-        FATHOM_TRY(run());
+        FATHOM_CUDA_TRY(cudaGraphLaunch(gr.exec, stream));
         FATHOM_CUDA_TRY(cudaEventRecord(ev.e[1], stream));
         FATHOM_CUDA_TRY(cudaEventSynchronize(ev.e[1]));
         float ms = 0;
