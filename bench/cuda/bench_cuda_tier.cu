@@ -396,18 +396,26 @@ static void free_setup(setup &st) {
     cudaFree(st.ws);
 }
 
+/* The last step's mean plan lines (sum of depths) and mean union of the
+ * group's winners per (layer, KV head) of st's session. */
+static void plan_means(const setup &st, double *lines_mean, double *union_mean) {
+    const size_t LH = (size_t)st.L * H;
+    std::vector<uint8_t> dep(LH * D);
+    std::vector<uint32_t> uni(LH);
+    CK(cudaMemcpy(dep.data(), st.d_depths, dep.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(uni.data(), st.d_union, uni.size() * 4, cudaMemcpyDeviceToHost));
+    double l = 0, u = 0;
+    for (uint8_t x : dep) l += x;
+    for (uint32_t x : uni) u += x;
+    *lines_mean = l / (double)LH;
+    *union_mean = u / (double)LH;
+}
+
 /* The cache sweep at the session's current length (see the header). */
 static std::string cache_sweep(setup &st, uint64_t context, uint64_t n, cudaStream_t s, int reps, double link) {
     const uint32_t L = st.L, P = H, sid = st.ids[0];
-    std::vector<uint8_t> dep((size_t)L * P * D);
-    std::vector<uint32_t> uni((size_t)L * P);
-    CK(cudaMemcpy(dep.data(), st.d_depths, dep.size(), cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(uni.data(), st.d_union, uni.size() * 4, cudaMemcpyDeviceToHost));
-    double lines_mean = 0, union_mean = 0;
-    for (size_t i = 0; i < dep.size(); i++) lines_mean += dep[i];
-    for (uint32_t u : uni) union_mean += u;
-    lines_mean /= (double)L * P;
-    union_mean /= (double)L * P;
+    double lines_mean, union_mean;
+    plan_means(st, &lines_mean, &union_mean);
     const uint64_t blocks = (n + 63) / 64, LH = (uint64_t)L * P;
     const double index_bytes = (double)LH * blocks * D * (FATHOM_PLANES * 8 + 2);
     unsigned long long *d_hits;
@@ -656,19 +664,12 @@ static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint
     js += "], \"cache\": [";
     /* the cache at each --trace-point of this context, from the GPU-only step's plans and unions */
     bool first_point = true;
+    double lines_mean, union_mean;
+    plan_means(st, &lines_mean, &union_mean);
+    const uint32_t sid = st.ids[0];
+    const uint64_t LH = (uint64_t)L * H, blocks = (n + 63) / 64;
     for (const trace_point &tp : trace_points) {
         if (tp.context != N) continue;
-        const uint32_t sid = st.ids[0];
-        const uint64_t LH = (uint64_t)L * H, blocks = (n + 63) / 64;
-        std::vector<uint8_t> dep((size_t)LH * D);
-        std::vector<uint32_t> uni(LH);
-        CK(cudaMemcpy(dep.data(), st.d_depths, dep.size(), cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(uni.data(), st.d_union, uni.size() * 4, cudaMemcpyDeviceToHost));
-        double lines_mean = 0, union_mean = 0;
-        for (uint8_t x : dep) lines_mean += x;
-        for (uint32_t u : uni) union_mean += u;
-        lines_mean /= (double)LH;
-        union_mean /= (double)LH;
         const uint64_t lines = (uint64_t)llround(tp.plane_frac * lines_mean),
                        slots = (uint64_t)llround(tp.slot_mult * union_mean);
         const fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, LH * (4 * D + 4) * slots};
