@@ -89,15 +89,22 @@ static int cmp_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-/* Top-m mass of the softmax of logits x[0, n) (overwritten). */
-static double top_share(float *x, uint64_t n, uint64_t m) {
-    double mx = -INFINITY, sum = 0, top = 0;
+/* The softmax's numerators of logits x[0, n) in place, exp(x - max x);
+ * returns their sum. */
+static double softmax_exp(float *x, uint64_t n) {
+    double mx = -INFINITY, sum = 0;
     for (uint64_t t = 0; t < n; t++)
         if (x[t] > mx) mx = x[t];
     for (uint64_t t = 0; t < n; t++) sum += (x[t] = (float)exp(x[t] - mx));
+    return sum;
+}
+
+/* The sum of the m largest of x[0, n) (sorts x, descending). */
+static double top_sum(float *x, uint64_t n, uint64_t m) {
+    double top = 0;
     qsort(x, n, sizeof *x, cmp_desc);
     for (uint64_t t = 0; t < n && t < m; t++) top += x[t];
-    return top / sum;
+    return top;
 }
 
 /* Dense softmax of query q over keys [0, pos]: top-k, sink and local mass.
@@ -117,26 +124,23 @@ static void attention_mass(const float *q, const float *keys, const float *pkeys
             for (uint32_t j = 0; j < d; j++) dot += (double)q[j] * (kt[j] - mt[j]);
             prob[t] = (float)(dot * scale);
         }
-        acc->content += top_share(prob, mid, k - STATS_SINKS - STATS_LOCAL);
+        const double sum = softmax_exp(prob, mid);
+        acc->content += top_sum(prob, mid, k - STATS_SINKS - STATS_LOCAL) / sum;
         acc->n_content++;
     }
-    double mx = -INFINITY, sum = 0;
     for (uint64_t t = 0; t < n; t++) {
         double dot = 0;
         for (uint32_t j = 0; j < d; j++) dot += (double)q[j] * keys[t * d + j];
         prob[t] = (float)(dot * scale);
-        if (prob[t] > mx) mx = prob[t];
     }
-    for (uint64_t t = 0; t < n; t++) sum += (prob[t] = (float)exp(prob[t] - mx));
-    double sink = 0, local = 0, top = 0;
+    const double sum = softmax_exp(prob, n);
+    double sink = 0, local = 0;
     for (uint64_t t = 0; t < n; t++) {
         prob[t] = (float)(prob[t] / sum);
         if (t < STATS_SINKS) sink += prob[t];
         if (t + STATS_LOCAL > pos) local += prob[t];
     }
-    qsort(prob, n, sizeof *prob, cmp_desc);
-    for (uint64_t t = 0; t < n && t < k; t++) top += prob[t];
-    acc->top += top, acc->sink += sink, acc->local += local;
+    acc->top += top_sum(prob, n, k), acc->sink += sink, acc->local += local;
     acc->n_attn++;
 }
 
