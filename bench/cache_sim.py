@@ -52,8 +52,10 @@ as (--as-context N): the gpu policy (filled every step) given the lines and
   of a step's rows. as_bytes_hit weighs the plane and row hits by the target
   step's bytes: planes = the trace's mean plane bytes per block x ceil(N / 64),
   rows = 4 D U; best_as: per N, the share with the most as_bytes_hit. What does
-  not carry over: row reuse at the target's k and n (the trace's own k), and
-  plans over D channels instead of the trace's.
+  not carry over: row reuse at the target's k and n (the trace's own k),
+  plans over D channels instead of the trace's, and the open block, which
+  never hits: 1 of the trace's ceil(n / 64) blocks (1 in 61 at 3,900 tokens,
+  1 in 16,384 at 1M), so short traces understate plane hits by that share.
 Also printed: the fraction of a step's rows selected by the previous step and
 by one of the last 8 steps (union over the group), to compare with captures.
 """
