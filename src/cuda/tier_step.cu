@@ -89,7 +89,7 @@ static uint32_t chunk_of(const fathom_cuda_tier *tier, const fathom_cuda_tier_st
  * was faster, its gathers hiding earlier chunks' scans; with a plan that does
  * not drift, one stream was faster from 3/4 of its lines cached. Host work: a
  * pass over max_sessions, for steps that would pipeline only. */
-static bool planes_mostly_cached(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a) {
+static bool whole_plan_cached(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a) {
     if (a->fixed_depths) return false;
     const tier_dev *t = fc_tier_dev(tier);
     tier_cache *dev;
@@ -877,7 +877,7 @@ int fc_tier_step_launch(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args
     uint32_t *sel_count = a->selected_count ? a->selected_count : w->top.sel_count;
     fathom_cuda_lanes *L = fc_tier_lanes(tier);
     uint32_t per = chunk_of(tier, a);
-    if (per < P && L->per_chunk == 0 && planes_mostly_cached(tier, a)) {
+    if (per < P && L->per_chunk == 0 && whole_plan_cached(tier, a)) {
         per = P;
         w->stage = NULL; /* reserved by the layout, unused: the scan reads what the cache lacks in place */
     }

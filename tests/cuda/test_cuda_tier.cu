@@ -930,7 +930,7 @@ static void test_cache(void) {
 /* A step chunked by context (the default lanes) at a capacity that
  * pipelines, with a session's plane cache: without a cache the step is
  * pipelined (every planned plane gathered); with one holding every line it
- * runs on one stream (planes_mostly_cached: the staging reserved, unused);
+ * runs on one stream (whole_plan_cached: the staging reserved, unused);
  * with fewer lines than the budget it is pipelined again and gathers only
  * what the cache lacks. Same bits in all three, the first against the CPU. */
 static void test_cache_by_context(void) {
