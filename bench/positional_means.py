@@ -24,7 +24,11 @@ and for each, the mean top-64, first-4 and last-32 masses. Also: f(D) - mean
 f(512..2047) over heads (the locality the means give), and for tokens 0-3 the
 mean query's logit gap over far keys, with their real keys and with the mean
 key in their place, |k - mu_k| in units of the key's total std, cos(k, mu_k)
-and |k| / rms |k|. numpy only; the capture is read as bench/quant_study.py
+and |k| / rms |k|. The mean query's noise: the std over keys 4..n-1 of
+mu_q . (k - mu_k) / sqrt(d), the logit spread the positional part brings
+with it, against sum_i |A_i| (the size of the profile), and the pairs that
+hold half of sum_i |A_i| in one head (how few pairs carry the profile).
+numpy only; the capture is read as bench/quant_study.py
 reads it.
 """
 import argparse
@@ -75,7 +79,7 @@ def main():
     a = ap.parse_args()
     meta, layers = read_capture(a.capture)
     fq = int(meta["first_query"])
-    res, prof, sink = {}, [], []
+    res, prof, sink, noise = {}, [], [], []
     for Q, K, _ in layers:
         hkv, n, d = K.shape
         hq, P, _ = Q.shape
@@ -91,6 +95,9 @@ def main():
                 qmu = qp.mean(0)
                 A = (qmu[:half] + 1j * qmu[half:]) * np.conj(mu[:half] + 1j * mu[half:]) / np.sqrt(d)
                 prof.append((A[None, :] * np.exp(1j * np.outer(np.arange(2048), theta))).real.sum(1))
+                absA = np.sort(np.abs(A))[::-1]
+                noise.append([float(((kp[4:] - mu) @ qmu).std() / np.sqrt(d)), float(absA.sum()),
+                              float(np.searchsorted(np.cumsum(absA), 0.5 * absA.sum()) + 1)])
                 last = fq + P - 1
                 qr = rope(qmu[None], np.array([last]), a.base)[0]
                 far = kr[4:last - 32] @ qr / np.sqrt(d)
@@ -118,6 +125,7 @@ def main():
         "attention": {k: dict(zip(("top64", "first4", "last32"), np.mean(v, 0).tolist())) for k, v in res.items()},
         "profile": {str(D): [float(rel[:, D].mean()), float(rel[:, D].std())] for D in DISTANCES},
         "profile_far_sd": float(prof[:, 512:].std(1).mean()),
+        "mean_query_noise": dict(zip(("logit_sd", "sum_abs_A", "pairs_half_A"), np.mean(noise, 0).tolist())),
         "sink": {"gap_real": s[0:4].tolist(), "gap_mean_key": s[4:8].tolist(), "dist_from_mean": s[8:12].tolist(),
                  "cos_mean": s[12:16].tolist(), "norm_ratio": s[16:20].tolist()},
     }
@@ -132,6 +140,9 @@ def main():
     for D in DISTANCES:
         print("  D = %4d  %6.2f (%.2f)" % (D, *out["profile"][str(D)]))
     print("  sd of f over D in 512..2047: %.2f" % out["profile_far_sd"])
+    nz = out["mean_query_noise"]
+    print("mean query against key deviations: logit sd %.2f, sum |A_i| %.1f, pairs holding half of it %.1f"
+          % (nz["logit_sd"], nz["sum_abs_A"], nz["pairs_half_A"]))
     for k, v in out["sink"].items():
         print("tokens 0-3 %-15s %s" % (k, " ".join("%6.2f" % x for x in v)))
 

@@ -519,6 +519,48 @@ static void test_fit_positional(void) {
     fathom_synth_preset_free(known), fathom_synth_preset_free(fit);
 }
 
+/* A source that passes another's layers on with NeoX pairs 0-1 of every
+ * key (channels 0, 1, 16, 17 at d = 32) scaled by 1e-3 in layer 0 and 1e-5
+ * in layer 1: near-dead channels, dead to different degrees by layer (as
+ * Gemma 3's are). Scaling both channels of a pair commutes with RoPE. */
+static int dead_layer(const fathom_source *src, uint32_t layer, float *q, float *k, float *v) {
+    const fathom_source *inner = src->impl;
+    FATHOM_TRY(fathom_source_layer(inner, layer, q, k, v));
+    const fathom_source_info *in = &src->info;
+    const float f = layer == 0 ? 1e-3f : 1e-5f;
+    for (uint64_t r = 0; k && r < (uint64_t)in->kv_heads * in->tokens; r++)
+        for (uint32_t i = 0; i < 2; i++) k[r * in->dim + i] *= f, k[r * in->dim + i + in->dim / 2] *= f;
+    return FATHOM_OK;
+}
+
+static void dead_destroy(void *impl) { fathom_source_free(impl); }
+
+/* The spread of channel scales over heads ignores channels far below the
+ * head's rms (synth_fit.c, SPREAD_FLOOR): the known preset (spread 0.2)
+ * with four near-dead channels whose log std differs by 4.6 between the
+ * layers fits a spread near 0.2; counted, they would add about 0.8. */
+static void test_fit_spread_dead_channels(void) {
+    fathom_synth_preset *known = known_preset(), *fit = NULL;
+    fathom_source *gen, *dead;
+    CHECK_OK(fathom_synth_open_preset(&gen, known, 1024, 32, 1));
+    static const fathom_source_ops ops = {.kind = "synthetic", .destroy = dead_destroy, .layer = dead_layer};
+    fathom_source_info in;
+    CHECK_OK(fathom_source_get_info(gen, &in));
+    CHECK_OK(fathom_source_new(&dead, &ops, &in, gen));
+    fathom_synth_fit_options o = {.base = "smollm2-135m", .name = "dead", .k = 32, .style = FATHOM_ROPE_NEOX,
+                                  .rope_base = 1e4, .fit = FATHOM_SYNTH_FIT_PROFILES};
+    fathom_synth_fit_report r;
+    CHECK_OK(fathom_synth_fit(&fit, dead, &o, &r));
+    if (fit) {
+        printf("fit with near-dead channels: spread %.3f (known %.3f); channel 0 std %.2e\n", fit->p.scale_spread,
+               known->p.scale_spread, fit->p.k_std[0]);
+        CHECK_NEAR(fit->p.scale_spread, known->p.scale_spread, 0.1);
+        CHECK(fit->p.k_std[0] < 1e-2f); /* the profile itself keeps them small */
+    }
+    fathom_source_free(dead);
+    fathom_synth_preset_free(known), fathom_synth_preset_free(fit);
+}
+
 int main(void) {
     test_roundtrip();
     test_malformed();
@@ -527,5 +569,6 @@ int main(void) {
     test_positional_file();
     test_positional_profile();
     test_fit_positional();
+    test_fit_spread_dead_channels();
     return check_summary("test_synth_fit");
 }
