@@ -234,6 +234,7 @@ struct tier_scan_shape {
  * splitting each block's 64 tokens. Per pass, the pass's plane words and
  * scales of the 32 blocks are loaded once into shared memory (coalesced
  * 256-byte runs of host memory), then decoded by every warp. */
+#define SCAN_LOADS 8 /* plane words a thread has in flight */
 template <int D, int GP>
 static __global__ void __launch_bounds__(tier_scan_shape<GP>::THREADS, tier_scan_shape<GP>::MIN_BLOCKS)
 tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t G, uint32_t p0, tier_ws w,
@@ -307,15 +308,28 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
         }
         __syncthreads();
         const uint32_t rows = s_off[np];
-        for (uint32_t i = tid; i < rows * 32; i += SH::THREADS) {
-            const uint32_t r = i >> 5, l = i & 31;
-            const int line = s_row_line[r];
-            if (l >= nblk) continue;
-            if (line >= 0 && b0 + l < cvalid) {
-                s_words[i] = cwords[(size_t)line * cache.blocks + b0 + l];
-                cached += 8;
-            } else
-                s_words[i] = __ldcv((const unsigned long long *)&planes[((size_t)s_row_j[r] * FATHOM_PLANES + s_row_p[r]) * S + bs0 + l]);
+        /* SCAN_LOADS words into registers, then into shared memory: __ldcv's memory
+           clobber orders a store before the next load, so a load-then-store loop has
+           one read of host memory in flight per thread */
+        for (uint32_t i0 = tid; i0 < rows * 32; i0 += SCAN_LOADS * SH::THREADS) {
+            uint64_t v[SCAN_LOADS];
+#pragma unroll
+            for (int u = 0; u < SCAN_LOADS; u++) {
+                const uint32_t i = i0 + u * SH::THREADS, r = i >> 5, l = i & 31;
+                v[u] = 0;
+                if (i >= rows * 32 || l >= nblk) continue;
+                const int line = s_row_line[r];
+                if (line >= 0 && b0 + l < cvalid) {
+                    v[u] = cwords[(size_t)line * cache.blocks + b0 + l];
+                    cached += 8;
+                } else
+                    v[u] = __ldcv((const unsigned long long *)&planes[((size_t)s_row_j[r] * FATHOM_PLANES + s_row_p[r]) * S + bs0 + l]);
+            }
+#pragma unroll
+            for (int u = 0; u < SCAN_LOADS; u++) {
+                const uint32_t i = i0 + u * SH::THREADS;
+                if (i < rows * 32 && (i & 31) < nblk) s_words[i] = v[u];
+            }
         }
         __syncthreads();
         if (lane >= nblk) continue;
