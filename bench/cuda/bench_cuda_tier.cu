@@ -439,7 +439,7 @@ static std::string cache_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
         const point &pt = pts[i];
         const uint64_t lines = (uint64_t)llround(pt.plane_frac * lines_mean);
         const uint64_t slots = (uint64_t)llround(pt.slot_mult * union_mean);
-        fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, LH * (4 * D + 4) * slots};
+        fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, LH * (4 * D + 4) * slots, 0};
         FK(fathom_cuda_tier_cache_set(st.tier, sid, &cc));
         FK(fathom_cuda_tier_cache_fill(st.tier, sid, st.d_depths, s));
         uint64_t hbm = 0;
@@ -501,7 +501,7 @@ static std::string cache_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
         fprintf(stderr, "  cache %s\n", buf);
         js += buf;
     }
-    const fathom_cuda_tier_cache_config off = {0, 0, 0};
+    const fathom_cuda_tier_cache_config off = {0, 0, 0, 0};
     FK(fathom_cuda_tier_cache_set(st.tier, sid, &off));
     cudaFree(d_hits);
     return js + "]";
@@ -672,7 +672,7 @@ static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint
         if (tp.context != N) continue;
         const uint64_t lines = (uint64_t)llround(tp.plane_frac * lines_mean),
                        slots = (uint64_t)llround(tp.slot_mult * union_mean);
-        const fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, LH * (4 * D + 4) * slots};
+        const fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, LH * (4 * D + 4) * slots, 0};
         FK(fathom_cuda_tier_cache_set(st.tier, sid, &cc));
         FK(fathom_cuda_tier_cache_fill(st.tier, sid, st.d_depths, s));
         uint64_t hbm = 0;
@@ -718,7 +718,7 @@ static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint
         js += cjs + hj;
         snprintf(buf, sizeof buf, "}, \"uncached_gpu_only_ms\": %.4f}", uncached_ms);
         js += buf;
-        const fathom_cuda_tier_cache_config off = {0, 0, 0};
+        const fathom_cuda_tier_cache_config off = {0, 0, 0, 0};
         FK(fathom_cuda_tier_cache_set(st.tier, sid, &off));
     }
     js += "]";
