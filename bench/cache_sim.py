@@ -4,7 +4,8 @@ budget and a policy, the fraction of plane bytes and of row bytes a GPU step
 would find resident instead of sending over the link.
 
   bench/cache_sim.py TRACE [TRACE ...] [--budget 0.1] [--plane-share 0.5] [--fill-every 1 16]
-                    [--variants] [--as-context N ... --as-union U [--as-dim 128] [--only-as]] [--json]
+                    [--window 16 ...] [--variants] [--as-context N ... --as-union U [--as-dim 128]
+                    [--as-fill-every 1] [--only-as]] [--json]
 
 Model of what crosses the link, per step and (layer, KV head):
   planes: the scan reads plane p of channel j for p < depth_j. A plane unit
@@ -25,22 +26,27 @@ gpu: the GPU tier's own HBM cache (src/cuda/tier_cache.cu, tier_step.cu),
   lines = min(floor(plane bytes / (pairs * 10 * blocks)), 4 * dim) plane lines
   (blocks = ceil(last length / 64)) and slots = floor(row bytes / (pairs *
   (4 * dim + 4))) row slots. After step 0 and every F steps after it
-  (--fill-every) the lines are chosen again from that step's depths: the
-  plan's lines (j, p < depth_j) ranked by var_j / 4^p descending (var: the
-  running key variance the trace's "v" lines give at that step), ties to the
-  lower 4 j + p, then the spare lines (p >= depth_j of every channel with
-  var_j > 0) ranked the same way after them; the first `lines` kept, holding
-  the blocks closed at that fill (floor(length / 64)); a kept line read by a
-  step saves 8 bytes per held block, line (j, 0) also the 2-byte scales.
+  (--fill-every) the lines are chosen again from the last W plans (--window,
+  fathom_cuda_tier_cache_config.window): every step notes its plan; a line
+  (j, p) counts the plans among the last W (this step's included) with
+  p < depth_j. Lines counted at least once rank first, by count descending,
+  then by var_j / 4^p descending (var: the running key variance the trace's
+  "v" lines give at the fill's step), ties to the lower 4 j + p; then the
+  spare lines (count 0, of every channel with var_j > 0) ranked the same way
+  after them. W = 1 is the fill from that step's plan alone (the plan's lines,
+  then spare lines). The first `lines` are kept, holding the blocks closed at
+  that fill (floor(length / 64)); a kept line read by a step saves 8 bytes
+  per held block, line (j, 0) also the 2-byte scales.
   Rows: slot = token mod slots; a row hits when its slot holds it; after the
   step each missed row enters its slot unless the slot holds a later token.
   The cache starts empty.
-variant (--variants): the gpu policy filled every step with fill "plan"
+variant (--variants): the gpu policy filled every step (a run per --window) with fill "plan"
   (the plan's lines only) or "spare" (as gpu) and rows "later" (as gpu) or
   "replace" (the latest missed token of each slot replaces what the slot
   held), at each --plane-share; best_variant: the one keeping the most plane
   and row bytes off the link (bytes as the step reads them), ties listed.
-as (--as-context N): the gpu policy (filled every step) given the lines and
+as (--as-context N): the gpu policy (filled every --as-fill-every steps, a
+  run per --window) given the lines and
   slots that --budget of the index of a longer session would buy: a session
   of N tokens, head dim D (--as-dim) and a mean union of U rows per (layer,
   KV head) (--as-union: the target step's, e.g. bench_cuda_tier's union_mean).
@@ -51,7 +57,7 @@ as (--as-context N): the gpu policy (filled every step) given the lines and
   slots = round(target slots / U x the trace's mean union): the same multiple
   of a step's rows. as_bytes_hit weighs the plane and row hits by the target
   step's bytes: planes = the trace's mean plane bytes per block x ceil(N / 64),
-  rows = 4 D U; best_as: per N, the share with the most as_bytes_hit. What does
+  rows = 4 D U; best_as: per N and window, the share with the most as_bytes_hit. What does
   not carry over: row reuse at the target's k and n (the trace's own k),
   plans over D channels instead of the trace's, and the open block, which
   never hits: 1 of the trace's ceil(n / 64) blocks (1 in 61 at 3,900 tokens,
@@ -68,6 +74,7 @@ from collections import OrderedDict
 PLANES = 4  # FATHOM_PLANES
 GPU_FILL = "spare"  # what fathom_cuda_tier_cache_fill keeps: "plan" or "spare" (gpu_lines)
 GPU_ROWS = "later"  # the tier step's row-slot rule: "later" or "replace" (simulate_gpu)
+GPU_WINDOW = 16  # plans a fill counts (--window; FATHOM_CUDA_TIER_CACHE_WINDOW)
 BLOCK = 64  # FATHOM_BLOCK_TOKENS
 
 
@@ -232,20 +239,38 @@ def simulate(meta, steps, budget_frac, plane_share, policy):
     return hit_rates(tot, budget, index_bytes)
 
 
-def gpu_lines(depths, var, lines, fill):
-    """The plane lines a fill keeps for one (layer, KV head): the plan's lines
-    (j, p < depth_j) by var_j / 4^p descending, ties to the lower 4 j + p;
-    fill "spare" then ranks the other lines of every channel with var_j > 0
-    (p >= depth_j) after them the same way and keeps those too while lines
-    remain. The first `lines` of the ranking are kept."""
-    chosen = [(0 if p < t else 1, -(var[j] / 4 ** p), PLANES * j + p)
-              for j, t in enumerate(depths) for p in range(PLANES)
-              if p < t or (fill == "spare" and var[j] > 0)]
+def gpu_lines(counts, var, lines, fill):
+    """The plane lines a fill keeps for one (layer, KV head): counts[4 j + p]
+    is how many of the window's plans read line (j, p). Counted lines first, by
+    count descending, then var_j / 4^p descending, ties to the lower 4 j + p;
+    fill "spare" then ranks the uncounted lines of every channel with
+    var_j > 0 after them the same way and keeps those too while lines remain.
+    The first `lines` of the ranking are kept."""
+    chosen = [(-c, -(var[i // PLANES] / 4 ** (i % PLANES)), i) for i, c in enumerate(counts)
+              if c or (fill == "spare" and var[i // PLANES] > 0)]
     return {(i // PLANES, i % PLANES) for _, _, i in sorted(chosen)[:lines]}
 
 
+class PlanWindow:
+    """The last `window` plans of one (layer, KV head) and how many of them
+    read each line 4 j + p."""
+
+    def __init__(self, window, dim):
+        self.window, self.plans, self.counts = window, [], [0] * (PLANES * dim)
+
+    def note(self, depths):
+        self.plans.append(depths)
+        for j, t in enumerate(depths):
+            for p in range(t):
+                self.counts[PLANES * j + p] += 1
+        if len(self.plans) > self.window:
+            for j, t in enumerate(self.plans.pop(0)):
+                for p in range(t):
+                    self.counts[PLANES * j + p] -= 1
+
+
 def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GPU_FILL, row_rule=GPU_ROWS,
-                 lines_slots=None):
+                 lines_slots=None, window=GPU_WINDOW):
     """lines_slots: (plane lines, row slots) per (layer, KV head) instead of
     those the budget buys on the trace's own index (--as-context)."""
     dim = int(meta["dim"])
@@ -260,6 +285,7 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GP
     else:
         lines, slots = min(lines_slots[0], PLANES * dim), lines_slots[1]
     kept, valid, tags = {}, {}, {}  # per (layer, kv head): lines, blocks they hold, slot -> token + 1
+    plans = {}  # per (layer, kv head): PlanWindow
     tot = {"plane": 0, "plane_hit": 0, "row": 0, "row_hit": 0}
     row_bytes, max_row_hits = 4 * dim, 0
     for s, step in enumerate(steps):
@@ -290,16 +316,17 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GP
                     for r in missed:
                         tag[r % slots] = max(tag.get(r % slots, 0), r + 1)
             tot["row"] += row_bytes * len(sel)
+            if depths is not None:  # the step notes its plan (fathom_cuda_tier_step)
+                plans.setdefault(key, PlanWindow(window, dim)).note(depths)
         if lines and s % fill_every == 0:
             for key, value in step.items():
                 if key == "_pos" or value[0] is None:
                     continue
-                depths = value[0]
                 v = var.get((step["_pos"], *key))
                 if v is None:
                     raise TraceError(f"no variance line for position {step['_pos']}, layer {key[0]}, "
                                      f"KV head {key[1]}: regenerate the trace with bench_decode_trace")
-                kept[key] = gpu_lines(depths, v, lines, fill)
+                kept[key] = gpu_lines(plans[key].counts, v, lines, fill)
                 valid[key] = min(n // BLOCK, cache_blocks)
     return {
         **hit_rates(tot, budget, index_bytes),
@@ -309,6 +336,7 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GP
         "fill_every": fill_every,
         "fill": fill,
         "rows": row_rule,
+        "window": window,
     }
 
 
@@ -358,6 +386,10 @@ def main():
     ap.add_argument("--plane-share", type=float, nargs="+", default=[1.0, 0.5, 0.0])
     ap.add_argument("--fill-every", type=int, nargs="+", default=[1, 16],
                     help="gpu policy: steps between plane-line fills (a run per value)")
+    ap.add_argument("--window", type=int, nargs="+", default=[GPU_WINDOW],
+                    help="gpu, variant and as policies: plans a fill counts (a run per value; 1: the fill's own "
+                    "step's plan alone)")
+    ap.add_argument("--as-fill-every", type=int, default=1, help="--as-context runs: steps between fills")
     ap.add_argument("--variants", action="store_true",
                     help="also the gpu policy's variants (policy \"variant\", fill every step): fill plan|spare "
                     "x rows later|replace x each --plane-share, and the one keeping the most bytes off the link")
@@ -369,8 +401,10 @@ def main():
     ap.add_argument("--only-as", action="store_true", help="only the --as-context runs (no LRU, LFU, gpu runs)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    if not 0 < a.budget <= 1 or any(not 0 <= x <= 1 for x in a.plane_share) or min(a.fill_every) < 1:
-        sys.exit("cache_sim: --budget in (0, 1], --plane-share in [0, 1], --fill-every >= 1")
+    if (not 0 < a.budget <= 1 or any(not 0 <= x <= 1 for x in a.plane_share) or min(a.fill_every) < 1
+            or a.as_fill_every < 1 or not all(1 <= w <= 255 for w in a.window)):
+        sys.exit("cache_sim: --budget in (0, 1], --plane-share in [0, 1], --fill-every and --as-fill-every >= 1, "
+                 "--window in 1..255")
     if a.only_as and not a.as_context:
         sys.exit("cache_sim: --only-as needs --as-context")
     if a.as_context and (a.as_union is None or not 0 < a.as_union < 1e9 or not 1 <= a.as_dim <= 1024
@@ -393,26 +427,29 @@ def main():
             if not var:
                 print(f"cache_sim: {path}: no variance lines (a trace of an older bench_decode_trace): "
                       "no gpu policy", file=sys.stderr)
-            for every in a.fill_every if var and not a.only_as else []:
-                for share in a.plane_share:
-                    r = simulate_gpu(meta, steps, var, a.budget, share, every)
-                    r["policy"], r["plane_share"] = "gpu", share
-                    res["runs"].append(r)
-            for fill in ("plan", "spare") if var and a.variants else ():
-                for rule in ("later", "replace"):
+            for w in a.window if var and not a.only_as else []:
+                for every in a.fill_every:
                     for share in a.plane_share:
-                        r = simulate_gpu(meta, steps, var, a.budget, share, 1, fill, rule)
-                        r["policy"], r["plane_share"] = "variant", share
+                        r = simulate_gpu(meta, steps, var, a.budget, share, every, window=w)
+                        r["policy"], r["plane_share"] = "gpu", share
                         res["runs"].append(r)
+            for w in a.window if var and a.variants else ():
+                for fill in ("plan", "spare"):
+                    for rule in ("later", "replace"):
+                        for share in a.plane_share:
+                            r = simulate_gpu(meta, steps, var, a.budget, share, 1, fill, rule, window=w)
+                            r["policy"], r["plane_share"] = "variant", share
+                            res["runs"].append(r)
             if a.as_context and var:
                 t_union, t_block = trace_shape(steps)
                 res["trace_union"], res["trace_plane_bytes_per_block"] = t_union, t_block
                 res["best_as"] = []
-                for n in a.as_context:
+                for n, w in ((n, w) for n in a.as_context for w in a.window):
                     runs = []
                     for share in a.plane_share:
                         lines, slots, target_slots = as_lines_slots(a.budget, share, n, a.as_dim, a.as_union, t_union)
-                        r = simulate_gpu(meta, steps, var, a.budget, share, 1, lines_slots=(lines, slots))
+                        r = simulate_gpu(meta, steps, var, a.budget, share, a.as_fill_every,
+                                         lines_slots=(lines, slots), window=w)
                         planes_b = t_block * ((n + BLOCK - 1) // BLOCK)
                         rows_b = 4 * a.as_dim * a.as_union
                         r.update(policy="as", plane_share=share, as_context=n, as_dim=a.as_dim, as_union=a.as_union,
@@ -423,15 +460,16 @@ def main():
                         runs.append(r)
                     res["runs"] += runs
                     best = max(runs, key=lambda r: (r["as_bytes_hit"], -runs.index(r)))
-                    res["best_as"].append({k: best[k] for k in ("as_context", "plane_share", "lines", "slots",
+                    res["best_as"].append({k: best[k] for k in ("as_context", "window", "fill_every", "plane_share",
+                                                                "lines", "slots",
                                                                 "as_slots", "slot_multiple", "plane_hit", "row_hit",
                                                                 "as_bytes_hit")})
             var_runs = [r for r in res["runs"] if r["policy"] == "variant"]
             if var_runs:  # the most bytes kept off the link, and every variant that keeps as many
                 best = max(var_runs, key=lambda r: (r["bytes_hit"], -var_runs.index(r)))
-                res["best_variant"] = {k: best[k] for k in ("fill", "rows", "plane_share", "plane_hit", "row_hit",
-                                                             "bytes_hit")}
-                res["best_variant"]["ties"] = [[r["fill"], r["rows"], r["plane_share"]] for r in var_runs
+                res["best_variant"] = {k: best[k] for k in ("fill", "rows", "plane_share", "window", "plane_hit",
+                                                             "row_hit", "bytes_hit")}
+                res["best_variant"]["ties"] = [[r["fill"], r["rows"], r["plane_share"], r["window"]] for r in var_runs
                                                if r["bytes_hit"] == best["bytes_hit"]]
         except (OSError, TraceError) as e:
             sys.exit(f"cache_sim: {e}")
@@ -446,10 +484,11 @@ def main():
               f"by one of the last 8 {u['rows_in_last_8_steps']:.3f}")
         for r in res["runs"]:
             ph = "n/a" if r["plane_hit"] is None else f"{r['plane_hit']:.3f}"
-            name = r["policy"].upper() + (f" (fill every {r['fill_every']}, {r['fill']}, rows {r['rows']})"
-                                          if "fill_every" in r else "")
+            name = r["policy"].upper() + (f" (fill every {r['fill_every']} from {r['window']} plans, {r['fill']}, "
+                                          f"rows {r['rows']})" if "fill_every" in r else "")
             if r["policy"] == "as":
-                print(f"  AS {r['as_context']} tokens, d {r['as_dim']}, union {r['as_union']:.0f}: "
+                print(f"  AS {r['as_context']} tokens, d {r['as_dim']}, union {r['as_union']:.0f}, fill every "
+                      f"{r['fill_every']} from {r['window']} plans: "
                       f"{r['plane_share']:.0%} to planes = {r['lines']} lines, {r['as_slots']} slots "
                       f"({r['slot_multiple']:.2f} x union; {r['slots']} here): planes {r['plane_hit']:.3f}, "
                       f"rows {r['row_hit']:.3f}, the target's bytes {r['as_bytes_hit']:.3f}")
@@ -460,14 +499,17 @@ def main():
                   f"(per step {r['plane_bytes'] / res['steps'] / 1e6:.2f} MB planes, "
                   f"{r['row_bytes'] / res['steps'] / 1e6:.2f} MB rows)")
         for b in res.get("best_as", []):
-            print(f"  most of a {b['as_context']}-token step's bytes: {b['plane_share']:.0%} to planes "
+            print(f"  most of a {b['as_context']}-token step's bytes, fill every {b['fill_every']} from "
+                  f"{b['window']} plans: {b['plane_share']:.0%} to planes "
                   f"({b['lines']} lines, {b['slot_multiple']:.2f} x union): planes {b['plane_hit']:.3f}, "
                   f"rows {b['row_hit']:.3f}, bytes {b['as_bytes_hit']:.3f}")
         if "best_variant" in res:
             b = res["best_variant"]
             print(f"  most bytes kept off the link: fill {b['fill']}, rows {b['rows']}, {b['plane_share']:.0%} to "
-                  f"planes: planes {b['plane_hit']:.3f}, rows {b['row_hit']:.3f}, all {b['bytes_hit']:.3f}"
-                  + (" (as many: %s)" % ", ".join("%s/%s/%.0f%%" % (f, r, 100 * x) for f, r, x in b["ties"][1:])
+                  f"planes, {b['window']} plans: planes {b['plane_hit']:.3f}, rows {b['row_hit']:.3f}, "
+                  f"all {b['bytes_hit']:.3f}"
+                  + (" (as many: %s)" % ", ".join("%s/%s/%.0f%%/%d" % (t[0], t[1], 100 * t[2], t[3])
+                                                  for t in b["ties"][1:])
                      if len(b["ties"]) > 1 else ""))
 
 

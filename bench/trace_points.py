@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench_cuda_tier --trace-point arguments from cache_sim --as-context runs.
 
-  bench/trace_points.py SIM.json [--contexts N ...] [--shares S ...] [--best]
+  bench/trace_points.py SIM.json [--contexts N ...] [--shares S ...] [--best] [--window W]
 
 SIM.json: bench/cache_sim.py --json --as-context output, or its
 scripts/record-result file (docs/results/data/cache-sim-at-scale.json). For
@@ -9,6 +9,9 @@ every trace and --as-context N (all, or --contexts), one
 --trace-point NAME/P%:N:PLANE:ROW per plane share in --shares that the runs
 hold, and with --best (the default when --shares is not given) the share
 cache_sim found best for N; NAME is the trace's file name without ".trace".
+The runs of one fill: --window W (cache_sim --window: plans a fill ranks
+by), needed when the runs hold several; runs without one (older records)
+are of window 1, the fill from the last plan.
 Rates are printed to 4 decimals (a row rate of 1 as 0.9999: the bench wants
 row < 1). Prints one line.
 """
@@ -23,20 +26,26 @@ def main():
     ap.add_argument("--contexts", type=int, nargs="+")
     ap.add_argument("--shares", type=float, nargs="+", default=[])
     ap.add_argument("--best", action="store_true")
+    ap.add_argument("--window", type=int)
     a = ap.parse_args()
     try:
         with open(a.sim) as f:
             doc = json.load(f)
         traces = (doc.get("result", doc))["traces"]
+        windows = sorted({r.get("window", 1) for t in traces for r in t["runs"] if r.get("policy") == "as"})
+        if a.window is None and len(windows) > 1:
+            sys.exit("trace_points: the runs hold windows %s: pick one with --window" % windows)
+        window = windows[0] if a.window is None and windows else a.window
         out = []
         for t in traces:
             name = t["trace"].split("/")[-1]
             name = name[:-6] if name.endswith(".trace") else name
             if not name or any(c in name for c in ": "):
                 sys.exit("trace_points: trace name %r cannot name a point" % name)
-            best = {b["as_context"]: b["plane_share"] for b in t.get("best_as", [])}
+            best = {b["as_context"]: b["plane_share"] for b in t.get("best_as", [])
+                    if b.get("window", 1) == window}
             for r in t["runs"]:
-                if r.get("policy") != "as":
+                if r.get("policy") != "as" or r.get("window", 1) != window:
                     continue
                 n, share = r["as_context"], r["plane_share"]
                 if a.contexts and n not in a.contexts:

@@ -659,6 +659,16 @@ int fathom_cuda_tier_set_lanes(fathom_cuda_tier *tier, uint32_t lanes, uint32_t 
  * later append rewrites) of the session's current length; the scan reads
  * those from HBM and everything else (later blocks, other lines) from host.
  * Fill again as the session grows to cover more blocks.
+ * plan window (window > 0): every tier step (fathom_cuda_tier_step,
+ * fathom_cuda_hybrid_step and its calibration) of a layer notes the plan of
+ * each batch entry's KV heads (the depths it would write to args->depths)
+ * in the entry's session, keeping the last `window` plans per (layer, KV
+ * head); the fill then ranks lines by how many of them read each line.
+ * Consecutive plans differ, and lines most plans read are hit by more of the
+ * steps until the next fill than the last plan's lines (bench/cache_sim.py
+ * --window). A step of a batch that names one session twice notes its
+ * plans in an unspecified order. A graph captured while no session of the
+ * tier had a window does not note (capture after fathom_cuda_tier_cache_set).
  * row cache: per (layer, KV head) `slots` K/V rows, direct-mapped (token
  * mod slots). The row fetch reads a resident row from HBM; each missed row
  * is then written into its slot, unless the slot holds a later token
@@ -673,7 +683,13 @@ typedef struct fathom_cuda_tier_cache_config {
     uint64_t tokens;      /* the plane lines cover tokens [0, tokens), <= max_tokens */
     uint64_t row_bytes;   /* device bytes for K/V rows (0: none); per (layer, head)
                              floor(row_bytes / (layers * kv_heads * (4 * dim + 4))) slots */
+    uint32_t window;      /* plans the plane-line fill ranks by, 0..FATHOM_CUDA_TIER_CACHE_MAX_WINDOW
+                             (0: no window, the fill's depths argument; ignored without
+                             plane lines); window x layers x kv_heads x dim more bytes */
 } fathom_cuda_tier_cache_config;
+/* The window bench/cache_sim.py's decode traces favour, and the largest. */
+#define FATHOM_CUDA_TIER_CACHE_WINDOW 16
+#define FATHOM_CUDA_TIER_CACHE_MAX_WINDOW 255
 /* Give a session an empty HBM cache of these sizes (replacing any it had;
  * all zero frees it). FATHOM_ERR_NOMEM, with the old cache kept, when device
  * memory runs out; FATHOM_ERR_INVALID_ARG when a nonzero size holds less
@@ -682,15 +698,19 @@ int fathom_cuda_tier_cache_set(fathom_cuda_tier *tier, uint32_t session,
                                const fathom_cuda_tier_cache_config *config);
 /* Choose the session's plane lines and copy their closed blocks from host
  * memory, for every layer and head, on `stream` (capturable: it reads the
- * lengths from device memory). depths: [layers][kv_heads][dim] device (e.g.
- * the depths the last step of each layer planned): the plan's lines
- * (j, p < depth_j) ranked by var_j / 4^p (the running variance: low planes
- * of high-variance channels first), then the spare lines (p >= depth_j of
- * every channel with variance > 0) ranked the same way after them, so lines
- * the plan leaves over hold what the next plans may add; NULL ranks every
- * line of a channel with variance > 0 the same way (a static per-head
- * prefix). The first `lines` of the ranking are kept. No-op without a plane
- * cache. */
+ * lengths and the window from device memory). A line (j, p) is counted by
+ * the plans that read it (p < depth_j): with a window, the plans noted in
+ * it (up to `window`, the steps' own; none yet: no line counted); without
+ * one, the plan of depths: [layers][kv_heads][dim] device (e.g. the depths
+ * the last step of each layer planned; NULL: no plan). The ranking: counted
+ * lines by count descending, then the spare lines (uncounted, of every
+ * channel with variance > 0), so lines the plans leave over hold what the
+ * next plans may add; within equal counts by var_j / 4^p descending (the
+ * running variance: low planes of high-variance channels first), ties to
+ * the lower 4 j + p. With no plan that is a static per-head prefix; with a
+ * window of 1, the last step's plan as by its depths without a window. The
+ * first `lines` of the ranking are kept. FATHOM_ERR_INVALID_ARG for depths
+ * with a window. No-op without a plane cache. */
 int fathom_cuda_tier_cache_fill(fathom_cuda_tier *tier, uint32_t session, const uint8_t *depths,
                                 cudaStream_t stream);
 /* Device bytes the session's cache holds allocated (0 without one). */

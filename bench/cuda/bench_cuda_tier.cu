@@ -40,7 +40,11 @@
  *            m (1 - exp(-1/m)) = ROW (a direct-mapped cache over a static
  *            union); the hit rates are measured as above, and the HBM they
  *            took is reported against the index's (a static replay needs less
- *            than the trace's budget for the same rates). Every point is
+ *            than the trace's budget for the same rates); a trace point's
+ *            cache keeps a plan window of FATHOM_CUDA_TIER_CACHE_WINDOW plans,
+ *            as a decode would (its steps note their plans; one round of
+ *            steps notes the replayed plan before the fill, which then keeps
+ *            the lines a fill from the plan's depths would). Every point is
  *            also timed on one stream (fathom_cuda_tier_set_lanes(tier, 0, 0)).
  * ragged: four sessions of --ragged lengths in one batch (segments of 1024
  *   blocks), one graph of L x (append + step): ms per step against the link
@@ -411,6 +415,19 @@ static void plan_means(const setup &st, double *lines_mean, double *union_mean) 
     *union_mean = u / (double)LH;
 }
 
+/* A trace point's cache: cc with a plan window, noted by one round of the L
+ * layer steps (the replays repeat one plan, so the fill keeps the plan's
+ * lines, then spare ones, as from its depths), then filled from it. */
+static void set_trace_cache(setup &st, uint32_t sid, fathom_cuda_tier_cache_config cc, cudaStream_t s) {
+    cc.window = FATHOM_CUDA_TIER_CACHE_WINDOW;
+    FK(fathom_cuda_tier_cache_set(st.tier, sid, &cc));
+    for (uint32_t l = 0; l < st.L; l++) {
+        fathom_cuda_tier_step_args a = args_of(st, l);
+        FK(fathom_cuda_tier_step(st.tier, &a, s));
+    }
+    FK(fathom_cuda_tier_cache_fill(st.tier, sid, NULL, s));
+}
+
 /* The cache sweep at the session's current length (see the header). */
 static std::string cache_sweep(setup &st, uint64_t context, uint64_t n, cudaStream_t s, int reps, double link) {
     const uint32_t L = st.L, P = H, sid = st.ids[0];
@@ -439,9 +456,13 @@ static std::string cache_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
         const point &pt = pts[i];
         const uint64_t lines = (uint64_t)llround(pt.plane_frac * lines_mean);
         const uint64_t slots = (uint64_t)llround(pt.slot_mult * union_mean);
-        fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, LH * (4 * D + 4) * slots};
-        FK(fathom_cuda_tier_cache_set(st.tier, sid, &cc));
-        FK(fathom_cuda_tier_cache_fill(st.tier, sid, st.d_depths, s));
+        const fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, LH * (4 * D + 4) * slots, 0};
+        if (pt.trace) {
+            set_trace_cache(st, sid, cc, s);
+        } else {
+            FK(fathom_cuda_tier_cache_set(st.tier, sid, &cc));
+            FK(fathom_cuda_tier_cache_fill(st.tier, sid, st.d_depths, s));
+        }
         uint64_t hbm = 0;
         FK(fathom_cuda_tier_cache_bytes(st.tier, sid, &hbm));
         auto graph_of = [&](unsigned long long *hits_to) {
@@ -501,7 +522,7 @@ static std::string cache_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
         fprintf(stderr, "  cache %s\n", buf);
         js += buf;
     }
-    const fathom_cuda_tier_cache_config off = {0, 0, 0};
+    const fathom_cuda_tier_cache_config off = {0, 0, 0, 0};
     FK(fathom_cuda_tier_cache_set(st.tier, sid, &off));
     cudaFree(d_hits);
     return js + "]";
@@ -672,9 +693,8 @@ static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint
         if (tp.context != N) continue;
         const uint64_t lines = (uint64_t)llround(tp.plane_frac * lines_mean),
                        slots = (uint64_t)llround(tp.slot_mult * union_mean);
-        const fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, LH * (4 * D + 4) * slots};
-        FK(fathom_cuda_tier_cache_set(st.tier, sid, &cc));
-        FK(fathom_cuda_tier_cache_fill(st.tier, sid, st.d_depths, s));
+        const fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, LH * (4 * D + 4) * slots, 0};
+        set_trace_cache(st, sid, cc, s);
         uint64_t hbm = 0;
         FK(fathom_cuda_tier_cache_bytes(st.tier, sid, &hbm));
         unsigned long long *d_hits;
@@ -718,7 +738,7 @@ static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint
         js += cjs + hj;
         snprintf(buf, sizeof buf, "}, \"uncached_gpu_only_ms\": %.4f}", uncached_ms);
         js += buf;
-        const fathom_cuda_tier_cache_config off = {0, 0, 0};
+        const fathom_cuda_tier_cache_config off = {0, 0, 0, 0};
         FK(fathom_cuda_tier_cache_set(st.tier, sid, &off));
     }
     js += "]";

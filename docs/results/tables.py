@@ -383,12 +383,19 @@ def trace_label(path):
     return TRACE_NAMES.get(base, base)
 
 
+def at_scale_window(rec):
+    """The plan window of a cache-sim-at-scale record's runs (cache_sim
+    --window; 1 before it existed): the first as-run's."""
+    return [x for x in rec["result"]["traces"][0]["runs"] if x["policy"] == "as"][0].get("window", 1)
+
+
 def cache_sim_at_scale(rec):
     r = rec["result"]
     rows, sweep, shares = [], [], []
+    w = at_scale_window(rec)
     for t in r["traces"]:
-        runs = [x for x in t["runs"] if x["policy"] == "as"]
-        for b in t["best_as"]:
+        runs = [x for x in t["runs"] if x["policy"] == "as" and x.get("window", 1) == w]
+        for b in (b for b in t["best_as"] if b.get("window", 1) == w):
             rows.append([trace_label(t["trace"]), t["prompt_tokens"], t["k"], "%.0f" % t["trace_union"],
                          ctx(b["as_context"]), "%.0f%%" % (100 * b["plane_share"]), b["lines"],
                          "%.2f" % b["slot_multiple"], "%.3f" % b["plane_hit"], "%.3f" % b["row_hit"],
@@ -401,8 +408,12 @@ def cache_sim_at_scale(rec):
     x0 = [x for x in r["traces"][0]["runs"] if x["policy"] == "as"][0]
     text = md_table(["trace", "prompt", "k", "trace union", "as context", "to planes", "plane lines",
                      "slots / union", "plane bytes hit", "row bytes hit", "of the step's bytes"], rows)
-    text += ("\nThe GPU tier's own cache policy (bench/cache_sim.py --as-context: fill from the last plan every "
-             "step, spare lines after the plan's, direct-mapped rows where a later token stays) replayed on real "
+    w = x0.get("window", 1)  # records before the plan window filled from the last plan
+    fill = ("the last plan every step, spare lines after the plan's" if w == 1 else
+            "the last %d plans every step (the lines most of them read first; every step notes its plan), spare "
+            "lines after theirs" % w)
+    text += ("\nThe GPU tier's own cache policy (bench/cache_sim.py --as-context: fill from " + fill + ", "
+             "direct-mapped rows where a later token stays) replayed on real "
              "decode traces, given what an HBM budget of %.0f%% of the index of a session of the 'as context' "
              "length buys per (layer, KV head) at the shape the GPU bench times (d = %d, mean union of %.0f rows: "
              "bench_cuda_tier's at k = 512, G = 4): a fathom:48 plan is 48 plane lines at any d and a line of "
@@ -723,8 +734,9 @@ def gpu_trace_verdict(r):
     rec = sibling("cache-sim-at-scale")
     best = {}
     if rec:
+        w = at_scale_window(rec)
         for t in rec["result"]["traces"]:
-            for b in t["best_as"]:
+            for b in (b for b in t["best_as"] if b.get("window", 1) == w):
                 for name in (trace_base(t["trace"]), TRACE_POINTS.get(trace_base(t["trace"]))):
                     best[(name, b["as_context"])] = round(100 * b["plane_share"])
     out = []
@@ -2070,7 +2082,7 @@ TABLES = [
           "The hit rates at what 10% of a 128k or 1M-token session's index buys", cache_sim_at_scale,
           "Pending: the traces above, then `scripts/record-result cache-sim-at-scale -- python3 bench/cache_sim.py "
           "--json T ... --only-as --plane-share 1 0.95 0.9 0.85 0.8 0.75 0.7 0.6 0.5 0.25 0 --as-context 131072 "
-          "1048576 --as-union 1930`."),
+          "1048576 --as-union 1930 --window 16`."),
     Table("gpu-offload-step", "GPU offload step (H200)", "Decode step with the index in host memory",
           gpu_offload_step, GPU_PENDING),
     Table("gpu-resident-scan", "GPU offload step (H200)", "The index in HBM",

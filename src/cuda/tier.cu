@@ -43,6 +43,7 @@ struct fathom_cuda_tier {
     tier_cache *caches;   /* [max_sessions] host copies of the HBM caches' descriptions */
     tier_cache *d_caches; /* [max_sessions] the same in device memory */
     uint32_t row_caches;  /* sessions with a row cache */
+    uint32_t plan_windows; /* sessions whose plane cache keeps a plan window */
     fathom_cuda_lanes *lanes; /* the step's pipeline; NULL: one stream */
 };
 
@@ -53,6 +54,7 @@ tier_cache *fc_tier_caches(fathom_cuda_tier *t, tier_cache **device) {
     return t->caches;
 }
 uint32_t *fc_tier_row_caches(fathom_cuda_tier *t) { return &t->row_caches; }
+uint32_t *fc_tier_plan_windows(fathom_cuda_tier *t) { return &t->plan_windows; }
 fathom_cuda_lanes *fc_tier_lanes(const fathom_cuda_tier *t) { return t->lanes; }
 int fc_tier_live(const fathom_cuda_tier *t, uint32_t s) {
     return t && s < t->shape.max_sessions && t->sessions[s].live;

@@ -1,6 +1,7 @@
 /* The KV tier's HBM cache per session (fathom_cuda.h): allocation, the
- * plane lines' choice and copy, and invalidation on truncation. The step's
- * kernels (tier_step.cu) read it; the row cache is filled by the step. */
+ * plan window, the plane lines' choice and copy, and invalidation on
+ * truncation. The step's kernels (tier_step.cu) read it; the row cache is
+ * filled by the step, which also notes its plans (fc_tier_cache_note). */
 #include "tier_internal.cuh"
 
 #include <string.h>
@@ -11,6 +12,8 @@ void fc_tier_cache_release(tier_cache *c) {
     cudaFree(c->map);
     cudaFree(c->line_of);
     cudaFree(c->valid);
+    cudaFree(c->plans);
+    cudaFree(c->noted);
     cudaFree(c->rows);
     cudaFree(c->tags);
     memset(c, 0, sizeof *c);
@@ -29,6 +32,7 @@ int fc_tier_cache_drop(fathom_cuda_tier *tier, uint32_t s) {
     const tier_cache none = {};
     FATHOM_TRY(publish_cache(tier, s, &none));
     if (host[s].slots) --*fc_tier_row_caches(tier);
+    if (host[s].window) --*fc_tier_plan_windows(tier);
     fc_tier_cache_release(&host[s]);
     return FATHOM_OK;
 }
@@ -43,6 +47,8 @@ extern "C" int fathom_cuda_tier_cache_set(fathom_cuda_tier *tier, uint32_t s,
                      (unsigned long long)LH);
     FATHOM_CHECK_ARG(cfg->plane_bytes == 0 || (cfg->tokens >= 1 && cfg->tokens <= 0xffffffffull - 64),
                      "tier_cache_set: tokens %llu not in 1..2^32-65", (unsigned long long)cfg->tokens);
+    FATHOM_CHECK_ARG(cfg->window <= FATHOM_CUDA_TIER_CACHE_MAX_WINDOW, "tier_cache_set: window %u above %d",
+                     cfg->window, FATHOM_CUDA_TIER_CACHE_MAX_WINDOW);
     tier_cache c;
     memset(&c, 0, sizeof c);
     if (cfg->plane_bytes) {
@@ -52,6 +58,7 @@ extern "C" int fathom_cuda_tier_cache_set(fathom_cuda_tier *tier, uint32_t s,
                          "(layer, head)", (unsigned long long)cfg->plane_bytes,
                          (unsigned long long)(10ull * c.blocks));
         c.lines = (uint32_t)(lines < FATHOM_PLANES * D ? lines : FATHOM_PLANES * D);
+        c.window = cfg->window;
     }
     if (cfg->row_bytes) {
         const uint64_t slots = cfg->row_bytes / LH / (4 * D + 4);
@@ -72,6 +79,12 @@ extern "C" int fathom_cuda_tier_cache_set(fathom_cuda_tier *tier, uint32_t s,
         if (e == cudaSuccess) e = cudaMalloc((void **)&c.valid, (size_t)t->layers * 4);
         if (e == cudaSuccess) e = cudaMemset(c.map, 0xff, LH * D * FATHOM_PLANES * 2); /* -1: none */
         if (e == cudaSuccess) e = cudaMemset(c.valid, 0, (size_t)t->layers * 4);
+    }
+    if (c.window && e == cudaSuccess) { /* an empty window: depths 0 count no line */
+        e = cudaMalloc((void **)&c.plans, c.window * LH * D);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&c.noted, LH * 4);
+        if (e == cudaSuccess) e = cudaMemset(c.plans, 0, c.window * LH * D);
+        if (e == cudaSuccess) e = cudaMemset(c.noted, 0, LH * 4);
     }
     if (c.slots && e == cudaSuccess) {
         e = cudaMalloc((void **)&c.rows, LH * c.slots * 4 * D);
@@ -95,6 +108,7 @@ extern "C" int fathom_cuda_tier_cache_set(fathom_cuda_tier *tier, uint32_t s,
     }
     host[s] = c;
     if (c.slots) ++*fc_tier_row_caches(tier);
+    if (c.window) ++*fc_tier_plan_windows(tier);
     return FATHOM_OK;
 }
 
@@ -106,42 +120,47 @@ extern "C" int fathom_cuda_tier_cache_bytes(const fathom_cuda_tier *tier, uint32
     const uint64_t LH = (uint64_t)t->layers * t->heads;
     *bytes = 0;
     if (c->lines) *bytes += LH * c->lines * c->blocks * 10 + LH * t->dim * FATHOM_PLANES * 2 + LH * c->lines * 4 + t->layers * 4;
+    if (c->window) *bytes += (uint64_t)c->window * LH * t->dim + LH * 4;
     if (c->slots) *bytes += LH * c->slots * (4ull * t->dim + 4);
     return FATHOM_OK;
 }
 
 /* One CTA of 4*D threads per (layer, head): thread i is line (j, p) =
- * (i / 4, i % 4). The ranking: the plan's lines (p < depths_j; without
- * depths, every line of a channel with variance > 0) first, then, with
- * depths, the spare lines (p >= depths_j of a channel with variance > 0);
- * within each, key var_j / 4^p descending, ties to the lower i. A line's rank
- * is its slot if below `lines`. */
+ * (i / 4, i % 4), counted by the plans that read it (p < depth_j): those of
+ * the window (window > 0), else the depths argument's plan (NULL: none).
+ * The ranking: counted lines first, by count descending; then the spare
+ * lines (uncounted, of a channel with variance > 0); within equal counts,
+ * key var_j / 4^p descending, ties to the lower i. A line's rank is its slot
+ * if below `lines`. */
 template <int D>
 static __global__ void __launch_bounds__(D * FATHOM_PLANES)
 cache_choose_kernel(tier_dev t, uint32_t s, tier_cache c, const uint8_t *depths) {
     __shared__ double key[D * FATHOM_PLANES];
-    __shared__ uint8_t cls[D * FATHOM_PLANES]; /* 2 plan, 1 spare, 0 never kept */
+    __shared__ uint16_t score[D * FATHOM_PLANES]; /* count + 1 if counted, 1 spare, 0 never kept */
     const uint32_t lh = blockIdx.x, layer = lh / t.heads, h = lh % t.heads, i = threadIdx.x;
     const uint32_t j = i / FATHOM_PLANES, p = i % FATHOM_PLANES;
     const uint32_t n = t.len[(size_t)s * t.layers + layer];
     float var = 0.0f;
     if (n > 0) { /* fathom_store_variance, as the step's plan */
         const double *base = t.sums[s] + (size_t)lh * 3 * D;
-        const double sum = __ldcv(&base[D + j]), sum_sq = __ldcv(&base[2 * D + j]);
-        const double mean = __ddiv_rn(sum, (double)n);
-        const double v = __dsub_rn(__ddiv_rn(sum_sq, (double)n), __dmul_rn(mean, mean));
-        var = v > 0.0 ? (float)v : 0.0f;
+        var = tier_variance(__ldcv(&base[D + j]), __ldcv(&base[2 * D + j]), n);
     }
-    const bool plan = depths ? p < depths[(size_t)lh * D + j] : var > 0.0f;
-    const uint8_t mine_cls = plan ? 2 : var > 0.0f ? 1 : 0;
+    uint32_t count = 0;
+    if (c.window) {
+        const size_t LH = (size_t)t.layers * t.heads;
+        for (uint32_t w = 0; w < c.window; w++) count += p < c.plans[(w * LH + lh) * D + j];
+    } else if (depths) {
+        count = p < depths[(size_t)lh * D + j];
+    }
+    const uint16_t mine_score = count ? (uint16_t)(count + 1) : var > 0.0f ? 1 : 0;
     const double mine = (double)var / (double)(1u << (2 * p));
     key[i] = mine;
-    cls[i] = mine_cls;
+    score[i] = mine_score;
     __syncthreads();
     uint32_t rank = 0;
     for (uint32_t x = 0; x < D * FATHOM_PLANES; x++)
-        rank += cls[x] > mine_cls || (cls[x] == mine_cls && (key[x] > mine || (key[x] == mine && x < i)));
-    const bool kept = mine_cls > 0 && rank < c.lines;
+        rank += score[x] > mine_score || (score[x] == mine_score && (key[x] > mine || (key[x] == mine && x < i)));
+    const bool kept = mine_score > 0 && rank < c.lines;
     c.map[(size_t)lh * D * FATHOM_PLANES + i] = kept ? (int16_t)rank : (int16_t)-1;
     if (rank < c.lines) c.line_of[(size_t)lh * c.lines + rank] = kept ? i : 0xffffffffu;
     if (i == 0 && h == 0) c.valid[layer] = min(n / FATHOM_BLOCK_TOKENS, c.blocks);
@@ -168,6 +187,8 @@ extern "C" int fathom_cuda_tier_cache_fill(fathom_cuda_tier *tier, uint32_t s, c
     FATHOM_CHECK_ARG(fc_tier_live(tier, s), "tier_cache_fill: no session %u", s);
     tier_cache *dev;
     const tier_cache c = fc_tier_caches(tier, &dev)[s];
+    FATHOM_CHECK_ARG(!c.window || !depths, "tier_cache_fill: session %u ranks by its plan window: depths must "
+                     "be NULL", s);
     if (!c.lines) return FATHOM_OK;
     const tier_dev *t = fc_tier_dev(tier);
     const uint32_t LH = t->layers * t->heads;
@@ -178,6 +199,30 @@ extern "C" int fathom_cuda_tier_cache_fill(fathom_cuda_tier *tier, uint32_t s, c
     }
     FATHOM_CUDA_LAUNCHED();
     cache_copy_kernel<<<dim3((c.blocks + 255) / 256, c.lines, LH), 256, 0, stream>>>(*t, s, c);
+    FATHOM_CUDA_LAUNCHED();
+    return FATHOM_OK;
+}
+
+/* One CTA of dim threads per pair p of the step's batch: its depths go to
+ * slot noted % window of its session's window, then noted grows (the pair
+ * owns its (session, layer, head)). */
+static __global__ void cache_note_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions,
+                                         const uint8_t *depths) {
+    const uint32_t p = blockIdx.x, s = sessions[p / t.heads], j = threadIdx.x;
+    if (s >= t.max_sessions) return; /* the step records the error */
+    const tier_cache c = t.caches[s];
+    if (!c.window) return;
+    const size_t LH = (size_t)t.layers * t.heads, lh = (size_t)layer * t.heads + p % t.heads;
+    const uint32_t noted = c.noted[lh];
+    c.plans[((noted % c.window) * LH + lh) * t.dim + j] = depths[(size_t)p * t.dim + j];
+    __syncthreads(); /* every thread has read noted */
+    if (j == 0) c.noted[lh] = noted + 1;
+}
+
+int fc_tier_cache_note(fathom_cuda_tier *tier, uint32_t layer, const uint32_t *sessions, uint32_t batch,
+                       const uint8_t *depths, cudaStream_t stream) {
+    const tier_dev *t = fc_tier_dev(tier);
+    cache_note_kernel<<<batch * t->heads, t->dim, 0, stream>>>(*t, layer, sessions, depths);
     FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
 }

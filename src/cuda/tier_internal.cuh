@@ -33,6 +33,9 @@ typedef struct tier_cache {
     uint32_t *line_of; /* [layers][heads][lines] the line j * 4 + p in each slot, ~0 none */
     uint32_t *valid;   /* [layers] blocks [0, valid) of every mapped line hold the host's words */
     uint32_t lines, blocks;
+    uint8_t *plans;    /* [window][layers][heads][dim] depths of the last `window` plans noted, 0 before */
+    uint32_t *noted;   /* [layers][heads] plans noted; the next goes to slot noted % window */
+    uint32_t window;   /* 0: the fill ranks by its depths argument */
     uint16_t *rows;    /* [layers][heads][slots][2][dim] bf16 K then V */
     uint32_t *tags;    /* [layers][heads][slots] token + 1 held, 0 empty */
     uint32_t slots;
@@ -153,6 +156,7 @@ static __host__ __device__ __forceinline__ void tier_sums_add(float v, double sh
 tier_cache *fc_tier_caches(fathom_cuda_tier *tier, tier_cache **device);
 int fc_tier_live(const fathom_cuda_tier *tier, uint32_t session);
 uint32_t *fc_tier_row_caches(fathom_cuda_tier *tier); /* sessions with a row cache */
+uint32_t *fc_tier_plan_windows(fathom_cuda_tier *tier); /* sessions whose plane cache notes plans */
 /* The step's pipeline (NULL: one stream); a tier starts with TIER_LANES
  * lanes and chunks by context (fathom_cuda_tier_set_lanes). */
 #define TIER_LANES 3
@@ -163,6 +167,10 @@ fathom_cuda_lanes *fc_tier_lanes(const fathom_cuda_tier *tier);
 void fc_tier_cache_release(tier_cache *c);
 int fc_tier_cache_drop(fathom_cuda_tier *tier, uint32_t session);
 int fc_tier_cache_truncate(fathom_cuda_tier *tier, uint32_t session, uint64_t n);
+/* The step's plan of `layer` ([batch][heads][dim] depths, device) noted in
+ * the plan window of every session of the batch that has one, on stream. */
+int fc_tier_cache_note(fathom_cuda_tier *tier, uint32_t layer, const uint32_t *sessions, uint32_t batch,
+                       const uint8_t *depths, cudaStream_t stream);
 
 /* fathom_store_variance of one channel from its running sums over n > 0 rows. */
 static __device__ __forceinline__ float tier_variance(double sum, double sum_sq, uint32_t n) {

@@ -15,7 +15,8 @@
  *           from the session's HBM row cache;
  *   attend  softmax(scale q.k) v over each head's own winners, in double;
  *           bf16 output and optional log-sum-exp;
- *   insert  (sessions with a row cache) the missed rows into their slots.
+ *   insert  (sessions with a row cache) the missed rows into their slots;
+ *   note    (sessions with a plan window) the plan into the window.
  * Given pairs (fathom_cuda_tier_step_given: the last pairs of the batch,
  * selected on the host) are planned (or take the given depths), then skip
  * gather, scan and top-k: once their event fires, their selections' middle
@@ -902,6 +903,8 @@ int fc_tier_step_launch(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args
     case 256: FATHOM_TRY(launch_all<256>(t, L, per, a, G, w, sel, sel_count, insert, given, lane, stream)); break;
     default: return fathom_fail(FATHOM_ERR_UNSUPPORTED, "%s: dim %u not supported", who, t->dim);
     }
+    if (*fc_tier_plan_windows(tier) > 0) /* every pair's depths are in w->depths here, the given ones too */
+        FATHOM_TRY(fc_tier_cache_note(tier, a->layer, a->sessions, a->batch, w->depths, stream));
     if (a->depths)
         FATHOM_CUDA_TRY(cudaMemcpyAsync(a->depths, w->depths, (size_t)P * t->dim, cudaMemcpyDeviceToDevice, stream));
     if (a->union_count)

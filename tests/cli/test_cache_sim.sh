@@ -9,14 +9,19 @@
 #    on two small traces worked out by hand: spare lines (beyond the plan,
 #    ranked after every plan line, only channels with variance > 0), the
 #    replace rule, the best variant;
-#  - on a seeded random trace: with every planned line fitting (budget 100%
-#    of the index, depths <= 3 so at most 3 d lines against floor(3.4 d)),
-#    fill plan's plane bytes hit equal an independent count (lines read by a
-#    step and by the step before it, holding the blocks closed before it);
+#  - on a seeded random trace, windows 1 and 4: with every planned line
+#    fitting (budget 100% of the index, depths <= 3 so at most 3 d lines
+#    against floor(3.4 d)) and window 1, fill plan's plane bytes hit equal an
+#    independent count (lines read by a step and by the step before it,
+#    holding the blocks closed before it);
 #    more plane budget never gives fewer plane hits (the kept lines are a
 #    prefix of one ranking); fill spare never fewer than fill plan (it keeps
 #    a superset) and more somewhere; the gpu policy equals the variant
 #    spare/later; row hits per step never exceed the slots;
+#  - the plan window (--window W): a hand-made trace where the line most of
+#    the last W plans read beats the last plan's line of higher variance,
+#    for W 1, 2, 3 and fill every 2 (every step notes its plan, fill or not),
+#    and trace_points picking one window's runs;
 #  - --as-context: the lines and slots a 1M-token session's budget buys,
 #    worked out by hand on the hand trace (lines capped at the trace's 4 d,
 #    slots scaled by the trace's mean union), the target's byte weighting and
@@ -59,6 +64,9 @@ EOF
 #    (0,0) and (1,0) held, 2 blocks: 40 hit.
 #  fill every step: 50 / 244; every 2 steps (fills after 126 and 128):
 #    step 128 still has (0,0), (0,1), 1 block: 10 + 10 = 20 / 244.
+#  The same for every --window (here the default): the fill after 127 ranks
+#    by plans 126 (2, 3) and 127 (1, 3), whose counts 2 are (0,0), (1,0),
+#    (1,1), (1,2) and keys 1, 4, 1, 1/4: (1,0), (0,0) as from plan 127 alone.
 # Rows (5 slots, slot = token mod 5):
 #  126: {0, 5, 10, 126} all miss; slot 0 <- 10 (the latest of 0, 5, 10),
 #       slot 1 <- 126.
@@ -154,6 +162,60 @@ print("variants: checked")
 sys.exit(1 if bad else 0)
 PY
 
+# The plan window: 1 layer, 1 KV head, 1 query head, d = 2, var (1, 4) at
+# every step (keys (0,0) 1, (1,0) 4), positions 127..130 (n 128..131: 2, 3,
+# 3, 3 blocks, 2 closed). Budget 0.2 of 1 x 3 x 2 x 34 = 204 bytes: 40 //
+# 10 // 3 = 1 line. Plans read (0,0), (0,0), (1,0), (0,0): 20 + 30 + 30 +
+# 30 = 110 bytes. Fill every step; a held line hits 10 x 2 blocks:
+#  W 1: after 127 (0,0); 128 hits 20; after 128 (0,0); 129 misses; after
+#    129 (1,0); 130 misses: 20 / 110.
+#  W 3: after 129 (0,0) counts 2, (1,0) 1: (0,0) despite its lower key;
+#    128 and 130 hit: 40 / 110.
+#  W 2: after 129 plans 128, 129 count (0,0) and (1,0) once each: the key
+#    keeps (1,0) (127 forgotten); 130 misses: 20 / 110.
+#  W 3, fill every 2 (after 127 and 129): 128 hits; the fill after 129
+#    counts 127 and 128 too (every step notes its plan): (0,0); 130 hits:
+#    40 / 110.
+cat >"$tmp/win.trace" <<'EOF3'
+# layers 1 q_heads 1 kv_heads 1 dim 2 prompt 127 attn fathom:48 k 1 model win
+127 0 0 0 10 1 0
+v 127 0 0 1 4
+128 0 0 0 10 1 0
+v 128 0 0 1 4
+129 0 0 0 01 1 0
+v 129 0 0 1 4
+130 0 0 0 10 1 0
+v 130 0 0 1 4
+EOF3
+python3 "$sim" "$tmp/win.trace" --json --budget 0.2 --plane-share 1 --fill-every 1 2 --window 1 2 3 \
+  >"$tmp/win.json" || fail "cache_sim --window on the window trace"
+python3 - "$tmp/win.json" <<'PY' || fails=$((fails + 1))
+import json, sys
+runs = [r for r in json.load(open(sys.argv[1]))["traces"][0]["runs"] if r["policy"] == "gpu"]
+got = {(r["window"], r["fill_every"]): r for r in runs}
+want = {(1, 1): 20, (2, 1): 20, (3, 1): 40, (3, 2): 40}
+bad = 0
+if len(got) != 6:
+    print("FAIL: window runs", sorted(got)); sys.exit(1)
+for key, hit in want.items():
+    r = got[key]
+    if r["lines"] != 1 or r["plane_bytes"] != 110 or abs(r["plane_hit"] - hit / 110) > 1e-12:
+        print("FAIL: window", key, r["lines"], r["plane_bytes"], r["plane_hit"]); bad += 1
+print("window trace: %d runs checked" % len(want))
+sys.exit(1 if bad else 0)
+PY
+# trace_points on runs of windows 1 and 3 (share 1: 1 line here at any
+# context): one window's rates, --window needed
+python3 "$sim" "$tmp/win.trace" --json --budget 0.2 --plane-share 1 --only-as --as-context 1048576 \
+  --as-dim 2 --as-union 1 --window 1 3 >"$tmp/winas.json" || fail "cache_sim --as-context --window 1 3"
+python3 "$root/bench/trace_points.py" "$tmp/winas.json" >/dev/null 2>&1 &&
+  fail "trace_points chose a window itself among several"
+pts=$(python3 "$root/bench/trace_points.py" "$tmp/winas.json" --window 3) || fail "trace_points --window 3"
+[ "$pts" = "--trace-point win/100%:1048576:0.3636:0.0000" ] || fail "trace_points --window 3: $pts"
+pts=$(python3 "$root/bench/trace_points.py" "$tmp/winas.json" --window 1) || fail "trace_points --window 1"
+[ "$pts" = "--trace-point win/100%:1048576:0.1818:0.0000" ] || fail "trace_points --window 1: $pts"
+python3 "$sim" "$tmp/win.trace" --window 0 >/dev/null 2>&1 && fail "--window 0 accepted"
+
 # --as-context 1048576 --as-dim 128 --as-union 1000, budget 0.1: a pair's
 # index is 16384 blocks x 128 x 34 = 71,303,168 bytes. Share 1: int(7,130,316.8)
 # // (10 x 16384) = 43 lines (capped at the trace's 4 d = 8), 0 slots. Share
@@ -228,7 +290,8 @@ with open(sys.argv[1], "w") as f:
 PY
 : >"$tmp/rand.jsonl"
 for b in 0.02 0.05 0.1 0.2 0.4 0.7 1.0; do
-  python3 "$sim" "$tmp/rand.trace" --json --budget $b --plane-share 1 0 --fill-every 1 3 --variants >>"$tmp/rand.jsonl" ||
+  python3 "$sim" "$tmp/rand.trace" --json --budget $b --plane-share 1 0 --fill-every 1 3 --variants --window 1 4 \
+    >>"$tmp/rand.jsonl" ||
     fail "cache_sim --budget $b on the random trace"
   echo >>"$tmp/rand.jsonl"
 done
@@ -262,14 +325,14 @@ bad, checks, bound, spare_more = 0, 0, 0, 0
 prev = {}
 for doc in docs:
     t = doc["traces"][0]
-    var = {(r["fill"], r["rows"], r["plane_share"]): r for r in t["runs"] if r["policy"] == "variant"}
+    var = {(r["fill"], r["rows"], r["plane_share"], r["window"]): r for r in t["runs"] if r["policy"] == "variant"}
     for r in t["runs"]:
         if r["policy"] != "gpu":
             continue
-        key = (r["fill_every"], r["plane_share"])
+        key, w = (r["fill_every"], r["plane_share"], r["window"]), r["window"]
         if r["fill_every"] == 1:
             checks += 1
-            v, p = var[("spare", "later", r["plane_share"])], var[("plan", "later", r["plane_share"])]
+            v, p = var[("spare", "later", r["plane_share"], w)], var[("plan", "later", r["plane_share"], w)]
             if (r["plane_hit"], r["row_hit"]) != (v["plane_hit"], v["row_hit"]) or p["plane_hit"] > v["plane_hit"]:
                 print("FAIL: gpu against spare/later and plan/later", t["budget"], key, r["plane_hit"],
                       v["plane_hit"], p["plane_hit"]); bad += 1
@@ -279,9 +342,9 @@ for doc in docs:
             if key in prev and r["plane_hit"] < prev[key] - 1e-15:
                 print("FAIL: plane hits fell with more budget", t["budget"], key, r["plane_hit"], prev[key]); bad += 1
             prev[key] = r["plane_hit"]
-            if t["budget"] == 1.0 and r["fill_every"] == 1:
+            if t["budget"] == 1.0 and r["fill_every"] == 1 and w == 1:
                 checks += 1
-                p = var[("plan", "later", 1.0)]
+                p = var[("plan", "later", 1.0, 1)]
                 if p["lines"] < 3 * d or abs(p["plane_hit"] - hit / total) > 1e-12 or p["plane_bytes"] != total:
                     print("FAIL: all lines kept", p["lines"], p["plane_hit"], hit / total); bad += 1
         else:
@@ -293,7 +356,7 @@ if not bound:
     print("FAIL: no budget where the slots bound the hits"); bad += 1
 if not spare_more:
     print("FAIL: no budget where spare lines add plane hits"); bad += 1
-if checks != 7 * 2 + 1 + 7 * 2 + 7 * 2:
+if checks != 2 * (7 * 2 + 7 * 2 + 7 * 2) + 1:
     print("FAIL: %d checks ran" % checks); bad += 1
 print("random trace: %d checks" % checks)
 sys.exit(1 if bad else 0)

@@ -21,7 +21,13 @@
  *           fill keeps the plan's lines before spare ones, and spare lines
  *           (beyond the last plan) are kept and read; every step's row hits
  *           equal a host model of the slot rule (a later token stays);
- *           fixed depths equal to a plan's give the plan's results.
+ *           fixed depths equal to a plan's give the plan's results;
+ *   window: sessions whose plane cache keeps a plan window (steps eager and
+ *           captured, fixed and planned) give the bits of a tier without;
+ *           the fill's slots equal a host ranking of the window's last plans
+ *           (count, then var / 4^p, then 4 j + p; older plans forgotten), a
+ *           window of 1 ranks as the last plan alone, and the step reads
+ *           exactly the kept lines' bytes from HBM.
  * FATHOM_TEST_QUICK=1 shrinks lengths and steps (for compute-sanitizer).
  * Argument checks run without a GPU; the rest exits 77 when none is present. */
 #include "check.h"
@@ -42,6 +48,7 @@ extern "C" {
 #include <vector>
 
 #include "cuda/cuda_check.cuh"
+#include "cuda/tier_internal.cuh" /* fc_tier_caches: the slots a fill chose */
 
 static bool quick;
 
@@ -693,7 +700,7 @@ static void test_cache(void) {
     const uint64_t blocks = capacity / 64, LH = (uint64_t)L * H;
     const std::vector<uint32_t> slots = {200, 4096};
     for (uint32_t i = 0; i < B; i++) {
-        fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * 4 * D, capacity, LH * (4 * D + 4) * slots[i]};
+        fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * 4 * D, capacity, LH * (4 * D + 4) * slots[i], 0};
         CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[i], &cc));
         model.set(i, slots[i]);
         uint64_t bytes = 0;
@@ -789,7 +796,7 @@ static void test_cache(void) {
                 }
             }
         uint8_t *d_dz = to_device(dz.data(), dz.size());
-        fathom_cuda_tier_cache_config fit = {LH * 10 * blocks * lines, capacity, 0};
+        fathom_cuda_tier_cache_config fit = {LH * 10 * blocks * lines, capacity, 0, 0};
         CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[1], &fit));
         model.set(1, 0);
         CHECK_OK(fathom_cuda_tier_cache_fill(tc, ids[1], d_dz, 0));
@@ -807,7 +814,7 @@ static void test_cache(void) {
     uint8_t *d_zero = NULL;
     CK(cudaMalloc((void **)&d_zero, L * H * D));
     CK(cudaMemset(d_zero, 0, L * H * D));
-    fathom_cuda_tier_cache_config all = {LH * 10 * blocks * 4 * D, capacity, LH * (4 * D + 4) * slots[1]};
+    fathom_cuda_tier_cache_config all = {LH * 10 * blocks * 4 * D, capacity, LH * (4 * D + 4) * slots[1], 0};
     CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[1], &all));
     model.set(1, slots[1]);
     CHECK_OK(fathom_cuda_tier_cache_fill(tc, ids[1], d_zero, 0));
@@ -855,7 +862,7 @@ static void test_cache(void) {
     both();
     both();
     /* partial caches: 40 lines by the static prefix, 100 slots */
-    fathom_cuda_tier_cache_config part = {LH * 10 * blocks * 40, capacity, LH * (4 * D + 4) * 100};
+    fathom_cuda_tier_cache_config part = {LH * 10 * blocks * 40, capacity, LH * (4 * D + 4) * 100, 0};
     CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[0], &part));
     model.set(0, 100);
     CHECK_OK(fathom_cuda_tier_cache_fill(tc, ids[0], NULL, 0));
@@ -897,11 +904,11 @@ static void test_cache(void) {
         cudaFree(d_fixed);
     }
     /* argument checks */
-    fathom_cuda_tier_cache_config bad = {1, capacity, 0};
+    fathom_cuda_tier_cache_config bad = {1, capacity, 0, 0};
     CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
-    bad = {LH * 10 * blocks, 0, 0};
+    bad = {LH * 10 * blocks, 0, 0, 0};
     CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
-    bad = {0, 0, 7};
+    bad = {0, 0, 7, 0};
     CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_cuda_tier_cache_set(tc, 3, &part), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], NULL), FATHOM_ERR_INVALID_ARG);
@@ -909,7 +916,7 @@ static void test_cache(void) {
     uint64_t cb = 1;
     CHECK_OK(fathom_cuda_tier_cache_bytes(tc, ids[0], &cb));
     CHECK(cb > 0);
-    const fathom_cuda_tier_cache_config none = {0, 0, 0};
+    const fathom_cuda_tier_cache_config none = {0, 0, 0, 0};
     CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[0], &none));
     CHECK_OK(fathom_cuda_tier_cache_bytes(tc, ids[0], &cb));
     CHECK(cb == 0);
@@ -924,6 +931,223 @@ static void test_cache(void) {
     free_bufs(bc);
     free_bufs(bu);
     fathom_cuda_tier_destroy(tc);
+    fathom_cuda_tier_destroy(tu);
+}
+
+/* The fill's slot of every line (j, p) of one (layer, head) from a host
+ * ranking: lines counted by the plans (counts[4 j + p]) first, by count
+ * descending, then the spare lines (uncounted, var_j > 0), each by
+ * var_j / 4^p descending, ties to the lower 4 j + p; -1 beyond `lines`. */
+static std::vector<int16_t> host_slots(const std::vector<uint32_t> &counts, const std::vector<float> &var,
+                                       uint32_t lines) {
+    std::vector<std::tuple<int64_t, double, uint32_t>> rank; /* (-count, -key, i) */
+    for (uint32_t i = 0; i < counts.size(); i++) {
+        const float v = var[i / FATHOM_PLANES];
+        if (counts[i] || v > 0.0f)
+            rank.push_back({-(int64_t)counts[i], -(double)v / (double)(1u << (2 * (i % FATHOM_PLANES))), i});
+    }
+    std::sort(rank.begin(), rank.end());
+    std::vector<int16_t> slot(counts.size(), -1);
+    for (size_t x = 0; x < rank.size() && x < lines; x++) slot[std::get<2>(rank[x])] = (int16_t)x;
+    return slot;
+}
+
+/* Plan windows. Three steps with fixed depths (every plane of each head's
+ * 4 channels of least variance, which the plans below do not reach) go
+ * first, then two planned steps with new queries from a captured graph.
+ * Session 0 keeps the last 2 plans in 40 lines (fewer than a fathom:48
+ * plan): the fixed plans are forgotten (their lines, read 3 times, would
+ * rank first); session 1 the last one in 40 lines: the last plan alone;
+ * session 2 the last 4 in every line (4 d): the whole order, in which the
+ * 2 fixed plans still held rank their lines before those of one planned
+ * step. The fill's slots equal the host's ranking of those plans' depths
+ * with the tier's sums. Every step equals a tier without caches bit for
+ * bit, and a step after the fill reads the kept lines' closed blocks from
+ * HBM. */
+static void test_cache_window(void) {
+    const uint32_t L = 2, H = 2, G = 4, D = 128, S = 32, B = 3, notes = 5;
+    const uint32_t window[B] = {2, 1, 4}, lines[B] = {40, 40, FATHOM_PLANES * D};
+    const uint64_t start[B] = {quick ? 2030u : 6100u, quick ? 1500u : 3000u, quick ? 1800u : 4100u};
+    const uint64_t capacity = 8192, blocks = capacity / 64, LH = (uint64_t)L * H;
+    fathom_cuda_tier_shape sh = {L, H, G, D, S, 4, capacity};
+    fathom_cuda_tier *tw = NULL, *tu = NULL;
+    CHECK_OK(fathom_cuda_tier_create(&sh, &tw));
+    CHECK_OK(fathom_cuda_tier_create(&sh, &tu));
+    if (!tw || !tu) return;
+    fathom_cuda_tier *tiers[2] = {tw, tu};
+    std::vector<std::vector<uint16_t>> rows = {make_rows(start[0], H, D, 700), make_rows(start[1], H, D, 701),
+                                               make_rows(start[2], H, D, 702)};
+    std::vector<uint32_t> ids(B);
+    for (fathom_cuda_tier *t : tiers) {
+        for (uint32_t i = 0; i < B; i++) {
+            CHECK_OK(fathom_cuda_tier_session_create(t, &ids[i]));
+            CHECK_OK(fathom_cuda_tier_reserve(t, ids[i], capacity));
+        }
+        std::vector<uint64_t> done(B, 0);
+        append_calls(t, L, H, D, ids, {{(uint32_t)start[0], (uint32_t)start[1], (uint32_t)start[2]}},
+                     {&rows[0], &rows[1], &rows[2]}, done);
+    }
+    /* var_j per (session, layer, head) as the fill computes it */
+    std::vector<std::vector<float>> var(B * LH, std::vector<float>(D));
+    for (uint32_t i = 0; i < B; i++)
+        for (uint32_t lh = 0; lh < LH; lh++) {
+            const double *shift, *sum, *sum_sq;
+            CHECK_OK(fathom_cuda_tier_sums(tw, ids[i], lh / H, lh % H, &shift, &sum, &sum_sq));
+            for (uint32_t j = 0; j < D; j++) {
+                const double mean = sum[j] / (double)start[i], x = sum_sq[j] / (double)start[i] - mean * mean;
+                var[i * LH + lh][j] = x > 0.0 ? (float)x : 0.0f;
+            }
+        }
+    for (uint32_t i = 0; i < B; i++) {
+        fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines[i], capacity, 0, window[i]};
+        CHECK_OK(fathom_cuda_tier_cache_set(tw, ids[i], &cc));
+        uint64_t bytes = 0;
+        CHECK_OK(fathom_cuda_tier_cache_bytes(tw, ids[i], &bytes));
+        CHECK(bytes >= cc.plane_bytes + window[i] * LH * D);
+    }
+    step_bufs bw = alloc_bufs(tw, B, H, G, D, capacity, L), bu = alloc_bufs(tu, B, H, G, D, capacity, L);
+    CK(cudaMemcpy(bw.sessions, ids.data(), B * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(bu.sessions, ids.data(), B * 4, cudaMemcpyHostToDevice));
+    const size_t R = (size_t)B * H * G;
+    std::vector<uint16_t> hq(L * R * D);
+    auto new_queries = [&]() {
+        for (size_t x = 0; x < hq.size(); x++) hq[x] = fathom_f32_to_bf16(0.3f * rng_normal());
+        CK(cudaMemcpy(bw.q, hq.data(), hq.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(bu.q, hq.data(), hq.size() * 2, cudaMemcpyHostToDevice));
+    };
+    unsigned long long *d_hits = NULL, hits[2];
+    CK(cudaMalloc((void **)&d_hits, 16));
+    uint64_t differ = 0, compared = 0;
+    auto compare = [&]() { /* tw's step against tu's; returns tw's */
+        CK(cudaDeviceSynchronize());
+        step_out ow = read_out(bw, R, D, B * H, L), ou = read_out(bu, R, D, B * H, L);
+        differ += ow.out != ou.out || ow.sel != ou.sel || ow.sel_count != ou.sel_count || ow.depths != ou.depths ||
+                  memcmp(ow.lse.data(), ou.lse.data(), ow.lse.size() * 4) != 0;
+        compared++;
+        return ow;
+    };
+    auto eager = [&](fathom_cuda_tier *t, step_bufs &b, const uint8_t *fixed) {
+        for (uint32_t l = 0; l < L; l++) {
+            fathom_cuda_tier_step_args a = layer_args(l, B, H, G, D, capacity, b);
+            a.fixed_depths = fixed ? fixed + (size_t)l * B * H * D : NULL;
+            if (t == tw) a.cache_bytes = d_hits;
+            CHECK_OK(fathom_cuda_tier_step(t, &a, 0));
+        }
+    };
+    /* fixed plans: all 4 planes of each head's 4 least-variance channels */
+    std::vector<uint8_t> fixed((size_t)L * B * H * D, 0);
+    for (uint32_t l = 0; l < L; l++)
+        for (uint32_t i = 0; i < B; i++)
+            for (uint32_t h = 0; h < H; h++) {
+                const std::vector<float> &v = var[i * LH + l * H + h];
+                std::vector<std::pair<float, uint32_t>> by;
+                for (uint32_t j = 0; j < D; j++) by.push_back({v[j], j});
+                std::sort(by.begin(), by.end());
+                for (uint32_t c = 0; c < 4; c++) fixed[(((size_t)l * B + i) * H + h) * D + by[c].second] = 4;
+            }
+    uint8_t *d_fixed = to_device(fixed.data(), fixed.size());
+    std::vector<std::vector<uint8_t>> noted; /* every step's depths [L][B][H][D], in order */
+    rng_state = 9191;
+    new_queries();
+    for (uint32_t r = 0; r < 3; r++) {
+        eager(tw, bw, d_fixed);
+        eager(tu, bu, d_fixed);
+        noted.push_back(compare().depths);
+    }
+    /* planned steps of tw from one captured graph (the queries change under it) */
+    cudaStream_t cs;
+    CK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
+    for (uint32_t l = 0; l < L; l++) {
+        fathom_cuda_tier_step_args a = layer_args(l, B, H, G, D, capacity, bw);
+        a.cache_bytes = d_hits;
+        CHECK_OK(fathom_cuda_tier_step(tw, &a, cs));
+    }
+    CK(cudaStreamEndCapture(cs, &g));
+    CK(cudaGraphInstantiate(&exec, g, 0));
+    for (uint32_t r = 0; r < 2; r++) {
+        new_queries();
+        CK(cudaGraphLaunch(exec, cs));
+        CK(cudaStreamSynchronize(cs));
+        eager(tu, bu, NULL);
+        noted.push_back(compare().depths);
+    }
+    CHECK(noted.size() == notes && noted[0] == fixed && noted[3] != noted[4]);
+    CHECK_STATUS(fathom_cuda_tier_cache_fill(tw, ids[0], bw.depths, 0), FATHOM_ERR_INVALID_ARG);
+    for (uint32_t i = 0; i < B; i++) CHECK_OK(fathom_cuda_tier_cache_fill(tw, ids[i], NULL, 0));
+    CK(cudaDeviceSynchronize());
+    /* the fill's slots against the host's ranking */
+    tier_cache *dev;
+    const tier_cache *desc = fc_tier_caches(tw, &dev);
+    uint64_t wrong = 0, fixed_kept = 0, as_last = 0;
+    std::vector<std::vector<int16_t>> kept(B * LH);
+    for (uint32_t i = 0; i < B; i++) {
+        std::vector<int16_t> map(LH * D * FATHOM_PLANES);
+        CHECK(desc[ids[i]].lines == lines[i] && desc[ids[i]].window == window[i]);
+        CK(cudaMemcpy(map.data(), desc[ids[i]].map, map.size() * 2, cudaMemcpyDeviceToHost));
+        for (uint32_t lh = 0; lh < LH; lh++) {
+            const size_t at = (((size_t)(lh / H) * B + i) * H + lh % H) * D; /* [l][i][h] in a step's depths */
+            std::vector<uint32_t> counts(D * FATHOM_PLANES, 0), last(D * FATHOM_PLANES, 0);
+            for (uint32_t x = 0; x < D * FATHOM_PLANES; x++) {
+                const uint32_t j = x / FATHOM_PLANES, p = x % FATHOM_PLANES;
+                for (uint32_t r = notes - window[i]; r < notes; r++) counts[x] += p < noted[r][at + j];
+                last[x] = p < noted[notes - 1][at + j];
+            }
+            const std::vector<int16_t> want = host_slots(counts, var[i * LH + lh], lines[i]);
+            const int16_t *got = &map[(size_t)lh * D * FATHOM_PLANES];
+            wrong += !std::equal(want.begin(), want.end(), got);
+            if (i == 2) as_last += want == host_slots(last, var[i * LH + lh], lines[i]);
+            for (uint32_t x = 0; i < 2 && x < D * FATHOM_PLANES; x++)
+                fixed_kept += got[x] >= 0 && fixed[at + x / FATHOM_PLANES] && !counts[x];
+            kept[i * LH + lh] = want;
+        }
+    }
+    printf("window: %llu of %llu (layer, head) rankings differ from the host's; %llu fixed-plan lines kept after "
+           "they left the window; session 2 ranks %llu of %llu as its last plan alone would\n",
+           (unsigned long long)wrong, (unsigned long long)(B * LH), (unsigned long long)fixed_kept,
+           (unsigned long long)as_last, (unsigned long long)LH);
+    CHECK(wrong == 0);
+    CHECK(fixed_kept == 0);
+    CHECK(as_last == 0); /* the case tells a window from the last plan */
+    /* a step after the fill: the kept lines' closed blocks come from HBM */
+    new_queries();
+    CK(cudaMemset(d_hits, 0, 16));
+    CK(cudaGraphLaunch(exec, cs));
+    CK(cudaStreamSynchronize(cs));
+    CK(cudaMemcpy(hits, d_hits, 16, cudaMemcpyDeviceToHost));
+    eager(tu, bu, NULL);
+    const step_out o = compare();
+    uint64_t expect = 0;
+    for (uint32_t i = 0; i < B; i++)
+        for (uint32_t lh = 0; lh < LH; lh++)
+            for (uint32_t x = 0; x < D * FATHOM_PLANES; x++) {
+                const uint8_t t = o.depths[(((size_t)(lh / H) * B + i) * H + lh % H) * D + x / FATHOM_PLANES];
+                if (kept[i * LH + lh][x] >= 0 && x % FATHOM_PLANES < t)
+                    expect += (x % FATHOM_PLANES == 0 ? 10ull : 8ull) * (start[i] / 64);
+            }
+    printf("window: plane bytes from HBM %llu (expected %llu); %llu step pairs compared, %llu differ\n", hits[0],
+           (unsigned long long)expect, (unsigned long long)compared, (unsigned long long)differ);
+    CHECK(expect > 0 && hits[0] == expect);
+    CHECK(compared == 6 && differ == 0);
+    /* argument checks */
+    fathom_cuda_tier_cache_config bad = {LH * 10 * blocks * lines[0], capacity, 0,
+                                         FATHOM_CUDA_TIER_CACHE_MAX_WINDOW + 1};
+    CHECK_STATUS(fathom_cuda_tier_cache_set(tw, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
+    CHECK(desc[ids[0]].window == window[0]); /* the old cache kept */
+    const fathom_cuda_tier_cache_config none = {0, 0, 0, 0};
+    for (uint32_t i = 0; i < B; i++) CHECK_OK(fathom_cuda_tier_cache_set(tw, ids[i], &none));
+    CHECK_OK(fathom_cuda_tier_check(tw));
+    CHECK_OK(fathom_cuda_tier_check(tu));
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(g));
+    CK(cudaStreamDestroy(cs));
+    cudaFree(d_hits);
+    cudaFree(d_fixed);
+    free_bufs(bw);
+    free_bufs(bu);
+    fathom_cuda_tier_destroy(tw);
     fathom_cuda_tier_destroy(tu);
 }
 
@@ -976,7 +1200,7 @@ static void test_cache_by_context(void) {
     const uint64_t blocks = capacity / 64;
     const uint32_t lines[2] = {4 * D, 8}; /* every line; fewer than the budget (48) */
     for (uint32_t v = 0; v < 2; v++) {
-        fathom_cuda_tier_cache_config cc = {(uint64_t)H * 10 * blocks * lines[v], capacity, 0};
+        fathom_cuda_tier_cache_config cc = {(uint64_t)H * 10 * blocks * lines[v], capacity, 0, 0};
         CHECK_OK(fathom_cuda_tier_cache_set(tier, ids[0], &cc));
         CHECK_OK(fathom_cuda_tier_cache_fill(tier, ids[0], b.depths, 0));
         const step_out o = step();
@@ -1121,6 +1345,7 @@ int main(void) {
     test_shapes();
     test_graph();
     test_cache();
+    test_cache_window();
     test_cache_by_context();
     return check_summary("test_cuda_tier");
 }
