@@ -29,10 +29,11 @@
 #define STATS_POSITIONS 8 /* queried positions per head for the attention statistics */
 /* scale_spread clips a channel's log std (against its head's rms) here:
  * channels below 1/20 of the rms hold < 0.25% of the key energy each, yet
- * on Gemma 3 (11% of its channels at 1e-2..1e-4 of the rms in some layers
- * and not in others) they made the spread 2.08 against 0.73 clipped; the
- * generator draws the spread on every channel alike, so the unclipped value
- * reshuffled the channels that carry the energy. */
+ * where a model has near-dead channels whose level differs by layer (Gemma 3:
+ * about a tenth of its channels at 1e-2..1e-4 of the rms in some layers),
+ * they dominate an unclipped spread, and the generator, which draws the
+ * spread on every channel alike, then reshuffles the channels that carry
+ * the energy (docs/synthetic.md). */
 #define SPREAD_FLOOR (-3.0)
 
 /* Per-channel sums behind a fitted preset's profiles (NeoX order). */
