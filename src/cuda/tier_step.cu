@@ -190,12 +190,9 @@ tier_prep_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
         depth = f < FATHOM_PLANES ? f : FATHOM_PLANES;
     } else {
         float var = 0.0f;
-        if (n > 0) { /* fathom_store_variance */
+        if (n > 0) {
             const double *base = t.sums[s] + ((size_t)layer * t.heads + h) * 3 * D;
-            const double sum = __ldcv(&base[D + j]), sum_sq = __ldcv(&base[2 * D + j]);
-            const double mean = __ddiv_rn(sum, (double)n);
-            const double v = __dsub_rn(__ddiv_rn(sum_sq, (double)n), __dmul_rn(mean, mean));
-            var = v > 0.0 ? (float)v : 0.0f;
+            var = tier_variance(__ldcv(&base[D + j]), __ldcv(&base[2 * D + j]), n);
         }
         depth = fc_water_fill_depth<D>(__dmul_rn(q2, (double)var), budget, bp, best);
     }
