@@ -612,7 +612,9 @@ typedef struct fathom_cuda_hybrid_rates {
 
 /* Measure the rates at start-up on the batch of args (its sessions at their
  * current lengths, equal in every layer; batch * kv_heads <= max_pairs; the
- * step runs a few dozen times, its outputs are overwritten; the tier's
+ * step runs a few dozen times, its outputs are overwritten, and like any
+ * step it inserts rows into the sessions' row caches and notes its plan in
+ * their plan windows: calibrate before giving them caches; the tier's
  * recorded errors are checked and cleared, fathom_cuda_tier_check) and keep
  * them in the object, with the hybrid step itself measured with every
  * c = 1 .. min(max_pairs, pairs) pairs on the host (best of 3; every time
