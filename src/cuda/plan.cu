@@ -21,11 +21,10 @@ static __device__ double importance(const float *q, uint32_t group, float var, u
 static __global__ void plan_water_fill_kernel(uint32_t group, uint32_t budget, const float *queries,
                                               const float *variance, uint8_t *depths) {
     __shared__ double bp[PLAN_BP];
-    __shared__ double best[FC_DIM / 32];
     const uint32_t p = blockIdx.x, j = threadIdx.x;
     const float *q = queries + (size_t)p * group * FC_DIM;
     const double g = importance(q, group, variance[(size_t)p * FC_DIM + j], j);
-    depths[(size_t)p * FC_DIM + j] = (uint8_t)fc_water_fill_depth<FC_DIM>(g, budget, bp, best);
+    depths[(size_t)p * FC_DIM + j] = (uint8_t)fc_water_fill_depth<FC_DIM>(g, budget, bp);
 }
 
 /* sparq:r — depth 4 on the r channels with the largest sum_h |q_hj| (ties to

@@ -155,7 +155,6 @@ static __global__ void __launch_bounds__(D)
 tier_prep_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t G, uint32_t budget,
                  const uint8_t *fixed, uint64_t capacity, const uint16_t *queries, uint32_t plan_to, tier_ws w) {
     __shared__ double bp[D * FATHOM_PLANES];
-    __shared__ double best[D / 32];
     __shared__ uint8_t s_dep[D];
     __shared__ uint16_t s_rank[D];
     __shared__ uint32_t s_active;
@@ -194,7 +193,7 @@ tier_prep_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
             const double *base = t.sums[s] + ((size_t)layer * t.heads + h) * 3 * D;
             var = tier_variance(__ldcv(&base[D + j]), __ldcv(&base[2 * D + j]), n);
         }
-        depth = fc_water_fill_depth<D>(__dmul_rn(q2, (double)var), budget, bp, best);
+        depth = fc_water_fill_depth<D>(__dmul_rn(q2, (double)var), budget, bp);
     }
     w.depths[(size_t)p * D + j] = (uint8_t)depth;
     /* scan order: passes of PASS active channels (index order), by depth then index */
