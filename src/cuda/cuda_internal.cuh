@@ -105,9 +105,8 @@ static __device__ __forceinline__ void fc_codes_accumulate(float (&acc)[TOK][G],
  * v is the breakpoint at index `budget` when it is positive: the count of
  * every breakpoint at or below it exceeds the budget, of every one above it
  * not. (Counting each thread's four against all 4*D breakpoints instead
- * took 20 us per 8-problem step at D = 128: 2,048 dependent shared loads a
- * thread.) bp: shared [D * 4]. Contains barriers: every thread of the CTA
- * calls it. */
+ * is 16*D dependent shared loads a thread.) bp: shared [D * 4]. Contains
+ * barriers: every thread of the CTA calls it. */
 template <int D>
 static __device__ __forceinline__ uint32_t fc_water_fill_depth(double g, uint32_t budget, double *bp) {
     const uint32_t j = threadIdx.x;
@@ -117,7 +116,8 @@ static __device__ __forceinline__ uint32_t fc_water_fill_depth(double g, uint32_
         mine[m] = g > 0.0 ? g / (double)(2u << (2 * m)) : -1.0;
         bp[j * FATHOM_PLANES + m] = mine[m];
     }
-    constexpr uint32_t N = D * FATHOM_PLANES; /* a power of two */
+    constexpr uint32_t N = D * FATHOM_PLANES;
+    static_assert((N & (N - 1)) == 0, "the bitonic network sorts a power of two");
     for (uint32_t len = 2; len <= N; len <<= 1) {
         for (uint32_t stride = len >> 1; stride > 0; stride >>= 1) {
             __syncthreads();
