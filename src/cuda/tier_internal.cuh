@@ -200,6 +200,7 @@ typedef struct tier_ws {
     float *rows_k;     /* [P][G*k][D] */
     uint16_t *rows_v;  /* [P][G*k][D] */
     uint8_t *miss;     /* [P][G*k] the row came from host and may enter the row cache */
+    double *logit;     /* [R][k] the attention's logits */
     uint8_t *stage;    /* [P][nseg][kv_off] planes and scales as in the host slices; NULL: scanned in place */
     uint32_t nseg;     /* segments of capacity_tokens */
     size_t total;

@@ -13,8 +13,9 @@
  *   top-k   topk.cu's radix select, each row at its own length;
  *   fetch   the union of the group's winners, K and V rows from the host or
  *           from the session's HBM row cache;
- *   attend  softmax(scale q.k) v over each head's own winners, in double;
- *           bf16 output and optional log-sum-exp;
+ *   attend  softmax(scale q.k) v over each head's own winners, in double
+ *           (logits, then max, sum and value sums: two launches); bf16
+ *           output and optional log-sum-exp;
  *   insert  (sessions with a row cache) the missed rows into their slots;
  *   note    (sessions with a plan window) the plan into the window.
  * Given pairs (fathom_cuda_tier_step_given: the last pairs of the batch,
@@ -137,6 +138,7 @@ static int layout(const fathom_cuda_tier *tier, const fathom_cuda_tier_step_args
     w->rows_k = take<float>(&b, R * k * D);
     w->rows_v = take<uint16_t>(&b, R * k * D);
     w->miss = take<uint8_t>(&b, R * k);
+    w->logit = take<double>(&b, R * k);
     const uint64_t seg_tokens = (uint64_t)t->segment_blocks * FATHOM_BLOCK_TOKENS;
     w->nseg = (uint32_t)((a->capacity_tokens + seg_tokens - 1) / seg_tokens);
     uint64_t stage = 0;
@@ -541,71 +543,146 @@ tier_insert_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_
     }
 }
 
-#define ATT_THREADS 1024 /* per query head: ATT_THREADS / D row subsets in the value sum */
+/* Attention of a query head over its count <= k winners, in two launches
+ * that spread it over many CTAs and give the bits of one CTA of ATT_THREADS
+ * threads per head:
+ *   logits  one thread per winner i (the CTAs of a head split its winners):
+ *           l_i = scale q.k_i in double, two interleaved partial sums,
+ *           into w.logit;
+ *   value   ATT_VCTAS CTAs per head, each for D / ATT_VCTAS channels: every
+ *           one requests its channels of the winners' V rows into shared
+ *           memory (cp.async, all in flight; in the one-CTA kernel's SASS
+ *           each V load sat right before its dependent add: one in flight a
+ *           thread), computes the head's max and exp-sum as ATT_THREADS
+ *           virtual threads would (virtual thread v: the rows v,
+ *           v + ATT_THREADS, .. in order, then fc_block_reduce's tree: warp
+ *           butterflies, then the 32 warps' results in warp order), so all of
+ *           them hold the same max and sum; then the value sum of its
+ *           channels split over SPLIT = ATT_THREADS / D row subsets (row i in
+ *           subset i % SPLIT, each summed in row order, the subsets added in
+ *           order 0..SPLIT-1), divided by the sum.
+ * Every expression is the one-CTA kernel's (operand order and types kept,
+ * so contraction into fma is the same); only which thread runs it changed. */
+#define ATT_THREADS 1024 /* virtual threads per query head: ATT_THREADS / D row subsets in the value sum */
+#define ATT_LROWS 128    /* winners (threads) per logits CTA */
+#define ATT_VTHREADS 256 /* threads per value CTA: one (subset, channel) chain each */
+#define ATT_VCTAS (ATT_THREADS / ATT_VTHREADS) /* value CTAs per query head */
 
-/* One CTA per query head: logits in double, softmax, the value sum split
- * over ATT_THREADS / D row subsets (fixed order: deterministic). */
 template <int D>
-static __global__ void __launch_bounds__(ATT_THREADS)
-tier_attend_kernel(uint32_t G, uint32_t k, double scale, const uint32_t *sel_count, uint32_t r0, tier_ws w,
-                   uint16_t *out, float *lse) {
+static __global__ void __launch_bounds__(ATT_LROWS)
+tier_logit_kernel(uint32_t k, double scale, const uint32_t *sel_count, uint32_t G, uint32_t r0, tier_ws w) {
+    __shared__ float s_q[D];
+    const uint32_t r = r0 + blockIdx.x, p = r / G, cap = G * k, tid = threadIdx.x;
+    const uint32_t count = sel_count[r], i = blockIdx.y * ATT_LROWS + tid;
+    if (blockIdx.y * ATT_LROWS >= count) return; /* uniform */
+    for (uint32_t c = tid; c < D; c += ATT_LROWS) s_q[c] = w.qf[(size_t)r * D + c];
+    __syncthreads();
+    if (i >= count) return;
+    const float *base_k = w.rows_k + (size_t)p * cap * D;
+    const float4 *row = (const float4 *)(base_k + (size_t)w.top.slot[(size_t)r * k + i] * D);
+    double d0 = 0.0, d1 = 0.0;
+#pragma unroll 16
+    for (int c = 0; c < D / 4; c++) {
+        const float4 kv = row[c];
+        d0 += (double)s_q[4 * c] * kv.x + (double)s_q[4 * c + 1] * kv.y;
+        d1 += (double)s_q[4 * c + 2] * kv.z + (double)s_q[4 * c + 3] * kv.w;
+    }
+    const double l = (d0 + d1) * scale;
+    w.logit[(size_t)r * k + i] = l;
+}
+
+/* fc_block_reduce of ATT_THREADS virtual threads, thread t of ATT_VTHREADS
+ * holding x[j] of virtual thread t + ATT_VTHREADS * j: the same lanes
+ * (t & 31) and virtual warps ((t >> 5) + ATT_VTHREADS / 32 * j), so the
+ * same butterflies and the same warp order. part: ATT_THREADS / 32 doubles. */
+static __device__ __forceinline__ double att_virtual_reduce(double (&x)[ATT_VCTAS], bool is_max, double *part) {
+#pragma unroll
+    for (int j = 0; j < ATT_VCTAS; j++)
+        for (int off = 16; off > 0; off >>= 1) {
+            const double y = __shfl_xor_sync(0xffffffffu, x[j], off);
+            x[j] = is_max ? fmax(x[j], y) : x[j] + y;
+        }
+    __syncthreads(); /* part may still be read from the last call */
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+        for (int j = 0; j < ATT_VCTAS; j++) part[(threadIdx.x >> 5) + ATT_VTHREADS / 32 * j] = x[j];
+    __syncthreads();
+    double acc = part[0];
+    for (uint32_t v = 1; v < ATT_THREADS / 32; v++) acc = is_max ? fmax(acc, part[v]) : acc + part[v];
+    return acc;
+}
+
+/* One 16-byte global -> shared copy in flight without a register
+ * (cp.async, sm_80+): the value CTA's whole tile of V rows is requested at
+ * once, then waited for after the softmax. */
+static __device__ __forceinline__ void att_copy16(void *dst, const void *src) {
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+
+template <int D>
+static __global__ void __launch_bounds__(ATT_VTHREADS)
+tier_value_kernel(uint32_t G, uint32_t k, const uint32_t *sel_count, uint32_t r0, tier_ws w, uint16_t *out,
+                  float *lse) {
     constexpr int SPLIT = ATT_THREADS / D > 0 ? ATT_THREADS / D : 1;
+    constexpr int CW = D / ATT_VCTAS; /* channels of this CTA */
+    constexpr int CH = CW * 2 / 16;   /* 16-byte pieces of a row's channels */
+    static_assert(SPLIT * CW == ATT_VTHREADS && CH >= 1, "one (subset, channel) chain per thread");
+    extern __shared__ uint4 s_dyn[];  /* [count][CW] bf16: the CTA's channels of the winners' V rows */
+    uint16_t *s_v = (uint16_t *)s_dyn;
     __shared__ double logit[FATHOM_CUDA_MAX_K];
     __shared__ double part[ATT_THREADS / 32];
-    __shared__ double s_acc[SPLIT][D];
-    __shared__ float s_q[D];
+    __shared__ double s_acc[SPLIT][CW];
     __shared__ uint16_t s_slot[FATHOM_CUDA_MAX_K];
-    const uint32_t r = r0 + blockIdx.x, p = r / G, cap = G * k, tid = threadIdx.x;
+    const uint32_t r = r0 + blockIdx.x, p = r / G, cap = G * k, tid = threadIdx.x, c0 = blockIdx.y * CW;
     const uint32_t count = sel_count[r];
-    for (uint32_t c = tid; c < D; c += ATT_THREADS) s_q[c] = w.qf[(size_t)r * D + c];
-    for (uint32_t i = tid; i < count; i += ATT_THREADS) s_slot[i] = w.top.slot[(size_t)r * k + i];
-    __syncthreads();
-    const float *base_k = w.rows_k + (size_t)p * cap * D;
-    double mx = -INFINITY;
-    for (uint32_t i = tid; i < count; i += ATT_THREADS) {
-        const float4 *row = (const float4 *)(base_k + (size_t)s_slot[i] * D);
-        double d0 = 0.0, d1 = 0.0;
-#pragma unroll 8
-        for (int c = 0; c < D / 4; c++) {
-            const float4 kv = row[c];
-            d0 += (double)s_q[4 * c] * kv.x + (double)s_q[4 * c + 1] * kv.y;
-            d1 += (double)s_q[4 * c + 2] * kv.z + (double)s_q[4 * c + 3] * kv.w;
-        }
-        const double l = (d0 + d1) * scale;
-        logit[i] = l;
-        mx = fmax(mx, l);
-    }
-    mx = fc_block_reduce(mx, true, part);
-    double sum = 0.0;
-    for (uint32_t i = tid; i < count; i += ATT_THREADS) {
-        const double e = exp(logit[i] - mx);
-        logit[i] = e;
-        sum += e;
-    }
-    sum = fc_block_reduce(sum, false, part); /* its barriers publish logit[] */
-    const uint16_t *base_v = w.rows_v + (size_t)p * cap * D;
-    for (uint32_t x = tid; x < SPLIT * D; x += ATT_THREADS) {
-        const uint32_t c = x % D, sub = x / D;
-        double a = 0.0;
-        uint32_t i = sub;
-        for (; i + 7 * SPLIT < count; i += 8 * SPLIT) { /* 8 loads in flight, then the adds in order */
-            uint16_t v[8];
-#pragma unroll
-            for (int u = 0; u < 8; u++) v[u] = base_v[(size_t)s_slot[i + u * SPLIT] * D + c];
-#pragma unroll
-            for (int u = 0; u < 8; u++) a += logit[i + u * SPLIT] * (double)tier_bf16(v[u]);
-        }
-        for (; i < count; i += SPLIT) a += logit[i] * (double)tier_bf16(base_v[(size_t)s_slot[i] * D + c]);
-        s_acc[sub][c] = a;
+    const double *lg = w.logit + (size_t)r * k;
+    for (uint32_t i = tid; i < count; i += ATT_VTHREADS) {
+        s_slot[i] = w.top.slot[(size_t)r * k + i];
+        logit[i] = lg[i];
     }
     __syncthreads();
-    for (uint32_t c = tid; c < D; c += ATT_THREADS) {
+    const uint16_t *base_v = w.rows_v + (size_t)p * cap * D + c0; /* rows 16-byte aligned, c0 a multiple of 8 */
+    for (uint32_t q = tid; q < count * CH; q += ATT_VTHREADS) {
+        const uint32_t i = q / CH, piece = q % CH;
+        att_copy16(s_v + (size_t)i * CW + piece * 8, base_v + (size_t)s_slot[i] * D + piece * 8);
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    double x[ATT_VCTAS];
+#pragma unroll
+    for (int j = 0; j < ATT_VCTAS; j++) {
+        double mx = -INFINITY;
+        for (uint32_t i = tid + ATT_VTHREADS * j; i < count; i += ATT_THREADS) mx = fmax(mx, logit[i]);
+        x[j] = mx;
+    }
+    const double mx = att_virtual_reduce(x, true, part);
+    /* a thread reads and writes the logits of its own virtual threads only */
+#pragma unroll
+    for (int j = 0; j < ATT_VCTAS; j++) {
+        double sum = 0.0;
+        for (uint32_t i = tid + ATT_VTHREADS * j; i < count; i += ATT_THREADS) {
+            const double e = exp(logit[i] - mx);
+            logit[i] = e;
+            sum += e;
+        }
+        x[j] = sum;
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory"); /* this thread's pieces; the reduce's barriers publish all */
+    const double sum = att_virtual_reduce(x, false, part); /* its barriers publish logit[] and s_v */
+    {
+        const uint32_t cl = tid % CW, sub = tid / CW;
         double a = 0.0;
-        for (int sub = 0; sub < SPLIT; sub++) a += s_acc[sub][c];
+        for (uint32_t i = sub; i < count; i += SPLIT) a += logit[i] * (double)tier_bf16(s_v[(size_t)i * CW + cl]);
+        s_acc[sub][cl] = a;
+    }
+    __syncthreads();
+    for (uint32_t cl = tid; cl < CW; cl += ATT_VTHREADS) {
+        double a = 0.0;
+        for (int sub = 0; sub < SPLIT; sub++) a += s_acc[sub][cl];
         const float o = count ? (float)(a / sum) : 0.0f;
-        out[(size_t)r * D + c] = __bfloat16_as_ushort(__float2bfloat16_rn(o));
+        out[(size_t)r * D + c0 + cl] = __bfloat16_as_ushort(__float2bfloat16_rn(o));
     }
-    if (lse && tid == 0) lse[r] = count ? (float)(mx + log(sum)) : -INFINITY;
+    if (lse && blockIdx.y == 0 && tid == 0) lse[r] = count ? (float)(mx + log(sum)) : -INFINITY;
 }
 
 /* ---- launch ---- */
@@ -728,8 +805,16 @@ static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, 
                                                                          *w, write != 0);
         FATHOM_CUDA_LAUNCHED();
     }
-    tier_attend_kernel<D><<<c.count * G, ATT_THREADS, 0, stream>>>(G, a->k, (double)a->scale, sel_count,
-                                                                  (uint32_t)rows0, *w, a->out, a->lse);
+    const dim3 logit_grid(c.count * G, (a->k + ATT_LROWS - 1) / ATT_LROWS);
+    tier_logit_kernel<D><<<logit_grid, ATT_LROWS, 0, stream>>>(a->k, (double)a->scale, sel_count, G,
+                                                              (uint32_t)rows0, *w);
+    FATHOM_CUDA_LAUNCHED();
+    const size_t vsmem = (size_t)a->k * (D / ATT_VCTAS) * 2; /* the V tile: k rows of D / ATT_VCTAS bf16 */
+    if (vsmem > 48 * 1024)
+        FATHOM_CUDA_TRY(cudaFuncSetAttribute(tier_value_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)vsmem));
+    tier_value_kernel<D><<<dim3(c.count * G, ATT_VCTAS), ATT_VTHREADS, vsmem, stream>>>(
+        G, a->k, sel_count, (uint32_t)rows0, *w, a->out, a->lse);
     FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
 }
