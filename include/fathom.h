@@ -524,11 +524,17 @@ enum {
     FATHOM_SYNTH_FIT_RECENCY = 8,       /* last-32-token mass (positional profile of the means, its gain) */
     FATHOM_SYNTH_FIT_RANK = 16,         /* covariance share of the top d/4 eigenvalues (topic amplitude) */
     FATHOM_SYNTH_FIT_DRIFT = 32,        /* consecutive-query cosine (query run length) */
-    FATHOM_SYNTH_FIT_ALL = 63,
-    /* Everything. (Until the positional profile, recency was left out: the
+    /* each (layer, KV head) its own key profiles and each query head its own
+     * positional profile, as measured (with PROFILES and RECENCY; left out:
+     * one profile for all heads, each head's key scales spread around it) */
+    FATHOM_SYNTH_FIT_HEADS = 64,
+    FATHOM_SYNTH_FIT_ALL = 127,
+    /* Everything but per-head profiles. (Until the positional profile, recency was left out: the
      * recency direction it replaced could not reach a real model's last-32
      * mass without swamping the other logits; docs/synthetic.md.) */
-    FATHOM_SYNTH_FIT_DEFAULT = FATHOM_SYNTH_FIT_ALL
+    FATHOM_SYNTH_FIT_DEFAULT = FATHOM_SYNTH_FIT_ALL & ~FATHOM_SYNTH_FIT_HEADS
+    /* (Per-head profiles are asked for: on SmolLM2 they put fathom:48 /
+     * ds:32 outside the study's margin; docs/synthetic.md.) */
 };
 
 typedef struct fathom_synth_fit_options {

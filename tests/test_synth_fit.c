@@ -301,7 +301,15 @@ static void attention_here(const fathom_synth_preset *p, uint64_t n, double out[
  * energy against the profile's, about 1 on average at this spread of 0.2);
  * without the profile it does not. And the attention computed here:
  * more of it on the last 32 keys, and token 0 the only sink. */
-static void pair_means(const fathom_synth_preset *p, double *re, double *im) {
+static void pair_means_heads(const fathom_synth_preset *p, double *re, double *im, double (*head_re)[16],
+                             double (*head_im)[16]);
+
+static void pair_means(const fathom_synth_preset *p, double *re, double *im) { pair_means_heads(p, re, im, NULL, NULL); }
+
+/* pair_means, and with head_re/head_im each query head's own (layer-major,
+ * [layers * q_heads][16]). */
+static void pair_means_heads(const fathom_synth_preset *p, double *re, double *im, double (*head_re)[16],
+                             double (*head_im)[16]) {
     enum { N = 1024, P = 256, D = 32 };
     fathom_source *src;
     fathom_source_info in;
@@ -329,8 +337,10 @@ static void pair_means(const fathom_synth_preset *p, double *re, double *im) {
                 }
             }
             for (uint32_t i = 0; i < 16; i++) {
-                re[i] += (qm[i] * km[i] + qm[i + 16] * km[i + 16]) / sqrt((double)D) / (in.layers * in.q_heads);
-                im[i] += (qm[i + 16] * km[i] - qm[i] * km[i + 16]) / sqrt((double)D) / (in.layers * in.q_heads);
+                double a = (qm[i] * km[i] + qm[i + 16] * km[i + 16]) / sqrt((double)D);
+                double b = (qm[i + 16] * km[i] - qm[i] * km[i + 16]) / sqrt((double)D);
+                re[i] += a / (in.layers * in.q_heads), im[i] += b / (in.layers * in.q_heads);
+                if (head_re) head_re[layer * in.q_heads + h][i] = a, head_im[layer * in.q_heads + h][i] = b;
             }
         }
     }
@@ -480,9 +490,11 @@ static void test_fit_recovers(void) {
     fathom_synth_preset_free(known), fathom_synth_preset_free(fit);
 }
 
-/* A fit of a capture the generator wrote from a positional preset: the
- * fitted preset has a positional profile, reaches the capture's last-32
- * and top-k masses, and its profile is the known one's shape. */
+/* A fit of a capture the generator wrote from a positional preset, with
+ * one profile for all heads (FATHOM_SYNTH_FIT_HEADS left out: the gain is
+ * searched only then): the fitted preset has a positional profile,
+ * reaches the capture's last-32 and top-k masses, and its profile is the
+ * known one's shape. */
 static void test_fit_positional(void) {
     fathom_synth_preset *known = known_positional(), *fit = NULL;
     fathom_source *gen, *cap;
@@ -492,9 +504,11 @@ static void test_fit_positional(void) {
     CHECK_OK(fathom_capture_write(gen, path, FATHOM_DTYPE_F32));
     fathom_source_free(gen);
     CHECK_OK(fathom_capture_open(&cap, path));
-    fathom_synth_fit_options o = {.base = "smollm2-135m", .name = "refit", .k = 32};
+    fathom_synth_fit_options o = {.base = "smollm2-135m", .name = "refit", .k = 32,
+                                  .fit = FATHOM_SYNTH_FIT_ALL & ~FATHOM_SYNTH_FIT_HEADS};
     fathom_synth_fit_report r;
     CHECK_OK(fathom_synth_fit(&fit, cap, &o, &r));
+    CHECK(fit && !fit->p.heads);
     if (fit) {
         const synth_params *b = &fit->p;
         double known_re[16], fit_re[16];
@@ -517,6 +531,170 @@ static void test_fit_positional(void) {
     fathom_source_free(cap);
     remove(path);
     fathom_synth_preset_free(known), fathom_synth_preset_free(fit);
+}
+
+/* The known positional preset with per-head profiles (format 2): KV head
+ * b = layer * 2 + g has its own key std (the preset's times
+ * exp(0.4 cos((b + 1) j)), rms 1) and |mean| / std 1 + 0.2 b; query head
+ * q = 2 b + h puts 1.2 logits on pairs q mod 8 and (q + 3) mod 8 (theta
+ * from 1 down to 1/56 rad per token, so each head its own locality) and -2
+ * on the slowest pair. The heads' mean profile is 0.3 on pairs 0-7: 0.9 off
+ * each head's own pairs. */
+static fathom_synth_preset *known_heads(void) {
+    fathom_synth_preset *p = known_positional();
+    synth_params *s = &p->p;
+    s->heads = calloc(synth_heads_size(s), sizeof *s->heads);
+    CHECK(s->heads != NULL);
+    const uint32_t d = s->dim, half = d / 2;
+    for (uint32_t b = 0; b < s->layers * s->kv_heads; b++) {
+        float *x = s->heads + b * synth_head_floats(s);
+        double n2 = 0;
+        for (uint32_t j = 0; j < d; j++) {
+            x[j] = s->k_std[j] * expf(0.4f * cosf((float)((b + 1) * j)));
+            n2 += (double)x[j] * x[j];
+            x[d + j] = 1.0f + 0.2f * (float)b;
+        }
+        for (uint32_t j = 0; j < d; j++) x[j] /= (float)sqrt(n2 / d);
+        for (uint32_t h = 0; h < s->group; h++) {
+            float *re = x + 2 * d + h * d;
+            const uint32_t q = b * s->group + h;
+            re[q % 8] = re[(q + 3) % 8] = 1.2f;
+            re[half - 1] = -2.0f;
+        }
+    }
+    for (uint32_t i = 0; i < half; i++) s->pos_re[i] = i < 8 ? 0.3f : 0.0f, s->pos_im[i] = 0.0f;
+    s->pos_re[half - 1] = -2.0f;
+    CHECK_OK(synth_params_check(s));
+    return p;
+}
+
+/* The largest distance, over query heads and pairs 0-7, between measured
+ * per-head profiles (re, im) and the per-head profiles in p->heads (the
+ * slow pairs 8-15 carry the topics, whose query mean over the measured
+ * positions is the text's, not the profile's). */
+static double heads_off(const synth_params *p, double (*re)[16], double (*im)[16]) {
+    double worst = 0;
+    for (uint32_t b = 0; b < p->layers * p->kv_heads; b++)
+        for (uint32_t h = 0; h < p->group; h++) {
+            const float *a = p->heads + b * synth_head_floats(p) + 2 * p->dim + h * p->dim;
+            for (uint32_t i = 0; i < 8; i++) {
+                double e = hypot(re[b * p->group + h][i] - a[i], im[b * p->group + h][i] - a[p->dim / 2 + i]);
+                worst = e > worst ? e : worst;
+            }
+        }
+    return worst;
+}
+
+/* Per-head profiles: each generated query head's mean query meets its KV
+ * head's mean key (measured here, as pair_means) as its own profile says;
+ * with one profile for all heads (the heads' mean, the format-1 preset) it
+ * does not. The file keeps them (format 2, the same bytes back); a
+ * preset without them is still written as format 1. */
+static void test_head_profiles(void) {
+    fathom_synth_preset *p = known_heads(), *shared = known_heads(), *back = NULL;
+    free(shared->p.heads);
+    shared->p.heads = NULL;
+    double re[16], im[16], hre[8][16], him[8][16], sre[8][16], sim[8][16];
+    pair_means_heads(p, re, im, hre, him);
+    pair_means_heads(shared, re, im, sre, sim);
+    const double off = heads_off(&p->p, hre, him), off_shared = heads_off(&p->p, sre, sim);
+    printf("per-head profiles: worst pair of a query head off by %.3f logits (one shared profile: %.3f)\n", off,
+           off_shared);
+    CHECK(off < 0.65 && off_shared > 0.9);
+    char path[128];
+    tmp_path("-heads.json", path, sizeof path);
+    CHECK_OK(fathom_synth_preset_write(p, path, NULL));
+    CHECK_OK(fathom_synth_preset_load(&back, path));
+    CHECK(back && back->p.heads && back->p.heads != p->p.heads);
+    enum { N = 300, P = 4, QN = 4 * P * 32, KN = 2 * N * 32 };
+    static float q1[QN], k1[KN], v1[KN], q2[QN], k2[KN], v2[KN];
+    layer_bytes(p, N, P, q1, k1, v1);
+    if (back) layer_bytes(back, N, P, q2, k2, v2);
+    CHECK(!memcmp(q1, q2, sizeof q1) && !memcmp(k1, k2, sizeof k1) && !memcmp(v1, v2, sizeof v1));
+    layer_bytes(shared, N, P, q2, k2, v2);
+    CHECK(memcmp(q1, q2, sizeof q1) != 0 && memcmp(k1, k2, sizeof k1) != 0);
+    FILE *f = fopen(path, "rb");
+    static char text[1 << 17];
+    size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[len] = '\0';
+    CHECK(strstr(text, "\"fathom-synth-preset-2\"") != NULL && strstr(text, "\"heads\"") != NULL);
+    CHECK_OK(fathom_synth_preset_write(shared, path, NULL));
+    f = fopen(path, "rb");
+    len = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[len] = '\0';
+    CHECK(strstr(text, "\"fathom-synth-preset-1\"") != NULL && strstr(text, "\"heads\"") == NULL);
+    /* the source keeps its own copy: the preset may be freed first */
+    fathom_source *src;
+    CHECK_OK(fathom_synth_open_preset(&src, p, N, P, 3));
+    fathom_synth_preset_free(p);
+    CHECK_OK(fathom_source_layer(src, 1, q2, k2, v2));
+    CHECK(!memcmp(q1, q2, sizeof q1) && !memcmp(k1, k2, sizeof k1));
+    fathom_source_free(src);
+    /* per-head profiles need a positional, fitted preset */
+    shared->p.heads = malloc(synth_heads_size(&shared->p) * sizeof(float));
+    memcpy(shared->p.heads, back->p.heads, synth_heads_size(&shared->p) * sizeof(float));
+    shared->p.positional = false;
+    CHECK_STATUS(synth_params_check(&shared->p), FATHOM_ERR_INVALID_ARG);
+    shared->p.positional = true;
+    shared->p.heads[5] = -1.0f; /* a key std */
+    CHECK_STATUS(fathom_synth_open_preset(&src, shared, N, P, 3), FATHOM_ERR_INVALID_ARG);
+    CHECK(strstr(fathom_last_error(), "heads k_std of layer 0 head 0 [5]") != NULL);
+    remove(path);
+    fathom_synth_preset_free(shared), fathom_synth_preset_free(back);
+}
+
+/* The fit of a capture written from the per-head preset measures each
+ * head's profile: every query head's fitted A_i (pairs 0-7) within 0.65 logits of the
+ * known one. A fit that gave every head the heads' mean (what the fitted
+ * preset's pos_re/pos_im hold) is more than 0.9 off, so this check fails
+ * it; without FATHOM_SYNTH_FIT_HEADS the preset has no per-head profiles. */
+static void test_fit_heads(void) {
+    fathom_synth_preset *known = known_heads(), *fit = NULL, *fit_shared = NULL;
+    fathom_source *gen, *cap;
+    char path[128];
+    tmp_path("-heads.safetensors", path, sizeof path);
+    CHECK_OK(fathom_synth_open_preset(&gen, known, 1024, 64, 1));
+    CHECK_OK(fathom_capture_write(gen, path, FATHOM_DTYPE_F32));
+    fathom_source_free(gen);
+    CHECK_OK(fathom_capture_open(&cap, path));
+    const uint32_t groups = FATHOM_SYNTH_FIT_PROFILES | FATHOM_SYNTH_FIT_RECENCY | FATHOM_SYNTH_FIT_HEADS;
+    fathom_synth_fit_options o = {.base = "smollm2-135m", .name = "refit", .k = 32, .fit = groups};
+    fathom_synth_fit_report r;
+    CHECK_OK(fathom_synth_fit(&fit, cap, &o, &r));
+    o.fit = groups & ~FATHOM_SYNTH_FIT_HEADS;
+    CHECK_OK(fathom_synth_fit(&fit_shared, cap, &o, &r));
+    CHECK(fit_shared && !fit_shared->p.heads);
+    if (fit && fit->p.heads) {
+        const synth_params *b = &fit->p;
+        double re[8][16], im[8][16], mre[8][16], mim[8][16], kc = 0;
+        for (uint32_t q = 0; q < 8; q++)
+            for (uint32_t i = 0; i < 16; i++) {
+                const float *a = b->heads + q / 2 * synth_head_floats(b) + 2 * 32 + q % 2 * 32;
+                re[q][i] = a[i], im[q][i] = a[16 + i];
+                mre[q][i] = b->pos_re[i], mim[q][i] = b->pos_im[i];
+            }
+        /* each KV head's fitted key std against the known (log, correlation) */
+        for (uint32_t g = 0; g < 4; g++) { /* the channels of pairs 0-7: no topics there */
+            double x[16], y[16];
+            for (uint32_t j = 0; j < 16; j++) {
+                const uint32_t c = j % 8 + (j / 8) * 16;
+                x[j] = log(known->p.heads[g * synth_head_floats(b) + c]), y[j] = log(b->heads[g * synth_head_floats(b) + c]);
+            }
+            kc += corr(x, y, 16) / 4;
+        }
+        const double off = heads_off(&known->p, re, im), off_mean = heads_off(&known->p, mre, mim);
+        printf("fit of a per-head preset: worst pair of a query head off by %.3f logits (the heads' mean: %.3f); "
+               "key log std correlation %.3f; gain %.3f\n", off, off_mean, kc, b->pos_gain);
+        CHECK(off < 0.65 && off_mean > 0.9);
+        CHECK(kc > 0.8);
+        CHECK(b->pos_gain == 1.0f); /* each head's measured profile, not searched */
+    }
+    CHECK(fit && fit->p.heads);
+    fathom_source_free(cap);
+    remove(path);
+    fathom_synth_preset_free(known), fathom_synth_preset_free(fit), fathom_synth_preset_free(fit_shared);
 }
 
 /* A source that passes another's layers on with NeoX pairs 0-1 of every
@@ -569,6 +747,8 @@ int main(void) {
     test_positional_file();
     test_positional_profile();
     test_fit_positional();
+    test_head_profiles();
+    test_fit_heads();
     test_fit_spread_dead_channels();
     return check_summary("test_synth_fit");
 }

@@ -36,6 +36,8 @@ static void usage(FILE *f) {
             "                       profiles, concentration, sinks, recency, rank, drift, or none\n"
             "                       (default none; recency: no positional profile, the query's\n"
             "                       component that meets the key means under RoPE)\n"
+            "  --per-head           each head its own key profiles and positional profile, as\n"
+            "                       measured (preset format 2; default: one for all heads)\n"
             "  --layer-stride S     measure the candidates on every S-th layer (default layers/6)\n"
             "  --json               the fit's report as one JSON object on stdout\n"
             "  -h, --help           this help\n"
@@ -43,7 +45,8 @@ static void usage(FILE *f) {
             "Exit status: 0 success, 1 failure, 2 usage error.\n");
 }
 
-enum { OPT_KV = 256, OPT_OUT, OPT_BASE, OPT_NAME, OPT_ROPE, OPT_ROPE_BASE, OPT_K, OPT_KEEP, OPT_STRIDE, OPT_JSON };
+enum { OPT_KV = 256, OPT_OUT, OPT_BASE, OPT_NAME, OPT_ROPE, OPT_ROPE_BASE, OPT_K, OPT_KEEP, OPT_STRIDE, OPT_JSON,
+       OPT_PER_HEAD };
 static const struct option long_options[] = {
     {"help", no_argument, NULL, 'h'},
     {"kv", required_argument, NULL, OPT_KV},
@@ -56,6 +59,7 @@ static const struct option long_options[] = {
     {"keep", required_argument, NULL, OPT_KEEP},
     {"layer-stride", required_argument, NULL, OPT_STRIDE},
     {"json", no_argument, NULL, OPT_JSON},
+    {"per-head", no_argument, NULL, OPT_PER_HEAD},
     {NULL, 0, NULL, 0},
 };
 
@@ -114,7 +118,7 @@ int cmd_synth_fit(int argc, char **argv) {
     const char *kv = NULL, *out = NULL, *keep = "none", *rope = "detect";
     char name[64] = "";
     fathom_synth_fit_options o = {.base = "smollm2-135m"};
-    bool json = false;
+    bool json = false, per_head = false;
     uint32_t kept = 0;
     int c;
     while ((c = cli_getopt(argc, argv, "h", long_options)) != -1) {
@@ -145,6 +149,7 @@ int cmd_synth_fit(int argc, char **argv) {
             if (!cli_parse_u32(optarg, &o.layer_stride) || !o.layer_stride) return cli_bad_value("a positive integer");
             break;
         case OPT_JSON: json = true; break;
+        case OPT_PER_HEAD: per_head = true; break;
         }
     }
     if (optind < argc) return cli_usage_error("unexpected argument '%s'", argv[optind]);
@@ -154,7 +159,7 @@ int cmd_synth_fit(int argc, char **argv) {
     else if (strcmp(rope, "detect")) return cli_usage_error("--rope must be neox, adjacent or detect, not '%s'", rope);
     if ((o.style == FATHOM_ROPE_DETECT) != (o.rope_base == 0))
         return cli_usage_error("--rope-base goes with --rope neox|adjacent, and they need it");
-    o.fit = FATHOM_SYNTH_FIT_ALL & ~kept;
+    o.fit = (FATHOM_SYNTH_FIT_DEFAULT | (per_head ? FATHOM_SYNTH_FIT_HEADS : 0)) & ~kept;
     if (!o.fit) return cli_usage_error("--keep leaves nothing to fit");
     if (!cli_check_writable(out)) return CLI_FAILURE;
 

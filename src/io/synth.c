@@ -24,7 +24,7 @@
  * spread, low-frequency boost, outlier mean, background / topic / sink
  * logit, content cap; the fitted-preset fields take their built-in values
  * in synth_builtin. */
-#define BUILTIN(...) {__VA_ARGS__, false, 0, 0.0f, 0.0f, 0, {0}, {0}, {0}, {0}, false, 0.0f, {0}, {0}}
+#define BUILTIN(...) {__VA_ARGS__, false, 0, 0.0f, 0.0f, 0, {0}, {0}, {0}, {0}, false, 0.0f, {0}, {0}, NULL}
 static const synth_params presets[] = {
     BUILTIN("qwen3-8b", 36, 8, 4, 128, 1e6, true, 1.0f, 0.9f, 0.5f, 12.0f, 1.0f, 7.5f, 16.0f, 0.0f),
     BUILTIN("llama-3.1-8b", 32, 8, 4, 128, 5e5, false, 2.5f, 1.1f, 4.0f, 0.0f, 1.0f, 4.5f, 16.0f, 2.5f),
@@ -350,10 +350,14 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
     uint32_t outliers = 2 + (uint32_t)(draw(base, c++) % 3), outlier_channel[4];
     if (p->fitted) {
         /* The measured profiles, each head's scales spread log-normally
-         * around them; the sign of each channel's mean is the head's own. */
+         * around them; the sign of each channel's mean is the head's own.
+         * With per-head profiles, the head's own measured ones instead (the
+         * spread's draws are still made, so later draws do not move). */
+        const float *own = p->heads ? p->heads + ((uint64_t)layer * p->kv_heads + kv_head) * synth_head_floats(p) : NULL;
         for (uint32_t j = 0; j < hm->dim; j++) {
-            hm->k_scale[j] = key_scale * p->k_std[j] * expf(p->scale_spread * normal_at(s, base, c++));
-            hm->k_mean[j] = (draw(base, c++) & 1 ? 1.0f : -1.0f) * p->k_mean[j] * hm->k_scale[j];
+            const float spread = expf(p->scale_spread * normal_at(s, base, c++));
+            hm->k_scale[j] = own ? key_scale * own[j] : key_scale * p->k_std[j] * spread;
+            hm->k_mean[j] = (draw(base, c++) & 1 ? 1.0f : -1.0f) * (own ? own[hm->dim + j] : p->k_mean[j]) * hm->k_scale[j];
             hm->k_gain[j] = 1.0f;
         }
         outliers = 0;
@@ -708,7 +712,13 @@ static void positional_query(const synth *s, uint32_t layer, uint32_t kv_head, h
         double pi = (double)p->k_std[i] * p->k_std[i] + (double)p->k_std[i + half] * p->k_std[i + half];
         share[i] = pi > 0 && pe > 0 && he > 0 ? sqrt((hi / he) / (pi / pe)) : 1.0;
     }
+    /* With per-head profiles each query head has its own measured A_i,
+     * measured against its KV head's own means, which the head has: no
+     * share. */
+    const float *own = p->heads ? p->heads + ((uint64_t)layer * p->kv_heads + kv_head) * synth_head_floats(p) : NULL;
+    for (uint32_t i = 0; own && i < half; i++) share[i] = 1.0;
     for (uint32_t h = 0; h < p->group; h++) {
+        const float *re = own ? own + 2 * d + (uint64_t)h * d : p->pos_re, *im = own ? re + half : p->pos_im;
         double qbar[SYNTH_MAX_DIM] = {0};
         for (uint64_t pos = 0; pos < SYNTH_POS_MEAN; pos++) {
             query_pre(s, s->model_seed, hm, layer, kv_head * p->group + h, h, pos, x);
@@ -718,8 +728,8 @@ static void positional_query(const synth *s, uint32_t layer, uint32_t kv_head, h
             double mr = m[i], mi = m[i + half], m2 = mr * mr + mi * mi;
             if (!(m2 > 1e-6 * ms)) continue;
             /* w = target - qbar conj(m), then z = w m / |m|^2 */
-            double wr = g * share[i] * p->pos_re[i] - (qbar[i] * mr + qbar[i + half] * mi);
-            double wi = g * share[i] * p->pos_im[i] - (qbar[i + half] * mr - qbar[i] * mi);
+            double wr = g * share[i] * re[i] - (qbar[i] * mr + qbar[i + half] * mi);
+            double wi = g * share[i] * im[i] - (qbar[i + half] * mr - qbar[i] * mi);
             hm->q_pos[h][i] = (float)((wr * mr - wi * mi) / m2);
             hm->q_pos[h][i + half] = (float)((wr * mi + wi * mr) / m2);
         }
@@ -777,7 +787,11 @@ static int synth_layer(const fathom_source *src, uint32_t layer, float *q, float
     return FATHOM_OK;
 }
 
-static void synth_destroy(void *impl) { free(impl); }
+static void synth_destroy(void *impl) {
+    synth *s = impl;
+    if (s) free(s->preset.heads);
+    free(s);
+}
 
 static const fathom_source_ops synth_ops = {
     .kind = "synthetic",
@@ -823,6 +837,12 @@ static int synth_open_params(fathom_source **out, const synth_params *p, uint64_
     synth *s = malloc(sizeof *s);
     FATHOM_CHECK(!s, FATHOM_ERR_NOMEM, "out of memory for a synthetic source");
     s->preset = *p;
+    /* the source keeps its own copy: the caller's preset may be freed */
+    int st = synth_heads_dup(p, &s->preset.heads);
+    if (st < 0) {
+        free(s);
+        return st;
+    }
     s->seed = seed;
     uint64_t model_seed = 0xf47402u;
     for (const char *c = p->name; *c; c++) model_seed = mix64(model_seed ^ (uint64_t)(unsigned char)*c);

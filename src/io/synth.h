@@ -11,6 +11,9 @@
 #define SYNTH_MAX_TOPICS 64
 #define SYNTH_MAX_LAYERS 4096
 #define SYNTH_MAX_KV_HEADS 1024
+/* Per-head profiles hold at most this many floats (16 MiB; a preset file is
+ * at most 16 MiB of text, so a file never reaches it). */
+#define SYNTH_MAX_HEAD_FLOATS (1u << 22)
 
 typedef struct synth_params {
     char name[64];
@@ -62,7 +65,27 @@ typedef struct synth_params {
     bool positional;
     float pos_gain;
     float pos_re[SYNTH_MAX_DIM / 2], pos_im[SYNTH_MAX_DIM / 2];
+    /* Per-head profiles (positional fitted presets, preset format 2; NULL:
+     * none, and every head draws its key scales around k_std with
+     * scale_spread and meets pos_re/pos_im scaled by its share). One block
+     * of synth_head_floats(p) floats per (layer, KV head), layer-major:
+     * the head's key std per channel (rms 1) and |mean| / std (d each),
+     * then for each query head of the group its A_i (d/2 real parts, d/2
+     * imaginary). The head generated at (layer, KV head) takes its own
+     * block, without a spread, and each query head meets pos_gain times its
+     * own A_i. The pointer is owned by the holder of the outermost copy (a
+     * fathom_synth_preset, a synthetic source, a fit); copies of the struct
+     * borrow it. */
+    float *heads;
 } synth_params;
+
+/* Floats in one (layer, KV head) block of synth_params.heads: d * (2 + group). */
+static inline uint64_t synth_head_floats(const synth_params *p) { return (uint64_t)p->dim * (2u + p->group); }
+/* Floats in synth_params.heads: layers * kv_heads blocks (< 2^35 for any
+ * layers, kv_heads, group, dim that synth_params_check accepts). */
+static inline uint64_t synth_heads_size(const synth_params *p) {
+    return (uint64_t)p->layers * p->kv_heads * synth_head_floats(p);
+}
 
 struct fathom_synth_preset {
     synth_params p;
@@ -74,5 +97,9 @@ bool synth_builtin(const char *name, synth_params *out);
 /* Check every field of p (ranges, finiteness); FATHOM_ERR_INVALID_ARG naming
  * the first bad field. */
 int synth_params_check(const synth_params *p);
+
+/* A copy of p->heads (synth_heads_size(p) floats) into *out, or NULL when p
+ * has none; FATHOM_ERR_NOMEM when it cannot be allocated. */
+int synth_heads_dup(const synth_params *p, float **out);
 
 #endif /* FATHOM_SYNTH_H */

@@ -161,7 +161,13 @@ typedef struct measure_ctx {
     uint32_t k;
     float *kp, *qp, *prob; /* [n x d], [P x d], [n] */
     float *pk;             /* [n x d]: the head's mean key rotated to each position */
+    /* per-head profiles (synth_params.heads layout) to fill, or NULL; the
+     * layer being measured */
+    float *heads;
+    uint32_t layer;
 } measure_ctx;
+
+static float clampf(double x, double lo, double hi) { return (float)(x < lo ? lo : x > hi ? hi : x); }
 
 /* KV head g of one layer (q, k as fathom_source_layer returns them). */
 static int measure_head(measure_ctx *m, const float *q, const float *k, uint32_t g, stats_acc *acc,
@@ -179,6 +185,13 @@ static int measure_head(measure_ctx *m, const float *q, const float *k, uint32_t
     }
     acc->ratio += ratio;
     for (uint64_t t = 0; t < n; t++) rerope(mean, d, t, m->style, m->theta, m->pk + t * d);
+    /* this head's block of the per-head profiles, in the ranges
+     * synth_params_check accepts */
+    float *own = m->heads ? m->heads + ((uint64_t)m->layer * in->kv_heads + g) * (uint64_t)d * (2 + group) : NULL;
+    for (uint32_t j = 0; own && j < d; j++) {
+        own[j] = clampf(sd[j] / sqrt(ms / d), 1e-4, 1e4);
+        own[d + j] = clampf(fabs(mean[j]) / sd[j], 0, 1e3);
+    }
     if (prof) {
         double rms = sqrt(ms / d), ms_all = 0;
         for (uint32_t j = 0; j < d; j++) {
@@ -227,8 +240,10 @@ static int measure_head(measure_ctx *m, const float *q, const float *k, uint32_t
             /* pair i as a complex number: channel i real, i + d/2 imaginary */
             for (uint32_t i = 0; i < d / 2; i++) {
                 double qa = qmean[i], qb = qmean[i + d / 2], ka = mean[i], kb = mean[i + d / 2];
-                prof->pos_re[i] += (qa * ka + qb * kb) / sqrt((double)d);
-                prof->pos_im[i] += (qb * ka - qa * kb) / sqrt((double)d);
+                double re = (qa * ka + qb * kb) / sqrt((double)d), im = (qb * ka - qa * kb) / sqrt((double)d);
+                prof->pos_re[i] += re;
+                prof->pos_im[i] += im;
+                if (own) own[2 * d + h * d + i] = clampf(re, -1e3, 1e3), own[2 * d + h * d + d / 2 + i] = clampf(im, -1e3, 1e3);
             }
             prof->q_heads++;
         }
@@ -241,8 +256,11 @@ static int measure_head(measure_ctx *m, const float *q, const float *k, uint32_t
     return FATHOM_OK;
 }
 
+/* Statistics of src into out; with prof, the profile sums too, and with
+ * heads (synth_params.heads layout for src's shape, zeroed), every measured
+ * head's own profiles. */
 static int measure(const fathom_source *src, fathom_rope_style style, double rope_base, uint32_t k,
-                   uint32_t layer_stride, fathom_synth_stats *out, profile_acc *prof) {
+                   uint32_t layer_stride, fathom_synth_stats *out, profile_acc *prof, float *heads) {
     fathom_source_info in;
     FATHOM_TRY(fathom_source_get_info(src, &in));
     FATHOM_CHECK_ARG(in.dim % 2 == 0 && in.dim <= SYNTH_MAX_DIM, "statistics: head dim %u must be even and <= %u",
@@ -254,7 +272,7 @@ static int measure(const fathom_source *src, fathom_rope_style style, double rop
     if (layer_stride == 0) layer_stride = 1;
     uint64_t q_elems, kv_elems;
     FATHOM_TRY(fathom_source_layer_sizes(&in, &q_elems, &kv_elems));
-    measure_ctx m = {.in = &in, .style = style, .k = k};
+    measure_ctx m = {.in = &in, .style = style, .k = k, .heads = prof ? heads : NULL};
     for (uint32_t i = 0; i < in.dim / 2; i++) m.theta[i] = pow(rope_base, -2.0 * i / in.dim);
     float *q = fathom_alloc_array(q_elems, sizeof *q), *kk = fathom_alloc_array(kv_elems, sizeof *kk);
     m.kp = fathom_alloc_array(in.tokens, (uint64_t)in.dim * sizeof(float));
@@ -267,6 +285,7 @@ static int measure(const fathom_source *src, fathom_rope_style style, double rop
     memset(&acc, 0, sizeof acc);
     for (uint32_t l = 0; st == FATHOM_OK && l < in.layers; l += layer_stride) {
         st = fathom_source_layer(src, l, q, kk, NULL);
+        m.layer = l;
         for (uint32_t g = 0; st == FATHOM_OK && g < in.kv_heads; g++) st = measure_head(&m, q, kk, g, &acc, prof);
     }
     free(q), free(kk), free(m.kp), free(m.qp), free(m.prob), free(m.pk);
@@ -284,7 +303,7 @@ static int measure(const fathom_source *src, fathom_rope_style style, double rop
 int fathom_synth_stats_measure(const fathom_source *src, fathom_rope_style style, double rope_base, uint32_t k,
                                uint32_t layer_stride, fathom_synth_stats *out) {
     FATHOM_CHECK_ARG(src != NULL && out != NULL, "fathom_synth_stats_measure: NULL argument");
-    return measure(src, style, rope_base, k, layer_stride, out, NULL);
+    return measure(src, style, rope_base, k, layer_stride, out, NULL, NULL);
 }
 
 /* ---- RoPE detection ---- */
@@ -344,7 +363,7 @@ static int stats_of(const fit_ctx *f, const synth_params *p, fathom_synth_stats 
     fathom_synth_preset preset = {.p = *p};
     fathom_source *src;
     FATHOM_TRY(fathom_synth_open_preset(&src, &preset, f->in->tokens, f->in->positions, 1));
-    int st = measure(src, FATHOM_ROPE_NEOX, p->rope_base, f->k, f->layer_stride, out, prof);
+    int st = measure(src, FATHOM_ROPE_NEOX, p->rope_base, f->k, f->layer_stride, out, prof, NULL);
     fathom_source_free(src);
     return st;
 }
@@ -446,7 +465,11 @@ static int search_knobs(fit_ctx *f, uint32_t groups, const fathom_synth_stats *t
         if (groups & FATHOM_SYNTH_FIT_SINKS) FATHOM_TRY(search_knob(f, KNOB_SINK_LOGIT, target->sink_mass, 0.25, 60));
         if (groups & FATHOM_SYNTH_FIT_CONCENTRATION)
             FATHOM_TRY(search_knob(f, KNOB_TOPIC_LOGIT, target->top_mass, 0.25, 60));
-        if (f->p.positional && (groups & FATHOM_SYNTH_FIT_RECENCY))
+        /* Per-head profiles are each head's measured positional part, so
+         * their gain stays 1: searched for the last-32 mass, it makes up
+         * for locality the generator's content lacks by scaling every
+         * head's profile, and its noise with it (docs/synthetic.md). */
+        if (f->p.positional && !f->p.heads && (groups & FATHOM_SYNTH_FIT_RECENCY))
             FATHOM_TRY(search_knob(f, KNOB_RECENCY, target->local_mass, 0.1, 10));
     }
     return FATHOM_OK;
@@ -456,7 +479,17 @@ static int fit_run(fit_ctx *f, const fathom_source *capture, const char *base_na
                    fathom_synth_fit_report *r, profile_acc *prof) {
     /* the capture's statistics and profiles */
     memset(prof, 0, sizeof *prof);
-    FATHOM_TRY(measure(capture, r->style, r->rope_base, f->k, 1, &r->target, prof));
+    /* per-head profiles: the capture's own, every layer and head (f->p owns them) */
+    const uint32_t per_head = FATHOM_SYNTH_FIT_HEADS | FATHOM_SYNTH_FIT_PROFILES | FATHOM_SYNTH_FIT_RECENCY;
+    if ((groups & per_head) == per_head) {
+        FATHOM_CHECK_ARG(synth_heads_size(&f->p) <= SYNTH_MAX_HEAD_FLOATS,
+                         "fathom_synth_fit: per-head profiles of %llu floats exceed %u (leave FATHOM_SYNTH_FIT_HEADS "
+                         "out)", (unsigned long long)synth_heads_size(&f->p), SYNTH_MAX_HEAD_FLOATS);
+        f->p.heads = fathom_alloc_array(synth_heads_size(&f->p), sizeof *f->p.heads);
+        FATHOM_CHECK(!f->p.heads, FATHOM_ERR_NOMEM, "out of memory for per-head profiles");
+        memset(f->p.heads, 0, synth_heads_size(&f->p) * sizeof *f->p.heads);
+    }
+    FATHOM_TRY(measure(capture, r->style, r->rope_base, f->k, 1, &r->target, prof, f->p.heads));
     /* the capture's positional profile (kept apart: the profiles ablation
      * measures prof again on the base preset) */
     if (groups & FATHOM_SYNTH_FIT_RECENCY) {
@@ -473,6 +506,7 @@ static int fit_run(fit_ctx *f, const fathom_source *capture, const char *base_na
     synth_params base = f->p;
     base.fitted = false;
     base.positional = false;
+    base.heads = NULL;
     snprintf(base.name, sizeof base.name, "%s", base_name);
     if (groups & FATHOM_SYNTH_FIT_PROFILES) {
         profiles_from(prof, &f->p);
@@ -528,9 +562,11 @@ int fathom_synth_fit(fathom_synth_preset **out, const fathom_source *capture, co
     FATHOM_CHECK(!prof, FATHOM_ERR_NOMEM, "out of memory for the fit");
     int st = fit_run(&f, capture, o->base, o->fit ? o->fit : FATHOM_SYNTH_FIT_DEFAULT, &r, prof);
     free(prof);
-    FATHOM_TRY(st);
-    fathom_synth_preset *p = malloc(sizeof *p);
-    FATHOM_CHECK(!p, FATHOM_ERR_NOMEM, "out of memory for a preset");
+    fathom_synth_preset *p = st < 0 ? NULL : malloc(sizeof *p);
+    if (!p) {
+        free(f.p.heads);
+        return st < 0 ? st : fathom_fail(FATHOM_ERR_NOMEM, "out of memory for a preset");
+    }
     p->p = f.p;
     *out = p;
     if (report) *report = r;

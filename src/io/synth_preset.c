@@ -11,7 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Format 1: one positional profile shared by every head. Format 2: format 1
+ * plus, optionally, per-head profiles ("heads"). Files without per-head
+ * profiles are written as format 1, so their bytes do not change. */
 #define PRESET_FORMAT "fathom-synth-preset-1"
+#define PRESET_FORMAT_HEADS "fathom-synth-preset-2"
 
 int synth_params_check(const synth_params *p) {
     size_t len = strnlen(p->name, sizeof p->name);
@@ -44,7 +48,10 @@ int synth_params_check(const synth_params *p) {
                      "preset: topics %u must be a multiple of 4 in 4..%u", p->topics, SYNTH_MAX_TOPICS);
     FATHOM_CHECK_ARG(p->query_run >= 1 && p->query_run <= 65536, "preset: query_run %u not in 1..65536",
                      p->query_run);
-    if (!p->fitted) return FATHOM_OK;
+    if (!p->fitted) {
+        FATHOM_CHECK_ARG(!p->heads, "preset: per-head profiles need a fitted preset");
+        return FATHOM_OK;
+    }
     const struct {
         const char *name;
         const float *x;
@@ -59,13 +66,49 @@ int synth_params_check(const synth_params *p) {
                                  profiles[i].x[j] <= profiles[i].hi,
                              "preset: %s[%u] = %g not in [%g, %g]", profiles[i].name, j, profiles[i].x[j],
                              profiles[i].lo, profiles[i].hi);
-    if (!p->positional) return FATHOM_OK;
+    if (!p->positional) {
+        FATHOM_CHECK_ARG(!p->heads, "preset: per-head profiles need a positional profile");
+        return FATHOM_OK;
+    }
     FATHOM_CHECK_ARG(isfinite(p->pos_gain) && p->pos_gain >= 0.0f && p->pos_gain <= 100.0f,
                      "preset: pos_gain %g not in [0, 100]", p->pos_gain);
     for (uint32_t i = 0; i < p->dim / 2; i++)
         FATHOM_CHECK_ARG(isfinite(p->pos_re[i]) && isfinite(p->pos_im[i]) && fabsf(p->pos_re[i]) <= 1e3f &&
                              fabsf(p->pos_im[i]) <= 1e3f,
                          "preset: pos_re/pos_im[%u] = (%g, %g) not in [-1e3, 1e3]", i, p->pos_re[i], p->pos_im[i]);
+    if (!p->heads) return FATHOM_OK;
+    FATHOM_CHECK_ARG(synth_heads_size(p) <= SYNTH_MAX_HEAD_FLOATS,
+                     "preset: per-head profiles of %llu floats exceed %u", (unsigned long long)synth_heads_size(p),
+                     SYNTH_MAX_HEAD_FLOATS);
+    const uint32_t d = p->dim;
+    for (uint64_t b = 0; b < (uint64_t)p->layers * p->kv_heads; b++) {
+        const float *x = p->heads + b * synth_head_floats(p);
+        const uint32_t layer = (uint32_t)(b / p->kv_heads), head = (uint32_t)(b % p->kv_heads);
+        for (uint32_t j = 0; j < d; j++) {
+            FATHOM_CHECK_ARG(isfinite(x[j]) && x[j] >= 1e-4f && x[j] <= 1e4f,
+                             "preset: heads k_std of layer %u head %u [%u] = %g not in [1e-4, 1e4]", layer, head, j,
+                             x[j]);
+            FATHOM_CHECK_ARG(isfinite(x[d + j]) && x[d + j] >= 0.0f && x[d + j] <= 1e3f,
+                             "preset: heads k_mean of layer %u head %u [%u] = %g not in [0, 1e3]", layer, head, j,
+                             x[d + j]);
+        }
+        for (uint32_t j = 2 * d; j < synth_head_floats(p); j++)
+            FATHOM_CHECK_ARG(isfinite(x[j]) && fabsf(x[j]) <= 1e3f,
+                             "preset: heads pos_re/pos_im of layer %u head %u = %g not in [-1e3, 1e3]", layer, head,
+                             x[j]);
+    }
+    return FATHOM_OK;
+}
+
+int synth_heads_dup(const synth_params *p, float **out) {
+    *out = NULL;
+    if (!p->heads) return FATHOM_OK;
+    FATHOM_CHECK_ARG(synth_heads_size(p) <= SYNTH_MAX_HEAD_FLOATS, "preset: per-head profiles exceed %u floats",
+                     SYNTH_MAX_HEAD_FLOATS);
+    float *h = fathom_alloc_array(synth_heads_size(p), sizeof *h);
+    FATHOM_CHECK(!h, FATHOM_ERR_NOMEM, "out of memory for per-head profiles");
+    memcpy(h, p->heads, synth_heads_size(p) * sizeof *h);
+    *out = h;
     return FATHOM_OK;
 }
 
@@ -119,8 +162,59 @@ static const char *const known_keys[] = {
     "rope_base",    "qk_norm",    "key_scale",      "scale_spread", "low_freq_boost", "outlier_mean",
     "background_logit", "topic_logit", "sink_logit", "content_cap", "topics",         "topic_amp",
     "recency_logit", "query_run",  "k_std",          "k_mean",       "q_std",          "q_mean",
-    "fit",          "pos_gain",   "pos_re",         "pos_im",
+    "fit",          "pos_gain",   "pos_re",         "pos_im",         "heads",
 };
+
+/* One flat array of "heads" (count numbers, each in [lo, hi]) into the
+ * blocks of p->heads: entry e goes to block e / per_block, at offset + the
+ * query head's stride (e % per_block / per_head * stride) + e % per_head. */
+static int get_head_array(const json_t *heads, const char *key, uint64_t count, uint32_t per_block,
+                          uint32_t per_head, uint32_t offset, uint32_t stride, float lo, float hi, synth_params *p) {
+    const json_t *v = json_object_get(heads, key);
+    FATHOM_CHECK(!v, FATHOM_ERR_FORMAT, "preset file: missing \"heads\".\"%s\"", key);
+    FATHOM_CHECK(!json_is_array(v) || json_array_size(v) != count, FATHOM_ERR_FORMAT,
+                 "preset file: \"heads\".\"%s\" must be an array of %llu numbers", key, (unsigned long long)count);
+    for (uint64_t e = 0; e < count; e++) {
+        const json_t *x = json_array_get(v, (size_t)e);
+        const double y = json_is_number(x) ? json_number_value(x) : NAN;
+        FATHOM_CHECK(!isfinite(y) || y < lo || y > hi, FATHOM_ERR_FORMAT,
+                     "preset file: \"heads\".\"%s\"[%llu] is not a number in [%g, %g]", key, (unsigned long long)e,
+                     lo, hi);
+        const uint64_t b = e / per_block, r = e % per_block;
+        p->heads[b * synth_head_floats(p) + offset + r / per_head * stride + r % per_head] = (float)y;
+    }
+    return FATHOM_OK;
+}
+
+/* "heads": {"k_std", "k_mean": layers x kv_heads x d; "pos_re", "pos_im":
+ * layers x kv_heads x group x d/2}, each layer-major (docs/synthetic.md). */
+static int parse_heads(const json_t *heads, synth_params *p) {
+    FATHOM_CHECK(!json_is_object(heads), FATHOM_ERR_FORMAT, "preset file: \"heads\" is not an object");
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)heads, key, value) {
+        FATHOM_CHECK(strcmp(key, "k_std") && strcmp(key, "k_mean") && strcmp(key, "pos_re") && strcmp(key, "pos_im"),
+                     FATHOM_ERR_FORMAT, "preset file: unknown key \"heads\".\"%s\"", key);
+    }
+    /* the sizes come from these, so their ranges first (no overflow, no
+     * allocation beyond the bound) */
+    FATHOM_CHECK(p->layers < 1 || p->layers > SYNTH_MAX_LAYERS || p->kv_heads < 1 ||
+                     p->kv_heads > SYNTH_MAX_KV_HEADS || p->group < 1 || p->group > SYNTH_MAX_GROUP,
+                 FATHOM_ERR_FORMAT, "preset file: \"heads\" needs layers in 1..%u, kv_heads in 1..%u, group in 1..%u",
+                 SYNTH_MAX_LAYERS, SYNTH_MAX_KV_HEADS, SYNTH_MAX_GROUP);
+    FATHOM_CHECK(synth_heads_size(p) > SYNTH_MAX_HEAD_FLOATS, FATHOM_ERR_FORMAT,
+                 "preset file: per-head profiles of %llu floats exceed %u", (unsigned long long)synth_heads_size(p),
+                 SYNTH_MAX_HEAD_FLOATS);
+    const uint64_t blocks = (uint64_t)p->layers * p->kv_heads;
+    const uint32_t d = p->dim, half = d / 2, g = p->group;
+    p->heads = fathom_alloc_array(synth_heads_size(p), sizeof *p->heads);
+    FATHOM_CHECK(!p->heads, FATHOM_ERR_NOMEM, "out of memory for per-head profiles");
+    FATHOM_TRY(get_head_array(heads, "k_std", blocks * d, d, d, 0, 0, 1e-4f, 1e4f, p));
+    FATHOM_TRY(get_head_array(heads, "k_mean", blocks * d, d, d, d, 0, 0.0f, 1e3f, p));
+    FATHOM_TRY(get_head_array(heads, "pos_re", blocks * g * half, g * half, half, 2 * d, d, -1e3f, 1e3f, p));
+    FATHOM_TRY(get_head_array(heads, "pos_im", blocks * g * half, g * half, half, 2 * d + half, d, -1e3f, 1e3f, p));
+    return FATHOM_OK;
+}
 
 static int parse_root(const json_t *root, synth_params *p) {
     FATHOM_CHECK(!json_is_object(root), FATHOM_ERR_FORMAT, "preset file: not a JSON object");
@@ -132,8 +226,12 @@ static int parse_root(const json_t *root, synth_params *p) {
         FATHOM_CHECK(!known, FATHOM_ERR_FORMAT, "preset file: unknown key \"%s\"", key);
     }
     const json_t *format = json_object_get(root, "format");
-    FATHOM_CHECK(!json_is_string(format) || strcmp(json_string_value(format), PRESET_FORMAT), FATHOM_ERR_FORMAT,
-                 "preset file: \"format\" must be \"%s\"", PRESET_FORMAT);
+    const bool v1 = json_is_string(format) && !strcmp(json_string_value(format), PRESET_FORMAT);
+    const bool v2 = json_is_string(format) && !strcmp(json_string_value(format), PRESET_FORMAT_HEADS);
+    FATHOM_CHECK(!v1 && !v2, FATHOM_ERR_FORMAT, "preset file: \"format\" must be \"%s\" or \"%s\"", PRESET_FORMAT,
+                 PRESET_FORMAT_HEADS);
+    FATHOM_CHECK(v1 && json_object_get(root, "heads"), FATHOM_ERR_FORMAT,
+                 "preset file: \"heads\" (per-head profiles) needs \"format\": \"%s\"", PRESET_FORMAT_HEADS);
     const json_t *name = json_object_get(root, "name");
     FATHOM_CHECK(!json_is_string(name), FATHOM_ERR_FORMAT, "preset file: missing or non-string \"name\"");
     size_t name_len = json_string_length(name);
@@ -180,6 +278,12 @@ static int parse_root(const json_t *root, synth_params *p) {
         FATHOM_TRY(get_profile(root, "pos_re", p->dim / 2, "dim / 2", p->pos_re));
         FATHOM_TRY(get_profile(root, "pos_im", p->dim / 2, "dim / 2", p->pos_im));
     }
+    const json_t *heads = json_object_get(root, "heads");
+    if (heads) {
+        FATHOM_CHECK(pos_keys != 3, FATHOM_ERR_FORMAT,
+                     "preset file: \"heads\" (per-head profiles) needs \"pos_gain\", \"pos_re\" and \"pos_im\"");
+        FATHOM_TRY(parse_heads(heads, p));
+    }
     p->fitted = true;
     int st = synth_params_check(p);
     if (st != FATHOM_ERR_INVALID_ARG) return st;
@@ -204,6 +308,7 @@ int fathom_synth_preset_parse(fathom_synth_preset **out, const char *text, size_
     int st = parse_root(root, &p->p);
     json_decref(root);
     if (st < 0) {
+        free(p->p.heads);
         free(p);
         return st;
     }
@@ -248,7 +353,10 @@ int fathom_synth_preset_load(fathom_synth_preset **out, const char *name) {
     return st;
 }
 
-void fathom_synth_preset_free(fathom_synth_preset *p) { free(p); }
+void fathom_synth_preset_free(fathom_synth_preset *p) {
+    if (p) free(p->p.heads);
+    free(p);
+}
 
 int fathom_synth_preset_info(const fathom_synth_preset *p, fathom_source_info *info) {
     FATHOM_CHECK_ARG(p != NULL && info != NULL, "fathom_synth_preset_info: NULL argument");
@@ -271,6 +379,33 @@ static json_t *profile_json(const float *x, uint32_t dim) {
             return NULL;
         }
     return a;
+}
+
+/* The "heads" object of p (parse_heads' layout); NULL when out of memory. */
+static json_t *heads_json(const synth_params *p) {
+    const uint64_t blocks = (uint64_t)p->layers * p->kv_heads;
+    const uint32_t d = p->dim, half = d / 2;
+    json_t *o = json_object();
+    static const char *const keys[] = {"k_std", "k_mean", "pos_re", "pos_im"};
+    for (int a = 0; o && a < 4; a++) {
+        json_t *arr = json_array();
+        if (!arr || json_object_set_new(o, keys[a], arr)) {
+            json_decref(o);
+            return NULL;
+        }
+        for (uint64_t b = 0; b < blocks; b++) {
+            const float *x = p->heads + b * synth_head_floats(p);
+            const uint32_t count = a < 2 ? d : p->group * half;
+            for (uint32_t e = 0; e < count; e++) {
+                float y = a < 2 ? x[a * d + e] : x[2 * d + e / half * d + (a == 3 ? half : 0) + e % half];
+                if (json_array_append_new(arr, json_real((double)y))) {
+                    json_decref(o);
+                    return NULL;
+                }
+            }
+        }
+    }
+    return o;
 }
 
 int fathom_synth_preset_write(const fathom_synth_preset *preset, const char *path, const char *extra) {
@@ -307,6 +442,13 @@ int fathom_synth_preset_write(const fathom_synth_preset *preset, const char *pat
     if (p->positional && (json_object_set_new(root, "pos_gain", json_real((double)p->pos_gain)) ||
                           json_object_set_new(root, "pos_re", profile_json(p->pos_re, p->dim / 2)) ||
                           json_object_set_new(root, "pos_im", profile_json(p->pos_im, p->dim / 2)))) {
+        json_decref(root);
+        json_decref(fit);
+        return fathom_fail(FATHOM_ERR_NOMEM, "out of memory building the preset file");
+    }
+    json_t *heads = p->heads ? heads_json(p) : NULL;
+    if (p->heads && (!heads || json_object_set_new(root, "heads", heads) ||
+                     json_object_set_new(root, "format", json_string(PRESET_FORMAT_HEADS)))) {
         json_decref(root);
         json_decref(fit);
         return fathom_fail(FATHOM_ERR_NOMEM, "out of memory building the preset file");

@@ -165,6 +165,32 @@ for name, text in [
         ("qk_norm_not_bool", preset(lambda p: p.update(qk_norm=1))),
         ("duplicate_key", preset(lambda p: None).replace('"layers": 2,', '"layers": 2, "layers": 3,'))]:
     write("preset", name + ".json", text)
+
+
+def heads_preset(change):
+    """Format 2 with per-head profiles (2 layers x 1 KV head x group 2, d = 8), changed."""
+    p = valid_preset()
+    p.update(format="fathom-synth-preset-2", pos_gain=1.0, pos_re=[0.5] * 4, pos_im=[0.0] * 4,
+             heads={"k_std": [1.0] * 16, "k_mean": [0.5] * 16, "pos_re": [0.3] * 16, "pos_im": [0.0] * 16})
+    change(p)
+    return json.dumps(p)
+
+
+for name, text in [
+        ("heads_in_format_1", heads_preset(lambda p: p.update(format="fathom-synth-preset-1"))),
+        ("heads_without_pos", heads_preset(lambda p: [p.pop(k) for k in ("pos_gain", "pos_re", "pos_im")])),
+        ("heads_not_object", heads_preset(lambda p: p.update(heads=[1.0]))),
+        ("heads_unknown_key", heads_preset(lambda p: p["heads"].update(k_sd=[1.0]))),
+        ("heads_missing_pos_im", heads_preset(lambda p: p["heads"].pop("pos_im"))),
+        ("heads_too_short", heads_preset(lambda p: p["heads"].update(k_std=[1.0] * 15))),
+        ("heads_too_long", heads_preset(lambda p: p["heads"].update(pos_re=[0.3] * 17))),
+        ("heads_negative_std", heads_preset(lambda p: p["heads"]["k_std"].__setitem__(3, -1.0))),
+        ("heads_pos_out_of_range", heads_preset(lambda p: p["heads"]["pos_im"].__setitem__(5, 1e9))),
+        ("heads_not_numbers", heads_preset(lambda p: p["heads"]["k_mean"].__setitem__(0, "x"))),
+        ("heads_too_many", heads_preset(lambda p: p.update(layers=4096, kv_heads=1024, group=8)))]:
+    write("preset", name + ".json", text)
 os.makedirs(os.path.join(HERE, "..", "..", "..", "fuzz", "corpus", "synth_preset"), exist_ok=True)
 with open(os.path.join(HERE, "..", "..", "..", "fuzz", "corpus", "synth_preset", "valid.json"), "w") as f:
     f.write(json.dumps(valid_preset()))
+with open(os.path.join(HERE, "..", "..", "..", "fuzz", "corpus", "synth_preset", "valid_heads.json"), "w") as f:
+    f.write(heads_preset(lambda p: None))
