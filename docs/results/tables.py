@@ -2125,7 +2125,7 @@ TABLES = [
     Table("synthfit-gemma", GEMMA_SECTION, "A synthetic preset fitted to the code capture, judged on prose",
           synthfit, "Pending: `scripts/record-result synthfit-gemma -- scripts/synth-fit-study --fit "
           "R/code_16k.safetensors --judge R/prose_16k.safetensors --calib R/calib_c2k.safetensors --base qwen3-8b "
-          "--k 512 --positions 128 --no-ablations --no-builtin`."),
+          "--k 512 --positions 128 --per-head --no-ablations --no-builtin`."),
     Table("gemma-ruler-16k-single", GEMMA_SECTION, "RULER at 16k: single needle", gemma_ruler, None),
     *ruler_more_tables("gemma-ruler-16k-single"),
     Table("gemma-ruler-16k-multikey", GEMMA_SECTION, "RULER at 16k: multi-key needle", gemma_ruler, None),
