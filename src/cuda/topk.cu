@@ -181,7 +181,8 @@ hist1_find_kernel(fc_rows rows, uint32_t k, uint32_t sink, uint32_t local, const
 }
 
 /* Select `need` largest keys among those whose top 22 bits equal digit; the
- * source is either the candidate list in shared memory or the whole row. */
+ * source is either the candidate list in shared memory or the whole row.
+ * Every thread of a block of TOPK_THREADS calls it. */
 struct cand_source {
     const uint64_t *keys;
     uint32_t count;
@@ -203,6 +204,8 @@ template <typename Source>
 static __device__ void select_tail(const Source &src, uint32_t digit, uint32_t need,
                                    uint32_t *out, uint32_t *out_fill, uint32_t *bins,
                                    uint32_t *choice) {
+    typedef cub::BlockScan<uint32_t, TOPK_THREADS, cub::BLOCK_SCAN_WARP_SCANS> scan_t;
+    __shared__ typename scan_t::TempStorage tmp;
     uint64_t prefix = (uint64_t)digit << (64 - 2 * FC_HIST_BITS);
     uint64_t mask = ((1ull << (2 * FC_HIST_BITS)) - 1) << (64 - 2 * FC_HIST_BITS);
     int shift = 64 - 2 * FC_HIST_BITS;
@@ -219,15 +222,19 @@ static __device__ void select_tail(const Source &src, uint32_t digit, uint32_t n
                 atomicAdd(&bins[(uint32_t)(key >> shift) & (nbins - 1)], 1u);
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
-            uint32_t above = 0, d = nbins - 1;
-            for (;; d--) {
-                if (above + bins[d] >= need || d == 0) break;
-                above += bins[d];
-            }
-            choice[0] = d;
-            choice[1] = above;
-            choice[2] = need - above == bins[d]; /* the whole bin is taken: done */
+        /* the highest bin d whose keys with those of the bins above reach
+         * need (0 if none does), the keys above it, and whether all of d is
+         * taken: thread t holds bin 255 - t (bins from nbins on are 0), an
+         * exclusive scan counts the keys above it, and the one thread whose
+         * bin crosses need writes the choice (or bin 0 if none crosses) */
+        const uint32_t b = 255 - threadIdx.x;
+        const uint32_t c = threadIdx.x < 256 ? bins[b] : 0;
+        uint32_t higher;
+        scan_t(tmp).ExclusiveSum(c, higher);
+        if (threadIdx.x < 256 && higher < need && (higher + c >= need || b == 0)) {
+            choice[0] = b;
+            choice[1] = higher;
+            choice[2] = need - higher == c; /* the whole bin is taken: done */
         }
         __syncthreads();
         const uint32_t d = choice[0], above = choice[1], take_all = choice[2];
