@@ -21,7 +21,7 @@
  * Given pairs (fathom_cuda_tier_step_given: the last pairs of the batch,
  * selected on the host) are planned (or take the given depths), then skip
  * gather, scan and top-k: once their event fires, their selections' middle
- * winners are checked and go through the top-k's union kernel, and fetch
+ * winners are checked and go through the top-k's sort and union, and fetch
  * and attention run as for the others (after the other pairs on the step's
  * stream, or beside them on a caller's stream: fc_tier_step_launch).
  * Grids depend only on the host arguments (batch, capacity_tokens, k), so a
@@ -746,9 +746,9 @@ static int gather_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, 
 /* Rows of the given pairs [p0, p0 + count): the middle winners of each
  * head's given selection (ascending, as fathom_select writes it: sink
  * positions, then the k - sink - local middle winners, then the local ones)
- * into the top-k's mid, from which the union kernel rebuilds the sorted
+ * into the top-k's mid, from which fc_topk_union rebuilds the sorted
  * selection, the union and the slots exactly as after a scan on the GPU.
- * Rows with n <= k select every token: the union kernel reads no mid.
+ * Rows with n <= k select every token: fc_topk_union reads no mid.
  * The middle winners are checked here, since the row fetch reads the rows
  * they name: a head whose winners are not strictly ascending inside
  * [sink, n - local) records TIER_ERR_GIVEN (fathom_cuda_tier_check) and

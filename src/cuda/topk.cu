@@ -21,8 +21,9 @@
  * level leaves 5-20k candidates at 1M tokens and sends rows down the slow path).
  * A histogram that cannot hold the m-th key (a workspace shared by two steps
  * in flight, corrupted memory) makes find_bin trap: see there.
- * Then one block per KV head sorts each head's winners and builds the
- * union the row fetch moves. */
+ * Then every head's winners are sorted into its selection (each winner's
+ * place counted, on many blocks a row) and one block per KV head builds
+ * the union the row fetch moves. */
 #include "cuda_internal.cuh"
 
 #include <cub/block/block_scan.cuh>
@@ -180,7 +181,8 @@ hist1_find_kernel(fc_rows rows, uint32_t k, uint32_t sink, uint32_t local, const
 }
 
 /* Select `need` largest keys among those whose top 22 bits equal digit; the
- * source is either the candidate list in shared memory or the whole row. */
+ * source is either the candidate list in shared memory or the whole row.
+ * Every thread of a block of TOPK_THREADS calls it. */
 struct cand_source {
     const uint64_t *keys;
     uint32_t count;
@@ -202,6 +204,8 @@ template <typename Source>
 static __device__ void select_tail(const Source &src, uint32_t digit, uint32_t need,
                                    uint32_t *out, uint32_t *out_fill, uint32_t *bins,
                                    uint32_t *choice) {
+    typedef cub::BlockScan<uint32_t, TOPK_THREADS, cub::BLOCK_SCAN_WARP_SCANS> scan_t;
+    __shared__ typename scan_t::TempStorage tmp;
     uint64_t prefix = (uint64_t)digit << (64 - 2 * FC_HIST_BITS);
     uint64_t mask = ((1ull << (2 * FC_HIST_BITS)) - 1) << (64 - 2 * FC_HIST_BITS);
     int shift = 64 - 2 * FC_HIST_BITS;
@@ -218,15 +222,19 @@ static __device__ void select_tail(const Source &src, uint32_t digit, uint32_t n
                 atomicAdd(&bins[(uint32_t)(key >> shift) & (nbins - 1)], 1u);
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
-            uint32_t above = 0, d = nbins - 1;
-            for (;; d--) {
-                if (above + bins[d] >= need || d == 0) break;
-                above += bins[d];
-            }
-            choice[0] = d;
-            choice[1] = above;
-            choice[2] = need - above == bins[d]; /* the whole bin is taken: done */
+        /* the highest bin d whose keys with those of the bins above reach
+         * need (0 if none does), the keys above it, and whether all of d is
+         * taken: thread t holds bin 255 - t (bins from nbins on are 0), an
+         * exclusive scan counts the keys above it, and the one thread whose
+         * bin crosses need writes the choice (or bin 0 if none crosses) */
+        const uint32_t b = 255 - threadIdx.x;
+        const uint32_t c = threadIdx.x < 256 ? bins[b] : 0;
+        uint32_t higher;
+        scan_t(tmp).ExclusiveSum(c, higher);
+        if (threadIdx.x < 256 && higher < need && (higher + c >= need || b == 0)) {
+            choice[0] = b;
+            choice[1] = higher;
+            choice[2] = need - higher == c; /* the whole bin is taken: done */
         }
         __syncthreads();
         const uint32_t d = choice[0], above = choice[1], take_all = choice[2];
@@ -299,111 +307,102 @@ compact_final_kernel(fc_rows rows, uint32_t k, uint32_t sink, uint32_t local, co
     }
 }
 
-/* Bitonic sort ascending of s[0..size), size a power of two, whole block. */
-static __device__ void bitonic_sort(uint32_t *s, uint32_t size) {
-    for (uint32_t len = 2; len <= size; len <<= 1) {
-        for (uint32_t stride = len >> 1; stride > 0; stride >>= 1) {
-            __syncthreads();
-            for (uint32_t i = threadIdx.x; i < size / 2; i += blockDim.x) {
-                const uint32_t lo = 2 * i - (i & (stride - 1)), hi = lo + stride;
-                const bool up = (lo & len) == 0;
-                const uint32_t a = s[lo], b = s[hi];
-                if ((a > b) == up) {
-                    s[lo] = b;
-                    s[hi] = a;
-                }
-            }
-        }
-    }
-    __syncthreads();
-}
-
-static __device__ uint32_t pow2_at_least(uint32_t x) {
-    uint32_t p = 1;
-    while (p < x) p <<= 1;
-    return p;
-}
-
+#define SORT_THREADS 64
 #define UNION_CAP 4096
 
-/* One block per KV head: sort every head's winners, write them, build the
- * sorted union of the group and each winner's slot in it.
- *
- * The G heads' middle winners are sorted by one bitonic network over all G
- * segments at once (where G segments fit the buffer; else head by head),
- * and the union comes from a merge by rank instead of a sort: an element's
+/* Each head's selection, sorted, into sel, and its count into sel_count:
+ * one CTA per (row, SORT_THREADS positions). Positions below sink are the
+ * sink tokens, the local ones the last `local` tokens, and n <= k selects
+ * every token; the middle winner mid[g] (any order) goes to position
+ * sink + rank, its rank the number of (mid[j], j) below (mid[g], g):
+ * mid[j] < mid[g], or equal with j < g. Every g gets a distinct rank, and
+ * the list written is the m values in ascending order (for any m values,
+ * repeated ones too: what a sort of them leaves). In a warp, every g lies
+ * in [gw, gw + 32), so j < gw counts mid[j] <= mid[g] and j >= gw + 32
+ * counts mid[j] < mid[g]; only the warp's own 32 entries compare j. A
+ * thread reads the row's m entries (shared memory, the same address for
+ * the warp's lanes: broadcasts), 4 at a time, into 4 counters. */
+static __global__ void __launch_bounds__(SORT_THREADS)
+select_sort_kernel(fc_rows rows, uint32_t k, uint32_t sink, uint32_t local, const uint32_t *mid,
+                   uint32_t *sel, uint32_t *sel_count) {
+    __shared__ __align__(16) uint32_t s_mid[FATHOM_CUDA_MAX_K];
+    const uint32_t r = blockIdx.x, c0 = blockIdx.y * SORT_THREADS, g = c0 + threadIdx.x;
+    const uint64_t n = fc_row_len(rows, r);
+    uint32_t *out = sel + (size_t)r * k;
+    if (n <= k) { /* uniform in the launch's row */
+        if (g < n) out[g] = g;
+        if (g == 0) sel_count[r] = (uint32_t)n;
+        return;
+    }
+    const uint32_t m = k - sink - local;
+    if (g == 0) sel_count[r] = k;
+    if (g < sink) out[g] = g;
+    if (g < local) out[sink + m + g] = (uint32_t)(n - local + g);
+    if (c0 >= m) return; /* uniform in the block */
+    const uint32_t m4 = (m + 3) & ~3u; /* padded with PAD_INDEX, which no thread counts */
+    for (uint32_t i = threadIdx.x; i < m4; i += SORT_THREADS)
+        s_mid[i] = i < m ? mid[(size_t)r * k + i] : PAD_INDEX;
+    __syncthreads();
+    if (g >= m) return;
+    const uint32_t x = s_mid[g];
+    const uint32_t gw = g & ~31u, ge = gw + 32 < m4 ? gw + 32 : m4;
+    const uint4 *v = (const uint4 *)s_mid;
+    uint32_t c[4] = {0, 0, 0, 0};
+#pragma unroll 4
+    for (uint32_t q = 0; q < gw / 4; q++) { /* j < gw <= g */
+        const uint4 y = v[q];
+        c[0] += y.x <= x;
+        c[1] += y.y <= x;
+        c[2] += y.z <= x;
+        c[3] += y.w <= x;
+    }
+    for (uint32_t j = gw; j < ge; j++) {
+        const uint32_t y = s_mid[j];
+        c[0] += y < x || (y == x && j < g);
+    }
+#pragma unroll 4
+    for (uint32_t q = ge / 4; q < m4 / 4; q++) { /* j >= gw + 32 > g */
+        const uint4 y = v[q];
+        c[0] += y.x < x;
+        c[1] += y.y < x;
+        c[2] += y.z < x;
+        c[3] += y.w < x;
+    }
+    out[sink + c[0] + c[1] + c[2] + c[3]] = x;
+}
+
+/* One block per KV head: the group's sorted union of the G selections
+ * select_sort_kernel wrote into sel (each strictly ascending), and each
+ * winner's slot in it. The union comes from a merge by rank: an element's
  * place among all G lists is its index in its own list plus, for every
  * other list, the count of elements below it (at or below it for the lists
- * before its own, so equal positions keep head order). Three binary
- * searches of 9 steps replace a 2048-wide bitonic sort (66 barriers): the
- * kernel ran 47 us per layer-step, in every step's critical path. */
+ * before its own, so equal positions keep head order). A scan of the first
+ * of every run of equal values compacts the merged list, and gives every
+ * place the index of its run: the slot of the element merged there, the
+ * count of distinct positions below it. Thread t holds the elements
+ * t + 1024 q and their places, the scan places 4t .. 4t + 3. */
 static __global__ void __launch_bounds__(1024)
-union_kernel(fc_rows rows, uint32_t group, uint32_t k, uint32_t sink, uint32_t local,
-             const uint32_t *mid, uint32_t *sel, uint32_t *sel_count, uint32_t *uni,
+union_kernel(fc_rows rows, uint32_t group, uint32_t k, const uint32_t *sel, uint32_t *uni,
              uint32_t *uni_count, uint16_t *slot) {
     typedef cub::BlockScan<uint32_t, 1024> scan_t;
+    constexpr int PER = UNION_CAP / 1024;
     __shared__ typename scan_t::TempStorage tmp;
     __shared__ uint32_t all[UNION_CAP], merged[UNION_CAP];
     __shared__ uint32_t s_ucount;
     const uint32_t p = blockIdx.x;
     const uint64_t n = fc_row_len(rows, p * group);
-    const uint32_t count = n <= k ? (uint32_t)n : k;
-    const uint32_t m = n <= k ? 0 : k - sink - local;
-    const uint32_t msize = pow2_at_least(m ? m : 1);
+    const uint32_t count = n <= k ? (uint32_t)n : k, total = group * count;
     const size_t r0 = (size_t)p * group;
-    if (n <= k) {
-        for (uint32_t i = threadIdx.x; i < group * count; i += blockDim.x) all[(i / count) * k + i % count] = i % count;
-    } else if (group * msize <= UNION_CAP) {
-        /* all heads' middle winners in merged[h * msize ...], one network */
-        for (uint32_t i = threadIdx.x; i < group * msize; i += blockDim.x) {
-            const uint32_t h = i / msize, j = i % msize;
-            merged[i] = j < m ? mid[(r0 + h) * k + j] : PAD_INDEX;
-        }
-        const uint32_t half = msize / 2;
-        for (uint32_t len = 2; len <= msize; len <<= 1) {
-            for (uint32_t stride = len >> 1; stride > 0; stride >>= 1) {
-                __syncthreads();
-                for (uint32_t i = threadIdx.x; i < group * half; i += blockDim.x) {
-                    const uint32_t seg = i / half, ii = i % half;
-                    const uint32_t lo = 2 * ii - (ii & (stride - 1)), hi = lo + stride;
-                    const bool up = (lo & len) == 0;
-                    uint32_t *s = merged + seg * msize;
-                    const uint32_t a = s[lo], b = s[hi];
-                    if ((a > b) == up) {
-                        s[lo] = b;
-                        s[hi] = a;
-                    }
-                }
-            }
-        }
-        __syncthreads();
-        for (uint32_t i = threadIdx.x; i < group * count; i += blockDim.x) {
-            const uint32_t h = i / count, j = i % count;
-            all[h * k + j] = j < sink ? j
-                             : j < sink + m ? merged[h * msize + j - sink]
-                                            : (uint32_t)(n - local + (j - sink - m));
-        }
-    } else {
-        for (uint32_t h = 0; h < group; h++) {
-            for (uint32_t i = threadIdx.x; i < msize; i += blockDim.x)
-                merged[i] = i < m ? mid[(r0 + h) * k + i] : PAD_INDEX;
-            bitonic_sort(merged, msize);
-            for (uint32_t i = threadIdx.x; i < count; i += blockDim.x)
-                all[h * k + i] = i < sink ? i
-                                 : i < sink + m ? merged[i - sink]
-                                                : (uint32_t)(n - local + (i - sink - m));
-            __syncthreads();
-        }
+    for (uint32_t i = threadIdx.x; i < total; i += blockDim.x) {
+        const uint32_t h = i / count, j = i % count;
+        all[h * k + j] = sel[(r0 + h) * k + j];
     }
     __syncthreads();
-    for (uint32_t i = threadIdx.x; i < group * count; i += blockDim.x) {
-        const uint32_t h = i / count, j = i % count;
-        sel[(r0 + h) * k + j] = all[h * k + j];
-    }
-    if (threadIdx.x < group) sel_count[r0 + threadIdx.x] = count;
-    /* merge by rank: every list is strictly ascending */
-    const uint32_t total = group * count;
-    for (uint32_t i = threadIdx.x; i < total; i += blockDim.x) {
+    uint32_t place[PER];
+#pragma unroll
+    for (int q = 0; q < PER; q++) {
+        const uint32_t i = q * 1024 + threadIdx.x;
+        if (i >= total) continue;
         const uint32_t h = i / count, j = i % count;
         const uint32_t x = all[h * k + j];
         uint32_t rank = j;
@@ -419,39 +418,34 @@ union_kernel(fc_rows rows, uint32_t group, uint32_t k, uint32_t sink, uint32_t l
             rank += lo;
         }
         merged[rank] = x;
+        place[q] = rank;
     }
-    __syncthreads();
-    uint32_t flag[UNION_CAP / 1024], pos[UNION_CAP / 1024];
-    for (int q = 0; q < UNION_CAP / 1024; q++) {
-        const uint32_t i = threadIdx.x * (UNION_CAP / 1024) + q;
+    __syncthreads(); /* all is read no more: it takes the run indices */
+    uint32_t flag[PER], pos[PER], val[PER];
+#pragma unroll
+    for (int q = 0; q < PER; q++) {
+        const uint32_t i = threadIdx.x * PER + q;
         flag[q] = i < total && (i == 0 || merged[i] != merged[i - 1]);
+        val[q] = i < total ? merged[i] : PAD_INDEX;
     }
     uint32_t agg;
     scan_t(tmp).ExclusiveSum(flag, pos, agg);
-    uint32_t val[UNION_CAP / 1024];
-    for (int q = 0; q < UNION_CAP / 1024; q++) {
-        const uint32_t i = threadIdx.x * (UNION_CAP / 1024) + q;
-        val[q] = i < total ? merged[i] : PAD_INDEX;
-    }
     __syncthreads();
-    for (int q = 0; q < UNION_CAP / 1024; q++)
+#pragma unroll
+    for (int q = 0; q < PER; q++) {
+        const uint32_t i = threadIdx.x * PER + q;
         if (flag[q]) merged[pos[q]] = val[q];
+        if (i < total) all[i] = pos[q] + flag[q] - 1; /* place 0 is flagged */
+    }
     if (threadIdx.x == 0) s_ucount = agg;
     __syncthreads();
     const uint32_t ucount = s_ucount;
     for (uint32_t i = threadIdx.x; i < ucount; i += blockDim.x) uni[(size_t)p * group * k + i] = merged[i];
     if (threadIdx.x == 0) uni_count[p] = ucount;
-    /* slot of every winner: binary search in the union */
-    for (uint32_t i = threadIdx.x; i < total; i += blockDim.x) {
-        const uint32_t h = i / count, j = i % count;
-        const uint32_t x = all[h * k + j];
-        uint32_t lo = 0, hi = ucount;
-        while (lo < hi) {
-            const uint32_t mid_i = (lo + hi) / 2;
-            if (merged[mid_i] < x) lo = mid_i + 1;
-            else hi = mid_i;
-        }
-        slot[(r0 + h) * k + j] = (uint16_t)lo;
+#pragma unroll
+    for (int q = 0; q < PER; q++) {
+        const uint32_t i = q * 1024 + threadIdx.x;
+        if (i < total) slot[(r0 + i / count) * k + i % count] = (uint16_t)all[place[q]];
     }
 }
 
@@ -482,9 +476,12 @@ int fc_topk_rows(uint32_t problems, uint32_t group, uint32_t k, uint32_t sink, u
 int fc_topk_union(uint32_t problems, uint32_t group, uint32_t k, uint32_t sink, uint32_t local,
                   fc_rows rows_n, const fc_workspace *ws, uint32_t *sel, uint32_t *sel_count,
                   cudaStream_t stream) {
-    union_kernel<<<problems, 1024, 0, stream>>>(rows_n, group, k, sink, local,
-                                                 ws->mid, sel, sel_count, ws->uni,
-                                                 ws->uni_count, ws->slot);
+    const dim3 sort_grid(problems * group, (k + SORT_THREADS - 1) / SORT_THREADS);
+    select_sort_kernel<<<sort_grid, SORT_THREADS, 0, stream>>>(rows_n, k, sink, local, ws->mid, sel,
+                                                               sel_count);
+    FATHOM_CUDA_LAUNCHED();
+    union_kernel<<<problems, 1024, 0, stream>>>(rows_n, group, k, sel, ws->uni, ws->uni_count,
+                                                 ws->slot);
     FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
 }
