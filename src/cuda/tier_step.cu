@@ -546,9 +546,10 @@ tier_insert_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_
 /* Attention of a query head over its count <= k winners, in two launches
  * that spread it over many CTAs and give the bits of one CTA of ATT_THREADS
  * threads per head:
- *   logits  one thread per winner i (the CTAs of a head split its winners):
- *           l_i = scale q.k_i in double, two interleaved partial sums,
- *           into w.logit;
+ *   logits  one thread per winner i (the CTAs of a head split its winners;
+ *           each CTA first requests its winners' K rows into shared memory,
+ *           a row by consecutive threads): l_i = scale q.k_i in double, two
+ *           interleaved partial sums, into w.logit;
  *   value   ATT_VCTAS CTAs per head, each for D / ATT_VCTAS channels: every
  *           one requests its channels of the winners' V rows into shared
  *           memory (cp.async, all in flight; in the one-CTA kernel's SASS
@@ -564,22 +565,43 @@ tier_insert_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_
  * Every expression is the one-CTA kernel's (operand order and types kept,
  * so contraction into fma is the same); only which thread runs it changed. */
 #define ATT_THREADS 1024 /* virtual threads per query head: ATT_THREADS / D row subsets in the value sum */
-#define ATT_LROWS 128    /* winners (threads) per logits CTA */
+#define ATT_LROWS 64     /* winners (threads) per logits CTA */
+/* bytes between K rows in the logits CTA's shared memory: a row and 16 (a
+ * quarter-warp's float4 reads of 8 rows then fall in 8 different bank groups) */
+#define ATT_KSTRIDE(D) ((D) * 4 + 16)
 #define ATT_VTHREADS 256 /* threads per value CTA: one (subset, channel) chain each */
 #define ATT_VCTAS (ATT_THREADS / ATT_VTHREADS) /* value CTAs per query head */
+
+/* One 16-byte global -> shared copy in flight without a register
+ * (cp.async, sm_80+): a CTA requests its whole tile of rows at once. */
+static __device__ __forceinline__ void att_copy16(void *dst, const void *src) {
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
 
 template <int D>
 static __global__ void __launch_bounds__(ATT_LROWS)
 tier_logit_kernel(uint32_t k, double scale, const uint32_t *sel_count, uint32_t G, uint32_t r0, tier_ws w) {
+    constexpr uint32_t PIECES = D * 4 / 16; /* 16-byte pieces of a K row */
+    extern __shared__ float4 s_rows[];      /* [ATT_LROWS][ATT_KSTRIDE(D) / 4]: the CTA's K rows, padded */
     __shared__ float s_q[D];
     const uint32_t r = r0 + blockIdx.x, p = r / G, cap = G * k, tid = threadIdx.x;
-    const uint32_t count = sel_count[r], i = blockIdx.y * ATT_LROWS + tid;
-    if (blockIdx.y * ATT_LROWS >= count) return; /* uniform */
-    for (uint32_t c = tid; c < D; c += ATT_LROWS) s_q[c] = w.qf[(size_t)r * D + c];
-    __syncthreads();
-    if (i >= count) return;
+    const uint32_t count = sel_count[r], i0 = blockIdx.y * ATT_LROWS;
+    if (i0 >= count) return; /* uniform */
+    const uint32_t rows = count - i0 < ATT_LROWS ? count - i0 : ATT_LROWS;
     const float *base_k = w.rows_k + (size_t)p * cap * D;
-    const float4 *row = (const float4 *)(base_k + (size_t)w.top.slot[(size_t)r * k + i] * D);
+    /* every row requested at once, a row's pieces by consecutive threads */
+    for (uint32_t x = tid; x < rows * PIECES; x += ATT_LROWS) {
+        const uint32_t row = x / PIECES, piece = x % PIECES;
+        att_copy16(s_rows + row * (ATT_KSTRIDE(D) / 4) + piece,
+                   base_k + (size_t)w.top.slot[(size_t)r * k + i0 + row] * D + piece * 4);
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    for (uint32_t c = tid; c < D; c += ATT_LROWS) s_q[c] = w.qf[(size_t)r * D + c];
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    __syncthreads();
+    if (tid >= rows) return;
+    const float4 *row = s_rows + tid * (ATT_KSTRIDE(D) / 4);
     double d0 = 0.0, d1 = 0.0;
 #pragma unroll 16
     for (int c = 0; c < D / 4; c++) {
@@ -588,7 +610,7 @@ tier_logit_kernel(uint32_t k, double scale, const uint32_t *sel_count, uint32_t 
         d1 += (double)s_q[4 * c + 2] * kv.z + (double)s_q[4 * c + 3] * kv.w;
     }
     const double l = (d0 + d1) * scale;
-    w.logit[(size_t)r * k + i] = l;
+    w.logit[(size_t)r * k + i0 + tid] = l;
 }
 
 /* fc_block_reduce of ATT_THREADS virtual threads, thread t of ATT_VTHREADS
@@ -610,14 +632,6 @@ static __device__ __forceinline__ double att_virtual_reduce(double (&x)[ATT_VCTA
     double acc = part[0];
     for (uint32_t v = 1; v < ATT_THREADS / 32; v++) acc = is_max ? fmax(acc, part[v]) : acc + part[v];
     return acc;
-}
-
-/* One 16-byte global -> shared copy in flight without a register
- * (cp.async, sm_80+): the value CTA's whole tile of V rows is requested at
- * once, then waited for after the softmax. */
-static __device__ __forceinline__ void att_copy16(void *dst, const void *src) {
-    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
 }
 
 template <int D>
@@ -806,7 +820,11 @@ static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, 
         FATHOM_CUDA_LAUNCHED();
     }
     const dim3 logit_grid(c.count * G, (a->k + ATT_LROWS - 1) / ATT_LROWS);
-    tier_logit_kernel<D><<<logit_grid, ATT_LROWS, 0, stream>>>(a->k, (double)a->scale, sel_count, G,
+    const size_t lsmem = (size_t)ATT_LROWS * ATT_KSTRIDE(D); /* the CTA's K rows */
+    if (lsmem > 48 * 1024)
+        FATHOM_CUDA_TRY(cudaFuncSetAttribute(tier_logit_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)lsmem));
+    tier_logit_kernel<D><<<logit_grid, ATT_LROWS, lsmem, stream>>>(a->k, (double)a->scale, sel_count, G,
                                                               (uint32_t)rows0, *w);
     FATHOM_CUDA_LAUNCHED();
     const size_t vsmem = (size_t)a->k * (D / ATT_VCTAS) * 2; /* the V tile: k rows of D / ATT_VCTAS bf16 */
