@@ -157,8 +157,9 @@ static __global__ void __launch_bounds__(D)
 tier_prep_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t G, uint32_t budget,
                  const uint8_t *fixed, uint64_t capacity, const uint16_t *queries, uint32_t plan_to, tier_ws w) {
     __shared__ double bp[D * FATHOM_PLANES];
-    __shared__ uint8_t s_dep[D];
-    __shared__ uint16_t s_rank[D];
+    __shared__ uint16_t s_pref[FATHOM_PLANES][D + 1]; /* [v][i]: channels below i of depth v + 1 */
+    __shared__ uint16_t s_wcnt[FATHOM_PLANES][D / 32];  /* [v][w]: warp w's channels of depth v + 1 */
+    __shared__ uint16_t s_start[D / PASS + 1];          /* each pass's first channel */
     __shared__ uint32_t s_active;
     const uint32_t p = blockIdx.x, j = threadIdx.x;
     const uint32_t s = sessions[p / t.heads], h = p % t.heads;
@@ -198,21 +199,35 @@ tier_prep_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
         depth = fc_water_fill_depth<D>(__dmul_rn(q2, (double)var), budget, bp);
     }
     w.depths[(size_t)p * D + j] = (uint8_t)depth;
-    /* scan order: passes of PASS active channels (index order), by depth then index */
-    s_dep[j] = (uint8_t)depth;
+    /* scan order: passes of PASS active channels (index order), by depth
+     * then index. rank = active channels below j; a pass holds the active
+     * channels [start, end) of its ranks, so j's place in it is the pass's
+     * channels of smaller depth plus those of its depth below j: differences
+     * of the per-depth prefix counts (warp ballots, then the warps before). */
+    const uint32_t lane = j & 31, warp = j >> 5;
+    uint32_t ballot[FATHOM_PLANES];
+    for (int v = 0; v < FATHOM_PLANES; v++) {
+        ballot[v] = __ballot_sync(0xffffffffu, depth == (uint32_t)v + 1);
+        if (lane == 0) s_wcnt[v][warp] = (uint16_t)__popc(ballot[v]);
+    }
     __syncthreads();
-    uint32_t rank = 0;
-    for (uint32_t i = 0; i < j; i++) rank += s_dep[i] > 0;
-    s_rank[j] = (uint16_t)rank;
+    uint32_t below[FATHOM_PLANES], rank = 0;
+    for (int v = 0; v < FATHOM_PLANES; v++) {
+        uint32_t c = __popc(ballot[v] & ((1u << lane) - 1u));
+        for (uint32_t x = 0; x < warp; x++) c += s_wcnt[v][x];
+        below[v] = c;
+        s_pref[v][j] = (uint16_t)c;
+        if (j == D - 1) s_pref[v][D] = (uint16_t)(c + (depth == (uint32_t)v + 1));
+        rank += c;
+    }
     if (j == D - 1) s_active = rank + (depth > 0);
+    if (depth > 0 && rank % PASS == 0) s_start[rank / PASS] = (uint16_t)j;
     __syncthreads();
     if (depth > 0) {
-        const uint32_t pass = rank / PASS;
-        uint32_t pos = pass * PASS;
-        for (uint32_t i = 0; i < D; i++) {
-            const uint32_t ti = s_dep[i];
-            pos += ti > 0 && s_rank[i] / PASS == pass && (ti < depth || (ti == depth && i < j));
-        }
+        const uint32_t pass = rank / PASS, start = s_start[pass];
+        const uint32_t end = (pass + 1) * PASS < s_active ? s_start[pass + 1] : D;
+        uint32_t pos = pass * PASS + below[depth - 1] - s_pref[depth - 1][start];
+        for (uint32_t v = 0; v + 1 < depth; v++) pos += s_pref[v][end] - s_pref[v][start];
         w.order[(size_t)p * D + pos] = (uint16_t)j;
         w.order_t[(size_t)p * D + pos] = (uint8_t)depth;
     }
