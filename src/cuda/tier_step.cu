@@ -598,7 +598,7 @@ template <int D>
 static __global__ void __launch_bounds__(ATT_LROWS)
 tier_logit_kernel(uint32_t k, double scale, const uint32_t *sel_count, uint32_t G, uint32_t r0, tier_ws w) {
     constexpr uint32_t PIECES = D * 4 / 16; /* 16-byte pieces of a K row */
-    extern __shared__ float4 s_rows[];      /* [ATT_LROWS][ATT_KSTRIDE(D) / 4]: the CTA's K rows, padded */
+    extern __shared__ float4 s_rows[];      /* [ATT_LROWS][ATT_KSTRIDE(D) / 16]: the CTA's K rows, padded */
     __shared__ float s_q[D];
     const uint32_t r = r0 + blockIdx.x, p = r / G, cap = G * k, tid = threadIdx.x;
     const uint32_t count = sel_count[r], i0 = blockIdx.y * ATT_LROWS;
@@ -608,7 +608,7 @@ tier_logit_kernel(uint32_t k, double scale, const uint32_t *sel_count, uint32_t 
     /* every row requested at once, a row's pieces by consecutive threads */
     for (uint32_t x = tid; x < rows * PIECES; x += ATT_LROWS) {
         const uint32_t row = x / PIECES, piece = x % PIECES;
-        att_copy16(s_rows + row * (ATT_KSTRIDE(D) / 4) + piece,
+        att_copy16(s_rows + row * (ATT_KSTRIDE(D) / 16) + piece,
                    base_k + (size_t)w.top.slot[(size_t)r * k + i0 + row] * D + piece * 4);
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -616,7 +616,7 @@ tier_logit_kernel(uint32_t k, double scale, const uint32_t *sel_count, uint32_t 
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     __syncthreads();
     if (tid >= rows) return;
-    const float4 *row = s_rows + tid * (ATT_KSTRIDE(D) / 4);
+    const float4 *row = s_rows + tid * (ATT_KSTRIDE(D) / 16);
     double d0 = 0.0, d1 = 0.0;
 #pragma unroll 16
     for (int c = 0; c < D / 4; c++) {
