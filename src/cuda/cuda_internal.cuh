@@ -11,6 +11,7 @@ extern "C" {
 #include "internal.h"
 }
 
+#include <cub/block/block_merge_sort.cuh>
 #include <cuda_fp16.h>
 #include <stdint.h>
 
@@ -101,39 +102,42 @@ static __device__ __forceinline__ void fc_codes_accumulate(float (&acc)[TOK][G],
  * j is the number of breakpoints >= theta, so the smallest admissible theta
  * lies just above the largest breakpoint v whose count #{bp >= v} exceeds
  * the budget (0 when none); ties enter together. Sorted in descending
- * order (a bitonic network over the 4*D breakpoints in shared memory), that
- * v is the breakpoint at index `budget` when it is positive: the count of
- * every breakpoint at or below it exceeds the budget, of every one above it
- * not. (Counting each thread's four against all 4*D breakpoints instead
- * is 16*D dependent shared loads a thread.) bp: shared [D * 4]. Contains
- * barriers: every thread of the CTA calls it. */
+ * order (CUB's block merge sort of the 4*D breakpoints, four a thread),
+ * that v is the breakpoint at index `budget` when it is positive: the count
+ * of every breakpoint at or below it exceeds the budget, of every one above
+ * it not. (Counting each thread's four against all 4*D breakpoints instead
+ * is 16*D dependent shared loads a thread; a bitonic network in shared
+ * memory, 45 barrier stages at D = 128.) Contains barriers: every thread of the CTA calls it. */
+struct fc_descending {
+    __device__ bool operator()(const double &a, const double &b) const { return a > b; }
+};
+
 template <int D>
-static __device__ __forceinline__ uint32_t fc_water_fill_depth(double g, uint32_t budget, double *bp) {
+static __device__ __forceinline__ uint32_t fc_water_fill_depth(double g, uint32_t budget) {
+    typedef cub::BlockMergeSort<double, D, FATHOM_PLANES> sort_t;
+    __shared__ typename sort_t::TempStorage tmp;
+    __shared__ double s_theta;
     const uint32_t j = threadIdx.x;
-    double mine[FATHOM_PLANES];
+    double mine[FATHOM_PLANES], keys[FATHOM_PLANES];
     for (int m = 0; m < FATHOM_PLANES; m++) {
         /* g / 4^(m + 1/2) = g / 2^(2m + 1): exact scaling by a power of two */
         mine[m] = g > 0.0 ? g / (double)(2u << (2 * m)) : -1.0;
-        bp[j * FATHOM_PLANES + m] = mine[m];
+        keys[m] = mine[m];
     }
     constexpr uint32_t N = D * FATHOM_PLANES;
-    static_assert((N & (N - 1)) == 0, "the bitonic network sorts a power of two");
-    for (uint32_t len = 2; len <= N; len <<= 1) {
-        for (uint32_t stride = len >> 1; stride > 0; stride >>= 1) {
-            __syncthreads();
-            for (uint32_t i = j; i < N / 2; i += D) {
-                const uint32_t lo = 2 * i - (i & (stride - 1)), hi = lo + stride;
-                const double a = bp[lo], b = bp[hi];
-                if ((a < b) == ((lo & len) == 0)) { /* descending where lo & len is 0 */
-                    bp[lo] = b;
-                    bp[hi] = a;
-                }
-            }
-        }
+    if (j == 0) s_theta = 0.0;
+    __syncthreads();
+    sort_t(tmp).Sort(keys, fc_descending()); /* thread t: ranks 4t .. 4t + 3 */
+    if (budget < N && j == budget / FATHOM_PLANES) {
+        double v = keys[0];
+#pragma unroll
+        for (int m = 1; m < FATHOM_PLANES; m++) /* constant indices: keys stays in registers */
+            if ((uint32_t)m == budget % FATHOM_PLANES) v = keys[m];
+        if (v > 0.0) s_theta = v;
     }
     __syncthreads();
-    const double theta = budget < N && bp[budget] > 0.0 ? bp[budget] : 0.0;
-    __syncthreads(); /* bp is read by every thread before a caller reuses it */
+    const double theta = s_theta;
+    __syncthreads(); /* s_theta is read by every thread before a later call writes it */
     uint32_t t = 0;
     for (int m = 0; m < FATHOM_PLANES; m++) t += mine[m] > theta;
     return t;

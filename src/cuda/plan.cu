@@ -6,7 +6,6 @@
  * (__dmul_rn/__dadd_rn) so g matches fathom_importance. */
 #include "cuda_internal.cuh"
 
-#define PLAN_BP (FC_DIM * FATHOM_PLANES)
 
 static __device__ double importance(const float *q, uint32_t group, float var, uint32_t j) {
     /* g_j = (sum_h q_hj^2) var_j in double, in fathom_importance's order */
@@ -20,11 +19,10 @@ static __device__ double importance(const float *q, uint32_t group, float var, u
 
 static __global__ void plan_water_fill_kernel(uint32_t group, uint32_t budget, const float *queries,
                                               const float *variance, uint8_t *depths) {
-    __shared__ double bp[PLAN_BP];
     const uint32_t p = blockIdx.x, j = threadIdx.x;
     const float *q = queries + (size_t)p * group * FC_DIM;
     const double g = importance(q, group, variance[(size_t)p * FC_DIM + j], j);
-    depths[(size_t)p * FC_DIM + j] = (uint8_t)fc_water_fill_depth<FC_DIM>(g, budget, bp);
+    depths[(size_t)p * FC_DIM + j] = (uint8_t)fc_water_fill_depth<FC_DIM>(g, budget);
 }
 
 /* sparq:r — depth 4 on the r channels with the largest sum_h |q_hj| (ties to

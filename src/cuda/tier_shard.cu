@@ -265,7 +265,6 @@ template <int D>
 static __global__ void __launch_bounds__(D)
 shard_depths_kernel(shard_dev d, uint32_t layer, const uint32_t *sessions, uint32_t G, uint32_t budget,
                     uint64_t cap, const uint16_t *queries, uint8_t *depths) {
-    __shared__ double bp[D * FATHOM_PLANES];
     const uint32_t p = blockIdx.x, j = threadIdx.x, H = d.t.heads;
     const uint32_t s = sessions[p / H], h = p % H;
     const uint32_t n = shard_len(d, layer, s, cap, h == 0 && j == 0);
@@ -279,7 +278,7 @@ shard_depths_kernel(shard_dev d, uint32_t layer, const uint32_t *sessions, uint3
         const double *base = d.gsums + (((size_t)s * d.t.layers + layer) * H + h) * 3 * D;
         var = tier_variance(base[D + j], base[2 * D + j], n);
     }
-    depths[(size_t)p * D + j] = (uint8_t)fc_water_fill_depth<D>(__dmul_rn(q2, (double)var), budget, bp);
+    depths[(size_t)p * D + j] = (uint8_t)fc_water_fill_depth<D>(__dmul_rn(q2, (double)var), budget);
 }
 
 /* The exchange area of one part: its candidates' keys and counts. */

@@ -156,7 +156,6 @@ template <int D>
 static __global__ void __launch_bounds__(D)
 tier_prep_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t G, uint32_t budget,
                  const uint8_t *fixed, uint64_t capacity, const uint16_t *queries, uint32_t plan_to, tier_ws w) {
-    __shared__ double bp[D * FATHOM_PLANES];
     __shared__ uint16_t s_pref[FATHOM_PLANES][D + 1]; /* [v][i]: channels below i of depth v + 1 */
     __shared__ uint16_t s_wcnt[FATHOM_PLANES][D / 32];  /* [v][w]: warp w's channels of depth v + 1 */
     __shared__ uint16_t s_start[D / PASS + 1];          /* each pass's first channel */
@@ -196,7 +195,7 @@ tier_prep_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
             const double *base = t.sums[s] + ((size_t)layer * t.heads + h) * 3 * D;
             var = tier_variance(__ldcv(&base[D + j]), __ldcv(&base[2 * D + j]), n);
         }
-        depth = fc_water_fill_depth<D>(__dmul_rn(q2, (double)var), budget, bp);
+        depth = fc_water_fill_depth<D>(__dmul_rn(q2, (double)var), budget);
     }
     w.depths[(size_t)p * D + j] = (uint8_t)depth;
     /* scan order: passes of PASS active channels (index order), by depth
