@@ -558,26 +558,25 @@ tier_insert_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_
 }
 
 /* Attention of a query head over its count <= k winners, in two launches
- * that spread it over many CTAs and give the bits of one CTA of ATT_THREADS
- * threads per head:
+ * over many CTAs that give the bits of one CTA of ATT_THREADS threads per
+ * head summing in the order below:
  *   logits  one thread per winner i (the CTAs of a head split its winners;
  *           each CTA first requests its winners' K rows into shared memory,
  *           a row by consecutive threads): l_i = scale q.k_i in double, two
  *           interleaved partial sums, into w.logit;
  *   value   ATT_VCTAS CTAs per head, each for D / ATT_VCTAS channels: every
  *           one requests its channels of the winners' V rows into shared
- *           memory (cp.async, all in flight; in the one-CTA kernel's SASS
- *           each V load sat right before its dependent add: one in flight a
- *           thread), computes the head's max and exp-sum as ATT_THREADS
- *           virtual threads would (virtual thread v: the rows v,
- *           v + ATT_THREADS, .. in order, then fc_block_reduce's tree: warp
- *           butterflies, then the 32 warps' results in warp order), so all of
- *           them hold the same max and sum; then the value sum of its
- *           channels split over SPLIT = ATT_THREADS / D row subsets (row i in
- *           subset i % SPLIT, each summed in row order, the subsets added in
- *           order 0..SPLIT-1), divided by the sum.
- * Every expression is the one-CTA kernel's (operand order and types kept,
- * so contraction into fma is the same); only which thread runs it changed. */
+ *           memory (cp.async, all in flight), computes the head's max and
+ *           exp-sum as ATT_THREADS virtual threads would (virtual thread v:
+ *           the rows v, v + ATT_THREADS, .. in order, then fc_block_reduce's
+ *           tree: warp butterflies, then the 32 warps' results in warp
+ *           order), so all of them hold the same max and sum; then the value
+ *           sum of its channels split over SPLIT = ATT_THREADS / D row
+ *           subsets (row i in subset i % SPLIT, each summed in row order, the
+ *           subsets added in order 0..SPLIT-1), divided by the sum.
+ * Every expression keeps the one-CTA form (operand order and types, so
+ * contraction into fma is the same); test_cuda_tier's ragged digest checks
+ * the bits across commits. */
 #define ATT_THREADS 1024 /* virtual threads per query head: ATT_THREADS / D row subsets in the value sum */
 #define ATT_LROWS 64     /* winners (threads) per logits CTA */
 /* bytes between K rows in the logits CTA's shared memory: a row and 16 (a
