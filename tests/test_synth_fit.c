@@ -655,7 +655,7 @@ static void test_fit_heads(void) {
     fathom_source *gen, *cap;
     char path[128];
     tmp_path("-heads.safetensors", path, sizeof path);
-    CHECK_OK(fathom_synth_open_preset(&gen, known, 1024, 128, 1));
+    CHECK_OK(fathom_synth_open_preset(&gen, known, 1024, 256, 1));
     CHECK_OK(fathom_capture_write(gen, path, FATHOM_DTYPE_F32));
     fathom_source_free(gen);
     CHECK_OK(fathom_capture_open(&cap, path));
