@@ -655,7 +655,7 @@ static void test_fit_heads(void) {
     fathom_source *gen, *cap;
     char path[128];
     tmp_path("-heads.safetensors", path, sizeof path);
-    CHECK_OK(fathom_synth_open_preset(&gen, known, 1024, 64, 1));
+    CHECK_OK(fathom_synth_open_preset(&gen, known, 1024, 256, 1));
     CHECK_OK(fathom_capture_write(gen, path, FATHOM_DTYPE_F32));
     fathom_source_free(gen);
     CHECK_OK(fathom_capture_open(&cap, path));
@@ -739,6 +739,112 @@ static void test_fit_spread_dead_channels(void) {
     fathom_synth_preset_free(known), fathom_synth_preset_free(fit);
 }
 
+/* A per-head preset's generated key has each channel's measured variance
+ * as its total (src/io/synth.c, topics_within_measured): in the known
+ * per-head preset (topic amplitude 3 noise units, 16 topics on d = 32),
+ * every KV head's per-channel std over tokens 4..N-1 (pre-RoPE, rms 1)
+ * within 20% of its k_std on every channel, and |mean| / std within 20%
+ * of its own. With the topics added on top of the measured noise (and the
+ * mean scaled to keep |mean| / std) the slow channels come out more than
+ * twice their measured std. */
+static void test_heads_channel_std(void) {
+    enum { N = 4096, D = 32 };
+    fathom_synth_preset *p = known_heads();
+    fathom_source *src;
+    fathom_source_info in;
+    CHECK_OK(fathom_synth_open_preset(&src, p, N, 1, 1));
+    CHECK_OK(fathom_source_get_info(src, &in));
+    float *k = malloc((size_t)in.kv_heads * N * D * 4);
+    CHECK(k != NULL);
+    double worst_std = 0, worst_ratio = 0;
+    for (uint32_t layer = 0; k && layer < in.layers; layer++) {
+        CHECK_OK(fathom_source_layer(src, layer, NULL, k, NULL));
+        for (uint32_t g = 0; g < in.kv_heads; g++) {
+            double s1[D] = {0}, s2[D] = {0}, ms = 0;
+            for (uint64_t t = 4; t < N; t++) {
+                const float *x = k + ((size_t)g * N + t) * D;
+                for (uint32_t i = 0; i < D / 2; i++) {
+                    double th = pow(1e4, -2.0 * i / D), c = cos(t * th), sn = sin(t * th);
+                    double a = x[i] * c + x[i + D / 2] * sn, b = x[i + D / 2] * c - x[i] * sn;
+                    s1[i] += a, s2[i] += a * a, s1[i + D / 2] += b, s2[i + D / 2] += b * b;
+                }
+            }
+            double sd[D], mean[D];
+            for (uint32_t j = 0; j < D; j++) {
+                mean[j] = s1[j] / (N - 4);
+                sd[j] = sqrt(s2[j] / (N - 4) - mean[j] * mean[j]);
+                ms += sd[j] * sd[j];
+            }
+            const float *own = p->p.heads + (layer * in.kv_heads + g) * synth_head_floats(&p->p);
+            for (uint32_t j = 0; j < D; j++) {
+                double e = fabs(log(sd[j] / sqrt(ms / D) / own[j]));
+                double r = fabs(log(fabs(mean[j]) / sd[j] / own[D + j]));
+                worst_std = e > worst_std ? e : worst_std;
+                worst_ratio = r > worst_ratio ? r : worst_ratio;
+            }
+        }
+    }
+    printf("per-head channel std: worst channel off by a factor %.3f (|mean| / std: %.3f)\n", exp(worst_std),
+           exp(worst_ratio));
+    CHECK(exp(worst_std) < 1.2 && exp(worst_ratio) < 1.2);
+    free(k);
+    fathom_source_free(src);
+    fathom_synth_preset_free(p);
+}
+
+/* Token 0's logit over the middle keys' (4 .. pos - 32) mean, averaged over
+ * layers, heads and the last 8 positions. */
+static double sink_gap_of(const fathom_synth_preset *p, uint64_t n) {
+    fathom_source *src;
+    fathom_source_info in;
+    uint64_t qe, ke;
+    enum { P = 8 };
+    CHECK_OK(fathom_synth_open_preset(&src, p, n, P, 1));
+    CHECK_OK(fathom_source_get_info(src, &in));
+    CHECK_OK(fathom_source_layer_sizes(&in, &qe, &ke));
+    float *q = malloc(qe * sizeof *q), *k = malloc(ke * sizeof *k);
+    CHECK(q && k);
+    const uint32_t d = in.dim, group = in.q_heads / in.kv_heads;
+    double gap = 0;
+    for (uint32_t layer = 0; q && k && layer < in.layers; layer++) {
+        CHECK_OK(fathom_source_layer(src, layer, q, k, NULL));
+        for (uint32_t h = 0; h < in.q_heads; h++)
+            for (uint32_t i = 0; i < P; i++) {
+                const float *qh = q + ((uint64_t)h * P + i) * d, *kh = k + (uint64_t)(h / group) * n * d;
+                const uint64_t pos = n - P + i;
+                double w0 = 0, s1 = 0, m = 0;
+                for (uint64_t t = 0; t + 32 <= pos; t++) {
+                    double dot = 0;
+                    for (uint32_t j = 0; j < d; j++) dot += (double)qh[j] * kh[t * d + j];
+                    dot /= sqrt((double)d);
+                    if (t == 0) w0 = dot;
+                    else if (t >= 4) s1 += dot, m++;
+                }
+                gap += w0 - s1 / m;
+            }
+    }
+    free(q), free(k);
+    fathom_source_free(src);
+    return gap / ((double)in.layers * in.q_heads * P);
+}
+
+/* A per-head preset under QK-norm meets its sink (one quiet channel of the
+ * slowest pairs) after the normalisation: raising the sink logit from 16
+ * to 32 raises token 0's gap over the middle keys by 16 (within 1). Met
+ * inside the normalisation, as without per-head profiles, the gap
+ * saturates: it rises by 10.8. */
+static void test_heads_sink(void) {
+    fathom_synth_preset *p = known_heads();
+    p->p.qk_norm = true;
+    p->p.sink_logit = 16.0f;
+    const double g16 = sink_gap_of(p, 1024);
+    p->p.sink_logit = 32.0f;
+    const double g32 = sink_gap_of(p, 1024);
+    printf("per-head QK-norm sink: token 0 over the middle keys %.3f at sink logit 16, %.3f at 32\n", g16, g32);
+    CHECK(fabs(g32 - g16 - 16.0) < 1.0);
+    fathom_synth_preset_free(p);
+}
+
 int main(void) {
     test_roundtrip();
     test_malformed();
@@ -749,6 +855,8 @@ int main(void) {
     test_fit_positional();
     test_head_profiles();
     test_fit_heads();
+    test_heads_channel_std();
+    test_heads_sink();
     test_fit_spread_dead_channels();
     return check_summary("test_synth_fit");
 }

@@ -120,6 +120,11 @@ typedef struct head_model {
     float recency[SYNTH_MAX_DIM];             /* unit, high/mid-frequency pairs */
     float sink_amp[SYNTH_SINKS];   /* logit gap of each sink token, relative to the first */
     float topic_amp, recency_amp;
+    /* Expected sum over topics of c_m^2 |topic_m|^2 (c_m a token's
+     * coefficient): the topics' share of a key's energy, in topic_amp^2.
+     * hm->topics (unit vectors, unit-variance coefficients) unless the head
+     * has per-head profiles (head_model_build). */
+    double topic_energy;
     uint32_t chunk_offset, phrase_offset;
     float sal_phrase, sal_token, w_chunk, w_phrase, w_token, v_topic_amp;
     float v_topic[SYNTH_MAX_TOPICS][SYNTH_MAX_DIM];
@@ -131,6 +136,7 @@ typedef struct head_model {
     float q_recency_post; /* recency component added after the calibration (fitted presets) */
     float q_pos[SYNTH_MAX_GROUP][SYNTH_MAX_DIM]; /* positional component (positional presets) */
     float q_sink_amp[SYNTH_MAX_GROUP]; /* query component along sink_dir */
+    float q_sink_post; /* sink component added after QK-norm (per-head QK-norm presets) */
     float q_bg[SYNTH_MAX_GROUP];   /* multiplier of the query's mean and noise */
     float q_mult[SYNTH_MAX_GROUP]; /* overall query multiplier (softmax temperature) */
     float q_rms[SYNTH_MAX_GROUP];  /* expected RMS QK-norm divides the query by (1 without) */
@@ -167,8 +173,8 @@ static void key_hat(const synth_params *p, const head_model *hm, const float *di
         out[j] = hm->k_mean[j] + hm->recency_amp * hm->recency[j] + (dir ? amp * dir[j] : 0.0f);
         ss += (double)out[j] * out[j] + (double)hm->k_scale[j] * hm->k_scale[j];
     }
-    /* every token carries unit-variance coefficients on all topics */
-    ss += (double)hm->topics * hm->topic_amp * hm->topic_amp;
+    /* every token carries its coefficients on all topics */
+    ss += hm->topic_energy * hm->topic_amp * hm->topic_amp;
     float inv = p->qk_norm ? (float)(1.0 / sqrt(ss / d + 1e-6)) : 1.0f;
     for (uint32_t j = 0; j < d; j++) {
         float gain = p->qk_norm ? hm->k_gain[j] : 1.0f;
@@ -318,6 +324,80 @@ static void orthogonalize(const head_model *hm, float *v) {
     for (uint32_t j = 0; j < hm->dim; j++) v[j] = (float)(x[j] / norm);
 }
 
+#define SYNTH_TOPIC_SHARE 0.9 /* most of a channel's measured variance the topics take (per-head) */
+#define SYNTH_COEFF_TOKENS 4096 /* tokens whose topic coefficients estimate their variance */
+
+typedef struct token_streams {
+    uint64_t token, phrase, chunk;
+} token_streams;
+
+static void token_coeffs(const synth *s, const head_model *hm, const token_streams *ts, uint64_t t, float *c);
+
+/* A head with per-head profiles keeps each channel's measured variance
+ * (k_scale^2 on entry: the measured std) as its total: the topics' expected
+ * variance on channel j, v * topic_amp^2 * sum_m topic_m[j]^2 with v the
+ * mean square of a token's coefficient (estimated on the model seed's text,
+ * salience and content cap included), is capped at SYNTH_TOPIC_SHARE of it
+ * (the topics' entries on that channel scaled down), and the key noise gets
+ * the rest. Added on top instead, the topics would swamp a channel the
+ * capture holds nearly still (Gemma 3's slow pairs have channels with
+ * std a fifth of their pair partner's), and the mean scaled up to keep
+ * |mean| / std would grow that channel, and the logit noise of a query
+ * that meets it, several times over. The mean stays as measured. */
+static void topics_within_measured(const synth *s, head_model *hm) {
+    const uint32_t d = hm->dim;
+    token_streams ts;
+    ts.token = stream_base(s->model_seed, S_TOKEN, 0, 0);
+    ts.phrase = stream_base(s->model_seed, S_PHRASE, 0, 0);
+    ts.chunk = stream_base(s->model_seed, S_CHUNK, 0, 0);
+    double v = 0;
+    float c[SYNTH_MAX_TOPICS];
+    for (uint64_t t = 0; t < SYNTH_COEFF_TOKENS; t++) {
+        token_coeffs(s, hm, &ts, t, c);
+        for (uint32_t m = 0; m < hm->topics; m++) v += (double)c[m] * c[m];
+    }
+    v /= (double)SYNTH_COEFF_TOKENS * hm->topics;
+    /* Each topic's entries, drawn as normal * sqrt(w_j) (unit_vector, w_j
+     * the slow-pair weight), times the channel's measured std, renormalised:
+     * the topics stay on the slow pairs but in proportion to the head's
+     * variance there, so the cap below takes little of their amplitude (as
+     * drawn, they meet it on the slow channels with little variance and
+     * lose most of it there). */
+    for (uint32_t m = 0; m < hm->topics; m++) {
+        double norm = 0;
+        for (uint32_t j = 0; j < d; j++) {
+            hm->topic[m][j] = (float)(hm->topic[m][j] * hm->k_scale[j]);
+            norm += (double)hm->topic[m][j] * hm->topic[m][j];
+        }
+        for (uint32_t j = 0; norm > 0 && j < d; j++) hm->topic[m][j] /= (float)sqrt(norm);
+    }
+    /* ... and none on the sink channel (head_model_build) */
+    for (uint32_t m = 0; m < hm->topics; m++) {
+        double norm = 0;
+        for (uint32_t j = 0; j < d; j++) {
+            if (hm->sink_dir[j] != 0.0f) hm->topic[m][j] = 0.0f;
+            norm += (double)hm->topic[m][j] * hm->topic[m][j];
+        }
+        for (uint32_t j = 0; norm > 0 && j < d; j++) hm->topic[m][j] /= (float)sqrt(norm);
+    }
+    double energy = 0;
+    for (uint32_t j = 0; j < d; j++) {
+        double u2 = 0;
+        for (uint32_t m = 0; m < hm->topics; m++) u2 += (double)hm->topic[m][j] * hm->topic[m][j];
+        const double target = (double)hm->k_scale[j] * hm->k_scale[j];
+        double tv = v * hm->topic_amp * hm->topic_amp * u2;
+        if (tv > SYNTH_TOPIC_SHARE * target) {
+            const float f = (float)sqrt(SYNTH_TOPIC_SHARE * target / tv);
+            for (uint32_t m = 0; m < hm->topics; m++) hm->topic[m][j] *= f;
+            tv = SYNTH_TOPIC_SHARE * target;
+            u2 *= (double)f * f;
+        }
+        hm->k_scale[j] = (float)sqrt(target - tv);
+        energy += u2;
+    }
+    hm->topic_energy = v * energy;
+}
+
 static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, head_model *hm) {
     const synth_params *p = &s->preset;
     memset(hm, 0, sizeof *hm);
@@ -383,6 +463,34 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
     }
     unit_vector(s, base, &c, hm, 6.0f, 0.0f, true, hm->sink_dir);
     orthogonalize(hm, hm->sink_dir);
+    /* under QK-norm, a per-head preset's query meets the sink after the
+     * normalisation (below) */
+    const bool post_sink = p->fitted && p->heads && p->qk_norm;
+    if (p->fitted && p->heads) {
+        /* With per-head profiles the sink direction is one channel: the
+         * quieter of the pair, among the slowest eighth, whose two channels
+         * hold the least measured key energy (mean^2 + std^2). A query
+         * component along it changes that pair's A_i by itself times the
+         * pair's mean, so the positional component, made orthogonal to it
+         * (positional_query), keeps the profile of every other pair; and it
+         * meets little of the other keys' variance. The topics are made
+         * orthogonal to it (topics_within_measured). */
+        uint32_t eighth = hm->half / 8 ? hm->half / 8 : 1, best = hm->half - 1;
+        double least = INFINITY;
+        for (uint32_t pair = hm->half - eighth; pair < hm->half; pair++) {
+            double e = 0;
+            for (uint32_t side = 0; side < 2; side++) {
+                uint32_t j = pair + side * hm->half;
+                e += (double)hm->k_scale[j] * hm->k_scale[j] + (double)hm->k_mean[j] * hm->k_mean[j];
+            }
+            if (e < least) least = e, best = pair;
+        }
+        uint32_t partner = best + hm->half;
+        double eb = (double)hm->k_scale[best] * hm->k_scale[best] + (double)hm->k_mean[best] * hm->k_mean[best];
+        double ep = (double)hm->k_scale[partner] * hm->k_scale[partner] + (double)hm->k_mean[partner] * hm->k_mean[partner];
+        const uint32_t sink_channel = ep < eb ? partner : best;
+        for (uint32_t j = 0; j < hm->dim; j++) hm->sink_dir[j] = j == sink_channel ? 1.0f : 0.0f;
+    }
     unit_vector(s, base, &c, hm, 1.0f, 0.0f, false, hm->recency);
     if (p->fitted) {
         /* A fitted preset's recency lives on the pairs with theta in
@@ -429,7 +537,10 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
      * the topics the generator adds (unit-variance coefficients). Against
      * the noise alone the topics would dilute the means, and the query's
      * positional component would meet more key variance than in the model. */
-    for (uint32_t j = 0; p->positional && j < hm->dim; j++) {
+    hm->topic_energy = (double)hm->topics;
+    const float *own = p->heads ? p->heads + ((uint64_t)layer * p->kv_heads + kv_head) * synth_head_floats(p) : NULL;
+    if (own) topics_within_measured(s, hm);
+    for (uint32_t j = 0; p->positional && !own && j < hm->dim; j++) {
         double tv = 0;
         for (uint32_t t = 0; t < hm->topics; t++) tv += (double)hm->topic[t][j] * hm->topic[t][j];
         tv *= (double)hm->topic_amp * hm->topic_amp;
@@ -463,6 +574,7 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         }
         for (uint32_t t = 0; t < hm->topics; t++) hm->topic_cdf[h][t] /= (float)acc;
         hm->q_sink_amp[h] = 6.0f * key_scale * expf(0.3f * normal_at(s, qbase, qc++));
+        if (post_sink) hm->q_sink_amp[h] = 0.0f;
     }
     hm->q_topic_amp = 6.0f * key_scale;
     hm->q_recency_amp = p->positional ? 0.0f : 1.0f * key_scale;
@@ -496,6 +608,27 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         }
         hm->sink_key_amp[i] = hm->sink_amp[i] > 0 ? hi : 0.0f;
     }
+    if (post_sink) {
+        /* Inside the normalisation the sink's gap saturates below what
+         * Gemma 3's token 0 has (a key can hold no more than its norm along
+         * the sink channel, and the query's sink part is scaled down with
+         * the rest of the query). Instead token 0 puts as much energy on the
+         * sink channel as the rest of its key holds (half its normalised
+         * energy), and the query meets it with sink_logit after the
+         * normalisation; the other three tokens are no sinks. */
+        double e = 0;
+        for (uint32_t j = 0; j < hm->dim; j++)
+            e += (double)hm->k_mean[j] * hm->k_mean[j] + (double)hm->k_scale[j] * hm->k_scale[j];
+        e += hm->topic_energy * hm->topic_amp * hm->topic_amp;
+        hm->sink_key_amp[0] = (float)sqrt(e);
+        for (uint32_t i = 1; i < SYNTH_SINKS; i++) hm->sink_key_amp[i] = 0.0f;
+        float plain[SYNTH_MAX_DIM], sink[SYNTH_MAX_DIM];
+        key_hat(p, hm, NULL, 0.0f, plain, NULL);
+        key_hat(p, hm, hm->sink_dir, hm->sink_key_amp[0], sink, NULL);
+        double dk = 0;
+        for (uint32_t j = 0; j < hm->dim; j++) dk += (double)hm->sink_dir[j] * (sink[j] - plain[j]);
+        hm->q_sink_post = (float)(p->sink_logit * sqrt((double)hm->dim) / (dk > 1e-9 ? dk : 1e-9));
+    }
     /* Without QK-norm the construction above can leave keys in the
      * thousands (log-normal scales times outliers times the topic growth),
      * which no real model has and F16 cannot hold. Scale the keys to an rms
@@ -505,7 +638,7 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         double energy = 0;
         for (uint32_t j = 0; j < hm->dim; j++)
             energy += (double)hm->k_mean[j] * hm->k_mean[j] + (double)hm->k_scale[j] * hm->k_scale[j];
-        energy += (double)hm->topics * hm->topic_amp * hm->topic_amp + (double)hm->recency_amp * hm->recency_amp;
+        energy += hm->topic_energy * hm->topic_amp * hm->topic_amp + (double)hm->recency_amp * hm->recency_amp;
         float f = (float)(p->key_scale / sqrt(energy / hm->dim));
         for (uint32_t j = 0; j < hm->dim; j++) hm->k_mean[j] *= f, hm->k_scale[j] *= f;
         hm->topic_amp *= f, hm->recency_amp *= f;
@@ -522,7 +655,7 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
             double m = hm->k_mean[j] + (double)hm->recency_amp * hm->recency[j];
             ss += m * m + (double)hm->k_scale[j] * hm->k_scale[j];
         }
-        ss += (double)hm->topics * hm->topic_amp * hm->topic_amp;
+        ss += hm->topic_energy * hm->topic_amp * hm->topic_amp;
         double key_amp = hm->recency_amp * (p->qk_norm ? 1.0 / sqrt(ss / hm->dim + 1e-6) : 1.0);
         hm->q_recency_post = (float)(p->recency_logit * sqrt((double)hm->dim) / (key_amp > 1e-12 ? key_amp : 1e-12));
     }
@@ -565,10 +698,6 @@ static void rope_table(const head_model *hm, uint64_t pos, float *cs, float *sn)
  * the token's own part, all Gaussian, times a log-normal salience (phrase and
  * token), so the logits a query sees are a broad, right-heavy continuum whose
  * large values come in short runs. */
-typedef struct token_streams {
-    uint64_t token, phrase, chunk;
-} token_streams;
-
 static void token_coeffs(const synth *s, const head_model *hm, const token_streams *ts, uint64_t t, float *c) {
     const uint32_t words = hm->topics / 4;
     uint64_t chunk = (t + hm->chunk_offset) / SYNTH_CHUNK, phrase = (t + hm->phrase_offset) / SYNTH_PHRASE;
@@ -677,7 +806,8 @@ static void query_pre(const synth *s, uint64_t seed, const head_model *hm, uint3
     for (uint32_t j = 0; j < d; j++)
         x[j] += hm->q_recency_amp * hm->recency[j] + hm->q_sink_amp[h] * hm->sink_dir[j];
     if (s->preset.qk_norm) qk_norm(x, hm->q_gain[h], d);
-    for (uint32_t j = 0; j < d; j++) x[j] = x[j] * hm->q_mult[h] + hm->q_recency_post * hm->recency[j];
+    for (uint32_t j = 0; j < d; j++)
+        x[j] = x[j] * hm->q_mult[h] + hm->q_recency_post * hm->recency[j] + hm->q_sink_post * hm->sink_dir[j];
 }
 
 #define SYNTH_POS_MEAN 256 /* query positions whose mean the positional component completes */

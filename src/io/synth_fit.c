@@ -472,6 +472,11 @@ static int search_knobs(fit_ctx *f, uint32_t groups, const fathom_synth_stats *t
         if (f->p.positional && !f->p.heads && (groups & FATHOM_SYNTH_FIT_RECENCY))
             FATHOM_TRY(search_knob(f, KNOB_RECENCY, target->local_mass, 0.1, 10));
     }
+    /* A per-head QK-norm preset's sink sets token 0's gap exactly
+     * (src/io/synth.c): searched once more, last, after the concentration
+     * has taken its share. */
+    if (f->p.heads && f->p.qk_norm && (groups & FATHOM_SYNTH_FIT_SINKS))
+        FATHOM_TRY(search_knob(f, KNOB_SINK_LOGIT, target->sink_mass, 0.25, 60));
     return FATHOM_OK;
 }
 
