@@ -2042,7 +2042,7 @@ TABLES = [
     Table("synthfit-smollm2", "CPU: fidelity on a real model (SmolLM2-135M captures)",
           "A synthetic preset fitted to a capture, judged on another", synthfit,
           "Pending: `scripts/record-result synthfit-smollm2 -- scripts/synth-fit-study --fit R/code_4k.safetensors "
-          "--judge R/prose_4k.safetensors --calib R/calib_c2k.safetensors`."),
+          "--judge R/prose_4k.safetensors --calib R/calib_c2k.safetensors --per-head`."),
     Table("bench-scan", "CPU: scan throughput (bench_scan)", "fathom:48 against ds:32 on the same store",
           bench_scan, None),
     Table("bench-scan-tiled", "CPU: scan throughput (bench_scan)",
