@@ -246,51 +246,70 @@ static void test_positional_file(void) {
     fathom_synth_preset_free(p), fathom_synth_preset_free(back), fathom_synth_preset_free(plain);
 }
 
-/* Dense attention of the last 8 queries of every head of both layers,
- * computed here: mean mass on token 0, on tokens 0-3, on the last 32 keys
- * before the query and on the top 32 keys. */
-static void attention_here(const fathom_synth_preset *p, uint64_t n, double out[4]) {
+/* Calls visit(logit, pos, ctx) for each of the last 8 queries of every
+ * head of every layer of p's source at n tokens, logit[t] = q.k_t / sqrt(d)
+ * for the keys t = 0..pos it attends (logit: n doubles, the visit's to
+ * change); returns the number of calls. */
+static uint64_t for_each_last_query(const fathom_synth_preset *p, uint64_t n,
+                                    void (*visit)(double *logit, uint64_t pos, void *ctx), void *ctx) {
     fathom_source *src;
     fathom_source_info in;
-    uint64_t qe, ke;
+    uint64_t qe, ke, calls = 0;
     enum { P = 8 };
     CHECK_OK(fathom_synth_open_preset(&src, p, n, P, 1));
     CHECK_OK(fathom_source_get_info(src, &in));
     CHECK_OK(fathom_source_layer_sizes(&in, &qe, &ke));
     float *q = malloc(qe * sizeof *q), *k = malloc(ke * sizeof *k);
     double *w = malloc(n * sizeof *w);
+    CHECK(q && k && w);
     const uint32_t d = in.dim, group = in.q_heads / in.kv_heads;
-    memset(out, 0, 4 * sizeof *out);
-    for (uint32_t layer = 0; layer < in.layers; layer++) {
-    CHECK_OK(fathom_source_layer(src, layer, q, k, NULL));
-    for (uint32_t h = 0; h < in.q_heads; h++)
-    for (uint32_t i = 0; i < P; i++) {
-        const float *qh = q + ((uint64_t)h * P + i) * d, *kh = k + (uint64_t)(h / group) * n * d;
-        const uint64_t pos = n - P + i; /* the query attends keys 0..pos */
-        double mx = -INFINITY, sum = 0;
-        for (uint64_t t = 0; t <= pos; t++) {
-            double dot = 0;
-            for (uint32_t j = 0; j < d; j++) dot += (double)qh[j] * kh[t * d + j];
-            w[t] = dot / sqrt((double)d);
-            if (w[t] > mx) mx = w[t];
-        }
-        for (uint64_t t = 0; t <= pos; t++) sum += (w[t] = exp(w[t] - mx));
-        for (uint64_t t = 0; t <= pos; t++) {
-            w[t] /= sum;
-            out[0] += t == 0 ? w[t] : 0, out[1] += t < 4 ? w[t] : 0, out[2] += t + 32 > pos ? w[t] : 0;
-        }
-        for (int top = 0; top < 32; top++) { /* selection: the 32 largest */
-            uint64_t best = 0;
-            for (uint64_t t = 1; t <= pos; t++)
-                if (w[t] > w[best]) best = t;
-            out[3] += w[best];
-            w[best] = -1;
-        }
+    for (uint32_t layer = 0; q && k && w && layer < in.layers; layer++) {
+        CHECK_OK(fathom_source_layer(src, layer, q, k, NULL));
+        for (uint32_t h = 0; h < in.q_heads; h++)
+            for (uint32_t i = 0; i < P; i++) {
+                const float *qh = q + ((uint64_t)h * P + i) * d, *kh = k + (uint64_t)(h / group) * n * d;
+                const uint64_t pos = n - P + i; /* the query attends keys 0..pos */
+                for (uint64_t t = 0; t <= pos; t++) {
+                    double dot = 0;
+                    for (uint32_t j = 0; j < d; j++) dot += (double)qh[j] * kh[t * d + j];
+                    w[t] = dot / sqrt((double)d);
+                }
+                visit(w, pos, ctx);
+                calls++;
+            }
     }
-    }
-    for (int i = 0; i < 4; i++) out[i] /= (double)in.layers * in.q_heads * P;
     free(q), free(k), free(w);
     fathom_source_free(src);
+    return calls;
+}
+
+/* Adds one query's attention masses to out[4]: on token 0, on tokens 0-3,
+ * on the last 32 keys before the query and on the top 32 keys. */
+static void attention_masses(double *w, uint64_t pos, void *ctx) {
+    double *out = ctx, mx = -INFINITY, sum = 0;
+    for (uint64_t t = 0; t <= pos; t++)
+        if (w[t] > mx) mx = w[t];
+    for (uint64_t t = 0; t <= pos; t++) sum += (w[t] = exp(w[t] - mx));
+    for (uint64_t t = 0; t <= pos; t++) {
+        w[t] /= sum;
+        out[0] += t == 0 ? w[t] : 0, out[1] += t < 4 ? w[t] : 0, out[2] += t + 32 > pos ? w[t] : 0;
+    }
+    for (int top = 0; top < 32; top++) { /* selection: the 32 largest */
+        uint64_t best = 0;
+        for (uint64_t t = 1; t <= pos; t++)
+            if (w[t] > w[best]) best = t;
+        out[3] += w[best];
+        w[best] = -1;
+    }
+}
+
+/* Dense attention of the last 8 queries of every head of both layers,
+ * computed here: mean mass on token 0, on tokens 0-3, on the last 32 keys
+ * before the query and on the top 32 keys. */
+static void attention_here(const fathom_synth_preset *p, uint64_t n, double out[4]) {
+    memset(out, 0, 4 * sizeof *out);
+    const uint64_t calls = for_each_last_query(p, n, attention_masses, out);
+    for (int i = 0; i < 4; i++) out[i] /= (double)(calls ? calls : 1);
 }
 
 /* What the positional profile does, measured here on the generated vectors:
@@ -792,40 +811,19 @@ static void test_heads_channel_std(void) {
     fathom_synth_preset_free(p);
 }
 
+/* Adds one query's logit of token 0 over the middle keys' (4 .. pos - 32) mean. */
+static void sink_gap_add(double *w, uint64_t pos, void *ctx) {
+    double s1 = 0, m = 0;
+    for (uint64_t t = 4; t + 32 <= pos; t++) s1 += w[t], m++;
+    *(double *)ctx += w[0] - s1 / m;
+}
+
 /* Token 0's logit over the middle keys' (4 .. pos - 32) mean, averaged over
  * layers, heads and the last 8 positions. */
 static double sink_gap_of(const fathom_synth_preset *p, uint64_t n) {
-    fathom_source *src;
-    fathom_source_info in;
-    uint64_t qe, ke;
-    enum { P = 8 };
-    CHECK_OK(fathom_synth_open_preset(&src, p, n, P, 1));
-    CHECK_OK(fathom_source_get_info(src, &in));
-    CHECK_OK(fathom_source_layer_sizes(&in, &qe, &ke));
-    float *q = malloc(qe * sizeof *q), *k = malloc(ke * sizeof *k);
-    CHECK(q && k);
-    const uint32_t d = in.dim, group = in.q_heads / in.kv_heads;
     double gap = 0;
-    for (uint32_t layer = 0; q && k && layer < in.layers; layer++) {
-        CHECK_OK(fathom_source_layer(src, layer, q, k, NULL));
-        for (uint32_t h = 0; h < in.q_heads; h++)
-            for (uint32_t i = 0; i < P; i++) {
-                const float *qh = q + ((uint64_t)h * P + i) * d, *kh = k + (uint64_t)(h / group) * n * d;
-                const uint64_t pos = n - P + i;
-                double w0 = 0, s1 = 0, m = 0;
-                for (uint64_t t = 0; t + 32 <= pos; t++) {
-                    double dot = 0;
-                    for (uint32_t j = 0; j < d; j++) dot += (double)qh[j] * kh[t * d + j];
-                    dot /= sqrt((double)d);
-                    if (t == 0) w0 = dot;
-                    else if (t >= 4) s1 += dot, m++;
-                }
-                gap += w0 - s1 / m;
-            }
-    }
-    free(q), free(k);
-    fathom_source_free(src);
-    return gap / ((double)in.layers * in.q_heads * P);
+    const uint64_t calls = for_each_last_query(p, n, sink_gap_add, &gap);
+    return gap / (double)(calls ? calls : 1);
 }
 
 /* A per-head preset under QK-norm meets its sink (one quiet channel of the
