@@ -433,15 +433,24 @@ static void channel_log_std(const fathom_source *src, double *k_out, double *q_o
     free(q), free(k);
 }
 
-static void test_fit_recovers(void) {
-    fathom_synth_preset *known = known_preset(), *fit = NULL;
-    fathom_source *gen, *cap;
-    char path[128];
-    tmp_path(".safetensors", path, sizeof path);
-    CHECK_OK(fathom_synth_open_preset(&gen, known, 1024, 32, 1));
+/* A capture (float32) of preset p at 1024 tokens and the given query
+ * positions, written to a fresh temporary path (path: its name, for the
+ * caller to remove) and opened. */
+static fathom_source *capture_of(const fathom_synth_preset *p, uint32_t positions, const char *suffix, char *path,
+                                 size_t size) {
+    fathom_source *gen = NULL, *cap = NULL;
+    tmp_path(suffix, path, size);
+    CHECK_OK(fathom_synth_open_preset(&gen, p, 1024, positions, 1));
     CHECK_OK(fathom_capture_write(gen, path, FATHOM_DTYPE_F32));
     fathom_source_free(gen);
     CHECK_OK(fathom_capture_open(&cap, path));
+    return cap;
+}
+
+static void test_fit_recovers(void) {
+    fathom_synth_preset *known = known_preset(), *fit = NULL;
+    char path[128];
+    fathom_source *cap = capture_of(known, 32, ".safetensors", path, sizeof path);
     /* the known preset has no positional profile, so none is fitted */
     fathom_synth_fit_options o = {.base = "smollm2-135m", .name = "refit", .k = 32,
                                   .fit = FATHOM_SYNTH_FIT_ALL & ~FATHOM_SYNTH_FIT_RECENCY};
@@ -516,13 +525,8 @@ static void test_fit_recovers(void) {
  * known one's shape. */
 static void test_fit_positional(void) {
     fathom_synth_preset *known = known_positional(), *fit = NULL;
-    fathom_source *gen, *cap;
     char path[128];
-    tmp_path("-pos.safetensors", path, sizeof path);
-    CHECK_OK(fathom_synth_open_preset(&gen, known, 1024, 32, 1));
-    CHECK_OK(fathom_capture_write(gen, path, FATHOM_DTYPE_F32));
-    fathom_source_free(gen);
-    CHECK_OK(fathom_capture_open(&cap, path));
+    fathom_source *cap = capture_of(known, 32, "-pos.safetensors", path, sizeof path);
     fathom_synth_fit_options o = {.base = "smollm2-135m", .name = "refit", .k = 32,
                                   .fit = FATHOM_SYNTH_FIT_ALL & ~FATHOM_SYNTH_FIT_HEADS};
     fathom_synth_fit_report r;
@@ -671,13 +675,8 @@ static void test_head_profiles(void) {
  * it; without FATHOM_SYNTH_FIT_HEADS the preset has no per-head profiles. */
 static void test_fit_heads(void) {
     fathom_synth_preset *known = known_heads(), *fit = NULL, *fit_shared = NULL;
-    fathom_source *gen, *cap;
     char path[128];
-    tmp_path("-heads.safetensors", path, sizeof path);
-    CHECK_OK(fathom_synth_open_preset(&gen, known, 1024, 256, 1));
-    CHECK_OK(fathom_capture_write(gen, path, FATHOM_DTYPE_F32));
-    fathom_source_free(gen);
-    CHECK_OK(fathom_capture_open(&cap, path));
+    fathom_source *cap = capture_of(known, 256, "-heads.safetensors", path, sizeof path);
     const uint32_t groups = FATHOM_SYNTH_FIT_PROFILES | FATHOM_SYNTH_FIT_RECENCY | FATHOM_SYNTH_FIT_HEADS;
     fathom_synth_fit_options o = {.base = "smollm2-135m", .name = "refit", .k = 32, .fit = groups};
     fathom_synth_fit_report r;
