@@ -400,6 +400,7 @@ static void topics_within_measured(const synth *s, head_model *hm) {
 
 static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, head_model *hm) {
     const synth_params *p = &s->preset;
+    const float *own = synth_head_block(p, layer, kv_head); /* per-head profiles (fitted presets only) */
     memset(hm, 0, sizeof *hm);
     hm->dim = p->dim;
     hm->half = p->dim / 2;
@@ -433,7 +434,6 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
          * around them; the sign of each channel's mean is the head's own.
          * With per-head profiles, the head's own measured ones instead (the
          * spread's draws are still made, so later draws do not move). */
-        const float *own = p->heads ? p->heads + ((uint64_t)layer * p->kv_heads + kv_head) * synth_head_floats(p) : NULL;
         for (uint32_t j = 0; j < hm->dim; j++) {
             const float spread = expf(p->scale_spread * normal_at(s, base, c++));
             hm->k_scale[j] = own ? key_scale * own[j] : key_scale * p->k_std[j] * spread;
@@ -465,8 +465,8 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
     orthogonalize(hm, hm->sink_dir);
     /* under QK-norm, a per-head preset's query meets the sink after the
      * normalisation (below) */
-    const bool post_sink = p->fitted && p->heads && p->qk_norm;
-    if (p->fitted && p->heads) {
+    const bool post_sink = own && p->qk_norm;
+    if (own) {
         /* With per-head profiles the sink direction is one channel: the
          * quieter of the pair, among the slowest eighth, whose two channels
          * hold the least measured key energy (mean^2 + std^2). A query
@@ -538,7 +538,6 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
      * the noise alone the topics would dilute the means, and the query's
      * positional component would meet more key variance than in the model. */
     hm->topic_energy = (double)hm->topics;
-    const float *own = p->heads ? p->heads + ((uint64_t)layer * p->kv_heads + kv_head) * synth_head_floats(p) : NULL;
     if (own) topics_within_measured(s, hm);
     for (uint32_t j = 0; p->positional && !own && j < hm->dim; j++) {
         double tv = 0;
@@ -845,7 +844,7 @@ static void positional_query(const synth *s, uint32_t layer, uint32_t kv_head, h
     /* With per-head profiles each query head has its own measured A_i,
      * measured against its KV head's own means, which the head has: no
      * share. */
-    const float *own = p->heads ? p->heads + ((uint64_t)layer * p->kv_heads + kv_head) * synth_head_floats(p) : NULL;
+    const float *own = synth_head_block(p, layer, kv_head);
     for (uint32_t i = 0; own && i < half; i++) share[i] = 1.0;
     for (uint32_t h = 0; h < p->group; h++) {
         const float *re = own ? own + 2 * d + (uint64_t)h * d : p->pos_re, *im = own ? re + half : p->pos_im;

@@ -81,6 +81,10 @@ typedef struct synth_params {
 
 /* Floats in one (layer, KV head) block of synth_params.heads: d * (2 + group). */
 static inline uint64_t synth_head_floats(const synth_params *p) { return (uint64_t)p->dim * (2u + p->group); }
+/* The per-head block of (layer, kv_head), or NULL when p has none. */
+static inline const float *synth_head_block(const synth_params *p, uint32_t layer, uint32_t kv_head) {
+    return p->heads ? p->heads + ((uint64_t)layer * p->kv_heads + kv_head) * synth_head_floats(p) : NULL;
+}
 /* Floats in synth_params.heads: layers * kv_heads blocks (< 2^35 for any
  * layers, kv_heads, group, dim that synth_params_check accepts). */
 static inline uint64_t synth_heads_size(const synth_params *p) {
