@@ -106,8 +106,8 @@ static __device__ __forceinline__ void fc_codes_accumulate(float (&acc)[TOK][G],
  * that v is the breakpoint at index `budget` when it is positive: the count
  * of every breakpoint at or below it exceeds the budget, of every one above
  * it not. (Counting each thread's four against all 4*D breakpoints instead
- * is 16*D dependent shared loads a thread; a bitonic network in shared
- * memory, 45 barrier stages at D = 128.) Contains barriers: every thread of the CTA calls it. */
+ * is 16*D dependent shared loads a thread.) Contains barriers: every
+ * thread of the CTA calls it. */
 struct fc_descending {
     __device__ bool operator()(const double &a, const double &b) const { return a > b; }
 };

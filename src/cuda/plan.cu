@@ -6,7 +6,6 @@
  * (__dmul_rn/__dadd_rn) so g matches fathom_importance. */
 #include "cuda_internal.cuh"
 
-
 static __device__ double importance(const float *q, uint32_t group, float var, uint32_t j) {
     /* g_j = (sum_h q_hj^2) var_j in double, in fathom_importance's order */
     double q2 = 0.0;
