@@ -396,7 +396,9 @@ static void test_ragged(void) {
     }
     CHECK(alone_bad == 0);
     /* FNV-1a of the batch's outputs and LSE: the same inputs every run, so a
-       kernel change that must keep the bits keeps this line */
+       kernel change that must keep the bits keeps this value (the full
+       case's, measured on the H200 with CUDA 13 at 65a931d, before the
+       attention, sort and union ran on many CTAs, and after them) */
     uint64_t digest = 14695981039346656037ull;
     const uint8_t *bytes[2] = {(const uint8_t *)all.out.data(), (const uint8_t *)all.lse.data()};
     const size_t nbytes[2] = {all.out.size() * 2, all.lse.size() * 4};
@@ -404,6 +406,7 @@ static void test_ragged(void) {
         for (size_t i = 0; i < nbytes[x]; i++) digest = (digest ^ bytes[x][i]) * 1099511628211ull;
     printf("ragged: digest of %zu outputs and %zu LSE %016llx\n", all.out.size(), all.lse.size(),
            (unsigned long long)digest);
+    CHECK(quick || digest == 0xb8a46c80963c4f18ull);
     cpu_check("ragged", rows, lens, 4, H, G, D, S, q, all);
     free_bufs(b);
     fathom_cuda_tier_destroy(tier);
