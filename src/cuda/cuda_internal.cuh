@@ -143,7 +143,6 @@ static __device__ __forceinline__ uint32_t fc_water_fill_depth(double g, uint32_
     return t;
 }
 
-/* bf16 x 8 (one 16-byte load) to float, exactly. */
 /* Deterministic CTA reduction (max or sum) of one double per thread, in a
  * fixed order (warp butterflies, then warps 0, 1, ...); part holds
  * blockDim.x / 32 doubles of shared memory. Every thread gets the result. */
@@ -160,6 +159,23 @@ static __device__ __forceinline__ double fc_block_reduce(double x, bool is_max, 
     return acc;
 }
 
+/* q . k in double of a query (shared memory) and one fp32 K row of D
+ * channels: two chains, channels 4c, 4c+1 and 4c+2, 4c+3 of each 16-byte
+ * piece, summed last. The step's attention and the tier's logits share it,
+ * so their logits have the same bits. */
+template <int D>
+static __device__ __forceinline__ double fc_qk_dot(const float *q, const float4 *row) {
+    double d0 = 0.0, d1 = 0.0;
+#pragma unroll 16
+    for (int c = 0; c < D / 4; c++) {
+        const float4 kv = row[c];
+        d0 += (double)q[4 * c] * kv.x + (double)q[4 * c + 1] * kv.y;
+        d1 += (double)q[4 * c + 2] * kv.z + (double)q[4 * c + 3] * kv.w;
+    }
+    return d0 + d1;
+}
+
+/* bf16 x 8 (one 16-byte load) to float, exactly. */
 static __device__ __forceinline__ void fc_bf16x8_to_float(uint4 v, float *dst) {
     *(float4 *)dst = make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u),
                                  __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xffff0000u));

@@ -76,15 +76,8 @@ attend_kernel(uint32_t group, uint32_t k, const float *queries, const uint32_t *
     const float *base_k = rows_k + (size_t)p * union_cap * FC_DIM;
     double mx = -INFINITY;
     for (uint32_t i = threadIdx.x; i < count; i += ATTEND_THREADS) {
-        const float4 *row = (const float4 *)(base_k + (size_t)s_slot[i] * FC_DIM);
-        double d0 = 0.0, d1 = 0.0;
-#pragma unroll 8
-        for (int c = 0; c < FC_DIM / 4; c++) {
-            const float4 kv = row[c];
-            d0 += (double)s_q[4 * c] * kv.x + (double)s_q[4 * c + 1] * kv.y;
-            d1 += (double)s_q[4 * c + 2] * kv.z + (double)s_q[4 * c + 3] * kv.w;
-        }
-        const double l = (d0 + d1) * inv_sqrt_d;
+        const double l =
+            fc_qk_dot<FC_DIM>(s_q, (const float4 *)(base_k + (size_t)s_slot[i] * FC_DIM)) * inv_sqrt_d;
         logit[i] = l;
         mx = fmax(mx, l);
     }

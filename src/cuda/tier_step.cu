@@ -614,16 +614,7 @@ tier_logit_kernel(uint32_t k, double scale, const uint32_t *sel_count, uint32_t 
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     __syncthreads();
     if (tid >= rows) return;
-    const float4 *row = s_rows + tid * (ATT_KSTRIDE(D) / 16);
-    double d0 = 0.0, d1 = 0.0;
-#pragma unroll 16
-    for (int c = 0; c < D / 4; c++) {
-        const float4 kv = row[c];
-        d0 += (double)s_q[4 * c] * kv.x + (double)s_q[4 * c + 1] * kv.y;
-        d1 += (double)s_q[4 * c + 2] * kv.z + (double)s_q[4 * c + 3] * kv.w;
-    }
-    const double l = (d0 + d1) * scale;
-    w.logit[(size_t)r * k + i0 + tid] = l;
+    w.logit[(size_t)r * k + i0 + tid] = fc_qk_dot<D>(s_q, s_rows + tid * (ATT_KSTRIDE(D) / 16)) * scale;
 }
 
 /* fc_block_reduce of ATT_THREADS virtual threads, thread t of ATT_VTHREADS
