@@ -11,7 +11,8 @@
  *           on one stream, and the depths, winners and outputs of
  *           fathom_store_variance / fathom_importance / fathom_water_fill /
  *           fathom_store_scan / fathom_select / fathom_attend on the same data;
- *   shapes: the same CPU comparison at d = 64, d = 256 and G = 16;
+ *   shapes: the same CPU comparison at d = 64, d = 256 and G = 16, and at
+ *           d = 256 with k = 1024 (the largest V tile);
  *   graph:  decode steps with appends replaying ONE captured graph of
  *           pipelined steps (sessions crossing segment boundaries) equal
  *           eager one-stream steps bit for bit;
@@ -51,6 +52,7 @@ extern "C" {
 #include "cuda/tier_internal.cuh" /* fc_tier_caches: the slots a fill chose */
 
 static bool quick;
+static uint32_t test_k = 256; /* the steps' k (test_shapes raises it for one shape) */
 
 #define TEST_RNG_SEED 0x2545f4914f6cdd1dull
 #include "test_rng.h"
@@ -189,7 +191,7 @@ static fathom_cuda_tier_step_args step_args(uint32_t layer, uint32_t batch, uint
     a.sessions = b.sessions;
     a.batch = batch;
     a.capacity_tokens = capacity;
-    a.k = 256;
+    a.k = test_k;
     a.sink = FATHOM_SINK_TOKENS;
     a.local = FATHOM_LOCAL_TOKENS;
     a.budget = 48;
@@ -212,7 +214,7 @@ static step_bufs alloc_bufs(fathom_cuda_tier *tier, uint32_t batch, uint32_t H, 
     CK(cudaMalloc((void **)&b.q, R * D * 2 * layers));
     CK(cudaMalloc((void **)&b.out, R * D * 2 * layers));
     CK(cudaMalloc((void **)&b.lse, R * 4 * layers));
-    CK(cudaMalloc((void **)&b.sel, R * 256 * 4 * layers));
+    CK(cudaMalloc((void **)&b.sel, R * test_k * 4 * layers));
     CK(cudaMalloc((void **)&b.sel_count, R * 4 * layers));
     CK(cudaMalloc((void **)&b.depths, (size_t)batch * H * D * layers));
     CK(cudaMalloc((void **)&b.sessions, batch * 4));
@@ -242,7 +244,7 @@ static fathom_cuda_tier_step_args layer_args(uint32_t l, uint32_t batch, uint32_
     v.q += l * R * D;
     v.out += l * R * D;
     v.lse += l * R;
-    v.sel += l * R * 256;
+    v.sel += l * R * test_k;
     v.sel_count += l * R;
     v.depths += (size_t)l * batch * H * D;
     return step_args(l, batch, capacity, v);
@@ -252,7 +254,7 @@ static step_out read_out(const step_bufs &b, size_t R, uint32_t D, uint32_t P, u
     step_out o;
     o.out.resize(R * D * layers);
     o.lse.resize(R * layers);
-    o.sel.resize(R * 256 * layers);
+    o.sel.resize(R * test_k * layers);
     o.sel_count.resize(R * layers);
     o.depths.resize((size_t)P * D * layers);
     CK(cudaMemcpy(o.out.data(), b.out, o.out.size() * 2, cudaMemcpyDeviceToHost));
@@ -263,7 +265,7 @@ static step_out read_out(const step_bufs &b, size_t R, uint32_t D, uint32_t P, u
     return o;
 }
 
-/* The step's depths, selections (k = 256), outputs and LSE for B sessions
+/* The step's depths, selections (k = test_k), outputs and LSE for B sessions
  * (rows [n][H][D], queries q [B][H][G][D]) against the CPU library: store,
  * fathom_importance + fathom_water_fill (budget 48), store scan, select,
  * fathom_attend with values = -keys; scale 1/sqrt(D). */
@@ -296,11 +298,11 @@ static void cpu_check(const char *what, const std::vector<std::vector<uint16_t>>
             std::vector<uint64_t> work(n);
             for (uint32_t hh = 0; hh < G; hh++) {
                 const size_t r = (size_t)p * G + hh;
-                std::vector<uint32_t> idx(256);
+                std::vector<uint32_t> idx(test_k);
                 uint32_t count = 0;
-                CHECK_OK(fathom_select(scores.data() + hh * n, n, 256, FATHOM_SINK_TOKENS, FATHOM_LOCAL_TOKENS,
+                CHECK_OK(fathom_select(scores.data() + hh * n, n, test_k, FATHOM_SINK_TOKENS, FATHOM_LOCAL_TOKENS,
                                        work.data(), idx.data(), &count));
-                sel_bad += count != all.sel_count[r] || memcmp(idx.data(), all.sel.data() + r * 256, count * 4) != 0;
+                sel_bad += count != all.sel_count[r] || memcmp(idx.data(), all.sel.data() + r * test_k, count * 4) != 0;
                 std::vector<float> ref(D);
                 CHECK_OK(fathom_attend(D, qf.data() + hh * D, keys.data(), vals.data(), idx.data(), count, ref.data()));
                 for (uint32_t c = 0; c < D; c++) {
@@ -392,7 +394,7 @@ static void test_ragged(void) {
         alone_bad += memcmp(o.lse.data(), all.lse.data() + r0, (size_t)H * G * 4) != 0;
         alone_bad += memcmp(o.sel_count.data(), all.sel_count.data() + r0, (size_t)H * G * 4) != 0;
         for (size_t r = 0; r < (size_t)H * G; r++)
-            alone_bad += memcmp(o.sel.data() + r * 256, all.sel.data() + (r0 + r) * 256, o.sel_count[r] * 4) != 0;
+            alone_bad += memcmp(o.sel.data() + r * test_k, all.sel.data() + (r0 + r) * test_k, o.sel_count[r] * 4) != 0;
     }
     CHECK(alone_bad == 0);
     /* FNV-1a of the batch's outputs and LSE: the same inputs every run, so a
@@ -416,10 +418,12 @@ static void test_ragged(void) {
  * pipelined one KV head per chunk) against the CPU library. */
 static void test_shapes(void) {
     const uint32_t H = 2, S = 32;
-    const uint32_t shapes[3][2] = {{64, 4}, {256, 2}, {128, 16}}; /* D, G */
+    /* D, G, k: the last holds the value kernel's largest V tile (k rows of D / 4 bf16: 128 KB) */
+    const uint32_t shapes[4][3] = {{64, 4, 256}, {256, 2, 256}, {128, 16, 256}, {256, 4, 1024}};
     const uint64_t len = quick ? 2500 : 9000;
     for (const auto &sg : shapes) {
         const uint32_t D = sg[0], G = sg[1];
+        test_k = sg[2];
         fathom_cuda_tier_shape sh = {1, H, G, D, S, 1, 16384};
         fathom_cuda_tier *tier = NULL;
         CHECK_OK(fathom_cuda_tier_create(&sh, &tier));
@@ -442,11 +446,12 @@ static void test_shapes(void) {
         CHECK_OK(fathom_cuda_tier_step(tier, &a, 0));
         CHECK_OK(fathom_cuda_tier_check(tier));
         char what[64];
-        snprintf(what, sizeof what, "step d=%u G=%u", D, G);
+        snprintf(what, sizeof what, "step d=%u G=%u k=%u", D, G, test_k);
         cpu_check(what, rows, &len, 1, H, G, D, S, q, read_out(b, (size_t)H * G, D, H, 1));
         free_bufs(b);
         fathom_cuda_tier_destroy(tier);
     }
+    test_k = 256;
 }
 
 /* Decode steps: per layer append one token per session, then attend;
@@ -526,7 +531,7 @@ static void test_graph(void) {
                 memcmp(og.lse.data(), oe.lse.data(), og.lse.size() * 4) != 0;
         if (s == steps - 1) { /* the last step saw every session's full length */
             uint64_t expect = 0, got = 0;
-            for (uint32_t i = 0; i < B; i++) expect += (start[i] + steps) > 256 ? 256 : start[i] + steps;
+            for (uint32_t i = 0; i < B; i++) expect += (start[i] + steps) > test_k ? test_k : start[i] + steps;
             for (size_t r = 0; r < H * G; r++) got += og.sel_count[r];
             CHECK(got * B == expect * H * G);
         }
@@ -571,7 +576,7 @@ static uint64_t expected_row_hits(const step_out &o, uint32_t L, uint32_t B, uin
             for (uint32_t g = 0; g < G; g++) {
                 const size_t r = ((size_t)l * B * H + p) * G + g;
                 for (uint32_t i = 0; i < o.sel_count[r]; i++) {
-                    const uint32_t idx = o.sel[r * 256 + i];
+                    const uint32_t idx = o.sel[r * test_k + i];
                     uint32_t &b = best[idx % slots[p / H]];
                     b = idx + 1 > b ? idx + 1 : b;
                 }
@@ -614,7 +619,7 @@ struct row_model {
                 std::vector<uint32_t> uni;
                 for (uint32_t g = 0; g < G; g++) {
                     const size_t r = ((size_t)l * B * H + p) * G + g;
-                    uni.insert(uni.end(), o.sel.begin() + r * 256, o.sel.begin() + r * 256 + o.sel_count[r]);
+                    uni.insert(uni.end(), o.sel.begin() + r * test_k, o.sel.begin() + r * test_k + o.sel_count[r]);
                 }
                 std::sort(uni.begin(), uni.end());
                 uni.erase(std::unique(uni.begin(), uni.end()), uni.end());
