@@ -21,11 +21,14 @@ static unsigned cpu_detect(void) {
     if ((b >> 8) & 1) flags |= FATHOM_CPU_BMI2;
     if (((b >> 5) & 1) && fma && f16c) flags |= FATHOM_CPU_AVX2;
     if ((c >> 8) & 1) flags |= FATHOM_CPU_GFNI;
+    if ((c >> 10) & 1) flags |= FATHOM_CPU_VPCLMULQDQ;
     /* AVX-512F, and opmask + ZMM state saved by the OS */
     if ((flags & FATHOM_CPU_AVX2) && ((b >> 16) & 1) && (xcr0_lo & 0xe0u) == 0xe0u) {
         flags |= FATHOM_CPU_AVX512;
         if ((b >> 30) & 1) flags |= FATHOM_CPU_AVX512BW;
         if ((c >> 11) & 1) flags |= FATHOM_CPU_AVX512VNNI;
+        if ((c >> 1) & 1) flags |= FATHOM_CPU_AVX512VBMI;
+        if ((b >> 31) & 1) flags |= FATHOM_CPU_AVX512VL;
     }
     return flags;
 }

@@ -304,40 +304,37 @@ static scan_segment_fn pick_kernel(fathom_scan_kernel kernel) {
 typedef struct scan2_kernel {
     scan2_coef_fn coef;
     scan2_block_fn block;
+    scan2_load_fn load; /* NULL: scan2_stage, then coef */
 } scan2_kernel;
 
 /* The tiled kernel for `kernel`; AUTO takes the widest this CPU runs (their
- * scores are equal, operation for operation). */
+ * scores are equal, operation for operation). The AVX-512 kernel reads its
+ * values from tables where the CPU has the byte permutes, bit-matrix
+ * transposes and carry-less multiplies it needs (scan_x86.c), from masks
+ * otherwise. */
 static scan2_kernel pick_tiled(fathom_scan_kernel kernel) {
 #ifdef FATHOM_X86
     if (kernel == FATHOM_SCAN_TILED_AVX512 ||
-        (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX512)))
-        return (scan2_kernel){fathom_scan2_coef_x86, fathom_scan2_block_avx512};
+        (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX512))) {
+        if (fathom_cpu_has(FATHOM_CPU_AVX512_TABLES))
+            return (scan2_kernel){NULL, fathom_scan2_block_avx512_tab, fathom_scan2_load_avx512_tab};
+        return (scan2_kernel){fathom_scan2_coef_x86, fathom_scan2_block_avx512, NULL};
+    }
     if (kernel == FATHOM_SCAN_TILED_AVX2 ||
         (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX2)))
-        return (scan2_kernel){NULL, fathom_scan2_block_avx2};
+        return (scan2_kernel){NULL, fathom_scan2_block_avx2, NULL};
 #endif
     (void)kernel;
-    return (scan2_kernel){NULL, portable2_block};
+    return (scan2_kernel){NULL, portable2_block, NULL};
 }
 
-/* A tiled scan's working tables (about 47 KiB, on the caller's stack: a scan
+/* A tiled scan's working tables (about 90 KiB, on the caller's stack: a scan
  * allocates nothing). */
 typedef struct scan2_work {
     scan2_pass pass;
     scan2_tile tile;
     float dec[SCAN_PASS_CHANNELS * FATHOM_BLOCK_TOKENS] __attribute__((aligned(64)));
 } scan2_work;
-
-/* Tiles ahead of the one being staged whose lines are prefetched: a pass
- * reads its plane rows as many short streams, one line per row and tile. */
-#define SCAN2_PREFETCH_TILES 4
-
-/* Prefetch into L2 (prefetcht1), not L1: a tile's rows lie S * 8 bytes
- * apart, a multiple of 4 KiB at the default S, so they all map to one L1
- * set and the 48-128 lines of a pass, prefetched into L1, evict each other
- * before the copy reads them. */
-#define SCAN2_PREFETCH(p) __builtin_prefetch((p), 0, 2)
 
 /* Copies blocks [b0, b0 + nb) of the pass's plane rows and scales into tile
  * (a short tile's unused scales are zeroed), and prefetches the same rows
@@ -382,8 +379,13 @@ static int scan2_chunk(scan2_kernel kern, scan2_work *w, const scan_source *src,
         uint32_t nb = SCAN2_TILE_BLOCKS;
         if (S - b0 < nb) nb = (uint32_t)(S - b0);
         if (left < nb) nb = (uint32_t)left;
-        scan2_stage(&w->pass, &view, b0, nb, &w->tile);
-        if (kern.coef) kern.coef(&w->pass, &w->tile);
+        const uint32_t ahead = SCAN2_PREFETCH_TILES * SCAN2_TILE_BLOCKS;
+        if (kern.load)
+            kern.load(&w->pass, &view, b0, nb, ahead, b0 + nb + ahead <= S, &w->tile);
+        else {
+            scan2_stage(&w->pass, &view, b0, nb, &w->tile);
+            if (kern.coef) kern.coef(&w->pass, &w->tile);
+        }
         for (uint32_t b = 0; b < nb; b++, blk++) {
             uint64_t offset = blk * FATHOM_BLOCK_TOKENS - first;
             uint32_t valid = count - offset < FATHOM_BLOCK_TOKENS ? (uint32_t)(count - offset)
