@@ -27,6 +27,7 @@
  * "scan+select" is fathom_scan_select_parallel, which keeps only candidates
  * and never writes the scores out. Their selections are checked equal. */
 #include "bench_clock.h"
+#include "cpu.h"
 #include "fathom.h"
 #include "pool.h"
 #include "store_internal.h"
@@ -434,6 +435,8 @@ int main(int argc, char **argv) {
                                            : fathom_scan_kernel_available(FATHOM_SCAN_TILED_AVX2) ? FATHOM_SCAN_TILED_AVX2
                                                                                                    : FATHOM_SCAN_TILED_PORTABLE;
     const char *kern = isa[new_kernel == FATHOM_SCAN_AUTO ? auto_kernel : new_kernel];
+    /* how the AVX-512 kernel forms its values (scan.c's pick_tiled) */
+    const char *avx512_values = fathom_cpu_has(FATHOM_CPU_AVX512_TABLES) ? "tables" : "masks";
     const char *old_isa = isa[old_kernel];
     /* per core: plane bytes / s on one thread; all: on the largest thread count */
     const double pc_old = bytes_f / tof, pc_new = bytes_f / tnf, all_new = bytes_f / sn[ntc - 1];
@@ -448,9 +451,10 @@ int main(int argc, char **argv) {
         printf("{\"bench\":\"bench_scan\",\"source\":\"qwen3-8b\",\"cpu\":\"%s\",\"tiled_isa\":\"%s\","
                "\"old_isa\":\"%s\",\"context\":%llu,\"heads\":%u,\"group\":%u,\"queries\":%u,\"repeats\":%u,\"threads\":%u,"
                "\"range_tokens\":%llu,\"read_GBps_1core\":%.3f,\"read_GBps_threads\":%.3f,"
-               "\"identical_scores\":%s,",
+               "\"identical_scores\":%s,\"avx512_values\":\"%s\",",
                cpu, kern, old_isa, (unsigned long long)context, heads, G, queries, repeats, threads,
-               (unsigned long long)range, b1 / 1e9, bT / 1e9, same_f && same_d ? "true" : "false");
+               (unsigned long long)range, b1 / 1e9, bT / 1e9, same_f && same_d ? "true" : "false",
+               avx512_values);
         for (int tl = 0; tl < 2; tl++) {
             printf("\"%s\":[", tl ? "scans_tiled" : "scans");
             for (int s = 0; s < 2; s++) {
@@ -487,8 +491,8 @@ int main(int argc, char **argv) {
     }
     FILE *out = json ? stderr : stdout; /* the human table */
     fprintf(out, "bench_scan: %s, qwen3-8b synthetic, n = %llu, %u KV heads, G = %u, %u query groups each, "
-           "%u repeats (median), old kernel %s, tiled kernel %s, tasks of %llu tokens\n",
-           cpu, (unsigned long long)context, heads, G, queries, repeats, old_isa, kern, (unsigned long long)range);
+           "%u repeats (median), old kernel %s, tiled kernel %s (AVX-512 values from %s), tasks of %llu tokens\n",
+           cpu, (unsigned long long)context, heads, G, queries, repeats, old_isa, kern, avx512_values, (unsigned long long)range);
     fprintf(out, "scores of the tiled kernel identical to the untiled one's: fathom:48 %s, ds:32 %s\n",
            same_f ? "yes" : "NO", same_d ? "yes" : "NO");
     fprintf(out, "memory read bandwidth: %.2f GB/s on 1 core, %.2f GB/s on %u threads\n", b1 / 1e9, bT / 1e9, threads);
