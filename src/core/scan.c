@@ -396,9 +396,11 @@ static int scan2_chunk(scan2_kernel kern, scan2_work *w, const scan_source *src,
     return FATHOM_OK;
 }
 
+/* stream: write the scores with non-temporal stores when one pass makes
+ * them (they are not read again here). */
 static int scan2_run(scan2_kernel kern, const scan_source *src, const uint8_t *depths,
                      const float *queries, uint32_t group, uint64_t first, uint64_t count,
-                     float *scores, uint64_t ld) {
+                     float *scores, uint64_t ld, int stream) {
     scan2_work work, *w = &work;
     const uint32_t dim = src->dim;
     scan2_pass *ps = &w->pass;
@@ -412,6 +414,9 @@ static int scan2_run(scan2_kernel kern, const scan_source *src, const uint8_t *d
                     memset(scores + h * ld, 0, (size_t)count * sizeof(float));
             break;
         }
+        uint32_t rest = j;
+        while (rest < dim && !depths[rest]) rest++;
+        ps->stream = stream && first_pass && rest == dim;
         for (uint32_t h0 = 0; h0 < group && status == FATHOM_OK; h0 += 4) {
             ps->heads = group - h0 < 4 ? group - h0 : 4;
             ps->add = !first_pass;
@@ -423,6 +428,9 @@ static int scan2_run(scan2_kernel kern, const scan_source *src, const uint8_t *d
             status = scan2_chunk(kern, w, src, first, count, scores + h0 * ld, ld);
         }
     }
+#ifdef FATHOM_X86
+    if (stream) __builtin_ia32_sfence(); /* the non-temporal stores before what follows */
+#endif
     return status;
 }
 
@@ -434,7 +442,7 @@ static int is_tiled(fathom_scan_kernel kernel) {
 static int source_scan_range(fathom_scan_kernel kernel, const scan_source *src,
                              const uint8_t *depths, const float *queries, uint32_t group,
                              uint64_t first, uint64_t count, float *scores, uint64_t ld,
-                             uint64_t *bytes_read, const char *who) {
+                             uint64_t *bytes_read, const char *who, int stream) {
     FATHOM_CHECK_ARG(kernel == FATHOM_SCAN_AUTO || is_tiled(kernel),
                      "%s: kernel %d is not a tiled kernel", who, (int)kernel);
     FATHOM_CHECK(!fathom_scan_kernel_available(kernel), FATHOM_ERR_UNSUPPORTED,
@@ -457,7 +465,8 @@ static int source_scan_range(fathom_scan_kernel kernel, const scan_source *src,
                  FATHOM_ERR_NOMEM, "%s: group * ld overflows", who);
     uint64_t bytes;
     FATHOM_TRY(check_source_args(src, depths, queries, group, count, scores, &bytes, who));
-    FATHOM_TRY(scan2_run(pick_tiled(kernel), src, depths, queries, group, first, count, scores, ld));
+    FATHOM_TRY(scan2_run(pick_tiled(kernel), src, depths, queries, group, first, count, scores, ld,
+                         stream));
     if (bytes_read) *bytes_read = bytes;
     return FATHOM_OK;
 }
@@ -468,7 +477,7 @@ int fathom_store_scan_range(fathom_scan_kernel kernel, const fathom_store *st,
                             uint64_t *bytes_read) {
     const scan_source src = source_of_store(st);
     return source_scan_range(kernel, &src, depths, queries, group, first, count, scores, ld,
-                             bytes_read, "store_scan_range");
+                             bytes_read, "store_scan_range", 0);
 }
 
 int fathom_segments_scan_range(fathom_scan_kernel kernel, const fathom_segments *segments,
@@ -479,7 +488,7 @@ int fathom_segments_scan_range(fathom_scan_kernel kernel, const fathom_segments 
     const scan_source src = {NULL, segments, segments->dim, segments->segment_blocks,
                              segments->length};
     return source_scan_range(kernel, &src, depths, queries, group, first, count, scores, ld,
-                             bytes_read, "segments_scan_range");
+                             bytes_read, "segments_scan_range", 0);
 }
 
 int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st, const uint8_t *depths,
@@ -545,7 +554,13 @@ typedef struct scan_batch {
     const uint64_t *first_task; /* [count + 1] prefix sums of each item's ranges */
     uint32_t count;
     uint64_t range;
+    int stream; /* the scores bypass the caches (scan2_run) */
 } scan_batch;
+
+/* A batch writing more scores than this (more than a last-level cache
+ * holds) writes them with non-temporal stores: otherwise each line is read
+ * from memory before it is written, a third more traffic. */
+#define SCAN_STREAM_BYTES (32ull << 20)
 
 static int scan_batch_task(void *arg, uint32_t task, uint32_t worker) {
     (void)worker;
@@ -555,8 +570,9 @@ static int scan_batch_task(void *arg, uint32_t task, uint32_t worker) {
     const fathom_scan_item *it = &b->items[i];
     const uint64_t first = (task - b->first_task[i]) * b->range;
     const uint64_t count = it->n - first < b->range ? it->n - first : b->range;
-    return fathom_store_scan_range(b->kernel, it->store, it->depths, it->queries, it->group, first,
-                                   count, it->scores + first, it->n, NULL);
+    const scan_source src = source_of_store(it->store);
+    return source_scan_range(b->kernel, &src, it->depths, it->queries, it->group, first, count,
+                             it->scores + first, it->n, NULL, "scan_parallel", b->stream);
 }
 
 int fathom_scan_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
@@ -569,16 +585,19 @@ int fathom_scan_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
     uint64_t *first_task = fathom_alloc_array((uint64_t)count + 1, sizeof(uint64_t));
     if (!first_task) return fathom_fail(FATHOM_ERR_NOMEM, "scan_parallel: out of memory");
     first_task[0] = 0;
+    uint64_t out_bytes = 0;
     for (uint32_t i = 0; i < count; i++) {
         const uint64_t n = items[i].n;
         first_task[i + 1] = first_task[i] + (n ? (n - 1) / range_tokens + 1 : 1);
+        out_bytes += (uint64_t)items[i].group * n * sizeof(float); /* items checked per task */
     }
     int status;
     if (first_task[count] > UINT32_MAX)
         status = fathom_fail(FATHOM_ERR_INVALID_ARG, "scan_parallel: %llu tasks",
                              (unsigned long long)first_task[count]);
     else {
-        const scan_batch batch = {kernel, items, first_task, count, range_tokens};
+        const scan_batch batch = {kernel, items,        first_task,
+                                  count,  range_tokens, out_bytes > SCAN_STREAM_BYTES};
         status = fathom_pool_run(pool, scan_batch_task, (void *)&batch, (uint32_t)first_task[count]);
     }
     free(first_task);

@@ -163,6 +163,7 @@ typedef struct scan2_pass {
     uint32_t channels[SCAN_PASS_CHANNELS]; /* as scan_job */
     uint32_t heads;                        /* heads in this chunk, 1..4 */
     int add;                               /* 0: store 0.0f + acc; 1: add acc to the score */
+    int stream; /* with add 0: full blocks of 64-byte aligned rows go straight to memory */
     float q[SCAN_PASS_CHANNELS][4];        /* q[k][h] = query h's value of channels[k] */
 } scan2_pass;
 

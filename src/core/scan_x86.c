@@ -346,6 +346,12 @@ AVX512_TARGET SCAN_INLINE void avx512_put_block(const scan2_pass *ps, const uint
 #pragma GCC unroll 4
     for (uint32_t h = 0; h < HC; h++) {
         float *o = out + h * ld;
+        if (ps->stream && valid == FATHOM_BLOCK_TOKENS && ((uintptr_t)o & 63) == 0) {
+#pragma GCC unroll 4
+            for (uint32_t g = 0; g < 4; g++)
+                _mm512_stream_ps(o + g * 16, _mm512_add_ps(_mm512_setzero_ps(), acc[h][g]));
+            continue;
+        }
 #pragma GCC unroll 4
         for (uint32_t g = 0; g < 4; g++) {
             if (g * 16 >= valid) break;
