@@ -49,3 +49,13 @@ unsigned fathom_cpu_features(void) {
     }
     return flags & ~(1u << 31);
 }
+
+bool fathom_cpu_is_amd(void) {
+#ifdef FATHOM_X86
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "Auth" "enti" "cAMD" */
+#else
+    return false;
+#endif
+}

@@ -36,6 +36,10 @@ enum {
  * with it (tests and benchmarks use it to run the narrower variants). */
 unsigned fathom_cpu_features(void);
 
+/* Whether the CPU is AMD's (cpuid vendor "AuthenticAMD"): for choices
+ * between equivalent kernels whose speeds differ by vendor. */
+bool fathom_cpu_is_amd(void);
+
 static inline bool fathom_cpu_has(unsigned features) {
     return (fathom_cpu_features() & features) == features;
 }
@@ -44,6 +48,7 @@ static inline bool fathom_cpu_has(unsigned features) {
 #define FATHOM_X86 1
 #define FATHOM_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define FATHOM_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+#define FATHOM_TARGET_AVX512_BW __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define FATHOM_TARGET_AVX512_TABLES                                                                \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,gfni,vpclmulqdq,avx2,fma,f16c")))
 #endif

@@ -10,6 +10,7 @@
 #include "scan_internal.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -307,6 +308,33 @@ typedef struct scan2_kernel {
     scan2_load_fn load; /* NULL: scan2_stage, then coef */
 } scan2_kernel;
 
+#ifdef FATHOM_X86
+/* Whether the AVX-512 kernel reads its values from tables (scan_x86.c).
+ * Both give the same scores; which is faster is the CPU's: on Zen 4 the
+ * tables (mask registers are slow to load there), on the Xeon measured so
+ * far the masks. Default: tables on AMD CPUs that have the features;
+ * FATHOM_SCAN_TABLES=0 or 1 overrides (benchmarks), within the features. */
+static int scan_tables(void) {
+    static atomic_int cached = -1;
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv("FATHOM_SCAN_TABLES");
+        v = e && *e ? e[0] == '1' : fathom_cpu_is_amd();
+        v = v && fathom_cpu_has(FATHOM_CPU_AVX512_TABLES);
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+#endif
+
+int fathom_scan_avx512_tables(void) {
+#ifdef FATHOM_X86
+    return scan_tables();
+#else
+    return 0;
+#endif
+}
+
 /* The tiled kernel for `kernel`; AUTO takes the widest this CPU runs (their
  * scores are equal, operation for operation). The AVX-512 kernel reads its
  * values from tables where the CPU has the byte permutes, bit-matrix
@@ -316,9 +344,13 @@ static scan2_kernel pick_tiled(fathom_scan_kernel kernel) {
 #ifdef FATHOM_X86
     if (kernel == FATHOM_SCAN_TILED_AVX512 ||
         (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX512))) {
-        if (fathom_cpu_has(FATHOM_CPU_AVX512_TABLES))
+        if (scan_tables())
             return (scan2_kernel){NULL, fathom_scan2_block_avx512_tab, fathom_scan2_load_avx512_tab};
-        return (scan2_kernel){fathom_scan2_coef_x86, fathom_scan2_block_avx512, NULL};
+        return (scan2_kernel){fathom_scan2_coef_x86, fathom_scan2_block_avx512,
+                              fathom_cpu_has(FATHOM_CPU_AVX512 | FATHOM_CPU_AVX512BW |
+                                             FATHOM_CPU_AVX512VL)
+                                  ? fathom_scan2_load_avx512_masks
+                                  : NULL};
     }
     if (kernel == FATHOM_SCAN_TILED_AVX2 ||
         (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX2)))

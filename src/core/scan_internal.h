@@ -271,6 +271,9 @@ void fathom_scan2_block_avx2(const scan2_pass *pass, const scan2_tile *tile, uin
                              float *dec, float *out, uint64_t ld, uint32_t valid);
 void fathom_scan2_block_avx512(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
                                float *dec, float *out, uint64_t ld, uint32_t valid);
+void fathom_scan2_load_avx512_masks(const scan2_pass *pass, const fathom_segment_view *view,
+                                    uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
+                                    scan2_tile *tile);
 void fathom_scan2_load_avx512_tab(const scan2_pass *pass, const fathom_segment_view *view,
                                   uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
                                   scan2_tile *tile);

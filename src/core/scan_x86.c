@@ -386,6 +386,47 @@ AVX512_TARGET void fathom_scan2_block_avx512(const scan2_pass *ps, const scan2_t
 #undef AVX512_FUSED
 }
 
+/* The mask kernel's staging and coefficients in one pass (AVX-512 BW + VL):
+ * each plane row's line of the tile copied with one masked vector load (a
+ * short tile reads only its blocks) and one store, the coefficients formed
+ * from the scales as fathom_scan2_coef_x86 forms them, the same values. */
+FATHOM_TARGET_AVX512_BW SCAN_INLINE void load_masks_body(const scan2_pass *ps,
+                                                           const fathom_segment_view *view,
+                                                           uint32_t b0, uint32_t nb, uint32_t ahead,
+                                                           int prefetch, scan2_tile *tile) {
+    const __mmask8 live = (__mmask8)((1u << nb) - 1u);
+    const uint64_t S = ps->S;
+    for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
+        const __m256 m0 = _mm256_set1_ps(1.0f / (float)(1u << t) - 1.0f);
+        uint32_t r = ps->row[t];
+        for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++) {
+            const uint64_t j = ps->channels[k];
+            const uint64_t *row = view->planes + j * FATHOM_PLANES * S + b0;
+            for (uint32_t p = 0; p < t; p++, r++) {
+                if (prefetch) SCAN2_PREFETCH(row + p * S + ahead);
+                _mm512_store_si512((void *)tile->words[r], _mm512_maskz_loadu_epi64(live, row + p * S));
+            }
+            const uint16_t *scale = view->scales + j * S + b0;
+            if (prefetch) SCAN2_PREFETCH(scale + ahead);
+            const __m256 a = _mm256_cvtph_ps(_mm_maskz_loadu_epi16(live, scale));
+            const __m256 c0 = _mm256_mul_ps(a, m0); /* scan2_coef0 */
+            float(*c)[SCAN2_TILE_BLOCKS] = tile->coef[k];
+            _mm256_store_ps(c[0], c0);
+            for (uint32_t p = 0; p < FATHOM_PLANES; p++) /* scan2_coefp */
+                _mm256_store_ps(c[1 + p], _mm256_mul_ps(a, _mm256_set1_ps(1.0f / (float)(1u << p))));
+            _mm256_store_ps(c[5], _mm256_add_ps(c0, a));
+        }
+    }
+}
+
+FATHOM_TARGET_AVX512_BW void fathom_scan2_load_avx512_masks(const scan2_pass *ps,
+                                                            const fathom_segment_view *view,
+                                                            uint32_t b0, uint32_t nb, uint32_t ahead,
+                                                            int prefetch, scan2_tile *tile) {
+    _Static_assert(SCAN2_TILE_BLOCKS == 8, "a tile is one 64-byte line of each plane row");
+    load_masks_body(ps, view, b0, nb, ahead, prefetch, tile);
+}
+
 /* ---- tiled AVX-512 with tables: no mask registers ----
  *
  * Each channel's 16 values of tokens 16 g .. 16 g + 15 are read from a
