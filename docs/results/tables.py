@@ -259,8 +259,9 @@ def bench_scan_tiled(rec):
                 (" The AVX-512 tiled kernel reads each channel's values from a 16-entry table of its values in the "
                  "block (vpermps; indices from the plane's bits at depth 1, from 2-bit codes at depth 2, from code "
                  "bytes at depth 3 and 4, formed once per tile), so per active channel and 64-token block it issues "
-                 "8 vector operations besides the 16 multiply-adds of G = 4 whatever the depth: fathom:48's fewer "
-                 "bits buy less time than with the plane-by-plane kernel, which ds:32's depth-4 channels cost 16.")
+                 "8 vector operations besides the 16 multiply-adds of G = 4 whatever the depth (the plane-by-plane "
+                 "kernel: 4t): ds:32's depth-4 channels cost it no more than shallow ones, so fathom:48's fewer "
+                 "bits buy less time than with the plane-by-plane kernel.")
                 if r["tiled_isa"] == "avx512" else "",
                 ("measured here: %.2f GB/s per core, %.2f GB/s on all threads"
                  % (g["per_core_GBps"], g["all_threads_GBps"])) if g["applies"]

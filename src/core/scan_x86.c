@@ -449,8 +449,8 @@ FATHOM_TARGET_AVX512_BW void fathom_scan2_load_avx512_masks(const scan2_pass *ps
  * from the segment (fathom_scan2_load_avx512_tab: no staged copy); per
  * channel and 16 tokens the kernel then issues two vector operations and
  * loads besides the multiply-adds, where the masks take a blend or masked
- * add per plane plus the mask loads, which on a Xeon cost about as much as
- * a vector operation each. */
+ * add per plane plus the mask loads. Which kernel is faster depends on the
+ * CPU (scan.c's scan_tables). */
 
 #define TAB_TARGET FATHOM_TARGET_AVX512_TABLES
 
