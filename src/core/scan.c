@@ -337,9 +337,8 @@ int fathom_scan_avx512_tables(void) {
 
 /* The tiled kernel for `kernel`; AUTO takes the widest this CPU runs (their
  * scores are equal, operation for operation). The AVX-512 kernel reads its
- * values from tables where the CPU has the byte permutes, bit-matrix
- * transposes and carry-less multiplies it needs (scan_x86.c), from masks
- * otherwise. */
+ * values from tables or from masks (scan_tables); the mask kernel stages
+ * its tile in one pass where the CPU has AVX-512 BW and VL. */
 static scan2_kernel pick_tiled(fathom_scan_kernel kernel) {
 #ifdef FATHOM_X86
     if (kernel == FATHOM_SCAN_TILED_AVX512 ||
@@ -604,7 +603,7 @@ static int scan_batch_task(void *arg, uint32_t task, uint32_t worker) {
     const uint64_t count = it->n - first < b->range ? it->n - first : b->range;
     const scan_source src = source_of_store(it->store);
     return source_scan_range(b->kernel, &src, it->depths, it->queries, it->group, first, count,
-                             it->scores + first, it->n, NULL, "scan_parallel", b->stream);
+                             it->scores + first, it->n, NULL, "store_scan_range", b->stream);
 }
 
 int fathom_scan_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
