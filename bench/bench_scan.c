@@ -27,6 +27,7 @@
  * "scan+select" is fathom_scan_select_parallel, which keeps only candidates
  * and never writes the scores out. Their selections are checked equal. */
 #include "bench_clock.h"
+#include "cpu.h"
 #include "fathom.h"
 #include "pool.h"
 #include "store_internal.h"
@@ -94,6 +95,65 @@ static double read_bandwidth(fathom_pool *pool, const uint64_t *buf, uint64_t wo
     read_ctx c = {buf, words / threads, 0};
     double dt = pool_time(pool, read_task, &c, threads);
     return (double)(c.per_task * threads * 8) / dt;
+}
+
+/* ---- multiply-adds per ns per thread, one thread alone and all at once ----
+ * The scan's rate per thread can fall with the thread count for reasons
+ * outside the code (a lower clock with every core running wide vectors);
+ * this rate, timed the same way, shows how much. */
+
+#ifdef FATHOM_X86
+#include <immintrin.h>
+#define FMA12                                                                                      \
+    "vfmadd231ps %[x], %[y], %[a0]\n\tvfmadd231ps %[x], %[y], %[a1]\n\t"                           \
+    "vfmadd231ps %[x], %[y], %[a2]\n\tvfmadd231ps %[x], %[y], %[a3]\n\t"                           \
+    "vfmadd231ps %[x], %[y], %[a4]\n\tvfmadd231ps %[x], %[y], %[a5]\n\t"                           \
+    "vfmadd231ps %[x], %[y], %[a6]\n\tvfmadd231ps %[x], %[y], %[a7]\n\t"                           \
+    "vfmadd231ps %[x], %[y], %[a8]\n\tvfmadd231ps %[x], %[y], %[a9]\n\t"                           \
+    "vfmadd231ps %[x], %[y], %[a10]\n\tvfmadd231ps %[x], %[y], %[a11]\n\t"
+
+typedef struct fma_ctx {
+    long n;
+    double rate[MAX_THREADS]; /* per worker */
+} fma_ctx;
+
+FATHOM_TARGET_AVX512 static int fma_task(void *c_, uint32_t i, uint32_t worker) {
+    (void)i;
+    fma_ctx *c = c_;
+    const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-7f);
+    __m512 a0 = _mm512_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+           a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+    const double t0 = now_s();
+    for (long k = 0; k < c->n; k++)
+        __asm__ volatile(FMA12
+                         : [a0] "+v"(a0), [a1] "+v"(a1), [a2] "+v"(a2), [a3] "+v"(a3), [a4] "+v"(a4),
+                           [a5] "+v"(a5), [a6] "+v"(a6), [a7] "+v"(a7), [a8] "+v"(a8), [a9] "+v"(a9),
+                           [a10] "+v"(a10), [a11] "+v"(a11)
+                         : [x] "v"(x), [y] "v"(y));
+    c->rate[worker] = 12.0 * (double)c->n / (now_s() - t0) * 1e-9;
+    volatile float sink = _mm512_reduce_add_ps(_mm512_add_ps(a0, a11));
+    (void)sink;
+    return FATHOM_OK;
+}
+#endif
+
+/* 16-lane multiply-adds per ns per thread, the mean over the pool's threads
+ * each running one task at once (0 without AVX-512). */
+static double fma_rate_per_thread(fathom_pool *pool) {
+#ifdef FATHOM_X86
+    if (!fathom_cpu_has(FATHOM_CPU_AVX512)) return 0;
+    static fma_ctx c;
+    c.n = 4000000;
+    const uint32_t t = fathom_pool_threads(pool);
+    for (int warm = 0; warm < 2; warm++) /* the second run is the one kept */
+        if (isnan(pool_time(pool, fma_task, &c, t))) return 0;
+    double sum = 0;
+    for (uint32_t i = 0; i < t; i++) sum += c.rate[i];
+    return sum / t;
+#else
+    (void)pool;
+    return 0;
+#endif
 }
 
 /* ---- the scans ---- */
@@ -315,7 +375,8 @@ int main(int argc, char **argv) {
     float *q = malloc((size_t)info.q_heads * queries * d * sizeof(float));
     float *k = malloc((size_t)info.kv_heads * context * d * sizeof(float));
     float *qg = malloc((size_t)heads * queries * G * d * sizeof(float));
-    float *scores = malloc((size_t)heads * G * context * sizeof(float));
+    /* 64-byte rows: a large scan writes its scores with non-temporal stores (scan.c) */
+    float *scores = aligned_alloc(64, ((size_t)heads * G * context * sizeof(float) + 63) / 64 * 64);
     uint8_t *fathom_depths = malloc((size_t)heads * queries * d);
     uint8_t *ds_depths = calloc((size_t)heads, d);
     if (!q || !k || !qg || !scores || !fathom_depths || !ds_depths) return fail("allocation", FATHOM_ERR_NOMEM);
@@ -375,6 +436,7 @@ int main(int argc, char **argv) {
     if (!buf) return fail("bandwidth buffer", FATHOM_ERR_NOMEM);
     for (size_t i = 0; i < words; i++) buf[i] = i;
 
+    static double fma1[MAX_REPEATS], fmaT[MAX_REPEATS];
     static double bw1[MAX_REPEATS], bwT[MAX_REPEATS], old_f[MAX_REPEATS], old_d[MAX_REPEATS], new_f[MAX_REPEATS],
         new_d[MAX_REPEATS], sc_new[16][MAX_REPEATS], sc_old[16][MAX_REPEATS], sc_sel[16][MAX_REPEATS],
         sc_fused[16][MAX_REPEATS];
@@ -404,6 +466,8 @@ int main(int argc, char **argv) {
     for (uint32_t r = 0; r < repeats; r++) {
         bw1[r] = read_bandwidth(pools[0], buf, words);
         bwT[r] = read_bandwidth(pools[ntc - 1], buf, words);
+        fma1[r] = fma_rate_per_thread(pools[0]);
+        fmaT[r] = fma_rate_per_thread(pools[ntc - 1]);
         old_f[r] = run_old(&cf, pools[0]);
         new_f[r] = run_new(&cf, pools[0]);
         old_d[r] = run_old(&cd, pools[0]);
@@ -418,6 +482,7 @@ int main(int argc, char **argv) {
     for (uint32_t i = 0; i < ntc; i++) fathom_pool_free(pools[i]);
     if (cf.status < 0 || cd.status < 0) return fail("scan", cf.status < 0 ? cf.status : cd.status);
     const double b1 = median(bw1, (int)repeats), bT = median(bwT, (int)repeats);
+    const double f1 = median(fma1, (int)repeats), fT = median(fmaT, (int)repeats);
     const double tof = median(old_f, (int)repeats), tnf = median(new_f, (int)repeats);
     const double tod = median(old_d, (int)repeats), tnd = median(new_d, (int)repeats);
     double sn[16], so[16], ss[16], sf[16];
@@ -434,6 +499,8 @@ int main(int argc, char **argv) {
                                            : fathom_scan_kernel_available(FATHOM_SCAN_TILED_AVX2) ? FATHOM_SCAN_TILED_AVX2
                                                                                                    : FATHOM_SCAN_TILED_PORTABLE;
     const char *kern = isa[new_kernel == FATHOM_SCAN_AUTO ? auto_kernel : new_kernel];
+    /* how the AVX-512 kernel forms its values (scan.c's pick_tiled) */
+    const char *avx512_values = fathom_scan_avx512_tables() ? "tables" : "masks";
     const char *old_isa = isa[old_kernel];
     /* per core: plane bytes / s on one thread; all: on the largest thread count */
     const double pc_old = bytes_f / tof, pc_new = bytes_f / tnf, all_new = bytes_f / sn[ntc - 1];
@@ -448,9 +515,11 @@ int main(int argc, char **argv) {
         printf("{\"bench\":\"bench_scan\",\"source\":\"qwen3-8b\",\"cpu\":\"%s\",\"tiled_isa\":\"%s\","
                "\"old_isa\":\"%s\",\"context\":%llu,\"heads\":%u,\"group\":%u,\"queries\":%u,\"repeats\":%u,\"threads\":%u,"
                "\"range_tokens\":%llu,\"read_GBps_1core\":%.3f,\"read_GBps_threads\":%.3f,"
-               "\"identical_scores\":%s,",
+               "\"identical_scores\":%s,\"avx512_values\":\"%s\",\"fma_zmm_per_ns_1thread\":%.3f,"
+               "\"fma_zmm_per_ns_per_thread_all\":%.3f,",
                cpu, kern, old_isa, (unsigned long long)context, heads, G, queries, repeats, threads,
-               (unsigned long long)range, b1 / 1e9, bT / 1e9, same_f && same_d ? "true" : "false");
+               (unsigned long long)range, b1 / 1e9, bT / 1e9, same_f && same_d ? "true" : "false",
+               avx512_values, f1, fT);
         for (int tl = 0; tl < 2; tl++) {
             printf("\"%s\":[", tl ? "scans_tiled" : "scans");
             for (int s = 0; s < 2; s++) {
@@ -487,11 +556,13 @@ int main(int argc, char **argv) {
     }
     FILE *out = json ? stderr : stdout; /* the human table */
     fprintf(out, "bench_scan: %s, qwen3-8b synthetic, n = %llu, %u KV heads, G = %u, %u query groups each, "
-           "%u repeats (median), old kernel %s, tiled kernel %s, tasks of %llu tokens\n",
-           cpu, (unsigned long long)context, heads, G, queries, repeats, old_isa, kern, (unsigned long long)range);
+           "%u repeats (median), old kernel %s, tiled kernel %s (AVX-512 values from %s), tasks of %llu tokens\n",
+           cpu, (unsigned long long)context, heads, G, queries, repeats, old_isa, kern, avx512_values, (unsigned long long)range);
     fprintf(out, "scores of the tiled kernel identical to the untiled one's: fathom:48 %s, ds:32 %s\n",
            same_f ? "yes" : "NO", same_d ? "yes" : "NO");
     fprintf(out, "memory read bandwidth: %.2f GB/s on 1 core, %.2f GB/s on %u threads\n", b1 / 1e9, bT / 1e9, threads);
+    fprintf(out, "16-lane multiply-adds per ns per thread: %.2f alone, %.2f with %u threads running (%.2fx)\n", f1,
+            fT, threads, f1 > 0 ? fT / f1 : 0);
     fprintf(out, "%-10s %9s %13s %11s %11s %14s %14s\n", "scan (1 core)", "bits/tok", "plane MB/step", "old ms/step",
            "new ms/step", "old GB/s/core", "new GB/s/core");
     fprintf(out, "%-13s %6.1f %13.2f %11.3f %11.3f %14.3f %14.3f\n", "fathom:48", bits_f, bytes_f / 1e6 / Q,

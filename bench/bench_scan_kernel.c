@@ -188,13 +188,16 @@ int main(int argc, char **argv) {
     const double rate[3] = {fma_rate(16), fma_rate(8), 0};
     const double blocks = (double)((n + 63) / 64);
 
+    /* how the AVX-512 kernel forms its values (scan.c's pick_tiled) */
+    const char *avx512_values = fathom_scan_avx512_tables() ? "tables" : "masks";
     if (json)
         printf("{\"bench\": \"bench_scan_kernel\", \"context\": %llu, \"dim\": %d, \"group\": %d, "
-               "\"repeats\": %d, \"fma_zmm_per_ns\": %.4f, \"fma_ymm_per_ns\": %.4f, \"kernels\": [",
-               (unsigned long long)n, DIM, GROUP, repeats, rate[0], rate[1]);
+               "\"repeats\": %d, \"fma_zmm_per_ns\": %.4f, \"fma_ymm_per_ns\": %.4f, "
+               "\"avx512_values\": \"%s\", \"kernels\": [",
+               (unsigned long long)n, DIM, GROUP, repeats, rate[0], rate[1], avx512_values);
     fprintf(stderr, "bench_scan_kernel: n = %llu, dim %d, G = %d, one core, %d scans per round, best of %d; "
-                    "multiply-adds per ns: %.2f (16 lanes), %.2f (8 lanes)\n",
-            (unsigned long long)n, DIM, GROUP, repeats, ROUNDS, rate[0], rate[1]);
+                    "multiply-adds per ns: %.2f (16 lanes), %.2f (8 lanes); AVX-512 values from %s\n",
+            (unsigned long long)n, DIM, GROUP, repeats, ROUNDS, rate[0], rate[1], avx512_values);
     fprintf(stderr, "%-9s %-10s %8s %10s %14s %9s %13s %9s\n", "kernel", "plan", "channels", "ns/block",
             "ns/chan/block", "GB/s", "floor ns/blk", "of floor");
     int first = 1;

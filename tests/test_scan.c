@@ -331,6 +331,51 @@ static void test_parallel(void) {
     fathom_store_free(b);
 }
 
+/* A batch with more than 32 MiB of scores writes them with non-temporal
+ * stores where rows are 64-byte aligned and one pass makes them (scan.c):
+ * the same scores as the single scans. Item a: 5 heads (a chunk of 4 and
+ * one of 1), aligned rows, one pass; item b: a row stride that is not a
+ * multiple of 16 floats and two passes. */
+static void test_parallel_stream(void) {
+    const uint32_t da_dim = 8, db_dim = 100;
+    const uint64_t na = 1700000, nb = 3001; /* 5 * na floats: just over 32 MiB */
+    fathom_store *a = NULL;
+    CHECK_OK(fathom_store_create(&a, da_dim, 0, NULL));
+    float *keys = malloc(sizeof(float) * 65536 * da_dim);
+    for (uint64_t done = 0; a && keys && done < na; done += 65536) {
+        const uint64_t m = na - done < 65536 ? na - done : 65536;
+        for (uint64_t i = 0; i < m * da_dim; i++) keys[i] = rng_key((uint32_t)(i % da_dim));
+        CHECK_OK(fathom_store_append(a, keys, m));
+    }
+    free(keys);
+    fathom_store *b = make_store(db_dim, 0, nb);
+    float qa[5 * 8], qb[3 * 100];
+    for (uint32_t i = 0; i < 5 * da_dim; i++) qa[i] = rng_key(i);
+    for (uint32_t i = 0; i < 3 * db_dim; i++) qb[i] = rng_key(i);
+    uint8_t depa[8], depb[100];
+    for (uint32_t j = 0; j < da_dim; j++) depa[j] = (uint8_t)(1 + j % 4);
+    for (uint32_t j = 0; j < db_dim; j++) depb[j] = (uint8_t)(1 + rng_below(4));
+    float *sa = aligned_alloc(64, sizeof(float) * 5 * na), *ra = malloc(sizeof(float) * 5 * na);
+    float *sb = aligned_alloc(64, sizeof(float) * 3 * 3008), *rb = malloc(sizeof(float) * 3 * nb);
+    fathom_pool *pool = NULL;
+    CHECK_OK(fathom_pool_create(&pool, 2));
+    if (a && b && sa && ra && sb && rb && pool) {
+        CHECK_OK(fathom_store_scan(a, depa, qa, 5, na, ra, NULL));
+        CHECK_OK(fathom_store_scan(b, depb, qb, 3, nb, rb, NULL));
+        fathom_scan_item items[2] = {{a, depa, qa, 5, na, sa}, {b, depb, qb, 3, nb, sb}};
+        CHECK_OK(fathom_scan_parallel(pool, FATHOM_SCAN_AUTO, items, 2, 0));
+        CHECK(memcmp(sa, ra, sizeof(float) * 5 * na) == 0);
+        CHECK(memcmp(sb, rb, sizeof(float) * 3 * nb) == 0);
+    }
+    fathom_pool_free(pool);
+    free(sa);
+    free(ra);
+    free(sb);
+    free(rb);
+    fathom_store_free(a);
+    fathom_store_free(b);
+}
+
 /* fathom_scan_select_parallel: the selections of fathom_select on
  * fathom_store_scan's scores, head by head, for windows that cover the
  * edge cases (n <= k, sink + local >= k, tiny and huge m), ranges that
@@ -770,6 +815,7 @@ int main(void) {
     test_ranges();
     test_range_args();
     test_parallel();
+    test_parallel_stream();
     test_scan_select();
     test_segments();
     test_segments_args();

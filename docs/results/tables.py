@@ -255,6 +255,13 @@ def bench_scan_tiled(rec):
                  "masked adds, each plane's bits loaded straight into a mask register), so per active channel and "
                  "64-token block it issues 4t of those besides the 16 multiply-adds of G = 4: its time per channel "
                  "grows with the depth, and ds:32's depth-4 channels cost it more than fathom:48's shallow ones do.")
+                if r["tiled_isa"] == "avx512" and r.get("avx512_values", "masks") == "masks" else
+                (" The AVX-512 tiled kernel reads each channel's values from a 16-entry table of its values in the "
+                 "block (vpermps; indices from the plane's bits at depth 1, from 2-bit codes at depth 2, from code "
+                 "bytes at depth 3 and 4, formed once per tile), so per active channel and 64-token block it issues "
+                 "8 vector operations besides the 16 multiply-adds of G = 4 whatever the depth (the plane-by-plane "
+                 "kernel: 4t): ds:32's depth-4 channels cost it no more than shallow ones, so fathom:48's fewer "
+                 "bits buy less time than with the plane-by-plane kernel.")
                 if r["tiled_isa"] == "avx512" else "",
                 ("measured here: %.2f GB/s per core, %.2f GB/s on all threads"
                  % (g["per_core_GBps"], g["all_threads_GBps"])) if g["applies"]
@@ -262,6 +269,12 @@ def bench_scan_tiled(rec):
                 (" The binary ran there is bench/bench_scan.c built here (Release) and linked statically, "
                  "since that machine has no jansson or PCRE2 to build the full library.")
                 if ".static" in rec["command"] else ""))
+    if r.get("fma_zmm_per_ns_1thread"):
+        text += ("16-lane multiply-adds per ns per thread in the same run: %.2f on one thread, %.2f each with %d "
+                 "threads running (%.2fx): the part of the per-thread scan rate's drop with threads that is the "
+                 "core's clock, not the code.\n"
+                 % (r["fma_zmm_per_ns_1thread"], r["fma_zmm_per_ns_per_thread_all"], r["threads"],
+                    r["fma_zmm_per_ns_per_thread_all"] / r["fma_zmm_per_ns_1thread"]))
     if r.get("read_GBps_1core"):
         share = new["fathom:48"]["plane_GBps_per_core"] / r["read_GBps_1core"]
         text += ("One core read memory at %.1f GB/s in the same run; the tiled fathom:48 scan read planes at %.0f%% "
@@ -305,12 +318,14 @@ def bench_scan_kernel(rec):
              "the multiply-adds every tiled kernel issues (one per query head, active channel and token: G x "
              "channels x 64 lanes per block) at this core's measured rate (%.2f 16-lane and %.2f 8-lane "
              "multiply-adds per ns). What a kernel spends beyond the floor forms the values from the planes "
-             "(AVX-512: a blend and t - 1 masked adds per 16 tokens; AVX2: byte codes, a conversion and a "
+             "(AVX-512: %s; AVX2: byte codes, a conversion and a "
              "multiply-add per 8 tokens), stages the tile and waits on memory. Where it does not hold: the scans "
              "read %s; the keys are random, the plans fixed, so the rates are the kernels' and not a "
              "model's; the portable kernel (a multiply then an add) has no floor here; on a shared, loaded machine the "
              "rates are noisy (load average in the record).\n"
              % (r["context"], r["dim"], r["group"], r["fma_zmm_per_ns"], r["fma_ymm_per_ns"],
+                "a blend and t - 1 masked adds per 16 tokens" if r.get("avx512_values", "masks") == "masks"
+                else "per 16 tokens an index and a table lookup (vpermps), the tile's codes and tables formed once",
                 "%s KiB, the rows each plan reads" % " and ".join(
                     "%.0f" % ((8 * x["bits"] + 2 * x["channels"]) * ((r["context"] + 63) // 64) / 1024.0)
                     for x in r["kernels"][0]["plans"])))

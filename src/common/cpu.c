@@ -21,11 +21,14 @@ static unsigned cpu_detect(void) {
     if ((b >> 8) & 1) flags |= FATHOM_CPU_BMI2;
     if (((b >> 5) & 1) && fma && f16c) flags |= FATHOM_CPU_AVX2;
     if ((c >> 8) & 1) flags |= FATHOM_CPU_GFNI;
+    if ((c >> 10) & 1) flags |= FATHOM_CPU_VPCLMULQDQ;
     /* AVX-512F, and opmask + ZMM state saved by the OS */
     if ((flags & FATHOM_CPU_AVX2) && ((b >> 16) & 1) && (xcr0_lo & 0xe0u) == 0xe0u) {
         flags |= FATHOM_CPU_AVX512;
         if ((b >> 30) & 1) flags |= FATHOM_CPU_AVX512BW;
         if ((c >> 11) & 1) flags |= FATHOM_CPU_AVX512VNNI;
+        if ((c >> 1) & 1) flags |= FATHOM_CPU_AVX512VBMI;
+        if ((b >> 31) & 1) flags |= FATHOM_CPU_AVX512VL;
     }
     return flags;
 }
@@ -45,4 +48,14 @@ unsigned fathom_cpu_features(void) {
         atomic_store_explicit(&cached, flags, memory_order_relaxed);
     }
     return flags & ~(1u << 31);
+}
+
+bool fathom_cpu_is_amd(void) {
+#ifdef FATHOM_X86
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "Auth" "enti" "cAMD" */
+#else
+    return false;
+#endif
 }

@@ -19,13 +19,26 @@ enum {
     FATHOM_CPU_AVX512BW = 1u << 2,   /* AVX-512BW */
     FATHOM_CPU_AVX512VNNI = 1u << 3, /* AVX-512 VNNI */
     FATHOM_CPU_GFNI = 1u << 4,       /* GFNI */
-    FATHOM_CPU_BMI2 = 1u << 5        /* BMI2 */
+    FATHOM_CPU_BMI2 = 1u << 5,       /* BMI2 */
+    FATHOM_CPU_AVX512VBMI = 1u << 6, /* AVX-512 VBMI */
+    FATHOM_CPU_VPCLMULQDQ = 1u << 7, /* VPCLMULQDQ */
+    FATHOM_CPU_AVX512VL = 1u << 8    /* AVX-512 VL */
 };
+
+/* What FATHOM_TARGET_AVX512_TABLES code needs: AVX-512 F, BW, VL and VBMI,
+ * GFNI and VPCLMULQDQ (Ice Lake and later, Zen 4 and later). */
+#define FATHOM_CPU_AVX512_TABLES                                                                   \
+    (FATHOM_CPU_AVX512 | FATHOM_CPU_AVX512BW | FATHOM_CPU_AVX512VL | FATHOM_CPU_AVX512VBMI |       \
+     FATHOM_CPU_GFNI | FATHOM_CPU_VPCLMULQDQ)
 
 /* The FATHOM_CPU_* bits this CPU and OS support; 0 off x86-64. Setting the
  * environment variable FATHOM_CPU_MASK to a decimal number ANDs the result
  * with it (tests and benchmarks use it to run the narrower variants). */
 unsigned fathom_cpu_features(void);
+
+/* Whether the CPU is AMD's (cpuid vendor "AuthenticAMD"): for choices
+ * between equivalent kernels whose speeds differ by vendor. */
+bool fathom_cpu_is_amd(void);
 
 static inline bool fathom_cpu_has(unsigned features) {
     return (fathom_cpu_features() & features) == features;
@@ -35,6 +48,9 @@ static inline bool fathom_cpu_has(unsigned features) {
 #define FATHOM_X86 1
 #define FATHOM_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define FATHOM_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+#define FATHOM_TARGET_AVX512_BW __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define FATHOM_TARGET_AVX512_TABLES                                                                \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,gfni,vpclmulqdq,avx2,fma,f16c")))
 #endif
 
 #if defined(__GNUC__)

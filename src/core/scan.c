@@ -10,6 +10,7 @@
 #include "scan_internal.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -304,40 +305,67 @@ static scan_segment_fn pick_kernel(fathom_scan_kernel kernel) {
 typedef struct scan2_kernel {
     scan2_coef_fn coef;
     scan2_block_fn block;
+    scan2_load_fn load; /* NULL: scan2_stage, then coef */
 } scan2_kernel;
 
+#ifdef FATHOM_X86
+/* Whether the AVX-512 kernel reads its values from tables (scan_x86.c).
+ * Both give the same scores; which is faster is the CPU's: on Zen 4 the
+ * tables (mask registers are slow to load there), on the Xeon measured so
+ * far the masks. Default: tables on AMD CPUs that have the features;
+ * FATHOM_SCAN_TABLES=0 or 1 overrides (benchmarks), within the features. */
+static int scan_tables(void) {
+    static atomic_int cached = -1;
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv("FATHOM_SCAN_TABLES");
+        v = e && *e ? e[0] == '1' : fathom_cpu_is_amd();
+        v = v && fathom_cpu_has(FATHOM_CPU_AVX512_TABLES);
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+#endif
+
+int fathom_scan_avx512_tables(void) {
+#ifdef FATHOM_X86
+    return scan_tables();
+#else
+    return 0;
+#endif
+}
+
 /* The tiled kernel for `kernel`; AUTO takes the widest this CPU runs (their
- * scores are equal, operation for operation). */
+ * scores are equal, operation for operation). The AVX-512 kernel reads its
+ * values from tables or from masks (scan_tables); the mask kernel stages
+ * its tile in one pass where the CPU has AVX-512 BW and VL. */
 static scan2_kernel pick_tiled(fathom_scan_kernel kernel) {
 #ifdef FATHOM_X86
     if (kernel == FATHOM_SCAN_TILED_AVX512 ||
-        (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX512)))
-        return (scan2_kernel){fathom_scan2_coef_x86, fathom_scan2_block_avx512};
+        (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX512))) {
+        if (scan_tables())
+            return (scan2_kernel){NULL, fathom_scan2_block_avx512_tab, fathom_scan2_load_avx512_tab};
+        return (scan2_kernel){fathom_scan2_coef_x86, fathom_scan2_block_avx512,
+                              fathom_cpu_has(FATHOM_CPU_AVX512 | FATHOM_CPU_AVX512BW |
+                                             FATHOM_CPU_AVX512VL)
+                                  ? fathom_scan2_load_avx512_masks
+                                  : NULL};
+    }
     if (kernel == FATHOM_SCAN_TILED_AVX2 ||
         (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX2)))
-        return (scan2_kernel){NULL, fathom_scan2_block_avx2};
+        return (scan2_kernel){NULL, fathom_scan2_block_avx2, NULL};
 #endif
     (void)kernel;
-    return (scan2_kernel){NULL, portable2_block};
+    return (scan2_kernel){NULL, portable2_block, NULL};
 }
 
-/* A tiled scan's working tables (about 47 KiB, on the caller's stack: a scan
+/* A tiled scan's working tables (about 90 KiB, on the caller's stack: a scan
  * allocates nothing). */
 typedef struct scan2_work {
     scan2_pass pass;
     scan2_tile tile;
     float dec[SCAN_PASS_CHANNELS * FATHOM_BLOCK_TOKENS] __attribute__((aligned(64)));
 } scan2_work;
-
-/* Tiles ahead of the one being staged whose lines are prefetched: a pass
- * reads its plane rows as many short streams, one line per row and tile. */
-#define SCAN2_PREFETCH_TILES 4
-
-/* Prefetch into L2 (prefetcht1), not L1: a tile's rows lie S * 8 bytes
- * apart, a multiple of 4 KiB at the default S, so they all map to one L1
- * set and the 48-128 lines of a pass, prefetched into L1, evict each other
- * before the copy reads them. */
-#define SCAN2_PREFETCH(p) __builtin_prefetch((p), 0, 2)
 
 /* Copies blocks [b0, b0 + nb) of the pass's plane rows and scales into tile
  * (a short tile's unused scales are zeroed), and prefetches the same rows
@@ -382,8 +410,13 @@ static int scan2_chunk(scan2_kernel kern, scan2_work *w, const scan_source *src,
         uint32_t nb = SCAN2_TILE_BLOCKS;
         if (S - b0 < nb) nb = (uint32_t)(S - b0);
         if (left < nb) nb = (uint32_t)left;
-        scan2_stage(&w->pass, &view, b0, nb, &w->tile);
-        if (kern.coef) kern.coef(&w->pass, &w->tile);
+        const uint32_t ahead = SCAN2_PREFETCH_TILES * SCAN2_TILE_BLOCKS;
+        if (kern.load)
+            kern.load(&w->pass, &view, b0, nb, ahead, b0 + nb + ahead <= S, &w->tile);
+        else {
+            scan2_stage(&w->pass, &view, b0, nb, &w->tile);
+            if (kern.coef) kern.coef(&w->pass, &w->tile);
+        }
         for (uint32_t b = 0; b < nb; b++, blk++) {
             uint64_t offset = blk * FATHOM_BLOCK_TOKENS - first;
             uint32_t valid = count - offset < FATHOM_BLOCK_TOKENS ? (uint32_t)(count - offset)
@@ -394,9 +427,11 @@ static int scan2_chunk(scan2_kernel kern, scan2_work *w, const scan_source *src,
     return FATHOM_OK;
 }
 
+/* stream: write the scores with non-temporal stores when one pass makes
+ * them (they are not read again here). */
 static int scan2_run(scan2_kernel kern, const scan_source *src, const uint8_t *depths,
                      const float *queries, uint32_t group, uint64_t first, uint64_t count,
-                     float *scores, uint64_t ld) {
+                     float *scores, uint64_t ld, int stream) {
     scan2_work work, *w = &work;
     const uint32_t dim = src->dim;
     scan2_pass *ps = &w->pass;
@@ -410,6 +445,9 @@ static int scan2_run(scan2_kernel kern, const scan_source *src, const uint8_t *d
                     memset(scores + h * ld, 0, (size_t)count * sizeof(float));
             break;
         }
+        uint32_t rest = j;
+        while (rest < dim && !depths[rest]) rest++;
+        ps->stream = stream && first_pass && rest == dim;
         for (uint32_t h0 = 0; h0 < group && status == FATHOM_OK; h0 += 4) {
             ps->heads = group - h0 < 4 ? group - h0 : 4;
             ps->add = !first_pass;
@@ -421,6 +459,9 @@ static int scan2_run(scan2_kernel kern, const scan_source *src, const uint8_t *d
             status = scan2_chunk(kern, w, src, first, count, scores + h0 * ld, ld);
         }
     }
+#ifdef FATHOM_X86
+    if (stream) __builtin_ia32_sfence(); /* the non-temporal stores before what follows */
+#endif
     return status;
 }
 
@@ -432,7 +473,7 @@ static int is_tiled(fathom_scan_kernel kernel) {
 static int source_scan_range(fathom_scan_kernel kernel, const scan_source *src,
                              const uint8_t *depths, const float *queries, uint32_t group,
                              uint64_t first, uint64_t count, float *scores, uint64_t ld,
-                             uint64_t *bytes_read, const char *who) {
+                             uint64_t *bytes_read, const char *who, int stream) {
     FATHOM_CHECK_ARG(kernel == FATHOM_SCAN_AUTO || is_tiled(kernel),
                      "%s: kernel %d is not a tiled kernel", who, (int)kernel);
     FATHOM_CHECK(!fathom_scan_kernel_available(kernel), FATHOM_ERR_UNSUPPORTED,
@@ -455,7 +496,8 @@ static int source_scan_range(fathom_scan_kernel kernel, const scan_source *src,
                  FATHOM_ERR_NOMEM, "%s: group * ld overflows", who);
     uint64_t bytes;
     FATHOM_TRY(check_source_args(src, depths, queries, group, count, scores, &bytes, who));
-    FATHOM_TRY(scan2_run(pick_tiled(kernel), src, depths, queries, group, first, count, scores, ld));
+    FATHOM_TRY(scan2_run(pick_tiled(kernel), src, depths, queries, group, first, count, scores, ld,
+                         stream));
     if (bytes_read) *bytes_read = bytes;
     return FATHOM_OK;
 }
@@ -466,7 +508,7 @@ int fathom_store_scan_range(fathom_scan_kernel kernel, const fathom_store *st,
                             uint64_t *bytes_read) {
     const scan_source src = source_of_store(st);
     return source_scan_range(kernel, &src, depths, queries, group, first, count, scores, ld,
-                             bytes_read, "store_scan_range");
+                             bytes_read, "store_scan_range", 0);
 }
 
 int fathom_segments_scan_range(fathom_scan_kernel kernel, const fathom_segments *segments,
@@ -477,7 +519,7 @@ int fathom_segments_scan_range(fathom_scan_kernel kernel, const fathom_segments 
     const scan_source src = {NULL, segments, segments->dim, segments->segment_blocks,
                              segments->length};
     return source_scan_range(kernel, &src, depths, queries, group, first, count, scores, ld,
-                             bytes_read, "segments_scan_range");
+                             bytes_read, "segments_scan_range", 0);
 }
 
 int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st, const uint8_t *depths,
@@ -543,7 +585,13 @@ typedef struct scan_batch {
     const uint64_t *first_task; /* [count + 1] prefix sums of each item's ranges */
     uint32_t count;
     uint64_t range;
+    int stream; /* the scores bypass the caches (scan2_run) */
 } scan_batch;
+
+/* A batch writing more scores than this (more than a last-level cache
+ * holds) writes them with non-temporal stores: otherwise each line is read
+ * from memory before it is written, a third more traffic. */
+#define SCAN_STREAM_BYTES (32ull << 20)
 
 static int scan_batch_task(void *arg, uint32_t task, uint32_t worker) {
     (void)worker;
@@ -553,8 +601,9 @@ static int scan_batch_task(void *arg, uint32_t task, uint32_t worker) {
     const fathom_scan_item *it = &b->items[i];
     const uint64_t first = (task - b->first_task[i]) * b->range;
     const uint64_t count = it->n - first < b->range ? it->n - first : b->range;
-    return fathom_store_scan_range(b->kernel, it->store, it->depths, it->queries, it->group, first,
-                                   count, it->scores + first, it->n, NULL);
+    const scan_source src = source_of_store(it->store);
+    return source_scan_range(b->kernel, &src, it->depths, it->queries, it->group, first, count,
+                             it->scores + first, it->n, NULL, "store_scan_range", b->stream);
 }
 
 int fathom_scan_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
@@ -567,16 +616,19 @@ int fathom_scan_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
     uint64_t *first_task = fathom_alloc_array((uint64_t)count + 1, sizeof(uint64_t));
     if (!first_task) return fathom_fail(FATHOM_ERR_NOMEM, "scan_parallel: out of memory");
     first_task[0] = 0;
+    uint64_t out_bytes = 0;
     for (uint32_t i = 0; i < count; i++) {
         const uint64_t n = items[i].n;
         first_task[i + 1] = first_task[i] + (n ? (n - 1) / range_tokens + 1 : 1);
+        out_bytes += (uint64_t)items[i].group * n * sizeof(float); /* items checked per task */
     }
     int status;
     if (first_task[count] > UINT32_MAX)
         status = fathom_fail(FATHOM_ERR_INVALID_ARG, "scan_parallel: %llu tasks",
                              (unsigned long long)first_task[count]);
     else {
-        const scan_batch batch = {kernel, items, first_task, count, range_tokens};
+        const scan_batch batch = {kernel, items,        first_task,
+                                  count,  range_tokens, out_bytes > SCAN_STREAM_BYTES};
         status = fathom_pool_run(pool, scan_batch_task, (void *)&batch, (uint32_t)first_task[count]);
     }
     free(first_task);

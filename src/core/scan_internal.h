@@ -163,6 +163,7 @@ typedef struct scan2_pass {
     uint32_t channels[SCAN_PASS_CHANNELS]; /* as scan_job */
     uint32_t heads;                        /* heads in this chunk, 1..4 */
     int add;                               /* 0: store 0.0f + acc; 1: add acc to the score */
+    int stream; /* with add 0: full blocks of 64-byte aligned rows go straight to memory */
     float q[SCAN_PASS_CHANNELS][4];        /* q[k][h] = query h's value of channels[k] */
 } scan2_pass;
 
@@ -173,16 +174,46 @@ typedef struct scan2_pass {
  * per vector (scan2_coef_fn), into coef[k][c][b]: c = 0 the value of code 0
  * (scan2_coef0), c = 1 + p what bit p adds (scan2_coefp), c = 5 the value
  * after the first plane's bit alone, coef0 + coefp(0), exact. */
+/* Tiles ahead of the one being staged whose lines are prefetched: a pass
+ * reads its plane rows as many short streams, one line per row and tile. */
+#define SCAN2_PREFETCH_TILES 4
+
+/* Prefetch into L2 (prefetcht1), not L1: a tile's rows lie S * 8 bytes
+ * apart, a multiple of 4 KiB at the default S, so they all map to one L1
+ * set and the 48-128 lines of a pass, prefetched into L1, evict each other
+ * before the copy reads them. */
+#define SCAN2_PREFETCH(p) __builtin_prefetch((p), 0, 2)
+
 #define SCAN2_COEFS 6
 typedef struct scan2_tile {
-    uint64_t words[SCAN_PASS_CHANNELS * FATHOM_PLANES][SCAN2_TILE_BLOCKS];
+    uint64_t words[SCAN_PASS_CHANNELS * FATHOM_PLANES][SCAN2_TILE_BLOCKS] __attribute__((aligned(64)));
     uint16_t scales[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS];
-    float coef[SCAN_PASS_CHANNELS][SCAN2_COEFS][SCAN2_TILE_BLOCKS] __attribute__((aligned(32)));
+    union {
+        float coef[SCAN_PASS_CHANNELS][SCAN2_COEFS][SCAN2_TILE_BLOCKS];
+        /* the table kernel's (scan_x86.c): per channel k, in the form its
+         * depth t reads them (words[k] holds a depth-1 channel's plane):
+         * vals[k] the 2 (t = 1) or 4 (t = 2) values of each block, block
+         * after block; codes[k][b] block b's 2-bit codes (t = 2, codes[k]
+         * read as 16 bytes a block) or code bytes (t >= 3); tab[k][b] its
+         * 16 values (t >= 3) */
+        struct {
+            float vals[SCAN_PASS_CHANNELS][4 * SCAN2_TILE_BLOCKS];
+            uint8_t codes[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS][64];
+            float tab[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS][16];
+        } t;
+    } __attribute__((aligned(64)));
 } scan2_tile;
 
 /* Forms tile->coef of the pass's channels from tile->scales (all
  * SCAN2_TILE_BLOCKS columns; those past a short tile's end are unused). */
 typedef void (*scan2_coef_fn)(const scan2_pass *pass, scan2_tile *tile);
+
+/* A kernel's own staging, in place of the staged words, scales and
+ * coefficients: reads blocks [b0, b0 + nb) of the pass's channels from a
+ * segment into the tile in the form its block function reads, and, when
+ * prefetch is set, prefetches the same rows `ahead` blocks further on. */
+typedef void (*scan2_load_fn)(const scan2_pass *pass, const fathom_segment_view *view, uint32_t b0,
+                              uint32_t nb, uint32_t ahead, int prefetch, scan2_tile *tile);
 
 /* coef0 = a (2^-t - 1), the value of code 0 at depth t, for scale a. */
 FATHOM_INLINE float scan2_coef0(float a, uint32_t t) { return a * (1.0f / (float)(1u << t) - 1.0f); }
@@ -240,6 +271,14 @@ void fathom_scan2_block_avx2(const scan2_pass *pass, const scan2_tile *tile, uin
                              float *dec, float *out, uint64_t ld, uint32_t valid);
 void fathom_scan2_block_avx512(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
                                float *dec, float *out, uint64_t ld, uint32_t valid);
+void fathom_scan2_load_avx512_masks(const scan2_pass *pass, const fathom_segment_view *view,
+                                    uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
+                                    scan2_tile *tile);
+void fathom_scan2_load_avx512_tab(const scan2_pass *pass, const fathom_segment_view *view,
+                                  uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
+                                  scan2_tile *tile);
+void fathom_scan2_block_avx512_tab(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
+                                   float *dec, float *out, uint64_t ld, uint32_t valid);
 void fathom_scan2_coef_x86(const scan2_pass *pass, scan2_tile *tile);
 #endif
 

@@ -305,6 +305,18 @@ AVX512_TARGET SCAN_INLINE void mask_add16(__m512 *v, __mmask16 m, __m512 w) {
     __asm__("vaddps %2, %0, %0%{%1%}" : "+v"(*v) : "Yk"(m), "v"(w));
 }
 
+/* acc[h][g] = fma(q_h, v[g], acc[h][g]) for the chunk's heads: channel k's
+ * multiply-adds, in pass order. */
+AVX512_TARGET SCAN_INLINE void avx512_channel_fma(const scan2_pass *ps, uint32_t k, const uint32_t HC,
+                                                  const __m512 v[4], __m512 acc[4][4]) {
+#pragma GCC unroll 4
+    for (uint32_t h = 0; h < HC; h++) {
+        const __m512 qh = _mm512_set1_ps(ps->q[k][h]);
+#pragma GCC unroll 4
+        for (uint32_t g = 0; g < 4; g++) acc[h][g] = _mm512_fmadd_ps(qh, v[g], acc[h][g]);
+    }
+}
+
 AVX512_TARGET SCAN_INLINE void avx512_fused_depth(const scan2_pass *ps, const scan2_tile *tile,
                                                   uint32_t b, const uint32_t T, const uint32_t HC,
                                                   __m512 acc[4][4]) {
@@ -322,11 +334,31 @@ AVX512_TARGET SCAN_INLINE void avx512_fused_depth(const scan2_pass *ps, const sc
             for (uint32_t g = 0; g < 4; g++)
                 mask_add16(&v[g], tile_mask16(tile, r + p, b, g), wp);
         }
+        avx512_channel_fma(ps, k, HC, v, acc);
+    }
+}
+
+/* Writes the chunk's accumulated scores of a block (valid < 64: the first
+ * valid tokens): 0.0f + acc, or the score + acc when the pass adds. */
+AVX512_TARGET SCAN_INLINE void avx512_put_block(const scan2_pass *ps, const uint32_t HC,
+                                                __m512 acc[4][4], float *out, uint64_t ld,
+                                                uint32_t valid) {
 #pragma GCC unroll 4
-        for (uint32_t h = 0; h < HC; h++) {
-            const __m512 qh = _mm512_set1_ps(ps->q[k][h]);
+    for (uint32_t h = 0; h < HC; h++) {
+        float *o = out + h * ld;
+        if (ps->stream && valid == FATHOM_BLOCK_TOKENS && ((uintptr_t)o & 63) == 0) {
 #pragma GCC unroll 4
-            for (uint32_t g = 0; g < 4; g++) acc[h][g] = _mm512_fmadd_ps(qh, v[g], acc[h][g]);
+            for (uint32_t g = 0; g < 4; g++)
+                _mm512_stream_ps(o + g * 16, _mm512_add_ps(_mm512_setzero_ps(), acc[h][g]));
+            continue;
+        }
+#pragma GCC unroll 4
+        for (uint32_t g = 0; g < 4; g++) {
+            if (g * 16 >= valid) break;
+            uint32_t n = valid - g * 16 < 16 ? valid - g * 16 : 16;
+            __mmask16 m = (__mmask16)((1u << n) - 1u);
+            __m512 base = ps->add ? _mm512_maskz_loadu_ps(m, o + g * 16) : _mm512_setzero_ps();
+            _mm512_mask_storeu_ps(o + g * 16, m, _mm512_add_ps(base, acc[h][g]));
         }
     }
 }
@@ -342,18 +374,7 @@ AVX512_TARGET SCAN_INLINE void avx512_fused(const scan2_pass *ps, const scan2_ti
 #define AVX512_DEPTH(T) avx512_fused_depth(ps, tile, b, T, HC, acc)
     SCAN_FOR_EACH_DEPTH(AVX512_DEPTH);
 #undef AVX512_DEPTH
-#pragma GCC unroll 4
-    for (uint32_t h = 0; h < HC; h++) {
-        float *o = out + h * ld;
-#pragma GCC unroll 4
-        for (uint32_t g = 0; g < 4; g++) {
-            if (g * 16 >= valid) break;
-            uint32_t n = valid - g * 16 < 16 ? valid - g * 16 : 16;
-            __mmask16 m = (__mmask16)((1u << n) - 1u);
-            __m512 base = ps->add ? _mm512_maskz_loadu_ps(m, o + g * 16) : _mm512_setzero_ps();
-            _mm512_mask_storeu_ps(o + g * 16, m, _mm512_add_ps(base, acc[h][g]));
-        }
-    }
+    avx512_put_block(ps, HC, acc, out, ld, valid);
 }
 
 AVX512_TARGET void fathom_scan2_block_avx512(const scan2_pass *ps, const scan2_tile *tile,
@@ -363,6 +384,225 @@ AVX512_TARGET void fathom_scan2_block_avx512(const scan2_pass *ps, const scan2_t
 #define AVX512_FUSED(HC) avx512_fused(ps, tile, b, HC, out, ld, valid)
     SCAN_HEAD_CHUNK(ps->heads, AVX512_FUSED);
 #undef AVX512_FUSED
+}
+
+/* The mask kernel's staging and coefficients in one pass (AVX-512 BW + VL):
+ * each plane row's line of the tile copied with one masked vector load (a
+ * short tile reads only its blocks) and one store, the coefficients formed
+ * from the scales as fathom_scan2_coef_x86 forms them, the same values. */
+FATHOM_TARGET_AVX512_BW SCAN_INLINE void load_masks_body(const scan2_pass *ps,
+                                                           const fathom_segment_view *view,
+                                                           uint32_t b0, uint32_t nb, uint32_t ahead,
+                                                           int prefetch, scan2_tile *tile) {
+    const __mmask8 live = (__mmask8)((1u << nb) - 1u);
+    const uint64_t S = ps->S;
+    for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
+        const __m256 m0 = _mm256_set1_ps(1.0f / (float)(1u << t) - 1.0f);
+        uint32_t r = ps->row[t];
+        for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++) {
+            const uint64_t j = ps->channels[k];
+            const uint64_t *row = view->planes + j * FATHOM_PLANES * S + b0;
+            for (uint32_t p = 0; p < t; p++, r++) {
+                if (prefetch) SCAN2_PREFETCH(row + p * S + ahead);
+                _mm512_store_si512((void *)tile->words[r], _mm512_maskz_loadu_epi64(live, row + p * S));
+            }
+            const uint16_t *scale = view->scales + j * S + b0;
+            if (prefetch) SCAN2_PREFETCH(scale + ahead);
+            const __m256 a = _mm256_cvtph_ps(_mm_maskz_loadu_epi16(live, scale));
+            const __m256 c0 = _mm256_mul_ps(a, m0); /* scan2_coef0 */
+            float(*c)[SCAN2_TILE_BLOCKS] = tile->coef[k];
+            _mm256_store_ps(c[0], c0);
+            for (uint32_t p = 0; p < FATHOM_PLANES; p++) /* scan2_coefp */
+                _mm256_store_ps(c[1 + p], _mm256_mul_ps(a, _mm256_set1_ps(1.0f / (float)(1u << p))));
+            _mm256_store_ps(c[5], _mm256_add_ps(c0, a));
+        }
+    }
+}
+
+FATHOM_TARGET_AVX512_BW void fathom_scan2_load_avx512_masks(const scan2_pass *ps,
+                                                            const fathom_segment_view *view,
+                                                            uint32_t b0, uint32_t nb, uint32_t ahead,
+                                                            int prefetch, scan2_tile *tile) {
+    _Static_assert(SCAN2_TILE_BLOCKS == 8, "a tile is one 64-byte line of each plane row");
+    load_masks_body(ps, view, b0, nb, ahead, prefetch, tile);
+}
+
+/* ---- tiled AVX-512 with tables: no mask registers ----
+ *
+ * Each channel's 16 values of tokens 16 g .. 16 g + 15 are read from a
+ * 16-entry table of its values in the block (vpermps, which reads bits 0-3
+ * of each lane's index): lane l's index holds token 16 g + l's code in its
+ * low bits and anything above them, and the table repeats with the code's
+ * period. Per depth t the indices come from
+ *   t = 1: the plane's bits in place: a dword broadcast of bits 16 g and
+ *          up, shifted right by l (table: coef0, coef0 + a, repeated);
+ *   t = 2: 2-bit codes 2 b0 + b1 at bits 2 i, 2 i + 1 (the planes spread by
+ *          carry-less squaring), shifted right by 2 l;
+ *   t = 3, 4: code bytes (planes gathered by a byte permute, then each 8 x 8
+ *          bit block transposed by gf2p8affineqb), zero-extended to lanes.
+ * The value of code c at depth t is coef0 + c a 2^(1-t) (a: the fp16 scale,
+ * 11 significant bits; c < 16; every partial sum a multiple of a 2^-t of at
+ * most 5 bits): exact, so these are the other kernels' values bit for bit,
+ * except that a block whose scale is 0 gives +0 for code 0 where the masks
+ * give -0, which the multiply-adds into accumulators that start at +0 cannot
+ * tell apart. A tile's codes and tables are formed once per tile, straight
+ * from the segment (fathom_scan2_load_avx512_tab: no staged copy); per
+ * channel and 16 tokens the kernel then issues two vector operations and
+ * loads besides the multiply-adds, where the masks take a blend or masked
+ * add per plane plus the mask loads. Which kernel is faster depends on the
+ * CPU (scan.c's scan_tables). */
+
+#define TAB_TARGET FATHOM_TARGET_AVX512_TABLES
+
+/* vpermt2b controls that gather blocks 2 l and 2 l + 1's planes from the
+ * rows unpacked by pairs (lane l of the first source: planes 0, 1; of the
+ * second: planes 2, 3): qword m, byte 4 + p <- byte m of plane p. */
+static const uint8_t tab_gather[4][64] __attribute__((aligned(64))) = {
+#define TAB_G(l, m) 0, 0, 0, 0, 16 * (l) + (m), 16 * (l) + 8 + (m), 64 + 16 * (l) + (m), 64 + 16 * (l) + 8 + (m)
+#define TAB_GL(l) TAB_G(l, 0), TAB_G(l, 1), TAB_G(l, 2), TAB_G(l, 3), TAB_G(l, 4), TAB_G(l, 5), TAB_G(l, 6), TAB_G(l, 7)
+    {TAB_GL(0)}, {TAB_GL(1)}, {TAB_GL(2)}, {TAB_GL(3)}
+#undef TAB_GL
+#undef TAB_G
+};
+
+/* Depth 1: the plane words as they are; pairs coef0, coef0 + a. */
+TAB_TARGET SCAN_INLINE void tab_load1(scan2_tile *tile, uint32_t k, const __m512i r[4], __m256 a,
+                                      __m256 c0) {
+    _mm512_store_si512((void *)tile->words[k], r[0]);
+    const __m256 c1 = _mm256_add_ps(c0, a);
+    const __m256 lo = _mm256_unpacklo_ps(c0, c1), hi = _mm256_unpackhi_ps(c0, c1);
+    _mm256_store_ps(tile->t.vals[k], _mm256_permute2f128_ps(lo, hi, 0x20));
+    _mm256_store_ps(tile->t.vals[k] + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
+/* Depth 2: 2-bit codes, plane 0's bit i at bit 2 i + 1 and plane 1's at
+ * 2 i (a word's carry-less square spreads bit i to bit 2 i; unpacked by
+ * pairs, lane l holds both planes of block 2 l, or 2 l + 1); the 4 values
+ * coef0 + c a / 2 of each block (sums of multiples of a / 4: exact). */
+TAB_TARGET SCAN_INLINE void tab_load2(scan2_tile *tile, uint32_t k, const __m512i r[4], __m256 a,
+                                      __m256 c0) {
+    const __m512i ev = _mm512_unpacklo_epi64(r[0], r[1]), od = _mm512_unpackhi_epi64(r[0], r[1]);
+    const __m512i ce = _mm512_or_si512(_mm512_clmulepi64_epi128(ev, ev, 0x11),
+                                       _mm512_slli_epi64(_mm512_clmulepi64_epi128(ev, ev, 0x00), 1));
+    const __m512i co = _mm512_or_si512(_mm512_clmulepi64_epi128(od, od, 0x11),
+                                       _mm512_slli_epi64(_mm512_clmulepi64_epi128(od, od, 0x00), 1));
+    uint8_t *codes = tile->t.codes[k][0]; /* block b: bytes 16 b .. 16 b + 15 */
+    _mm512_store_si512((void *)codes, _mm512_permutex2var_epi64(ce, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), co));
+    _mm512_store_si512((void *)(codes + 64), _mm512_permutex2var_epi64(ce, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), co));
+    const __m256 half = _mm256_mul_ps(a, _mm256_set1_ps(0.5f));
+    const __m256 e1 = _mm256_add_ps(c0, half), e2 = _mm256_add_ps(c0, a), e3 = _mm256_add_ps(e2, half);
+    const __m256 t0 = _mm256_unpacklo_ps(c0, e1), t1 = _mm256_unpackhi_ps(c0, e1);
+    const __m256 t2 = _mm256_unpacklo_ps(e2, e3), t3 = _mm256_unpackhi_ps(e2, e3);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    float *o = tile->t.vals[k];
+    _mm256_store_ps(o, _mm256_permute2f128_ps(u0, u1, 0x20));
+    _mm256_store_ps(o + 8, _mm256_permute2f128_ps(u2, u3, 0x20));
+    _mm256_store_ps(o + 16, _mm256_permute2f128_ps(u0, u1, 0x31));
+    _mm256_store_ps(o + 24, _mm256_permute2f128_ps(u2, u3, 0x31));
+}
+
+/* Depth 3, 4: code bytes, plane p at bit 3 - p (the depth-t code c times
+ * 2^(4-t)); the table coef0 + e a / 8, e < 16. */
+TAB_TARGET SCAN_INLINE void tab_load34(scan2_tile *tile, uint32_t k, const uint32_t t,
+                                       const __m512i r[4], __m256 a, __m256 c0) {
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i bits = _mm512_set1_epi64((long long)0x8040201008040201ull); /* byte j: 1 << j */
+    const __mmask64 planes = ((1ull << t) - 1) * 0x0101010101010101ull << 4;  /* bytes 4 .. 3 + t */
+    const __m512i u[2] = {_mm512_unpacklo_epi64(r[0], r[1]), _mm512_unpackhi_epi64(r[0], r[1])};
+    const __m512i v[2] = {_mm512_unpacklo_epi64(r[2], r[3]), _mm512_unpackhi_epi64(r[2], r[3])};
+    float c0s[8], steps[8];
+    _mm256_storeu_ps(c0s, c0);
+    _mm256_storeu_ps(steps, _mm256_mul_ps(a, _mm256_set1_ps(0.125f)));
+    for (uint32_t b = 0; b < SCAN2_TILE_BLOCKS; b++) {
+        _mm512_store_ps(tile->t.tab[k][b],
+                        _mm512_fmadd_ps(iota, _mm512_set1_ps(steps[b]), _mm512_set1_ps(c0s[b])));
+        const __m512i ctl = _mm512_load_si512((const void *)tab_gather[b >> 1]);
+        const __m512i x = _mm512_maskz_permutex2var_epi8(planes, u[b & 1], ctl, v[b & 1]);
+        /* byte j of qword m: bit 3 - p = bit j of plane p's byte m: token 8 m + j */
+        _mm512_store_si512((void *)tile->t.codes[k][b], _mm512_gf2p8affine_epi64_epi8(bits, x, 0));
+    }
+}
+
+TAB_TARGET void fathom_scan2_load_avx512_tab(const scan2_pass *ps, const fathom_segment_view *view,
+                                             uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
+                                             scan2_tile *tile) {
+    _Static_assert(SCAN2_TILE_BLOCKS == 8, "a tile is one 64-byte line of each plane row");
+    const __mmask8 live = (__mmask8)((1u << nb) - 1u); /* a short tile reads only its blocks */
+    const uint64_t S = ps->S;
+    for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
+        const __m256 zero = _mm256_set1_ps(1.0f / (float)(1u << t) - 1.0f); /* scan2_coef0 */
+        for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++) {
+            const uint64_t j = ps->channels[k];
+            const uint64_t *row = view->planes + j * FATHOM_PLANES * S + b0;
+            const uint16_t *scale = view->scales + j * S + b0;
+            __m512i r[FATHOM_PLANES];
+            for (uint32_t p = 0; p < FATHOM_PLANES; p++) {
+                r[p] = _mm512_setzero_si512();
+                if (p < t) {
+                    if (prefetch) SCAN2_PREFETCH(row + p * S + ahead);
+                    r[p] = _mm512_maskz_loadu_epi64(live, row + p * S);
+                }
+            }
+            if (prefetch) SCAN2_PREFETCH(scale + ahead);
+            const __m256 a = _mm256_cvtph_ps(_mm_maskz_loadu_epi16(live, scale));
+            const __m256 c0 = _mm256_mul_ps(a, zero);
+            if (t == 1) tab_load1(tile, k, r, a, c0);
+            else if (t == 2) tab_load2(tile, k, r, a, c0);
+            else tab_load34(tile, k, t, r, a, c0);
+        }
+    }
+}
+
+/* The channels of depth T: values from their tables, then the multiply-adds. */
+TAB_TARGET SCAN_INLINE void tab_depth(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                      const uint32_t T, const uint32_t HC, __m512 acc[4][4]) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (uint32_t k = ps->first[T - 1]; k < ps->first[T]; k++) {
+        const float *vals = tile->t.vals[k];
+        const __m512 table =
+            T == 1   ? _mm512_castpd_ps(_mm512_broadcastsd_pd(_mm_load_sd((const double *)(const void *)(vals + 2 * b))))
+            : T == 2 ? _mm512_broadcast_f32x4(_mm_load_ps(vals + 4 * b))
+                     : _mm512_load_ps(tile->t.tab[k][b]);
+        __m512 v[4];
+#pragma GCC unroll 4
+        for (uint32_t g = 0; g < 4; g++) {
+            __m512i idx;
+            int32_t x;
+            if (T == 1) { /* bits 16 g .. 16 g + 31 of the plane (past 63: the next block's) */
+                memcpy(&x, (const char *)tile->words[k] + 8 * b + 2 * g, sizeof x);
+                idx = _mm512_srlv_epi32(_mm512_set1_epi32(x), lane);
+            } else if (T == 2) {
+                memcpy(&x, tile->t.codes[k][0] + 16 * b + 4 * g, sizeof x);
+                idx = _mm512_srlv_epi32(_mm512_set1_epi32(x), _mm512_add_epi32(lane, lane));
+            } else
+                idx = _mm512_cvtepu8_epi32(
+                    _mm_load_si128((const __m128i *)(const void *)(tile->t.codes[k][b] + 16 * g)));
+            v[g] = _mm512_permutexvar_ps(idx, table);
+        }
+        avx512_channel_fma(ps, k, HC, v, acc);
+    }
+}
+
+TAB_TARGET SCAN_INLINE void tab_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                      const uint32_t HC, float *out, uint64_t ld, uint32_t valid) {
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (uint32_t h = 0; h < HC; h++)
+#pragma GCC unroll 4
+        for (uint32_t g = 0; g < 4; g++) acc[h][g] = _mm512_setzero_ps();
+#define TAB_DEPTH(T) tab_depth(ps, tile, b, T, HC, acc)
+    SCAN_FOR_EACH_DEPTH(TAB_DEPTH);
+#undef TAB_DEPTH
+    avx512_put_block(ps, HC, acc, out, ld, valid);
+}
+
+TAB_TARGET void fathom_scan2_block_avx512_tab(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                              float *dec, float *out, uint64_t ld, uint32_t valid) {
+    (void)dec;
+#define TAB_FUSED(HC) tab_fused(ps, tile, b, HC, out, ld, valid)
+    SCAN_HEAD_CHUNK(ps->heads, TAB_FUSED);
+#undef TAB_FUSED
 }
 
 /* ---- the candidate filter (scan_internal.h), 16 scores per step ---- */
