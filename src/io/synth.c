@@ -53,7 +53,9 @@ static inline uint64_t mix64(uint64_t z) {
 }
 
 enum stream {
-    S_MODEL_HEAD = 1, S_MODEL_QHEAD, S_KEY_NOISE, S_TOKEN, S_CHUNK, S_VALUE, S_QUERY_NOISE, S_QUERY_TOPIC, S_PHRASE
+    S_MODEL_HEAD = 1, S_MODEL_QHEAD, S_KEY_NOISE, S_TOKEN, S_CHUNK, S_VALUE, S_QUERY_NOISE, S_QUERY_TOPIC, S_PHRASE,
+    S_MODEL_NOISE, /* key noise of the model seed's text (per-head QK-norm heads, key_after_norm) */
+    S_SALIENCE     /* per-topic salience (per-head QK-norm heads) */
 };
 
 /* The base of one stream; draw(base, i) is its i-th 64-bit output. */
@@ -125,6 +127,8 @@ typedef struct head_model {
      * hm->topics (unit vectors, unit-variance coefficients) unless the head
      * has per-head profiles (head_model_build). */
     double topic_energy;
+    bool topic_salience; /* each topic its own salience (per-head QK-norm heads), not one per token */
+    double coeff_ms; /* mean square of a token's topic coefficient (per-head heads, topics_within_measured) */
     uint32_t chunk_offset, phrase_offset;
     float sal_phrase, sal_token, w_chunk, w_phrase, w_token, v_topic_amp;
     float v_topic[SYNTH_MAX_TOPICS][SYNTH_MAX_DIM];
@@ -328,10 +332,11 @@ static void orthogonalize(const head_model *hm, float *v) {
 #define SYNTH_COEFF_TOKENS 4096 /* tokens whose topic coefficients estimate their variance */
 
 typedef struct token_streams {
-    uint64_t token, phrase, chunk;
+    uint64_t token, phrase, chunk, salience;
 } token_streams;
 
 static void token_coeffs(const synth *s, const head_model *hm, const token_streams *ts, uint64_t t, float *c);
+static void qk_norm(float *x, const float *gain, uint32_t dim);
 
 /* A head with per-head profiles keeps each channel's measured variance
  * (k_scale^2 on entry: the measured std) as its total: the topics' expected
@@ -350,6 +355,7 @@ static void topics_within_measured(const synth *s, head_model *hm) {
     ts.token = stream_base(s->model_seed, S_TOKEN, 0, 0);
     ts.phrase = stream_base(s->model_seed, S_PHRASE, 0, 0);
     ts.chunk = stream_base(s->model_seed, S_CHUNK, 0, 0);
+    ts.salience = stream_base(s->model_seed, S_SALIENCE, 0, 0);
     double v = 0;
     float c[SYNTH_MAX_TOPICS];
     for (uint64_t t = 0; t < SYNTH_COEFF_TOKENS; t++) {
@@ -357,6 +363,7 @@ static void topics_within_measured(const synth *s, head_model *hm) {
         for (uint32_t m = 0; m < hm->topics; m++) v += (double)c[m] * c[m];
     }
     v /= (double)SYNTH_COEFF_TOKENS * hm->topics;
+    hm->coeff_ms = v;
     /* Each topic's entries, drawn as normal * sqrt(w_j) (unit_vector, w_j
      * the slow-pair weight), times the channel's measured std, renormalised:
      * the topics stay on the slow pairs but in proportion to the head's
@@ -396,6 +403,74 @@ static void topics_within_measured(const synth *s, head_model *hm) {
         energy += u2;
     }
     hm->topic_energy = v * energy;
+}
+
+#define SYNTH_NORM_TOKENS 2048 /* tokens of the model seed's text that key_after_norm measures */
+#define SYNTH_NORM_ROUNDS 3
+
+/* A per-head QK-norm head's key after the normalisation has the capture's
+ * per-channel std (own[0..d), rms 1) and |mean| / std (own[d..2d)): the
+ * capture measured them after its QK-norm, and the generator normalises
+ * what it draws, which changes both (a channel whose mean is large picks up
+ * the spread of 1 / norm as std, or, where that mean holds much of the
+ * norm, is compressed by it). So the key (mean, noise and topics, as
+ * gen_keys draws them) is drawn for SYNTH_NORM_TOKENS tokens of the model
+ * seed's text, normalised, measured, and each channel's deviation (its
+ * noise and the topics' entries) and mean scaled toward the measured
+ * profile, SYNTH_NORM_ROUNDS times (each factor within [0.1, 4]). */
+static void key_after_norm(const synth *s, head_model *hm, const float *own) {
+    const uint32_t d = hm->dim, words = d / 4;
+    token_streams ts;
+    ts.token = stream_base(s->model_seed, S_TOKEN, 0, 0);
+    ts.phrase = stream_base(s->model_seed, S_PHRASE, 0, 0);
+    ts.chunk = stream_base(s->model_seed, S_CHUNK, 0, 0);
+    ts.salience = stream_base(s->model_seed, S_SALIENCE, 0, 0);
+    const uint64_t noise_base = stream_base(s->model_seed, S_MODEL_NOISE, 0, 0);
+    for (int round = 0; round < SYNTH_NORM_ROUNDS; round++) {
+        double s1[SYNTH_MAX_DIM] = {0}, s2[SYNTH_MAX_DIM] = {0};
+        float x[SYNTH_MAX_DIM], c[SYNTH_MAX_TOPICS];
+        for (uint64_t t = 0; t < SYNTH_NORM_TOKENS; t++) {
+            token_coeffs(s, hm, &ts, t, c);
+            for (uint32_t w = 0; w < words; w++) {
+                uint64_t r = draw(noise_base, t * words + w);
+                for (int lane = 0; lane < 4; lane++) {
+                    uint32_t j = 4 * w + (uint32_t)lane;
+                    x[j] = hm->k_mean[j] + hm->k_scale[j] * gauss_of(s, r, lane);
+                }
+            }
+            for (uint32_t m = 0; m < hm->topics; m++) {
+                const float a = hm->topic_amp * c[m];
+                for (uint32_t j = 0; j < d; j++) x[j] += a * hm->topic[m][j];
+            }
+            qk_norm(x, hm->k_gain, d);
+            for (uint32_t j = 0; j < d; j++) s1[j] += x[j], s2[j] += (double)x[j] * x[j];
+        }
+        double sd[SYNTH_MAX_DIM], mean[SYNTH_MAX_DIM], ms = 0;
+        for (uint32_t j = 0; j < d; j++) {
+            mean[j] = s1[j] / SYNTH_NORM_TOKENS;
+            const double v = s2[j] / SYNTH_NORM_TOKENS - mean[j] * mean[j];
+            sd[j] = sqrt(v > 0 ? v : 0);
+            ms += v > 0 ? v : 0;
+        }
+        ms = sqrt(ms / d);
+        for (uint32_t j = 0; ms > 0 && j < d; j++) {
+            if (!(sd[j] > 0)) continue;
+            double f = own[j] / (sd[j] / ms);
+            f = f < 0.1 ? 0.1 : f > 4 ? 4 : f;
+            hm->k_scale[j] *= (float)f;
+            for (uint32_t m = 0; m < hm->topics; m++) hm->topic[m][j] *= (float)f;
+            /* the mean against the deviation once that is scaled by f */
+            const double ratio = fabs(mean[j]) / sd[j];
+            if (ratio > 1e-3 && own[d + j] > 0) {
+                double g = own[d + j] / ratio * f;
+                hm->k_mean[j] *= (float)(g < 0.1 ? 0.1 : g > 4 ? 4 : g);
+            }
+        }
+    }
+    double energy = 0; /* the topics' expected share of the key's energy, with their new entries */
+    for (uint32_t m = 0; m < hm->topics; m++)
+        for (uint32_t j = 0; j < d; j++) energy += (double)hm->topic[m][j] * hm->topic[m][j];
+    hm->topic_energy = hm->coeff_ms * energy;
 }
 
 static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, head_model *hm) {
@@ -516,6 +591,14 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
     hm->w_token = sqrtf(0.1f);
     hm->sal_phrase = 0.35f;
     hm->sal_token = 0.05f;
+    /* A per-head QK-norm head draws a salience for each topic of a phrase
+     * (and token), not one for all its topics (token_coeffs): a token loud
+     * on one topic is not loud on the others. One salience for all made a
+     * salient phrase's keys large along every topic at once, so the keys a
+     * query ranks first carried more than the others off the query's
+     * direction, where Gemma 3's carry less (bench/key_energy.py, "off"),
+     * and under QK-norm the norm every key is divided by followed it. */
+    hm->topic_salience = own && p->qk_norm;
     hm->v_topic_amp = 0.5f;
     for (uint32_t t = 0; t < hm->topics; t++)
         for (uint32_t j = 0; j < hm->dim; j++) hm->v_topic[t][j] = hm->v_scale[j] * normal_at(s, base, c++);
@@ -539,6 +622,7 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
      * positional component would meet more key variance than in the model. */
     hm->topic_energy = (double)hm->topics;
     if (own) topics_within_measured(s, hm);
+    if (own && p->qk_norm) key_after_norm(s, hm, own);
     for (uint32_t j = 0; p->positional && !own && j < hm->dim; j++) {
         double tv = 0;
         for (uint32_t t = 0; t < hm->topics; t++) tv += (double)hm->topic[t][j] * hm->topic[t][j];
@@ -695,8 +779,9 @@ static void rope_table(const head_model *hm, uint64_t pos, float *cs, float *sn)
 /* Token t's coefficients on the head's topics: a passage part shared by a
  * run of SYNTH_CHUNK tokens, a phrase part shared by SYNTH_PHRASE tokens and
  * the token's own part, all Gaussian, times a log-normal salience (phrase and
- * token), so the logits a query sees are a broad, right-heavy continuum whose
- * large values come in short runs. */
+ * token; one for all topics, or with hm->topic_salience one for each), so the
+ * logits a query sees are a broad, right-heavy continuum whose large values
+ * come in short runs. */
 static void token_coeffs(const synth *s, const head_model *hm, const token_streams *ts, uint64_t t, float *c) {
     const uint32_t words = hm->topics / 4;
     uint64_t chunk = (t + hm->chunk_offset) / SYNTH_CHUNK, phrase = (t + hm->phrase_offset) / SYNTH_PHRASE;
@@ -705,9 +790,16 @@ static void token_coeffs(const synth *s, const head_model *hm, const token_strea
     for (uint32_t w = 0; w < words; w++) {
         uint64_t rc = draw(ts->chunk, chunk * words + w), rp = draw(ts->phrase, phrase * (words + 1) + w),
                  rt = draw(ts->token, t * (words + 1) + w);
-        for (int lane = 0; lane < 4; lane++)
-            c[4 * w + (uint32_t)lane] = sal * (hm->w_chunk * gauss_of(s, rc, lane) + hm->w_phrase * gauss_of(s, rp, lane) +
-                                               hm->w_token * gauss_of(s, rt, lane));
+        /* per-topic salience: the phrase's draws at even counters, the token's at odd */
+        uint64_t sp = hm->topic_salience ? draw(ts->salience, 2 * (phrase * words + w)) : 0,
+                 st = hm->topic_salience ? draw(ts->salience, 2 * (t * words + w) + 1) : 0;
+        for (int lane = 0; lane < 4; lane++) {
+            const float sl = hm->topic_salience
+                                 ? expf(hm->sal_phrase * gauss_of(s, sp, lane) + hm->sal_token * gauss_of(s, st, lane))
+                                 : sal;
+            c[4 * w + (uint32_t)lane] = sl * (hm->w_chunk * gauss_of(s, rc, lane) + hm->w_phrase * gauss_of(s, rp, lane) +
+                                              hm->w_token * gauss_of(s, rt, lane));
+        }
     }
     const float cap = s->preset.content_cap;
     if (cap > 0)
@@ -718,6 +810,7 @@ static void token_streams_of(const synth *s, uint32_t layer, uint32_t kv_head, t
     ts->token = stream_base(s->seed, S_TOKEN, layer, kv_head);
     ts->phrase = stream_base(s->seed, S_PHRASE, layer, kv_head);
     ts->chunk = stream_base(s->seed, S_CHUNK, layer, kv_head);
+    ts->salience = stream_base(s->seed, S_SALIENCE, layer, kv_head);
 }
 
 /* Keys of tokens [t0, t1) of one KV head into k (the head's [n x d] rows);
