@@ -246,14 +246,18 @@ struct tier_scan_shape {
 /* One CTA: 32 consecutive blocks (lane = block) of one KV head, warps
  * splitting each block's 64 tokens. Per pass, the pass's plane words and
  * scales of the 32 blocks are loaded once into shared memory (coalesced
- * 256-byte runs of host memory), then decoded by every warp. */
+ * 256-byte runs of host memory), then decoded by every warp. The last pass
+ * also counts the top-k's level-0 histogram (topk.cu) of the final scores of
+ * the middle tokens [sink, n - local) of rows with n > k, as hist0_kernel
+ * would: G histograms in shared memory after the words, added to the
+ * workspace's at the end. */
 #define SCAN_LOADS 8 /* plane words a thread has in flight */
 template <int D, int GP>
 static __global__ void __launch_bounds__(tier_scan_shape<GP>::THREADS, tier_scan_shape<GP>::MIN_BLOCKS)
 tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t G, uint32_t p0, tier_ws w,
-                 unsigned long long *hit_bytes) {
+                 uint32_t k, uint32_t sink, uint32_t local, uint32_t pass_words, unsigned long long *hit_bytes) {
     typedef tier_scan_shape<GP> SH;
-    extern __shared__ uint64_t s_words[]; /* [pass words][32] */
+    extern __shared__ uint64_t s_words[]; /* [pass_words][32], then [G][FC_HIST_BINS] counts */
     __shared__ float s_q[GP][PASS];
     __shared__ uint16_t s_j[PASS], s_off[PASS + 1], s_scale[PASS][32];
     __shared__ uint8_t s_t[PASS];
@@ -266,6 +270,10 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
     const uint64_t n = w.n_of[p], nb = (n + 63) / 64, b0 = (uint64_t)blockIdx.x * 32;
     if (b0 >= nb) return; /* uniform */
     for (uint32_t i = tid; i < 256; i += SH::THREADS) s_spread[i] = fc_spread8(i); /* read after a barrier */
+    uint32_t *s_hist = (uint32_t *)(s_words + (size_t)pass_words * 32);
+    const bool tally = n > k; /* uniform */
+    if (tally)
+        for (uint32_t i = tid; i < G * FC_HIST_BINS; i += SH::THREADS) s_hist[i] = 0; /* read after a barrier */
     const uint32_t S = t.segment_blocks, h = p % t.heads;
     const uint32_t s = sessions[p / t.heads];
     const tier_cache cache = t.caches[s];
@@ -365,19 +373,38 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
         for (int g = 0; g < GP; g++) {
             if (g >= (int)G) break;
             float *row = w.scores + ((size_t)p * G + g) * w.stride + first;
+            float f[SH::TOK]; /* the scores as written */
             if (first + SH::TOK <= n) { /* 16-byte aligned: first and the stride are multiples of 4 */
 #pragma unroll
                 for (int i = 0; i < SH::TOK; i += 4) {
                     const float4 o = c0 == 0 ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : *(const float4 *)(row + i);
-                    *(float4 *)(row + i) = make_float4(o.x + acc[i][g], o.y + acc[i + 1][g], o.z + acc[i + 2][g],
-                                                       o.w + acc[i + 3][g]);
+                    const float4 x = make_float4(o.x + acc[i][g], o.y + acc[i + 1][g], o.z + acc[i + 2][g],
+                                                 o.w + acc[i + 3][g]);
+                    *(float4 *)(row + i) = x;
+                    f[i] = x.x;
+                    f[i + 1] = x.y;
+                    f[i + 2] = x.z;
+                    f[i + 3] = x.w;
                 }
             } else {
 #pragma unroll
-                for (int i = 0; i < SH::TOK; i++)
-                    if (first + i < n) row[i] = (c0 == 0 ? 0.0f : row[i]) + acc[i][g];
+                for (int i = 0; i < SH::TOK; i++) {
+                    f[i] = 0.0f;
+                    if (first + i < n) row[i] = f[i] = (c0 == 0 ? 0.0f : row[i]) + acc[i][g];
+                }
             }
+            if (tally && c0 + PASS >= active) /* the last pass: final scores */
+#pragma unroll
+                for (int i = 0; i < SH::TOK; i++)
+                    if (first + i >= sink && first + i + local < n)
+                        atomicAdd(&s_hist[g * FC_HIST_BINS + (fc_score_order(f[i]) >> (32 - FC_HIST_BITS))], 1u);
         }
+    }
+    if (tally) { /* every thread is here: the passes' loop is uniform */
+        __syncthreads();
+        uint32_t *ghist = w.top.hist + (size_t)p * G * 2 * FC_HIST_BINS;
+        for (uint32_t i = tid; i < G * FC_HIST_BINS; i += SH::THREADS)
+            if (s_hist[i]) atomicAdd(&ghist[(i / FC_HIST_BINS) * 2 * FC_HIST_BINS + i % FC_HIST_BINS], s_hist[i]);
     }
     if (hit_bytes) { /* per warp, one atomic */
         for (int off = 16; off > 0; off >>= 1) cached += __shfl_xor_sync(0xffffffffu, cached, off);
@@ -718,14 +745,14 @@ static int launch_scan(const tier_dev *t, const fathom_cuda_tier_step_args *a, u
        planes), at most 4 per channel */
     const uint32_t pass_words = !a->fixed_depths && a->budget < PASS * FATHOM_PLANES ? a->budget
                                                                                      : PASS * FATHOM_PLANES;
-    const size_t smem = (size_t)pass_words * 32 * 8;
-    if (smem > 48 * 1024)
+    const size_t smem = (size_t)pass_words * 32 * 8 + (size_t)G * FC_HIST_BINS * 4;
+    if (smem > 32 * 1024) /* with the static arrays (< 16 KB), past the 48 KB a launch gets without opting in */
         FATHOM_CUDA_TRY(cudaFuncSetAttribute(tier_scan_kernel<D, GP>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const uint64_t nb = (a->capacity_tokens + 63) / 64;
     const dim3 grid((uint32_t)((nb + 31) / 32), c.count);
-    tier_scan_kernel<D, GP><<<grid, SH::THREADS, smem, stream>>>(*t, a->layer, a->sessions, G, c.p0, *w,
-                                                                 a->cache_bytes);
+    tier_scan_kernel<D, GP><<<grid, SH::THREADS, smem, stream>>>(*t, a->layer, a->sessions, G, c.p0, *w, a->k,
+                                                                 a->sink, a->local, pass_words, a->cache_bytes);
     FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
 }
@@ -811,7 +838,7 @@ static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, 
         FATHOM_TRY(fc_topk_union(c.count, G, a->k, a->sink, a->local, rows, &top, sel + rows0 * a->k,
                                  sel_count + rows0, stream));
     } else
-        FATHOM_TRY(fc_topk_rows(c.count, G, a->k, a->sink, a->local, rows, a->capacity_tokens, false, &top,
+        FATHOM_TRY(fc_topk_rows(c.count, G, a->k, a->sink, a->local, rows, a->capacity_tokens, true, &top,
                                 w->scores + rows0 * w->stride, sel + rows0 * a->k, sel_count + rows0, stream));
     const uint32_t cap = G * a->k;
     const dim3 rows_grid((cap + FETCH_WARPS - 1) / FETCH_WARPS, c.count);
