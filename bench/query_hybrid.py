@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A capture's keys and values with other queries: what of the queries ranks the methods.
 
-  bench/query_hybrid.py CAPTURE OUT --mode gauss|flip|other [--other CAPTURE]
+  bench/query_hybrid.py CAPTURE OUT --mode gauss|flip|signflip|rot|shuffle|other [--other CAPTURE]
                         --rope neox|adjacent --base B [--seed S]
 
 Writes OUT, a capture (F32, docs/capture-format.md) with CAPTURE's keys,
@@ -16,6 +16,13 @@ per-channel std):
   flip    2 mu - q: every query's deviation from the head's mean reversed;
           every even moment (the covariance included) kept, but the
           deviations point away from the keys they were after
+  signflip  mu + s (q - mu), s = +-1 drawn per position: the covariance
+          kept, half the deviations pointing away from their keys
+  rot     mu + R (q - mu) over positions, R a random orthogonal P x P matrix:
+          the covariance over the P positions kept exactly, each query a
+          mix of all deviations
+  shuffle each channel's values permuted over positions on its own: every
+          channel's distribution kept, the joint structure lost
   other   the same head's queries from --other (a capture of the same model
           and layers on other text, its positions taken in order): queries
           of the model, whose deviations point at what that text asked for
@@ -65,7 +72,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("capture")
     ap.add_argument("out")
-    ap.add_argument("--mode", choices=["gauss", "flip", "other"], required=True)
+    ap.add_argument("--mode", choices=["gauss", "flip", "signflip", "rot", "shuffle", "other"], required=True)
     ap.add_argument("--other")
     ap.add_argument("--rope", choices=["neox", "adjacent"], required=True)
     ap.add_argument("--base", type=float, required=True)
@@ -95,6 +102,13 @@ def main():
                 g = mu + sd * rng.standard_normal(qp.shape)
             elif a.mode == "flip":
                 g = 2 * mu - qp
+            elif a.mode == "signflip":
+                g = mu + (qp - mu) * rng.choice([-1.0, 1.0], size=(P, 1))
+            elif a.mode == "rot":
+                r, _ = np.linalg.qr(rng.standard_normal((P, P)))
+                g = mu + r @ (qp - mu)
+            elif a.mode == "shuffle":
+                g = np.stack([qp[rng.permutation(P), j] for j in range(qp.shape[1])], 1)
             else:
                 oq = others[li][0]
                 if oq.shape[0] != q.shape[0] or oq.shape[1] < P:

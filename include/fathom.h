@@ -499,10 +499,17 @@ FATHOM_API int fathom_synth_open_preset(fathom_source **out, const fathom_synth_
  * averaged over heads (outliers); content_mass (reported, not fitted) is
  * the concentration without the positional part: the logits less the
  * head's mean key's (rotated to each key's position), softmax over the
- * keys between the first 4 and the last 32, mass of the k - 36 largest. */
+ * keys between the first 4 and the last 32, mass of the k - 36 largest;
+ * dev_skew (reported, not fitted) is the skewness, over those keys, of the
+ * logits of the query's deviation from its head's mean query (un-rotated
+ * mean, rotated back to the query's position) against each key's deviation
+ * from the head's mean key: positive when the queries point along a heavy
+ * right tail of the keys (trained models), 0 for queries drawn from their
+ * moments alone (docs/synthetic.md, "Query direction"). */
 typedef struct fathom_synth_stats {
     double top_mass, sink_mass, local_mass, pca_share, drift, mean_ratio;
     double content_mass;
+    double dev_skew;
 } fathom_synth_stats;
 
 typedef enum fathom_rope_style {

@@ -91,8 +91,9 @@ static const char *style_name(fathom_rope_style s) { return s == FATHOM_ROPE_NEO
 static void stats_json(char *buf, size_t cap, const fathom_synth_stats *s) {
     snprintf(buf, cap,
              "{\"top_mass\":%.6g,\"sink_mass\":%.6g,\"local_mass\":%.6g,\"pca_share\":%.6g,\"drift\":%.6g,"
-             "\"mean_ratio\":%.6g,\"content_mass\":%.6g}",
-             s->top_mass, s->sink_mass, s->local_mass, s->pca_share, s->drift, s->mean_ratio, s->content_mass);
+             "\"mean_ratio\":%.6g,\"content_mass\":%.6g,\"dev_skew\":%.6g}",
+             s->top_mass, s->sink_mass, s->local_mass, s->pca_share, s->drift, s->mean_ratio, s->content_mass,
+             s->dev_skew);
 }
 
 /* The report as a JSON object text: what was fitted, the RoPE used, and the
@@ -207,10 +208,12 @@ int cmd_synth_fit(int argc, char **argv) {
                 "  statistic   capture  fitted   base\n"
                 "  top-k mass  %.4f   %.4f   %.4f\n  sink mass   %.4f   %.4f   %.4f\n"
                 "  local mass  %.4f   %.4f   %.4f\n  pca share   %.4f   %.4f   %.4f\n"
-                "  drift       %.4f   %.4f   %.4f\n  content     %.4f   %.4f   %.4f   (reported, not fitted)\n",
+                "  drift       %.4f   %.4f   %.4f\n  content     %.4f   %.4f   %.4f   (reported, not fitted)\n"
+                "  dev skew    %.4f   %.4f   %.4f   (reported, not fitted)\n",
                 out, style_name(r.style), r.rope_base, r.k, r.target.top_mass, r.achieved.top_mass, r.base.top_mass,
                 r.target.sink_mass, r.achieved.sink_mass, r.base.sink_mass, r.target.local_mass, r.achieved.local_mass,
                 r.base.local_mass, r.target.pca_share, r.achieved.pca_share, r.base.pca_share, r.target.drift,
-                r.achieved.drift, r.base.drift, r.target.content_mass, r.achieved.content_mass, r.base.content_mass);
+                r.achieved.drift, r.base.drift, r.target.content_mass, r.achieved.content_mass, r.base.content_mass,
+                r.target.dev_skew, r.achieved.dev_skew, r.base.dev_skew);
     return CLI_OK;
 }

@@ -49,8 +49,8 @@ typedef struct profile_acc {
 } profile_acc;
 
 typedef struct stats_acc {
-    double top, sink, local, pca, drift, ratio, content;
-    uint64_t n_attn, n_heads, n_drift, n_content;
+    double top, sink, local, pca, drift, ratio, content, skew;
+    uint64_t n_attn, n_heads, n_drift, n_content, n_skew;
 } stats_acc;
 
 /* x (one head's vector at position pos) rotated back by RoPE into out, in
@@ -154,6 +154,38 @@ static void attention_mass(const float *q, const float *keys, const float *pkeys
     acc->n_attn++;
 }
 
+/* Skewness over the keys between the first 4 and the last 32 of the
+ * logits of dq (the query's deviation from its head's mean, rotated to
+ * position pos as the keys are) against each key's deviation from the
+ * head's mean key (pkeys: that mean rotated to each key's position). A
+ * query drawn from its per-channel moments meets the keys in a random
+ * direction and gets about 0; a trained model's queries point along a
+ * heavy right tail of the keys (docs/synthetic.md, "Query direction"). */
+static void deviation_skew(const float *dq, const float *keys, const float *pkeys, uint64_t pos, uint32_t d,
+                           float *logit, stats_acc *acc) {
+    const uint64_t n = pos + 1;
+    if (n < STATS_SINKS + STATS_LOCAL + 3) return;
+    const uint64_t mid = n - STATS_SINKS - STATS_LOCAL;
+    double sum = 0;
+    for (uint64_t t = 0; t < mid; t++) {
+        const float *kt = keys + (t + STATS_SINKS) * d, *mt = pkeys + (t + STATS_SINKS) * d;
+        double dot = 0;
+        for (uint32_t j = 0; j < d; j++) dot += (double)dq[j] * (kt[j] - mt[j]);
+        logit[t] = (float)dot;
+        sum += dot;
+    }
+    const double mean = sum / (double)mid;
+    double m2 = 0, m3 = 0;
+    for (uint64_t t = 0; t < mid; t++) {
+        double e = logit[t] - mean;
+        m2 += e * e, m3 += e * e * e;
+    }
+    m2 /= (double)mid, m3 /= (double)mid;
+    if (!(m2 > 0)) return;
+    acc->skew += m3 / (m2 * sqrt(m2));
+    acc->n_skew++;
+}
+
 typedef struct measure_ctx {
     const fathom_source_info *in;
     fathom_rope_style style;
@@ -165,6 +197,7 @@ typedef struct measure_ctx {
      * layer being measured */
     float *heads;
     uint32_t layer;
+    bool skew; /* measure dev_skew (not during the searches, which do not use it) */
 } measure_ctx;
 
 static float clampf(double x, double lo, double hi) { return (float)(x < lo ? lo : x > hi ? hi : x); }
@@ -247,10 +280,21 @@ static int measure_head(measure_ctx *m, const float *q, const float *k, uint32_t
             }
             prof->q_heads++;
         }
+        double qbar[SYNTH_MAX_DIM] = {0};
+        for (uint32_t i = 0; i < P; i++)
+            for (uint32_t j = 0; j < d; j++) qbar[j] += m->qp[(uint64_t)i * d + j] / (double)P;
         uint32_t step = P / STATS_POSITIONS ? P / STATS_POSITIONS : 1;
         for (uint32_t s = 0; s < STATS_POSITIONS && (uint64_t)s * step < P; s++) {
             uint32_t i = P - 1 - s * step;
             attention_mass(qh + (uint64_t)i * d, kg, m->pk, in->first_query + i, d, m->k, m->prob, acc);
+            if (m->skew && P >= 2) {
+                /* the deviation, un-rotated, then rotated as the query is */
+                double dev[SYNTH_MAX_DIM];
+                float dq[SYNTH_MAX_DIM];
+                for (uint32_t j = 0; j < d; j++) dev[j] = m->qp[(uint64_t)i * d + j] - qbar[j];
+                rerope(dev, d, in->first_query + i, m->style, m->theta, dq);
+                deviation_skew(dq, kg, m->pk, in->first_query + i, d, m->prob, acc);
+            }
         }
     }
     return FATHOM_OK;
@@ -260,7 +304,7 @@ static int measure_head(measure_ctx *m, const float *q, const float *k, uint32_t
  * heads (synth_params.heads layout for src's shape, zeroed), every measured
  * head's own profiles. */
 static int measure(const fathom_source *src, fathom_rope_style style, double rope_base, uint32_t k,
-                   uint32_t layer_stride, fathom_synth_stats *out, profile_acc *prof, float *heads) {
+                   uint32_t layer_stride, bool skew, fathom_synth_stats *out, profile_acc *prof, float *heads) {
     fathom_source_info in;
     FATHOM_TRY(fathom_source_get_info(src, &in));
     FATHOM_CHECK_ARG(in.dim % 2 == 0 && in.dim <= SYNTH_MAX_DIM, "statistics: head dim %u must be even and <= %u",
@@ -272,7 +316,7 @@ static int measure(const fathom_source *src, fathom_rope_style style, double rop
     if (layer_stride == 0) layer_stride = 1;
     uint64_t q_elems, kv_elems;
     FATHOM_TRY(fathom_source_layer_sizes(&in, &q_elems, &kv_elems));
-    measure_ctx m = {.in = &in, .style = style, .k = k, .heads = prof ? heads : NULL};
+    measure_ctx m = {.in = &in, .style = style, .k = k, .heads = prof ? heads : NULL, .skew = skew};
     for (uint32_t i = 0; i < in.dim / 2; i++) m.theta[i] = pow(rope_base, -2.0 * i / in.dim);
     float *q = fathom_alloc_array(q_elems, sizeof *q), *kk = fathom_alloc_array(kv_elems, sizeof *kk);
     m.kp = fathom_alloc_array(in.tokens, (uint64_t)in.dim * sizeof(float));
@@ -297,13 +341,14 @@ static int measure(const fathom_source *src, fathom_rope_style style, double rop
     out->mean_ratio = acc.ratio / (double)acc.n_heads;
     out->drift = acc.n_drift ? acc.drift / (double)acc.n_drift : 1.0;
     out->content_mass = acc.n_content ? acc.content / (double)acc.n_content : 0.0;
+    out->dev_skew = acc.n_skew ? acc.skew / (double)acc.n_skew : 0.0;
     return FATHOM_OK;
 }
 
 int fathom_synth_stats_measure(const fathom_source *src, fathom_rope_style style, double rope_base, uint32_t k,
                                uint32_t layer_stride, fathom_synth_stats *out) {
     FATHOM_CHECK_ARG(src != NULL && out != NULL, "fathom_synth_stats_measure: NULL argument");
-    return measure(src, style, rope_base, k, layer_stride, out, NULL, NULL);
+    return measure(src, style, rope_base, k, layer_stride, true, out, NULL, NULL);
 }
 
 /* ---- RoPE detection ---- */
@@ -359,11 +404,11 @@ typedef struct fit_ctx {
 } fit_ctx;
 
 /* The statistics of the preset p at the capture's n and positions (text seed 1). */
-static int stats_of(const fit_ctx *f, const synth_params *p, fathom_synth_stats *out, profile_acc *prof) {
+static int stats_of(const fit_ctx *f, const synth_params *p, bool skew, fathom_synth_stats *out, profile_acc *prof) {
     fathom_synth_preset preset = {.p = *p};
     fathom_source *src;
     FATHOM_TRY(fathom_synth_open_preset(&src, &preset, f->in->tokens, f->in->positions, 1));
-    int st = measure(src, FATHOM_ROPE_NEOX, p->rope_base, f->k, f->layer_stride, out, prof, NULL);
+    int st = measure(src, FATHOM_ROPE_NEOX, p->rope_base, f->k, f->layer_stride, skew, out, prof, NULL);
     fathom_source_free(src);
     return st;
 }
@@ -397,7 +442,7 @@ static int search_knob(fit_ctx *f, knob which, double target, double lo, double 
         double mid = sqrt(lo * hi);
         *x = (float)mid;
         fathom_synth_stats s;
-        FATHOM_TRY(stats_of(f, &f->p, &s, NULL));
+        FATHOM_TRY(stats_of(f, &f->p, false, &s, NULL));
         if (stat_field(&s, which) < target) lo = mid;
         else hi = mid;
     }
@@ -412,7 +457,7 @@ static int search_run(fit_ctx *f, double target) {
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         f->p.query_run = runs[i];
         fathom_synth_stats s;
-        FATHOM_TRY(stats_of(f, &f->p, &s, NULL));
+        FATHOM_TRY(stats_of(f, &f->p, false, &s, NULL));
         if (fabs(s.drift - target) < best) best = fabs(s.drift - target), best_run = runs[i];
     }
     f->p.query_run = best_run;
@@ -494,7 +539,7 @@ static int fit_run(fit_ctx *f, const fathom_source *capture, const char *base_na
         FATHOM_CHECK(!f->p.heads, FATHOM_ERR_NOMEM, "out of memory for per-head profiles");
         memset(f->p.heads, 0, synth_heads_size(&f->p) * sizeof *f->p.heads);
     }
-    FATHOM_TRY(measure(capture, r->style, r->rope_base, f->k, 1, &r->target, prof, f->p.heads));
+    FATHOM_TRY(measure(capture, r->style, r->rope_base, f->k, 1, true, &r->target, prof, f->p.heads));
     /* the capture's positional profile (kept apart: the profiles ablation
      * measures prof again on the base preset) */
     if (groups & FATHOM_SYNTH_FIT_RECENCY) {
@@ -515,17 +560,17 @@ static int fit_run(fit_ctx *f, const fathom_source *capture, const char *base_na
     snprintf(base.name, sizeof base.name, "%s", base_name);
     if (groups & FATHOM_SYNTH_FIT_PROFILES) {
         profiles_from(prof, &f->p);
-        FATHOM_TRY(stats_of(f, &base, &r->base, NULL));
+        FATHOM_TRY(stats_of(f, &base, true, &r->base, NULL));
     } else {
         memset(prof, 0, sizeof *prof);
-        FATHOM_TRY(stats_of(f, &base, &r->base, prof));
+        FATHOM_TRY(stats_of(f, &base, true, &r->base, prof));
         profiles_from(prof, &f->p);
     }
     f->p.fitted = true;
     FATHOM_TRY(search_knobs(f, groups, &r->target));
     if (groups & FATHOM_SYNTH_FIT_DRIFT) FATHOM_TRY(search_run(f, r->target.drift));
     FATHOM_TRY(synth_params_check(&f->p));
-    return stats_of(f, &f->p, &r->achieved, NULL);
+    return stats_of(f, &f->p, true, &r->achieved, NULL);
 }
 
 int fathom_synth_fit(fathom_synth_preset **out, const fathom_source *capture, const fathom_synth_fit_options *o,

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Which way a capture's queries point: the skewness of their deviation logits.
+
+  bench/query_skew.py CAPTURE [CAPTURE ...] --rope neox|adjacent --base B
+
+For each query head and each of 8 queried positions (the last, then every
+P/8-th back, as src/io/synth_fit.c samples them), the logits of the query's
+deviation from the head's mean query (both rotated back by RoPE, the
+deviation rotated to the query's position again) against each key's
+deviation from the head's mean key (rotated to the key's position), over
+the keys between the first 4 and the last 32 of the query's window; prints
+their skewness per layer and the mean over layers, heads and positions, the
+number `fathom synth-fit` reports as dev_skew (docs/synthetic.md, "Query
+direction"). Queries drawn from their per-channel moments meet the keys in
+a random direction and give about 0 on any keys; mirrored about their mean
+(bench/query_hybrid.py --mode flip) they give the negative.
+
+With --dscut C, also the share of the deviation logits' std carried by the
+C channels with the largest mean |q| * mean |k| (Double Sparsity's
+calibrated channels, measured on the capture itself). numpy only.
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from positional_means import rope, unrope  # noqa: E402
+from quant_study import read_capture  # noqa: E402
+
+SINKS, LOCAL, SAMPLES = 4, 32, 8
+
+
+def rope_style(x, pos, base, style):
+    """Rotate pre-RoPE rows x (NeoX channel order) to positions pos in the capture's layout."""
+    y = rope(x, pos, base)
+    if style == "neox":
+        return y
+    half = x.shape[-1] // 2
+    out = np.empty_like(y)
+    out[..., 0::2], out[..., 1::2] = y[..., :half], y[..., half:]
+    return out
+
+
+def skewness(x):
+    e = x - x.mean()
+    m2 = (e * e).mean()
+    return (e ** 3).mean() / m2 ** 1.5 if m2 > 0 else 0.0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("captures", nargs="+")
+    ap.add_argument("--rope", choices=["neox", "adjacent"], required=True)
+    ap.add_argument("--base", type=float, required=True)
+    ap.add_argument("--dscut", type=int, default=0)
+    a = ap.parse_args()
+    for path in a.captures:
+        meta, layers = read_capture(path)
+        fq = int(meta["first_query"])
+        per_layer, share_layer = [], []
+        for q, k, _ in layers:
+            hq, P, d = q.shape
+            hkv, n, _ = k.shape
+            G = hq // hkv
+            step = max(P // SAMPLES, 1)
+            sk, sh = [], []
+            for g in range(hkv):
+                K = k[g].astype(np.float64)
+                mk = unrope(K, np.arange(n), a.base, a.rope).mean(0)
+                Kc = K - rope_style(np.tile(mk, (n, 1)), np.arange(n), a.base, a.rope)
+                for h in range(g * G, (g + 1) * G):
+                    pos = np.arange(fq, fq + P)
+                    qp = unrope(q[h].astype(np.float64), pos, a.base, a.rope)
+                    mq = qp.mean(0)
+                    ds = None
+                    if a.dscut:
+                        ds = np.argsort(-(np.abs(q[h]).mean(0) * np.abs(K).mean(0)))[: a.dscut]
+                    for s in range(SAMPLES):
+                        i = P - 1 - s * step
+                        if i < 0:
+                            break
+                        p = fq + i
+                        if p + 1 < SINKS + LOCAL + 3:
+                            continue
+                        dq = rope_style((qp[i] - mq)[None], np.array([p]), a.base, a.rope)[0]
+                        mid = Kc[SINKS : p + 1 - LOCAL]
+                        sk.append(skewness(mid @ dq))
+                        if ds is not None:
+                            rest = np.setdiff1d(np.arange(d), ds)
+                            x, y = mid[:, ds] @ dq[ds], mid[:, rest] @ dq[rest]
+                            sh.append(x.std() / np.hypot(x.std(), y.std()))
+            per_layer.append(sk)
+            share_layer.append(sh)
+        every = [x for sk in per_layer for x in sk]
+        line = "%s: dev_skew %.4f; per layer %s" % (
+            path, np.mean(every), " / ".join("%.3f" % np.mean(sk) for sk in per_layer))
+        if a.dscut:
+            line += "; deviation-logit std share of the %d DS channels per layer %s" % (
+                a.dscut, " / ".join("%.3f" % np.mean(sh) for sh in share_layer))
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
