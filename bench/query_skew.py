@@ -17,7 +17,14 @@ a random direction and give about 0 on any keys; mirrored about their mean
 
 With --dscut C, also the share of the deviation logits' std carried by the
 C channels with the largest mean |q| * mean |k| (Double Sparsity's
-calibrated channels, measured on the capture itself). numpy only.
+calibrated channels, measured on the capture itself). With --contrib, also
+the exact split of the deviation logits' variance over the channels (channel
+j's part dq_j * Cov(k_j, L), L the logits; the parts sum to Var(L)): the
+share the C DS channels hold (C = --dscut, else 32) and the share the 32
+largest parts hold; and, per query head, the correlation over RoPE pairs of
+Var(query) against Var(key) (Spearman; pre-RoPE, pair energies), and the
+effective number of pairs (1 / sum of squared shares) of their product
+Var(query) * Var(key) (docs/synthetic.md, "Query direction"). numpy only.
 """
 import argparse
 import os
@@ -55,17 +62,18 @@ def main():
     ap.add_argument("--rope", choices=["neox", "adjacent"], required=True)
     ap.add_argument("--base", type=float, required=True)
     ap.add_argument("--dscut", type=int, default=0)
+    ap.add_argument("--contrib", action="store_true")
     a = ap.parse_args()
     for path in a.captures:
         meta, layers = read_capture(path)
         fq = int(meta["first_query"])
-        per_layer, share_layer = [], []
+        per_layer, share_layer, contrib_layer = [], [], []
         for q, k, _ in layers:
             hq, P, d = q.shape
             hkv, n, _ = k.shape
             G = hq // hkv
             step = max(P // SAMPLES, 1)
-            sk, sh = [], []
+            sk, sh, co = [], [], []
             for g in range(hkv):
                 K = k[g].astype(np.float64)
                 mk = unrope(K, np.arange(n), a.base, a.rope).mean(0)
@@ -75,8 +83,16 @@ def main():
                     qp = unrope(q[h].astype(np.float64), pos, a.base, a.rope)
                     mq = qp.mean(0)
                     ds = None
-                    if a.dscut:
-                        ds = np.argsort(-(np.abs(q[h]).mean(0) * np.abs(K).mean(0)))[: a.dscut]
+                    if a.contrib:
+                        half = d // 2
+                        vq = qp.var(0)
+                        vk = unrope(K, np.arange(n), a.base, a.rope).var(0)
+                        pq, pk = vq[:half] + vq[half:], vk[:half] + vk[half:]
+                        pc = pq * pk / np.sum(pq * pk)
+                        rank = lambda x: np.argsort(np.argsort(x))
+                        pair_stats = (np.corrcoef(rank(pq), rank(pk))[0, 1], 1 / np.sum(pc * pc))
+                    if a.dscut or a.contrib:
+                        ds = np.argsort(-(np.abs(q[h]).mean(0) * np.abs(K).mean(0)))[: a.dscut or 32]
                     for s in range(SAMPLES):
                         i = P - 1 - s * step
                         if i < 0:
@@ -87,18 +103,26 @@ def main():
                         dq = rope_style((qp[i] - mq)[None], np.array([p]), a.base, a.rope)[0]
                         mid = Kc[SINKS : p + 1 - LOCAL]
                         sk.append(skewness(mid @ dq))
-                        if ds is not None:
+                        if a.contrib:
+                            lg = mid @ dq
+                            part = dq * ((mid - mid.mean(0)) * (lg - lg.mean())[:, None]).mean(0) / lg.var()
+                            co.append((part[ds].sum(), np.sort(part)[::-1][:32].sum()) + pair_stats)
+                        if a.dscut:
                             rest = np.setdiff1d(np.arange(d), ds)
                             x, y = mid[:, ds] @ dq[ds], mid[:, rest] @ dq[rest]
                             sh.append(x.std() / np.hypot(x.std(), y.std()))
             per_layer.append(sk)
             share_layer.append(sh)
+            contrib_layer.append(co)
         every = [x for sk in per_layer for x in sk]
         line = "%s: dev_skew %.4f; per layer %s" % (
             path, np.mean(every), " / ".join("%.3f" % np.mean(sk) for sk in per_layer))
         if a.dscut:
             line += "; deviation-logit std share of the %d DS channels per layer %s" % (
                 a.dscut, " / ".join("%.3f" % np.mean(sh) for sh in share_layer))
+        if a.contrib:
+            line += "; variance parts per layer (DS channels / 32 largest / rank corr Var q, Var k over pairs / pairs of Var q * Var k) %s" % (
+                " / ".join("(%s)" % ", ".join("%.3f" % x for x in np.mean(co, 0)) for co in contrib_layer))
         print(line)
 
 
