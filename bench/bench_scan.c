@@ -500,7 +500,7 @@ int main(int argc, char **argv) {
                                                                                                    : FATHOM_SCAN_TILED_PORTABLE;
     const char *kern = isa[new_kernel == FATHOM_SCAN_AUTO ? auto_kernel : new_kernel];
     /* how the AVX-512 kernel forms its values (scan.c's pick_tiled) */
-    const char *avx512_values = fathom_scan_avx512_tables() ? "tables" : "masks";
+    const char *avx512_values = fathom_scan_avx512_values();
     const char *old_isa = isa[old_kernel];
     /* per core: plane bytes / s on one thread; all: on the largest thread count */
     const double pc_old = bytes_f / tof, pc_new = bytes_f / tnf, all_new = bytes_f / sn[ntc - 1];

@@ -189,7 +189,7 @@ int main(int argc, char **argv) {
     const double blocks = (double)((n + 63) / 64);
 
     /* how the AVX-512 kernel forms its values (scan.c's pick_tiled) */
-    const char *avx512_values = fathom_scan_avx512_tables() ? "tables" : "masks";
+    const char *avx512_values = fathom_scan_avx512_values();
     if (json)
         printf("{\"bench\": \"bench_scan_kernel\", \"context\": %llu, \"dim\": %d, \"group\": %d, "
                "\"repeats\": %d, \"fma_zmm_per_ns\": %.4f, \"fma_ymm_per_ns\": %.4f, "

@@ -450,7 +450,7 @@ FATHOM_TARGET_AVX512_BW void fathom_scan2_load_avx512_masks(const scan2_pass *ps
  * channel and 16 tokens the kernel then issues two vector operations and
  * loads besides the multiply-adds, where the masks take a blend or masked
  * add per plane plus the mask loads. Which kernel is faster depends on the
- * CPU (scan.c's scan_tables). */
+ * CPU (scan.c's scan_values). */
 
 #define TAB_TARGET FATHOM_TARGET_AVX512_TABLES
 
@@ -603,6 +603,169 @@ TAB_TARGET void fathom_scan2_block_avx512_tab(const scan2_pass *ps, const scan2_
 #define TAB_FUSED(HC) tab_fused(ps, tile, b, HC, out, ld, valid)
     SCAN_HEAD_CHUNK(ps->heads, TAB_FUSED);
 #undef TAB_FUSED
+}
+
+/* ---- tiled AVX-512 with nibble indices: one index for up to 4 plane rows ----
+ *
+ * The table kernel spends one vector operation per channel and 16 tokens on
+ * its index (a shift, or a byte widening) besides the vpermps; on Intel
+ * server cores every 512-bit operation issues on the two ports that also run
+ * the multiply-adds (and the mask kernel's mask loads take port 5 too).
+ * Here the channels, in pass order, are packed into quads of at most 4
+ * plane rows (a channel never split), and one index serves the whole quad:
+ * bit r of token i's nibble is row r's bit i. Per quad and 16 tokens that
+ * index costs one shift of a broadcast qword; per channel and 16 tokens
+ * one vpermps of its block's 16-entry table (its values by nibble, its code
+ * read from its rows' bits) remains. The values are the table kernel's:
+ * coef0 + c a 2^(1-t), exact (see above).
+ *
+ * A quad's nibbles of block b, tokens 16 g .. 16 g + 15 are one qword:
+ * byte k holds token 16 g + j_k (high nibble) and 16 g + 8 + j_k (low
+ * nibble), j = 0, 2, 4, 6, 1, 3, 5, 7, so that lane l of a qword broadcast
+ * (dword l & 1) finds its nibble at bit nib_shift[l]. The qwords come from
+ * the rows by two rounds of byte unpacks and one bit transpose
+ * (gf2p8affineqb) per line of 8 qwords. */
+
+/* Byte offset of block b's first qword within a quad (tokens 16 g on: + 0,
+ * 8, 64, 72 for g = 0 .. 3): line 2 (b & 1) + (g >> 1), qword 2 (b >> 1) + (g & 1). */
+#define NIB_BLOCK_OFFSET(b) (((b) & 1) * 128 + ((b) >> 1) * 16)
+
+/* nib_pattern[s][t][i]: the depth-t code of a channel whose rows are bits
+ * s .. s + t - 1 of nibble i (plane p at bit s + p, the code's bit t-1-p). */
+#define NIB_BIT(i, s, t, p) ((p) < (t) ? (((i) >> ((s) + (p))) & 1) << (((t) - 1 - (p)) & 3) : 0)
+#define NIB_CODE(i, s, t) (float)(NIB_BIT(i, s, t, 0) + NIB_BIT(i, s, t, 1) + NIB_BIT(i, s, t, 2) + NIB_BIT(i, s, t, 3))
+#define NIB_ROW(s, t)                                                                              \
+    {NIB_CODE(0, s, t),  NIB_CODE(1, s, t),  NIB_CODE(2, s, t),  NIB_CODE(3, s, t),                \
+     NIB_CODE(4, s, t),  NIB_CODE(5, s, t),  NIB_CODE(6, s, t),  NIB_CODE(7, s, t),                \
+     NIB_CODE(8, s, t),  NIB_CODE(9, s, t),  NIB_CODE(10, s, t), NIB_CODE(11, s, t),               \
+     NIB_CODE(12, s, t), NIB_CODE(13, s, t), NIB_CODE(14, s, t), NIB_CODE(15, s, t)}
+#define NIB_ROWS(s) {NIB_ROW(s, 0), NIB_ROW(s, 1), NIB_ROW(s, 2), NIB_ROW(s, 3), NIB_ROW(s, 4)}
+static const float nib_pattern[4][FATHOM_PLANES + 1][16] __attribute__((aligned(64))) = {
+    NIB_ROWS(0), NIB_ROWS(1), NIB_ROWS(2), NIB_ROWS(3)};
+#undef NIB_ROWS
+#undef NIB_ROW
+#undef NIB_CODE
+#undef NIB_BIT
+
+/* Quad q's nibbles from its 4 rows (NULL: a zero row) of a tile. */
+TAB_TARGET SCAN_INLINE void nib_quad(scan2_tile *tile, uint32_t q, const uint64_t *const rows[4],
+                                     int full, __mmask8 live) {
+    /* byte k of each qword selects bit j_k of the 8 bytes below */
+    const __m512i sel = _mm512_set1_epi64((long long)0x8020080240100401ull);
+    __m512i r[4];
+    for (uint32_t i = 0; i < 4; i++)
+        r[i] = !rows[i] ? _mm512_setzero_si512()
+               : full   ? _mm512_loadu_si512((const void *)rows[i])
+                        : _mm512_maskz_loadu_epi64(live, rows[i]);
+    /* per 128-bit lane (blocks 2 m, 2 m + 1), qword by qword: bytes 2 g and
+     * 2 g + 1 of rows 3, 2, 1, 0 (then bit i of byte k: row i & 3's bit j_k) */
+    const __m512i ulo = _mm512_unpacklo_epi8(r[3], r[2]), uhi = _mm512_unpackhi_epi8(r[3], r[2]);
+    const __m512i vlo = _mm512_unpacklo_epi8(r[1], r[0]), vhi = _mm512_unpackhi_epi8(r[1], r[0]);
+    const __m512i w[4] = {_mm512_unpacklo_epi16(ulo, vlo), _mm512_unpackhi_epi16(ulo, vlo),
+                          _mm512_unpacklo_epi16(uhi, vhi), _mm512_unpackhi_epi16(uhi, vhi)};
+    for (uint32_t i = 0; i < 4; i++)
+        _mm512_store_si512((void *)tile->n.idx[q][i], _mm512_gf2p8affine_epi64_epi8(sel, w[i], 0));
+}
+
+/* pat * step + c0, both broadcast from memory (a load each; the
+ * compiler's broadcasts from a register would take the shuffle port). */
+TAB_TARGET SCAN_INLINE __m512 nib_table(__m512 pat, const float *step, const float *c0) {
+    __m512 v;
+    __asm__("vbroadcastss %1, %0" : "=v"(v) : "m"(*step));
+    __asm__("vfmadd213ps %2%{1to16%}, %1, %0" : "+v"(v) : "v"(pat), "m"(*c0));
+    return v;
+}
+
+TAB_TARGET void fathom_scan2_load_avx512_nib(const scan2_pass *ps, const fathom_segment_view *view,
+                                             uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
+                                             scan2_tile *tile) {
+    _Static_assert(SCAN2_TILE_BLOCKS == 8, "a tile is one 64-byte line of each plane row");
+    const __mmask8 live = (__mmask8)((1u << nb) - 1u); /* a short tile reads only its blocks */
+    const int full = nb == SCAN2_TILE_BLOCKS;
+    const uint64_t S = ps->S;
+    const uint64_t *rows[4] = {NULL, NULL, NULL, NULL};
+    uint32_t q = 0, used = 0; /* the open quad and its rows */
+    for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
+        const __m256 zero = _mm256_set1_ps(1.0f / (float)(1u << t) - 1.0f); /* scan2_coef0 */
+        const __m256 unit = _mm256_set1_ps(1.0f / (float)(1u << (t - 1)));  /* scan2_coefp(a, t-1) */
+        for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++) {
+            if (used + t > 4) {
+                nib_quad(tile, q++, rows, full, live);
+                rows[0] = rows[1] = rows[2] = rows[3] = NULL;
+                used = 0;
+            }
+            tile->n.quad[k] = (uint8_t)q;
+            tile->n.start[k] = used == 0;
+            const uint64_t j = ps->channels[k];
+            const uint64_t *row = view->planes + j * FATHOM_PLANES * S + b0;
+            for (uint32_t p = 0; p < t; p++) {
+                if (prefetch) SCAN2_PREFETCH(row + p * S + ahead);
+                rows[used + p] = row + p * S;
+            }
+            const uint16_t *scale = view->scales + j * S + b0;
+            if (prefetch) SCAN2_PREFETCH(scale + ahead);
+            const __m256 a = _mm256_cvtph_ps(full ? _mm_loadu_si128((const __m128i *)(const void *)scale)
+                                                  : _mm_maskz_loadu_epi16(live, scale));
+            float c0s[8], steps[8];
+            _mm256_storeu_ps(c0s, _mm256_mul_ps(a, zero));
+            _mm256_storeu_ps(steps, _mm256_mul_ps(a, unit));
+            const __m512 pat = _mm512_load_ps(nib_pattern[used][t]);
+            for (uint32_t b = 0; b < SCAN2_TILE_BLOCKS; b++)
+                _mm512_store_ps(tile->n.tab[k][b], nib_table(pat, &steps[b], &c0s[b]));
+            used += t;
+        }
+    }
+    if (used) nib_quad(tile, q, rows, full, live);
+}
+
+/* vpermps into a register of its own: the compiler's intrinsic may write
+ * over the index, which the quad's next channel reads again (and then
+ * copies it first, one more vector operation per channel and 16 tokens). */
+TAB_TARGET SCAN_INLINE __m512 nib_permute(__m512i idx, __m512 table) {
+    __m512 v;
+    __asm__("vpermps %2, %1, %0" : "=v"(v) : "v"(idx), "v"(table));
+    return v;
+}
+
+TAB_TARGET SCAN_INLINE void nib_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                      const uint32_t HC, float *out, uint64_t ld, uint32_t valid) {
+    /* lane l's nibble in dword l & 1 of its qword */
+    const __m512i nib_shift = _mm512_setr_epi32(4, 4, 12, 12, 20, 20, 28, 28, 0, 0, 8, 8, 16, 16, 24, 24);
+    const unsigned char *line = (const unsigned char *)tile->n.idx + NIB_BLOCK_OFFSET(b);
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (uint32_t h = 0; h < HC; h++)
+#pragma GCC unroll 4
+        for (uint32_t g = 0; g < 4; g++) acc[h][g] = _mm512_setzero_ps();
+    __m512i idx[4];
+    for (uint32_t g = 0; g < 4; g++) idx[g] = _mm512_setzero_si512();
+    const uint32_t count = ps->count; /* a local: not reloaded every channel */
+    for (uint32_t k = 0; k < count; k++) {
+        if (tile->n.start[k]) {
+            const unsigned char *qw = line + (size_t)tile->n.quad[k] * sizeof tile->n.idx[0];
+            static const uint32_t at[4] = {0, 8, 64, 72};
+#pragma GCC unroll 4
+            for (uint32_t g = 0; g < 4; g++) {
+                int64_t x;
+                memcpy(&x, qw + at[g], sizeof x);
+                idx[g] = _mm512_srlv_epi32(_mm512_set1_epi64(x), nib_shift);
+            }
+        }
+        const __m512 table = _mm512_load_ps(tile->n.tab[k][b]);
+        __m512 v[4];
+#pragma GCC unroll 4
+        for (uint32_t g = 0; g < 4; g++) v[g] = nib_permute(idx[g], table);
+        avx512_channel_fma(ps, k, HC, v, acc);
+    }
+    avx512_put_block(ps, HC, acc, out, ld, valid);
+}
+
+TAB_TARGET void fathom_scan2_block_avx512_nib(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                              float *dec, float *out, uint64_t ld, uint32_t valid) {
+    (void)dec;
+#define NIB_FUSED(HC) nib_fused(ps, tile, b, HC, out, ld, valid)
+    SCAN_HEAD_CHUNK(ps->heads, NIB_FUSED);
+#undef NIB_FUSED
 }
 
 /* ---- the candidate filter (scan_internal.h), 16 scores per step ---- */
