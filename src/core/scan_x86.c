@@ -696,6 +696,7 @@ TAB_TARGET void fathom_scan2_load_avx512_nib(const scan2_pass *ps, const fathom_
             }
             tile->n.quad[k] = (uint8_t)q;
             tile->n.start[k] = used == 0;
+            tile->n.bit[k] = (uint8_t)used;
             const uint64_t j = ps->channels[k];
             const uint64_t *row = view->planes + j * FATHOM_PLANES * S + b0;
             for (uint32_t p = 0; p < t; p++) {
@@ -706,16 +707,20 @@ TAB_TARGET void fathom_scan2_load_avx512_nib(const scan2_pass *ps, const fathom_
             if (prefetch) SCAN2_PREFETCH(scale + ahead);
             const __m256 a = _mm256_cvtph_ps(full ? _mm_loadu_si128((const __m128i *)(const void *)scale)
                                                   : _mm_maskz_loadu_epi16(live, scale));
-            float c0s[8], steps[8];
-            _mm256_storeu_ps(c0s, _mm256_mul_ps(a, zero));
-            _mm256_storeu_ps(steps, _mm256_mul_ps(a, unit));
-            const __m512 pat = _mm512_load_ps(nib_pattern[used][t]);
-            for (uint32_t b = 0; b < SCAN2_TILE_BLOCKS; b++)
-                _mm512_store_ps(tile->n.tab[k][b], nib_table(pat, &steps[b], &c0s[b]));
+            _mm256_store_ps(tile->n.c0[k], _mm256_mul_ps(a, zero));
+            _mm256_store_ps(tile->n.step[k], _mm256_mul_ps(a, unit));
             used += t;
         }
     }
     if (used) nib_quad(tile, q, rows, full, live);
+    /* the tables, once every channel's coefficients are stored (read back
+     * by broadcasts well after their stores) */
+    for (uint32_t t = 1; t <= FATHOM_PLANES; t++)
+        for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++) {
+            const __m512 pat = _mm512_load_ps(nib_pattern[tile->n.bit[k]][t]);
+            for (uint32_t b = 0; b < SCAN2_TILE_BLOCKS; b++)
+                _mm512_store_ps(tile->n.tab[k][b], nib_table(pat, &tile->n.step[k][b], &tile->n.c0[k][b]));
+        }
 }
 
 /* vpermps into a register of its own: the compiler's intrinsic may write
