@@ -363,28 +363,35 @@ AVX512_TARGET SCAN_INLINE void avx512_put_block(const scan2_pass *ps, const uint
     }
 }
 
-AVX512_TARGET SCAN_INLINE void avx512_fused(const scan2_pass *ps, const scan2_tile *tile,
-                                            uint32_t b, const uint32_t HC, float *out, uint64_t ld,
-                                            uint32_t valid) {
-    __m512 acc[4][4];
-#pragma GCC unroll 4
-    for (uint32_t h = 0; h < HC; h++)
-#pragma GCC unroll 4
-        for (uint32_t g = 0; g < 4; g++) acc[h][g] = _mm512_setzero_ps();
-#define AVX512_DEPTH(T) avx512_fused_depth(ps, tile, b, T, HC, acc)
-    SCAN_FOR_EACH_DEPTH(AVX512_DEPTH);
-#undef AVX512_DEPTH
-    avx512_put_block(ps, HC, acc, out, ld, valid);
-}
+/* Stamps NAME, an AVX-512 block function (scan2_block_fn) under TARGET:
+ * the chunk's accumulators for 64 tokens in registers, the channels of
+ * each depth T scored into them by DEPTH(ps, tile, b, T, HC, acc), then
+ * written out. */
+#define SCAN2_AVX512_BLOCK(NAME, TARGET, DEPTH)                                                    \
+    TARGET SCAN_INLINE void NAME##_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b, \
+                                         const uint32_t HC, float *out, uint64_t ld,               \
+                                         uint32_t valid) {                                         \
+        __m512 acc[4][4];                                                                          \
+        _Pragma("GCC unroll 4") for (uint32_t h = 0; h < HC; h++)                                  \
+            _Pragma("GCC unroll 4") for (uint32_t g = 0; g < 4; g++) acc[h][g] = _mm512_setzero_ps(); \
+        DEPTH(ps, tile, b, 1, HC, acc);                                                            \
+        DEPTH(ps, tile, b, 2, HC, acc);                                                            \
+        DEPTH(ps, tile, b, 3, HC, acc);                                                            \
+        DEPTH(ps, tile, b, 4, HC, acc);                                                            \
+        avx512_put_block(ps, HC, acc, out, ld, valid);                                             \
+    }                                                                                              \
+    TARGET void NAME(const scan2_pass *ps, const scan2_tile *tile, uint32_t b, float *dec,         \
+                     float *out, uint64_t ld, uint32_t valid) {                                    \
+        (void)dec;                                                                                 \
+        switch (ps->heads) { /* SCAN_HEAD_CHUNK */                                                 \
+        case 4: NAME##_fused(ps, tile, b, 4, out, ld, valid); break;                               \
+        case 3: NAME##_fused(ps, tile, b, 3, out, ld, valid); break;                               \
+        case 2: NAME##_fused(ps, tile, b, 2, out, ld, valid); break;                               \
+        default: NAME##_fused(ps, tile, b, 1, out, ld, valid); break;                              \
+        }                                                                                          \
+    }
 
-AVX512_TARGET void fathom_scan2_block_avx512(const scan2_pass *ps, const scan2_tile *tile,
-                                             uint32_t b, float *dec, float *out, uint64_t ld,
-                                             uint32_t valid) {
-    (void)dec;
-#define AVX512_FUSED(HC) avx512_fused(ps, tile, b, HC, out, ld, valid)
-    SCAN_HEAD_CHUNK(ps->heads, AVX512_FUSED);
-#undef AVX512_FUSED
-}
+SCAN2_AVX512_BLOCK(fathom_scan2_block_avx512, AVX512_TARGET, avx512_fused_depth)
 
 /* The mask kernel's staging and coefficients in one pass (AVX-512 BW + VL):
  * each plane row's line of the tile copied with one masked vector load (a
@@ -584,26 +591,7 @@ TAB_TARGET SCAN_INLINE void tab_depth(const scan2_pass *ps, const scan2_tile *ti
     }
 }
 
-TAB_TARGET SCAN_INLINE void tab_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
-                                      const uint32_t HC, float *out, uint64_t ld, uint32_t valid) {
-    __m512 acc[4][4];
-#pragma GCC unroll 4
-    for (uint32_t h = 0; h < HC; h++)
-#pragma GCC unroll 4
-        for (uint32_t g = 0; g < 4; g++) acc[h][g] = _mm512_setzero_ps();
-#define TAB_DEPTH(T) tab_depth(ps, tile, b, T, HC, acc)
-    SCAN_FOR_EACH_DEPTH(TAB_DEPTH);
-#undef TAB_DEPTH
-    avx512_put_block(ps, HC, acc, out, ld, valid);
-}
-
-TAB_TARGET void fathom_scan2_block_avx512_tab(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
-                                              float *dec, float *out, uint64_t ld, uint32_t valid) {
-    (void)dec;
-#define TAB_FUSED(HC) tab_fused(ps, tile, b, HC, out, ld, valid)
-    SCAN_HEAD_CHUNK(ps->heads, TAB_FUSED);
-#undef TAB_FUSED
-}
+SCAN2_AVX512_BLOCK(fathom_scan2_block_avx512_tab, TAB_TARGET, tab_depth)
 
 /* ---- tiled AVX-512 with nibble indices: one index for up to 4 plane rows ----
  *
