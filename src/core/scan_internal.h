@@ -205,16 +205,15 @@ typedef struct scan2_tile {
          * into quads of at most 4 plane rows; idx[q] quad q's nibbles (token
          * i's 4 row bits), 4 lines of 8 qwords (nib_idx_offset); tab[k][b]
          * channel k's 16 values of block b by nibble; quad[k] channel k's
-         * quad; start[k] whether channel k is its quad's first; c0, step its
-         * coefficients by block */
+         * quad; start[k] whether channel k is its quad's first; a[k] its
+         * scales */
         struct {
             float tab[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS][16];
             uint64_t idx[SCAN_PASS_CHANNELS][4][8];
             uint8_t quad[SCAN_PASS_CHANNELS];
             uint8_t start[SCAN_PASS_CHANNELS];
             uint8_t bit[SCAN_PASS_CHANNELS]; /* its first row's bit in the nibble */
-            float c0[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS];   /* scan2_coef0 by block */
-            float step[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS]; /* scan2_coefp(a, t-1) */
+            float a[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS]; /* the scales by block */
         } n;
     } __attribute__((aligned(64)));
 } scan2_tile;

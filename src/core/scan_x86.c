@@ -604,8 +604,9 @@ SCAN2_AVX512_BLOCK(fathom_scan2_block_avx512_tab, TAB_TARGET, tab_depth)
  * bit r of token i's nibble is row r's bit i. Per quad and 16 tokens that
  * index costs one shift of a broadcast qword; per channel and 16 tokens
  * one vpermps of its block's 16-entry table (its values by nibble, its code
- * read from its rows' bits) remains. The values are the table kernel's:
- * coef0 + c a 2^(1-t), exact (see above).
+ * read from its rows' bits) remains. The values are the table kernel's,
+ * coef0 + c a 2^(1-t), formed as a times (2 c + 1 - 2^t) / 2^t: exact (see
+ * nib_unit), so equal.
  *
  * A quad's nibbles of block b, tokens 16 g .. 16 g + 15 are one qword:
  * byte k holds token 16 g + j_k (high nibble) and 16 g + 8 + j_k (low
@@ -618,20 +619,25 @@ SCAN2_AVX512_BLOCK(fathom_scan2_block_avx512_tab, TAB_TARGET, tab_depth)
  * 8, 64, 72 for g = 0 .. 3): line 2 (b & 1) + (g >> 1), qword 2 (b >> 1) + (g & 1). */
 #define NIB_BLOCK_OFFSET(b) (((b) & 1) * 128 + ((b) >> 1) * 16)
 
-/* nib_pattern[s][t][i]: the depth-t code of a channel whose rows are bits
- * s .. s + t - 1 of nibble i (plane p at bit s + p, the code's bit t-1-p). */
+/* nib_unit[s][t][i]: the value at scale 1 of the depth-t code c of a
+ * channel whose rows are bits s .. s + t - 1 of nibble i (plane p at bit
+ * s + p, the code's bit t - 1 - p): (2 c + 1 - 2^t) / 2^t, at most 5
+ * significant bits, so its product with the block's scale a is exact and
+ * equals coef0 + c a 2^(1-t) of the other kernels. */
 #define NIB_BIT(i, s, t, p) ((p) < (t) ? (((i) >> ((s) + (p))) & 1) << (((t) - 1 - (p)) & 3) : 0)
-#define NIB_CODE(i, s, t) (float)(NIB_BIT(i, s, t, 0) + NIB_BIT(i, s, t, 1) + NIB_BIT(i, s, t, 2) + NIB_BIT(i, s, t, 3))
+#define NIB_CODE(i, s, t) (NIB_BIT(i, s, t, 0) + NIB_BIT(i, s, t, 1) + NIB_BIT(i, s, t, 2) + NIB_BIT(i, s, t, 3))
+#define NIB_UNIT(i, s, t) ((float)(2 * NIB_CODE(i, s, t) + 1 - (1 << (t))) / (float)(1 << (t)))
 #define NIB_ROW(s, t)                                                                              \
-    {NIB_CODE(0, s, t),  NIB_CODE(1, s, t),  NIB_CODE(2, s, t),  NIB_CODE(3, s, t),                \
-     NIB_CODE(4, s, t),  NIB_CODE(5, s, t),  NIB_CODE(6, s, t),  NIB_CODE(7, s, t),                \
-     NIB_CODE(8, s, t),  NIB_CODE(9, s, t),  NIB_CODE(10, s, t), NIB_CODE(11, s, t),               \
-     NIB_CODE(12, s, t), NIB_CODE(13, s, t), NIB_CODE(14, s, t), NIB_CODE(15, s, t)}
+    {NIB_UNIT(0, s, t),  NIB_UNIT(1, s, t),  NIB_UNIT(2, s, t),  NIB_UNIT(3, s, t),                \
+     NIB_UNIT(4, s, t),  NIB_UNIT(5, s, t),  NIB_UNIT(6, s, t),  NIB_UNIT(7, s, t),                \
+     NIB_UNIT(8, s, t),  NIB_UNIT(9, s, t),  NIB_UNIT(10, s, t), NIB_UNIT(11, s, t),               \
+     NIB_UNIT(12, s, t), NIB_UNIT(13, s, t), NIB_UNIT(14, s, t), NIB_UNIT(15, s, t)}
 #define NIB_ROWS(s) {NIB_ROW(s, 0), NIB_ROW(s, 1), NIB_ROW(s, 2), NIB_ROW(s, 3), NIB_ROW(s, 4)}
-static const float nib_pattern[4][FATHOM_PLANES + 1][16] __attribute__((aligned(64))) = {
+static const float nib_unit[4][FATHOM_PLANES + 1][16] __attribute__((aligned(64))) = {
     NIB_ROWS(0), NIB_ROWS(1), NIB_ROWS(2), NIB_ROWS(3)};
 #undef NIB_ROWS
 #undef NIB_ROW
+#undef NIB_UNIT
 #undef NIB_CODE
 #undef NIB_BIT
 
@@ -655,12 +661,11 @@ TAB_TARGET SCAN_INLINE void nib_quad(scan2_tile *tile, uint32_t q, const uint64_
         _mm512_store_si512((void *)tile->n.idx[q][i], _mm512_gf2p8affine_epi64_epi8(sel, w[i], 0));
 }
 
-/* pat * step + c0, both broadcast from memory (a load each; the
- * compiler's broadcasts from a register would take the shuffle port). */
-TAB_TARGET SCAN_INLINE __m512 nib_table(__m512 pat, const float *step, const float *c0) {
+/* unit * a, a broadcast from memory (a load; the compiler's broadcast from
+ * a register would take the shuffle port). */
+TAB_TARGET SCAN_INLINE __m512 nib_table(__m512 unit, const float *a) {
     __m512 v;
-    __asm__("vbroadcastss %1, %0" : "=v"(v) : "m"(*step));
-    __asm__("vfmadd213ps %2%{1to16%}, %1, %0" : "+v"(v) : "v"(pat), "m"(*c0));
+    __asm__("vmulps %2%{1to16%}, %1, %0" : "=v"(v) : "v"(unit), "m"(*a));
     return v;
 }
 
@@ -674,8 +679,6 @@ TAB_TARGET void fathom_scan2_load_avx512_nib(const scan2_pass *ps, const fathom_
     const uint64_t *rows[4] = {NULL, NULL, NULL, NULL};
     uint32_t q = 0, used = 0; /* the open quad and its rows */
     for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
-        const __m256 zero = _mm256_set1_ps(1.0f / (float)(1u << t) - 1.0f); /* scan2_coef0 */
-        const __m256 unit = _mm256_set1_ps(1.0f / (float)(1u << (t - 1)));  /* scan2_coefp(a, t-1) */
         for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++) {
             if (used + t > 4) {
                 nib_quad(tile, q++, rows, full, live);
@@ -693,21 +696,19 @@ TAB_TARGET void fathom_scan2_load_avx512_nib(const scan2_pass *ps, const fathom_
             }
             const uint16_t *scale = view->scales + j * S + b0;
             if (prefetch) SCAN2_PREFETCH(scale + ahead);
-            const __m256 a = _mm256_cvtph_ps(full ? _mm_loadu_si128((const __m128i *)(const void *)scale)
-                                                  : _mm_maskz_loadu_epi16(live, scale));
-            _mm256_store_ps(tile->n.c0[k], _mm256_mul_ps(a, zero));
-            _mm256_store_ps(tile->n.step[k], _mm256_mul_ps(a, unit));
+            _mm256_store_ps(tile->n.a[k], _mm256_cvtph_ps(full ? _mm_loadu_si128((const __m128i *)(const void *)scale)
+                                                               : _mm_maskz_loadu_epi16(live, scale)));
             used += t;
         }
     }
     if (used) nib_quad(tile, q, rows, full, live);
-    /* the tables, once every channel's coefficients are stored (read back
-     * by broadcasts well after their stores) */
+    /* the tables, once every channel's scales are stored (read back by
+     * broadcasts well after their stores) */
     for (uint32_t t = 1; t <= FATHOM_PLANES; t++)
         for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++) {
-            const __m512 pat = _mm512_load_ps(nib_pattern[tile->n.bit[k]][t]);
+            const __m512 unit = _mm512_load_ps(nib_unit[tile->n.bit[k]][t]);
             for (uint32_t b = 0; b < SCAN2_TILE_BLOCKS; b++)
-                _mm512_store_ps(tile->n.tab[k][b], nib_table(pat, &tile->n.step[k][b], &tile->n.c0[k][b]));
+                _mm512_store_ps(tile->n.tab[k][b], nib_table(unit, &tile->n.a[k][b]));
         }
 }
 
