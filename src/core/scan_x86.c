@@ -373,7 +373,8 @@ AVX512_TARGET SCAN_INLINE void avx512_put_block(const scan2_pass *ps, const uint
                                          uint32_t valid) {                                         \
         __m512 acc[4][4];                                                                          \
         _Pragma("GCC unroll 4") for (uint32_t h = 0; h < HC; h++)                                  \
-            _Pragma("GCC unroll 4") for (uint32_t g = 0; g < 4; g++) acc[h][g] = _mm512_setzero_ps(); \
+            _Pragma("GCC unroll 4") for (uint32_t g = 0; g < 4; g++)                               \
+                acc[h][g] = _mm512_setzero_ps();                                                   \
         DEPTH(ps, tile, b, 1, HC, acc);                                                            \
         DEPTH(ps, tile, b, 2, HC, acc);                                                            \
         DEPTH(ps, tile, b, 3, HC, acc);                                                            \
@@ -625,7 +626,8 @@ SCAN2_AVX512_BLOCK(fathom_scan2_block_avx512_tab, TAB_TARGET, tab_depth)
  * significant bits, so its product with the block's scale a is exact and
  * equals coef0 + c a 2^(1-t) of the other kernels. */
 #define NIB_BIT(i, s, t, p) ((p) < (t) ? (((i) >> ((s) + (p))) & 1) << (((t) - 1 - (p)) & 3) : 0)
-#define NIB_CODE(i, s, t) (NIB_BIT(i, s, t, 0) + NIB_BIT(i, s, t, 1) + NIB_BIT(i, s, t, 2) + NIB_BIT(i, s, t, 3))
+#define NIB_CODE(i, s, t)                                                                          \
+    (NIB_BIT(i, s, t, 0) + NIB_BIT(i, s, t, 1) + NIB_BIT(i, s, t, 2) + NIB_BIT(i, s, t, 3))
 #define NIB_UNIT(i, s, t) ((float)(2 * NIB_CODE(i, s, t) + 1 - (1 << (t))) / (float)(1 << (t)))
 #define NIB_ROW(s, t)                                                                              \
     {NIB_UNIT(0, s, t),  NIB_UNIT(1, s, t),  NIB_UNIT(2, s, t),  NIB_UNIT(3, s, t),                \
@@ -651,8 +653,10 @@ TAB_TARGET SCAN_INLINE void nib_quad(scan2_tile *tile, uint32_t q, const uint64_
         r[i] = !rows[i] ? _mm512_setzero_si512()
                : full   ? _mm512_loadu_si512((const void *)rows[i])
                         : _mm512_maskz_loadu_epi64(live, rows[i]);
-    /* per 128-bit lane (blocks 2 m, 2 m + 1), qword by qword: bytes 2 g and
-     * 2 g + 1 of rows 3, 2, 1, 0 (then bit i of byte k: row i & 3's bit j_k) */
+    /* per 128-bit lane (blocks 2 m, 2 m + 1), qword by qword: byte 2 g of
+     * rows 3, 2, 1, 0, then byte 2 g + 1 of the same; the transpose puts
+     * row r's bit j_k of byte 2 g + 1 at bit r of byte k, of byte 2 g at
+     * bit 4 + r */
     const __m512i ulo = _mm512_unpacklo_epi8(r[3], r[2]), uhi = _mm512_unpackhi_epi8(r[3], r[2]);
     const __m512i vlo = _mm512_unpacklo_epi8(r[1], r[0]), vhi = _mm512_unpackhi_epi8(r[1], r[0]);
     const __m512i w[4] = {_mm512_unpacklo_epi16(ulo, vlo), _mm512_unpackhi_epi16(ulo, vlo),
@@ -696,8 +700,9 @@ TAB_TARGET void fathom_scan2_load_avx512_nib(const scan2_pass *ps, const fathom_
             }
             const uint16_t *scale = view->scales + j * S + b0;
             if (prefetch) SCAN2_PREFETCH(scale + ahead);
-            _mm256_store_ps(tile->n.a[k], _mm256_cvtph_ps(full ? _mm_loadu_si128((const __m128i *)(const void *)scale)
-                                                               : _mm_maskz_loadu_epi16(live, scale)));
+            const __m128i a = full ? _mm_loadu_si128((const __m128i *)(const void *)scale)
+                                   : _mm_maskz_loadu_epi16(live, scale);
+            _mm256_store_ps(tile->n.a[k], _mm256_cvtph_ps(a));
             used += t;
         }
     }
@@ -724,7 +729,8 @@ TAB_TARGET SCAN_INLINE __m512 nib_permute(__m512i idx, __m512 table) {
 TAB_TARGET SCAN_INLINE void nib_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
                                       const uint32_t HC, float *out, uint64_t ld, uint32_t valid) {
     /* lane l's nibble in dword l & 1 of its qword */
-    const __m512i nib_shift = _mm512_setr_epi32(4, 4, 12, 12, 20, 20, 28, 28, 0, 0, 8, 8, 16, 16, 24, 24);
+    const __m512i nib_shift =
+        _mm512_setr_epi32(4, 4, 12, 12, 20, 20, 28, 28, 0, 0, 8, 8, 16, 16, 24, 24);
     const unsigned char *line = (const unsigned char *)tile->n.idx + NIB_BLOCK_OFFSET(b);
     __m512 acc[4][4];
 #pragma GCC unroll 4
@@ -754,8 +760,9 @@ TAB_TARGET SCAN_INLINE void nib_fused(const scan2_pass *ps, const scan2_tile *ti
     avx512_put_block(ps, HC, acc, out, ld, valid);
 }
 
-TAB_TARGET void fathom_scan2_block_avx512_nib(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
-                                              float *dec, float *out, uint64_t ld, uint32_t valid) {
+TAB_TARGET void fathom_scan2_block_avx512_nib(const scan2_pass *ps, const scan2_tile *tile,
+                                              uint32_t b, float *dec, float *out, uint64_t ld,
+                                              uint32_t valid) {
     (void)dec;
 #define NIB_FUSED(HC) nib_fused(ps, tile, b, HC, out, ld, valid)
     SCAN_HEAD_CHUNK(ps->heads, NIB_FUSED);
