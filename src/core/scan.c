@@ -310,19 +310,20 @@ typedef struct scan2_kernel {
 
 #ifdef FATHOM_X86
 /* Where the AVX-512 kernel reads its values from (scan_x86.c): 0 masks, 1
- * tables, 2 tables by nibble indices. All give the same scores; which is
+ * tables, 2 tables by nibble indices, 3 the same with each table formed in
+ * the block loop (no stored tables). All give the same scores; which is
  * faster is the CPU's: on Zen 4 the tables (mask registers are slow to load
  * there), on Intel server cores the nibble indices (every 512-bit operation
  * there, mask loads included, takes one of the multiply-adds' two ports,
  * and the nibbles take the fewest). Default: tables on AMD CPUs, nibbles
  * elsewhere, where the CPU has their features (masks otherwise);
- * FATHOM_SCAN_TABLES=0, 1 or 2 overrides (benchmarks), within the features. */
+ * FATHOM_SCAN_TABLES=0 to 3 overrides (benchmarks), within the features. */
 static int scan_values(void) {
     static atomic_int cached = -1;
     int v = atomic_load_explicit(&cached, memory_order_relaxed);
     if (v < 0) {
         const char *e = getenv("FATHOM_SCAN_TABLES");
-        v = e && *e >= '0' && *e <= '2' ? *e - '0' : fathom_cpu_is_amd() ? 1 : 2;
+        v = e && *e >= '0' && *e <= '3' ? *e - '0' : fathom_cpu_is_amd() ? 1 : 2;
         if (!fathom_cpu_has(FATHOM_CPU_AVX512_TABLES)) v = 0;
         atomic_store_explicit(&cached, v, memory_order_relaxed);
     }
@@ -351,6 +352,9 @@ static scan2_kernel pick_tiled(fathom_scan_kernel kernel) {
             return (scan2_kernel){NULL, fathom_scan2_block_avx512_tab, fathom_scan2_load_avx512_tab};
         if (values == 2)
             return (scan2_kernel){NULL, fathom_scan2_block_avx512_nib, fathom_scan2_load_avx512_nib};
+        if (values == 3)
+            return (scan2_kernel){NULL, fathom_scan2_block_avx512_nib_inloop,
+                                  fathom_scan2_load_avx512_nib_inloop};
         return (scan2_kernel){fathom_scan2_coef_x86, fathom_scan2_block_avx512,
                               fathom_cpu_has(FATHOM_CPU_AVX512 | FATHOM_CPU_AVX512BW |
                                              FATHOM_CPU_AVX512VL)

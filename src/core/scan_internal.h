@@ -203,17 +203,18 @@ typedef struct scan2_tile {
         } t;
         /* the nibble kernel's (scan_x86.c): channels packed in pass order
          * into quads of at most 4 plane rows; idx[q] quad q's nibbles (token
-         * i's 4 row bits), 4 lines of 8 qwords (nib_idx_offset); tab[k][b]
-         * channel k's 16 values of block b by nibble; quad[k] channel k's
-         * quad; start[k] whether channel k is its quad's first; a[k] its
-         * scales */
+         * i's 4 row bits), 4 lines of 8 qwords (NIB_BLOCK_OFFSET); per
+         * channel k: tab[k][b] its 16 values of block b by nibble (or,
+         * formed in the loop, unit[k] its row of nib_unit times a[k][b]),
+         * start[k] whether it is its quad's first, bit[k] its first row's
+         * bit in the nibble, a[k] its scales by block */
         struct {
             float tab[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS][16];
             uint64_t idx[SCAN_PASS_CHANNELS][4][8];
-            uint8_t quad[SCAN_PASS_CHANNELS];
+            const float *unit[SCAN_PASS_CHANNELS];
             uint8_t start[SCAN_PASS_CHANNELS];
-            uint8_t bit[SCAN_PASS_CHANNELS]; /* its first row's bit in the nibble */
-            float a[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS]; /* the scales by block */
+            uint8_t bit[SCAN_PASS_CHANNELS];
+            float a[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS];
         } n;
     } __attribute__((aligned(64)));
 } scan2_tile;
@@ -296,6 +297,12 @@ void fathom_scan2_load_avx512_nib(const scan2_pass *pass, const fathom_segment_v
                                   scan2_tile *tile);
 void fathom_scan2_block_avx512_nib(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
                                    float *dec, float *out, uint64_t ld, uint32_t valid);
+void fathom_scan2_load_avx512_nib_inloop(const scan2_pass *pass, const fathom_segment_view *view,
+                                         uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
+                                         scan2_tile *tile);
+void fathom_scan2_block_avx512_nib_inloop(const scan2_pass *pass, const scan2_tile *tile,
+                                          uint32_t b, float *dec, float *out, uint64_t ld,
+                                          uint32_t valid);
 void fathom_scan2_block_avx512_tab(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
                                    float *dec, float *out, uint64_t ld, uint32_t valid);
 void fathom_scan2_coef_x86(const scan2_pass *pass, scan2_tile *tile);

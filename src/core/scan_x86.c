@@ -673,9 +673,11 @@ TAB_TARGET SCAN_INLINE __m512 nib_table(__m512 unit, const float *a) {
     return v;
 }
 
-TAB_TARGET void fathom_scan2_load_avx512_nib(const scan2_pass *ps, const fathom_segment_view *view,
-                                             uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
-                                             scan2_tile *tile) {
+/* A tile's quads, scales and, with TABLES, tables (without: each channel's
+ * row of nib_unit, which the block loop multiplies by the scale itself). */
+TAB_TARGET SCAN_INLINE void nib_load(const scan2_pass *ps, const fathom_segment_view *view,
+                                     uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
+                                     scan2_tile *tile, const int TABLES) {
     _Static_assert(SCAN2_TILE_BLOCKS == 8, "a tile is one 64-byte line of each plane row");
     const __mmask8 live = (__mmask8)((1u << nb) - 1u); /* a short tile reads only its blocks */
     const int full = nb == SCAN2_TILE_BLOCKS;
@@ -689,7 +691,6 @@ TAB_TARGET void fathom_scan2_load_avx512_nib(const scan2_pass *ps, const fathom_
                 rows[0] = rows[1] = rows[2] = rows[3] = NULL;
                 used = 0;
             }
-            tile->n.quad[k] = (uint8_t)q;
             tile->n.start[k] = used == 0;
             tile->n.bit[k] = (uint8_t)used;
             const uint64_t j = ps->channels[k];
@@ -711,10 +712,27 @@ TAB_TARGET void fathom_scan2_load_avx512_nib(const scan2_pass *ps, const fathom_
      * broadcasts well after their stores) */
     for (uint32_t t = 1; t <= FATHOM_PLANES; t++)
         for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++) {
+            if (!TABLES) {
+                tile->n.unit[k] = nib_unit[tile->n.bit[k]][t];
+                continue;
+            }
             const __m512 unit = _mm512_load_ps(nib_unit[tile->n.bit[k]][t]);
             for (uint32_t b = 0; b < SCAN2_TILE_BLOCKS; b++)
                 _mm512_store_ps(tile->n.tab[k][b], nib_table(unit, &tile->n.a[k][b]));
         }
+}
+
+TAB_TARGET void fathom_scan2_load_avx512_nib(const scan2_pass *ps, const fathom_segment_view *view,
+                                             uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
+                                             scan2_tile *tile) {
+    nib_load(ps, view, b0, nb, ahead, prefetch, tile, 1);
+}
+
+TAB_TARGET void fathom_scan2_load_avx512_nib_inloop(const scan2_pass *ps,
+                                                    const fathom_segment_view *view, uint32_t b0,
+                                                    uint32_t nb, uint32_t ahead, int prefetch,
+                                                    scan2_tile *tile) {
+    nib_load(ps, view, b0, nb, ahead, prefetch, tile, 0);
 }
 
 /* vpermps into a register of its own: the compiler's intrinsic may write
@@ -727,11 +745,15 @@ TAB_TARGET SCAN_INLINE __m512 nib_permute(__m512i idx, __m512 table) {
 }
 
 TAB_TARGET SCAN_INLINE void nib_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
-                                      const uint32_t HC, float *out, uint64_t ld, uint32_t valid) {
+                                      const uint32_t HC, float *out, uint64_t ld, uint32_t valid,
+                                      const int TABLES) {
     /* lane l's nibble in dword l & 1 of its qword */
     const __m512i nib_shift =
         _mm512_setr_epi32(4, 4, 12, 12, 20, 20, 28, 28, 0, 0, 8, 8, 16, 16, 24, 24);
-    const unsigned char *line = (const unsigned char *)tile->n.idx + NIB_BLOCK_OFFSET(b);
+    /* the quads in order: the next quad's qwords one quad further on (no
+     * load in their address) */
+    const unsigned char *qw =
+        (const unsigned char *)tile->n.idx + NIB_BLOCK_OFFSET(b) - sizeof tile->n.idx[0];
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (uint32_t h = 0; h < HC; h++)
@@ -742,7 +764,7 @@ TAB_TARGET SCAN_INLINE void nib_fused(const scan2_pass *ps, const scan2_tile *ti
     const uint32_t count = ps->count; /* a local: not reloaded every channel */
     for (uint32_t k = 0; k < count; k++) {
         if (tile->n.start[k]) {
-            const unsigned char *qw = line + (size_t)tile->n.quad[k] * sizeof tile->n.idx[0];
+            qw += sizeof tile->n.idx[0];
             static const uint32_t at[4] = {0, 8, 64, 72};
 #pragma GCC unroll 4
             for (uint32_t g = 0; g < 4; g++) {
@@ -751,7 +773,8 @@ TAB_TARGET SCAN_INLINE void nib_fused(const scan2_pass *ps, const scan2_tile *ti
                 idx[g] = _mm512_srlv_epi32(_mm512_set1_epi64(x), nib_shift);
             }
         }
-        const __m512 table = _mm512_load_ps(tile->n.tab[k][b]);
+        const __m512 table = TABLES ? _mm512_load_ps(tile->n.tab[k][b])
+                                    : nib_table(_mm512_load_ps(tile->n.unit[k]), &tile->n.a[k][b]);
         __m512 v[4];
 #pragma GCC unroll 4
         for (uint32_t g = 0; g < 4; g++) v[g] = nib_permute(idx[g], table);
@@ -764,7 +787,18 @@ TAB_TARGET void fathom_scan2_block_avx512_nib(const scan2_pass *ps, const scan2_
                                               uint32_t b, float *dec, float *out, uint64_t ld,
                                               uint32_t valid) {
     (void)dec;
-#define NIB_FUSED(HC) nib_fused(ps, tile, b, HC, out, ld, valid)
+#define NIB_FUSED(HC) nib_fused(ps, tile, b, HC, out, ld, valid, 1)
+    SCAN_HEAD_CHUNK(ps->heads, NIB_FUSED);
+#undef NIB_FUSED
+}
+
+/* The same with the tables formed in the loop: one multiply per channel
+ * there in place of a stored table (fathom_scan2_load_avx512_nib_inloop). */
+TAB_TARGET void fathom_scan2_block_avx512_nib_inloop(const scan2_pass *ps, const scan2_tile *tile,
+                                                     uint32_t b, float *dec, float *out,
+                                                     uint64_t ld, uint32_t valid) {
+    (void)dec;
+#define NIB_FUSED(HC) nib_fused(ps, tile, b, HC, out, ld, valid, 0)
     SCAN_HEAD_CHUNK(ps->heads, NIB_FUSED);
 #undef NIB_FUSED
 }

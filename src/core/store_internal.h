@@ -91,12 +91,13 @@ void fathom_variance_from_sums(uint32_t dim, uint64_t n, const double *sum, cons
                                float *out);
 
 /* Where the AVX-512 tiled kernel reads its values from: 0 masks (or off
- * x86), 1 tables, 2 tables by nibble indices; the same scores each way
- * (scan.c says which runs where; FATHOM_SCAN_TABLES=0, 1 or 2 in the
- * environment overrides). fathom_scan_avx512_values names it. */
+ * x86), 1 tables, 2 tables by nibble indices, 3 the same with the tables
+ * formed in the block loop; the same scores each way (scan.c says which
+ * runs where; FATHOM_SCAN_TABLES=0 to 3 in the environment overrides).
+ * fathom_scan_avx512_values names it. */
 int fathom_scan_avx512_tables(void);
 static inline const char *fathom_scan_avx512_values(void) {
-    static const char *const names[3] = {"masks", "tables", "nibbles"};
+    static const char *const names[4] = {"masks", "tables", "nibbles", "nibbles-inloop"};
     return names[fathom_scan_avx512_tables()];
 }
 
