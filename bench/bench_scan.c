@@ -26,7 +26,7 @@
  * [head][G][n] scores, then fathom_select per query head on the pool;
  * "scan+select" is fathom_scan_select_parallel, which keeps only candidates
  * and never writes the scores out. Their selections are checked equal. */
-#include "bench_clock.h"
+#include "bench_fma.h"
 #include "cpu.h"
 #include "fathom.h"
 #include "pool.h"
@@ -103,36 +103,15 @@ static double read_bandwidth(fathom_pool *pool, const uint64_t *buf, uint64_t wo
  * this rate, timed the same way, shows how much. */
 
 #ifdef FATHOM_X86
-#include <immintrin.h>
-#define FMA12                                                                                      \
-    "vfmadd231ps %[x], %[y], %[a0]\n\tvfmadd231ps %[x], %[y], %[a1]\n\t"                           \
-    "vfmadd231ps %[x], %[y], %[a2]\n\tvfmadd231ps %[x], %[y], %[a3]\n\t"                           \
-    "vfmadd231ps %[x], %[y], %[a4]\n\tvfmadd231ps %[x], %[y], %[a5]\n\t"                           \
-    "vfmadd231ps %[x], %[y], %[a6]\n\tvfmadd231ps %[x], %[y], %[a7]\n\t"                           \
-    "vfmadd231ps %[x], %[y], %[a8]\n\tvfmadd231ps %[x], %[y], %[a9]\n\t"                           \
-    "vfmadd231ps %[x], %[y], %[a10]\n\tvfmadd231ps %[x], %[y], %[a11]\n\t"
-
 typedef struct fma_ctx {
     long n;
     double rate[MAX_THREADS]; /* per worker */
 } fma_ctx;
 
-FATHOM_TARGET_AVX512 static int fma_task(void *c_, uint32_t i, uint32_t worker) {
+static int fma_task(void *c_, uint32_t i, uint32_t worker) {
     (void)i;
     fma_ctx *c = c_;
-    const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-7f);
-    __m512 a0 = _mm512_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
-           a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
-    const double t0 = now_s();
-    for (long k = 0; k < c->n; k++)
-        __asm__ volatile(FMA12
-                         : [a0] "+v"(a0), [a1] "+v"(a1), [a2] "+v"(a2), [a3] "+v"(a3), [a4] "+v"(a4),
-                           [a5] "+v"(a5), [a6] "+v"(a6), [a7] "+v"(a7), [a8] "+v"(a8), [a9] "+v"(a9),
-                           [a10] "+v"(a10), [a11] "+v"(a11)
-                         : [x] "v"(x), [y] "v"(y));
-    c->rate[worker] = 12.0 * (double)c->n / (now_s() - t0) * 1e-9;
-    volatile float sink = _mm512_reduce_add_ps(_mm512_add_ps(a0, a11));
-    (void)sink;
+    c->rate[worker] = bench_fma_rate_zmm(c->n);
     return FATHOM_OK;
 }
 #endif
@@ -500,7 +479,7 @@ int main(int argc, char **argv) {
                                                                                                    : FATHOM_SCAN_TILED_PORTABLE;
     const char *kern = isa[new_kernel == FATHOM_SCAN_AUTO ? auto_kernel : new_kernel];
     /* how the AVX-512 kernel forms its values (scan.c's pick_tiled) */
-    const char *avx512_values = fathom_scan_avx512_tables() ? "tables" : "masks";
+    const char *avx512_values = fathom_scan_avx512_values();
     const char *old_isa = isa[old_kernel];
     /* per core: plane bytes / s on one thread; all: on the largest thread count */
     const double pc_old = bytes_f / tof, pc_new = bytes_f / tnf, all_new = bytes_f / sn[ntc - 1];

@@ -21,7 +21,7 @@
  *
  * --json: one JSON object on stdout (scripts/record-result adds the machine,
  * date and commit). */
-#include "bench_clock.h"
+#include "bench_fma.h"
 #include "cpu.h"
 #include "fathom.h"
 #include "store_internal.h"
@@ -31,10 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#ifdef FATHOM_X86
-#include <immintrin.h>
-#endif
 
 #define DIM 128
 #define GROUP 4
@@ -48,51 +44,7 @@ static float rng_unit(void) { /* xorshift64, uniform in [-1, 1) */
     return (float)((double)(rng >> 11) * (2.0 / 9007199254740992.0) - 1.0);
 }
 
-/* ---- this core's multiply-add rate: 12 independent chains ---- */
-
-#ifdef FATHOM_X86
-#define FMA_BODY                                                                                   \
-    "vfmadd231ps %[x], %[y], %[a0]\n\tvfmadd231ps %[x], %[y], %[a1]\n\t"                           \
-    "vfmadd231ps %[x], %[y], %[a2]\n\tvfmadd231ps %[x], %[y], %[a3]\n\t"                           \
-    "vfmadd231ps %[x], %[y], %[a4]\n\tvfmadd231ps %[x], %[y], %[a5]\n\t"                           \
-    "vfmadd231ps %[x], %[y], %[a6]\n\tvfmadd231ps %[x], %[y], %[a7]\n\t"                           \
-    "vfmadd231ps %[x], %[y], %[a8]\n\tvfmadd231ps %[x], %[y], %[a9]\n\t"                           \
-    "vfmadd231ps %[x], %[y], %[a10]\n\tvfmadd231ps %[x], %[y], %[a11]\n\t"
-#define FMA_OPERANDS                                                                               \
-    : [a0] "+v"(a0), [a1] "+v"(a1), [a2] "+v"(a2), [a3] "+v"(a3), [a4] "+v"(a4), [a5] "+v"(a5),    \
-      [a6] "+v"(a6), [a7] "+v"(a7), [a8] "+v"(a8), [a9] "+v"(a9), [a10] "+v"(a10),                 \
-      [a11] "+v"(a11)                                                                              \
-    : [x] "v"(x), [y] "v"(y)
-
-/* Vector multiply-adds per nanosecond, 16 lanes each (named accumulators:
- * an array would live in memory). */
-FATHOM_TARGET_AVX512 static double fma_rate_zmm(long n) {
-    const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-7f);
-    __m512 a0 = _mm512_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
-           a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
-    const double t0 = now_s();
-    for (long i = 0; i < n; i++) __asm__ volatile(FMA_BODY FMA_OPERANDS);
-    const double dt = now_s() - t0;
-    volatile float sink = _mm512_reduce_add_ps(_mm512_add_ps(a0, a11));
-    (void)sink;
-    return 12.0 * (double)n / dt * 1e-9;
-}
-
-/* Vector multiply-adds per nanosecond, 8 lanes each. */
-FATHOM_TARGET_AVX2 static double fma_rate_ymm(long n) {
-    const __m256 x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(1e-7f);
-    __m256 a0 = _mm256_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
-           a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
-    const double t0 = now_s();
-    for (long i = 0; i < n; i++) __asm__ volatile(FMA_BODY FMA_OPERANDS);
-    const double dt = now_s() - t0;
-    float s[8];
-    _mm256_storeu_ps(s, _mm256_add_ps(a0, a11));
-    volatile float sink = s[0];
-    (void)sink;
-    return 12.0 * (double)n / dt * 1e-9;
-}
-#endif
+/* ---- this core's multiply-add rate (bench_fma.h) ---- */
 
 /* The best of 5 timings of the rate for 16 or 8 lanes (0 where this CPU
  * lacks the width). */
@@ -100,8 +52,8 @@ static double fma_rate(int lanes) {
     double best = 0;
 #ifdef FATHOM_X86
     for (int r = 0; r < 5; r++) {
-        double x = lanes == 16 ? (fathom_cpu_has(FATHOM_CPU_AVX512) ? fma_rate_zmm(20000000) : 0)
-                               : (fathom_cpu_has(FATHOM_CPU_AVX2) ? fma_rate_ymm(20000000) : 0);
+        double x = lanes == 16 ? (fathom_cpu_has(FATHOM_CPU_AVX512) ? bench_fma_rate_zmm(20000000) : 0)
+                               : (fathom_cpu_has(FATHOM_CPU_AVX2) ? bench_fma_rate_ymm(20000000) : 0);
         if (x > best) best = x;
     }
 #else
@@ -189,7 +141,7 @@ int main(int argc, char **argv) {
     const double blocks = (double)((n + 63) / 64);
 
     /* how the AVX-512 kernel forms its values (scan.c's pick_tiled) */
-    const char *avx512_values = fathom_scan_avx512_tables() ? "tables" : "masks";
+    const char *avx512_values = fathom_scan_avx512_values();
     if (json)
         printf("{\"bench\": \"bench_scan_kernel\", \"context\": %llu, \"dim\": %d, \"group\": %d, "
                "\"repeats\": %d, \"fma_zmm_per_ns\": %.4f, \"fma_ymm_per_ns\": %.4f, "

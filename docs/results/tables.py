@@ -257,6 +257,13 @@ def bench_scan_tiled(rec):
                  "grows with the depth, and ds:32's depth-4 channels cost it more than fathom:48's shallow ones do.")
                 if r["tiled_isa"] == "avx512" and r.get("avx512_values", "masks") == "masks" else
                 (" The AVX-512 tiled kernel reads each channel's values from a 16-entry table of its values in the "
+                 "block (vpermps) by an index that up to 4 plane rows share (the channels packed in pass order into "
+                 "quads of at most 4 rows; per quad and 16 tokens one shift of a broadcast qword of nibbles, formed "
+                 "once per tile), so per active channel and 64-token block it issues 4 table lookups, 4 / (channels "
+                 "per quad) shifts and one multiply-add forming its table besides the 16 multiply-adds of G = 4, "
+                 "whatever the depth (the plane-by-plane kernel: 4t, and 4 mask loads per plane).")
+                if r["tiled_isa"] == "avx512" and r.get("avx512_values", "").startswith("nibbles") else
+                (" The AVX-512 tiled kernel reads each channel's values from a 16-entry table of its values in the "
                  "block (vpermps; indices from the plane's bits at depth 1, from 2-bit codes at depth 2, from code "
                  "bytes at depth 3 and 4, formed once per tile), so per active channel and 64-token block it issues "
                  "8 vector operations besides the 16 multiply-adds of G = 4 whatever the depth (the plane-by-plane "
@@ -325,6 +332,8 @@ def bench_scan_kernel(rec):
              "rates are noisy (load average in the record).\n"
              % (r["context"], r["dim"], r["group"], r["fma_zmm_per_ns"], r["fma_ymm_per_ns"],
                 "a blend and t - 1 masked adds per 16 tokens" if r.get("avx512_values", "masks") == "masks"
+                else "per 16 tokens a table lookup (vpermps) and a share of an index that up to 4 plane rows share, "
+                "the tile's nibbles and tables formed once" if r.get("avx512_values", "").startswith("nibbles")
                 else "per 16 tokens an index and a table lookup (vpermps), the tile's codes and tables formed once",
                 "%s KiB, the rows each plan reads" % " and ".join(
                     "%.0f" % ((8 * x["bits"] + 2 * x["channels"]) * ((r["context"] + 63) // 64) / 1024.0)

@@ -309,18 +309,22 @@ typedef struct scan2_kernel {
 } scan2_kernel;
 
 #ifdef FATHOM_X86
-/* Whether the AVX-512 kernel reads its values from tables (scan_x86.c).
- * Both give the same scores; which is faster is the CPU's: on Zen 4 the
- * tables (mask registers are slow to load there), on the Xeon measured so
- * far the masks. Default: tables on AMD CPUs that have the features;
- * FATHOM_SCAN_TABLES=0 or 1 overrides (benchmarks), within the features. */
-static int scan_tables(void) {
+/* Where the AVX-512 kernel reads its values from (scan_x86.c): 0 masks, 1
+ * tables, 2 tables by nibble indices, 3 the same with each table formed in
+ * the block loop (no stored tables). All give the same scores; which is
+ * faster is the CPU's: on Zen 4 the tables (mask registers are slow to load
+ * there), on Intel server cores the nibble indices (every 512-bit operation
+ * there, mask loads included, takes one of the multiply-adds' two ports,
+ * and the nibbles take the fewest). Default: tables on AMD CPUs, nibbles
+ * elsewhere, where the CPU has their features (masks otherwise);
+ * FATHOM_SCAN_TABLES=0 to 3 overrides (benchmarks), within the features. */
+static int scan_values(void) {
     static atomic_int cached = -1;
     int v = atomic_load_explicit(&cached, memory_order_relaxed);
     if (v < 0) {
         const char *e = getenv("FATHOM_SCAN_TABLES");
-        v = e && *e ? e[0] == '1' : fathom_cpu_is_amd();
-        v = v && fathom_cpu_has(FATHOM_CPU_AVX512_TABLES);
+        v = e && *e >= '0' && *e <= '3' ? *e - '0' : fathom_cpu_is_amd() ? 1 : 2;
+        if (!fathom_cpu_has(FATHOM_CPU_AVX512_TABLES)) v = 0;
         atomic_store_explicit(&cached, v, memory_order_relaxed);
     }
     return v;
@@ -329,7 +333,7 @@ static int scan_tables(void) {
 
 int fathom_scan_avx512_tables(void) {
 #ifdef FATHOM_X86
-    return scan_tables();
+    return scan_values();
 #else
     return 0;
 #endif
@@ -337,14 +341,20 @@ int fathom_scan_avx512_tables(void) {
 
 /* The tiled kernel for `kernel`; AUTO takes the widest this CPU runs (their
  * scores are equal, operation for operation). The AVX-512 kernel reads its
- * values from tables or from masks (scan_tables); the mask kernel stages
+ * values from masks, tables or nibble indices (scan_values); the mask kernel stages
  * its tile in one pass where the CPU has AVX-512 BW and VL. */
 static scan2_kernel pick_tiled(fathom_scan_kernel kernel) {
 #ifdef FATHOM_X86
     if (kernel == FATHOM_SCAN_TILED_AVX512 ||
         (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX512))) {
-        if (scan_tables())
+        const int values = scan_values();
+        if (values == 1)
             return (scan2_kernel){NULL, fathom_scan2_block_avx512_tab, fathom_scan2_load_avx512_tab};
+        if (values == 2)
+            return (scan2_kernel){NULL, fathom_scan2_block_avx512_nib, fathom_scan2_load_avx512_nib};
+        if (values == 3)
+            return (scan2_kernel){NULL, fathom_scan2_block_avx512_nib_inloop,
+                                  fathom_scan2_load_avx512_nib_inloop};
         return (scan2_kernel){fathom_scan2_coef_x86, fathom_scan2_block_avx512,
                               fathom_cpu_has(FATHOM_CPU_AVX512 | FATHOM_CPU_AVX512BW |
                                              FATHOM_CPU_AVX512VL)

@@ -201,6 +201,21 @@ typedef struct scan2_tile {
             uint8_t codes[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS][64];
             float tab[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS][16];
         } t;
+        /* the nibble kernel's (scan_x86.c): channels packed in pass order
+         * into quads of at most 4 plane rows; idx[q] quad q's nibbles (token
+         * i's 4 row bits), 4 lines of 8 qwords (NIB_BLOCK_OFFSET); per
+         * channel k: tab[k][b] its 16 values of block b by nibble (or,
+         * formed in the loop, unit[k] its row of nib_unit times a[k][b]),
+         * start[k] whether it is its quad's first, bit[k] its first row's
+         * bit in the nibble, a[k] its scales by block */
+        struct {
+            float tab[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS][16];
+            uint64_t idx[SCAN_PASS_CHANNELS][4][8];
+            const float *unit[SCAN_PASS_CHANNELS];
+            uint8_t start[SCAN_PASS_CHANNELS];
+            uint8_t bit[SCAN_PASS_CHANNELS];
+            float a[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS];
+        } n;
     } __attribute__((aligned(64)));
 } scan2_tile;
 
@@ -277,6 +292,17 @@ void fathom_scan2_load_avx512_masks(const scan2_pass *pass, const fathom_segment
 void fathom_scan2_load_avx512_tab(const scan2_pass *pass, const fathom_segment_view *view,
                                   uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
                                   scan2_tile *tile);
+void fathom_scan2_load_avx512_nib(const scan2_pass *pass, const fathom_segment_view *view,
+                                  uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
+                                  scan2_tile *tile);
+void fathom_scan2_block_avx512_nib(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
+                                   float *dec, float *out, uint64_t ld, uint32_t valid);
+void fathom_scan2_load_avx512_nib_inloop(const scan2_pass *pass, const fathom_segment_view *view,
+                                         uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
+                                         scan2_tile *tile);
+void fathom_scan2_block_avx512_nib_inloop(const scan2_pass *pass, const scan2_tile *tile,
+                                          uint32_t b, float *dec, float *out, uint64_t ld,
+                                          uint32_t valid);
 void fathom_scan2_block_avx512_tab(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
                                    float *dec, float *out, uint64_t ld, uint32_t valid);
 void fathom_scan2_coef_x86(const scan2_pass *pass, scan2_tile *tile);

@@ -363,28 +363,36 @@ AVX512_TARGET SCAN_INLINE void avx512_put_block(const scan2_pass *ps, const uint
     }
 }
 
-AVX512_TARGET SCAN_INLINE void avx512_fused(const scan2_pass *ps, const scan2_tile *tile,
-                                            uint32_t b, const uint32_t HC, float *out, uint64_t ld,
-                                            uint32_t valid) {
-    __m512 acc[4][4];
-#pragma GCC unroll 4
-    for (uint32_t h = 0; h < HC; h++)
-#pragma GCC unroll 4
-        for (uint32_t g = 0; g < 4; g++) acc[h][g] = _mm512_setzero_ps();
-#define AVX512_DEPTH(T) avx512_fused_depth(ps, tile, b, T, HC, acc)
-    SCAN_FOR_EACH_DEPTH(AVX512_DEPTH);
-#undef AVX512_DEPTH
-    avx512_put_block(ps, HC, acc, out, ld, valid);
-}
+/* Stamps NAME, an AVX-512 block function (scan2_block_fn) under TARGET:
+ * the chunk's accumulators for 64 tokens in registers, the channels of
+ * each depth T scored into them by DEPTH(ps, tile, b, T, HC, acc), then
+ * written out. */
+#define SCAN2_AVX512_BLOCK(NAME, TARGET, DEPTH)                                                    \
+    TARGET SCAN_INLINE void NAME##_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b, \
+                                         const uint32_t HC, float *out, uint64_t ld,               \
+                                         uint32_t valid) {                                         \
+        __m512 acc[4][4];                                                                          \
+        _Pragma("GCC unroll 4") for (uint32_t h = 0; h < HC; h++)                                  \
+            _Pragma("GCC unroll 4") for (uint32_t g = 0; g < 4; g++)                               \
+                acc[h][g] = _mm512_setzero_ps();                                                   \
+        DEPTH(ps, tile, b, 1, HC, acc);                                                            \
+        DEPTH(ps, tile, b, 2, HC, acc);                                                            \
+        DEPTH(ps, tile, b, 3, HC, acc);                                                            \
+        DEPTH(ps, tile, b, 4, HC, acc);                                                            \
+        avx512_put_block(ps, HC, acc, out, ld, valid);                                             \
+    }                                                                                              \
+    TARGET void NAME(const scan2_pass *ps, const scan2_tile *tile, uint32_t b, float *dec,         \
+                     float *out, uint64_t ld, uint32_t valid) {                                    \
+        (void)dec;                                                                                 \
+        switch (ps->heads) { /* SCAN_HEAD_CHUNK */                                                 \
+        case 4: NAME##_fused(ps, tile, b, 4, out, ld, valid); break;                               \
+        case 3: NAME##_fused(ps, tile, b, 3, out, ld, valid); break;                               \
+        case 2: NAME##_fused(ps, tile, b, 2, out, ld, valid); break;                               \
+        default: NAME##_fused(ps, tile, b, 1, out, ld, valid); break;                              \
+        }                                                                                          \
+    }
 
-AVX512_TARGET void fathom_scan2_block_avx512(const scan2_pass *ps, const scan2_tile *tile,
-                                             uint32_t b, float *dec, float *out, uint64_t ld,
-                                             uint32_t valid) {
-    (void)dec;
-#define AVX512_FUSED(HC) avx512_fused(ps, tile, b, HC, out, ld, valid)
-    SCAN_HEAD_CHUNK(ps->heads, AVX512_FUSED);
-#undef AVX512_FUSED
-}
+SCAN2_AVX512_BLOCK(fathom_scan2_block_avx512, AVX512_TARGET, avx512_fused_depth)
 
 /* The mask kernel's staging and coefficients in one pass (AVX-512 BW + VL):
  * each plane row's line of the tile copied with one masked vector load (a
@@ -450,7 +458,7 @@ FATHOM_TARGET_AVX512_BW void fathom_scan2_load_avx512_masks(const scan2_pass *ps
  * channel and 16 tokens the kernel then issues two vector operations and
  * loads besides the multiply-adds, where the masks take a blend or masked
  * add per plane plus the mask loads. Which kernel is faster depends on the
- * CPU (scan.c's scan_tables). */
+ * CPU (scan.c's scan_values). */
 
 #define TAB_TARGET FATHOM_TARGET_AVX512_TABLES
 
@@ -584,25 +592,215 @@ TAB_TARGET SCAN_INLINE void tab_depth(const scan2_pass *ps, const scan2_tile *ti
     }
 }
 
-TAB_TARGET SCAN_INLINE void tab_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
-                                      const uint32_t HC, float *out, uint64_t ld, uint32_t valid) {
+SCAN2_AVX512_BLOCK(fathom_scan2_block_avx512_tab, TAB_TARGET, tab_depth)
+
+/* ---- tiled AVX-512 with nibble indices: one index for up to 4 plane rows ----
+ *
+ * The table kernel spends one vector operation per channel and 16 tokens on
+ * its index (a shift, or a byte widening) besides the vpermps; on Intel
+ * server cores every 512-bit operation issues on the two ports that also run
+ * the multiply-adds (and the mask kernel's mask loads take port 5 too).
+ * Here the channels, in pass order, are packed into quads of at most 4
+ * plane rows (a channel never split), and one index serves the whole quad:
+ * bit r of token i's nibble is row r's bit i. Per quad and 16 tokens that
+ * index costs one shift of a broadcast qword; per channel and 16 tokens
+ * one vpermps of its block's 16-entry table (its values by nibble, its code
+ * read from its rows' bits) remains. The values are the table kernel's,
+ * coef0 + c a 2^(1-t), formed as a times (2 c + 1 - 2^t) / 2^t: exact (see
+ * nib_unit), so equal.
+ *
+ * A quad's nibbles of block b, tokens 16 g .. 16 g + 15 are one qword:
+ * byte k holds token 16 g + j_k (high nibble) and 16 g + 8 + j_k (low
+ * nibble), j = 0, 2, 4, 6, 1, 3, 5, 7, so that lane l of a qword broadcast
+ * (dword l & 1) finds its nibble at bit nib_shift[l]. The qwords come from
+ * the rows by two rounds of byte unpacks and one bit transpose
+ * (gf2p8affineqb) per line of 8 qwords. */
+
+/* Byte offset of block b's first qword within a quad (tokens 16 g on: + 0,
+ * 8, 64, 72 for g = 0 .. 3): line 2 (b & 1) + (g >> 1), qword 2 (b >> 1) + (g & 1). */
+#define NIB_BLOCK_OFFSET(b) (((b) & 1) * 128 + ((b) >> 1) * 16)
+
+/* nib_unit[s][t][i]: the value at scale 1 of the depth-t code c of a
+ * channel whose rows are bits s .. s + t - 1 of nibble i (plane p at bit
+ * s + p, the code's bit t - 1 - p): (2 c + 1 - 2^t) / 2^t, at most 5
+ * significant bits, so its product with the block's scale a is exact and
+ * equals coef0 + c a 2^(1-t) of the other kernels. */
+#define NIB_BIT(i, s, t, p) ((p) < (t) ? (((i) >> ((s) + (p))) & 1) << (((t) - 1 - (p)) & 3) : 0)
+#define NIB_CODE(i, s, t)                                                                          \
+    (NIB_BIT(i, s, t, 0) + NIB_BIT(i, s, t, 1) + NIB_BIT(i, s, t, 2) + NIB_BIT(i, s, t, 3))
+#define NIB_UNIT(i, s, t) ((float)(2 * NIB_CODE(i, s, t) + 1 - (1 << (t))) / (float)(1 << (t)))
+#define NIB_ROW(s, t)                                                                              \
+    {NIB_UNIT(0, s, t),  NIB_UNIT(1, s, t),  NIB_UNIT(2, s, t),  NIB_UNIT(3, s, t),                \
+     NIB_UNIT(4, s, t),  NIB_UNIT(5, s, t),  NIB_UNIT(6, s, t),  NIB_UNIT(7, s, t),                \
+     NIB_UNIT(8, s, t),  NIB_UNIT(9, s, t),  NIB_UNIT(10, s, t), NIB_UNIT(11, s, t),               \
+     NIB_UNIT(12, s, t), NIB_UNIT(13, s, t), NIB_UNIT(14, s, t), NIB_UNIT(15, s, t)}
+#define NIB_ROWS(s) {NIB_ROW(s, 0), NIB_ROW(s, 1), NIB_ROW(s, 2), NIB_ROW(s, 3), NIB_ROW(s, 4)}
+static const float nib_unit[4][FATHOM_PLANES + 1][16] __attribute__((aligned(64))) = {
+    NIB_ROWS(0), NIB_ROWS(1), NIB_ROWS(2), NIB_ROWS(3)};
+#undef NIB_ROWS
+#undef NIB_ROW
+#undef NIB_UNIT
+#undef NIB_CODE
+#undef NIB_BIT
+
+/* Quad q's nibbles from its 4 rows (NULL: a zero row) of a tile. */
+TAB_TARGET SCAN_INLINE void nib_quad(scan2_tile *tile, uint32_t q, const uint64_t *const rows[4],
+                                     int full, __mmask8 live) {
+    /* byte k of each qword selects bit j_k of the 8 bytes below */
+    const __m512i sel = _mm512_set1_epi64((long long)0x8020080240100401ull);
+    __m512i r[4];
+    for (uint32_t i = 0; i < 4; i++)
+        r[i] = !rows[i] ? _mm512_setzero_si512()
+               : full   ? _mm512_loadu_si512((const void *)rows[i])
+                        : _mm512_maskz_loadu_epi64(live, rows[i]);
+    /* per 128-bit lane (blocks 2 m, 2 m + 1), qword by qword: byte 2 g of
+     * rows 3, 2, 1, 0, then byte 2 g + 1 of the same; the transpose puts
+     * row r's bit j_k of byte 2 g + 1 at bit r of byte k, of byte 2 g at
+     * bit 4 + r */
+    const __m512i ulo = _mm512_unpacklo_epi8(r[3], r[2]), uhi = _mm512_unpackhi_epi8(r[3], r[2]);
+    const __m512i vlo = _mm512_unpacklo_epi8(r[1], r[0]), vhi = _mm512_unpackhi_epi8(r[1], r[0]);
+    const __m512i w[4] = {_mm512_unpacklo_epi16(ulo, vlo), _mm512_unpackhi_epi16(ulo, vlo),
+                          _mm512_unpacklo_epi16(uhi, vhi), _mm512_unpackhi_epi16(uhi, vhi)};
+    for (uint32_t i = 0; i < 4; i++)
+        _mm512_store_si512((void *)tile->n.idx[q][i], _mm512_gf2p8affine_epi64_epi8(sel, w[i], 0));
+}
+
+/* unit * a, a broadcast from memory (a load; the compiler's broadcast from
+ * a register would take the shuffle port). */
+TAB_TARGET SCAN_INLINE __m512 nib_table(__m512 unit, const float *a) {
+    __m512 v;
+    __asm__("vmulps %2%{1to16%}, %1, %0" : "=v"(v) : "v"(unit), "m"(*a));
+    return v;
+}
+
+/* A tile's quads, scales and, with TABLES, tables (without: each channel's
+ * row of nib_unit, which the block loop multiplies by the scale itself). */
+TAB_TARGET SCAN_INLINE void nib_load(const scan2_pass *ps, const fathom_segment_view *view,
+                                     uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
+                                     scan2_tile *tile, const int TABLES) {
+    _Static_assert(SCAN2_TILE_BLOCKS == 8, "a tile is one 64-byte line of each plane row");
+    const __mmask8 live = (__mmask8)((1u << nb) - 1u); /* a short tile reads only its blocks */
+    const int full = nb == SCAN2_TILE_BLOCKS;
+    const uint64_t S = ps->S;
+    const uint64_t *rows[4] = {NULL, NULL, NULL, NULL};
+    uint32_t q = 0, used = 0; /* the open quad and its rows */
+    for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
+        for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++) {
+            if (used + t > 4) {
+                nib_quad(tile, q++, rows, full, live);
+                rows[0] = rows[1] = rows[2] = rows[3] = NULL;
+                used = 0;
+            }
+            tile->n.start[k] = used == 0;
+            tile->n.bit[k] = (uint8_t)used;
+            const uint64_t j = ps->channels[k];
+            const uint64_t *row = view->planes + j * FATHOM_PLANES * S + b0;
+            for (uint32_t p = 0; p < t; p++) {
+                if (prefetch) SCAN2_PREFETCH(row + p * S + ahead);
+                rows[used + p] = row + p * S;
+            }
+            const uint16_t *scale = view->scales + j * S + b0;
+            if (prefetch) SCAN2_PREFETCH(scale + ahead);
+            const __m128i a = full ? _mm_loadu_si128((const __m128i *)(const void *)scale)
+                                   : _mm_maskz_loadu_epi16(live, scale);
+            _mm256_store_ps(tile->n.a[k], _mm256_cvtph_ps(a));
+            used += t;
+        }
+    }
+    if (used) nib_quad(tile, q, rows, full, live);
+    /* the tables, once every channel's scales are stored (read back by
+     * broadcasts well after their stores) */
+    for (uint32_t t = 1; t <= FATHOM_PLANES; t++)
+        for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++) {
+            if (!TABLES) {
+                tile->n.unit[k] = nib_unit[tile->n.bit[k]][t];
+                continue;
+            }
+            const __m512 unit = _mm512_load_ps(nib_unit[tile->n.bit[k]][t]);
+            for (uint32_t b = 0; b < SCAN2_TILE_BLOCKS; b++)
+                _mm512_store_ps(tile->n.tab[k][b], nib_table(unit, &tile->n.a[k][b]));
+        }
+}
+
+TAB_TARGET void fathom_scan2_load_avx512_nib(const scan2_pass *ps, const fathom_segment_view *view,
+                                             uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
+                                             scan2_tile *tile) {
+    nib_load(ps, view, b0, nb, ahead, prefetch, tile, 1);
+}
+
+TAB_TARGET void fathom_scan2_load_avx512_nib_inloop(const scan2_pass *ps,
+                                                    const fathom_segment_view *view, uint32_t b0,
+                                                    uint32_t nb, uint32_t ahead, int prefetch,
+                                                    scan2_tile *tile) {
+    nib_load(ps, view, b0, nb, ahead, prefetch, tile, 0);
+}
+
+/* vpermps into a register of its own: the compiler's intrinsic may write
+ * over the index, which the quad's next channel reads again (and then
+ * copies it first, one more vector operation per channel and 16 tokens). */
+TAB_TARGET SCAN_INLINE __m512 nib_permute(__m512i idx, __m512 table) {
+    __m512 v;
+    __asm__("vpermps %2, %1, %0" : "=v"(v) : "v"(idx), "v"(table));
+    return v;
+}
+
+TAB_TARGET SCAN_INLINE void nib_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                      const uint32_t HC, float *out, uint64_t ld, uint32_t valid,
+                                      const int TABLES) {
+    /* lane l's nibble in dword l & 1 of its qword */
+    const __m512i nib_shift =
+        _mm512_setr_epi32(4, 4, 12, 12, 20, 20, 28, 28, 0, 0, 8, 8, 16, 16, 24, 24);
+    /* the quads in order: the next quad's qwords one quad further on (no
+     * load in their address) */
+    const unsigned char *qw =
+        (const unsigned char *)tile->n.idx + NIB_BLOCK_OFFSET(b) - sizeof tile->n.idx[0];
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (uint32_t h = 0; h < HC; h++)
 #pragma GCC unroll 4
         for (uint32_t g = 0; g < 4; g++) acc[h][g] = _mm512_setzero_ps();
-#define TAB_DEPTH(T) tab_depth(ps, tile, b, T, HC, acc)
-    SCAN_FOR_EACH_DEPTH(TAB_DEPTH);
-#undef TAB_DEPTH
+    __m512i idx[4];
+    for (uint32_t g = 0; g < 4; g++) idx[g] = _mm512_setzero_si512();
+    const uint32_t count = ps->count; /* a local: not reloaded every channel */
+    for (uint32_t k = 0; k < count; k++) {
+        if (tile->n.start[k]) {
+            qw += sizeof tile->n.idx[0];
+            static const uint32_t at[4] = {0, 8, 64, 72};
+#pragma GCC unroll 4
+            for (uint32_t g = 0; g < 4; g++) {
+                int64_t x;
+                memcpy(&x, qw + at[g], sizeof x);
+                idx[g] = _mm512_srlv_epi32(_mm512_set1_epi64(x), nib_shift);
+            }
+        }
+        const __m512 table = TABLES ? _mm512_load_ps(tile->n.tab[k][b])
+                                    : nib_table(_mm512_load_ps(tile->n.unit[k]), &tile->n.a[k][b]);
+        __m512 v[4];
+#pragma GCC unroll 4
+        for (uint32_t g = 0; g < 4; g++) v[g] = nib_permute(idx[g], table);
+        avx512_channel_fma(ps, k, HC, v, acc);
+    }
     avx512_put_block(ps, HC, acc, out, ld, valid);
 }
 
-TAB_TARGET void fathom_scan2_block_avx512_tab(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
-                                              float *dec, float *out, uint64_t ld, uint32_t valid) {
+TAB_TARGET void fathom_scan2_block_avx512_nib(const scan2_pass *ps, const scan2_tile *tile,
+                                              uint32_t b, float *dec, float *out, uint64_t ld,
+                                              uint32_t valid) {
     (void)dec;
-#define TAB_FUSED(HC) tab_fused(ps, tile, b, HC, out, ld, valid)
-    SCAN_HEAD_CHUNK(ps->heads, TAB_FUSED);
-#undef TAB_FUSED
+#define NIB_FUSED(HC) nib_fused(ps, tile, b, HC, out, ld, valid, 1)
+    SCAN_HEAD_CHUNK(ps->heads, NIB_FUSED);
+#undef NIB_FUSED
+}
+
+/* The same with the tables formed in the loop: one multiply per channel
+ * there in place of a stored table (fathom_scan2_load_avx512_nib_inloop). */
+TAB_TARGET void fathom_scan2_block_avx512_nib_inloop(const scan2_pass *ps, const scan2_tile *tile,
+                                                     uint32_t b, float *dec, float *out,
+                                                     uint64_t ld, uint32_t valid) {
+    (void)dec;
+#define NIB_FUSED(HC) nib_fused(ps, tile, b, HC, out, ld, valid, 0)
+    SCAN_HEAD_CHUNK(ps->heads, NIB_FUSED);
+#undef NIB_FUSED
 }
 
 /* ---- the candidate filter (scan_internal.h), 16 scores per step ---- */

@@ -90,10 +90,16 @@ int fathom_segments_scan_range(fathom_scan_kernel kernel, const fathom_segments 
 void fathom_variance_from_sums(uint32_t dim, uint64_t n, const double *sum, const double *sum_sq,
                                float *out);
 
-/* 1 when the AVX-512 tiled kernel reads its values from tables, 0 when from
- * masks (or off x86): the same scores either way (scan.c says which runs
- * where; FATHOM_SCAN_TABLES=0 or 1 in the environment overrides). */
+/* Where the AVX-512 tiled kernel reads its values from: 0 masks (or off
+ * x86), 1 tables, 2 tables by nibble indices, 3 the same with the tables
+ * formed in the block loop; the same scores each way (scan.c says which
+ * runs where; FATHOM_SCAN_TABLES=0 to 3 in the environment overrides).
+ * fathom_scan_avx512_values names it. */
 int fathom_scan_avx512_tables(void);
+static inline const char *fathom_scan_avx512_values(void) {
+    static const char *const names[4] = {"masks", "tables", "nibbles", "nibbles-inloop"};
+    return names[fathom_scan_avx512_tables()];
+}
 
 /* One scan of a batch: scores [group x n] (row stride n) of `queries`
  * [group x dim] over the first n tokens of store at depths [dim]. */
