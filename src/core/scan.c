@@ -331,11 +331,12 @@ static int scan_values(void) {
 }
 #endif
 
-int fathom_scan_avx512_tables(void) {
+const char *fathom_scan_avx512_values(void) {
+    static const char *const names[4] = {"masks", "tables", "nibbles", "nibbles-inloop"};
 #ifdef FATHOM_X86
-    return scan_values();
+    return names[scan_values()];
 #else
-    return 0;
+    return names[0];
 #endif
 }
 

@@ -167,13 +167,6 @@ typedef struct scan2_pass {
     float q[SCAN_PASS_CHANNELS][4];        /* q[k][h] = query h's value of channels[k] */
 } scan2_pass;
 
-/* The staged plane words (rows as in scan_tile) and the raw fp16 scales of
- * a tile; the kernels form each block's coefficients from its scale
- * (products with powers of two and 2^-t - 1: exact, so equal to scan_tile's).
- * The AVX-512 kernel has them formed for the whole tile first, eight blocks
- * per vector (scan2_coef_fn), into coef[k][c][b]: c = 0 the value of code 0
- * (scan2_coef0), c = 1 + p what bit p adds (scan2_coefp), c = 5 the value
- * after the first plane's bit alone, coef0 + coefp(0), exact. */
 /* Tiles ahead of the one being staged whose lines are prefetched: a pass
  * reads its plane rows as many short streams, one line per row and tile. */
 #define SCAN2_PREFETCH_TILES 4
@@ -184,6 +177,13 @@ typedef struct scan2_pass {
  * before the copy reads them. */
 #define SCAN2_PREFETCH(p) __builtin_prefetch((p), 0, 2)
 
+/* The staged plane words (rows as in scan_tile) and the raw fp16 scales of
+ * a tile; the kernels form each block's coefficients from its scale
+ * (products with powers of two and 2^-t - 1: exact, so equal to scan_tile's).
+ * The AVX-512 kernel has them formed for the whole tile first, eight blocks
+ * per vector (scan2_coef_fn), into coef[k][c][b]: c = 0 the value of code 0
+ * (scan2_coef0), c = 1 + p what bit p adds (scan2_coefp), c = 5 the value
+ * after the first plane's bit alone, coef0 + coefp(0), exact. */
 #define SCAN2_COEFS 6
 typedef struct scan2_tile {
     uint64_t words[SCAN_PASS_CHANNELS * FATHOM_PLANES][SCAN2_TILE_BLOCKS] __attribute__((aligned(64)));

@@ -125,18 +125,21 @@ AVX512_TARGET void fathom_scan_segment_avx512(const scan_job *job, scan_tile *ti
 }
 /* ---- tiled kernels: the coefficients of a tile, 8 blocks per vector ---- */
 
+/* Channel k's coefficients from its 8 blocks' scales a, m0 = 2^-t - 1. */
+AVX2_TARGET SCAN_INLINE void coef_store(scan2_tile *tile, uint32_t k, __m256 a, __m256 m0) {
+    const __m256 c0 = _mm256_mul_ps(a, m0); /* scan2_coef0 */
+    float(*c)[SCAN2_TILE_BLOCKS] = tile->coef[k];
+    _mm256_store_ps(c[0], c0);
+    for (uint32_t p = 0; p < FATHOM_PLANES; p++) /* scan2_coefp */
+        _mm256_store_ps(c[1 + p], _mm256_mul_ps(a, _mm256_set1_ps(1.0f / (float)(1u << p))));
+    _mm256_store_ps(c[5], _mm256_add_ps(c0, a));
+}
+
 AVX2_TARGET void fathom_scan2_coef_x86(const scan2_pass *ps, scan2_tile *tile) {
     for (uint32_t t = 1; t <= FATHOM_PLANES; t++) {
         const __m256 m0 = _mm256_set1_ps(1.0f / (float)(1u << t) - 1.0f);
-        for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++) {
-            const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)tile->scales[k]));
-            const __m256 c0 = _mm256_mul_ps(a, m0); /* scan2_coef0 */
-            float(*c)[SCAN2_TILE_BLOCKS] = tile->coef[k];
-            _mm256_store_ps(c[0], c0);
-            for (uint32_t p = 0; p < FATHOM_PLANES; p++) /* scan2_coefp */
-                _mm256_store_ps(c[1 + p], _mm256_mul_ps(a, _mm256_set1_ps(1.0f / (float)(1u << p))));
-            _mm256_store_ps(c[5], _mm256_add_ps(c0, a));
-        }
+        for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++)
+            coef_store(tile, k, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)tile->scales[k])), m0);
     }
 }
 
@@ -397,7 +400,7 @@ SCAN2_AVX512_BLOCK(fathom_scan2_block_avx512, AVX512_TARGET, avx512_fused_depth)
 /* The mask kernel's staging and coefficients in one pass (AVX-512 BW + VL):
  * each plane row's line of the tile copied with one masked vector load (a
  * short tile reads only its blocks) and one store, the coefficients formed
- * from the scales as fathom_scan2_coef_x86 forms them, the same values. */
+ * from the scales by coef_store, as fathom_scan2_coef_x86 forms them. */
 FATHOM_TARGET_AVX512_BW SCAN_INLINE void load_masks_body(const scan2_pass *ps,
                                                            const fathom_segment_view *view,
                                                            uint32_t b0, uint32_t nb, uint32_t ahead,
@@ -416,13 +419,7 @@ FATHOM_TARGET_AVX512_BW SCAN_INLINE void load_masks_body(const scan2_pass *ps,
             }
             const uint16_t *scale = view->scales + j * S + b0;
             if (prefetch) SCAN2_PREFETCH(scale + ahead);
-            const __m256 a = _mm256_cvtph_ps(_mm_maskz_loadu_epi16(live, scale));
-            const __m256 c0 = _mm256_mul_ps(a, m0); /* scan2_coef0 */
-            float(*c)[SCAN2_TILE_BLOCKS] = tile->coef[k];
-            _mm256_store_ps(c[0], c0);
-            for (uint32_t p = 0; p < FATHOM_PLANES; p++) /* scan2_coefp */
-                _mm256_store_ps(c[1 + p], _mm256_mul_ps(a, _mm256_set1_ps(1.0f / (float)(1u << p))));
-            _mm256_store_ps(c[5], _mm256_add_ps(c0, a));
+            coef_store(tile, k, _mm256_cvtph_ps(_mm_maskz_loadu_epi16(live, scale)), m0);
         }
     }
 }

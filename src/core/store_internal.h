@@ -90,16 +90,12 @@ int fathom_segments_scan_range(fathom_scan_kernel kernel, const fathom_segments 
 void fathom_variance_from_sums(uint32_t dim, uint64_t n, const double *sum, const double *sum_sq,
                                float *out);
 
-/* Where the AVX-512 tiled kernel reads its values from: 0 masks (or off
- * x86), 1 tables, 2 tables by nibble indices, 3 the same with the tables
- * formed in the block loop; the same scores each way (scan.c says which
- * runs where; FATHOM_SCAN_TABLES=0 to 3 in the environment overrides).
- * fathom_scan_avx512_values names it. */
-int fathom_scan_avx512_tables(void);
-static inline const char *fathom_scan_avx512_values(void) {
-    static const char *const names[4] = {"masks", "tables", "nibbles", "nibbles-inloop"};
-    return names[fathom_scan_avx512_tables()];
-}
+/* Where the AVX-512 tiled kernel reads its values from: "masks" (also off
+ * x86), "tables", "nibbles" (tables by nibble indices) or "nibbles-inloop"
+ * (the same with the tables formed in the block loop); the same scores each
+ * way (scan.c says which runs where; FATHOM_SCAN_TABLES=0 to 3 in the
+ * environment overrides). */
+const char *fathom_scan_avx512_values(void);
 
 /* One scan of a batch: scores [group x n] (row stride n) of `queries`
  * [group x dim] over the first n tokens of store at depths [dim]. */
