@@ -280,8 +280,8 @@ static int measure_head(measure_ctx *m, const float *q, const float *k, uint32_t
             }
             prof->q_heads++;
         }
-        double qbar[SYNTH_MAX_DIM] = {0};
-        for (uint32_t i = 0; i < P; i++)
+        double qbar[SYNTH_MAX_DIM] = {0}; /* dev_skew's mean query, un-rotated */
+        for (uint32_t i = 0; m->skew && i < P; i++)
             for (uint32_t j = 0; j < d; j++) qbar[j] += m->qp[(uint64_t)i * d + j] / (double)P;
         uint32_t step = P / STATS_POSITIONS ? P / STATS_POSITIONS : 1;
         for (uint32_t s = 0; s < STATS_POSITIONS && (uint64_t)s * step < P; s++) {
