@@ -261,18 +261,139 @@ static uint32_t scan_next_pass(uint32_t dim, const uint8_t *depths, uint32_t j, 
     return end;
 }
 
+/* ---- the grouped-table scan (scan_internal.h has the definition) ---- */
+
+/* Appends a group of the members k[0..m) with depths t[0..m) to g. */
+static void group_add(scan_groups *g, const uint32_t *k, const uint32_t *t, uint32_t m) {
+    uint32_t at = g->first[g->count], bit = 0;
+    for (uint32_t i = 0; i < m; i++, at++) {
+        g->member[at] = (uint8_t)k[i];
+        g->depth[at] = (uint8_t)t[i];
+        g->bit[at] = (uint8_t)bit;
+        bit += t[i];
+    }
+    g->first[++g->count] = at;
+}
+
+void fathom_scan_group_pass(const uint32_t first[FATHOM_PLANES + 1], scan_groups *g) {
+    g->count = 0;
+    g->first[0] = 0;
+    uint32_t one = first[0]; /* the next unused depth-1 channel */
+    const uint32_t one_end = first[1];
+    for (uint32_t k = first[3]; k < first[4]; k++) group_add(g, &k, (const uint32_t[]){4}, 1);
+    for (uint32_t k = first[2]; k < first[3]; k++) {
+        const uint32_t ks[2] = {k, one}, ts[2] = {3, 1};
+        group_add(g, ks, ts, one < one_end ? 2 : 1);
+        if (one < one_end) one++;
+    }
+    for (uint32_t k = first[1]; k < first[2]; k += 2) {
+        uint32_t ks[4] = {k, k + 1}, ts[4] = {2, 2}, m = 2;
+        if (k + 1 == first[2]) { /* an odd last one: up to two depth-1 channels */
+            for (m = 1; m < 3 && one < one_end; m++) ks[m] = one++, ts[m] = 1;
+        }
+        group_add(g, ks, ts, m);
+    }
+    for (; one < one_end; one += SCAN_GROUP_ROWS) {
+        const uint32_t m = one_end - one < SCAN_GROUP_ROWS ? one_end - one : SCAN_GROUP_ROWS;
+        const uint32_t ks[4] = {one, one + 1, one + 2, one + 3}, ts[4] = {1, 1, 1, 1};
+        group_add(g, ks, ts, m);
+    }
+}
+
+int fathom_store_scan_grouped_reference(const fathom_store *st, const uint8_t *depths,
+                                        const float *queries, uint32_t group, uint64_t n,
+                                        float *scores, uint64_t *bytes_read) {
+    uint64_t bytes;
+    FATHOM_TRY(check_scan_args(st, depths, queries, group, n, scores, &bytes));
+    const uint32_t dim = fathom_store_dim(st);
+    uint32_t count, first[FATHOM_PLANES + 1], row[FATHOM_PLANES + 1], channels[SCAN_PASS_CHANNELS];
+    scan_groups g;
+    for (uint32_t h = 0; h < group; h++) {
+        const float *q = queries + (uint64_t)h * dim;
+        for (uint64_t i = 0; i < n; i++) {
+            float score = 0.0f;
+            int first_pass = 1;
+            for (uint32_t j = 0; j < dim; first_pass = 0) {
+                j = scan_next_pass(dim, depths, j, &count, first, row, channels);
+                if (!count) break;
+                fathom_scan_group_pass(first, &g);
+                float acc = 0.0f;
+                for (uint32_t x = 0; x < g.count; x++) {
+                    float entry = 0.0f; /* the table entry at token i's nibble */
+                    for (uint32_t m = g.first[x]; m < g.first[x + 1]; m++) {
+                        const uint32_t c = channels[g.member[m]];
+                        entry = fmaf(q[c], fathom_store_token_value(st, i, c, g.depth[m]), entry);
+                    }
+                    acc = acc + entry;
+                }
+                score = first_pass ? 0.0f + acc : score + acc;
+            }
+            scores[(uint64_t)h * n + i] = score;
+        }
+    }
+    if (bytes_read) *bytes_read = bytes;
+    return FATHOM_OK;
+}
+
+/* The portable grouped kernel, on scan2_stage's tile: per group and head the
+ * block's 16-entry table (in dec: [group][head][16]), then per token one
+ * lookup and add per group. */
+static void grouped_portable_block(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                   float *dec, float *out, uint64_t ld, uint32_t valid) {
+    const scan_groups *g = &ps->groups;
+    _Static_assert(SCAN_PASS_CHANNELS * 4 * 16 <= SCAN_PASS_CHANNELS * FATHOM_BLOCK_TOKENS,
+                   "the tables fit in dec");
+    uint32_t rows[SCAN_PASS_CHANNELS][SCAN_GROUP_ROWS]; /* each group's staged rows by nibble bit */
+    for (uint32_t x = 0; x < g->count; x++) {
+        float *tab = dec + (size_t)x * 4 * 16;
+        for (uint32_t h = 0; h < ps->heads; h++)
+            for (uint32_t v = 0; v < 16; v++) tab[h * 16 + v] = 0.0f;
+        for (uint32_t r = 0; r < SCAN_GROUP_ROWS; r++) rows[x][r] = UINT32_MAX;
+        for (uint32_t m = g->first[x]; m < g->first[x + 1]; m++) {
+            const uint32_t k = g->member[m], t = g->depth[m];
+            const uint32_t r0 = ps->row[t] + (k - ps->first[t - 1]) * t;
+            for (uint32_t p = 0; p < t; p++) rows[x][g->bit[m] + p] = r0 + p;
+            const float a = fathom_f16_to_f32(tile->scales[k][b]);
+            for (uint32_t v = 0; v < 16; v++) {
+                const float val = a * scan_group_unit(v, g->bit[m], t);
+                for (uint32_t h = 0; h < ps->heads; h++)
+                    tab[h * 16 + v] = fmaf(ps->q[k][h], val, tab[h * 16 + v]);
+            }
+        }
+    }
+    for (uint32_t h = 0; h < ps->heads; h++) {
+        float acc[FATHOM_BLOCK_TOKENS];
+        for (uint32_t i = 0; i < valid; i++) {
+            float s = 0.0f;
+            for (uint32_t x = 0; x < g->count; x++) {
+                uint32_t v = 0;
+                for (uint32_t r = 0; r < SCAN_GROUP_ROWS; r++)
+                    if (rows[x][r] != UINT32_MAX) v |= (uint32_t)((tile->words[rows[x][r]][b] >> i) & 1u) << r;
+                s = s + dec[((size_t)x * 4 + h) * 16 + v];
+            }
+            acc[i] = s;
+        }
+        scan2_put(out + h * ld, acc, valid, ps->add);
+    }
+}
+
 int fathom_scan_kernel_available(fathom_scan_kernel kernel) {
     switch (kernel) {
     case FATHOM_SCAN_AUTO:
     case FATHOM_SCAN_REFERENCE:
     case FATHOM_SCAN_PORTABLE:
-    case FATHOM_SCAN_TILED_PORTABLE: return 1;
+    case FATHOM_SCAN_TILED_PORTABLE:
+    case FATHOM_SCAN_GROUPED_REFERENCE:
+    case FATHOM_SCAN_GROUPED:
+    case FATHOM_SCAN_GROUPED_PORTABLE: return 1;
 #ifdef FATHOM_X86
     case FATHOM_SCAN_AVX2:
     case FATHOM_SCAN_TILED_AVX2: return fathom_cpu_has(FATHOM_CPU_AVX2);
     case FATHOM_SCAN_AVX512:
     case FATHOM_SCAN_TILED_AVX512: return fathom_cpu_has(FATHOM_CPU_AVX512);
+    case FATHOM_SCAN_GROUPED_AVX512: return fathom_cpu_has(FATHOM_CPU_AVX512_TABLES);
 #else
+    case FATHOM_SCAN_GROUPED_AVX512:
     case FATHOM_SCAN_AVX2:
     case FATHOM_SCAN_AVX512:
     case FATHOM_SCAN_TILED_AVX2:
@@ -345,6 +466,15 @@ const char *fathom_scan_avx512_values(void) {
  * values from masks, tables or nibble indices (scan_values); the mask kernel stages
  * its tile in one pass where the CPU has AVX-512 BW and VL. */
 static scan2_kernel pick_tiled(fathom_scan_kernel kernel) {
+    if (kernel == FATHOM_SCAN_GROUPED || kernel == FATHOM_SCAN_GROUPED_PORTABLE ||
+        kernel == FATHOM_SCAN_GROUPED_AVX512) {
+#ifdef FATHOM_X86
+        if (kernel != FATHOM_SCAN_GROUPED_PORTABLE && fathom_cpu_has(FATHOM_CPU_AVX512_TABLES))
+            return (scan2_kernel){NULL, fathom_scan2_block_avx512_grouped,
+                                  fathom_scan2_load_avx512_grouped};
+#endif
+        return (scan2_kernel){NULL, grouped_portable_block, NULL};
+    }
 #ifdef FATHOM_X86
     if (kernel == FATHOM_SCAN_TILED_AVX512 ||
         (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX512))) {
@@ -450,6 +580,7 @@ static int scan2_run(scan2_kernel kern, const scan_source *src, const uint8_t *d
     int status = FATHOM_OK, first_pass = 1;
     for (uint32_t j = 0; j < dim && status == FATHOM_OK; first_pass = 0) {
         j = scan_next_pass(dim, depths, j, &ps->count, ps->first, ps->row, ps->channels);
+        fathom_scan_group_pass(ps->first, &ps->groups);
         if (!ps->count) {
             if (first_pass) /* no active channel: every score is 0 */
                 for (uint32_t h = 0; h < group; h++)
@@ -476,9 +607,12 @@ static int scan2_run(scan2_kernel kern, const scan_source *src, const uint8_t *d
     return status;
 }
 
+/* The kernels that scan token ranges: the tiled ones and the grouped ones
+ * but their reference. */
 static int is_tiled(fathom_scan_kernel kernel) {
     return kernel == FATHOM_SCAN_TILED_PORTABLE || kernel == FATHOM_SCAN_TILED_AVX2 ||
-           kernel == FATHOM_SCAN_TILED_AVX512;
+           kernel == FATHOM_SCAN_TILED_AVX512 || kernel == FATHOM_SCAN_GROUPED ||
+           kernel == FATHOM_SCAN_GROUPED_PORTABLE || kernel == FATHOM_SCAN_GROUPED_AVX512;
 }
 
 static int source_scan_range(fathom_scan_kernel kernel, const scan_source *src,
@@ -538,6 +672,9 @@ int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st, co
                            uint64_t *bytes_read) {
     if (kernel == FATHOM_SCAN_REFERENCE)
         return fathom_store_scan_reference(st, depths, queries, group, n, scores, bytes_read);
+    if (kernel == FATHOM_SCAN_GROUPED_REFERENCE)
+        return fathom_store_scan_grouped_reference(st, depths, queries, group, n, scores,
+                                                   bytes_read);
     if (kernel == FATHOM_SCAN_AUTO || is_tiled(kernel)) {
         FATHOM_CHECK(!fathom_scan_kernel_available(kernel), FATHOM_ERR_UNSUPPORTED,
                      "store_scan: kernel %d is not available on this CPU", (int)kernel);
