@@ -322,9 +322,11 @@ int fathom_store_scan_grouped_reference(const fathom_store *st, const uint8_t *d
                     float entry = 0.0f; /* the table entry at token i's nibble */
                     for (uint32_t m = g.first[x]; m < g.first[x + 1]; m++) {
                         const uint32_t c = channels[g.member[m]];
-                        entry = fmaf(q[c], fathom_store_token_value(st, i, c, g.depth[m]), entry);
+                        const float v = fathom_store_token_value(st, i, c, g.depth[m]);
+                        if (g.first[x + 1] - g.first[x] == 1) acc = fmaf(q[c], v, acc); /* one channel */
+                        else entry = fmaf(q[c], v, entry);
                     }
-                    acc = acc + entry;
+                    if (g.first[x + 1] - g.first[x] > 1) acc = acc + entry;
                 }
                 score = first_pass ? 0.0f + acc : score + acc;
             }
@@ -337,7 +339,8 @@ int fathom_store_scan_grouped_reference(const fathom_store *st, const uint8_t *d
 
 /* The portable grouped kernel, on scan2_stage's tile: per group and head the
  * block's 16-entry table (in dec: [group][head][16]), then per token one
- * lookup and add per group. */
+ * lookup and add per group (a group of one channel: its value and a
+ * multiply-add; its table is formed but not read). */
 static void grouped_portable_block(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
                                    float *dec, float *out, uint64_t ld, uint32_t valid) {
     const scan_groups *g = &ps->groups;
@@ -369,7 +372,12 @@ static void grouped_portable_block(const scan2_pass *ps, const scan2_tile *tile,
                 uint32_t v = 0;
                 for (uint32_t r = 0; r < SCAN_GROUP_ROWS; r++)
                     if (rows[x][r] != UINT32_MAX) v |= (uint32_t)((tile->words[rows[x][r]][b] >> i) & 1u) << r;
-                s = s + dec[((size_t)x * 4 + h) * 16 + v];
+                if (g->first[x + 1] - g->first[x] == 1) { /* one channel: its value, a multiply-add */
+                    const uint32_t m = g->first[x], k = g->member[m];
+                    const float a = fathom_f16_to_f32(tile->scales[k][b]);
+                    s = fmaf(ps->q[k][h], a * scan_group_unit(v, 0, g->depth[m]), s);
+                } else
+                    s = s + dec[((size_t)x * 4 + h) * 16 + v];
             }
             acc[i] = s;
         }

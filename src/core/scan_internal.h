@@ -173,8 +173,10 @@ SCAN_INLINE void add_scores(float *s, const float *acc, uint32_t count) {
  *     T[v] = fma(q_hm, val_m(v), ... fma(q_h1, val_1(v), +0.0f))
  * over the members in order, val_m(v) = a_mb (2 c + 1 - 2^t) / 2^t, c the
  * member's depth-t code read from v (its exact decoded value, as in every
- * kernel). A token's pass sum is acc = (((+0.0f + T_1) + T_2) + ...) over
- * the groups in order, T_g at the token's nibble; the score is 0.0f + acc
+ * kernel). A token's pass sum acc starts at +0.0f and takes the groups in
+ * order: acc = acc + T_g(v) at the token's nibble v, except that a group of
+ * one channel (a table of one product) adds acc = fma(q_h1, val_1(v), acc),
+ * as the exact kernels do, at the same cost; the score is 0.0f + acc
  * after the first pass and score + acc after each later one, as the exact
  * kernels combine passes. fathom_store_scan_grouped_reference computes
  * exactly that, token by token; every grouped kernel is bit-identical to it. */

@@ -807,7 +807,8 @@ TAB_TARGET void fathom_scan2_block_avx512_nib_inloop(const scan2_pass *ps, const
  * block and group the kernel forms each member's 16 values (nib_unit times
  * the scale: exact) and multiply-adds them into one table per head, in
  * member order from +0; per 16 tokens and head each group then costs one
- * vpermps and one add, in group order from +0. */
+ * vpermps and one add, in group order from +0 (a group of one channel: one
+ * vpermps of its values per 16 tokens, a multiply-add per head). */
 
 TAB_TARGET void fathom_scan2_load_avx512_grouped(const scan2_pass *ps,
                                                  const fathom_segment_view *view, uint32_t b0,
@@ -861,6 +862,15 @@ TAB_TARGET SCAN_INLINE void grouped_fused(const scan2_pass *ps, const scan2_tile
             int64_t w;
             memcpy(&w, qw + at[g], sizeof w);
             idx[g] = _mm512_srlv_epi32(_mm512_set1_epi64(w), nib_shift);
+        }
+        if (gr->first[x + 1] - gr->first[x] == 1) { /* one channel: its values, multiply-adds */
+            const uint32_t k = gr->member[gr->first[x]];
+            const __m512 val = nib_table(_mm512_load_ps(tile->n.unit[k]), &tile->n.a[k][b]);
+            __m512 v[4];
+#pragma GCC unroll 4
+            for (uint32_t g = 0; g < 4; g++) v[g] = nib_permute(idx[g], val);
+            avx512_channel_fma(ps, k, HC, v, acc);
+            continue;
         }
         __m512 tab[4];
 #pragma GCC unroll 4
