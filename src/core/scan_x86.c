@@ -882,6 +882,13 @@ TAB_TARGET SCAN_INLINE void grouped_fused(const scan2_pass *ps, const scan2_tile
             for (uint32_t h = 0; h < HC; h++)
                 tab[h] = _mm512_fmadd_ps(_mm512_set1_ps(ps->q[k][h]), val, tab[h]);
         }
+        if (x == 0) { /* +0 + T = T: a table entry is never -0 (a chain of fma from +0) */
+#pragma GCC unroll 4
+            for (uint32_t h = 0; h < HC; h++)
+#pragma GCC unroll 4
+                for (uint32_t g = 0; g < 4; g++) acc[h][g] = nib_permute(idx[g], tab[h]);
+            continue;
+        }
 #pragma GCC unroll 4
         for (uint32_t h = 0; h < HC; h++)
 #pragma GCC unroll 4
