@@ -76,9 +76,9 @@ static int check_source_args(const scan_source *src, const uint8_t *depths, cons
     return FATHOM_OK;
 }
 
-static int check_scan_args(const fathom_store *st, const uint8_t *depths, const float *queries,
-                           uint32_t group, uint64_t n, const float *scores,
-                           uint64_t *bytes_read_out) {
+int fathom_store_scan_check(const fathom_store *st, const uint8_t *depths, const float *queries,
+                            uint32_t group, uint64_t n, const float *scores,
+                            uint64_t *bytes_read_out) {
     const scan_source src = source_of_store(st);
     return check_source_args(&src, depths, queries, group, n, scores, bytes_read_out, "store_scan");
 }
@@ -86,7 +86,7 @@ static int check_scan_args(const fathom_store *st, const uint8_t *depths, const 
 int fathom_store_scan_reference(const fathom_store *st, const uint8_t *depths, const float *queries,
                                 uint32_t group, uint64_t n, float *scores, uint64_t *bytes_read) {
     uint64_t bytes;
-    FATHOM_TRY(check_scan_args(st, depths, queries, group, n, scores, &bytes));
+    FATHOM_TRY(fathom_store_scan_check(st, depths, queries, group, n, scores, &bytes));
     const uint32_t dim = fathom_store_dim(st);
     for (uint32_t h = 0; h < group; h++) {
         const float *q = queries + (uint64_t)h * dim;
@@ -241,7 +241,7 @@ static void portable2_block(const scan2_pass *ps, const scan2_tile *tile, uint32
 /* The next pass: up to SCAN_PASS_CHANNELS active channels from channel j on,
  * bucketed by depth (see scan_job). Returns the channel after the pass;
  * *count = 0 when no active channel is left. */
-static uint32_t scan_next_pass(uint32_t dim, const uint8_t *depths, uint32_t j, uint32_t *count,
+uint32_t fathom_scan_next_pass(uint32_t dim, const uint8_t *depths, uint32_t j, uint32_t *count,
                                uint32_t first[FATHOM_PLANES + 1], uint32_t row[FATHOM_PLANES + 1],
                                uint32_t channels[SCAN_PASS_CHANNELS]) {
     uint32_t per_depth[FATHOM_PLANES + 1] = {0}, end = j, n = 0;
@@ -259,130 +259,6 @@ static uint32_t scan_next_pass(uint32_t dim, const uint8_t *depths, uint32_t j, 
     for (; j < end; j++)
         if (depths[j]) channels[fill[depths[j] - 1]++] = j;
     return end;
-}
-
-/* ---- the grouped-table scan (scan_internal.h has the definition) ---- */
-
-/* Appends a group of the members k[0..m) with depths t[0..m) to g. */
-static void group_add(scan_groups *g, const uint32_t *k, const uint32_t *t, uint32_t m) {
-    uint32_t at = g->first[g->count], bit = 0;
-    for (uint32_t i = 0; i < m; i++, at++) {
-        g->member[at] = (uint8_t)k[i];
-        g->depth[at] = (uint8_t)t[i];
-        g->bit[at] = (uint8_t)bit;
-        bit += t[i];
-    }
-    g->first[++g->count] = at;
-}
-
-void fathom_scan_group_pass(const uint32_t first[FATHOM_PLANES + 1], scan_groups *g) {
-    g->count = 0;
-    g->first[0] = 0;
-    uint32_t one = first[0]; /* the next unused depth-1 channel */
-    const uint32_t one_end = first[1];
-    for (uint32_t k = first[3]; k < first[4]; k++) group_add(g, &k, (const uint32_t[]){4}, 1);
-    for (uint32_t k = first[2]; k < first[3]; k++) {
-        const uint32_t ks[2] = {k, one}, ts[2] = {3, 1};
-        group_add(g, ks, ts, one < one_end ? 2 : 1);
-        if (one < one_end) one++;
-    }
-    for (uint32_t k = first[1]; k < first[2]; k += 2) {
-        uint32_t ks[4] = {k, k + 1}, ts[4] = {2, 2}, m = 2;
-        if (k + 1 == first[2]) { /* an odd last one: up to two depth-1 channels */
-            for (m = 1; m < 3 && one < one_end; m++) ks[m] = one++, ts[m] = 1;
-        }
-        group_add(g, ks, ts, m);
-    }
-    for (; one < one_end; one += SCAN_GROUP_ROWS) {
-        const uint32_t m = one_end - one < SCAN_GROUP_ROWS ? one_end - one : SCAN_GROUP_ROWS;
-        const uint32_t ks[4] = {one, one + 1, one + 2, one + 3}, ts[4] = {1, 1, 1, 1};
-        group_add(g, ks, ts, m);
-    }
-}
-
-int fathom_store_scan_grouped_reference(const fathom_store *st, const uint8_t *depths,
-                                        const float *queries, uint32_t group, uint64_t n,
-                                        float *scores, uint64_t *bytes_read) {
-    uint64_t bytes;
-    FATHOM_TRY(check_scan_args(st, depths, queries, group, n, scores, &bytes));
-    const uint32_t dim = fathom_store_dim(st);
-    uint32_t count, first[FATHOM_PLANES + 1], row[FATHOM_PLANES + 1], channels[SCAN_PASS_CHANNELS];
-    scan_groups g;
-    for (uint32_t h = 0; h < group; h++) {
-        const float *q = queries + (uint64_t)h * dim;
-        for (uint64_t i = 0; i < n; i++) {
-            float score = 0.0f;
-            int first_pass = 1;
-            for (uint32_t j = 0; j < dim; first_pass = 0) {
-                j = scan_next_pass(dim, depths, j, &count, first, row, channels);
-                if (!count) break;
-                fathom_scan_group_pass(first, &g);
-                float acc = 0.0f;
-                for (uint32_t x = 0; x < g.count; x++) {
-                    float entry = 0.0f; /* the table entry at token i's nibble */
-                    for (uint32_t m = g.first[x]; m < g.first[x + 1]; m++) {
-                        const uint32_t c = channels[g.member[m]];
-                        const float v = fathom_store_token_value(st, i, c, g.depth[m]);
-                        if (g.first[x + 1] - g.first[x] == 1) acc = fmaf(q[c], v, acc); /* one channel */
-                        else entry = fmaf(q[c], v, entry);
-                    }
-                    if (g.first[x + 1] - g.first[x] > 1) acc = acc + entry;
-                }
-                score = first_pass ? 0.0f + acc : score + acc;
-            }
-            scores[(uint64_t)h * n + i] = score;
-        }
-    }
-    if (bytes_read) *bytes_read = bytes;
-    return FATHOM_OK;
-}
-
-/* The portable grouped kernel, on scan2_stage's tile: per group and head the
- * block's 16-entry table (in dec: [group][head][16]), then per token one
- * lookup and add per group (a group of one channel: its value and a
- * multiply-add; its table is formed but not read). */
-static void grouped_portable_block(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
-                                   float *dec, float *out, uint64_t ld, uint32_t valid) {
-    const scan_groups *g = &ps->groups;
-    _Static_assert(SCAN_PASS_CHANNELS * 4 * 16 <= SCAN_PASS_CHANNELS * FATHOM_BLOCK_TOKENS,
-                   "the tables fit in dec");
-    uint32_t rows[SCAN_PASS_CHANNELS][SCAN_GROUP_ROWS]; /* each group's staged rows by nibble bit */
-    for (uint32_t x = 0; x < g->count; x++) {
-        float *tab = dec + (size_t)x * 4 * 16;
-        for (uint32_t h = 0; h < ps->heads; h++)
-            for (uint32_t v = 0; v < 16; v++) tab[h * 16 + v] = 0.0f;
-        for (uint32_t r = 0; r < SCAN_GROUP_ROWS; r++) rows[x][r] = UINT32_MAX;
-        for (uint32_t m = g->first[x]; m < g->first[x + 1]; m++) {
-            const uint32_t k = g->member[m], t = g->depth[m];
-            const uint32_t r0 = ps->row[t] + (k - ps->first[t - 1]) * t;
-            for (uint32_t p = 0; p < t; p++) rows[x][g->bit[m] + p] = r0 + p;
-            const float a = fathom_f16_to_f32(tile->scales[k][b]);
-            for (uint32_t v = 0; v < 16; v++) {
-                const float val = a * scan_group_unit(v, g->bit[m], t);
-                for (uint32_t h = 0; h < ps->heads; h++)
-                    tab[h * 16 + v] = fmaf(ps->q[k][h], val, tab[h * 16 + v]);
-            }
-        }
-    }
-    for (uint32_t h = 0; h < ps->heads; h++) {
-        float acc[FATHOM_BLOCK_TOKENS];
-        for (uint32_t i = 0; i < valid; i++) {
-            float s = 0.0f;
-            for (uint32_t x = 0; x < g->count; x++) {
-                uint32_t v = 0;
-                for (uint32_t r = 0; r < SCAN_GROUP_ROWS; r++)
-                    if (rows[x][r] != UINT32_MAX) v |= (uint32_t)((tile->words[rows[x][r]][b] >> i) & 1u) << r;
-                if (g->first[x + 1] - g->first[x] == 1) { /* one channel: its value, a multiply-add */
-                    const uint32_t m = g->first[x], k = g->member[m];
-                    const float a = fathom_f16_to_f32(tile->scales[k][b]);
-                    s = fmaf(ps->q[k][h], a * scan_group_unit(v, 0, g->depth[m]), s);
-                } else
-                    s = s + dec[((size_t)x * 4 + h) * 16 + v];
-            }
-            acc[i] = s;
-        }
-        scan2_put(out + h * ld, acc, valid, ps->add);
-    }
 }
 
 int fathom_scan_kernel_available(fathom_scan_kernel kernel) {
@@ -481,7 +357,7 @@ static scan2_kernel pick_tiled(fathom_scan_kernel kernel) {
             return (scan2_kernel){NULL, fathom_scan2_block_avx512_grouped,
                                   fathom_scan2_load_avx512_grouped};
 #endif
-        return (scan2_kernel){NULL, grouped_portable_block, NULL};
+        return (scan2_kernel){NULL, fathom_scan2_block_grouped_portable, NULL};
     }
 #ifdef FATHOM_X86
     if (kernel == FATHOM_SCAN_TILED_AVX512 ||
@@ -587,7 +463,7 @@ static int scan2_run(scan2_kernel kern, const scan_source *src, const uint8_t *d
     ps->S = src->S;
     int status = FATHOM_OK, first_pass = 1;
     for (uint32_t j = 0; j < dim && status == FATHOM_OK; first_pass = 0) {
-        j = scan_next_pass(dim, depths, j, &ps->count, ps->first, ps->row, ps->channels);
+        j = fathom_scan_next_pass(dim, depths, j, &ps->count, ps->first, ps->row, ps->channels);
         fathom_scan_group_pass(ps->first, &ps->groups);
         if (!ps->count) {
             if (first_pass) /* no active channel: every score is 0 */
@@ -687,7 +563,7 @@ int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st, co
         FATHOM_CHECK(!fathom_scan_kernel_available(kernel), FATHOM_ERR_UNSUPPORTED,
                      "store_scan: kernel %d is not available on this CPU", (int)kernel);
         uint64_t bytes;
-        FATHOM_TRY(check_scan_args(st, depths, queries, group, n, scores, &bytes));
+        FATHOM_TRY(fathom_store_scan_check(st, depths, queries, group, n, scores, &bytes));
         return fathom_store_scan_range(kernel, st, depths, queries, group, 0, n, scores, n,
                                        bytes_read);
     }
@@ -697,7 +573,7 @@ int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st, co
     FATHOM_CHECK(!fathom_scan_kernel_available(kernel), FATHOM_ERR_UNSUPPORTED,
                  "store_scan: kernel %d is not available on this CPU", (int)kernel);
     uint64_t bytes;
-    FATHOM_TRY(check_scan_args(st, depths, queries, group, n, scores, &bytes));
+    FATHOM_TRY(fathom_store_scan_check(st, depths, queries, group, n, scores, &bytes));
     scan_work work;
     scan_job *job = &work.job;
     scan_segment_fn segment_fn = pick_kernel(kernel);
@@ -711,8 +587,8 @@ int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st, co
     const uint64_t seg_tokens = (uint64_t)fathom_store_segment_blocks(st) * FATHOM_BLOCK_TOKENS;
     /* Passes of up to SCAN_PASS_CHANNELS active channels; each adds into scores. */
     for (uint32_t j = 0; j < fathom_store_dim(st);) {
-        j = scan_next_pass(fathom_store_dim(st), depths, j, &job->count, job->first, job->row,
-                           job->channels);
+        j = fathom_scan_next_pass(fathom_store_dim(st), depths, j, &job->count, job->first,
+                                  job->row, job->channels);
         if (!job->count) break;
         for (uint32_t seg = 0; (uint64_t)seg * seg_tokens < n; seg++) {
             fathom_segment_view view;

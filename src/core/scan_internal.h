@@ -193,6 +193,18 @@ typedef struct scan_groups {
 /* The groups of a pass whose depth-t channels are k in [first[t-1], first[t]). */
 void fathom_scan_group_pass(const uint32_t first[FATHOM_PLANES + 1], scan_groups *groups);
 
+/* The next pass (scan.c): up to SCAN_PASS_CHANNELS active channels from
+ * channel j on, bucketed by depth (see scan_job). Returns the channel after
+ * the pass; *count = 0 when no active channel is left. */
+uint32_t fathom_scan_next_pass(uint32_t dim, const uint8_t *depths, uint32_t j, uint32_t *count,
+                               uint32_t first[FATHOM_PLANES + 1], uint32_t row[FATHOM_PLANES + 1],
+                               uint32_t channels[SCAN_PASS_CHANNELS]);
+
+/* fathom_store_scan's argument checks (scan.c); *bytes_read gets the bytes
+ * the scan reads. */
+int fathom_store_scan_check(const fathom_store *store, const uint8_t *depths, const float *queries,
+                            uint32_t group, uint64_t n, const float *scores, uint64_t *bytes_read);
+
 /* The value at scale 1 of the depth-t code that nibble v holds at bits
  * bit .. bit + t - 1 (plane p at bit + p, the code's bit t - 1 - p):
  * (2 c + 1 - 2^t) / 2^t, at most 5 significant bits, so its product with an
@@ -321,6 +333,11 @@ FATHOM_INLINE uint32_t scan_filter_tail(const float *s, uint32_t i, uint32_t n, 
         if (strict ? !(s[i] <= thr) : !(s[i] < thr)) out[c++] = scan_candidate(s[i], pos0 + i);
     return c;
 }
+
+/* The portable grouped kernel (scan_grouped.c), on scan2_stage's tile. */
+void fathom_scan2_block_grouped_portable(const scan2_pass *pass, const scan2_tile *tile,
+                                         uint32_t b, float *dec, float *out, uint64_t ld,
+                                         uint32_t valid);
 
 #ifdef FATHOM_X86
 uint32_t fathom_scan_filter_avx2(const float *s, uint32_t n, float thr, int strict, uint64_t pos0,
