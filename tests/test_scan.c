@@ -858,6 +858,7 @@ static void test_grouped_formation(void) {
         const uint32_t n1 = f[1], n2 = f[2] - f[1], n3 = f[3] - f[2], n4 = f[4] - f[3];
         const uint32_t pair1 = n3 + (n2 % 2 ? 2 : 0), rest1 = n1 > pair1 ? n1 - pair1 : 0;
         ok &= g.count == n4 + n3 + (n2 + 1) / 2 + (rest1 + 3) / 4;
+        ok &= rows == n1 + 2 * n2 + 3 * n3 + 4 * n4 && g.count * SCAN_GROUP_ROWS >= rows;
         CHECK(ok);
     }
 }
