@@ -25,7 +25,12 @@
  * bench_cuda_tier): "scan then select" runs fathom_scan_parallel into the
  * [head][G][n] scores, then fathom_select per query head on the pool;
  * "scan+select" is fathom_scan_select_parallel, which keeps only candidates
- * and never writes the scores out. Their selections are checked equal. */
+ * and never writes the scores out. Their selections are checked equal.
+ *
+ * --grouped: also times the grouped-table kernel (FATHOM_SCAN_GROUPED, an
+ * opt-in mode whose scores differ from the exact ones in rounding) on the
+ * same scans, and counts how many of its top-k rows equal the exact
+ * kernel's. */
 #include "bench_fma.h"
 #include "cpu.h"
 #include "fathom.h"
@@ -306,11 +311,12 @@ static int check_identical(scan_ctx *c) {
 int main(int argc, char **argv) {
     uint64_t context = 32768, range = 16384;
     uint32_t heads = 8, queries = 16, repeats = 7, threads = 2;
-    int json = 0;
+    int json = 0, grouped = 0;
     const char *tiled = "auto";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) { json = 1; continue; }
+        if (!strcmp(a, "--grouped")) { grouped = 1; continue; }
         if (!v) a = "";
         if (!strcmp(a, "--context")) context = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--heads")) heads = (uint32_t)atoi(v);
@@ -321,7 +327,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--tiled")) tiled = v;
         else {
             fprintf(stderr, "usage: bench_scan [--context N] [--heads H<=8] [--queries Q] [--repeats R<=64] "
-                            "[--threads T] [--range TOKENS (multiple of 64)] [--tiled auto|avx2|avx512|portable] [--json]\n");
+                            "[--threads T] [--range TOKENS (multiple of 64)] [--tiled auto|avx2|avx512|portable] [--grouped] [--json]\n");
             return 2;
         }
         i++;
@@ -418,7 +424,42 @@ int main(int argc, char **argv) {
     static double fma1[MAX_REPEATS], fmaT[MAX_REPEATS];
     static double bw1[MAX_REPEATS], bwT[MAX_REPEATS], old_f[MAX_REPEATS], old_d[MAX_REPEATS], new_f[MAX_REPEATS],
         new_d[MAX_REPEATS], sc_new[16][MAX_REPEATS], sc_old[16][MAX_REPEATS], sc_sel[16][MAX_REPEATS],
-        sc_fused[16][MAX_REPEATS];
+        sc_fused[16][MAX_REPEATS], grp_f[MAX_REPEATS], grp_d[MAX_REPEATS], sc_grp[16][MAX_REPEATS];
+    /* --grouped: the same scans with the grouped-table kernel (other scores) */
+    scan_ctx gf = cf, gd = cd;
+    gf.new_kernel = gd.new_kernel = FATHOM_SCAN_GROUPED;
+    double agree = 0, agree_min = 1;
+    if (grouped) {
+        /* top-k agreement with the exact scores, query group 0, every head and query */
+        float *gs = malloc((size_t)G * context * sizeof(float));
+        float *es = malloc((size_t)G * context * sizeof(float));
+        uint64_t *wk = malloc(fathom_select_work_size(context));
+        uint32_t ia[SEL_K], ib[SEL_K], na, nb;
+        if (!gs || !es || !wk) return fail("allocation", FATHOM_ERR_NOMEM);
+        for (uint32_t h = 0; h < heads; h++) {
+            const float *qh = qg + (size_t)h * queries * G * d;
+            if ((st = fathom_store_scan_range(new_kernel, stores[h], task_depths(&cf, h, 0), qh, G, 0, context,
+                                              es, context, NULL)) < 0 ||
+                (st = fathom_store_scan_range(FATHOM_SCAN_GROUPED, stores[h], task_depths(&cf, h, 0), qh, G, 0,
+                                              context, gs, context, NULL)) < 0)
+                return fail("grouped scan", st);
+            for (uint32_t g = 0; g < G; g++) {
+                fathom_select(es + (size_t)g * context, context, SEL_K, SEL_SINK, SEL_LOCAL, wk, ia, &na);
+                fathom_select(gs + (size_t)g * context, context, SEL_K, SEL_SINK, SEL_LOCAL, wk, ib, &nb);
+                uint32_t same = 0; /* both ascending: a merge */
+                for (uint32_t x = 0, y = 0; x < na && y < nb;)
+                    if (ia[x] == ib[y]) same++, x++, y++;
+                    else if (ia[x] < ib[y]) x++;
+                    else y++;
+                const double f = na ? (double)same / na : 1;
+                agree += f / (heads * G);
+                if (f < agree_min) agree_min = f;
+            }
+        }
+        free(gs);
+        free(es);
+        free(wk);
+    }
     /* scan + select: selections of the fused path against the unfused one */
     sel_ctx sel = {&cf, malloc((size_t)heads * G * SEL_K * sizeof(uint32_t)),
                    malloc((size_t)heads * G * sizeof(uint32_t)), calloc(threads, sizeof(uint64_t *))};
@@ -451,7 +492,12 @@ int main(int argc, char **argv) {
         new_f[r] = run_new(&cf, pools[0]);
         old_d[r] = run_old(&cd, pools[0]);
         new_d[r] = run_new(&cd, pools[0]);
+        if (grouped) {
+            grp_f[r] = run_new(&gf, pools[0]);
+            grp_d[r] = run_new(&gd, pools[0]);
+        }
         for (uint32_t i = 0; i < ntc; i++) {
+            if (grouped) sc_grp[i][r] = run_new(&gf, pools[i]);
             sc_new[i][r] = run_new(&cf, pools[i]);
             sc_old[i][r] = run_old(&cf, pools[i]);
             sc_sel[i][r] = run_select(&sel, pools[i], 0);
@@ -460,12 +506,15 @@ int main(int argc, char **argv) {
     }
     for (uint32_t i = 0; i < ntc; i++) fathom_pool_free(pools[i]);
     if (cf.status < 0 || cd.status < 0) return fail("scan", cf.status < 0 ? cf.status : cd.status);
+    if (gf.status < 0 || gd.status < 0) return fail("grouped scan", gf.status < 0 ? gf.status : gd.status);
     const double b1 = median(bw1, (int)repeats), bT = median(bwT, (int)repeats);
     const double f1 = median(fma1, (int)repeats), fT = median(fmaT, (int)repeats);
     const double tof = median(old_f, (int)repeats), tnf = median(new_f, (int)repeats);
     const double tod = median(old_d, (int)repeats), tnd = median(new_d, (int)repeats);
-    double sn[16], so[16], ss[16], sf[16];
+    const double tgf = grouped ? median(grp_f, (int)repeats) : 0, tgd = grouped ? median(grp_d, (int)repeats) : 0;
+    double sn[16], so[16], ss[16], sf[16], sg[16];
     for (uint32_t i = 0; i < ntc; i++) {
+        sg[i] = grouped ? median(sc_grp[i], (int)repeats) : 0;
         sn[i] = median(sc_new[i], (int)repeats), so[i] = median(sc_old[i], (int)repeats);
         ss[i] = median(sc_sel[i], (int)repeats), sf[i] = median(sc_fused[i], (int)repeats);
     }
@@ -527,7 +576,20 @@ int main(int argc, char **argv) {
                    "\"scan_then_select_GBps\":%.4f,\"scan_select_GBps\":%.4f}",
                    i ? "," : "", tc[i], 1e3 * ss[i] / Q, 1e3 * sf[i] / Q, bytes_f / ss[i] / 1e9,
                    bytes_f / sf[i] / 1e9);
-        printf("]},\"gpu_host_check\":{\"per_core_GBps\":%.4f,\"per_core_target_GBps\":3,"
+        printf("]},");
+        if (grouped) {
+            printf("\"grouped\":{\"fathom_ms_per_step\":%.4f,\"ds_ms_per_step\":%.4f,"
+                   "\"fathom_GBps_per_core\":%.4f,\"ds_GBps_per_core\":%.4f,"
+                   "\"ratio_grouped_fathom_to_exact_ds\":%.4f,\"ratio_grouped_fathom_to_grouped_ds\":%.4f,"
+                   "\"ratio_grouped_to_old_fathom_per_core\":%.4f,\"ratio_grouped_to_tiled_fathom\":%.4f,"
+                   "\"topk_agreement_mean\":%.6f,\"topk_agreement_min\":%.6f,\"scaling\":[",
+                   1e3 * tgf / Q, 1e3 * tgd / Q, bytes_f / tgf / 1e9, bytes_d / tgd / 1e9, tgf / tnd, tgf / tgd,
+                   (bytes_f / tgf) / pc_old, tgf / tnf, agree, agree_min);
+            for (uint32_t i = 0; i < ntc; i++)
+                printf("%s{\"threads\":%u,\"GBps\":%.4f}", i ? "," : "", tc[i], bytes_f / sg[i] / 1e9);
+            printf("]},");
+        }
+        printf("\"gpu_host_check\":{\"per_core_GBps\":%.4f,\"per_core_target_GBps\":3,"
                "\"all_threads_GBps\":%.4f,\"all_threads_scan_select_GBps\":%.4f,"
                "\"all_threads_target_GBps\":40,\"applies\":%s}}\n",
                pc_new / 1e9, all_new / 1e9, bytes_f / sf[ntc - 1] / 1e9,
@@ -563,6 +625,19 @@ int main(int argc, char **argv) {
     for (uint32_t i = 0; i < ntc; i++)
         fprintf(out, "  %7u %16.3f %16.3f %18.3f %18.3f\n", tc[i], 1e3 * ss[i] / Q, 1e3 * sf[i] / Q,
                 bytes_f / ss[i] / 1e9, bytes_f / sf[i] / 1e9);
+    if (grouped) {
+        fprintf(out, "grouped-table kernel (FATHOM_SCAN_GROUPED, opt-in: other scores), 1 core: fathom:48 %.3f "
+                     "ms/step, %.3f GB/s/core; ds:32 %.3f ms/step, %.3f GB/s/core\n",
+                1e3 * tgf / Q, bytes_f / tgf / 1e9, 1e3 * tgd / Q, bytes_d / tgd / 1e9);
+        fprintf(out, "grouped ratios: fathom:48 grouped / ds:32 exact time %.3f (target <= 0.5); grouped / old "
+                     "fathom:48 GB/s per core %.3f (target >= 2.5); grouped / tiled fathom:48 time %.3f\n",
+                tgf / tnd, (bytes_f / tgf) / pc_old, tgf / tnf);
+        fprintf(out, "grouped top-%d selections (sink %d, local %d) equal to the exact ones: %.4f of rows on "
+                     "average, %.4f at worst (query group 0, %u heads x %u)\n",
+                SEL_K, SEL_SINK, SEL_LOCAL, agree, agree_min, heads, G);
+        fprintf(out, "grouped scaling, fathom:48: threads / GB/s:");
+        for (uint32_t i = 0; i < ntc; i++) fprintf(out, " %u %.3f%s", tc[i], bytes_f / sg[i] / 1e9, i + 1 < ntc ? "," : "\n");
+    }
     fprintf(out, "GPU-host check (n >= 1M, 16 threads: --context 1048576 --threads 16): %.2f GB/s per core "
            "(target >= 3), %.2f GB/s on %u threads (target >= 40)%s\n",
            pc_new / 1e9, all_new / 1e9, threads,

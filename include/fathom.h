@@ -230,7 +230,12 @@ FATHOM_API int fathom_store_variance(const fathom_store *store, float *out);
  * [group x dim] (stored coordinates): scores[h*n + i] = sum_j q_hj khat_ij,
  * khat at depths[j]. Reads only planes p < depths[j] and scales of channels
  * with depths[j] > 0. bytes_read (may be NULL) gets the plane and scale bytes
- * it touched: sum over active channels of ceil(n/64)*(8*t_j + 2). */
+ * it touched: sum over active channels of ceil(n/64)*(8*t_j + 2). On x86
+ * with AVX2 or AVX-512 the scores follow the fixed order of fused
+ * multiply-adds that the CUDA scan also follows (bit-identical to it); the
+ * faster grouped-table mode, which rounds in another order, is never
+ * substituted here: it is an explicit internal option (FATHOM_SCAN_GROUPED
+ * in src/core/store_internal.h, for benchmarks and tests). */
 FATHOM_API int fathom_store_scan(const fathom_store *store, const uint8_t *depths, const float *queries,
                                  uint32_t group, uint64_t n, float *scores, uint64_t *bytes_read);
 

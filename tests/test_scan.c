@@ -7,11 +7,14 @@
  * multiples of 4 and tiles cut by segment ends; range arguments are
  * validated; the pool driver gives the same scores; cpu.h's feature bits
  * agree with the compiler's own cpuid reading. Kernels this CPU cannot run
- * are compiled in and reported as skipped, never as passing. */
+ * are compiled in and reported as skipped, never as passing. The grouped
+ * ("LUT") mode: its groups, every grouped kernel against its reference bit
+ * for bit, and its scores against the exact ones within a derived bound. */
 #include "check.h"
 #include "cpu.h"
 #include "fathom.h"
 #include "pool.h"
+#include "scan_internal.h"
 #include "store_internal.h"
 
 #include <math.h>
@@ -807,6 +810,275 @@ static void test_segments_args(void) {
     fathom_store_free(st);
 }
 
+/* ---- the grouped-table mode ---- */
+
+static const struct {
+    fathom_scan_kernel kernel;
+    const char *name;
+} grouped[3] = {{FATHOM_SCAN_GROUPED_PORTABLE, "grouped portable"},
+                {FATHOM_SCAN_GROUPED_AVX512, "grouped AVX-512"},
+                {FATHOM_SCAN_GROUPED, "grouped (widest)"}};
+static int grouped_run[3];
+static uint64_t grouped_scores_equal, grouped_scores_total, grouped_scores_bounded, grouped_scores_differ;
+
+/* scan_group_pass on a known pass, and its invariants on random ones. */
+static void test_grouped_formation(void) {
+    /* depth 1: k 0..4, depth 2: 5..7, depth 3: 8..9, depth 4: 10 */
+    const uint32_t first[5] = {0, 5, 8, 10, 11};
+    scan_groups g;
+    fathom_scan_group_pass(first, &g);
+    const uint32_t want_first[7] = {0, 1, 3, 5, 7, 10, 11};
+    const uint8_t member[11] = {10, 8, 0, 9, 1, 5, 6, 7, 2, 3, 4};
+    const uint8_t bit[11] = {0, 0, 3, 0, 3, 0, 2, 0, 2, 3, 0};
+    CHECK(g.count == 6);
+    for (uint32_t x = 0; x <= 6; x++) CHECK(g.first[x] == want_first[x]);
+    for (uint32_t m = 0; m < 11; m++) CHECK(g.member[m] == member[m] && g.bit[m] == bit[m]);
+    for (int trial = 0; trial < 500; trial++) {
+        uint32_t f[5] = {0}, left = 1 + rng_below(SCAN_PASS_CHANNELS);
+        for (uint32_t t = 1; t <= 4; t++) {
+            uint32_t c = t == 4 ? left : rng_below(left + 1);
+            f[t] = f[t - 1] + c, left -= c;
+        }
+        fathom_scan_group_pass(f, &g);
+        int seen[SCAN_PASS_CHANNELS] = {0}, ok = 1;
+        uint32_t rows = 0;
+        for (uint32_t x = 0; x < g.count; x++) {
+            uint32_t bits = 0;
+            for (uint32_t m = g.first[x]; m < g.first[x + 1]; m++) {
+                const uint32_t k = g.member[m], t = g.depth[m];
+                ok &= k < f[4] && k >= f[t - 1] && k < f[t] && g.bit[m] == bits;
+                seen[k < SCAN_PASS_CHANNELS ? k : 0]++;
+                bits += t;
+            }
+            ok &= bits >= 1 && bits <= SCAN_GROUP_ROWS;
+            rows += bits;
+        }
+        for (uint32_t k = 0; k < f[4]; k++) ok &= seen[k] == 1;
+        /* no group is left without a depth-1 channel it could take */
+        const uint32_t n1 = f[1], n2 = f[2] - f[1], n3 = f[3] - f[2], n4 = f[4] - f[3];
+        const uint32_t pair1 = n3 + (n2 % 2 ? 2 : 0), rest1 = n1 > pair1 ? n1 - pair1 : 0;
+        ok &= g.count == n4 + n3 + (n2 + 1) / 2 + (rest1 + 3) / 4;
+        ok &= rows == n1 + 2 * n2 + 3 * n3 + 4 * n4 && g.count * SCAN_GROUP_ROWS >= rows;
+        CHECK(ok);
+    }
+}
+
+/* Sum of |q v| over the active channels of head h and token i, in double. */
+static double abs_terms(const fathom_store *st, const uint8_t *depths, const float *q,
+                        uint32_t dim, uint64_t i) {
+    double s = 0;
+    for (uint32_t j = 0; j < dim; j++)
+        if (depths[j]) s += fabs((double)q[j] * fathom_store_token_value(st, i, j, depths[j]));
+    return s;
+}
+
+/* The number of groups over all passes and the number of passes. */
+static void count_groups(uint32_t dim, const uint8_t *depths, uint32_t *groups, uint32_t *passes) {
+    *groups = *passes = 0;
+    for (uint32_t j = 0; j < dim;) {
+        uint32_t per[5] = {0}, n = 0;
+        for (; j < dim && n < SCAN_PASS_CHANNELS; j++)
+            if (depths[j]) per[depths[j]]++, n++;
+        if (!n) break;
+        uint32_t f[5] = {0};
+        for (uint32_t t = 1; t <= 4; t++) f[t] = f[t - 1] + per[t];
+        scan_groups g;
+        fathom_scan_group_pass(f, &g);
+        *groups += g.count, (*passes)++;
+    }
+}
+
+/* gamma_m = m u / (1 - m u), u = 2^-24: the bound on the relative error of
+ * a chain of m float roundings. */
+static double gamma_m(uint32_t m) { return m * 0x1p-24 / (1 - m * 0x1p-24); }
+
+/* How many of the scores s [group x n] lie farther from the exact sums
+ * than `factor` times sum |q v| (computed in double). */
+static uint64_t bound_violations(const fathom_store *st, const uint8_t *depths, const float *q,
+                                 uint32_t group, uint64_t n, const float *s, double factor) {
+    const uint32_t dim = fathom_store_dim(st);
+    uint64_t bad = 0;
+    for (uint32_t h = 0; h < group; h++)
+        for (uint64_t i = 0; i < n; i++) {
+            double exact = 0;
+            for (uint32_t j = 0; j < dim; j++)
+                if (depths[j])
+                    exact += (double)q[h * dim + j] * fathom_store_token_value(st, i, j, depths[j]);
+            bad += fabs((double)s[h * n + i] - exact) >
+                   factor * abs_terms(st, depths, q + h * dim, dim, i);
+        }
+    return bad;
+}
+
+/* Every grouped kernel equals the grouped reference bit for bit (full scans
+ * and a sub-range with a row stride); the grouped and the exact scores lie
+ * within their derived bounds of the exact sums: a chain of m roundings
+ * (each a fused multiply-add or an add) is within gamma_m sum |q v|. Grouped:
+ * at most 4 table multiply-adds, one add per group, one per pass: gamma of
+ * 4 + groups + passes. Exact: one multiply-add per active channel and one
+ * add per pass: gamma of active + passes. */
+static void check_grouped(fathom_store *st, const uint8_t *depths, const float *q, uint32_t group,
+                          uint64_t n) {
+    const uint32_t dim = fathom_store_dim(st);
+    float *ref = malloc(sizeof(float) * group * n), *b = malloc(sizeof(float) * group * n);
+    float *exact = malloc(sizeof(float) * group * n);
+    uint64_t br = 1, bb = 2;
+    CHECK_OK(fathom_store_scan_with(FATHOM_SCAN_GROUPED_REFERENCE, st, depths, q, group, n, ref, &br));
+    for (int k = 0; k < 3; k++) {
+        if (!fathom_scan_kernel_available(grouped[k].kernel)) continue;
+        grouped_run[k]++;
+        for (uint64_t i = 0; i < group * n; i++) b[i] = NAN; /* every score is written */
+        CHECK_OK(fathom_store_scan_with(grouped[k].kernel, st, depths, q, group, n, b, &bb));
+        CHECK(br == bb);
+        const int differ = memcmp(ref, b, sizeof(float) * group * n) != 0;
+        if (differ)
+            fprintf(stderr, "%s: scores differ from the grouped reference (dim %u, group %u, n %llu)\n",
+                    grouped[k].name, dim, group, (unsigned long long)n);
+        CHECK(!differ);
+        grouped_scores_equal += differ ? 0 : group * n;
+        if (n > 64) { /* blocks [1, ...) into rows of stride n + 3 */
+            const uint64_t count = n - 64, ld = n + 3;
+            float *part = malloc(sizeof(float) * group * ld);
+            CHECK_OK(fathom_store_scan_range(grouped[k].kernel, st, depths, q, group, 64, count,
+                                             part, ld, NULL));
+            int bad = 0;
+            for (uint32_t h = 0; h < group; h++)
+                bad += memcmp(part + h * ld, ref + h * n + 64, sizeof(float) * count) != 0;
+            CHECK(bad == 0);
+            free(part);
+        }
+    }
+    uint32_t active = 0, groups, passes;
+    for (uint32_t j = 0; j < dim; j++) active += depths[j] != 0;
+    count_groups(dim, depths, &groups, &passes);
+    const double bound_g = gamma_m(4 + groups + passes), bound_e = gamma_m(active + passes);
+    CHECK_OK(fathom_store_scan_with(FATHOM_SCAN_AUTO, st, depths, q, group, n, exact, NULL));
+    CHECK(bound_violations(st, depths, q, group, n, ref, bound_g) == 0);
+    CHECK(bound_violations(st, depths, q, group, n, exact, bound_e) == 0);
+    for (uint32_t h = 0; h < group; h++)
+        for (uint64_t i = 0; i < n; i++) {
+            const double d = fabs((double)ref[h * n + i] - exact[h * n + i]);
+            const int ok = d <= (bound_g + bound_e) * abs_terms(st, depths, q + h * dim, dim, i);
+            CHECK(ok);
+            grouped_scores_bounded += ok;
+            grouped_scores_total++;
+            grouped_scores_differ += ref[h * n + i] != exact[h * n + i];
+        }
+    free(ref);
+    free(b);
+    free(exact);
+}
+
+static void test_grouped_scores(void) {
+    const uint32_t dims[4] = {40, 64, 128, 300}, groups[4] = {1, 3, 4, 7};
+    for (int di = 0; di < 4; di++) {
+        const uint32_t dim = dims[di];
+        const uint64_t len = 64 * 5 + 23;
+        fathom_store *st = make_store(dim, di == 3 ? 3 : 0, len); /* dim 300: tiles cut by segments */
+        float *q = malloc(sizeof(float) * 7 * dim);
+        for (uint32_t i = 0; i < 7 * dim; i++) q[i] = rng_key(i) * 10.0f;
+        uint8_t *depths = malloc(dim);
+        for (int pattern = 0; pattern < 6; pattern++) {
+            for (uint32_t j = 0; j < dim; j++)
+                depths[j] = pattern == 0   ? 4                        /* all-4 */
+                            : pattern == 1 ? (uint8_t)(j % 3 ? 0 : 1) /* depth 0 and 1 only */
+                            : pattern == 2 ? (uint8_t)((j * 7 + 3) % 5)
+                                           : (uint8_t)rng_below(5);
+            if (pattern == 5) memset(depths, 0, dim); /* no active channel: every score 0 */
+            const uint64_t ns[3] = {len, 64 * 2 + 16, 9};
+            for (int gi = 0; gi < 4; gi++)
+                for (int ni = 0; ni < 3; ni++) check_grouped(st, depths, q, groups[gi], ns[ni]);
+        }
+        free(depths);
+        free(q);
+        fathom_store_free(st);
+    }
+    CHECK(grouped_scores_differ > 0); /* the orders differ: the bound is not vacuous */
+}
+
+/* The checks above can fail: a grouped score off by one unit in the last
+ * place fails the bit-for-bit comparison, and a wrong table (group 0's
+ * first member reading its code with the lowest plane's bit flipped)
+ * fails the bound. */
+static void test_grouped_checks_fail(void) {
+    const uint32_t dim = 64, group = 2;
+    const uint64_t n = 64 * 3 + 5;
+    fathom_store *st = make_store(dim, 0, n);
+    float q[2 * 64];
+    for (uint32_t i = 0; i < group * dim; i++) q[i] = rng_key(i) * 10.0f;
+    uint8_t depths[64];
+    for (uint32_t j = 0; j < dim; j++) depths[j] = (uint8_t)(j % 5);
+    float *ref = malloc(sizeof(float) * group * n), *wrong = malloc(sizeof(float) * group * n);
+    CHECK_OK(fathom_store_scan_with(FATHOM_SCAN_GROUPED_REFERENCE, st, depths, q, group, n, ref, NULL));
+    memcpy(wrong, ref, sizeof(float) * group * n);
+    wrong[7] = nextafterf(wrong[7], INFINITY);
+    CHECK(memcmp(wrong, ref, sizeof(float) * group * n) != 0);
+    /* group 0 is the first depth-4 channel alone (scan_group_pass): j = 4 */
+    const uint32_t j = 4;
+    for (uint32_t h = 0; h < group; h++)
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t w;
+            uint16_t a16;
+            CHECK_OK(fathom_store_word(st, j, 3, i / 64, &w, &a16)); /* the last plane: code bit 0 */
+            (void)a16;
+            /* a 2^(1-t) at t = 4, the scale a being twice |depth-1 value| */
+            const double step = 0.25 * fabsf(fathom_store_token_value(st, i, j, 1));
+            const double flip = ((w >> (i % 64)) & 1) ? -step : step;
+            wrong[h * n + i] = (float)((double)ref[h * n + i] + (double)q[h * dim + j] * flip);
+        }
+    uint32_t groups, passes;
+    count_groups(dim, depths, &groups, &passes);
+    const uint64_t bad = bound_violations(st, depths, q, group, n, wrong, gamma_m(4 + groups + passes));
+    CHECK(bad > group * n / 2);
+    CHECK(bound_violations(st, depths, q, group, n, ref, gamma_m(4 + groups + passes)) == 0);
+    printf("test_scan: a wrong grouped table fails the bound at %llu of %llu scores\n",
+           (unsigned long long)bad, (unsigned long long)(group * n));
+    free(ref);
+    free(wrong);
+    fathom_store_free(st);
+}
+
+/* The grouped kernels through the pool driver and the fused scan + select:
+ * the scores of one scan, and the selections of fathom_select on them. */
+static void test_grouped_parallel(void) {
+    const uint32_t dim = 96, group = 5;
+    const uint64_t n = 64 * 40 + 17;
+    fathom_store *st = make_store(dim, 8, n);
+    float *q = malloc(sizeof(float) * group * dim);
+    for (uint32_t i = 0; i < group * dim; i++) q[i] = rng_key(i);
+    uint8_t depths[96];
+    for (uint32_t j = 0; j < dim; j++) depths[j] = (uint8_t)rng_below(5);
+    float *ref = malloc(sizeof(float) * group * n), *s = malloc(sizeof(float) * group * n);
+    CHECK_OK(fathom_store_scan_with(FATHOM_SCAN_GROUPED_REFERENCE, st, depths, q, group, n, ref, NULL));
+    fathom_pool *pool = NULL;
+    CHECK_OK(fathom_pool_create(&pool, 3));
+    const uint32_t K = 40;
+    uint32_t idx[5 * 40], cnt[5], ridx[40], rcnt;
+    uint64_t *work = malloc(fathom_select_work_size(n));
+    for (int k = 0; pool && k < 3; k++) {
+        if (!fathom_scan_kernel_available(grouped[k].kernel)) continue;
+        for (uint64_t i = 0; i < group * n; i++) s[i] = NAN;
+        fathom_scan_item item = {st, depths, q, group, n, s};
+        CHECK_OK(fathom_scan_parallel(pool, grouped[k].kernel, &item, 1, 256));
+        CHECK(memcmp(s, ref, sizeof(float) * group * n) == 0);
+        fathom_scan_select_item si = {st, depths, q, group, n, K, 4, 8, idx, cnt, NULL};
+        CHECK_OK(fathom_scan_select_parallel(pool, grouped[k].kernel, &si, 1, 256));
+        for (uint32_t h = 0; h < group; h++) {
+            CHECK_OK(fathom_select(ref + h * n, n, K, 4, 8, work, ridx, &rcnt));
+            CHECK(cnt[h] == rcnt && memcmp(idx + h * K, ridx, rcnt * sizeof(uint32_t)) == 0);
+        }
+    }
+    CHECK_STATUS(fathom_store_scan_range(FATHOM_SCAN_GROUPED_REFERENCE, st, depths, q, 1, 0, 64, s, 64,
+                                         NULL),
+                 FATHOM_ERR_INVALID_ARG); /* the reference scans whole stores only */
+    fathom_pool_free(pool);
+    free(work);
+    free(q);
+    free(ref);
+    free(s);
+    fathom_store_free(st);
+}
+
 int main(void) {
     test_cpu_features();
     test_tiled_identical();
@@ -819,6 +1091,20 @@ int main(void) {
     test_scan_select();
     test_segments();
     test_segments_args();
+    test_grouped_formation();
+    test_grouped_scores();
+    test_grouped_checks_fail();
+    test_grouped_parallel();
+    CHECK(grouped_run[0] > 0);
+    for (int k = 0; k < 3; k++)
+        if (grouped_run[k])
+            printf("test_scan: %s kernel equals the grouped reference bit for bit (%d scans)\n",
+                   grouped[k].name, grouped_run[k]);
+        else
+            printf("test_scan: %s kernel skipped: not on this CPU\n", grouped[k].name);
+    printf("test_scan: grouped scores within the derived bound of the exact ones: %llu of %llu "
+           "(%llu of them differ)\n", (unsigned long long)grouped_scores_bounded,
+           (unsigned long long)grouped_scores_total, (unsigned long long)grouped_scores_differ);
     CHECK(pairs_run[0] > 0); /* the portable pair runs everywhere */
     for (int k = 0; k < 3; k++)
         if (pairs_run[k])

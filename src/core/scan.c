@@ -76,9 +76,9 @@ static int check_source_args(const scan_source *src, const uint8_t *depths, cons
     return FATHOM_OK;
 }
 
-static int check_scan_args(const fathom_store *st, const uint8_t *depths, const float *queries,
-                           uint32_t group, uint64_t n, const float *scores,
-                           uint64_t *bytes_read_out) {
+int fathom_store_scan_check(const fathom_store *st, const uint8_t *depths, const float *queries,
+                            uint32_t group, uint64_t n, const float *scores,
+                            uint64_t *bytes_read_out) {
     const scan_source src = source_of_store(st);
     return check_source_args(&src, depths, queries, group, n, scores, bytes_read_out, "store_scan");
 }
@@ -86,7 +86,7 @@ static int check_scan_args(const fathom_store *st, const uint8_t *depths, const 
 int fathom_store_scan_reference(const fathom_store *st, const uint8_t *depths, const float *queries,
                                 uint32_t group, uint64_t n, float *scores, uint64_t *bytes_read) {
     uint64_t bytes;
-    FATHOM_TRY(check_scan_args(st, depths, queries, group, n, scores, &bytes));
+    FATHOM_TRY(fathom_store_scan_check(st, depths, queries, group, n, scores, &bytes));
     const uint32_t dim = fathom_store_dim(st);
     for (uint32_t h = 0; h < group; h++) {
         const float *q = queries + (uint64_t)h * dim;
@@ -241,7 +241,7 @@ static void portable2_block(const scan2_pass *ps, const scan2_tile *tile, uint32
 /* The next pass: up to SCAN_PASS_CHANNELS active channels from channel j on,
  * bucketed by depth (see scan_job). Returns the channel after the pass;
  * *count = 0 when no active channel is left. */
-static uint32_t scan_next_pass(uint32_t dim, const uint8_t *depths, uint32_t j, uint32_t *count,
+uint32_t fathom_scan_next_pass(uint32_t dim, const uint8_t *depths, uint32_t j, uint32_t *count,
                                uint32_t first[FATHOM_PLANES + 1], uint32_t row[FATHOM_PLANES + 1],
                                uint32_t channels[SCAN_PASS_CHANNELS]) {
     uint32_t per_depth[FATHOM_PLANES + 1] = {0}, end = j, n = 0;
@@ -266,13 +266,18 @@ int fathom_scan_kernel_available(fathom_scan_kernel kernel) {
     case FATHOM_SCAN_AUTO:
     case FATHOM_SCAN_REFERENCE:
     case FATHOM_SCAN_PORTABLE:
-    case FATHOM_SCAN_TILED_PORTABLE: return 1;
+    case FATHOM_SCAN_TILED_PORTABLE:
+    case FATHOM_SCAN_GROUPED_REFERENCE:
+    case FATHOM_SCAN_GROUPED:
+    case FATHOM_SCAN_GROUPED_PORTABLE: return 1;
 #ifdef FATHOM_X86
     case FATHOM_SCAN_AVX2:
     case FATHOM_SCAN_TILED_AVX2: return fathom_cpu_has(FATHOM_CPU_AVX2);
     case FATHOM_SCAN_AVX512:
     case FATHOM_SCAN_TILED_AVX512: return fathom_cpu_has(FATHOM_CPU_AVX512);
+    case FATHOM_SCAN_GROUPED_AVX512: return fathom_cpu_has(FATHOM_CPU_AVX512_TABLES);
 #else
+    case FATHOM_SCAN_GROUPED_AVX512:
     case FATHOM_SCAN_AVX2:
     case FATHOM_SCAN_AVX512:
     case FATHOM_SCAN_TILED_AVX2:
@@ -345,6 +350,15 @@ const char *fathom_scan_avx512_values(void) {
  * values from masks, tables or nibble indices (scan_values); the mask kernel stages
  * its tile in one pass where the CPU has AVX-512 BW and VL. */
 static scan2_kernel pick_tiled(fathom_scan_kernel kernel) {
+    if (kernel == FATHOM_SCAN_GROUPED || kernel == FATHOM_SCAN_GROUPED_PORTABLE ||
+        kernel == FATHOM_SCAN_GROUPED_AVX512) {
+#ifdef FATHOM_X86
+        if (kernel != FATHOM_SCAN_GROUPED_PORTABLE && fathom_cpu_has(FATHOM_CPU_AVX512_TABLES))
+            return (scan2_kernel){NULL, fathom_scan2_block_avx512_grouped,
+                                  fathom_scan2_load_avx512_grouped};
+#endif
+        return (scan2_kernel){NULL, fathom_scan2_block_grouped_portable, NULL};
+    }
 #ifdef FATHOM_X86
     if (kernel == FATHOM_SCAN_TILED_AVX512 ||
         (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX512))) {
@@ -449,7 +463,8 @@ static int scan2_run(scan2_kernel kern, const scan_source *src, const uint8_t *d
     ps->S = src->S;
     int status = FATHOM_OK, first_pass = 1;
     for (uint32_t j = 0; j < dim && status == FATHOM_OK; first_pass = 0) {
-        j = scan_next_pass(dim, depths, j, &ps->count, ps->first, ps->row, ps->channels);
+        j = fathom_scan_next_pass(dim, depths, j, &ps->count, ps->first, ps->row, ps->channels);
+        fathom_scan_group_pass(ps->first, &ps->groups);
         if (!ps->count) {
             if (first_pass) /* no active channel: every score is 0 */
                 for (uint32_t h = 0; h < group; h++)
@@ -476,9 +491,12 @@ static int scan2_run(scan2_kernel kern, const scan_source *src, const uint8_t *d
     return status;
 }
 
+/* The kernels that scan token ranges: the tiled ones and the grouped ones
+ * but their reference. */
 static int is_tiled(fathom_scan_kernel kernel) {
     return kernel == FATHOM_SCAN_TILED_PORTABLE || kernel == FATHOM_SCAN_TILED_AVX2 ||
-           kernel == FATHOM_SCAN_TILED_AVX512;
+           kernel == FATHOM_SCAN_TILED_AVX512 || kernel == FATHOM_SCAN_GROUPED ||
+           kernel == FATHOM_SCAN_GROUPED_PORTABLE || kernel == FATHOM_SCAN_GROUPED_AVX512;
 }
 
 static int source_scan_range(fathom_scan_kernel kernel, const scan_source *src,
@@ -538,11 +556,14 @@ int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st, co
                            uint64_t *bytes_read) {
     if (kernel == FATHOM_SCAN_REFERENCE)
         return fathom_store_scan_reference(st, depths, queries, group, n, scores, bytes_read);
+    if (kernel == FATHOM_SCAN_GROUPED_REFERENCE)
+        return fathom_store_scan_grouped_reference(st, depths, queries, group, n, scores,
+                                                   bytes_read);
     if (kernel == FATHOM_SCAN_AUTO || is_tiled(kernel)) {
         FATHOM_CHECK(!fathom_scan_kernel_available(kernel), FATHOM_ERR_UNSUPPORTED,
                      "store_scan: kernel %d is not available on this CPU", (int)kernel);
         uint64_t bytes;
-        FATHOM_TRY(check_scan_args(st, depths, queries, group, n, scores, &bytes));
+        FATHOM_TRY(fathom_store_scan_check(st, depths, queries, group, n, scores, &bytes));
         return fathom_store_scan_range(kernel, st, depths, queries, group, 0, n, scores, n,
                                        bytes_read);
     }
@@ -552,7 +573,7 @@ int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st, co
     FATHOM_CHECK(!fathom_scan_kernel_available(kernel), FATHOM_ERR_UNSUPPORTED,
                  "store_scan: kernel %d is not available on this CPU", (int)kernel);
     uint64_t bytes;
-    FATHOM_TRY(check_scan_args(st, depths, queries, group, n, scores, &bytes));
+    FATHOM_TRY(fathom_store_scan_check(st, depths, queries, group, n, scores, &bytes));
     scan_work work;
     scan_job *job = &work.job;
     scan_segment_fn segment_fn = pick_kernel(kernel);
@@ -566,8 +587,8 @@ int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st, co
     const uint64_t seg_tokens = (uint64_t)fathom_store_segment_blocks(st) * FATHOM_BLOCK_TOKENS;
     /* Passes of up to SCAN_PASS_CHANNELS active channels; each adds into scores. */
     for (uint32_t j = 0; j < fathom_store_dim(st);) {
-        j = scan_next_pass(fathom_store_dim(st), depths, j, &job->count, job->first, job->row,
-                           job->channels);
+        j = fathom_scan_next_pass(fathom_store_dim(st), depths, j, &job->count, job->first,
+                                  job->row, job->channels);
         if (!job->count) break;
         for (uint32_t seg = 0; (uint64_t)seg * seg_tokens < n; seg++) {
             fathom_segment_view view;

@@ -155,6 +155,66 @@ SCAN_INLINE void add_scores(float *s, const float *acc, uint32_t count) {
  * older kernels' memset + add), so the scores are bit-identical to theirs. */
 #define SCAN2_TILE_BLOCKS 8
 
+/* ---- the grouped-table ("LUT") scan: the definition ----
+ *
+ * An opt-in mode (FATHOM_SCAN_GROUPED_*, store_internal.h) whose scores
+ * differ from the exact kernels' in their float rounding, not in what they
+ * sum. Per pass (scan_next_pass: up to SCAN_PASS_CHANNELS active channels,
+ * ordered by depth, then index) the channels are packed into groups of at
+ * most 4 plane rows by scan_group_pass, in this order:
+ *   1. each depth-4 channel alone;
+ *   2. each depth-3 channel, with the first unused depth-1 channel (if any);
+ *   3. the depth-2 channels by pairs; an odd last one with up to two unused
+ *      depth-1 channels;
+ *   4. the unused depth-1 channels by fours.
+ * Members keep that order; a member's planes p < t sit at nibble bits
+ * bit + p, in member order from bit 0. For head h, block b and group g the
+ * table entry of nibble v is
+ *     T[v] = fma(q_hm, val_m(v), ... fma(q_h1, val_1(v), +0.0f))
+ * over the members in order, val_m(v) = a_mb (2 c + 1 - 2^t) / 2^t, c the
+ * member's depth-t code read from v (its exact decoded value, as in every
+ * kernel). A token's pass sum acc starts at +0.0f and takes the groups in
+ * order: acc = acc + T_g(v) at the token's nibble v, except that a group of
+ * one channel (a table of one product) adds acc = fma(q_h1, val_1(v), acc),
+ * as the exact kernels do, at the same cost; the score is 0.0f + acc
+ * after the first pass and score + acc after each later one, as the exact
+ * kernels combine passes. fathom_store_scan_grouped_reference computes
+ * exactly that, token by token; every grouped kernel is bit-identical to it. */
+#define SCAN_GROUP_ROWS 4
+
+typedef struct scan_groups {
+    uint32_t count;                         /* groups in the pass */
+    uint32_t first[SCAN_PASS_CHANNELS + 1]; /* members of group g: [first[g], first[g + 1]) */
+    uint8_t member[SCAN_PASS_CHANNELS];     /* pass index k of each member, group by group */
+    uint8_t bit[SCAN_PASS_CHANNELS];        /* each member's first nibble bit */
+    uint8_t depth[SCAN_PASS_CHANNELS];      /* each member's depth */
+} scan_groups;
+
+/* The groups of a pass whose depth-t channels are k in [first[t-1], first[t]). */
+void fathom_scan_group_pass(const uint32_t first[FATHOM_PLANES + 1], scan_groups *groups);
+
+/* The next pass (scan.c): up to SCAN_PASS_CHANNELS active channels from
+ * channel j on, bucketed by depth (see scan_job). Returns the channel after
+ * the pass; *count = 0 when no active channel is left. */
+uint32_t fathom_scan_next_pass(uint32_t dim, const uint8_t *depths, uint32_t j, uint32_t *count,
+                               uint32_t first[FATHOM_PLANES + 1], uint32_t row[FATHOM_PLANES + 1],
+                               uint32_t channels[SCAN_PASS_CHANNELS]);
+
+/* fathom_store_scan's argument checks (scan.c); *bytes_read gets the bytes
+ * the scan reads. */
+int fathom_store_scan_check(const fathom_store *store, const uint8_t *depths, const float *queries,
+                            uint32_t group, uint64_t n, const float *scores, uint64_t *bytes_read);
+
+/* The value at scale 1 of the depth-t code that nibble v holds at bits
+ * bit .. bit + t - 1 (plane p at bit + p, the code's bit t - 1 - p):
+ * (2 c + 1 - 2^t) / 2^t, at most 5 significant bits, so its product with an
+ * fp16 scale is exact. */
+FATHOM_INLINE float scan_group_unit(uint32_t v, uint32_t bit, uint32_t t) {
+    uint32_t c = 0;
+    for (uint32_t p = 0; p < t; p++) c |= ((v >> (bit + p)) & 1u) << (t - 1 - p);
+    return (float)(2 * (int)c + 1 - (1 << t)) / (float)(1u << t);
+}
+
 typedef struct scan2_pass {
     uint64_t S;                            /* segment blocks */
     uint32_t count;                        /* active channels in this pass */
@@ -165,6 +225,7 @@ typedef struct scan2_pass {
     int add;                               /* 0: store 0.0f + acc; 1: add acc to the score */
     int stream; /* with add 0: full blocks of 64-byte aligned rows go straight to memory */
     float q[SCAN_PASS_CHANNELS][4];        /* q[k][h] = query h's value of channels[k] */
+    scan_groups groups;                    /* the grouped kernels' groups of this pass */
 } scan2_pass;
 
 /* Tiles ahead of the one being staged whose lines are prefetched: a pass
@@ -273,6 +334,11 @@ FATHOM_INLINE uint32_t scan_filter_tail(const float *s, uint32_t i, uint32_t n, 
     return c;
 }
 
+/* The portable grouped kernel (scan_grouped.c), on scan2_stage's tile. */
+void fathom_scan2_block_grouped_portable(const scan2_pass *pass, const scan2_tile *tile,
+                                         uint32_t b, float *dec, float *out, uint64_t ld,
+                                         uint32_t valid);
+
 #ifdef FATHOM_X86
 uint32_t fathom_scan_filter_avx2(const float *s, uint32_t n, float thr, int strict, uint64_t pos0,
                                  uint64_t *out);
@@ -306,6 +372,11 @@ void fathom_scan2_block_avx512_nib_inloop(const scan2_pass *pass, const scan2_ti
 void fathom_scan2_block_avx512_tab(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
                                    float *dec, float *out, uint64_t ld, uint32_t valid);
 void fathom_scan2_coef_x86(const scan2_pass *pass, scan2_tile *tile);
+void fathom_scan2_load_avx512_grouped(const scan2_pass *pass, const fathom_segment_view *view,
+                                      uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
+                                      scan2_tile *tile);
+void fathom_scan2_block_avx512_grouped(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
+                                       float *dec, float *out, uint64_t ld, uint32_t valid);
 #endif
 
 #endif /* FATHOM_SCAN_INTERNAL_H */

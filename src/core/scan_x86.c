@@ -800,6 +800,113 @@ TAB_TARGET void fathom_scan2_block_avx512_nib_inloop(const scan2_pass *ps, const
 #undef NIB_FUSED
 }
 
+/* ---- tiled AVX-512, grouped tables: one lookup and add per group ----
+ *
+ * The grouped definition (scan_internal.h): the pass's groups' nibbles are
+ * formed as the nibble kernel's quads (nib_quad), group g's in idx[g]; per
+ * block and group the kernel forms each member's 16 values (nib_unit times
+ * the scale: exact) and multiply-adds them into one table per head, in
+ * member order from +0; per 16 tokens and head each group then costs one
+ * vpermps and one add, in group order from +0 (a group of one channel: one
+ * vpermps of its values per 16 tokens, a multiply-add per head). */
+
+TAB_TARGET void fathom_scan2_load_avx512_grouped(const scan2_pass *ps,
+                                                 const fathom_segment_view *view, uint32_t b0,
+                                                 uint32_t nb, uint32_t ahead, int prefetch,
+                                                 scan2_tile *tile) {
+    _Static_assert(SCAN2_TILE_BLOCKS == 8, "a tile is one 64-byte line of each plane row");
+    const __mmask8 live = (__mmask8)((1u << nb) - 1u); /* a short tile reads only its blocks */
+    const int full = nb == SCAN2_TILE_BLOCKS;
+    const uint64_t S = ps->S;
+    const scan_groups *g = &ps->groups;
+    for (uint32_t x = 0; x < g->count; x++) {
+        const uint64_t *rows[4] = {NULL, NULL, NULL, NULL};
+        for (uint32_t m = g->first[x]; m < g->first[x + 1]; m++) {
+            const uint32_t k = g->member[m], t = g->depth[m];
+            const uint64_t j = ps->channels[k];
+            const uint64_t *row = view->planes + j * FATHOM_PLANES * S + b0;
+            for (uint32_t p = 0; p < t; p++) {
+                if (prefetch) SCAN2_PREFETCH(row + p * S + ahead);
+                rows[g->bit[m] + p] = row + p * S;
+            }
+            const uint16_t *scale = view->scales + j * S + b0;
+            if (prefetch) SCAN2_PREFETCH(scale + ahead);
+            const __m128i a = full ? _mm_loadu_si128((const __m128i *)(const void *)scale)
+                                   : _mm_maskz_loadu_epi16(live, scale);
+            _mm256_store_ps(tile->n.a[k], _mm256_cvtph_ps(a));
+            tile->n.unit[k] = nib_unit[g->bit[m]][t];
+        }
+        nib_quad(tile, x, rows, full, live);
+    }
+}
+
+TAB_TARGET SCAN_INLINE void grouped_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                          const uint32_t HC, float *out, uint64_t ld,
+                                          uint32_t valid) {
+    /* lane l's nibble in dword l & 1 of its qword (as nib_fused) */
+    const __m512i nib_shift =
+        _mm512_setr_epi32(4, 4, 12, 12, 20, 20, 28, 28, 0, 0, 8, 8, 16, 16, 24, 24);
+    static const uint32_t at[4] = {0, 8, 64, 72};
+    const scan_groups *gr = &ps->groups;
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (uint32_t h = 0; h < HC; h++)
+#pragma GCC unroll 4
+        for (uint32_t g = 0; g < 4; g++) acc[h][g] = _mm512_setzero_ps();
+    const uint32_t groups = gr->count;
+    for (uint32_t x = 0; x < groups; x++) {
+        const unsigned char *qw = (const unsigned char *)tile->n.idx[x] + NIB_BLOCK_OFFSET(b);
+        __m512i idx[4];
+#pragma GCC unroll 4
+        for (uint32_t g = 0; g < 4; g++) {
+            int64_t w;
+            memcpy(&w, qw + at[g], sizeof w);
+            idx[g] = _mm512_srlv_epi32(_mm512_set1_epi64(w), nib_shift);
+        }
+        if (gr->first[x + 1] - gr->first[x] == 1) { /* one channel: its values, multiply-adds */
+            const uint32_t k = gr->member[gr->first[x]];
+            const __m512 val = nib_table(_mm512_load_ps(tile->n.unit[k]), &tile->n.a[k][b]);
+            __m512 v[4];
+#pragma GCC unroll 4
+            for (uint32_t g = 0; g < 4; g++) v[g] = nib_permute(idx[g], val);
+            avx512_channel_fma(ps, k, HC, v, acc);
+            continue;
+        }
+        __m512 tab[4];
+#pragma GCC unroll 4
+        for (uint32_t h = 0; h < HC; h++) tab[h] = _mm512_setzero_ps();
+        for (uint32_t m = gr->first[x]; m < gr->first[x + 1]; m++) {
+            const uint32_t k = gr->member[m];
+            const __m512 val = nib_table(_mm512_load_ps(tile->n.unit[k]), &tile->n.a[k][b]);
+#pragma GCC unroll 4
+            for (uint32_t h = 0; h < HC; h++)
+                tab[h] = _mm512_fmadd_ps(_mm512_set1_ps(ps->q[k][h]), val, tab[h]);
+        }
+        if (x == 0) { /* +0 + T = T: a table entry is never -0 (a chain of fma from +0) */
+#pragma GCC unroll 4
+            for (uint32_t h = 0; h < HC; h++)
+#pragma GCC unroll 4
+                for (uint32_t g = 0; g < 4; g++) acc[h][g] = nib_permute(idx[g], tab[h]);
+            continue;
+        }
+#pragma GCC unroll 4
+        for (uint32_t h = 0; h < HC; h++)
+#pragma GCC unroll 4
+            for (uint32_t g = 0; g < 4; g++)
+                acc[h][g] = _mm512_add_ps(acc[h][g], nib_permute(idx[g], tab[h]));
+    }
+    avx512_put_block(ps, HC, acc, out, ld, valid);
+}
+
+TAB_TARGET void fathom_scan2_block_avx512_grouped(const scan2_pass *ps, const scan2_tile *tile,
+                                                  uint32_t b, float *dec, float *out, uint64_t ld,
+                                                  uint32_t valid) {
+    (void)dec;
+#define GROUPED_FUSED(HC) grouped_fused(ps, tile, b, HC, out, ld, valid)
+    SCAN_HEAD_CHUNK(ps->heads, GROUPED_FUSED);
+#undef GROUPED_FUSED
+}
+
 /* ---- the candidate filter (scan_internal.h), 16 scores per step ---- */
 
 /* Appends the candidates of scores s[i + j], j < 16, whose bit is set in hits. */

@@ -31,7 +31,20 @@ typedef enum fathom_scan_kernel {
      * three above of the same instruction set; they also scan token ranges. */
     FATHOM_SCAN_TILED_PORTABLE,
     FATHOM_SCAN_TILED_AVX2,
-    FATHOM_SCAN_TILED_AVX512
+    FATHOM_SCAN_TILED_AVX512,
+    /* The grouped-table ("LUT") mode, opt-in only (AUTO never picks it):
+     * per block one 16-entry table per group of up to 4 plane rows, so a
+     * token costs one lookup and one add per group and head instead of one
+     * multiply-add per channel and head. Its scores are the grouped
+     * definition's (scan_internal.h), NOT the exact kernels': the same sum
+     * in another float order, within a few units in the last place of
+     * sum_j |q_j v_j| of them, and so not bit-identical to the GPU scan or
+     * the hybrid step. All grouped kernels give the same scores, bit for
+     * bit. Tiled kernels: they also scan token ranges. */
+    FATHOM_SCAN_GROUPED_REFERENCE, /* the definition, token by token (fathom_store_scan_with only) */
+    FATHOM_SCAN_GROUPED,           /* the widest grouped kernel this CPU runs */
+    FATHOM_SCAN_GROUPED_PORTABLE,  /* plain C */
+    FATHOM_SCAN_GROUPED_AVX512     /* AVX-512 with GFNI (the nibble kernel's features) */
 } fathom_scan_kernel;
 
 /* 1 when this build and CPU can run the kernel, else 0. */
@@ -39,7 +52,8 @@ int fathom_scan_kernel_available(fathom_scan_kernel kernel);
 
 /* fathom_store_scan with a chosen kernel; FATHOM_ERR_UNSUPPORTED if it is not
  * available. Same arguments, checks, results (up to float summation order)
- * and bytes_read. */
+ * and bytes_read. The exact kernels' scores are bit-identical to each other
+ * (the reference aside); the grouped ones' to each other. */
 int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *store,
                            const uint8_t *depths, const float *queries, uint32_t group, uint64_t n,
                            float *scores, uint64_t *bytes_read);
@@ -47,7 +61,7 @@ int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *store,
 /* Scores of tokens [first, first + count) only: score of head h and token
  * first + i in scores[h * ld + i] (ld >= count). first is a multiple of
  * FATHOM_BLOCK_TOKENS; first + count <= the store's length. kernel is
- * FATHOM_SCAN_AUTO or a tiled kernel; the scores are bit-identical to
+ * FATHOM_SCAN_AUTO, a tiled kernel or a grouped one (not its reference); the scores are bit-identical to
  * fathom_store_scan_with's for the same kernel family. *bytes_read gets the
  * plane and scale bytes of the range's blocks. Threads may scan disjoint
  * ranges (or the same range into different buffers) of one store at once. */
@@ -178,6 +192,13 @@ int fathom_plan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel ker
 int fathom_store_scan_reference(const fathom_store *store, const uint8_t *depths,
                                 const float *queries, uint32_t group, uint64_t n, float *scores,
                                 uint64_t *bytes_read);
+
+/* The grouped scan's definition (scan_internal.h), token by token: the
+ * scores every FATHOM_SCAN_GROUPED_* kernel gives, bit for bit. Same
+ * arguments, checks and bytes_read as fathom_store_scan. */
+int fathom_store_scan_grouped_reference(const fathom_store *store, const uint8_t *depths,
+                                        const float *queries, uint32_t group, uint64_t n,
+                                        float *scores, uint64_t *bytes_read);
 
 /* The running sums fathom_store_append keeps, [dim] each: shift (the first
  * stored row), sum and sum of squares of (row - shift). For tests that
