@@ -287,6 +287,23 @@ def bench_scan_tiled(rec):
         text += ("One core read memory at %.1f GB/s in the same run; the tiled fathom:48 scan read planes at %.0f%% "
                  "of that%s.\n" % (r["read_GBps_1core"], 100 * share,
                                    ", so memory bandwidth is not what limits it" if share < 0.5 else ""))
+    if "grouped" in r:
+        gr = r["grouped"]
+        text += ("\nThe opt-in grouped-table mode (FATHOM_SCAN_GROUPED, src/core/store_internal.h; bench_scan "
+                 "--grouped) on one core, same stores and plans: per 64-token block one 16-entry table per group of "
+                 "at most 4 plane rows and query head, so a token costs one lookup and one add per group and head "
+                 "instead of one multiply-add per channel and head. Its scores round in another order than the "
+                 "exact kernels' (within test_scan's derived bound), so it is never the default and not "
+                 "bit-identical to the GPU or hybrid steps. fathom:48 %.2f ms/step (%.3f GB/s per core), ds:32 "
+                 "%.2f ms/step; grouped fathom:48 over exact ds:32 time %.3f (issue 16 asks <= 0.5), over grouped "
+                 "ds:32 %.3f; over the tiled exact fathom:48 time %.3f; over the old kernel's plane GB/s per core "
+                 "%.2fx. Top-512 selections equal to the exact ones: %.4f of rows on average, %.4f at worst. "
+                 "Threads / GB/s: %s.\n"
+                 % (gr["fathom_ms_per_step"], gr["fathom_GBps_per_core"], gr["ds_ms_per_step"],
+                    gr["ratio_grouped_fathom_to_exact_ds"], gr["ratio_grouped_fathom_to_grouped_ds"],
+                    gr["ratio_grouped_to_tiled_fathom"], gr["ratio_grouped_to_old_fathom_per_core"],
+                    gr["topk_agreement_mean"], gr["topk_agreement_min"],
+                    ", ".join("%d %.2f" % (x["threads"], x["GBps"]) for x in gr["scaling"])))
     if "scan_select" in r:
         ss = r["scan_select"]
         text += "\n" + md_table(["threads", "scan then select ms/step", "scan+select ms/step",
@@ -338,6 +355,17 @@ def bench_scan_kernel(rec):
                 "%s KiB, the rows each plan reads" % " and ".join(
                     "%.0f" % ((8 * x["bits"] + 2 * x["channels"]) * ((r["context"] + 63) // 64) / 1024.0)
                     for x in r["kernels"][0]["plans"])))
+    if "ratio_fathom_to_ds_grouped" in r:
+        text += ("Kernels grp512 (AVX-512) and grp-port (plain C) are the opt-in grouped-table mode "
+                 "(FATHOM_SCAN_GROUPED_*): per block one 16-entry table per group of at most 4 plane rows and query "
+                 "head (fathom:48's shape: 12 groups), one lookup and one add per group, head and 16 tokens; a group "
+                 "of one channel (all of ds:32's) multiply-adds as the exact kernels do. Their scores round in "
+                 "another order (not bit-identical to the exact kernels, the GPU or the hybrid step), so the mode is "
+                 "never the default; the FMA floor column is the exact kernels' (the grouped ones issue fewer "
+                 "multiply-adds). fathom:48 over ds:32 time: exact %.3f, grouped %.3f; grouped fathom:48 over exact "
+                 "ds:32 %.3f (issue 16 asks <= 0.5 on the development machine); grouped over exact fathom:48 %.3f.\n"
+                 % (r["ratio_fathom_to_ds_exact"], r["ratio_fathom_to_ds_grouped"],
+                    r["ratio_grouped_fathom_to_exact_ds"], r["ratio_grouped_to_exact_fathom"]))
     if rec["table"].endswith("gpu-host"):
         text += ("The binary ran there is bench/bench_scan_kernel.c built on the development machine at the "
                  "recorded commit (Release, linked statically against libfathom's common + core modules, "
