@@ -13,7 +13,8 @@
  * -> covariance share of the top d/4 eigenvalues (keys only, so first),
  * then twice around sink logit -> first-4 mass, topic logit -> top-k mass,
  * positional gain -> last-32 mass, and last the query run ->
- * consecutive-query cosine. Each
+ * consecutive-query cosine (with FATHOM_SYNTH_FIT_LAYERS, each layer's
+ * topic logit -> that layer's top-k mass in place of the one). Each
  * statistic grows with its knob; the others move it too, which the second
  * round corrects for. */
 #include "source.h"
@@ -300,11 +301,11 @@ static int measure_head(measure_ctx *m, const float *q, const float *k, uint32_t
     return FATHOM_OK;
 }
 
-/* Statistics of src into out; with prof, the profile sums too, and with
- * heads (synth_params.heads layout for src's shape, zeroed), every measured
- * head's own profiles. */
-/* With layer_top (in.layers doubles), each measured layer's top-k mass
- * too; with only >= 0, layer only (not every layer_stride-th). */
+/* Statistics of src into out; with prof, the profile sums too, with heads
+ * (synth_params.heads layout for src's shape, zeroed), every measured
+ * head's own profiles, and with layer_top (in.layers doubles), each
+ * measured layer's top-k mass; with only >= 0, layer `only` alone (not
+ * every layer_stride-th). */
 static int measure(const fathom_source *src, fathom_rope_style style, double rope_base, uint32_t k,
                    uint32_t layer_stride, bool skew, fathom_synth_stats *out, profile_acc *prof, float *heads,
                    double *layer_top, int64_t only) {
@@ -629,7 +630,7 @@ static int fit_run(fit_ctx *f, const fathom_source *capture, const char *base_na
         profiles_from(prof, &f->p);
     }
     f->p.fitted = true;
-    if (groups & FATHOM_SYNTH_FIT_LAYERS) {
+    if ((groups & FATHOM_SYNTH_FIT_LAYERS) && (groups & FATHOM_SYNTH_FIT_CONCENTRATION)) {
         f->p.per_layer = true;
         for (uint32_t l = 0; l < f->p.layers; l++) f->p.topic_layers[l] = f->p.topic_logit;
     }
