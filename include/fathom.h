@@ -540,11 +540,14 @@ enum {
      * positional profile, as measured (with PROFILES and RECENCY; left out:
      * one profile for all heads, each head's key scales spread around it) */
     FATHOM_SYNTH_FIT_HEADS = 64,
-    FATHOM_SYNTH_FIT_ALL = 127,
+    /* each layer its own topic logit, for its own top-k mass (with
+     * CONCENTRATION; left out: one topic logit for the mass over layers) */
+    FATHOM_SYNTH_FIT_LAYERS = 128,
+    FATHOM_SYNTH_FIT_ALL = 255,
     /* Everything but per-head profiles. (Until the positional profile, recency was left out: the
      * recency direction it replaced could not reach a real model's last-32
      * mass without swamping the other logits; docs/synthetic.md.) */
-    FATHOM_SYNTH_FIT_DEFAULT = FATHOM_SYNTH_FIT_ALL & ~FATHOM_SYNTH_FIT_HEADS
+    FATHOM_SYNTH_FIT_DEFAULT = FATHOM_SYNTH_FIT_ALL & ~FATHOM_SYNTH_FIT_HEADS & ~FATHOM_SYNTH_FIT_LAYERS
     /* (Per-head profiles are asked for: on SmolLM2 they put fathom:48 /
      * ds:32 outside the study's margin; docs/synthetic.md.) */
 };

@@ -453,7 +453,7 @@ static void test_fit_recovers(void) {
     fathom_source *cap = capture_of(known, 32, ".safetensors", path, sizeof path);
     /* the known preset has no positional profile, so none is fitted */
     fathom_synth_fit_options o = {.base = "smollm2-135m", .name = "refit", .k = 32,
-                                  .fit = FATHOM_SYNTH_FIT_ALL & ~FATHOM_SYNTH_FIT_RECENCY};
+                                  .fit = FATHOM_SYNTH_FIT_ALL & ~FATHOM_SYNTH_FIT_LAYERS & ~FATHOM_SYNTH_FIT_RECENCY};
     fathom_synth_fit_report r;
     CHECK_OK(fathom_synth_fit(&fit, cap, &o, &r));
     if (!fit) return;
@@ -528,7 +528,7 @@ static void test_fit_positional(void) {
     char path[128];
     fathom_source *cap = capture_of(known, 32, "-pos.safetensors", path, sizeof path);
     fathom_synth_fit_options o = {.base = "smollm2-135m", .name = "refit", .k = 32,
-                                  .fit = FATHOM_SYNTH_FIT_ALL & ~FATHOM_SYNTH_FIT_HEADS};
+                                  .fit = FATHOM_SYNTH_FIT_DEFAULT};
     fathom_synth_fit_report r;
     CHECK_OK(fathom_synth_fit(&fit, cap, &o, &r));
     CHECK(fit && !fit->p.heads);
@@ -1071,6 +1071,116 @@ static void test_dev_skew(void) {
     fathom_synth_preset_free(p);
 }
 
+/* A constructed source for the per-layer top-k mass (two layers, one head,
+ * d = 8, 1024 tokens, 8 queried positions): 32 "hot" keys carry 1 on
+ * channel 0, every key unit noise on channels 1-7, and layer l's query is
+ * s_l sqrt(d) on channel 0 alone, so a hot key's logit is s_l and every
+ * other key's 0: the mass on the top 32 keys, at a position that sees n
+ * keys, is 32 e^s / (32 e^s + n - 32) exactly. */
+enum { HOT_D = 8, HOT_N = 1024, HOT_P = 8, HOT_K = 32 };
+static const double hot_logit[2] = {0.0, 4.0};
+
+static int hot_layer(const fathom_source *src, uint32_t layer, float *q, float *k, float *v) {
+    (void)src;
+    for (uint64_t t = 0; k && t < HOT_N; t++) {
+        float *x = k + t * HOT_D;
+        x[0] = t >= 100 && t < 100 + 20 * HOT_K && (t - 100) % 20 == 0 ? 1.0f : 0.0f;
+        for (uint32_t j = 1; j < HOT_D; j++) x[j] = (float)tail_normal(t * HOT_D + j);
+    }
+    for (uint32_t s = 0; q && s < HOT_P; s++) {
+        float *x = q + (uint64_t)s * HOT_D;
+        for (uint32_t j = 0; j < HOT_D; j++) x[j] = 0.0f;
+        x[0] = (float)(hot_logit[layer] * sqrt((double)HOT_D));
+    }
+    for (uint64_t e = 0; v && e < (uint64_t)HOT_N * HOT_D; e++) v[e] = 0.0f;
+    return FATHOM_OK;
+}
+
+/* synth_layer_top_mass on the constructed source: each layer's mass as
+ * the formula gives it (mean over the 8 positions), the two layers apart. */
+static void test_layer_top_mass(void) {
+    static const fathom_source_ops ops = {.kind = "synthetic", .destroy = tail_destroy, .layer = hot_layer};
+    fathom_source_info in = {.layers = 2, .q_heads = 1, .kv_heads = 1, .dim = HOT_D, .tokens = HOT_N,
+                             .positions = HOT_P, .first_query = HOT_N - HOT_P};
+    snprintf(in.model, sizeof in.model, "hot");
+    fathom_source *src;
+    CHECK_OK(fathom_source_new(&src, &ops, &in, NULL));
+    for (uint32_t l = 0; l < 2; l++) {
+        double want = 0, got = -1, e = exp(hot_logit[l]);
+        for (uint32_t i = 0; i < HOT_P; i++) {
+            double n = HOT_N - HOT_P + i + 1;
+            want += HOT_K * e / (HOT_K * e + n - HOT_K) / HOT_P;
+        }
+        CHECK_OK(synth_layer_top_mass(src, FATHOM_ROPE_NEOX, 1e4, HOT_K, l, &got));
+        printf("per-layer top-%d mass, layer %u: %.6f (formula %.6f)\n", HOT_K, l, got, want);
+        CHECK_NEAR(got, want, 1e-5);
+    }
+    double x;
+    CHECK_STATUS(synth_layer_top_mass(src, FATHOM_ROPE_NEOX, 1e4, HOT_K, 2, &x), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(synth_layer_top_mass(src, FATHOM_ROPE_NEOX, 1e4, HOT_K, 0, NULL), FATHOM_ERR_INVALID_ARG);
+    fathom_source_free(src);
+}
+
+/* Per-layer topic logits: equal ones generate the bytes of the one topic
+ * logit; a preset file keeps them; a per-layer fit (FATHOM_SYNTH_FIT_LAYERS)
+ * of a capture whose layers differ recovers their order and reaches each
+ * layer's top-k mass. */
+static void test_fit_layers(void) {
+    fathom_synth_preset *p = known_preset(), *same = known_preset(), *back = NULL, *fit = NULL;
+    same->p.per_layer = true;
+    same->p.topic_layers[0] = same->p.topic_layers[1] = p->p.topic_logit;
+    fathom_source *a, *b;
+    CHECK_OK(fathom_synth_open_preset(&a, p, 300, 4, 3));
+    CHECK_OK(fathom_synth_open_preset(&b, same, 300, 4, 3));
+    CHECK(layer_hash(a, 0) == layer_hash(b, 0) && layer_hash(a, 1) == layer_hash(b, 1));
+    fathom_source_free(a), fathom_source_free(b);
+    /* layer 0 diffuse, layer 1 concentrated */
+    p->p.per_layer = true;
+    p->p.topic_layers[0] = 0.8f, p->p.topic_layers[1] = 5.0f;
+    CHECK_OK(synth_params_check(&p->p));
+    char path[128];
+    tmp_path("-layers.json", path, sizeof path);
+    CHECK_OK(fathom_synth_preset_write(p, path, NULL));
+    CHECK_OK(fathom_synth_preset_load(&back, path));
+    CHECK(back && back->p.per_layer && back->p.topic_layers[0] == 0.8f && back->p.topic_layers[1] == 5.0f);
+    static const char wrong[] = "{\"format\":\"fathom-synth-preset-1\",\"name\":\"x\",\"layers\":2,"
+                                "\"topic_logit_layers\":[1]}";
+    fathom_synth_preset *bad = NULL;
+    CHECK_STATUS(fathom_synth_preset_parse(&bad, wrong, strlen(wrong)), FATHOM_ERR_FORMAT);
+    p->p.topic_layers[1] = 0.0f;
+    CHECK_STATUS(synth_params_check(&p->p), FATHOM_ERR_INVALID_ARG);
+    p->p.topic_layers[1] = 5.0f;
+    remove(path);
+
+    fathom_source *cap = capture_of(p, 32, "-layers.safetensors", path, sizeof path);
+    fathom_synth_fit_options o = {.base = "smollm2-135m", .name = "refit", .k = 32,
+                                  .fit = FATHOM_SYNTH_FIT_ALL & ~FATHOM_SYNTH_FIT_RECENCY};
+    fathom_synth_fit_report r;
+    CHECK_OK(fathom_synth_fit(&fit, cap, &o, &r));
+    CHECK(fit && fit->p.per_layer);
+    if (fit) {
+        double want[2], got[2];
+        fathom_source *gen;
+        CHECK_OK(fathom_synth_open_preset(&gen, fit, 1024, 32, 1));
+        for (uint32_t l = 0; l < 2; l++) {
+            CHECK_OK(synth_layer_top_mass(cap, r.style, r.rope_base, 32, l, &want[l]));
+            CHECK_OK(synth_layer_top_mass(gen, FATHOM_ROPE_NEOX, fit->p.rope_base, 32, l, &got[l]));
+        }
+        fathom_source_free(gen);
+        printf("per-layer fit: topic logits %.3f %.3f (known 0.8, 5); top-32 mass per layer %.4f %.4f "
+               "(capture %.4f %.4f)\n",
+               fit->p.topic_layers[0], fit->p.topic_layers[1], got[0], got[1], want[0], want[1]);
+        CHECK(want[0] < want[1] - 0.05);
+        CHECK(fit->p.topic_layers[0] < fit->p.topic_layers[1]);
+        CHECK_NEAR(got[0], want[0], 0.02);
+        CHECK_NEAR(got[1], want[1], 0.02);
+    }
+    fathom_source_free(cap);
+    remove(path);
+    fathom_synth_preset_free(p), fathom_synth_preset_free(same), fathom_synth_preset_free(back);
+    fathom_synth_preset_free(fit);
+}
+
 int main(void) {
     test_roundtrip();
     test_malformed();
@@ -1087,5 +1197,7 @@ int main(void) {
     test_heads_sink();
     test_fit_spread_dead_channels();
     test_dev_skew();
+    test_layer_top_mass();
+    test_fit_layers();
     return check_summary("test_synth_fit");
 }

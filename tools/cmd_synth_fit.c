@@ -38,6 +38,8 @@ static void usage(FILE *f) {
             "                       component that meets the key means under RoPE)\n"
             "  --per-head           each head its own key profiles and positional profile, as\n"
             "                       measured (preset format 2; default: one for all heads)\n"
+            "  --per-layer          each layer its own topic logit, fitted to its own top-k\n"
+            "                       mass (default: one for the mass over all layers)\n"
             "  --layer-stride S     measure the candidates on every S-th layer (default layers/6)\n"
             "  --json               the fit's report as one JSON object on stdout\n"
             "  -h, --help           this help\n"
@@ -46,7 +48,7 @@ static void usage(FILE *f) {
 }
 
 enum { OPT_KV = 256, OPT_OUT, OPT_BASE, OPT_NAME, OPT_ROPE, OPT_ROPE_BASE, OPT_K, OPT_KEEP, OPT_STRIDE, OPT_JSON,
-       OPT_PER_HEAD };
+       OPT_PER_HEAD, OPT_PER_LAYER };
 static const struct option long_options[] = {
     {"help", no_argument, NULL, 'h'},
     {"kv", required_argument, NULL, OPT_KV},
@@ -60,6 +62,7 @@ static const struct option long_options[] = {
     {"layer-stride", required_argument, NULL, OPT_STRIDE},
     {"json", no_argument, NULL, OPT_JSON},
     {"per-head", no_argument, NULL, OPT_PER_HEAD},
+    {"per-layer", no_argument, NULL, OPT_PER_LAYER},
     {NULL, 0, NULL, 0},
 };
 
@@ -119,7 +122,7 @@ int cmd_synth_fit(int argc, char **argv) {
     const char *kv = NULL, *out = NULL, *keep = "none", *rope = "detect";
     char name[64] = "";
     fathom_synth_fit_options o = {.base = "smollm2-135m"};
-    bool json = false, per_head = false;
+    bool json = false, per_head = false, per_layer = false;
     uint32_t kept = 0;
     int c;
     while ((c = cli_getopt(argc, argv, "h", long_options)) != -1) {
@@ -151,6 +154,7 @@ int cmd_synth_fit(int argc, char **argv) {
             break;
         case OPT_JSON: json = true; break;
         case OPT_PER_HEAD: per_head = true; break;
+        case OPT_PER_LAYER: per_layer = true; break;
         }
     }
     if (optind < argc) return cli_usage_error("unexpected argument '%s'", argv[optind]);
@@ -160,7 +164,9 @@ int cmd_synth_fit(int argc, char **argv) {
     else if (strcmp(rope, "detect")) return cli_usage_error("--rope must be neox, adjacent or detect, not '%s'", rope);
     if ((o.style == FATHOM_ROPE_DETECT) != (o.rope_base == 0))
         return cli_usage_error("--rope-base goes with --rope neox|adjacent, and they need it");
-    o.fit = (FATHOM_SYNTH_FIT_DEFAULT | (per_head ? FATHOM_SYNTH_FIT_HEADS : 0)) & ~kept;
+    o.fit = (FATHOM_SYNTH_FIT_DEFAULT | (per_head ? FATHOM_SYNTH_FIT_HEADS : 0) |
+             (per_layer ? FATHOM_SYNTH_FIT_LAYERS : 0)) &
+            ~kept;
     if (!o.fit) return cli_usage_error("--keep leaves nothing to fit");
     if (!cli_check_writable(out)) return CLI_FAILURE;
 

@@ -24,7 +24,7 @@
  * spread, low-frequency boost, outlier mean, background / topic / sink
  * logit, content cap; the fitted-preset fields take their built-in values
  * in synth_builtin. */
-#define BUILTIN(...) {__VA_ARGS__, false, 0, 0.0f, 0.0f, 0, {0}, {0}, {0}, {0}, false, 0.0f, {0}, {0}, NULL}
+#define BUILTIN(...) {__VA_ARGS__, false, 0, 0.0f, 0.0f, 0, {0}, {0}, {0}, {0}, false, 0.0f, {0}, {0}, NULL, false, {0}}
 static const synth_params presets[] = {
     BUILTIN("qwen3-8b", 36, 8, 4, 128, 1e6, true, 1.0f, 0.9f, 0.5f, 12.0f, 1.0f, 7.5f, 16.0f, 0.0f),
     BUILTIN("llama-3.1-8b", 32, 8, 4, 128, 5e5, false, 2.5f, 1.1f, 4.0f, 0.0f, 1.0f, 4.5f, 16.0f, 2.5f),
@@ -252,10 +252,10 @@ static void query_terms_of(const synth_params *p, const head_model *hm, uint32_t
 
 /* Fit head h's query to the preset's logit targets: the gap/background
  * ratio fixes a (a quadratic), then c sets the gap. */
-static void calibrate_query(const synth_params *p, head_model *hm, uint32_t h) {
+static void calibrate_query(const synth_params *p, head_model *hm, uint32_t h, double topic_logit) {
     query_terms qt;
     query_terms_of(p, hm, h, &qt);
-    double rho = p->topic_logit / p->background_logit;
+    double rho = topic_logit / p->background_logit;
     double b = qt.m2 + qt.m3;
     /* (a m1 + b)^2 = rho^2 (a^2 m4^2 + f^2) */
     double A = qt.m1 * qt.m1 - rho * rho * qt.m4 * qt.m4, B = 2 * qt.m1 * b,
@@ -271,7 +271,7 @@ static void calibrate_query(const synth_params *p, head_model *hm, uint32_t h) {
     double gap = a * qt.m1 + b;
     hm->q_bg[h] = (float)a;
     hm->q_rms[h] = (float)rms;
-    hm->q_mult[h] = gap > 1e-9 ? (float)(p->topic_logit * rms / gap) : 1.0f;
+    hm->q_mult[h] = gap > 1e-9 ? (float)(topic_logit * rms / gap) : 1.0f;
 }
 
 /* Sink logit gap, averaged over the group, for sink key amplitude amp. */
@@ -665,7 +665,8 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         for (uint32_t i = 1; i < SYNTH_SINKS; i++) hm->sink_amp[i] = 0.0f;
     /* Keys must carry their topic strongly enough, against the key noise the
      * query picks up, for the gap/background ratio to be reachable. */
-    double rho = p->topic_logit / p->background_logit;
+    const double topic_logit = synth_topic_logit(p, layer);
+    double rho = topic_logit / p->background_logit;
     /* (A fitted preset keeps its measured topic amplitude.) */
     for (int it = 0; !p->fitted && it < 3; it++) { /* at most 8x: beyond, QK-norm saturates */
         double worst = INFINITY;
@@ -679,7 +680,7 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         double grow = worst > 0 ? 1.3 * rho / worst : 4.0;
         hm->topic_amp *= (float)(grow < 2.0 ? grow : 2.0);
     }
-    for (uint32_t h = 0; h < p->group; h++) calibrate_query(p, hm, h);
+    for (uint32_t h = 0; h < p->group; h++) calibrate_query(p, hm, h, topic_logit);
     /* Sink amplitudes by bisection: the gap grows with the amplitude (and
      * saturates under QK-norm; then the largest amplitude tried is used). */
     for (uint32_t i = 0; i < SYNTH_SINKS; i++) {

@@ -77,7 +77,17 @@ typedef struct synth_params {
      * fathom_synth_preset, a synthetic source, a fit); copies of the struct
      * borrow it. */
     float *heads;
+    /* Per-layer topic logits (fitted presets; false: topic_logit in every
+     * layer): the query heads of layer l are calibrated to topic_layers[l]
+     * in place of topic_logit, so each layer's concentration is its own. */
+    bool per_layer;
+    float topic_layers[SYNTH_MAX_LAYERS];
 } synth_params;
+
+/* The topic logit layer's queries are calibrated to. */
+static inline float synth_topic_logit(const synth_params *p, uint32_t layer) {
+    return p->per_layer && layer < p->layers ? p->topic_layers[layer] : p->topic_logit;
+}
 
 /* Floats in one (layer, KV head) block of synth_params.heads: d * (2 + group). */
 static inline uint64_t synth_head_floats(const synth_params *p) { return (uint64_t)p->dim * (2u + p->group); }
@@ -105,5 +115,12 @@ int synth_params_check(const synth_params *p);
 /* A copy of p->heads (synth_heads_size(p) floats) into *out, or NULL when p
  * has none; FATHOM_ERR_NOMEM when it cannot be allocated. */
 int synth_heads_dup(const synth_params *p, float **out);
+
+/* The dense-softmax mass on the top k keys of layer `layer` of src alone
+ * (mean over its query heads and 8 queried positions, as
+ * fathom_synth_stats_measure's top_mass over layers), the statistic a
+ * per-layer fit (FATHOM_SYNTH_FIT_LAYERS) matches layer by layer. */
+int synth_layer_top_mass(const fathom_source *src, fathom_rope_style style, double rope_base, uint32_t k,
+                         uint32_t layer, double *out);
 
 #endif /* FATHOM_SYNTH_H */

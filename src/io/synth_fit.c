@@ -13,7 +13,8 @@
  * -> covariance share of the top d/4 eigenvalues (keys only, so first),
  * then twice around sink logit -> first-4 mass, topic logit -> top-k mass,
  * positional gain -> last-32 mass, and last the query run ->
- * consecutive-query cosine. Each
+ * consecutive-query cosine (with FATHOM_SYNTH_FIT_LAYERS, each layer's
+ * topic logit -> that layer's top-k mass in place of the one). Each
  * statistic grows with its knob; the others move it too, which the second
  * round corrects for. */
 #include "source.h"
@@ -300,11 +301,14 @@ static int measure_head(measure_ctx *m, const float *q, const float *k, uint32_t
     return FATHOM_OK;
 }
 
-/* Statistics of src into out; with prof, the profile sums too, and with
- * heads (synth_params.heads layout for src's shape, zeroed), every measured
- * head's own profiles. */
+/* Statistics of src into out; with prof, the profile sums too, with heads
+ * (synth_params.heads layout for src's shape, zeroed), every measured
+ * head's own profiles, and with layer_top (in.layers doubles), each
+ * measured layer's top-k mass; with only >= 0, layer `only` alone (not
+ * every layer_stride-th). */
 static int measure(const fathom_source *src, fathom_rope_style style, double rope_base, uint32_t k,
-                   uint32_t layer_stride, bool skew, fathom_synth_stats *out, profile_acc *prof, float *heads) {
+                   uint32_t layer_stride, bool skew, fathom_synth_stats *out, profile_acc *prof, float *heads,
+                   double *layer_top, int64_t only) {
     fathom_source_info in;
     FATHOM_TRY(fathom_source_get_info(src, &in));
     FATHOM_CHECK_ARG(in.dim % 2 == 0 && in.dim <= SYNTH_MAX_DIM, "statistics: head dim %u must be even and <= %u",
@@ -314,6 +318,7 @@ static int measure(const fathom_source *src, fathom_rope_style style, double rop
     FATHOM_CHECK_ARG(isfinite(rope_base) && rope_base > 1, "statistics: RoPE base %g must be > 1", rope_base);
     FATHOM_CHECK_ARG(k > 0, "statistics: k must be > 0");
     if (layer_stride == 0) layer_stride = 1;
+    FATHOM_CHECK_ARG(only < (int64_t)in.layers, "statistics: layer %lld of %u", (long long)only, in.layers);
     uint64_t q_elems, kv_elems;
     FATHOM_TRY(fathom_source_layer_sizes(&in, &q_elems, &kv_elems));
     measure_ctx m = {.in = &in, .style = style, .k = k, .heads = prof ? heads : NULL, .skew = skew};
@@ -327,10 +332,14 @@ static int measure(const fathom_source *src, fathom_rope_style style, double rop
     if (!q || !kk || !m.kp || !m.qp || !m.prob || !m.pk) st = fathom_fail(FATHOM_ERR_NOMEM, "out of memory for statistics");
     stats_acc acc;
     memset(&acc, 0, sizeof acc);
-    for (uint32_t l = 0; st == FATHOM_OK && l < in.layers; l += layer_stride) {
+    for (uint32_t l = only >= 0 ? (uint32_t)only : 0; st == FATHOM_OK && l < in.layers; l += layer_stride) {
+        const double top0 = acc.top;
+        const uint64_t n0 = acc.n_attn;
         st = fathom_source_layer(src, l, q, kk, NULL);
         m.layer = l;
         for (uint32_t g = 0; st == FATHOM_OK && g < in.kv_heads; g++) st = measure_head(&m, q, kk, g, &acc, prof);
+        if (layer_top && acc.n_attn > n0) layer_top[l] = (acc.top - top0) / (double)(acc.n_attn - n0);
+        if (only >= 0) break;
     }
     free(q), free(kk), free(m.kp), free(m.qp), free(m.prob), free(m.pk);
     FATHOM_TRY(st);
@@ -348,7 +357,22 @@ static int measure(const fathom_source *src, fathom_rope_style style, double rop
 int fathom_synth_stats_measure(const fathom_source *src, fathom_rope_style style, double rope_base, uint32_t k,
                                uint32_t layer_stride, fathom_synth_stats *out) {
     FATHOM_CHECK_ARG(src != NULL && out != NULL, "fathom_synth_stats_measure: NULL argument");
-    return measure(src, style, rope_base, k, layer_stride, true, out, NULL, NULL);
+    return measure(src, style, rope_base, k, layer_stride, true, out, NULL, NULL, NULL, -1);
+}
+
+int synth_layer_top_mass(const fathom_source *src, fathom_rope_style style, double rope_base, uint32_t k,
+                         uint32_t layer, double *out) {
+    FATHOM_CHECK_ARG(src != NULL && out != NULL, "synth_layer_top_mass: NULL argument");
+    fathom_source_info in;
+    FATHOM_TRY(fathom_source_get_info(src, &in));
+    FATHOM_CHECK_ARG(layer < in.layers, "synth_layer_top_mass: layer %u of %u", layer, in.layers);
+    double *tops = fathom_alloc_array(in.layers, sizeof *tops);
+    FATHOM_CHECK(!tops, FATHOM_ERR_NOMEM, "out of memory for per-layer statistics");
+    fathom_synth_stats s;
+    int st = measure(src, style, rope_base, k, 1, false, &s, NULL, NULL, tops, layer);
+    if (st == FATHOM_OK) *out = tops[layer];
+    free(tops);
+    return st;
 }
 
 /* ---- RoPE detection ---- */
@@ -400,6 +424,7 @@ static int detect_rope(const fathom_source *src, fathom_rope_style *style, doubl
 typedef struct fit_ctx {
     const fathom_source_info *in;
     uint32_t k, layer_stride;
+    double *layer_top; /* the capture's top-k mass per layer (in->layers) */
     synth_params p;
 } fit_ctx;
 
@@ -408,9 +433,41 @@ static int stats_of(const fit_ctx *f, const synth_params *p, bool skew, fathom_s
     fathom_synth_preset preset = {.p = *p};
     fathom_source *src;
     FATHOM_TRY(fathom_synth_open_preset(&src, &preset, f->in->tokens, f->in->positions, 1));
-    int st = measure(src, FATHOM_ROPE_NEOX, p->rope_base, f->k, f->layer_stride, skew, out, prof, NULL);
+    int st = measure(src, FATHOM_ROPE_NEOX, p->rope_base, f->k, f->layer_stride, skew, out, prof, NULL, NULL, -1);
     fathom_source_free(src);
     return st;
+}
+
+/* The top-k mass of layer l alone of the preset p (layers are generated
+ * independently, so it is the same as within every layer). */
+static int layer_top_of(const fit_ctx *f, const synth_params *p, uint32_t l, double *top) {
+    fathom_synth_preset preset = {.p = *p};
+    fathom_source *src;
+    FATHOM_TRY(fathom_synth_open_preset(&src, &preset, f->in->tokens, f->in->positions, 1));
+    int st = synth_layer_top_mass(src, FATHOM_ROPE_NEOX, p->rope_base, f->k, l, top);
+    fathom_source_free(src);
+    return st;
+}
+
+/* Each layer's topic logit, by bisection in log space over [lo, hi], for
+ * that layer's top-k mass (the capture's, f->layer_top); topic_logit then
+ * holds their geometric mean (what the report shows). */
+static int search_layers(fit_ctx *f, double lo0, double hi0) {
+    double logsum = 0;
+    for (uint32_t l = 0; l < f->p.layers; l++) {
+        double lo = lo0, hi = hi0;
+        for (int it = 0; it < 8; it++) {
+            double mid = sqrt(lo * hi), top = 0;
+            f->p.topic_layers[l] = (float)mid;
+            FATHOM_TRY(layer_top_of(f, &f->p, l, &top));
+            if (top < f->layer_top[l]) lo = mid;
+            else hi = mid;
+        }
+        f->p.topic_layers[l] = (float)sqrt(lo * hi);
+        logsum += log(f->p.topic_layers[l]);
+    }
+    f->p.topic_logit = (float)exp(logsum / f->p.layers);
+    return FATHOM_OK;
 }
 
 typedef enum { KNOB_TOPIC_AMP, KNOB_TOPIC_LOGIT, KNOB_SINK_LOGIT, KNOB_RECENCY } knob;
@@ -508,7 +565,12 @@ static int search_knobs(fit_ctx *f, uint32_t groups, const fathom_synth_stats *t
         if (!f->p.positional && (groups & FATHOM_SYNTH_FIT_RECENCY))
             FATHOM_TRY(search_knob(f, KNOB_RECENCY, target->local_mass, 0.01, 30));
         if (groups & FATHOM_SYNTH_FIT_SINKS) FATHOM_TRY(search_knob(f, KNOB_SINK_LOGIT, target->sink_mass, 0.25, 60));
-        if (groups & FATHOM_SYNTH_FIT_CONCENTRATION)
+        /* per layer: each layer's top-k mass, over the same range (below
+         * 0.25 the mass stops growing with the logit, and the positional
+         * gain searched next runs to its bound) */
+        if ((groups & FATHOM_SYNTH_FIT_LAYERS) && (groups & FATHOM_SYNTH_FIT_CONCENTRATION))
+            FATHOM_TRY(search_layers(f, 0.25, 60));
+        else if (groups & FATHOM_SYNTH_FIT_CONCENTRATION)
             FATHOM_TRY(search_knob(f, KNOB_TOPIC_LOGIT, target->top_mass, 0.25, 60));
         /* Per-head profiles are each head's measured positional part, so
          * their gain stays 1: searched for the last-32 mass, it makes up
@@ -539,7 +601,8 @@ static int fit_run(fit_ctx *f, const fathom_source *capture, const char *base_na
         FATHOM_CHECK(!f->p.heads, FATHOM_ERR_NOMEM, "out of memory for per-head profiles");
         memset(f->p.heads, 0, synth_heads_size(&f->p) * sizeof *f->p.heads);
     }
-    FATHOM_TRY(measure(capture, r->style, r->rope_base, f->k, 1, true, &r->target, prof, f->p.heads));
+    FATHOM_TRY(measure(capture, r->style, r->rope_base, f->k, 1, true, &r->target, prof, f->p.heads, f->layer_top,
+                       -1));
     /* the capture's positional profile (kept apart: the profiles ablation
      * measures prof again on the base preset) */
     if (groups & FATHOM_SYNTH_FIT_RECENCY) {
@@ -567,6 +630,10 @@ static int fit_run(fit_ctx *f, const fathom_source *capture, const char *base_na
         profiles_from(prof, &f->p);
     }
     f->p.fitted = true;
+    if ((groups & FATHOM_SYNTH_FIT_LAYERS) && (groups & FATHOM_SYNTH_FIT_CONCENTRATION)) {
+        f->p.per_layer = true;
+        for (uint32_t l = 0; l < f->p.layers; l++) f->p.topic_layers[l] = f->p.topic_logit;
+    }
     FATHOM_TRY(search_knobs(f, groups, &r->target));
     if (groups & FATHOM_SYNTH_FIT_DRIFT) FATHOM_TRY(search_run(f, r->target.drift));
     FATHOM_TRY(synth_params_check(&f->p));
@@ -609,9 +676,13 @@ int fathom_synth_fit(fathom_synth_preset **out, const fathom_source *capture, co
     f.p.dim = in.dim;
     f.p.rope_base = r.rope_base;
     profile_acc *prof = malloc(sizeof *prof);
-    FATHOM_CHECK(!prof, FATHOM_ERR_NOMEM, "out of memory for the fit");
+    f.layer_top = fathom_alloc_array(in.layers, sizeof *f.layer_top);
+    if (!prof || !f.layer_top) {
+        free(prof), free(f.layer_top);
+        return fathom_fail(FATHOM_ERR_NOMEM, "out of memory for the fit");
+    }
     int st = fit_run(&f, capture, o->base, o->fit ? o->fit : FATHOM_SYNTH_FIT_DEFAULT, &r, prof);
-    free(prof);
+    free(prof), free(f.layer_top);
     fathom_synth_preset *p = st < 0 ? NULL : malloc(sizeof *p);
     if (!p) {
         free(f.p.heads);

@@ -13,7 +13,8 @@
 
 /* Format 1: one positional profile shared by every head. Format 2: format 1
  * plus, optionally, per-head profiles ("heads"). Files without per-head
- * profiles are written as format 1, so their bytes do not change. */
+ * profiles are written as format 1, so their bytes do not change. Either
+ * may carry "topic_logit_layers" (one topic logit per layer). */
 #define PRESET_FORMAT "fathom-synth-preset-1"
 #define PRESET_FORMAT_HEADS "fathom-synth-preset-2"
 
@@ -50,8 +51,12 @@ int synth_params_check(const synth_params *p) {
                      p->query_run);
     if (!p->fitted) {
         FATHOM_CHECK_ARG(!p->heads, "preset: per-head profiles need a fitted preset");
+        FATHOM_CHECK_ARG(!p->per_layer, "preset: per-layer topic logits need a fitted preset");
         return FATHOM_OK;
     }
+    for (uint32_t l = 0; p->per_layer && l < p->layers; l++)
+        FATHOM_CHECK_ARG(isfinite(p->topic_layers[l]) && p->topic_layers[l] >= 1e-3f && p->topic_layers[l] <= 100.0f,
+                         "preset: topic_logit_layers[%u] = %g not in [1e-3, 100]", l, p->topic_layers[l]);
     const struct {
         const char *name;
         const float *x;
@@ -162,7 +167,7 @@ static const char *const known_keys[] = {
     "rope_base",    "qk_norm",    "key_scale",      "scale_spread", "low_freq_boost", "outlier_mean",
     "background_logit", "topic_logit", "sink_logit", "content_cap", "topics",         "topic_amp",
     "recency_logit", "query_run",  "k_std",          "k_mean",       "q_std",          "q_mean",
-    "fit",          "pos_gain",   "pos_re",         "pos_im",         "heads",
+    "fit",          "pos_gain",   "pos_re",         "pos_im",         "heads",          "topic_logit_layers",
 };
 
 /* One flat array of "heads" (count numbers, each in [lo, hi]) into the
@@ -277,6 +282,13 @@ static int parse_root(const json_t *root, synth_params *p) {
         FATHOM_TRY(get_float(root, "pos_gain", &p->pos_gain));
         FATHOM_TRY(get_profile(root, "pos_re", p->dim / 2, "dim / 2", p->pos_re));
         FATHOM_TRY(get_profile(root, "pos_im", p->dim / 2, "dim / 2", p->pos_im));
+    }
+    /* per-layer topic logits are optional: one number per layer */
+    if (json_object_get(root, "topic_logit_layers")) {
+        FATHOM_CHECK(p->layers < 1 || p->layers > SYNTH_MAX_LAYERS, FATHOM_ERR_FORMAT,
+                     "preset file: layers %u not in 1..%u", p->layers, SYNTH_MAX_LAYERS);
+        FATHOM_TRY(get_profile(root, "topic_logit_layers", p->layers, "layers", p->topic_layers));
+        p->per_layer = true;
     }
     const json_t *heads = json_object_get(root, "heads");
     if (heads) {
@@ -442,6 +454,11 @@ int fathom_synth_preset_write(const fathom_synth_preset *preset, const char *pat
     if (p->positional && (json_object_set_new(root, "pos_gain", json_real((double)p->pos_gain)) ||
                           json_object_set_new(root, "pos_re", profile_json(p->pos_re, p->dim / 2)) ||
                           json_object_set_new(root, "pos_im", profile_json(p->pos_im, p->dim / 2)))) {
+        json_decref(root);
+        json_decref(fit);
+        return fathom_fail(FATHOM_ERR_NOMEM, "out of memory building the preset file");
+    }
+    if (p->per_layer && json_object_set_new(root, "topic_logit_layers", profile_json(p->topic_layers, p->layers))) {
         json_decref(root);
         json_decref(fit);
         return fathom_fail(FATHOM_ERR_NOMEM, "out of memory building the preset file");

@@ -163,7 +163,10 @@ for name, text in [
         ("name_too_long", preset(lambda p: p.update(name="n" * 64))),
         ("query_run_0", preset(lambda p: p.update(query_run=0))),
         ("qk_norm_not_bool", preset(lambda p: p.update(qk_norm=1))),
-        ("duplicate_key", preset(lambda p: None).replace('"layers": 2,', '"layers": 2, "layers": 3,'))]:
+        ("duplicate_key", preset(lambda p: None).replace('"layers": 2,', '"layers": 2, "layers": 3,')),
+        ("topic_logit_layers_too_short", preset(lambda p: p.update(topic_logit_layers=[3.0]))),
+        ("topic_logit_layers_zero", preset(lambda p: p.update(topic_logit_layers=[3.0, 0.0]))),
+        ("topic_logit_layers_not_numbers", preset(lambda p: p.update(topic_logit_layers=[3.0, "x"])))]:
     write("preset", name + ".json", text)
 
 
