@@ -1831,6 +1831,9 @@ def synthfit(rec):
                 ", and on the built-in `%s` preset at the same n" % r["base"] if builtin else
                 "; the built-in preset is left out, as it has another model's shape and at this n would take "
                 "hours here", rho_min, round(100 * tol), judge["fathom_sparq16"], judge["fathom_ds32"]))
+    if "--per-layer" in rec["command"]:
+        text += ("The preset's topic logit is fitted per layer to that layer's top-k mass (synth-fit --per-layer; "
+                 "by default one logit serves every layer). ")
     real = src[1]
     text += ("The fitted preset reaches rho %.3f, fathom:48 / sparq:16 %.3f and fathom:48 / ds:32 %.3f; the "
              "other real text %.3f, %.3f and %.3f%s. The fitted preset's oracle error is %.4f against the "
