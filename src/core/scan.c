@@ -311,6 +311,7 @@ typedef struct scan2_kernel {
     scan2_coef_fn coef;
     scan2_block_fn block;
     scan2_load_fn load; /* NULL: scan2_stage, then coef */
+    int grouped;        /* reads the pass's groups (scan_groups) */
 } scan2_kernel;
 
 #ifdef FATHOM_X86
@@ -355,33 +356,34 @@ static scan2_kernel pick_tiled(fathom_scan_kernel kernel) {
 #ifdef FATHOM_X86
         if (kernel != FATHOM_SCAN_GROUPED_PORTABLE && fathom_cpu_has(FATHOM_CPU_AVX512_TABLES))
             return (scan2_kernel){NULL, fathom_scan2_block_avx512_grouped,
-                                  fathom_scan2_load_avx512_grouped};
+                                  fathom_scan2_load_avx512_grouped, 1};
 #endif
-        return (scan2_kernel){NULL, fathom_scan2_block_grouped_portable, NULL};
+        return (scan2_kernel){NULL, fathom_scan2_block_grouped_portable, NULL, 1};
     }
 #ifdef FATHOM_X86
     if (kernel == FATHOM_SCAN_TILED_AVX512 ||
         (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX512))) {
         const int values = scan_values();
         if (values == 1)
-            return (scan2_kernel){NULL, fathom_scan2_block_avx512_tab, fathom_scan2_load_avx512_tab};
+            return (scan2_kernel){NULL, fathom_scan2_block_avx512_tab, fathom_scan2_load_avx512_tab, 0};
         if (values == 2)
-            return (scan2_kernel){NULL, fathom_scan2_block_avx512_nib, fathom_scan2_load_avx512_nib};
+            return (scan2_kernel){NULL, fathom_scan2_block_avx512_nib, fathom_scan2_load_avx512_nib, 0};
         if (values == 3)
             return (scan2_kernel){NULL, fathom_scan2_block_avx512_nib_inloop,
-                                  fathom_scan2_load_avx512_nib_inloop};
+                                  fathom_scan2_load_avx512_nib_inloop, 0};
         return (scan2_kernel){fathom_scan2_coef_x86, fathom_scan2_block_avx512,
                               fathom_cpu_has(FATHOM_CPU_AVX512 | FATHOM_CPU_AVX512BW |
                                              FATHOM_CPU_AVX512VL)
                                   ? fathom_scan2_load_avx512_masks
-                                  : NULL};
+                                  : NULL,
+                              0};
     }
     if (kernel == FATHOM_SCAN_TILED_AVX2 ||
         (kernel == FATHOM_SCAN_AUTO && fathom_cpu_has(FATHOM_CPU_AVX2)))
-        return (scan2_kernel){NULL, fathom_scan2_block_avx2, NULL};
+        return (scan2_kernel){NULL, fathom_scan2_block_avx2, NULL, 0};
 #endif
     (void)kernel;
-    return (scan2_kernel){NULL, portable2_block, NULL};
+    return (scan2_kernel){NULL, portable2_block, NULL, 0};
 }
 
 /* A tiled scan's working tables (about 90 KiB, on the caller's stack: a scan
@@ -464,7 +466,7 @@ static int scan2_run(scan2_kernel kern, const scan_source *src, const uint8_t *d
     int status = FATHOM_OK, first_pass = 1;
     for (uint32_t j = 0; j < dim && status == FATHOM_OK; first_pass = 0) {
         j = fathom_scan_next_pass(dim, depths, j, &ps->count, ps->first, ps->row, ps->channels);
-        fathom_scan_group_pass(ps->first, &ps->groups);
+        if (kern.grouped) fathom_scan_group_pass(ps->first, &ps->groups);
         if (!ps->count) {
             if (first_pass) /* no active channel: every score is 0 */
                 for (uint32_t h = 0; h < group; h++)

@@ -84,29 +84,34 @@ int fathom_store_scan_grouped_reference(const fathom_store *st, const uint8_t *d
 }
 
 /* The portable grouped kernel, on scan2_stage's tile: per group and head the
- * block's 16-entry table (in dec: [group][head][16]), then per token one
- * lookup and add per group (a group of one channel: its value and a
- * multiply-add; its table is formed but not read). */
+ * block's 16-entry table (in dec: [group][head][16]; a group of one channel:
+ * its 16 values instead, at [group][0]), each token's nibble per group once,
+ * then per head and token one lookup and add per group (one channel: a
+ * multiply-add of its value). */
 void fathom_scan2_block_grouped_portable(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
-                                   float *dec, float *out, uint64_t ld, uint32_t valid) {
+                                         float *dec, float *out, uint64_t ld, uint32_t valid) {
     const scan_groups *g = &ps->groups;
     _Static_assert(SCAN_PASS_CHANNELS * 4 * 16 <= SCAN_PASS_CHANNELS * FATHOM_BLOCK_TOKENS,
                    "the tables fit in dec");
-    uint32_t rows[SCAN_PASS_CHANNELS][SCAN_GROUP_ROWS]; /* each group's staged rows by nibble bit */
+    uint8_t nib[SCAN_PASS_CHANNELS][FATHOM_BLOCK_TOKENS]; /* each group's nibble of each token */
     for (uint32_t x = 0; x < g->count; x++) {
         float *tab = dec + (size_t)x * 4 * 16;
-        for (uint32_t h = 0; h < ps->heads; h++)
-            for (uint32_t v = 0; v < 16; v++) tab[h * 16 + v] = 0.0f;
-        for (uint32_t r = 0; r < SCAN_GROUP_ROWS; r++) rows[x][r] = UINT32_MAX;
+        const int one = g->first[x + 1] - g->first[x] == 1;
+        for (uint32_t i = 0; i < valid; i++) nib[x][i] = 0;
+        for (uint32_t v = 0; v < 16 * (one ? 1 : ps->heads); v++) tab[v] = 0.0f;
         for (uint32_t m = g->first[x]; m < g->first[x + 1]; m++) {
             const uint32_t k = g->member[m], t = g->depth[m];
             const uint32_t r0 = ps->row[t] + (k - ps->first[t - 1]) * t;
-            for (uint32_t p = 0; p < t; p++) rows[x][g->bit[m] + p] = r0 + p;
+            for (uint32_t p = 0; p < t; p++)
+                for (uint32_t i = 0; i < valid; i++)
+                    nib[x][i] |= (uint8_t)(((tile->words[r0 + p][b] >> i) & 1u) << (g->bit[m] + p));
             const float a = fathom_f16_to_f32(tile->scales[k][b]);
             for (uint32_t v = 0; v < 16; v++) {
                 const float val = a * scan_group_unit(v, g->bit[m], t);
-                for (uint32_t h = 0; h < ps->heads; h++)
-                    tab[h * 16 + v] = fmaf(ps->q[k][h], val, tab[h * 16 + v]);
+                if (one) tab[v] = val;
+                else
+                    for (uint32_t h = 0; h < ps->heads; h++)
+                        tab[h * 16 + v] = fmaf(ps->q[k][h], val, tab[h * 16 + v]);
             }
         }
     }
@@ -115,15 +120,11 @@ void fathom_scan2_block_grouped_portable(const scan2_pass *ps, const scan2_tile 
         for (uint32_t i = 0; i < valid; i++) {
             float s = 0.0f;
             for (uint32_t x = 0; x < g->count; x++) {
-                uint32_t v = 0;
-                for (uint32_t r = 0; r < SCAN_GROUP_ROWS; r++)
-                    if (rows[x][r] != UINT32_MAX) v |= (uint32_t)((tile->words[rows[x][r]][b] >> i) & 1u) << r;
-                if (g->first[x + 1] - g->first[x] == 1) { /* one channel: its value, a multiply-add */
-                    const uint32_t m = g->first[x], k = g->member[m];
-                    const float a = fathom_f16_to_f32(tile->scales[k][b]);
-                    s = fmaf(ps->q[k][h], a * scan_group_unit(v, 0, g->depth[m]), s);
-                } else
-                    s = s + dec[((size_t)x * 4 + h) * 16 + v];
+                const float *tab = dec + (size_t)x * 4 * 16;
+                if (g->first[x + 1] - g->first[x] == 1)
+                    s = fmaf(ps->q[g->member[g->first[x]]][h], tab[nib[x][i]], s);
+                else
+                    s = s + tab[h * 16 + nib[x][i]];
             }
             acc[i] = s;
         }

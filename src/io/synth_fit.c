@@ -438,32 +438,43 @@ static int stats_of(const fit_ctx *f, const synth_params *p, bool skew, fathom_s
     return st;
 }
 
-/* The top-k mass of layer l alone of the preset p (layers are generated
- * independently, so it is the same as within every layer). */
-static int layer_top_of(const fit_ctx *f, const synth_params *p, uint32_t l, double *top) {
-    fathom_synth_preset preset = {.p = *p};
+/* The top-k mass of layer l alone of the fit's preset (layers are
+ * generated independently, so it is the same as within every layer). */
+static int layer_top_of(fit_ctx *f, uint32_t l, double *top) {
+    fathom_synth_preset preset = {.p = f->p};
     fathom_source *src;
     FATHOM_TRY(fathom_synth_open_preset(&src, &preset, f->in->tokens, f->in->positions, 1));
-    int st = synth_layer_top_mass(src, FATHOM_ROPE_NEOX, p->rope_base, f->k, l, top);
+    int st = synth_layer_top_mass(src, FATHOM_ROPE_NEOX, f->p.rope_base, f->k, l, top);
     fathom_source_free(src);
     return st;
 }
 
-/* Each layer's topic logit, by bisection in log space over [lo, hi], for
- * that layer's top-k mass (the capture's, f->layer_top); topic_logit then
- * holds their geometric mean (what the report shows). */
-static int search_layers(fit_ctx *f, double lo0, double hi0) {
+/* A statistic of the fit's preset that a search moves (arg: which one). */
+typedef int (*search_stat_fn)(fit_ctx *f, uint32_t arg, double *value);
+
+/* Bisection in log space over [lo, hi] of *x for the statistic to reach
+ * target (the statistic grows with *x); ends at a bracket edge when the
+ * target lies outside what the generator reaches there. */
+static int bisect_log(fit_ctx *f, float *x, search_stat_fn stat, uint32_t arg, double target, double lo,
+                      double hi) {
+    for (int it = 0; it < 8; it++) {
+        double mid = sqrt(lo * hi), value = 0;
+        *x = (float)mid;
+        FATHOM_TRY(stat(f, arg, &value));
+        if (value < target) lo = mid;
+        else hi = mid;
+    }
+    *x = (float)sqrt(lo * hi);
+    return FATHOM_OK;
+}
+
+/* Each layer's topic logit, over [lo, hi], for that layer's top-k mass (the
+ * capture's, f->layer_top); topic_logit then holds their geometric mean
+ * (what the report shows). */
+static int search_layers(fit_ctx *f, double lo, double hi) {
     double logsum = 0;
     for (uint32_t l = 0; l < f->p.layers; l++) {
-        double lo = lo0, hi = hi0;
-        for (int it = 0; it < 8; it++) {
-            double mid = sqrt(lo * hi), top = 0;
-            f->p.topic_layers[l] = (float)mid;
-            FATHOM_TRY(layer_top_of(f, &f->p, l, &top));
-            if (top < f->layer_top[l]) lo = mid;
-            else hi = mid;
-        }
-        f->p.topic_layers[l] = (float)sqrt(lo * hi);
+        FATHOM_TRY(bisect_log(f, &f->p.topic_layers[l], layer_top_of, l, f->layer_top[l], lo, hi));
         logsum += log(f->p.topic_layers[l]);
     }
     f->p.topic_logit = (float)exp(logsum / f->p.layers);
@@ -490,21 +501,16 @@ static double stat_field(const fathom_synth_stats *s, knob which) {
     }
 }
 
-/* Bisection in log space over [lo, hi] for the knob whose statistic reaches
- * target (the statistic grows with the knob); ends at a bracket edge when
- * the target lies outside what the generator reaches there. */
-static int search_knob(fit_ctx *f, knob which, double target, double lo, double hi) {
-    float *x = knob_field(&f->p, which);
-    for (int it = 0; it < 8; it++) {
-        double mid = sqrt(lo * hi);
-        *x = (float)mid;
-        fathom_synth_stats s;
-        FATHOM_TRY(stats_of(f, &f->p, false, &s, NULL));
-        if (stat_field(&s, which) < target) lo = mid;
-        else hi = mid;
-    }
-    *x = (float)sqrt(lo * hi);
+static int knob_stat(fit_ctx *f, uint32_t which, double *value) {
+    fathom_synth_stats s;
+    FATHOM_TRY(stats_of(f, &f->p, false, &s, NULL));
+    *value = stat_field(&s, (knob)which);
     return FATHOM_OK;
+}
+
+/* The knob whose statistic reaches target, by bisect_log. */
+static int search_knob(fit_ctx *f, knob which, double target, double lo, double hi) {
+    return bisect_log(f, knob_field(&f->p, which), knob_stat, which, target, lo, hi);
 }
 
 static int search_run(fit_ctx *f, double target) {
