@@ -861,11 +861,17 @@ def gpu_hybrid(rec):
          c["hybrid"]["best_share"], c["hybrid"]["best_ms"], c["hybrid"]["ms"] / d["gpu_only_ms"])
         for d in r["decode"] for c in caches(d)) or "none run"
     at_last = caches(last)
-    best_1m = (min(min(c["hybrid"]["best_ms"], c["gpu_only_ms"]) for c in at_last) / last["gpu_only_ms"]
-               if at_last else None)
-    verdict = ("not measured (no trace point at %s)" % ctx(last["context"]) if best_1m is None else
-               "%s: the best step here, at the best share of the best trace point, is %.2fx" %
-               ("met" if best_1m <= 0.55 else "NOT met", best_1m))
+    # judged at the scheduler's share, with the host taking part of the scans
+    # (a share of 0 is the cached GPU-only step: the 0.65x target's)
+    chosen = [c["hybrid"]["ms"] / last["gpu_only_ms"] for c in at_last if c["hybrid"]["share"] > 0]
+    gpu_best = min(c["gpu_only_ms"] for c in at_last) / last["gpu_only_ms"] if at_last else None
+    paid = [c for c in at_last if min(c["hybrid"]["ms_by_share"][1:]) < c["hybrid"]["ms_by_share"][0]]
+    gain = max((1 - min(c["hybrid"]["ms_by_share"][1:]) / c["hybrid"]["ms_by_share"][0] for c in paid), default=0)
+    verdict = ("not measured (no trace point at %s)" % ctx(last["context"]) if gpu_best is None else
+               "%s: the scheduler gave the host a share at %d of %d trace points%s; the cached GPU-only step "
+               "alone reaches %.2fx, and a host share measured faster than none at %d of them (by at most %.0f%%)" %
+               ("met" if chosen and min(chosen) <= 0.55 else "NOT met", len(chosen), len(at_last),
+                " (best %.2fx)" % min(chosen) if chosen else "", gpu_best, len(paid), 100 * gain))
     text += ("\nGPU ms per decode step of fathom_cuda_hybrid_step: %d layers x %d KV heads, G = %d, d = %d, k = %d, %s, "
              "one session of the context less 64 tokens (segments of context / 64 blocks), ONE graph of the %d "
              "layers' steps (no appends) replayed %d times; the GPU-only step (fathom_cuda_tier_step) in the same "
