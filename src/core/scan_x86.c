@@ -907,6 +907,237 @@ TAB_TARGET void fathom_scan2_block_avx512_grouped(const scan2_pass *ps, const sc
 #undef GROUPED_FUSED
 }
 
+/* ---- tiled AVX-512 VNNI, the int8 mode: integer dot products ----
+ *
+ * The int8 definition (scan_internal.h). Staging (per tile of 8 blocks):
+ * each channel's filled codes c' (its first t planes at nibble bits 3..0,
+ * unread planes zero) by one bit transpose (gf2p8affineqb) per two blocks:
+ * its input qword holds planes 0-3 of tokens 8 o .. 8 o + 7 (bytes 0-3) and
+ * of tokens 32 + 8 o .. (bytes 4-7), formed from the plane rows by byte
+ * permutes (int8_direct for depth <= 2: one; int8_rows and int8_planes for
+ * depth 3, 4: two levels); its output byte k (slot 8 o + k) holds token
+ * 8 o + k's c' in the high nibble and token 32 + 8 o + k's in the low one.
+ * Two levels of byte permutes (int8_pair, int8_quad) then interleave the
+ * slots of a quad of channels into dwords (SCAN2 tile .i.codes). The
+ * weights of each block and head are formed with 16 channels per vector.
+ *
+ * Per block, quad and half f the kernel reads the dwords D: with the quad's
+ * weights as s8 (vpdpbusd, u8 codes), dot(D) = 16 I_hi + I_lo and
+ * dot(D & 0x0f0f0f0f) = I_lo, I the sums of w c' of the tokens 16 f + i
+ * (high nibbles) and 32 + 16 f + i (low ones); so with acc0 started at 8 K,
+ * 8 T = acc0 - acc1 for the first and (acc1 << 4) + 8 K for the second, and
+ * P = (s / 8) * (float)(8 T): the same real product as s * T, so the same
+ * float (s / 8 = m / 16256, exact scaling of m / 2032: m >= 2^-100). */
+
+#define INT8_TARGET FATHOM_TARGET_AVX512_INT8
+
+static const uint8_t int8_direct[4][64] __attribute__((aligned(64))) = {
+    {0, 64, 0, 0, 4, 68, 0, 0, 1, 65, 0, 0, 5, 69, 0, 0, 2, 66, 0, 0, 6, 70, 0, 0, 3, 67, 0, 0, 7, 71, 0, 0, 8, 72, 0, 0, 12, 76, 0, 0, 9, 73, 0, 0, 13, 77, 0, 0, 10, 74, 0, 0, 14, 78, 0, 0, 11, 75, 0, 0, 15, 79, 0, 0},
+    {16, 80, 0, 0, 20, 84, 0, 0, 17, 81, 0, 0, 21, 85, 0, 0, 18, 82, 0, 0, 22, 86, 0, 0, 19, 83, 0, 0, 23, 87, 0, 0, 24, 88, 0, 0, 28, 92, 0, 0, 25, 89, 0, 0, 29, 93, 0, 0, 26, 90, 0, 0, 30, 94, 0, 0, 27, 91, 0, 0, 31, 95, 0, 0},
+    {32, 96, 0, 0, 36, 100, 0, 0, 33, 97, 0, 0, 37, 101, 0, 0, 34, 98, 0, 0, 38, 102, 0, 0, 35, 99, 0, 0, 39, 103, 0, 0, 40, 104, 0, 0, 44, 108, 0, 0, 41, 105, 0, 0, 45, 109, 0, 0, 42, 106, 0, 0, 46, 110, 0, 0, 43, 107, 0, 0, 47, 111, 0, 0},
+    {48, 112, 0, 0, 52, 116, 0, 0, 49, 113, 0, 0, 53, 117, 0, 0, 50, 114, 0, 0, 54, 118, 0, 0, 51, 115, 0, 0, 55, 119, 0, 0, 56, 120, 0, 0, 60, 124, 0, 0, 57, 121, 0, 0, 61, 125, 0, 0, 58, 122, 0, 0, 62, 126, 0, 0, 59, 123, 0, 0, 63, 127, 0, 0},
+};
+static const uint8_t int8_rows[2][64] __attribute__((aligned(64))) = {
+    {0, 64, 1, 65, 2, 66, 3, 67, 4, 68, 5, 69, 6, 70, 7, 71, 8, 72, 9, 73, 10, 74, 11, 75, 12, 76, 13, 77, 14, 78, 15, 79, 16, 80, 17, 81, 18, 82, 19, 83, 20, 84, 21, 85, 22, 86, 23, 87, 24, 88, 25, 89, 26, 90, 27, 91, 28, 92, 29, 93, 30, 94, 31, 95},
+    {32, 96, 33, 97, 34, 98, 35, 99, 36, 100, 37, 101, 38, 102, 39, 103, 40, 104, 41, 105, 42, 106, 43, 107, 44, 108, 45, 109, 46, 110, 47, 111, 48, 112, 49, 113, 50, 114, 51, 115, 52, 116, 53, 117, 54, 118, 55, 119, 56, 120, 57, 121, 58, 122, 59, 123, 60, 124, 61, 125, 62, 126, 63, 127},
+};
+static const uint8_t int8_planes[2][64] __attribute__((aligned(64))) = {
+    {0, 1, 64, 65, 8, 9, 72, 73, 2, 3, 66, 67, 10, 11, 74, 75, 4, 5, 68, 69, 12, 13, 76, 77, 6, 7, 70, 71, 14, 15, 78, 79, 16, 17, 80, 81, 24, 25, 88, 89, 18, 19, 82, 83, 26, 27, 90, 91, 20, 21, 84, 85, 28, 29, 92, 93, 22, 23, 86, 87, 30, 31, 94, 95},
+    {32, 33, 96, 97, 40, 41, 104, 105, 34, 35, 98, 99, 42, 43, 106, 107, 36, 37, 100, 101, 44, 45, 108, 109, 38, 39, 102, 103, 46, 47, 110, 111, 48, 49, 112, 113, 56, 57, 120, 121, 50, 51, 114, 115, 58, 59, 122, 123, 52, 53, 116, 117, 60, 61, 124, 125, 54, 55, 118, 119, 62, 63, 126, 127},
+};
+static const uint8_t int8_pair[2][64] __attribute__((aligned(64))) = {
+    {0, 64, 1, 65, 2, 66, 3, 67, 4, 68, 5, 69, 6, 70, 7, 71, 8, 72, 9, 73, 10, 74, 11, 75, 12, 76, 13, 77, 14, 78, 15, 79, 16, 80, 17, 81, 18, 82, 19, 83, 20, 84, 21, 85, 22, 86, 23, 87, 24, 88, 25, 89, 26, 90, 27, 91, 28, 92, 29, 93, 30, 94, 31, 95},
+    {32, 96, 33, 97, 34, 98, 35, 99, 36, 100, 37, 101, 38, 102, 39, 103, 40, 104, 41, 105, 42, 106, 43, 107, 44, 108, 45, 109, 46, 110, 47, 111, 48, 112, 49, 113, 50, 114, 51, 115, 52, 116, 53, 117, 54, 118, 55, 119, 56, 120, 57, 121, 58, 122, 59, 123, 60, 124, 61, 125, 62, 126, 63, 127},
+};
+static const uint8_t int8_quad[2][64] __attribute__((aligned(64))) = {
+    {0, 1, 64, 65, 2, 3, 66, 67, 4, 5, 68, 69, 6, 7, 70, 71, 8, 9, 72, 73, 10, 11, 74, 75, 12, 13, 76, 77, 14, 15, 78, 79, 16, 17, 80, 81, 18, 19, 82, 83, 20, 21, 84, 85, 22, 23, 86, 87, 24, 25, 88, 89, 26, 27, 90, 91, 28, 29, 92, 93, 30, 31, 94, 95},
+    {32, 33, 96, 97, 34, 35, 98, 99, 36, 37, 100, 101, 38, 39, 102, 103, 40, 41, 104, 105, 42, 43, 106, 107, 44, 45, 108, 109, 46, 47, 110, 111, 48, 49, 112, 113, 50, 51, 114, 115, 52, 53, 116, 117, 54, 55, 118, 119, 56, 57, 120, 121, 58, 59, 122, 123, 60, 61, 124, 125, 62, 63, 126, 127},
+};
+
+
+/* Channel k's transposed codes of the tile: g[z] for blocks 2 z, 2 z + 1
+ * (byte 32 (b & 1) + slot). */
+INT8_TARGET SCAN_INLINE void int8_channel(const uint64_t *row, uint64_t S, uint32_t t, int full,
+                                          __mmask8 live, uint32_t ahead, int prefetch,
+                                          __m512i g[4]) {
+    const __m512i sel = _mm512_set1_epi64((long long)0x8040201008040201ull);
+    __m512i r[4];
+    for (uint32_t p = 0; p < 4; p++) {
+        if (p >= t) {
+            r[p] = _mm512_setzero_si512();
+            continue;
+        }
+        if (prefetch) SCAN2_PREFETCH(row + p * S + ahead);
+        r[p] = full ? _mm512_loadu_si512((const void *)(row + p * S))
+                    : _mm512_maskz_loadu_epi64(live, row + p * S);
+    }
+    if (t <= 2) {
+        for (uint32_t z = 0; z < 4; z++) {
+            const __m512i in = _mm512_maskz_permutex2var_epi8(
+                0x3333333333333333ull, r[0], _mm512_load_si512((const void *)int8_direct[z]), r[1]);
+            g[z] = _mm512_gf2p8affine_epi64_epi8(sel, in, 0);
+        }
+        return;
+    }
+    const __m512i l1a = _mm512_load_si512((const void *)int8_rows[0]);
+    const __m512i l1b = _mm512_load_si512((const void *)int8_rows[1]);
+    const __m512i u[2] = {_mm512_permutex2var_epi8(r[0], l1a, r[1]),
+                          _mm512_permutex2var_epi8(r[0], l1b, r[1])};
+    const __m512i v[2] = {_mm512_permutex2var_epi8(r[2], l1a, r[3]),
+                          _mm512_permutex2var_epi8(r[2], l1b, r[3])};
+    for (uint32_t z = 0; z < 4; z++) {
+        const __m512i in = _mm512_permutex2var_epi8(
+            u[z >> 1], _mm512_load_si512((const void *)int8_planes[z & 1]), v[z >> 1]);
+        g[z] = _mm512_gf2p8affine_epi64_epi8(sel, in, 0);
+    }
+}
+
+/* The weights of one block and head: scales a[0..nv) (16 channels each,
+ * zero past count), query values q[], depth terms e[] (2^(4-t) - 16, zero
+ * past count). */
+INT8_TARGET SCAN_INLINE void int8_weights(const __m512 *a, const float *q, const float *e,
+                                          uint32_t nv, int8_t *w, float *s8, int32_t *k8) {
+    const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
+    __m512i mx = _mm512_setzero_si512();
+    for (uint32_t v = 0; v < nv; v++) {
+        const __m512 W = _mm512_mul_ps(_mm512_load_ps(q + 16 * v), a[v]);
+        mx = _mm512_max_epu32(mx, _mm512_and_si512(_mm512_castps_si512(W), absmask));
+    }
+    const uint32_t mbits = (uint32_t)_mm512_reduce_max_epu32(mx);
+    float m;
+    memcpy(&m, &mbits, sizeof m);
+    if (mbits >= 0x7f800000u || m < SCAN_INT8_TINY) { /* not finite, or tiny */
+        memset(w, 0, 16 * nv);
+        *s8 = mbits >= 0x7f800000u ? __builtin_nanf("") : 0.0f;
+        *k8 = 0;
+        return;
+    }
+    const __m512 r = _mm512_set1_ps(127.0f / m), magic = _mm512_set1_ps(SCAN_INT8_MAGIC);
+    __m512 kacc = _mm512_setzero_ps();
+    for (uint32_t v = 0; v < nv; v++) {
+        const __m512 W = _mm512_mul_ps(_mm512_load_ps(q + 16 * v), a[v]);
+        const __m512 y = _mm512_fmadd_ps(W, r, magic); /* magic + w: w in its low byte */
+        kacc = _mm512_fmadd_ps(_mm512_sub_ps(y, magic), _mm512_load_ps(e + 16 * v), kacc);
+        _mm_storeu_si128((__m128i *)(void *)(w + 16 * v),
+                         _mm512_cvtepi32_epi8(_mm512_castps_si512(y)));
+    }
+    *s8 = m / 16256.0f;
+    *k8 = 8 * (int32_t)_mm512_reduce_add_ps(kacc); /* integers below 2^24: exact in any order */
+}
+
+INT8_TARGET void fathom_scan2_load_avx512_int8(const scan2_pass *ps, const fathom_segment_view *view,
+                                               uint32_t b0, uint32_t nb, uint32_t ahead,
+                                               int prefetch, scan2_tile *tile) {
+    _Static_assert(SCAN2_TILE_BLOCKS == 8, "a tile is one 64-byte line of each plane row");
+    const __mmask8 live = (__mmask8)((1u << nb) - 1u); /* a short tile reads only its blocks */
+    const int full = nb == SCAN2_TILE_BLOCKS;
+    const uint64_t S = ps->S;
+    const uint32_t count = ps->count, nq = (count + 3) / 4, nv = (count + 15) / 16;
+    float e[SCAN_PASS_CHANNELS] __attribute__((aligned(64)));
+    uint32_t depth[SCAN_PASS_CHANNELS];
+    for (uint32_t t = 1; t <= FATHOM_PLANES; t++)
+        for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++) depth[k] = t;
+    for (uint32_t k = 0; k < 16 * nv; k++) e[k] = k < count ? (float)((16 >> depth[k]) - 16) : 0.0f;
+    for (uint32_t Q = 0; Q < nq; Q++) {
+        __m512i g[4][4];
+        for (uint32_t c = 0; c < 4; c++) {
+            const uint32_t k = 4 * Q + c;
+            if (k >= count) {
+                for (uint32_t z = 0; z < 4; z++) g[c][z] = _mm512_setzero_si512();
+                continue;
+            }
+            const uint64_t j = ps->channels[k];
+            int8_channel(view->planes + j * FATHOM_PLANES * S + b0, S, depth[k], full, live, ahead,
+                         prefetch, g[c]);
+            const uint16_t *scale = view->scales + j * S + b0;
+            if (prefetch) SCAN2_PREFETCH(scale + ahead);
+            uint16_t a[SCAN2_TILE_BLOCKS];
+            _mm_storeu_si128((__m128i *)(void *)a, full ? _mm_loadu_si128((const __m128i *)(const void *)scale)
+                                                       : _mm_maskz_loadu_epi16(live, scale));
+            for (uint32_t b = 0; b < SCAN2_TILE_BLOCKS; b++) tile->i.scales[b][k] = a[b];
+        }
+        const __m512i p0 = _mm512_load_si512((const void *)int8_pair[0]);
+        const __m512i p1 = _mm512_load_si512((const void *)int8_pair[1]);
+        const __m512i f0 = _mm512_load_si512((const void *)int8_quad[0]);
+        const __m512i f1 = _mm512_load_si512((const void *)int8_quad[1]);
+        for (uint32_t z = 0; z < 4; z++) {
+            const __m512i m01[2] = {_mm512_permutex2var_epi8(g[0][z], p0, g[1][z]),
+                                    _mm512_permutex2var_epi8(g[0][z], p1, g[1][z])};
+            const __m512i m23[2] = {_mm512_permutex2var_epi8(g[2][z], p0, g[3][z]),
+                                    _mm512_permutex2var_epi8(g[2][z], p1, g[3][z])};
+            for (uint32_t bb = 0; bb < 2; bb++) {
+                _mm512_store_si512((void *)tile->i.codes[Q][2 * z + bb][0],
+                                   _mm512_permutex2var_epi8(m01[bb], f0, m23[bb]));
+                _mm512_store_si512((void *)tile->i.codes[Q][2 * z + bb][1],
+                                   _mm512_permutex2var_epi8(m01[bb], f1, m23[bb]));
+            }
+        }
+    }
+    for (uint32_t k = count; k < 16 * nv; k++)
+        for (uint32_t b = 0; b < SCAN2_TILE_BLOCKS; b++) tile->i.scales[b][k] = 0;
+    /* the weights of each block and head */
+    float q[4][SCAN_PASS_CHANNELS] __attribute__((aligned(64)));
+    for (uint32_t h = 0; h < ps->heads; h++)
+        for (uint32_t k = 0; k < 16 * nv; k++) q[h][k] = k < count ? ps->q[k][h] : 0.0f;
+    for (uint32_t b = 0; b < SCAN2_TILE_BLOCKS; b++) {
+        __m512 a[SCAN_PASS_CHANNELS / 16];
+        for (uint32_t v = 0; v < nv; v++)
+            a[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)&tile->i.scales[b][16 * v]));
+        for (uint32_t h = 0; h < ps->heads; h++)
+            int8_weights(a, q[h], e, nv, tile->i.w[b][h], &tile->i.s8[b][h], &tile->i.k8[b][h]);
+    }
+}
+
+INT8_TARGET SCAN_INLINE void int8_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                        const uint32_t HC, float *out, uint64_t ld,
+                                        uint32_t valid) {
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    __m512i acc[4][4];
+#pragma GCC unroll 4
+    for (uint32_t h = 0; h < HC; h++) {
+        acc[h][0] = acc[h][2] = _mm512_set1_epi32(tile->i.k8[b][h]);
+        acc[h][1] = acc[h][3] = _mm512_setzero_si512();
+    }
+    const uint32_t nq = (ps->count + 3) / 4;
+    for (uint32_t Q = 0; Q < nq; Q++) {
+        const __m512i d0 = _mm512_load_si512((const void *)tile->i.codes[Q][b][0]);
+        const __m512i d1 = _mm512_load_si512((const void *)tile->i.codes[Q][b][1]);
+        const __m512i l0 = _mm512_and_si512(d0, low), l1 = _mm512_and_si512(d1, low);
+#pragma GCC unroll 4
+        for (uint32_t h = 0; h < HC; h++) {
+            int32_t wq;
+            memcpy(&wq, &tile->i.w[b][h][4 * Q], sizeof wq);
+            const __m512i w = _mm512_set1_epi32(wq);
+            acc[h][0] = _mm512_dpbusd_epi32(acc[h][0], d0, w);
+            acc[h][1] = _mm512_dpbusd_epi32(acc[h][1], l0, w);
+            acc[h][2] = _mm512_dpbusd_epi32(acc[h][2], d1, w);
+            acc[h][3] = _mm512_dpbusd_epi32(acc[h][3], l1, w);
+        }
+    }
+    __m512 f[4][4];
+#pragma GCC unroll 4
+    for (uint32_t h = 0; h < HC; h++) {
+        const __m512 s8 = _mm512_set1_ps(tile->i.s8[b][h]);
+        const __m512i k8 = _mm512_set1_epi32(tile->i.k8[b][h]);
+        f[h][0] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[h][0], acc[h][1])));
+        f[h][1] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[h][2], acc[h][3])));
+        f[h][2] = _mm512_mul_ps(
+            s8, _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(acc[h][1], 4), k8)));
+        f[h][3] = _mm512_mul_ps(
+            s8, _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(acc[h][3], 4), k8)));
+    }
+    avx512_put_block(ps, HC, f, out, ld, valid);
+}
+
+INT8_TARGET void fathom_scan2_block_avx512_int8(const scan2_pass *ps, const scan2_tile *tile,
+                                                uint32_t b, float *dec, float *out, uint64_t ld,
+                                                uint32_t valid) {
+    (void)dec;
+#define INT8_FUSED(HC) int8_fused(ps, tile, b, HC, out, ld, valid)
+    SCAN_HEAD_CHUNK(ps->heads, INT8_FUSED);
+#undef INT8_FUSED
+}
+
 /* ---- the candidate filter (scan_internal.h), 16 scores per step ---- */
 
 /* Appends the candidates of scores s[i + j], j < 16, whose bit is set in hits. */
