@@ -350,14 +350,15 @@ typedef struct scan2_tile {
          * order, 4 a quad), block and half, 16 dwords of 4 code bytes (one
          * per channel): dword i of half f holds token 16 f + i in the high
          * nibbles and token 32 + 16 f + i in the low ones, each the channel's
-         * c' (SCAN_INT8 definition); per block and head the weights as 16
-         * quad dwords, s / 8 and 8 K */
+         * c' (SCAN_INT8 definition); per quad, block and head the quad's
+         * 4 weights as one dword; per block and head s / 8 and 8 K; per
+         * channel its scales by block */
         struct {
             uint8_t codes[SCAN_PASS_CHANNELS / 4][SCAN2_TILE_BLOCKS][2][64];
-            int8_t w[SCAN2_TILE_BLOCKS][4][SCAN_PASS_CHANNELS];
+            int32_t w[SCAN_PASS_CHANNELS / 4][SCAN2_TILE_BLOCKS][4];
             float s8[SCAN2_TILE_BLOCKS][4];
             int32_t k8[SCAN2_TILE_BLOCKS][4];
-            uint16_t scales[SCAN2_TILE_BLOCKS][SCAN_PASS_CHANNELS];
+            float a[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS];
         } i;
     } __attribute__((aligned(64)));
 } scan2_tile;

@@ -955,6 +955,9 @@ static const uint8_t int8_quad[2][64] __attribute__((aligned(64))) = {
 };
 
 
+static const uint8_t int8_wpair[64] __attribute__((aligned(64))) = {0, 64, 4, 68, 8, 72, 12, 76, 16, 80, 20, 84, 24, 88, 28, 92, 32, 96, 36, 100, 40, 104, 44, 108, 48, 112, 52, 116, 56, 120, 60, 124, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+static const uint8_t int8_wquad[64] __attribute__((aligned(64))) = {0, 1, 64, 65, 2, 3, 66, 67, 4, 5, 68, 69, 6, 7, 70, 71, 8, 9, 72, 73, 10, 11, 74, 75, 12, 13, 76, 77, 14, 15, 78, 79, 16, 17, 80, 81, 18, 19, 82, 83, 20, 21, 84, 85, 22, 23, 86, 87, 24, 25, 88, 89, 26, 27, 90, 91, 28, 29, 92, 93, 30, 31, 94, 95};
+
 /* Channel k's transposed codes of the tile: g[z] for blocks 2 z, 2 z + 1
  * (byte 32 (b & 1) + slot). */
 INT8_TARGET SCAN_INLINE void int8_channel(const uint64_t *row, uint64_t S, uint32_t t, int full,
@@ -992,37 +995,69 @@ INT8_TARGET SCAN_INLINE void int8_channel(const uint64_t *row, uint64_t S, uint3
     }
 }
 
-/* The weights of one block and head: scales a[0..nv) (16 channels each,
- * zero past count), query values q[], depth terms e[] (2^(4-t) - 16, zero
- * past count). */
-INT8_TARGET SCAN_INLINE void int8_weights(const __m512 *a, const float *q, const float *e,
-                                          uint32_t nv, int8_t *w, float *s8, int32_t *k8) {
+/* The weights of the tile (steps 1-3 of the definition), 16 (block, head)
+ * pairs a vector: lane 4 (b & 3) + h of half g holds block 4 g + (b & 3)
+ * and head h, so a channel's query values are one 4-float broadcast and its
+ * scales one permute; the maximum and K then run lane by lane over the
+ * channels (no reduction across lanes). K accumulates w e with vpdpwssd on
+ * the low 16 bits of y = magic + w (w, sign-extended) and e. The weights'
+ * bytes (the low byte of y) go to quad dwords by two levels of byte
+ * permutes (int8_wpair, int8_wquad). */
+INT8_TARGET SCAN_INLINE void int8_weights(const scan2_pass *ps, scan2_tile *tile) {
+    const uint32_t count = ps->count, nq = (count + 3) / 4;
+    __m512 wbuf[SCAN_PASS_CHANNELS][2];
     const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
-    __m512i mx = _mm512_setzero_si512();
-    for (uint32_t v = 0; v < nv; v++) {
-        const __m512 W = _mm512_mul_ps(_mm512_load_ps(q + 16 * v), a[v]);
-        mx = _mm512_max_epu32(mx, _mm512_and_si512(_mm512_castps_si512(W), absmask));
+    const __m512i spread[2] = {_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                               _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7)};
+    __m512i mx[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    for (uint32_t k = 0; k < count; k++) {
+        const __m512 a = _mm512_castps256_ps512(_mm256_load_ps(tile->i.a[k]));
+        const __m512 q = _mm512_broadcast_f32x4(_mm_loadu_ps(ps->q[k]));
+        for (uint32_t g = 0; g < 2; g++) {
+            const __m512 W = _mm512_mul_ps(_mm512_permutexvar_ps(spread[g], a), q);
+            wbuf[k][g] = W;
+            mx[g] = _mm512_max_epu32(mx[g], _mm512_and_si512(_mm512_castps_si512(W), absmask));
+        }
     }
-    const uint32_t mbits = (uint32_t)_mm512_reduce_max_epu32(mx);
-    float m;
-    memcpy(&m, &mbits, sizeof m);
-    if (mbits >= 0x7f800000u || m < SCAN_INT8_TINY) { /* not finite, or tiny */
-        memset(w, 0, 16 * nv);
-        *s8 = mbits >= 0x7f800000u ? __builtin_nanf("") : 0.0f;
-        *k8 = 0;
-        return;
+    const __m512 magic = _mm512_set1_ps(SCAN_INT8_MAGIC);
+    const __m512i inf = _mm512_set1_epi32(0x7f800000);
+    __m512 r[2];
+    for (uint32_t g = 0; g < 2; g++) {
+        const __m512 m = _mm512_castsi512_ps(mx[g]);
+        const __mmask16 bad = _mm512_cmpge_epu32_mask(mx[g], inf);
+        const __mmask16 ok = (__mmask16)(~bad & _mm512_cmp_ps_mask(m, _mm512_set1_ps(SCAN_INT8_TINY), _CMP_GE_OQ));
+        r[g] = _mm512_maskz_div_ps(ok, _mm512_set1_ps(127.0f), m); /* 0: every w = 0 */
+        const __m512 s8 = _mm512_mask_blend_ps(bad, _mm512_maskz_div_ps(ok, m, _mm512_set1_ps(16256.0f)),
+                                               _mm512_set1_ps(__builtin_nanf("")));
+        _mm512_store_ps(&tile->i.s8[4 * g][0], s8);
     }
-    const __m512 r = _mm512_set1_ps(127.0f / m), magic = _mm512_set1_ps(SCAN_INT8_MAGIC);
-    __m512 kacc = _mm512_setzero_ps();
-    for (uint32_t v = 0; v < nv; v++) {
-        const __m512 W = _mm512_mul_ps(_mm512_load_ps(q + 16 * v), a[v]);
-        const __m512 y = _mm512_fmadd_ps(W, r, magic); /* magic + w: w in its low byte */
-        kacc = _mm512_fmadd_ps(_mm512_sub_ps(y, magic), _mm512_load_ps(e + 16 * v), kacc);
-        _mm_storeu_si128((__m128i *)(void *)(w + 16 * v),
-                         _mm512_cvtepi32_epi8(_mm512_castps_si512(y)));
+    __m512i kacc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    const __m512i wpair = _mm512_load_si512((const void *)int8_wpair);
+    const __m512i wquad = _mm512_load_si512((const void *)int8_wquad);
+    uint32_t depth = 1;
+    for (uint32_t Q = 0; Q < nq; Q++) {
+        __m512i y[2][4];
+        for (uint32_t c = 0; c < 4; c++) {
+            const uint32_t k = 4 * Q + c;
+            if (k >= count) {
+                y[0][c] = y[1][c] = _mm512_setzero_si512();
+                continue;
+            }
+            while (k >= ps->first[depth]) depth++;
+            const __m512i e = _mm512_set1_epi32(((16 >> depth) - 16) & 0xffff);
+            for (uint32_t g = 0; g < 2; g++) {
+                y[g][c] = _mm512_castps_si512(_mm512_fmadd_ps(wbuf[k][g], r[g], magic));
+                kacc[g] = _mm512_dpwssd_epi32(kacc[g], y[g][c], e);
+            }
+        }
+        for (uint32_t g = 0; g < 2; g++) {
+            const __m512i m01 = _mm512_permutex2var_epi8(y[g][0], wpair, y[g][1]);
+            const __m512i m23 = _mm512_permutex2var_epi8(y[g][2], wpair, y[g][3]);
+            _mm512_store_si512((void *)tile->i.w[Q][4 * g], _mm512_permutex2var_epi8(m01, wquad, m23));
+        }
     }
-    *s8 = m / 16256.0f;
-    *k8 = 8 * (int32_t)_mm512_reduce_add_ps(kacc); /* integers below 2^24: exact in any order */
+    for (uint32_t g = 0; g < 2; g++)
+        _mm512_store_si512((void *)tile->i.k8[4 * g], _mm512_slli_epi32(kacc[g], 3));
 }
 
 INT8_TARGET void fathom_scan2_load_avx512_int8(const scan2_pass *ps, const fathom_segment_view *view,
@@ -1032,12 +1067,12 @@ INT8_TARGET void fathom_scan2_load_avx512_int8(const scan2_pass *ps, const fatho
     const __mmask8 live = (__mmask8)((1u << nb) - 1u); /* a short tile reads only its blocks */
     const int full = nb == SCAN2_TILE_BLOCKS;
     const uint64_t S = ps->S;
-    const uint32_t count = ps->count, nq = (count + 3) / 4, nv = (count + 15) / 16;
-    float e[SCAN_PASS_CHANNELS] __attribute__((aligned(64)));
-    uint32_t depth[SCAN_PASS_CHANNELS];
-    for (uint32_t t = 1; t <= FATHOM_PLANES; t++)
-        for (uint32_t k = ps->first[t - 1]; k < ps->first[t]; k++) depth[k] = t;
-    for (uint32_t k = 0; k < 16 * nv; k++) e[k] = k < count ? (float)((16 >> depth[k]) - 16) : 0.0f;
+    const uint32_t count = ps->count, nq = (count + 3) / 4;
+    const __m512i p0 = _mm512_load_si512((const void *)int8_pair[0]);
+    const __m512i p1 = _mm512_load_si512((const void *)int8_pair[1]);
+    const __m512i f0 = _mm512_load_si512((const void *)int8_quad[0]);
+    const __m512i f1 = _mm512_load_si512((const void *)int8_quad[1]);
+    uint32_t depth = 1;
     for (uint32_t Q = 0; Q < nq; Q++) {
         __m512i g[4][4];
         for (uint32_t c = 0; c < 4; c++) {
@@ -1046,20 +1081,16 @@ INT8_TARGET void fathom_scan2_load_avx512_int8(const scan2_pass *ps, const fatho
                 for (uint32_t z = 0; z < 4; z++) g[c][z] = _mm512_setzero_si512();
                 continue;
             }
+            while (k >= ps->first[depth]) depth++;
             const uint64_t j = ps->channels[k];
-            int8_channel(view->planes + j * FATHOM_PLANES * S + b0, S, depth[k], full, live, ahead,
+            int8_channel(view->planes + j * FATHOM_PLANES * S + b0, S, depth, full, live, ahead,
                          prefetch, g[c]);
             const uint16_t *scale = view->scales + j * S + b0;
             if (prefetch) SCAN2_PREFETCH(scale + ahead);
-            uint16_t a[SCAN2_TILE_BLOCKS];
-            _mm_storeu_si128((__m128i *)(void *)a, full ? _mm_loadu_si128((const __m128i *)(const void *)scale)
-                                                       : _mm_maskz_loadu_epi16(live, scale));
-            for (uint32_t b = 0; b < SCAN2_TILE_BLOCKS; b++) tile->i.scales[b][k] = a[b];
+            const __m128i a = full ? _mm_loadu_si128((const __m128i *)(const void *)scale)
+                                   : _mm_maskz_loadu_epi16(live, scale);
+            _mm256_store_ps(tile->i.a[k], _mm256_cvtph_ps(a));
         }
-        const __m512i p0 = _mm512_load_si512((const void *)int8_pair[0]);
-        const __m512i p1 = _mm512_load_si512((const void *)int8_pair[1]);
-        const __m512i f0 = _mm512_load_si512((const void *)int8_quad[0]);
-        const __m512i f1 = _mm512_load_si512((const void *)int8_quad[1]);
         for (uint32_t z = 0; z < 4; z++) {
             const __m512i m01[2] = {_mm512_permutex2var_epi8(g[0][z], p0, g[1][z]),
                                     _mm512_permutex2var_epi8(g[0][z], p1, g[1][z])};
@@ -1073,19 +1104,7 @@ INT8_TARGET void fathom_scan2_load_avx512_int8(const scan2_pass *ps, const fatho
             }
         }
     }
-    for (uint32_t k = count; k < 16 * nv; k++)
-        for (uint32_t b = 0; b < SCAN2_TILE_BLOCKS; b++) tile->i.scales[b][k] = 0;
-    /* the weights of each block and head */
-    float q[4][SCAN_PASS_CHANNELS] __attribute__((aligned(64)));
-    for (uint32_t h = 0; h < ps->heads; h++)
-        for (uint32_t k = 0; k < 16 * nv; k++) q[h][k] = k < count ? ps->q[k][h] : 0.0f;
-    for (uint32_t b = 0; b < SCAN2_TILE_BLOCKS; b++) {
-        __m512 a[SCAN_PASS_CHANNELS / 16];
-        for (uint32_t v = 0; v < nv; v++)
-            a[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)&tile->i.scales[b][16 * v]));
-        for (uint32_t h = 0; h < ps->heads; h++)
-            int8_weights(a, q[h], e, nv, tile->i.w[b][h], &tile->i.s8[b][h], &tile->i.k8[b][h]);
-    }
+    int8_weights(ps, tile);
 }
 
 INT8_TARGET SCAN_INLINE void int8_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
@@ -1105,9 +1124,7 @@ INT8_TARGET SCAN_INLINE void int8_fused(const scan2_pass *ps, const scan2_tile *
         const __m512i l0 = _mm512_and_si512(d0, low), l1 = _mm512_and_si512(d1, low);
 #pragma GCC unroll 4
         for (uint32_t h = 0; h < HC; h++) {
-            int32_t wq;
-            memcpy(&wq, &tile->i.w[b][h][4 * Q], sizeof wq);
-            const __m512i w = _mm512_set1_epi32(wq);
+            const __m512i w = _mm512_set1_epi32(tile->i.w[Q][b][h]);
             acc[h][0] = _mm512_dpbusd_epi32(acc[h][0], d0, w);
             acc[h][1] = _mm512_dpbusd_epi32(acc[h][1], l0, w);
             acc[h][2] = _mm512_dpbusd_epi32(acc[h][2], d1, w);
