@@ -1107,6 +1107,12 @@ INT8_TARGET void fathom_scan2_load_avx512_int8(const scan2_pass *ps, const fatho
     int8_weights(ps, tile);
 }
 
+/* acc += dot(u8 codes, s8 weights w broadcast from memory), in place (the
+ * compiler's intrinsic copies the accumulators around the quad loop). */
+INT8_TARGET SCAN_INLINE void int8_dot(__m512i *acc, __m512i codes, const int32_t *w) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(*acc) : "v"(codes), "m"(*w));
+}
+
 INT8_TARGET SCAN_INLINE void int8_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
                                         const uint32_t HC, float *out, uint64_t ld,
                                         uint32_t valid) {
@@ -1124,11 +1130,11 @@ INT8_TARGET SCAN_INLINE void int8_fused(const scan2_pass *ps, const scan2_tile *
         const __m512i l0 = _mm512_and_si512(d0, low), l1 = _mm512_and_si512(d1, low);
 #pragma GCC unroll 4
         for (uint32_t h = 0; h < HC; h++) {
-            const __m512i w = _mm512_set1_epi32(tile->i.w[Q][b][h]);
-            acc[h][0] = _mm512_dpbusd_epi32(acc[h][0], d0, w);
-            acc[h][1] = _mm512_dpbusd_epi32(acc[h][1], l0, w);
-            acc[h][2] = _mm512_dpbusd_epi32(acc[h][2], d1, w);
-            acc[h][3] = _mm512_dpbusd_epi32(acc[h][3], l1, w);
+            const int32_t *w = &tile->i.w[Q][b][h];
+            int8_dot(&acc[h][0], d0, w);
+            int8_dot(&acc[h][1], l0, w);
+            int8_dot(&acc[h][2], d1, w);
+            int8_dot(&acc[h][3], l1, w);
         }
     }
     __m512 f[4][4];
