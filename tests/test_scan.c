@@ -10,9 +10,10 @@
  * are compiled in and reported as skipped, never as passing. The grouped
  * ("LUT") mode: its groups, every grouped kernel against its reference bit
  * for bit, and its scores against the exact ones within a derived bound.
- * The int8 ("VNNI") mode: every int8 kernel against its reference bit for
- * bit (ranges, the pool driver, scan + select, degenerate weights), and its
- * scores against the exact sums within the bound its definition gives. */
+ * The int8 ("VNNI") mode and its int16 variant: every kernel against its
+ * reference bit for bit (ranges, the pool driver, scan + select, degenerate
+ * weights), and the scores against the exact sums within the bound the
+ * definition gives. */
 #include "check.h"
 #include "cpu.h"
 #include "fathom.h"
@@ -1084,23 +1085,30 @@ static void test_grouped_parallel(void) {
 
 /* ---- the int8 ("VNNI") mode ---- */
 
+/* The int8 kernels (family 0) and the int16 ones (family 1): kernels
+ * [3 f, 3 f + 3) against the reference of family f. */
 static const struct {
     fathom_scan_kernel kernel;
     const char *name;
-} int8k[3] = {{FATHOM_SCAN_INT8_PORTABLE, "int8 portable"},
+} int8k[6] = {{FATHOM_SCAN_INT8_PORTABLE, "int8 portable"},
               {FATHOM_SCAN_INT8_AVX512, "int8 AVX-512 VNNI"},
-              {FATHOM_SCAN_INT8, "int8 (widest)"}};
-static int int8_run[3];
-static uint64_t int8_scores_total, int8_scores_bounded, int8_scores_differ;
-static double int8_worst_rel; /* the largest error over its bound */
+              {FATHOM_SCAN_INT8, "int8 (widest)"},
+              {FATHOM_SCAN_INT16_PORTABLE, "int16 portable"},
+              {FATHOM_SCAN_INT16_AVX512, "int16 AVX-512 VNNI"},
+              {FATHOM_SCAN_INT16, "int16 (widest)"}};
+static const fathom_scan_kernel int8_ref[2] = {FATHOM_SCAN_INT8_REFERENCE, FATHOM_SCAN_INT16_REFERENCE};
+static const int32_t int8_levels[2] = {SCAN_INT8_LEVELS, SCAN_INT16_LEVELS};
+static int int8_run[6];
+static uint64_t int8_scores_total[2], int8_scores_bounded[2], int8_scores_differ[2];
+static double int8_worst_rel[2]; /* the largest error over its bound */
 
 /* The int8 definition's bound (scan_internal.h) on |int8 score - exact sum|
- * of head h and token i: per pass, half a quantization step m / 127 per
+ * of head h and token i: per pass, half a quantization step m / L per
  * channel times |d_k| / 16 (with slack for the float roundings of W and r),
  * plus 2^-20 of sum |q v| and of the passes' terms for the roundings of
  * W, s, s * T and the pass sums. */
 static double int8_bound(const fathom_store *st, const uint8_t *depths, const float *q,
-                         uint32_t dim, uint64_t i) {
+                         uint32_t dim, uint64_t i, int32_t levels) {
     uint32_t count, first[5], row[5], channels[SCAN_PASS_CHANNELS];
     double bound = 0, terms = 0;
     const uint64_t block = i / 64;
@@ -1120,7 +1128,8 @@ static double int8_bound(const fathom_store *st, const uint8_t *depths, const fl
             sd += a > 0 ? fabs(16.0 * (double)v / (double)a) : 0.0;
             terms += fabs((double)q[c] * v);
         }
-        bound += (double)m / 254.0 * (1 + 0x1p-18) * sd / 16.0 + 0x1p-20 * (double)m / 127.0 * sd;
+        bound += (double)m / (2.0 * levels) * (1 + 0x1p-14) * sd / 16.0 +
+                 0x1p-20 * (double)m / levels * sd;
     }
     return bound + 0x1p-20 * 2 * terms;
 }
@@ -1129,12 +1138,12 @@ static double int8_bound(const fathom_store *st, const uint8_t *depths, const fl
  * sub-range with a row stride); the int8 scores lie within int8_bound of
  * the exact sums (in double). */
 static void check_int8(fathom_store *st, const uint8_t *depths, const float *q, uint32_t group,
-                       uint64_t n) {
+                       uint64_t n, int fam) {
     const uint32_t dim = fathom_store_dim(st);
     float *ref = malloc(sizeof(float) * group * n), *b = malloc(sizeof(float) * group * n);
     uint64_t br = 1, bb = 2;
-    CHECK_OK(fathom_store_scan_with(FATHOM_SCAN_INT8_REFERENCE, st, depths, q, group, n, ref, &br));
-    for (int k = 0; k < 3; k++) {
+    CHECK_OK(fathom_store_scan_with(int8_ref[fam], st, depths, q, group, n, ref, &br));
+    for (int k = 3 * fam; k < 3 * fam + 3; k++) {
         if (!fathom_scan_kernel_available(int8k[k].kernel)) continue;
         int8_run[k]++;
         for (uint64_t i = 0; i < group * n; i++) b[i] = NAN; /* every score is written */
@@ -1164,16 +1173,16 @@ static void check_int8(fathom_store *st, const uint8_t *depths, const float *q, 
                 if (depths[j])
                     exact += (double)q[h * dim + j] * fathom_store_token_value(st, i, j, depths[j]);
             const double d = fabs((double)ref[h * n + i] - exact);
-            const double bound = int8_bound(st, depths, q + h * dim, dim, i);
+            const double bound = int8_bound(st, depths, q + h * dim, dim, i, int8_levels[fam]);
             const int ok = d <= bound;
             if (!ok)
                 fprintf(stderr, "int8: score %g, exact %g, bound %g (dim %u, h %u, i %llu)\n",
                         ref[h * n + i], exact, bound, dim, h, (unsigned long long)i);
             CHECK(ok);
-            if (bound > 0 && d / bound > int8_worst_rel) int8_worst_rel = d / bound;
-            int8_scores_bounded += ok;
-            int8_scores_total++;
-            int8_scores_differ += (float)exact != ref[h * n + i];
+            if (bound > 0 && d / bound > int8_worst_rel[fam]) int8_worst_rel[fam] = d / bound;
+            int8_scores_bounded[fam] += ok;
+            int8_scores_total[fam]++;
+            int8_scores_differ[fam] += (float)exact != ref[h * n + i];
         }
     free(ref);
     free(b);
@@ -1197,13 +1206,14 @@ static void test_int8_scores(void) {
             if (pattern == 5) memset(depths, 0, dim); /* no active channel: every score 0 */
             const uint64_t ns[3] = {len, 64 * 2 + 16, 9};
             for (int gi = 0; gi < 4; gi++)
-                for (int ni = 0; ni < 3; ni++) check_int8(st, depths, q, groups[gi], ns[ni]);
+                for (int ni = 0; ni < 3; ni++)
+                    for (int fam = 0; fam < 2; fam++) check_int8(st, depths, q, groups[gi], ns[ni], fam);
         }
         free(depths);
         free(q);
         fathom_store_free(st);
     }
-    CHECK(int8_scores_differ > 0); /* the int8 scores are not the exact ones: the bound is used */
+    CHECK(int8_scores_differ[0] > 0 && int8_scores_differ[1] > 0); /* the bound is used */
 }
 
 /* Queries that make the weights degenerate: all zero (every score +0), tiny
@@ -1222,19 +1232,21 @@ static void test_int8_special(void) {
     q[2 * dim + 70] = INFINITY;                                     /* head 2: second pass */
     q[3 * dim + 5] = NAN;                                           /* head 3: first pass */
     float *ref = malloc(sizeof(float) * group * n), *b = malloc(sizeof(float) * group * n);
-    CHECK_OK(fathom_store_scan_with(FATHOM_SCAN_INT8_REFERENCE, st, depths, q, group, n, ref, NULL));
-    for (uint64_t i = 0; i < n; i++) {
-        CHECK(ref[i] == 0.0f && !signbit(ref[i]));
-        CHECK(ref[n + i] == 0.0f);
-        CHECK(isnan(ref[2 * n + i]) && isnan(ref[3 * n + i]));
-    }
-    for (int k = 0; k < 3; k++) {
-        if (!fathom_scan_kernel_available(int8k[k].kernel)) continue;
-        CHECK_OK(fathom_store_scan_with(int8k[k].kernel, st, depths, q, group, n, b, NULL));
-        int bad = 0;
-        for (uint64_t i = 0; i < group * n; i++)
-            bad += isnan(ref[i]) ? !isnan(b[i]) : memcmp(&ref[i], &b[i], sizeof(float)) != 0;
-        CHECK(bad == 0);
+    for (int fam = 0; fam < 2; fam++) {
+        CHECK_OK(fathom_store_scan_with(int8_ref[fam], st, depths, q, group, n, ref, NULL));
+        for (uint64_t i = 0; i < n; i++) {
+            CHECK(ref[i] == 0.0f && !signbit(ref[i]));
+            CHECK(ref[n + i] == 0.0f);
+            CHECK(isnan(ref[2 * n + i]) && isnan(ref[3 * n + i]));
+        }
+        for (int k = 3 * fam; k < 3 * fam + 3; k++) {
+            if (!fathom_scan_kernel_available(int8k[k].kernel)) continue;
+            CHECK_OK(fathom_store_scan_with(int8k[k].kernel, st, depths, q, group, n, b, NULL));
+            int bad = 0;
+            for (uint64_t i = 0; i < group * n; i++)
+                bad += isnan(ref[i]) ? !isnan(b[i]) : memcmp(&ref[i], &b[i], sizeof(float)) != 0;
+            CHECK(bad == 0);
+        }
     }
     free(ref);
     free(b);
@@ -1252,11 +1264,13 @@ static void test_int8_checks_fail(void) {
     uint8_t depths[64];
     for (uint32_t j = 0; j < dim; j++) depths[j] = (uint8_t)(j % 5);
     float *ref = malloc(sizeof(float) * group * n), *b = malloc(sizeof(float) * group * n);
-    CHECK_OK(fathom_store_scan_with(FATHOM_SCAN_INT8_REFERENCE, st, depths, q, group, n, ref, NULL));
-    CHECK_OK(fathom_store_scan_with(FATHOM_SCAN_INT8, st, depths, q, group, n, b, NULL));
-    CHECK(memcmp(b, ref, sizeof(float) * group * n) == 0);
-    b[7] = nextafterf(b[7], INFINITY);
-    CHECK(memcmp(b, ref, sizeof(float) * group * n) != 0);
+    for (int fam = 0; fam < 2; fam++) {
+        CHECK_OK(fathom_store_scan_with(int8_ref[fam], st, depths, q, group, n, ref, NULL));
+        CHECK_OK(fathom_store_scan_with(int8k[3 * fam + 2].kernel, st, depths, q, group, n, b, NULL));
+        CHECK(memcmp(b, ref, sizeof(float) * group * n) == 0);
+        b[7] = nextafterf(b[7], INFINITY);
+        CHECK(memcmp(b, ref, sizeof(float) * group * n) != 0);
+    }
     free(ref);
     free(b);
     fathom_store_free(st);
@@ -1272,23 +1286,26 @@ static void test_int8_parallel(void) {
     for (uint32_t i = 0; i < group * dim; i++) q[i] = rng_key(i);
     uint8_t depths[96];
     for (uint32_t j = 0; j < dim; j++) depths[j] = (uint8_t)rng_below(5);
-    float *ref = malloc(sizeof(float) * group * n), *s = malloc(sizeof(float) * group * n);
+    float *ref = malloc(sizeof(float) * 2 * group * n), *s = malloc(sizeof(float) * group * n);
     CHECK_OK(fathom_store_scan_with(FATHOM_SCAN_INT8_REFERENCE, st, depths, q, group, n, ref, NULL));
+    CHECK_OK(fathom_store_scan_with(FATHOM_SCAN_INT16_REFERENCE, st, depths, q, group, n, ref + group * n,
+                                    NULL));
     fathom_pool *pool = NULL;
     CHECK_OK(fathom_pool_create(&pool, 3));
     const uint32_t K = 40;
     uint32_t idx[5 * 40], cnt[5], ridx[40], rcnt;
     uint64_t *work = malloc(fathom_select_work_size(n));
-    for (int k = 0; pool && k < 3; k++) {
+    for (int k = 0; pool && k < 6; k++) {
         if (!fathom_scan_kernel_available(int8k[k].kernel)) continue;
+        const float *want = ref + (k / 3) * group * n;
         for (uint64_t i = 0; i < group * n; i++) s[i] = NAN;
         fathom_scan_item item = {st, depths, q, group, n, s};
         CHECK_OK(fathom_scan_parallel(pool, int8k[k].kernel, &item, 1, 256));
-        CHECK(memcmp(s, ref, sizeof(float) * group * n) == 0);
+        CHECK(memcmp(s, want, sizeof(float) * group * n) == 0);
         fathom_scan_select_item si = {st, depths, q, group, n, K, 4, 8, idx, cnt, NULL};
         CHECK_OK(fathom_scan_select_parallel(pool, int8k[k].kernel, &si, 1, 256));
         for (uint32_t h = 0; h < group; h++) {
-            CHECK_OK(fathom_select(ref + h * n, n, K, 4, 8, work, ridx, &rcnt));
+            CHECK_OK(fathom_select(want + h * n, n, K, 4, 8, work, ridx, &rcnt));
             CHECK(cnt[h] == rcnt && memcmp(idx + h * K, ridx, rcnt * sizeof(uint32_t)) == 0);
         }
     }
@@ -1333,17 +1350,19 @@ int main(void) {
     test_int8_special();
     test_int8_checks_fail();
     test_int8_parallel();
-    CHECK(int8_run[0] > 0);
-    for (int k = 0; k < 3; k++)
+    CHECK(int8_run[0] > 0 && int8_run[3] > 0);
+    for (int k = 0; k < 6; k++)
         if (int8_run[k])
-            printf("test_scan: %s kernel equals the int8 reference bit for bit (%d scans)\n",
-                   int8k[k].name, int8_run[k]);
+            printf("test_scan: %s kernel equals the %s reference bit for bit (%d scans)\n",
+                   int8k[k].name, k < 3 ? "int8" : "int16", int8_run[k]);
         else
             printf("test_scan: %s kernel skipped: not on this CPU\n", int8k[k].name);
-    printf("test_scan: int8 scores within the derived bound of the exact sums: %llu of %llu "
-           "(%llu differ from the exact float; worst error / bound %.3f)\n",
-           (unsigned long long)int8_scores_bounded, (unsigned long long)int8_scores_total,
-           (unsigned long long)int8_scores_differ, int8_worst_rel);
+    for (int fam = 0; fam < 2; fam++)
+        printf("test_scan: %s scores within the derived bound of the exact sums: %llu of %llu "
+               "(%llu differ from the exact float; worst error / bound %.3f)\n",
+               fam ? "int16" : "int8", (unsigned long long)int8_scores_bounded[fam],
+               (unsigned long long)int8_scores_total[fam], (unsigned long long)int8_scores_differ[fam],
+               int8_worst_rel[fam]);
     CHECK(pairs_run[0] > 0); /* the portable pair runs everywhere */
     for (int k = 0; k < 3; k++)
         if (pairs_run[k])

@@ -272,17 +272,22 @@ int fathom_scan_kernel_available(fathom_scan_kernel kernel) {
     case FATHOM_SCAN_GROUPED_PORTABLE:
     case FATHOM_SCAN_INT8_REFERENCE:
     case FATHOM_SCAN_INT8:
-    case FATHOM_SCAN_INT8_PORTABLE: return 1;
+    case FATHOM_SCAN_INT8_PORTABLE:
+    case FATHOM_SCAN_INT16_REFERENCE:
+    case FATHOM_SCAN_INT16:
+    case FATHOM_SCAN_INT16_PORTABLE: return 1;
 #ifdef FATHOM_X86
     case FATHOM_SCAN_AVX2:
     case FATHOM_SCAN_TILED_AVX2: return fathom_cpu_has(FATHOM_CPU_AVX2);
     case FATHOM_SCAN_AVX512:
     case FATHOM_SCAN_TILED_AVX512: return fathom_cpu_has(FATHOM_CPU_AVX512);
     case FATHOM_SCAN_GROUPED_AVX512: return fathom_cpu_has(FATHOM_CPU_AVX512_TABLES);
-    case FATHOM_SCAN_INT8_AVX512: return fathom_cpu_has(FATHOM_CPU_AVX512_INT8);
+    case FATHOM_SCAN_INT8_AVX512:
+    case FATHOM_SCAN_INT16_AVX512: return fathom_cpu_has(FATHOM_CPU_AVX512_INT8);
 #else
     case FATHOM_SCAN_GROUPED_AVX512:
     case FATHOM_SCAN_INT8_AVX512:
+    case FATHOM_SCAN_INT16_AVX512:
     case FATHOM_SCAN_AVX2:
     case FATHOM_SCAN_AVX512:
     case FATHOM_SCAN_TILED_AVX2:
@@ -373,6 +378,15 @@ static scan2_kernel pick_tiled(fathom_scan_kernel kernel) {
                                   fathom_scan2_load_avx512_int8, 0};
 #endif
         return (scan2_kernel){NULL, fathom_scan2_block_int8_portable, NULL, 0};
+    }
+    if (kernel == FATHOM_SCAN_INT16 || kernel == FATHOM_SCAN_INT16_PORTABLE ||
+        kernel == FATHOM_SCAN_INT16_AVX512) {
+#ifdef FATHOM_X86
+        if (kernel != FATHOM_SCAN_INT16_PORTABLE && fathom_cpu_has(FATHOM_CPU_AVX512_INT8))
+            return (scan2_kernel){NULL, fathom_scan2_block_avx512_int16,
+                                  fathom_scan2_load_avx512_int16, 0};
+#endif
+        return (scan2_kernel){NULL, fathom_scan2_block_int16_portable, NULL, 0};
     }
 #ifdef FATHOM_X86
     if (kernel == FATHOM_SCAN_TILED_AVX512 ||
@@ -514,7 +528,8 @@ static int is_tiled(fathom_scan_kernel kernel) {
            kernel == FATHOM_SCAN_TILED_AVX512 || kernel == FATHOM_SCAN_GROUPED ||
            kernel == FATHOM_SCAN_GROUPED_PORTABLE || kernel == FATHOM_SCAN_GROUPED_AVX512 ||
            kernel == FATHOM_SCAN_INT8 || kernel == FATHOM_SCAN_INT8_PORTABLE ||
-           kernel == FATHOM_SCAN_INT8_AVX512;
+           kernel == FATHOM_SCAN_INT8_AVX512 || kernel == FATHOM_SCAN_INT16 ||
+           kernel == FATHOM_SCAN_INT16_PORTABLE || kernel == FATHOM_SCAN_INT16_AVX512;
 }
 
 static int source_scan_range(fathom_scan_kernel kernel, const scan_source *src,
@@ -579,6 +594,8 @@ int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st, co
                                                    bytes_read);
     if (kernel == FATHOM_SCAN_INT8_REFERENCE)
         return fathom_store_scan_int8_reference(st, depths, queries, group, n, scores, bytes_read);
+    if (kernel == FATHOM_SCAN_INT16_REFERENCE)
+        return fathom_store_scan_int16_reference(st, depths, queries, group, n, scores, bytes_read);
     if (kernel == FATHOM_SCAN_AUTO || is_tiled(kernel)) {
         FATHOM_CHECK(!fathom_scan_kernel_available(kernel), FATHOM_ERR_UNSUPPORTED,
                      "store_scan: kernel %d is not available on this CPU", (int)kernel);

@@ -1,6 +1,6 @@
-/* scan_int8 — the integer ("VNNI") scan, an opt-in mode (FATHOM_SCAN_INT8_*,
- * store_internal.h): the definition's token-by-token reference and the
- * portable kernel. The definition is in scan_internal.h; the AVX-512 VNNI
+/* scan_int8 — the integer ("VNNI") scan, an opt-in mode (FATHOM_SCAN_INT8_*
+ * and its int16 variant FATHOM_SCAN_INT16_*, store_internal.h): the
+ * definition's token-by-token reference and the portable kernel. The definition is in scan_internal.h; the AVX-512 VNNI
  * kernel is in scan_x86.c; scan.c picks the kernels. */
 #include "internal.h"
 #include "scan_internal.h"
@@ -8,9 +8,9 @@
 #include <math.h>
 #include <stdint.h>
 
-int fathom_store_scan_int8_reference(const fathom_store *st, const uint8_t *depths,
-                                     const float *queries, uint32_t group, uint64_t n,
-                                     float *scores, uint64_t *bytes_read) {
+static int int_reference(const fathom_store *st, const uint8_t *depths, const float *queries,
+                         uint32_t group, uint64_t n, float *scores, uint64_t *bytes_read,
+                         int32_t levels) {
     uint64_t bytes;
     FATHOM_TRY(fathom_store_scan_check(st, depths, queries, group, n, scores, &bytes));
     const uint32_t dim = fathom_store_dim(st);
@@ -18,7 +18,7 @@ int fathom_store_scan_int8_reference(const fathom_store *st, const uint8_t *dept
     uint32_t count, first[FATHOM_PLANES + 1], row[FATHOM_PLANES + 1], channels[SCAN_PASS_CHANNELS];
     uint32_t t[SCAN_PASS_CHANNELS];
     float a[SCAN_PASS_CHANNELS], q[SCAN_PASS_CHANNELS];
-    int8_t w[SCAN_PASS_CHANNELS];
+    int32_t w[SCAN_PASS_CHANNELS];
     for (uint32_t h = 0; h < group; h++) {
         const float *qh = queries + (uint64_t)h * dim;
         for (uint64_t i = 0; i < n; i++) {
@@ -40,7 +40,7 @@ int fathom_store_scan_int8_reference(const fathom_store *st, const uint8_t *dept
                 }
                 int32_t K;
                 float s;
-                scan_int8_weights(count, a, q, t, w, &K, &s);
+                scan_int8_weights(count, a, q, t, levels, w, &K, &s);
                 int32_t T = 0;
                 for (uint32_t k = 0; k < count; k++) {
                     const uint64_t c = channels[k];
@@ -48,7 +48,7 @@ int fathom_store_scan_int8_reference(const fathom_store *st, const uint8_t *dept
                     for (uint32_t p = 0; p < t[k]; p++)
                         code = code << 1 |
                                (int32_t)((view.planes[(c * FATHOM_PLANES + p) * S + b] >> bit) & 1u);
-                    T += (int32_t)w[k] * ((2 * code + 1) * (int32_t)(16u >> t[k]) - 16);
+                    T += w[k] * ((2 * code + 1) * (int32_t)(16u >> t[k]) - 16);
                 }
                 const float P = s * (float)T;
                 score = first_pass ? 0.0f + P : score + P;
@@ -60,12 +60,23 @@ int fathom_store_scan_int8_reference(const fathom_store *st, const uint8_t *dept
     return FATHOM_OK;
 }
 
-/* The portable int8 kernel, on scan2_stage's tile: each channel's filled
- * code 2 c' of every token once per block, then per head the weights and,
- * per token, the integer sum K + sum_k w_k 2 c'_k. */
-void fathom_scan2_block_int8_portable(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
-                                      float *dec, float *out, uint64_t ld, uint32_t valid) {
-    (void)dec;
+int fathom_store_scan_int8_reference(const fathom_store *st, const uint8_t *depths,
+                                     const float *queries, uint32_t group, uint64_t n,
+                                     float *scores, uint64_t *bytes_read) {
+    return int_reference(st, depths, queries, group, n, scores, bytes_read, SCAN_INT8_LEVELS);
+}
+
+int fathom_store_scan_int16_reference(const fathom_store *st, const uint8_t *depths,
+                                      const float *queries, uint32_t group, uint64_t n,
+                                      float *scores, uint64_t *bytes_read) {
+    return int_reference(st, depths, queries, group, n, scores, bytes_read, SCAN_INT16_LEVELS);
+}
+
+/* The portable kernel, on scan2_stage's tile: each channel's filled code
+ * 2 c' of every token once per block, then per head the weights and, per
+ * token, the integer sum K + sum_k w_k 2 c'_k. */
+static void int_block(const scan2_pass *ps, const scan2_tile *tile, uint32_t b, float *out,
+                      uint64_t ld, uint32_t valid, int32_t levels) {
     uint8_t code[SCAN_PASS_CHANNELS][FATHOM_BLOCK_TOKENS]; /* 2 c' of each channel and token */
     uint32_t t[SCAN_PASS_CHANNELS];
     float a[SCAN_PASS_CHANNELS], q[SCAN_PASS_CHANNELS];
@@ -83,16 +94,27 @@ void fathom_scan2_block_int8_portable(const scan2_pass *ps, const scan2_tile *ti
         }
     for (uint32_t h = 0; h < ps->heads; h++) {
         for (uint32_t k = 0; k < ps->count; k++) q[k] = ps->q[k][h];
-        int8_t w[SCAN_PASS_CHANNELS];
-        int32_t K;
+        int32_t w[SCAN_PASS_CHANNELS], K;
         float s;
-        scan_int8_weights(ps->count, a, q, t, w, &K, &s);
+        scan_int8_weights(ps->count, a, q, t, levels, w, &K, &s);
         float acc[FATHOM_BLOCK_TOKENS];
         for (uint32_t i = 0; i < valid; i++) {
             int32_t T = K;
-            for (uint32_t k = 0; k < ps->count; k++) T += (int32_t)w[k] * code[k][i];
+            for (uint32_t k = 0; k < ps->count; k++) T += w[k] * code[k][i];
             acc[i] = s * (float)T;
         }
         scan2_put(out + h * ld, acc, valid, ps->add);
     }
+}
+
+void fathom_scan2_block_int8_portable(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                      float *dec, float *out, uint64_t ld, uint32_t valid) {
+    (void)dec;
+    int_block(ps, tile, b, out, ld, valid, SCAN_INT8_LEVELS);
+}
+
+void fathom_scan2_block_int16_portable(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                       float *dec, float *out, uint64_t ld, uint32_t valid) {
+    (void)dec;
+    int_block(ps, tile, b, out, ld, valid, SCAN_INT16_LEVELS);
 }

@@ -1003,7 +1003,7 @@ INT8_TARGET SCAN_INLINE void int8_channel(const uint64_t *row, uint64_t S, uint3
  * the low 16 bits of y = magic + w (w, sign-extended) and e. The weights'
  * bytes (the low byte of y) go to quad dwords by two levels of byte
  * permutes (int8_wpair, int8_wquad). */
-INT8_TARGET SCAN_INLINE void int8_weights(const scan2_pass *ps, scan2_tile *tile) {
+INT8_TARGET SCAN_INLINE void int8_weights(const scan2_pass *ps, scan2_tile *tile, const int WIDE) {
     const uint32_t count = ps->count, nq = (count + 3) / 4;
     __m512 wbuf[SCAN_PASS_CHANNELS][2];
     const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
@@ -1026,8 +1026,9 @@ INT8_TARGET SCAN_INLINE void int8_weights(const scan2_pass *ps, scan2_tile *tile
         const __m512 m = _mm512_castsi512_ps(mx[g]);
         const __mmask16 bad = _mm512_cmpge_epu32_mask(mx[g], inf);
         const __mmask16 ok = (__mmask16)(~bad & _mm512_cmp_ps_mask(m, _mm512_set1_ps(SCAN_INT8_TINY), _CMP_GE_OQ));
-        r[g] = _mm512_maskz_div_ps(ok, _mm512_set1_ps(127.0f), m); /* 0: every w = 0 */
-        const __m512 s8 = _mm512_mask_blend_ps(bad, _mm512_maskz_div_ps(ok, m, _mm512_set1_ps(16256.0f)),
+        const float levels = WIDE ? (float)SCAN_INT16_LEVELS : (float)SCAN_INT8_LEVELS;
+        r[g] = _mm512_maskz_div_ps(ok, _mm512_set1_ps(levels), m); /* 0: every w = 0 */
+        const __m512 s8 = _mm512_mask_blend_ps(bad, _mm512_maskz_div_ps(ok, m, _mm512_set1_ps(128.0f * levels)),
                                                _mm512_set1_ps(__builtin_nanf("")));
         _mm512_store_ps(&tile->i.s8[4 * g][0], s8);
     }
@@ -1036,11 +1037,11 @@ INT8_TARGET SCAN_INLINE void int8_weights(const scan2_pass *ps, scan2_tile *tile
     const __m512i wquad = _mm512_load_si512((const void *)int8_wquad);
     uint32_t depth = 1;
     for (uint32_t Q = 0; Q < nq; Q++) {
-        __m512i y[2][4];
+        __m512i y[2][4], hi[2][4];
         for (uint32_t c = 0; c < 4; c++) {
             const uint32_t k = 4 * Q + c;
             if (k >= count) {
-                y[0][c] = y[1][c] = _mm512_setzero_si512();
+                y[0][c] = y[1][c] = hi[0][c] = hi[1][c] = _mm512_setzero_si512();
                 continue;
             }
             while (k >= ps->first[depth]) depth++;
@@ -1048,21 +1049,28 @@ INT8_TARGET SCAN_INLINE void int8_weights(const scan2_pass *ps, scan2_tile *tile
             for (uint32_t g = 0; g < 2; g++) {
                 y[g][c] = _mm512_castps_si512(_mm512_fmadd_ps(wbuf[k][g], r[g], magic));
                 kacc[g] = _mm512_dpwssd_epi32(kacc[g], y[g][c], e);
+                if (WIDE) /* w_hi = (w + 128) >> 8, w = y's bits - magic's */
+                    hi[g][c] = _mm512_srai_epi32(
+                        _mm512_sub_epi32(y[g][c], _mm512_set1_epi32(0x4b400000 - 128)), 8);
             }
         }
         for (uint32_t g = 0; g < 2; g++) {
             const __m512i m01 = _mm512_permutex2var_epi8(y[g][0], wpair, y[g][1]);
             const __m512i m23 = _mm512_permutex2var_epi8(y[g][2], wpair, y[g][3]);
             _mm512_store_si512((void *)tile->i.w[Q][4 * g], _mm512_permutex2var_epi8(m01, wquad, m23));
+            if (!WIDE) continue;
+            const __m512i h01 = _mm512_permutex2var_epi8(hi[g][0], wpair, hi[g][1]);
+            const __m512i h23 = _mm512_permutex2var_epi8(hi[g][2], wpair, hi[g][3]);
+            _mm512_store_si512((void *)tile->i.wh[Q][4 * g], _mm512_permutex2var_epi8(h01, wquad, h23));
         }
     }
     for (uint32_t g = 0; g < 2; g++)
         _mm512_store_si512((void *)tile->i.k8[4 * g], _mm512_slli_epi32(kacc[g], 3));
 }
 
-INT8_TARGET void fathom_scan2_load_avx512_int8(const scan2_pass *ps, const fathom_segment_view *view,
-                                               uint32_t b0, uint32_t nb, uint32_t ahead,
-                                               int prefetch, scan2_tile *tile) {
+INT8_TARGET SCAN_INLINE void int8_load(const scan2_pass *ps, const fathom_segment_view *view,
+                                       uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
+                                       scan2_tile *tile, const int WIDE) {
     _Static_assert(SCAN2_TILE_BLOCKS == 8, "a tile is one 64-byte line of each plane row");
     const __mmask8 live = (__mmask8)((1u << nb) - 1u); /* a short tile reads only its blocks */
     const int full = nb == SCAN2_TILE_BLOCKS;
@@ -1104,7 +1112,19 @@ INT8_TARGET void fathom_scan2_load_avx512_int8(const scan2_pass *ps, const fatho
             }
         }
     }
-    int8_weights(ps, tile);
+    int8_weights(ps, tile, WIDE);
+}
+
+INT8_TARGET void fathom_scan2_load_avx512_int8(const scan2_pass *ps, const fathom_segment_view *view,
+                                               uint32_t b0, uint32_t nb, uint32_t ahead,
+                                               int prefetch, scan2_tile *tile) {
+    int8_load(ps, view, b0, nb, ahead, prefetch, tile, 0);
+}
+
+INT8_TARGET void fathom_scan2_load_avx512_int16(const scan2_pass *ps, const fathom_segment_view *view,
+                                                uint32_t b0, uint32_t nb, uint32_t ahead,
+                                                int prefetch, scan2_tile *tile) {
+    int8_load(ps, view, b0, nb, ahead, prefetch, tile, 1);
 }
 
 /* acc += dot(u8 codes, s8 weights w broadcast from memory), in place (the
@@ -1159,6 +1179,77 @@ INT8_TARGET void fathom_scan2_block_avx512_int8(const scan2_pass *ps, const scan
 #define INT8_FUSED(HC) int8_fused(ps, tile, b, HC, out, ld, valid)
     SCAN_HEAD_CHUNK(ps->heads, INT8_FUSED);
 #undef INT8_FUSED
+}
+
+/* The int16 kernel: two heads at a time (8 accumulators each), the dot
+ * products of the high bytes (a) and the low bytes (b, started at 8 K):
+ * 8 T = ((a0 - a1) << 8) + b0 - b1 for the high nibbles' tokens and
+ * (a1 << 12) + (b1 << 4) + 8 K for the low ones'. */
+INT8_TARGET SCAN_INLINE void int16_pair(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                        uint32_t h0, const uint32_t HC, __m512 f[4][4]) {
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    __m512i acc[2][8];
+#pragma GCC unroll 2
+    for (uint32_t x = 0; x < HC; x++)
+#pragma GCC unroll 8
+        for (uint32_t i = 0; i < 8; i++)
+            acc[x][i] = i == 0 || i == 2 ? _mm512_set1_epi32(tile->i.k8[b][h0 + x]) : _mm512_setzero_si512();
+    const uint32_t nq = (ps->count + 3) / 4;
+    for (uint32_t Q = 0; Q < nq; Q++) {
+        const __m512i d0 = _mm512_load_si512((const void *)tile->i.codes[Q][b][0]);
+        const __m512i d1 = _mm512_load_si512((const void *)tile->i.codes[Q][b][1]);
+        const __m512i l0 = _mm512_and_si512(d0, low), l1 = _mm512_and_si512(d1, low);
+#pragma GCC unroll 2
+        for (uint32_t x = 0; x < HC; x++) {
+            const int32_t *wl = &tile->i.w[Q][b][h0 + x], *wh = &tile->i.wh[Q][b][h0 + x];
+            /* acc[x][0..3]: low bytes (0, 2 started at 8 K); [4..7]: high bytes */
+            int8_dot(&acc[x][0], d0, wl);
+            int8_dot(&acc[x][1], l0, wl);
+            int8_dot(&acc[x][2], d1, wl);
+            int8_dot(&acc[x][3], l1, wl);
+            int8_dot(&acc[x][4], d0, wh);
+            int8_dot(&acc[x][5], l0, wh);
+            int8_dot(&acc[x][6], d1, wh);
+            int8_dot(&acc[x][7], l1, wh);
+        }
+    }
+#pragma GCC unroll 2
+    for (uint32_t x = 0; x < HC; x++) {
+        const uint32_t h = h0 + x;
+        const __m512 s8 = _mm512_set1_ps(tile->i.s8[b][h]);
+        const __m512i k8 = _mm512_set1_epi32(tile->i.k8[b][h]);
+        const __m512i *a = acc[x];
+        const __m512i t0 = _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(a[4], a[5]), 8),
+                                            _mm512_sub_epi32(a[0], a[1]));
+        const __m512i t1 = _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(a[6], a[7]), 8),
+                                            _mm512_sub_epi32(a[2], a[3]));
+        const __m512i t2 = _mm512_add_epi32(
+            _mm512_add_epi32(_mm512_slli_epi32(a[5], 12), _mm512_slli_epi32(a[1], 4)), k8);
+        const __m512i t3 = _mm512_add_epi32(
+            _mm512_add_epi32(_mm512_slli_epi32(a[7], 12), _mm512_slli_epi32(a[3], 4)), k8);
+        f[h][0] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(t0));
+        f[h][1] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(t1));
+        f[h][2] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(t2));
+        f[h][3] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(t3));
+    }
+}
+
+INT8_TARGET SCAN_INLINE void int16_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                         const uint32_t HC, float *out, uint64_t ld,
+                                         uint32_t valid) {
+    __m512 f[4][4];
+    int16_pair(ps, tile, b, 0, HC < 2 ? HC : 2, f);
+    if (HC > 2) int16_pair(ps, tile, b, 2, HC - 2, f);
+    avx512_put_block(ps, HC, f, out, ld, valid);
+}
+
+INT8_TARGET void fathom_scan2_block_avx512_int16(const scan2_pass *ps, const scan2_tile *tile,
+                                                 uint32_t b, float *dec, float *out, uint64_t ld,
+                                                 uint32_t valid) {
+    (void)dec;
+#define INT16_FUSED(HC) int16_fused(ps, tile, b, HC, out, ld, valid)
+    SCAN_HEAD_CHUNK(ps->heads, INT16_FUSED);
+#undef INT16_FUSED
 }
 
 /* ---- the candidate filter (scan_internal.h), 16 scores per step ---- */

@@ -57,7 +57,16 @@ typedef enum fathom_scan_kernel {
     FATHOM_SCAN_INT8_REFERENCE, /* the definition, token by token (fathom_store_scan_with only) */
     FATHOM_SCAN_INT8,           /* the widest int8 kernel this CPU runs */
     FATHOM_SCAN_INT8_PORTABLE,  /* plain C */
-    FATHOM_SCAN_INT8_AVX512     /* AVX-512 VNNI with GFNI and VBMI */
+    FATHOM_SCAN_INT8_AVX512,    /* AVX-512 VNNI with GFNI and VBMI */
+    /* The int16 variant of the int8 mode (same definition with 32512
+     * levels in place of 127: 16-bit weights, each dot product run twice,
+     * on the weights' high and low bytes): 256 times finer weights, twice
+     * the dot products. Opt-in only; all int16 kernels give the same scores,
+     * bit for bit. */
+    FATHOM_SCAN_INT16_REFERENCE, /* the definition, token by token (fathom_store_scan_with only) */
+    FATHOM_SCAN_INT16,           /* the widest int16 kernel this CPU runs */
+    FATHOM_SCAN_INT16_PORTABLE,  /* plain C */
+    FATHOM_SCAN_INT16_AVX512     /* AVX-512 VNNI with GFNI and VBMI */
 } fathom_scan_kernel;
 
 /* 1 when this build and CPU can run the kernel, else 0. */
@@ -219,6 +228,11 @@ int fathom_store_scan_grouped_reference(const fathom_store *store, const uint8_t
 int fathom_store_scan_int8_reference(const fathom_store *store, const uint8_t *depths,
                                      const float *queries, uint32_t group, uint64_t n,
                                      float *scores, uint64_t *bytes_read);
+
+/* The same for the int16 variant (FATHOM_SCAN_INT16_*). */
+int fathom_store_scan_int16_reference(const fathom_store *store, const uint8_t *depths,
+                                      const float *queries, uint32_t group, uint64_t n,
+                                      float *scores, uint64_t *bytes_read);
 
 /* The running sums fathom_store_append keeps, [dim] each: shift (the first
  * stored row), sum and sum of squares of (row - shift). For tests that
