@@ -3,11 +3,11 @@
  * float order) selects other rows than the exact scan, and what that does
  * to the attention error.
  *
- *   bench_grouped_agreement CAPTURE [--budget B] [--k K] [--positions P] [--int8] [--json]
+ *   bench_grouped_agreement CAPTURE [--budget B] [--k K] [--positions P] [--int8|--int16] [--json]
  *
  * --int8: the same for the integer ("VNNI") scan (FATHOM_SCAN_INT8: per
  * block and head int8 weights, so other sums, not only another order) in
- * place of the grouped one.
+ * place of the grouped one; --int16: its int16 variant (FATHOM_SCAN_INT16).
  *
  * For every layer and KV head of the capture, an index with fathom:B over
  * the whole window (variance from the store's running sums, as eval without
@@ -78,17 +78,18 @@ int main(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--int8")) int8 = 1;
+        else if (!strcmp(a, "--int16")) int8 = 2;
         else if (v && !strcmp(a, "--budget")) budget = (uint32_t)atoi(v), i++;
         else if (v && !strcmp(a, "--k")) k = (uint32_t)atoi(v), i++;
         else if (v && !strcmp(a, "--positions")) max_pos = (uint32_t)atoi(v), i++;
         else if (a[0] != '-' && !path) path = a;
         else {
-            fprintf(stderr, "usage: bench_grouped_agreement CAPTURE [--budget B] [--k K] [--positions P] [--int8] [--json]\n");
+            fprintf(stderr, "usage: bench_grouped_agreement CAPTURE [--budget B] [--k K] [--positions P] [--int8|--int16] [--json]\n");
             return 2;
         }
     }
     if (!path || !k) {
-        fprintf(stderr, "usage: bench_grouped_agreement CAPTURE [--budget B] [--k K] [--positions P] [--int8] [--json]\n");
+        fprintf(stderr, "usage: bench_grouped_agreement CAPTURE [--budget B] [--k K] [--positions P] [--int8|--int16] [--json]\n");
         return 2;
     }
     fathom_source *src;
@@ -117,7 +118,8 @@ int main(int argc, char **argv) {
         return fail("allocation", FATHOM_ERR_NOMEM);
     uint64_t rows = 0, same_rows = 0, selections = 0, same_sel = 0, diff_scores = 0, scores = 0;
     double err_change = 0, err_max = 0, bits = 0, err_exact = 0;
-    const fathom_scan_kernel mode = int8 ? FATHOM_SCAN_INT8 : FATHOM_SCAN_GROUPED;
+    const fathom_scan_kernel mode = int8 == 2 ? FATHOM_SCAN_INT16 : int8 ? FATHOM_SCAN_INT8 : FATHOM_SCAN_GROUPED;
+    const char *mname = int8 == 2 ? "int16" : int8 ? "int8" : "grouped";
     for (uint32_t l = 0; l < in.layers; l++) {
         if ((st = fathom_source_layer(src, l, q, kk, vv)) < 0) return fail("layer", st);
         for (uint32_t h = 0; h < in.kv_heads; h++) {
@@ -135,7 +137,7 @@ int main(int argc, char **argv) {
                 bits += b;
                 const uint8_t *depths = fathom_index_scratch_depths(scratch, d, G);
                 if ((st = fathom_store_scan_with(mode, fathom_index_store(ix), depths, qg, G, nv, sg, NULL)) < 0)
-                    return fail(int8 ? "int8 scores" : "grouped scores", st);
+                    return fail(mname, st);
                 for (uint64_t i = 0; i < (uint64_t)G * nv; i++) diff_scores += se[i] != sg[i];
                 scores += (uint64_t)G * nv;
                 for (uint32_t g = 0; g < G; g++) {
@@ -171,7 +173,7 @@ int main(int argc, char **argv) {
     const uint32_t npos = P - p0;
     fprintf(stderr, "bench_grouped_agreement (%s): %s (%s), %u layers, %u KV heads, G = %u, d = %u, n = %llu, "
                     "last %u positions, %s (%.1f bits/token), k = %u (sink %d, local %d)\n",
-            int8 ? "int8" : "grouped", path, in.model, in.layers, in.kv_heads, G, d, (unsigned long long)n, npos, spec,
+            mname, path, in.model, in.layers, in.kv_heads, G, d, (unsigned long long)n, npos, spec,
             selections ? bits * G / selections : 0, k, FATHOM_SINK_TOKENS, FATHOM_LOCAL_TOKENS);
     fprintf(stderr, "scores differing from the exact scan's: %.4f of %llu\n", scores ? (double)diff_scores / scores : 0,
             (unsigned long long)scores);
@@ -184,7 +186,7 @@ int main(int argc, char **argv) {
         printf("{\"bench\":\"bench_grouped_agreement\",\"mode\":\"%s\",\"capture\":\"%s\",\"model\":\"%s\",\"method\":\"%s\","
                "\"k\":%u,\"positions\":%u,\"selections\":%llu,\"rows\":%llu,\"same_rows\":%.6f,"
                "\"same_selections\":%.6f,\"scores_differ\":%.6f,\"mean_error_change\":%.4e,\"max_error_change\":%.4e}\n",
-               int8 ? "int8" : "grouped", path, in.model, spec, k, npos, (unsigned long long)selections, (unsigned long long)rows, frac_rows,
+               mname, path, in.model, spec, k, npos, (unsigned long long)selections, (unsigned long long)rows, frac_rows,
                frac_sel, scores ? (double)diff_scores / scores : 0, mean_change, err_max);
     fathom_source_free(src);
     free(q), free(kk), free(vv), free(qg), free(se), free(sg), free(w), free(work), free(ie), free(ig), free(scratch);

@@ -35,7 +35,8 @@
  * --int8: the same for the integer ("VNNI") kernel (FATHOM_SCAN_INT8, an
  * opt-in mode whose scores are quantized approximations of the exact ones),
  * plus its thread scaling and its fused scan + select
- * (fathom_scan_select_parallel with the int8 kernel). */
+ * (fathom_scan_select_parallel with the int8 kernel). --int16: the same
+ * with the int16 variant (FATHOM_SCAN_INT16) in its place. */
 #include "bench_fma.h"
 #include "cpu.h"
 #include "fathom.h"
@@ -323,6 +324,7 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--json")) { json = 1; continue; }
         if (!strcmp(a, "--grouped")) { grouped = 1; continue; }
         if (!strcmp(a, "--int8")) { int8 = 1; continue; }
+        if (!strcmp(a, "--int16")) { int8 = 2; continue; }
         if (!v) a = "";
         if (!strcmp(a, "--context")) context = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--heads")) heads = (uint32_t)atoi(v);
@@ -333,7 +335,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--tiled")) tiled = v;
         else {
             fprintf(stderr, "usage: bench_scan [--context N] [--heads H<=8] [--queries Q] [--repeats R<=64] "
-                            "[--threads T] [--range TOKENS (multiple of 64)] [--tiled auto|avx2|avx512|portable] [--grouped] [--int8] [--json]\n");
+                            "[--threads T] [--range TOKENS (multiple of 64)] [--tiled auto|avx2|avx512|portable] [--grouped] [--int8|--int16] [--json]\n");
             return 2;
         }
         i++;
@@ -436,10 +438,12 @@ int main(int argc, char **argv) {
     gf.new_kernel = gd.new_kernel = FATHOM_SCAN_GROUPED;
     double agree = 0, agree_min = 1, agree8 = 0, agree8_min = 1;
     scan_ctx i8f = cf, i8d = cd;
-    i8f.new_kernel = i8d.new_kernel = FATHOM_SCAN_INT8;
+    const fathom_scan_kernel int_kernel = int8 == 2 ? FATHOM_SCAN_INT16 : FATHOM_SCAN_INT8;
+    const char *iname = int8 == 2 ? "int16" : "int8";
+    i8f.new_kernel = i8d.new_kernel = int_kernel;
     for (int mode = 0; mode < 2; mode++) {
         if (mode == 0 ? !grouped : !int8) continue;
-        const fathom_scan_kernel other = mode == 0 ? FATHOM_SCAN_GROUPED : FATHOM_SCAN_INT8;
+        const fathom_scan_kernel other = mode == 0 ? FATHOM_SCAN_GROUPED : int_kernel;
         double *am = mode == 0 ? &agree : &agree8, *amin = mode == 0 ? &agree_min : &agree8_min;
         /* top-k agreement with the exact scores, query group 0, every head and query */
         float *gs = malloc((size_t)G * context * sizeof(float));
@@ -531,7 +535,7 @@ int main(int argc, char **argv) {
     for (uint32_t i = 0; i < ntc; i++) fathom_pool_free(pools[i]);
     if (cf.status < 0 || cd.status < 0) return fail("scan", cf.status < 0 ? cf.status : cd.status);
     if (gf.status < 0 || gd.status < 0) return fail("grouped scan", gf.status < 0 ? gf.status : gd.status);
-    if (i8f.status < 0 || i8d.status < 0) return fail("int8 scan", i8f.status < 0 ? i8f.status : i8d.status);
+    if (i8f.status < 0 || i8d.status < 0) return fail(iname, i8f.status < 0 ? i8f.status : i8d.status);
     const double t8f = int8 ? median(i8_f, (int)repeats) : 0, t8d = int8 ? median(i8_d, (int)repeats) : 0;
     double s8[16], s8sel[16];
     for (uint32_t i = 0; i < ntc; i++) {
@@ -621,12 +625,12 @@ int main(int argc, char **argv) {
             printf("]},");
         }
         if (int8) {
-            printf("\"int8\":{\"fathom_ms_per_step\":%.4f,\"ds_ms_per_step\":%.4f,"
+            printf("\"%s\":{\"fathom_ms_per_step\":%.4f,\"ds_ms_per_step\":%.4f,"
                    "\"fathom_GBps_per_core\":%.4f,\"ds_GBps_per_core\":%.4f,"
                    "\"ratio_int8_fathom_to_exact_ds\":%.4f,\"ratio_int8_fathom_to_int8_ds\":%.4f,"
                    "\"ratio_int8_to_old_fathom_per_core\":%.4f,\"ratio_int8_to_tiled_fathom\":%.4f,"
                    "\"topk_agreement_mean\":%.6f,\"topk_agreement_min\":%.6f,\"scaling\":[",
-                   1e3 * t8f / Q, 1e3 * t8d / Q, bytes_f / t8f / 1e9, bytes_d / t8d / 1e9, t8f / tnd, t8f / t8d,
+                   iname, 1e3 * t8f / Q, 1e3 * t8d / Q, bytes_f / t8f / 1e9, bytes_d / t8d / 1e9, t8f / tnd, t8f / t8d,
                    (bytes_f / t8f) / pc_old, t8f / tnf, agree8, agree8_min);
             for (uint32_t i = 0; i < ntc; i++)
                 printf("%s{\"threads\":%u,\"GBps\":%.4f,\"scan_select_GBps\":%.4f}", i ? "," : "", tc[i],
@@ -683,22 +687,23 @@ int main(int argc, char **argv) {
         for (uint32_t i = 0; i < ntc; i++) fprintf(out, " %u %.3f%s", tc[i], bytes_f / sg[i] / 1e9, i + 1 < ntc ? "," : "\n");
     }
     if (int8) {
-        fprintf(out, "int8 kernel (FATHOM_SCAN_INT8, opt-in: quantized scores), 1 core: fathom:48 %.3f "
+        fprintf(out, "%s kernel (FATHOM_SCAN_%s, opt-in: quantized scores), 1 core: fathom:48 %.3f "
                      "ms/step, %.3f GB/s/core; ds:32 %.3f ms/step, %.3f GB/s/core\n",
-                1e3 * t8f / Q, bytes_f / t8f / 1e9, 1e3 * t8d / Q, bytes_d / t8d / 1e9);
-        fprintf(out, "int8 ratios: int8 fathom:48 / exact ds:32 time %.3f (target <= 0.5); int8 fathom:48 / "
-                     "int8 ds:32 %.3f; int8 / old fathom:48 GB/s per core %.3f; int8 / tiled fathom:48 time %.3f\n",
-                t8f / tnd, t8f / t8d, (bytes_f / t8f) / pc_old, t8f / tnf);
-        fprintf(out, "int8 top-%d selections (sink %d, local %d) equal to the exact ones: %.4f of rows on "
+                iname, int8 == 2 ? "INT16" : "INT8", 1e3 * t8f / Q, bytes_f / t8f / 1e9, 1e3 * t8d / Q, bytes_d / t8d / 1e9);
+        fprintf(out, "%s ratios: %s fathom:48 / exact ds:32 time %.3f (target <= 0.5); %s fathom:48 / "
+                     "%s ds:32 %.3f; %s / old fathom:48 GB/s per core %.3f; %s / tiled fathom:48 time %.3f\n",
+                iname, iname, t8f / tnd, iname, iname, t8f / t8d, iname, (bytes_f / t8f) / pc_old, iname,
+                t8f / tnf);
+        fprintf(out, "%s top-%d selections (sink %d, local %d) equal to the exact ones: %.4f of rows on "
                      "average, %.4f at worst (query group 0, %u heads x %u)\n",
-                SEL_K, SEL_SINK, SEL_LOCAL, agree8, agree8_min, heads, G);
-        fprintf(out, "int8 scaling, fathom:48: threads / scan GB/s / scan+select (fused) GB/s:");
+                iname, SEL_K, SEL_SINK, SEL_LOCAL, agree8, agree8_min, heads, G);
+        fprintf(out, "%s scaling, fathom:48: threads / scan GB/s / scan+select (fused) GB/s:", iname);
         for (uint32_t i = 0; i < ntc; i++)
             fprintf(out, " %u %.3f %.3f%s", tc[i], bytes_f / s8[i] / 1e9, bytes_f / s8sel[i] / 1e9,
                     i + 1 < ntc ? "," : "\n");
-        fprintf(out, "int8 GPU-host check: %.2f GB/s per core (target >= 3), %.2f GB/s scan and %.2f GB/s "
+        fprintf(out, "%s GPU-host check: %.2f GB/s per core (target >= 3), %.2f GB/s scan and %.2f GB/s "
                      "scan+select on %u threads (target >= 40)%s\n",
-                bytes_f / t8f / 1e9, bytes_f / s8[ntc - 1] / 1e9, bytes_f / s8sel[ntc - 1] / 1e9, threads,
+                iname, bytes_f / t8f / 1e9, bytes_f / s8[ntc - 1] / 1e9, bytes_f / s8sel[ntc - 1] / 1e9, threads,
                 context >= 1000000 && threads >= 16 ? "" : " [not that configuration]");
     }
     fprintf(out, "GPU-host check (n >= 1M, 16 threads: --context 1048576 --threads 16): %.2f GB/s per core "

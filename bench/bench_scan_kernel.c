@@ -25,9 +25,10 @@
  * multiply-adds, which they replace by one table lookup and add per group.
  *
  * --int8: the integer ("VNNI") kernels (FATHOM_SCAN_INT8_*: other scores,
- * opt-in) as well, "int8-512" and "int8-port" (one round, N <= 65536), and
+ * opt-in) as well, "int8-512" and "int8-port" (one round, N <= 65536), the
+ * int16 variant's "int16-512" (FATHOM_SCAN_INT16_AVX512), and
  * the line "int8 ratios": int8 fathom:48 / exact ds:32 time, int8 fathom:48
- * / int8 ds:32, int8 / exact per plan. Their floor column is the exact
+ * / int8 ds:32, int8 / exact per plan (and "int16 ratios" likewise). Their floor column is the exact
  * kernels' multiply-adds, which they replace by one integer dot product
  * (vpdpbusd) per 4 channels, 16 tokens and head.
  *
@@ -47,7 +48,7 @@
 #define DIM 128
 #define GROUP 4
 #define ROUNDS 7
-#define NK 7 /* kernels */
+#define NK 8 /* kernels */
 
 static uint64_t rng = 88172645463325252ull;
 static float rng_unit(void) { /* xorshift64, uniform in [-1, 1) */
@@ -87,7 +88,8 @@ static const struct {
                  {FATHOM_SCAN_GROUPED_AVX512, "grp512", 16},
                  {FATHOM_SCAN_GROUPED_PORTABLE, "grp-port", 0},
                  {FATHOM_SCAN_INT8_AVX512, "int8-512", 16},
-                 {FATHOM_SCAN_INT8_PORTABLE, "int8-port", 0}};
+                 {FATHOM_SCAN_INT8_PORTABLE, "int8-port", 0},
+                 {FATHOM_SCAN_INT16_AVX512, "int16-512", 16}};
 
 static const char *plan_names[2] = {"fathom:48", "ds:32"};
 
@@ -148,7 +150,8 @@ int main(int argc, char **argv) {
                                  kernels[k].kernel == FATHOM_SCAN_INT8_PORTABLE;
             if (portable && (r || n > 65536)) continue; /* slow: once */
             if (!int8 && (kernels[k].kernel == FATHOM_SCAN_INT8_AVX512 ||
-                          kernels[k].kernel == FATHOM_SCAN_INT8_PORTABLE))
+                          kernels[k].kernel == FATHOM_SCAN_INT8_PORTABLE ||
+                          kernels[k].kernel == FATHOM_SCAN_INT16_AVX512))
                 continue;
             if (!fathom_scan_kernel_available(kernels[k].kernel)) continue;
             for (int p = 0; p < 2; p++) {
@@ -164,7 +167,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_scan_kernel: %s: %s\n", fathom_status_name(status), fathom_last_error());
         return 1;
     }
-    const double r16 = fma_rate(16), rate[NK] = {r16, fma_rate(8), 0, r16, 0, r16, 0};
+    const double r16 = fma_rate(16), rate[NK] = {r16, fma_rate(8), 0, r16, 0, r16, 0, r16};
     const double blocks = (double)((n + 63) / 64);
 
     /* how the AVX-512 kernel forms its values (scan.c's pick_tiled) */
@@ -219,12 +222,21 @@ int main(int argc, char **argv) {
                         "int8 fathom:48 / int8 ds:32 %.3f; int8 / exact: fathom:48 %.3f, ds:32 %.3f; "
                         "int8 / grouped fathom:48 %.3f\n",
                 b50 / b01, b50 / b51, b50 / b00, b51 / b01, b50 / b30);
+    const double b70 = best[7][0], b71 = best[7][1];
+    if (have8)
+        fprintf(stderr, "int16 ratios: int16 fathom:48 / exact ds:32 time %.3f, int16 fathom:48 / int16 ds:32 "
+                        "%.3f; int16 / exact: fathom:48 %.3f, ds:32 %.3f; int16 / int8 fathom:48 %.3f\n",
+                b70 / b01, b70 / b71, b70 / b00, b71 / b01, b70 / b50);
     if (json) {
         printf("]");
         if (have8)
             printf(", \"ratio_int8_fathom_to_exact_ds\": %.4f, \"ratio_int8_fathom_to_ds\": %.4f, "
                    "\"ratio_int8_to_exact_fathom\": %.4f",
                    b50 / b01, b50 / b51, b50 / b00);
+        if (have8)
+            printf(", \"ratio_int16_fathom_to_exact_ds\": %.4f, \"ratio_int16_fathom_to_ds\": %.4f, "
+                   "\"ratio_int16_to_exact_fathom\": %.4f",
+                   b70 / b01, b70 / b71, b70 / b00);
         if (have)
             printf(", \"ratio_fathom_to_ds_exact\": %.4f, \"ratio_fathom_to_ds_grouped\": %.4f, "
                    "\"ratio_grouped_fathom_to_exact_ds\": %.4f, \"ratio_grouped_to_exact_fathom\": %.4f",
