@@ -999,10 +999,11 @@ INT8_TARGET SCAN_INLINE void int8_channel(const uint64_t *row, uint64_t S, uint3
  * pairs a vector: lane 4 (b & 3) + h of half g holds block 4 g + (b & 3)
  * and head h, so a channel's query values are one 4-float broadcast and its
  * scales one permute; the maximum and K then run lane by lane over the
- * channels (no reduction across lanes). K accumulates w e with vpdpwssd on
- * the low 16 bits of y = magic + w (w, sign-extended) and e. The weights'
- * bytes (the low byte of y) go to quad dwords by two levels of byte
- * permutes (int8_wpair, int8_wquad). */
+ * channels (no reduction across lanes). The weights' bytes (the low byte
+ * of y = magic + w) go to quad dwords by two levels of byte permutes
+ * (int8_wpair, int8_wquad); -K is one vpdpbusd of each quad's dword with
+ * its channels' |2^(4-t) - 16| (int16: one on the high bytes, one on the
+ * low ones). */
 INT8_TARGET SCAN_INLINE void int8_weights(const scan2_pass *ps, scan2_tile *tile, const int WIDE) {
     const uint32_t count = ps->count, nq = (count + 3) / 4;
     __m512 wbuf[SCAN_PASS_CHANNELS][2];
@@ -1032,12 +1033,15 @@ INT8_TARGET SCAN_INLINE void int8_weights(const scan2_pass *ps, scan2_tile *tile
                                                _mm512_set1_ps(__builtin_nanf("")));
         _mm512_store_ps(&tile->i.s8[4 * g][0], s8);
     }
+    /* -K: the quads' weight bytes times |2^(4-t) - 16| (u8), vpdpbusd */
     __m512i kacc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    __m512i khi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
     const __m512i wpair = _mm512_load_si512((const void *)int8_wpair);
     const __m512i wquad = _mm512_load_si512((const void *)int8_wquad);
     uint32_t depth = 1;
     for (uint32_t Q = 0; Q < nq; Q++) {
         __m512i y[2][4], hi[2][4];
+        uint32_t e = 0; /* the quad's |2^(4-t) - 16|, a byte each */
         for (uint32_t c = 0; c < 4; c++) {
             const uint32_t k = 4 * Q + c;
             if (k >= count) {
@@ -1045,27 +1049,33 @@ INT8_TARGET SCAN_INLINE void int8_weights(const scan2_pass *ps, scan2_tile *tile
                 continue;
             }
             while (k >= ps->first[depth]) depth++;
-            const __m512i e = _mm512_set1_epi32(((16 >> depth) - 16) & 0xffff);
+            e |= (16u - (16u >> depth)) << (8 * c);
             for (uint32_t g = 0; g < 2; g++) {
                 y[g][c] = _mm512_castps_si512(_mm512_fmadd_ps(wbuf[k][g], r[g], magic));
-                kacc[g] = _mm512_dpwssd_epi32(kacc[g], y[g][c], e);
                 if (WIDE) /* w_hi = (w + 128) >> 8, w = y's bits - magic's */
                     hi[g][c] = _mm512_srai_epi32(
                         _mm512_sub_epi32(y[g][c], _mm512_set1_epi32(0x4b400000 - 128)), 8);
             }
         }
+        const __m512i ev = _mm512_set1_epi32((int32_t)e);
         for (uint32_t g = 0; g < 2; g++) {
             const __m512i m01 = _mm512_permutex2var_epi8(y[g][0], wpair, y[g][1]);
             const __m512i m23 = _mm512_permutex2var_epi8(y[g][2], wpair, y[g][3]);
-            _mm512_store_si512((void *)tile->i.w[Q][4 * g], _mm512_permutex2var_epi8(m01, wquad, m23));
+            const __m512i wq = _mm512_permutex2var_epi8(m01, wquad, m23);
+            _mm512_store_si512((void *)tile->i.w[Q][4 * g], wq);
+            kacc[g] = _mm512_dpbusd_epi32(kacc[g], ev, wq);
             if (!WIDE) continue;
             const __m512i h01 = _mm512_permutex2var_epi8(hi[g][0], wpair, hi[g][1]);
             const __m512i h23 = _mm512_permutex2var_epi8(hi[g][2], wpair, hi[g][3]);
-            _mm512_store_si512((void *)tile->i.wh[Q][4 * g], _mm512_permutex2var_epi8(h01, wquad, h23));
+            const __m512i hq = _mm512_permutex2var_epi8(h01, wquad, h23);
+            _mm512_store_si512((void *)tile->i.wh[Q][4 * g], hq);
+            khi[g] = _mm512_dpbusd_epi32(khi[g], ev, hq);
         }
     }
-    for (uint32_t g = 0; g < 2; g++)
-        _mm512_store_si512((void *)tile->i.k8[4 * g], _mm512_slli_epi32(kacc[g], 3));
+    for (uint32_t g = 0; g < 2; g++) /* 8 K = -8 (256 khi + kacc) */
+        _mm512_store_si512((void *)tile->i.k8[4 * g],
+                           _mm512_sub_epi32(_mm512_setzero_si512(),
+                                            _mm512_slli_epi32(_mm512_add_epi32(_mm512_slli_epi32(khi[g], 8), kacc[g]), 3)));
 }
 
 INT8_TARGET SCAN_INLINE void int8_load(const scan2_pass *ps, const fathom_segment_view *view,
