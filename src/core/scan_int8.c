@@ -1,7 +1,8 @@
 /* scan_int8 — the integer ("VNNI") scan, an opt-in mode (FATHOM_SCAN_INT8_*
  * and its int16 variant FATHOM_SCAN_INT16_*, store_internal.h): the
- * definition's token-by-token reference and the portable kernel. The definition is in scan_internal.h; the AVX-512 VNNI
- * kernel is in scan_x86.c; scan.c picks the kernels. */
+ * definition's token-by-token reference and the portable kernel. The
+ * definition is in scan_internal.h; the AVX-512 VNNI kernel is in
+ * scan_x86.c; scan.c picks the kernels. */
 #include "internal.h"
 #include "scan_internal.h"
 

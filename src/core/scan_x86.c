@@ -918,8 +918,8 @@ TAB_TARGET void fathom_scan2_block_avx512_grouped(const scan2_pass *ps, const sc
  * depth 3, 4: two levels); its output byte k (slot 8 o + k) holds token
  * 8 o + k's c' in the high nibble and token 32 + 8 o + k's in the low one.
  * Two levels of byte permutes (int8_pair, int8_quad) then interleave the
- * slots of a quad of channels into dwords (SCAN2 tile .i.codes). The
- * weights of each block and head are formed with 16 channels per vector.
+ * slots of a quad of channels into dwords (the tile's i.codes). The
+ * weights are formed 16 (block, head) pairs a vector (int8_weights).
  *
  * Per block, quad and half f the kernel reads the dwords D: with the quad's
  * weights as s8 (vpdpbusd, u8 codes), dot(D) = 16 I_hi + I_lo and
@@ -927,36 +927,95 @@ TAB_TARGET void fathom_scan2_block_avx512_grouped(const scan2_pass *ps, const sc
  * (high nibbles) and 32 + 16 f + i (low ones); so with acc0 started at 8 K,
  * 8 T = acc0 - acc1 for the first and (acc1 << 4) + 8 K for the second, and
  * P = (s / 8) * (float)(8 T): the same real product as s * T, so the same
- * float (s / 8 = m / 16256, exact scaling of m / 2032: m >= 2^-100). */
+ * float (s / 8 = m / 16256, exact scaling of m / 2032: m >= 2^-100).
+ *
+ * The byte permutes' index tables (vpermt2b: 0-63 the first source's bytes,
+ * 64-127 the second's; rows and tiles of 8 blocks, qword b = block b):
+ * int8_direct[z]: from plane rows 0, 1, blocks 2 z, 2 z + 1's GFNI input
+ *   qwords (planes 2, 3 zeroed by the mask);
+ * int8_rows[x]: from rows (0, 1) or (2, 3), blocks 4 x .. 4 x + 3 as
+ *   byte pairs (row r of octet o of block b at 32 (b / 2 & 1) + 16 (b & 1)
+ *   + 2 o + r);
+ * int8_planes[z & 1]: from those of rows 0, 1 and rows 2, 3, the GFNI input
+ *   qwords of blocks 2 z, 2 z + 1;
+ * int8_pair[bb]: from two channels' transposed bytes, block bb's 32 slots as
+ *   byte pairs; int8_quad[f]: from two such pairs, half f's 16 dwords;
+ * int8_wpair, int8_wquad: the same for the weights' low bytes of 16 lanes. */
 
 #define INT8_TARGET FATHOM_TARGET_AVX512_INT8
 
 static const uint8_t int8_direct[4][64] __attribute__((aligned(64))) = {
-    {0, 64, 0, 0, 4, 68, 0, 0, 1, 65, 0, 0, 5, 69, 0, 0, 2, 66, 0, 0, 6, 70, 0, 0, 3, 67, 0, 0, 7, 71, 0, 0, 8, 72, 0, 0, 12, 76, 0, 0, 9, 73, 0, 0, 13, 77, 0, 0, 10, 74, 0, 0, 14, 78, 0, 0, 11, 75, 0, 0, 15, 79, 0, 0},
-    {16, 80, 0, 0, 20, 84, 0, 0, 17, 81, 0, 0, 21, 85, 0, 0, 18, 82, 0, 0, 22, 86, 0, 0, 19, 83, 0, 0, 23, 87, 0, 0, 24, 88, 0, 0, 28, 92, 0, 0, 25, 89, 0, 0, 29, 93, 0, 0, 26, 90, 0, 0, 30, 94, 0, 0, 27, 91, 0, 0, 31, 95, 0, 0},
-    {32, 96, 0, 0, 36, 100, 0, 0, 33, 97, 0, 0, 37, 101, 0, 0, 34, 98, 0, 0, 38, 102, 0, 0, 35, 99, 0, 0, 39, 103, 0, 0, 40, 104, 0, 0, 44, 108, 0, 0, 41, 105, 0, 0, 45, 109, 0, 0, 42, 106, 0, 0, 46, 110, 0, 0, 43, 107, 0, 0, 47, 111, 0, 0},
-    {48, 112, 0, 0, 52, 116, 0, 0, 49, 113, 0, 0, 53, 117, 0, 0, 50, 114, 0, 0, 54, 118, 0, 0, 51, 115, 0, 0, 55, 119, 0, 0, 56, 120, 0, 0, 60, 124, 0, 0, 57, 121, 0, 0, 61, 125, 0, 0, 58, 122, 0, 0, 62, 126, 0, 0, 59, 123, 0, 0, 63, 127, 0, 0},
+    {0, 64, 0, 0, 4, 68, 0, 0, 1, 65, 0, 0, 5, 69, 0, 0,
+     2, 66, 0, 0, 6, 70, 0, 0, 3, 67, 0, 0, 7, 71, 0, 0,
+     8, 72, 0, 0, 12, 76, 0, 0, 9, 73, 0, 0, 13, 77, 0, 0,
+     10, 74, 0, 0, 14, 78, 0, 0, 11, 75, 0, 0, 15, 79, 0, 0},
+    {16, 80, 0, 0, 20, 84, 0, 0, 17, 81, 0, 0, 21, 85, 0, 0,
+     18, 82, 0, 0, 22, 86, 0, 0, 19, 83, 0, 0, 23, 87, 0, 0,
+     24, 88, 0, 0, 28, 92, 0, 0, 25, 89, 0, 0, 29, 93, 0, 0,
+     26, 90, 0, 0, 30, 94, 0, 0, 27, 91, 0, 0, 31, 95, 0, 0},
+    {32, 96, 0, 0, 36, 100, 0, 0, 33, 97, 0, 0, 37, 101, 0, 0,
+     34, 98, 0, 0, 38, 102, 0, 0, 35, 99, 0, 0, 39, 103, 0, 0,
+     40, 104, 0, 0, 44, 108, 0, 0, 41, 105, 0, 0, 45, 109, 0, 0,
+     42, 106, 0, 0, 46, 110, 0, 0, 43, 107, 0, 0, 47, 111, 0, 0},
+    {48, 112, 0, 0, 52, 116, 0, 0, 49, 113, 0, 0, 53, 117, 0, 0,
+     50, 114, 0, 0, 54, 118, 0, 0, 51, 115, 0, 0, 55, 119, 0, 0,
+     56, 120, 0, 0, 60, 124, 0, 0, 57, 121, 0, 0, 61, 125, 0, 0,
+     58, 122, 0, 0, 62, 126, 0, 0, 59, 123, 0, 0, 63, 127, 0, 0},
 };
 static const uint8_t int8_rows[2][64] __attribute__((aligned(64))) = {
-    {0, 64, 1, 65, 2, 66, 3, 67, 4, 68, 5, 69, 6, 70, 7, 71, 8, 72, 9, 73, 10, 74, 11, 75, 12, 76, 13, 77, 14, 78, 15, 79, 16, 80, 17, 81, 18, 82, 19, 83, 20, 84, 21, 85, 22, 86, 23, 87, 24, 88, 25, 89, 26, 90, 27, 91, 28, 92, 29, 93, 30, 94, 31, 95},
-    {32, 96, 33, 97, 34, 98, 35, 99, 36, 100, 37, 101, 38, 102, 39, 103, 40, 104, 41, 105, 42, 106, 43, 107, 44, 108, 45, 109, 46, 110, 47, 111, 48, 112, 49, 113, 50, 114, 51, 115, 52, 116, 53, 117, 54, 118, 55, 119, 56, 120, 57, 121, 58, 122, 59, 123, 60, 124, 61, 125, 62, 126, 63, 127},
+    {0, 64, 1, 65, 2, 66, 3, 67, 4, 68, 5, 69, 6, 70, 7, 71,
+     8, 72, 9, 73, 10, 74, 11, 75, 12, 76, 13, 77, 14, 78, 15, 79,
+     16, 80, 17, 81, 18, 82, 19, 83, 20, 84, 21, 85, 22, 86, 23, 87,
+     24, 88, 25, 89, 26, 90, 27, 91, 28, 92, 29, 93, 30, 94, 31, 95},
+    {32, 96, 33, 97, 34, 98, 35, 99, 36, 100, 37, 101, 38, 102, 39, 103,
+     40, 104, 41, 105, 42, 106, 43, 107, 44, 108, 45, 109, 46, 110, 47, 111,
+     48, 112, 49, 113, 50, 114, 51, 115, 52, 116, 53, 117, 54, 118, 55, 119,
+     56, 120, 57, 121, 58, 122, 59, 123, 60, 124, 61, 125, 62, 126, 63, 127},
 };
 static const uint8_t int8_planes[2][64] __attribute__((aligned(64))) = {
-    {0, 1, 64, 65, 8, 9, 72, 73, 2, 3, 66, 67, 10, 11, 74, 75, 4, 5, 68, 69, 12, 13, 76, 77, 6, 7, 70, 71, 14, 15, 78, 79, 16, 17, 80, 81, 24, 25, 88, 89, 18, 19, 82, 83, 26, 27, 90, 91, 20, 21, 84, 85, 28, 29, 92, 93, 22, 23, 86, 87, 30, 31, 94, 95},
-    {32, 33, 96, 97, 40, 41, 104, 105, 34, 35, 98, 99, 42, 43, 106, 107, 36, 37, 100, 101, 44, 45, 108, 109, 38, 39, 102, 103, 46, 47, 110, 111, 48, 49, 112, 113, 56, 57, 120, 121, 50, 51, 114, 115, 58, 59, 122, 123, 52, 53, 116, 117, 60, 61, 124, 125, 54, 55, 118, 119, 62, 63, 126, 127},
+    {0, 1, 64, 65, 8, 9, 72, 73, 2, 3, 66, 67, 10, 11, 74, 75,
+     4, 5, 68, 69, 12, 13, 76, 77, 6, 7, 70, 71, 14, 15, 78, 79,
+     16, 17, 80, 81, 24, 25, 88, 89, 18, 19, 82, 83, 26, 27, 90, 91,
+     20, 21, 84, 85, 28, 29, 92, 93, 22, 23, 86, 87, 30, 31, 94, 95},
+    {32, 33, 96, 97, 40, 41, 104, 105, 34, 35, 98, 99, 42, 43, 106, 107,
+     36, 37, 100, 101, 44, 45, 108, 109, 38, 39, 102, 103, 46, 47, 110, 111,
+     48, 49, 112, 113, 56, 57, 120, 121, 50, 51, 114, 115, 58, 59, 122, 123,
+     52, 53, 116, 117, 60, 61, 124, 125, 54, 55, 118, 119, 62, 63, 126, 127},
 };
 static const uint8_t int8_pair[2][64] __attribute__((aligned(64))) = {
-    {0, 64, 1, 65, 2, 66, 3, 67, 4, 68, 5, 69, 6, 70, 7, 71, 8, 72, 9, 73, 10, 74, 11, 75, 12, 76, 13, 77, 14, 78, 15, 79, 16, 80, 17, 81, 18, 82, 19, 83, 20, 84, 21, 85, 22, 86, 23, 87, 24, 88, 25, 89, 26, 90, 27, 91, 28, 92, 29, 93, 30, 94, 31, 95},
-    {32, 96, 33, 97, 34, 98, 35, 99, 36, 100, 37, 101, 38, 102, 39, 103, 40, 104, 41, 105, 42, 106, 43, 107, 44, 108, 45, 109, 46, 110, 47, 111, 48, 112, 49, 113, 50, 114, 51, 115, 52, 116, 53, 117, 54, 118, 55, 119, 56, 120, 57, 121, 58, 122, 59, 123, 60, 124, 61, 125, 62, 126, 63, 127},
+    {0, 64, 1, 65, 2, 66, 3, 67, 4, 68, 5, 69, 6, 70, 7, 71,
+     8, 72, 9, 73, 10, 74, 11, 75, 12, 76, 13, 77, 14, 78, 15, 79,
+     16, 80, 17, 81, 18, 82, 19, 83, 20, 84, 21, 85, 22, 86, 23, 87,
+     24, 88, 25, 89, 26, 90, 27, 91, 28, 92, 29, 93, 30, 94, 31, 95},
+    {32, 96, 33, 97, 34, 98, 35, 99, 36, 100, 37, 101, 38, 102, 39, 103,
+     40, 104, 41, 105, 42, 106, 43, 107, 44, 108, 45, 109, 46, 110, 47, 111,
+     48, 112, 49, 113, 50, 114, 51, 115, 52, 116, 53, 117, 54, 118, 55, 119,
+     56, 120, 57, 121, 58, 122, 59, 123, 60, 124, 61, 125, 62, 126, 63, 127},
 };
 static const uint8_t int8_quad[2][64] __attribute__((aligned(64))) = {
-    {0, 1, 64, 65, 2, 3, 66, 67, 4, 5, 68, 69, 6, 7, 70, 71, 8, 9, 72, 73, 10, 11, 74, 75, 12, 13, 76, 77, 14, 15, 78, 79, 16, 17, 80, 81, 18, 19, 82, 83, 20, 21, 84, 85, 22, 23, 86, 87, 24, 25, 88, 89, 26, 27, 90, 91, 28, 29, 92, 93, 30, 31, 94, 95},
-    {32, 33, 96, 97, 34, 35, 98, 99, 36, 37, 100, 101, 38, 39, 102, 103, 40, 41, 104, 105, 42, 43, 106, 107, 44, 45, 108, 109, 46, 47, 110, 111, 48, 49, 112, 113, 50, 51, 114, 115, 52, 53, 116, 117, 54, 55, 118, 119, 56, 57, 120, 121, 58, 59, 122, 123, 60, 61, 124, 125, 62, 63, 126, 127},
+    {0, 1, 64, 65, 2, 3, 66, 67, 4, 5, 68, 69, 6, 7, 70, 71,
+     8, 9, 72, 73, 10, 11, 74, 75, 12, 13, 76, 77, 14, 15, 78, 79,
+     16, 17, 80, 81, 18, 19, 82, 83, 20, 21, 84, 85, 22, 23, 86, 87,
+     24, 25, 88, 89, 26, 27, 90, 91, 28, 29, 92, 93, 30, 31, 94, 95},
+    {32, 33, 96, 97, 34, 35, 98, 99, 36, 37, 100, 101, 38, 39, 102, 103,
+     40, 41, 104, 105, 42, 43, 106, 107, 44, 45, 108, 109, 46, 47, 110, 111,
+     48, 49, 112, 113, 50, 51, 114, 115, 52, 53, 116, 117, 54, 55, 118, 119,
+     56, 57, 120, 121, 58, 59, 122, 123, 60, 61, 124, 125, 62, 63, 126, 127},
 };
 
 
-static const uint8_t int8_wpair[64] __attribute__((aligned(64))) = {0, 64, 4, 68, 8, 72, 12, 76, 16, 80, 20, 84, 24, 88, 28, 92, 32, 96, 36, 100, 40, 104, 44, 108, 48, 112, 52, 116, 56, 120, 60, 124, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-static const uint8_t int8_wquad[64] __attribute__((aligned(64))) = {0, 1, 64, 65, 2, 3, 66, 67, 4, 5, 68, 69, 6, 7, 70, 71, 8, 9, 72, 73, 10, 11, 74, 75, 12, 13, 76, 77, 14, 15, 78, 79, 16, 17, 80, 81, 18, 19, 82, 83, 20, 21, 84, 85, 22, 23, 86, 87, 24, 25, 88, 89, 26, 27, 90, 91, 28, 29, 92, 93, 30, 31, 94, 95};
+static const uint8_t int8_wpair[64] __attribute__((aligned(64))) = {
+    0, 64, 4, 68, 8, 72, 12, 76, 16, 80, 20, 84, 24, 88, 28, 92,
+    32, 96, 36, 100, 40, 104, 44, 108, 48, 112, 52, 116, 56, 120, 60, 124,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+};
+static const uint8_t int8_wquad[64] __attribute__((aligned(64))) = {
+    0, 1, 64, 65, 2, 3, 66, 67, 4, 5, 68, 69, 6, 7, 70, 71,
+    8, 9, 72, 73, 10, 11, 74, 75, 12, 13, 76, 77, 14, 15, 78, 79,
+    16, 17, 80, 81, 18, 19, 82, 83, 20, 21, 84, 85, 22, 23, 86, 87,
+    24, 25, 88, 89, 26, 27, 90, 91, 28, 29, 92, 93, 30, 31, 94, 95
+};
 
 /* Channel k's transposed codes of the tile: g[z] for blocks 2 z, 2 z + 1
  * (byte 32 (b & 1) + slot). */
@@ -1026,11 +1085,12 @@ INT8_TARGET SCAN_INLINE void int8_weights(const scan2_pass *ps, scan2_tile *tile
     for (uint32_t g = 0; g < 2; g++) {
         const __m512 m = _mm512_castsi512_ps(mx[g]);
         const __mmask16 bad = _mm512_cmpge_epu32_mask(mx[g], inf);
-        const __mmask16 ok = (__mmask16)(~bad & _mm512_cmp_ps_mask(m, _mm512_set1_ps(SCAN_INT8_TINY), _CMP_GE_OQ));
+        const __mmask16 ok =
+            (__mmask16)(~bad & _mm512_cmp_ps_mask(m, _mm512_set1_ps(SCAN_INT8_TINY), _CMP_GE_OQ));
         const float levels = WIDE ? (float)SCAN_INT16_LEVELS : (float)SCAN_INT8_LEVELS;
         r[g] = _mm512_maskz_div_ps(ok, _mm512_set1_ps(levels), m); /* 0: every w = 0 */
-        const __m512 s8 = _mm512_mask_blend_ps(bad, _mm512_maskz_div_ps(ok, m, _mm512_set1_ps(128.0f * levels)),
-                                               _mm512_set1_ps(__builtin_nanf("")));
+        const __m512 s = _mm512_maskz_div_ps(ok, m, _mm512_set1_ps(128.0f * levels)); /* s / 8 */
+        const __m512 s8 = _mm512_mask_blend_ps(bad, s, _mm512_set1_ps(__builtin_nanf("")));
         _mm512_store_ps(&tile->i.s8[4 * g][0], s8);
     }
     /* -K: the quads' weight bytes times |2^(4-t) - 16| (u8), vpdpbusd */
@@ -1072,10 +1132,11 @@ INT8_TARGET SCAN_INLINE void int8_weights(const scan2_pass *ps, scan2_tile *tile
             khi[g] = _mm512_dpbusd_epi32(khi[g], ev, hq);
         }
     }
-    for (uint32_t g = 0; g < 2; g++) /* 8 K = -8 (256 khi + kacc) */
+    for (uint32_t g = 0; g < 2; g++) { /* 8 K = -8 (256 khi + kacc) */
+        const __m512i minus_k = _mm512_add_epi32(_mm512_slli_epi32(khi[g], 8), kacc[g]);
         _mm512_store_si512((void *)tile->i.k8[4 * g],
-                           _mm512_sub_epi32(_mm512_setzero_si512(),
-                                            _mm512_slli_epi32(_mm512_add_epi32(_mm512_slli_epi32(khi[g], 8), kacc[g]), 3)));
+                           _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(minus_k, 3)));
+    }
 }
 
 INT8_TARGET SCAN_INLINE void int8_load(const scan2_pass *ps, const fathom_segment_view *view,
@@ -1125,15 +1186,17 @@ INT8_TARGET SCAN_INLINE void int8_load(const scan2_pass *ps, const fathom_segmen
     int8_weights(ps, tile, WIDE);
 }
 
-INT8_TARGET void fathom_scan2_load_avx512_int8(const scan2_pass *ps, const fathom_segment_view *view,
-                                               uint32_t b0, uint32_t nb, uint32_t ahead,
-                                               int prefetch, scan2_tile *tile) {
+INT8_TARGET void fathom_scan2_load_avx512_int8(const scan2_pass *ps,
+                                               const fathom_segment_view *view, uint32_t b0,
+                                               uint32_t nb, uint32_t ahead, int prefetch,
+                                               scan2_tile *tile) {
     int8_load(ps, view, b0, nb, ahead, prefetch, tile, 0);
 }
 
-INT8_TARGET void fathom_scan2_load_avx512_int16(const scan2_pass *ps, const fathom_segment_view *view,
-                                                uint32_t b0, uint32_t nb, uint32_t ahead,
-                                                int prefetch, scan2_tile *tile) {
+INT8_TARGET void fathom_scan2_load_avx512_int16(const scan2_pass *ps,
+                                                const fathom_segment_view *view, uint32_t b0,
+                                                uint32_t nb, uint32_t ahead, int prefetch,
+                                                scan2_tile *tile) {
     int8_load(ps, view, b0, nb, ahead, prefetch, tile, 1);
 }
 
@@ -1203,7 +1266,8 @@ INT8_TARGET SCAN_INLINE void int16_pair(const scan2_pass *ps, const scan2_tile *
     for (uint32_t x = 0; x < HC; x++)
 #pragma GCC unroll 8
         for (uint32_t i = 0; i < 8; i++)
-            acc[x][i] = i == 0 || i == 2 ? _mm512_set1_epi32(tile->i.k8[b][h0 + x]) : _mm512_setzero_si512();
+            acc[x][i] = i == 0 || i == 2 ? _mm512_set1_epi32(tile->i.k8[b][h0 + x])
+                                         : _mm512_setzero_si512();
     const uint32_t nq = (ps->count + 3) / 4;
     for (uint32_t Q = 0; Q < nq; Q++) {
         const __m512i d0 = _mm512_load_si512((const void *)tile->i.codes[Q][b][0]);
