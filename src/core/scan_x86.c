@@ -917,11 +917,15 @@ TAB_TARGET void fathom_scan2_block_avx512_grouped(const scan2_pass *ps, const sc
  * permutes (int8_direct for depth <= 2: one; int8_rows and int8_planes for
  * depth 3, 4: two levels); its output byte k (slot 8 o + k) holds token
  * 8 o + k's c' in the high nibble and token 32 + 8 o + k's in the low one.
- * Two levels of byte permutes (int8_pair, int8_quad) then interleave the
- * slots of a quad of channels into dwords (the tile's i.codes). The
+ * Two levels of byte permutes (int8_pair, int8_quad) interleave a quad of
+ * channels' slots into dwords: in the staging ("staged": i.codes holds the
+ * dwords, [quad][block][half][64]), or ("split") in the block function
+ * beside its dot products (i.codes holds each channel's transposed codes),
+ * where on Intel server cores the permutes' port runs beside the dot
+ * products' instead of alone in the staging. Same scores either way. The
  * weights are formed 16 (block, head) pairs a vector (int8_weights).
  *
- * Per block, quad and half f the kernel reads the dwords D: with the quad's
+ * Per block, quad and half f the kernel forms the dwords D: with the quad's
  * weights as s8 (vpdpbusd, u8 codes), dot(D) = 16 I_hi + I_lo and
  * dot(D & 0x0f0f0f0f) = I_lo, I the sums of w c' of the tokens 16 f + i
  * (high nibbles) and 32 + 16 f + i (low ones); so with acc0 started at 8 K,
@@ -1141,44 +1145,50 @@ INT8_TARGET SCAN_INLINE void int8_weights(const scan2_pass *ps, scan2_tile *tile
 
 INT8_TARGET SCAN_INLINE void int8_load(const scan2_pass *ps, const fathom_segment_view *view,
                                        uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
-                                       scan2_tile *tile, const int WIDE) {
+                                       scan2_tile *tile, const int WIDE, const int SPLIT) {
     _Static_assert(SCAN2_TILE_BLOCKS == 8, "a tile is one 64-byte line of each plane row");
     const __mmask8 live = (__mmask8)((1u << nb) - 1u); /* a short tile reads only its blocks */
     const int full = nb == SCAN2_TILE_BLOCKS;
     const uint64_t S = ps->S;
     const uint32_t count = ps->count, nq = (count + 3) / 4;
-    const __m512i p0 = _mm512_load_si512((const void *)int8_pair[0]);
-    const __m512i p1 = _mm512_load_si512((const void *)int8_pair[1]);
-    const __m512i f0 = _mm512_load_si512((const void *)int8_quad[0]);
-    const __m512i f1 = _mm512_load_si512((const void *)int8_quad[1]);
     uint32_t depth = 1;
     for (uint32_t Q = 0; Q < nq; Q++) {
         __m512i g[4][4];
         for (uint32_t c = 0; c < 4; c++) {
             const uint32_t k = 4 * Q + c;
-            if (k >= count) {
+            if (k >= count) { /* the last quad's missing channels */
                 for (uint32_t z = 0; z < 4; z++) g[c][z] = _mm512_setzero_si512();
-                continue;
+            } else {
+                while (k >= ps->first[depth]) depth++;
+                const uint64_t j = ps->channels[k];
+                int8_channel(view->planes + j * FATHOM_PLANES * S + b0, S, depth, full, live,
+                             ahead, prefetch, g[c]);
+                const uint16_t *scale = view->scales + j * S + b0;
+                if (prefetch) SCAN2_PREFETCH(scale + ahead);
+                const __m128i a = full ? _mm_loadu_si128((const __m128i *)(const void *)scale)
+                                       : _mm_maskz_loadu_epi16(live, scale);
+                _mm256_store_ps(tile->i.a[k], _mm256_cvtph_ps(a));
             }
-            while (k >= ps->first[depth]) depth++;
-            const uint64_t j = ps->channels[k];
-            int8_channel(view->planes + j * FATHOM_PLANES * S + b0, S, depth, full, live, ahead,
-                         prefetch, g[c]);
-            const uint16_t *scale = view->scales + j * S + b0;
-            if (prefetch) SCAN2_PREFETCH(scale + ahead);
-            const __m128i a = full ? _mm_loadu_si128((const __m128i *)(const void *)scale)
-                                   : _mm_maskz_loadu_epi16(live, scale);
-            _mm256_store_ps(tile->i.a[k], _mm256_cvtph_ps(a));
+            if (SPLIT)
+                for (uint32_t z = 0; z < 4; z++)
+                    _mm512_store_si512((void *)tile->i.codes[k][z], g[c][z]);
         }
+        if (SPLIT) continue;
+        /* staged: the quad's dwords, [Q][b][f] */
+        uint8_t(*dw)[SCAN2_TILE_BLOCKS][2][64] = (uint8_t(*)[SCAN2_TILE_BLOCKS][2][64])tile->i.codes;
+        const __m512i p0 = _mm512_load_si512((const void *)int8_pair[0]);
+        const __m512i p1 = _mm512_load_si512((const void *)int8_pair[1]);
+        const __m512i f0 = _mm512_load_si512((const void *)int8_quad[0]);
+        const __m512i f1 = _mm512_load_si512((const void *)int8_quad[1]);
         for (uint32_t z = 0; z < 4; z++) {
             const __m512i m01[2] = {_mm512_permutex2var_epi8(g[0][z], p0, g[1][z]),
                                     _mm512_permutex2var_epi8(g[0][z], p1, g[1][z])};
             const __m512i m23[2] = {_mm512_permutex2var_epi8(g[2][z], p0, g[3][z]),
                                     _mm512_permutex2var_epi8(g[2][z], p1, g[3][z])};
             for (uint32_t bb = 0; bb < 2; bb++) {
-                _mm512_store_si512((void *)tile->i.codes[Q][2 * z + bb][0],
+                _mm512_store_si512((void *)dw[Q][2 * z + bb][0],
                                    _mm512_permutex2var_epi8(m01[bb], f0, m23[bb]));
-                _mm512_store_si512((void *)tile->i.codes[Q][2 * z + bb][1],
+                _mm512_store_si512((void *)dw[Q][2 * z + bb][1],
                                    _mm512_permutex2var_epi8(m01[bb], f1, m23[bb]));
             }
         }
@@ -1190,14 +1200,28 @@ INT8_TARGET void fathom_scan2_load_avx512_int8(const scan2_pass *ps,
                                                const fathom_segment_view *view, uint32_t b0,
                                                uint32_t nb, uint32_t ahead, int prefetch,
                                                scan2_tile *tile) {
-    int8_load(ps, view, b0, nb, ahead, prefetch, tile, 0);
+    int8_load(ps, view, b0, nb, ahead, prefetch, tile, 0, 0);
+}
+
+INT8_TARGET void fathom_scan2_load_avx512_int8_split(const scan2_pass *ps,
+                                                     const fathom_segment_view *view, uint32_t b0,
+                                                     uint32_t nb, uint32_t ahead, int prefetch,
+                                                     scan2_tile *tile) {
+    int8_load(ps, view, b0, nb, ahead, prefetch, tile, 0, 1);
 }
 
 INT8_TARGET void fathom_scan2_load_avx512_int16(const scan2_pass *ps,
                                                 const fathom_segment_view *view, uint32_t b0,
                                                 uint32_t nb, uint32_t ahead, int prefetch,
                                                 scan2_tile *tile) {
-    int8_load(ps, view, b0, nb, ahead, prefetch, tile, 1);
+    int8_load(ps, view, b0, nb, ahead, prefetch, tile, 1, 0);
+}
+
+INT8_TARGET void fathom_scan2_load_avx512_int16_split(const scan2_pass *ps,
+                                                      const fathom_segment_view *view, uint32_t b0,
+                                                      uint32_t nb, uint32_t ahead, int prefetch,
+                                                      scan2_tile *tile) {
+    int8_load(ps, view, b0, nb, ahead, prefetch, tile, 1, 1);
 }
 
 /* acc += dot(u8 codes, s8 weights w broadcast from memory), in place (the
@@ -1206,9 +1230,32 @@ INT8_TARGET SCAN_INLINE void int8_dot(__m512i *acc, __m512i codes, const int32_t
     __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(*acc) : "v"(codes), "m"(*w));
 }
 
+/* Quad Q's dwords of block b, halves 0 and 1 (d[0], d[1]): staged (SPLIT
+ * 0), or formed from its channels' transposed codes, pair and quad the
+ * tables int8_pair[b & 1], int8_quad[0], int8_quad[1]. */
+INT8_TARGET SCAN_INLINE void int8_quad_codes(const scan2_tile *tile, uint32_t Q, uint32_t b,
+                                             __m512i pair, __m512i quad0, __m512i quad1,
+                                             __m512i d[2], const int SPLIT) {
+    if (!SPLIT) {
+        const uint8_t(*dw)[SCAN2_TILE_BLOCKS][2][64] =
+            (const uint8_t(*)[SCAN2_TILE_BLOCKS][2][64])tile->i.codes;
+        d[0] = _mm512_load_si512((const void *)dw[Q][b][0]);
+        d[1] = _mm512_load_si512((const void *)dw[Q][b][1]);
+        return;
+    }
+    const uint8_t(*g)[SCAN2_TILE_BLOCKS / 2][64] = tile->i.codes + 4 * Q;
+    const uint32_t z = b >> 1;
+    const __m512i m01 = _mm512_permutex2var_epi8(_mm512_load_si512((const void *)g[0][z]), pair,
+                                                 _mm512_load_si512((const void *)g[1][z]));
+    const __m512i m23 = _mm512_permutex2var_epi8(_mm512_load_si512((const void *)g[2][z]), pair,
+                                                 _mm512_load_si512((const void *)g[3][z]));
+    d[0] = _mm512_permutex2var_epi8(m01, quad0, m23);
+    d[1] = _mm512_permutex2var_epi8(m01, quad1, m23);
+}
+
 INT8_TARGET SCAN_INLINE void int8_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
                                         const uint32_t HC, float *out, uint64_t ld,
-                                        uint32_t valid) {
+                                        uint32_t valid, const int SPLIT) {
     const __m512i low = _mm512_set1_epi8(0x0f);
     __m512i acc[4][4];
 #pragma GCC unroll 4
@@ -1217,9 +1264,13 @@ INT8_TARGET SCAN_INLINE void int8_fused(const scan2_pass *ps, const scan2_tile *
         acc[h][1] = acc[h][3] = _mm512_setzero_si512();
     }
     const uint32_t nq = (ps->count + 3) / 4;
+    const __m512i pair = _mm512_load_si512((const void *)int8_pair[b & 1]);
+    const __m512i quad0 = _mm512_load_si512((const void *)int8_quad[0]);
+    const __m512i quad1 = _mm512_load_si512((const void *)int8_quad[1]);
     for (uint32_t Q = 0; Q < nq; Q++) {
-        const __m512i d0 = _mm512_load_si512((const void *)tile->i.codes[Q][b][0]);
-        const __m512i d1 = _mm512_load_si512((const void *)tile->i.codes[Q][b][1]);
+        __m512i d[2];
+        int8_quad_codes(tile, Q, b, pair, quad0, quad1, d, SPLIT);
+        const __m512i d0 = d[0], d1 = d[1];
         const __m512i l0 = _mm512_and_si512(d0, low), l1 = _mm512_and_si512(d1, low);
 #pragma GCC unroll 4
         for (uint32_t h = 0; h < HC; h++) {
@@ -1249,7 +1300,16 @@ INT8_TARGET void fathom_scan2_block_avx512_int8(const scan2_pass *ps, const scan
                                                 uint32_t b, float *dec, float *out, uint64_t ld,
                                                 uint32_t valid) {
     (void)dec;
-#define INT8_FUSED(HC) int8_fused(ps, tile, b, HC, out, ld, valid)
+#define INT8_FUSED(HC) int8_fused(ps, tile, b, HC, out, ld, valid, 0)
+    SCAN_HEAD_CHUNK(ps->heads, INT8_FUSED);
+#undef INT8_FUSED
+}
+
+INT8_TARGET void fathom_scan2_block_avx512_int8_split(const scan2_pass *ps, const scan2_tile *tile,
+                                                      uint32_t b, float *dec, float *out,
+                                                      uint64_t ld, uint32_t valid) {
+    (void)dec;
+#define INT8_FUSED(HC) int8_fused(ps, tile, b, HC, out, ld, valid, 1)
     SCAN_HEAD_CHUNK(ps->heads, INT8_FUSED);
 #undef INT8_FUSED
 }
@@ -1259,7 +1319,8 @@ INT8_TARGET void fathom_scan2_block_avx512_int8(const scan2_pass *ps, const scan
  * 8 T = ((a0 - a1) << 8) + b0 - b1 for the high nibbles' tokens and
  * (a1 << 12) + (b1 << 4) + 8 K for the low ones'. */
 INT8_TARGET SCAN_INLINE void int16_pair(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
-                                        uint32_t h0, const uint32_t HC, __m512 f[4][4]) {
+                                        uint32_t h0, const uint32_t HC, __m512 f[4][4],
+                                        const int SPLIT) {
     const __m512i low = _mm512_set1_epi8(0x0f);
     __m512i acc[2][8];
 #pragma GCC unroll 2
@@ -1269,9 +1330,13 @@ INT8_TARGET SCAN_INLINE void int16_pair(const scan2_pass *ps, const scan2_tile *
             acc[x][i] = i == 0 || i == 2 ? _mm512_set1_epi32(tile->i.k8[b][h0 + x])
                                          : _mm512_setzero_si512();
     const uint32_t nq = (ps->count + 3) / 4;
+    const __m512i pair = _mm512_load_si512((const void *)int8_pair[b & 1]);
+    const __m512i quad0 = _mm512_load_si512((const void *)int8_quad[0]);
+    const __m512i quad1 = _mm512_load_si512((const void *)int8_quad[1]);
     for (uint32_t Q = 0; Q < nq; Q++) {
-        const __m512i d0 = _mm512_load_si512((const void *)tile->i.codes[Q][b][0]);
-        const __m512i d1 = _mm512_load_si512((const void *)tile->i.codes[Q][b][1]);
+        __m512i d[2];
+        int8_quad_codes(tile, Q, b, pair, quad0, quad1, d, SPLIT);
+        const __m512i d0 = d[0], d1 = d[1];
         const __m512i l0 = _mm512_and_si512(d0, low), l1 = _mm512_and_si512(d1, low);
 #pragma GCC unroll 2
         for (uint32_t x = 0; x < HC; x++) {
@@ -1310,10 +1375,10 @@ INT8_TARGET SCAN_INLINE void int16_pair(const scan2_pass *ps, const scan2_tile *
 
 INT8_TARGET SCAN_INLINE void int16_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
                                          const uint32_t HC, float *out, uint64_t ld,
-                                         uint32_t valid) {
+                                         uint32_t valid, const int SPLIT) {
     __m512 f[4][4];
-    int16_pair(ps, tile, b, 0, HC < 2 ? HC : 2, f);
-    if (HC > 2) int16_pair(ps, tile, b, 2, HC - 2, f);
+    int16_pair(ps, tile, b, 0, HC < 2 ? HC : 2, f, SPLIT);
+    if (HC > 2) int16_pair(ps, tile, b, 2, HC - 2, f, SPLIT);
     avx512_put_block(ps, HC, f, out, ld, valid);
 }
 
@@ -1321,7 +1386,16 @@ INT8_TARGET void fathom_scan2_block_avx512_int16(const scan2_pass *ps, const sca
                                                  uint32_t b, float *dec, float *out, uint64_t ld,
                                                  uint32_t valid) {
     (void)dec;
-#define INT16_FUSED(HC) int16_fused(ps, tile, b, HC, out, ld, valid)
+#define INT16_FUSED(HC) int16_fused(ps, tile, b, HC, out, ld, valid, 0)
+    SCAN_HEAD_CHUNK(ps->heads, INT16_FUSED);
+#undef INT16_FUSED
+}
+
+INT8_TARGET void fathom_scan2_block_avx512_int16_split(const scan2_pass *ps, const scan2_tile *tile,
+                                                       uint32_t b, float *dec, float *out,
+                                                       uint64_t ld, uint32_t valid) {
+    (void)dec;
+#define INT16_FUSED(HC) int16_fused(ps, tile, b, HC, out, ld, valid, 1)
     SCAN_HEAD_CHUNK(ps->heads, INT16_FUSED);
 #undef INT16_FUSED
 }
