@@ -3,7 +3,11 @@
  * float order) selects other rows than the exact scan, and what that does
  * to the attention error.
  *
- *   bench_grouped_agreement CAPTURE [--budget B] [--k K] [--positions P] [--json]
+ *   bench_grouped_agreement CAPTURE [--budget B] [--k K] [--positions P] [--int8|--int16] [--json]
+ *
+ * --int8: the same for the integer ("VNNI") scan (FATHOM_SCAN_INT8: per
+ * block and head int8 weights, so other sums, not only another order) in
+ * place of the grouped one; --int16: its int16 variant (FATHOM_SCAN_INT16).
  *
  * For every layer and KV head of the capture, an index with fathom:B over
  * the whole window (variance from the store's running sums, as eval without
@@ -69,21 +73,23 @@ static double selection_error(uint32_t d, const float *q, const float *k, const 
 int main(int argc, char **argv) {
     const char *path = NULL;
     uint32_t budget = 48, k = 64, max_pos = 0;
-    int json = 0;
+    int json = 0, int8 = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--int8")) int8 = 1;
+        else if (!strcmp(a, "--int16")) int8 = 2;
         else if (v && !strcmp(a, "--budget")) budget = (uint32_t)atoi(v), i++;
         else if (v && !strcmp(a, "--k")) k = (uint32_t)atoi(v), i++;
         else if (v && !strcmp(a, "--positions")) max_pos = (uint32_t)atoi(v), i++;
         else if (a[0] != '-' && !path) path = a;
         else {
-            fprintf(stderr, "usage: bench_grouped_agreement CAPTURE [--budget B] [--k K] [--positions P] [--json]\n");
+            fprintf(stderr, "usage: bench_grouped_agreement CAPTURE [--budget B] [--k K] [--positions P] [--int8|--int16] [--json]\n");
             return 2;
         }
     }
     if (!path || !k) {
-        fprintf(stderr, "usage: bench_grouped_agreement CAPTURE [--budget B] [--k K] [--positions P] [--json]\n");
+        fprintf(stderr, "usage: bench_grouped_agreement CAPTURE [--budget B] [--k K] [--positions P] [--int8|--int16] [--json]\n");
         return 2;
     }
     fathom_source *src;
@@ -111,7 +117,9 @@ int main(int argc, char **argv) {
     if (!q || !kk || !vv || !qg || !se || !sg || !w || !work || !ie || !ig || !scratch)
         return fail("allocation", FATHOM_ERR_NOMEM);
     uint64_t rows = 0, same_rows = 0, selections = 0, same_sel = 0, diff_scores = 0, scores = 0;
-    double err_change = 0, err_max = 0, bits = 0;
+    double err_change = 0, err_max = 0, bits = 0, err_exact = 0;
+    const fathom_scan_kernel mode = int8 == 2 ? FATHOM_SCAN_INT16 : int8 ? FATHOM_SCAN_INT8 : FATHOM_SCAN_GROUPED;
+    const char *mname = int8 == 2 ? "int16" : int8 ? "int8" : "grouped";
     for (uint32_t l = 0; l < in.layers; l++) {
         if ((st = fathom_source_layer(src, l, q, kk, vv)) < 0) return fail("layer", st);
         for (uint32_t h = 0; h < in.kv_heads; h++) {
@@ -128,9 +136,8 @@ int main(int argc, char **argv) {
                     return fail("exact scores", st);
                 bits += b;
                 const uint8_t *depths = fathom_index_scratch_depths(scratch, d, G);
-                if ((st = fathom_store_scan_with(FATHOM_SCAN_GROUPED, fathom_index_store(ix), depths, qg, G, nv,
-                                                 sg, NULL)) < 0)
-                    return fail("grouped scores", st);
+                if ((st = fathom_store_scan_with(mode, fathom_index_store(ix), depths, qg, G, nv, sg, NULL)) < 0)
+                    return fail(mname, st);
                 for (uint64_t i = 0; i < (uint64_t)G * nv; i++) diff_scores += se[i] != sg[i];
                 scores += (uint64_t)G * nv;
                 for (uint32_t g = 0; g < G; g++) {
@@ -154,6 +161,7 @@ int main(int argc, char **argv) {
                     const double ee = selection_error(d, qq, keys, vals, nv, ie, ne, w);
                     const double eg = selection_error(d, qq, keys, vals, nv, ig, ng, w);
                     err_change += eg - ee;
+                    err_exact += ee;
                     if (fabs(eg - ee) > err_max) err_max = fabs(eg - ee);
                 }
             }
@@ -163,22 +171,22 @@ int main(int argc, char **argv) {
     const double frac_rows = rows ? (double)same_rows / rows : 1, frac_sel = selections ? (double)same_sel / selections : 1;
     const double mean_change = selections ? err_change / selections : 0;
     const uint32_t npos = P - p0;
-    fprintf(stderr, "bench_grouped_agreement: %s (%s), %u layers, %u KV heads, G = %u, d = %u, n = %llu, "
+    fprintf(stderr, "bench_grouped_agreement (%s): %s (%s), %u layers, %u KV heads, G = %u, d = %u, n = %llu, "
                     "last %u positions, %s (%.1f bits/token), k = %u (sink %d, local %d)\n",
-            path, in.model, in.layers, in.kv_heads, G, d, (unsigned long long)n, npos, spec,
+            mname, path, in.model, in.layers, in.kv_heads, G, d, (unsigned long long)n, npos, spec,
             selections ? bits * G / selections : 0, k, FATHOM_SINK_TOKENS, FATHOM_LOCAL_TOKENS);
     fprintf(stderr, "scores differing from the exact scan's: %.4f of %llu\n", scores ? (double)diff_scores / scores : 0,
             (unsigned long long)scores);
     fprintf(stderr, "selected rows in both selections: %.6f of %llu; identical selections: %.6f of %llu\n", frac_rows,
             (unsigned long long)rows, frac_sel, (unsigned long long)selections);
     fprintf(stderr, "attention error where selections differ: mean error change %+.3e over all selections, "
-                    "largest change on one %.3e\n",
-            mean_change, err_max);
+                    "largest change on one %.3e (mean exact-selection error there %.3e)\n",
+            mean_change, err_max, selections > same_sel ? err_exact / (double)(selections - same_sel) : 0);
     if (json)
-        printf("{\"bench\":\"bench_grouped_agreement\",\"capture\":\"%s\",\"model\":\"%s\",\"method\":\"%s\","
+        printf("{\"bench\":\"bench_grouped_agreement\",\"mode\":\"%s\",\"capture\":\"%s\",\"model\":\"%s\",\"method\":\"%s\","
                "\"k\":%u,\"positions\":%u,\"selections\":%llu,\"rows\":%llu,\"same_rows\":%.6f,"
                "\"same_selections\":%.6f,\"scores_differ\":%.6f,\"mean_error_change\":%.4e,\"max_error_change\":%.4e}\n",
-               path, in.model, spec, k, npos, (unsigned long long)selections, (unsigned long long)rows, frac_rows,
+               mname, path, in.model, spec, k, npos, (unsigned long long)selections, (unsigned long long)rows, frac_rows,
                frac_sel, scores ? (double)diff_scores / scores : 0, mean_change, err_max);
     fathom_source_free(src);
     free(q), free(kk), free(vv), free(qg), free(se), free(sg), free(w), free(work), free(ie), free(ig), free(scratch);

@@ -30,7 +30,13 @@
  * --grouped: also times the grouped-table kernel (FATHOM_SCAN_GROUPED, an
  * opt-in mode whose scores differ from the exact ones in rounding) on the
  * same scans, and counts how many of its top-k rows equal the exact
- * kernel's. */
+ * kernel's.
+ *
+ * --int8: the same for the integer ("VNNI") kernel (FATHOM_SCAN_INT8, an
+ * opt-in mode whose scores are quantized approximations of the exact ones),
+ * plus its thread scaling and its fused scan + select
+ * (fathom_scan_select_parallel with the int8 kernel). --int16: the same
+ * with the int16 variant (FATHOM_SCAN_INT16) in its place. */
 #include "bench_fma.h"
 #include "cpu.h"
 #include "fathom.h"
@@ -311,12 +317,14 @@ static int check_identical(scan_ctx *c) {
 int main(int argc, char **argv) {
     uint64_t context = 32768, range = 16384;
     uint32_t heads = 8, queries = 16, repeats = 7, threads = 2;
-    int json = 0, grouped = 0;
+    int json = 0, grouped = 0, int8 = 0;
     const char *tiled = "auto";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) { json = 1; continue; }
         if (!strcmp(a, "--grouped")) { grouped = 1; continue; }
+        if (!strcmp(a, "--int8")) { int8 = 1; continue; }
+        if (!strcmp(a, "--int16")) { int8 = 2; continue; }
         if (!v) a = "";
         if (!strcmp(a, "--context")) context = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--heads")) heads = (uint32_t)atoi(v);
@@ -327,7 +335,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--tiled")) tiled = v;
         else {
             fprintf(stderr, "usage: bench_scan [--context N] [--heads H<=8] [--queries Q] [--repeats R<=64] "
-                            "[--threads T] [--range TOKENS (multiple of 64)] [--tiled auto|avx2|avx512|portable] [--grouped] [--json]\n");
+                            "[--threads T] [--range TOKENS (multiple of 64)] [--tiled auto|avx2|avx512|portable] [--grouped] [--int8|--int16] [--json]\n");
             return 2;
         }
         i++;
@@ -428,8 +436,15 @@ int main(int argc, char **argv) {
     /* --grouped: the same scans with the grouped-table kernel (other scores) */
     scan_ctx gf = cf, gd = cd;
     gf.new_kernel = gd.new_kernel = FATHOM_SCAN_GROUPED;
-    double agree = 0, agree_min = 1;
-    if (grouped) {
+    double agree = 0, agree_min = 1, agree8 = 0, agree8_min = 1;
+    scan_ctx i8f = cf, i8d = cd;
+    const fathom_scan_kernel int_kernel = int8 == 2 ? FATHOM_SCAN_INT16 : FATHOM_SCAN_INT8;
+    const char *iname = int8 == 2 ? "int16" : "int8";
+    i8f.new_kernel = i8d.new_kernel = int_kernel;
+    for (int mode = 0; mode < 2; mode++) {
+        if (mode == 0 ? !grouped : !int8) continue;
+        const fathom_scan_kernel other = mode == 0 ? FATHOM_SCAN_GROUPED : int_kernel;
+        double *am = mode == 0 ? &agree : &agree8, *amin = mode == 0 ? &agree_min : &agree8_min;
         /* top-k agreement with the exact scores, query group 0, every head and query */
         float *gs = malloc((size_t)G * context * sizeof(float));
         float *es = malloc((size_t)G * context * sizeof(float));
@@ -440,9 +455,9 @@ int main(int argc, char **argv) {
             const float *qh = qg + (size_t)h * queries * G * d;
             if ((st = fathom_store_scan_range(new_kernel, stores[h], task_depths(&cf, h, 0), qh, G, 0, context,
                                               es, context, NULL)) < 0 ||
-                (st = fathom_store_scan_range(FATHOM_SCAN_GROUPED, stores[h], task_depths(&cf, h, 0), qh, G, 0,
+                (st = fathom_store_scan_range(other, stores[h], task_depths(&cf, h, 0), qh, G, 0,
                                               context, gs, context, NULL)) < 0)
-                return fail("grouped scan", st);
+                return fail(mode == 0 ? "grouped scan" : "int8 scan", st);
             for (uint32_t g = 0; g < G; g++) {
                 fathom_select(es + (size_t)g * context, context, SEL_K, SEL_SINK, SEL_LOCAL, wk, ia, &na);
                 fathom_select(gs + (size_t)g * context, context, SEL_K, SEL_SINK, SEL_LOCAL, wk, ib, &nb);
@@ -452,8 +467,8 @@ int main(int argc, char **argv) {
                     else if (ia[x] < ib[y]) x++;
                     else y++;
                 const double f = na ? (double)same / na : 1;
-                agree += f / (heads * G);
-                if (f < agree_min) agree_min = f;
+                *am += f / (heads * G);
+                if (f < *amin) *amin = f;
             }
         }
         free(gs);
@@ -471,6 +486,11 @@ int main(int argc, char **argv) {
     fathom_pool *pools[16];
     for (uint32_t i = 0; i < ntc; i++)
         if ((st = fathom_pool_create(&pools[i], tc[i])) < 0) return fail("pool", st);
+    /* --int8: the fused scan + select with the int8 kernel */
+    sel_ctx sel8 = {&i8f, malloc((size_t)heads * G * SEL_K * sizeof(uint32_t)),
+                    malloc((size_t)heads * G * sizeof(uint32_t)), sel.work};
+    if (!sel8.idx || !sel8.count) return fail("allocation", FATHOM_ERR_NOMEM);
+    static double i8_f[MAX_REPEATS], i8_d[MAX_REPEATS], sc_i8[16][MAX_REPEATS], sc_i8sel[16][MAX_REPEATS];
     int same_sel = 1;
     {
         const uint32_t saved = cf.queries;
@@ -496,8 +516,16 @@ int main(int argc, char **argv) {
             grp_f[r] = run_new(&gf, pools[0]);
             grp_d[r] = run_new(&gd, pools[0]);
         }
+        if (int8) {
+            i8_f[r] = run_new(&i8f, pools[0]);
+            i8_d[r] = run_new(&i8d, pools[0]);
+        }
         for (uint32_t i = 0; i < ntc; i++) {
             if (grouped) sc_grp[i][r] = run_new(&gf, pools[i]);
+            if (int8) {
+                sc_i8[i][r] = run_new(&i8f, pools[i]);
+                sc_i8sel[i][r] = run_select(&sel8, pools[i], 1);
+            }
             sc_new[i][r] = run_new(&cf, pools[i]);
             sc_old[i][r] = run_old(&cf, pools[i]);
             sc_sel[i][r] = run_select(&sel, pools[i], 0);
@@ -507,6 +535,13 @@ int main(int argc, char **argv) {
     for (uint32_t i = 0; i < ntc; i++) fathom_pool_free(pools[i]);
     if (cf.status < 0 || cd.status < 0) return fail("scan", cf.status < 0 ? cf.status : cd.status);
     if (gf.status < 0 || gd.status < 0) return fail("grouped scan", gf.status < 0 ? gf.status : gd.status);
+    if (i8f.status < 0 || i8d.status < 0) return fail(iname, i8f.status < 0 ? i8f.status : i8d.status);
+    const double t8f = int8 ? median(i8_f, (int)repeats) : 0, t8d = int8 ? median(i8_d, (int)repeats) : 0;
+    double s8[16], s8sel[16];
+    for (uint32_t i = 0; i < ntc; i++) {
+        s8[i] = int8 ? median(sc_i8[i], (int)repeats) : 0;
+        s8sel[i] = int8 ? median(sc_i8sel[i], (int)repeats) : 0;
+    }
     const double b1 = median(bw1, (int)repeats), bT = median(bwT, (int)repeats);
     const double f1 = median(fma1, (int)repeats), fT = median(fmaT, (int)repeats);
     const double tof = median(old_f, (int)repeats), tnf = median(new_f, (int)repeats);
@@ -589,6 +624,19 @@ int main(int argc, char **argv) {
                 printf("%s{\"threads\":%u,\"GBps\":%.4f}", i ? "," : "", tc[i], bytes_f / sg[i] / 1e9);
             printf("]},");
         }
+        if (int8) {
+            printf("\"%s\":{\"fathom_ms_per_step\":%.4f,\"ds_ms_per_step\":%.4f,"
+                   "\"fathom_GBps_per_core\":%.4f,\"ds_GBps_per_core\":%.4f,"
+                   "\"ratio_int8_fathom_to_exact_ds\":%.4f,\"ratio_int8_fathom_to_int8_ds\":%.4f,"
+                   "\"ratio_int8_to_old_fathom_per_core\":%.4f,\"ratio_int8_to_tiled_fathom\":%.4f,"
+                   "\"topk_agreement_mean\":%.6f,\"topk_agreement_min\":%.6f,\"scaling\":[",
+                   iname, 1e3 * t8f / Q, 1e3 * t8d / Q, bytes_f / t8f / 1e9, bytes_d / t8d / 1e9, t8f / tnd, t8f / t8d,
+                   (bytes_f / t8f) / pc_old, t8f / tnf, agree8, agree8_min);
+            for (uint32_t i = 0; i < ntc; i++)
+                printf("%s{\"threads\":%u,\"GBps\":%.4f,\"scan_select_GBps\":%.4f}", i ? "," : "", tc[i],
+                       bytes_f / s8[i] / 1e9, bytes_f / s8sel[i] / 1e9);
+            printf("]},");
+        }
         printf("\"gpu_host_check\":{\"per_core_GBps\":%.4f,\"per_core_target_GBps\":3,"
                "\"all_threads_GBps\":%.4f,\"all_threads_scan_select_GBps\":%.4f,"
                "\"all_threads_target_GBps\":40,\"applies\":%s}}\n",
@@ -638,6 +686,26 @@ int main(int argc, char **argv) {
         fprintf(out, "grouped scaling, fathom:48: threads / GB/s:");
         for (uint32_t i = 0; i < ntc; i++) fprintf(out, " %u %.3f%s", tc[i], bytes_f / sg[i] / 1e9, i + 1 < ntc ? "," : "\n");
     }
+    if (int8) {
+        fprintf(out, "%s kernel (FATHOM_SCAN_%s, opt-in: quantized scores; code dwords %s), 1 core: "
+                     "fathom:48 %.3f ms/step, %.3f GB/s/core; ds:32 %.3f ms/step, %.3f GB/s/core\n",
+                iname, int8 == 2 ? "INT16" : "INT8", fathom_scan_int8_layout(), 1e3 * t8f / Q, bytes_f / t8f / 1e9, 1e3 * t8d / Q, bytes_d / t8d / 1e9);
+        fprintf(out, "%s ratios: %s fathom:48 / exact ds:32 time %.3f (target <= 0.5); %s fathom:48 / "
+                     "%s ds:32 %.3f; %s / old fathom:48 GB/s per core %.3f; %s / tiled fathom:48 time %.3f\n",
+                iname, iname, t8f / tnd, iname, iname, t8f / t8d, iname, (bytes_f / t8f) / pc_old, iname,
+                t8f / tnf);
+        fprintf(out, "%s top-%d selections (sink %d, local %d) equal to the exact ones: %.4f of rows on "
+                     "average, %.4f at worst (query group 0, %u heads x %u)\n",
+                iname, SEL_K, SEL_SINK, SEL_LOCAL, agree8, agree8_min, heads, G);
+        fprintf(out, "%s scaling, fathom:48: threads / scan GB/s / scan+select (fused) GB/s:", iname);
+        for (uint32_t i = 0; i < ntc; i++)
+            fprintf(out, " %u %.3f %.3f%s", tc[i], bytes_f / s8[i] / 1e9, bytes_f / s8sel[i] / 1e9,
+                    i + 1 < ntc ? "," : "\n");
+        fprintf(out, "%s GPU-host check: %.2f GB/s per core (target >= 3), %.2f GB/s scan and %.2f GB/s "
+                     "scan+select on %u threads (target >= 40)%s\n",
+                iname, bytes_f / t8f / 1e9, bytes_f / s8[ntc - 1] / 1e9, bytes_f / s8sel[ntc - 1] / 1e9, threads,
+                context >= 1000000 && threads >= 16 ? "" : " [not that configuration]");
+    }
     fprintf(out, "GPU-host check (n >= 1M, 16 threads: --context 1048576 --threads 16): %.2f GB/s per core "
            "(target >= 3), %.2f GB/s on %u threads (target >= 40)%s\n",
            pc_new / 1e9, all_new / 1e9, threads,
@@ -654,6 +722,8 @@ int main(int argc, char **argv) {
     for (uint32_t t = 0; t < threads; t++) free(sel.work[t]);
     free(sel.work);
     free(sel.idx);
+    free(sel8.idx);
+    free(sel8.count);
     free(sel.count);
     free(idx_ref);
     free(count_ref);

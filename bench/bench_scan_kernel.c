@@ -1,7 +1,7 @@
 /* bench_scan_kernel — one core's time per 64-token block of each tiled scan
  * kernel, against the floor set by its multiply-adds.
  *
- *   bench_scan_kernel [--context N] [--repeats R] [--json]
+ *   bench_scan_kernel [--context N] [--repeats R] [--int8] [--json]
  *
  * One store of N tokens (dim 128, random keys), G = 4 query heads and two
  * plans: fathom:48's shape on the bench_scan setup (18 channels of depth 1,
@@ -24,6 +24,16 @@
  * N <= 65536 only); their floor column is that of the exact kernels'
  * multiply-adds, which they replace by one table lookup and add per group.
  *
+ * --int8: the integer ("VNNI") kernels (FATHOM_SCAN_INT8_*: other scores,
+ * opt-in) as well, "int8-512" and "int8-port" (one round, N <= 65536), the
+ * int16 variant's "int16-512" (FATHOM_SCAN_INT16_AVX512), and
+ * the line "int8 ratios": int8 fathom:48 / exact ds:32 time, int8 fathom:48
+ * / int8 ds:32, int8 / exact per plan (and "int16 ratios" likewise), and
+ * where the int8 kernel forms its code dwords (fathom_scan_int8_layout;
+ * FATHOM_SCAN_INT8_SPLIT=0 or 1 picks). Their floor column is the exact
+ * kernels' multiply-adds, which they replace by one integer dot product
+ * (vpdpbusd) per 4 channels, 16 tokens and head.
+ *
  * --json: one JSON object on stdout (scripts/record-result adds the machine,
  * date and commit). */
 #include "bench_fma.h"
@@ -40,7 +50,7 @@
 #define DIM 128
 #define GROUP 4
 #define ROUNDS 7
-#define NK 5 /* kernels */
+#define NK 8 /* kernels */
 
 static uint64_t rng = 88172645463325252ull;
 static float rng_unit(void) { /* xorshift64, uniform in [-1, 1) */
@@ -78,23 +88,30 @@ static const struct {
                  {FATHOM_SCAN_TILED_AVX2, "avx2", 8},
                  {FATHOM_SCAN_TILED_PORTABLE, "portable", 0},
                  {FATHOM_SCAN_GROUPED_AVX512, "grp512", 16},
-                 {FATHOM_SCAN_GROUPED_PORTABLE, "grp-port", 0}};
+                 {FATHOM_SCAN_GROUPED_PORTABLE, "grp-port", 0},
+                 {FATHOM_SCAN_INT8_AVX512, "int8-512", 16},
+                 {FATHOM_SCAN_INT8_PORTABLE, "int8-port", 0},
+                 {FATHOM_SCAN_INT16_AVX512, "int16-512", 16}};
 
 static const char *plan_names[2] = {"fathom:48", "ds:32"};
 
 int main(int argc, char **argv) {
     uint64_t n = 16384;
-    int repeats = 0, json = 0;
+    int repeats = 0, json = 0, int8 = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) {
             json = 1;
             continue;
         }
+        if (!strcmp(a, "--int8")) {
+            int8 = 1;
+            continue;
+        }
         if (v && !strcmp(a, "--context")) n = strtoull(v, NULL, 10);
         else if (v && !strcmp(a, "--repeats")) repeats = atoi(v);
         else {
-            fprintf(stderr, "usage: bench_scan_kernel [--context N] [--repeats R] [--json]\n");
+            fprintf(stderr, "usage: bench_scan_kernel [--context N] [--repeats R] [--int8] [--json]\n");
             return 2;
         }
         i++;
@@ -131,7 +148,13 @@ int main(int argc, char **argv) {
     for (int k = 0; k < NK; k++) best[k][0] = best[k][1] = 1e30;
     for (int r = 0; r < ROUNDS; r++)
         for (int k = 0; k < NK; k++) {
-            if (kernels[k].kernel == FATHOM_SCAN_GROUPED_PORTABLE && (r || n > 65536)) continue; /* slow: once */
+            const int portable = kernels[k].kernel == FATHOM_SCAN_GROUPED_PORTABLE ||
+                                 kernels[k].kernel == FATHOM_SCAN_INT8_PORTABLE;
+            if (portable && (r || n > 65536)) continue; /* slow: once */
+            if (!int8 && (kernels[k].kernel == FATHOM_SCAN_INT8_AVX512 ||
+                          kernels[k].kernel == FATHOM_SCAN_INT8_PORTABLE ||
+                          kernels[k].kernel == FATHOM_SCAN_INT16_AVX512))
+                continue;
             if (!fathom_scan_kernel_available(kernels[k].kernel)) continue;
             for (int p = 0; p < 2; p++) {
                 const double t0 = now_s();
@@ -146,7 +169,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_scan_kernel: %s: %s\n", fathom_status_name(status), fathom_last_error());
         return 1;
     }
-    const double r16 = fma_rate(16), rate[NK] = {r16, fma_rate(8), 0, r16, 0};
+    const double r16 = fma_rate(16), rate[NK] = {r16, fma_rate(8), 0, r16, 0, r16, 0, r16};
     const double blocks = (double)((n + 63) / 64);
 
     /* how the AVX-512 kernel forms its values (scan.c's pick_tiled) */
@@ -194,8 +217,28 @@ int main(int argc, char **argv) {
                         "grouped fathom:48 / exact ds:32 %.3f; grouped / exact: fathom:48 %.3f, "
                         "ds:32 %.3f\n",
                 b00 / b01, b30 / b31, b30 / b01, b30 / b00, b31 / b01);
+    const double b50 = best[5][0], b51 = best[5][1];
+    const int have8 = int8 && fathom_scan_kernel_available(FATHOM_SCAN_INT8_AVX512) && b00 < 1e30;
+    if (have8)
+        fprintf(stderr, "int8 ratios (code dwords %s): int8 fathom:48 / exact ds:32 time %.3f (target <= 0.5), "
+                        "int8 fathom:48 / int8 ds:32 %.3f; int8 / exact: fathom:48 %.3f, ds:32 %.3f; "
+                        "int8 / grouped fathom:48 %.3f\n",
+                fathom_scan_int8_layout(), b50 / b01, b50 / b51, b50 / b00, b51 / b01, b50 / b30);
+    const double b70 = best[7][0], b71 = best[7][1];
+    if (have8)
+        fprintf(stderr, "int16 ratios: int16 fathom:48 / exact ds:32 time %.3f, int16 fathom:48 / int16 ds:32 "
+                        "%.3f; int16 / exact: fathom:48 %.3f, ds:32 %.3f; int16 / int8 fathom:48 %.3f\n",
+                b70 / b01, b70 / b71, b70 / b00, b71 / b01, b70 / b50);
     if (json) {
         printf("]");
+        if (have8)
+            printf(", \"ratio_int8_fathom_to_exact_ds\": %.4f, \"ratio_int8_fathom_to_ds\": %.4f, "
+                   "\"ratio_int8_to_exact_fathom\": %.4f",
+                   b50 / b01, b50 / b51, b50 / b00);
+        if (have8)
+            printf(", \"ratio_int16_fathom_to_exact_ds\": %.4f, \"ratio_int16_fathom_to_ds\": %.4f, "
+                   "\"ratio_int16_to_exact_fathom\": %.4f",
+                   b70 / b01, b70 / b71, b70 / b00);
         if (have)
             printf(", \"ratio_fathom_to_ds_exact\": %.4f, \"ratio_fathom_to_ds_grouped\": %.4f, "
                    "\"ratio_grouped_fathom_to_exact_ds\": %.4f, \"ratio_grouped_to_exact_fathom\": %.4f",

@@ -233,9 +233,11 @@ FATHOM_API int fathom_store_variance(const fathom_store *store, float *out);
  * it touched: sum over active channels of ceil(n/64)*(8*t_j + 2). On x86
  * with AVX2 or AVX-512 the scores follow the fixed order of fused
  * multiply-adds that the CUDA scan also follows (bit-identical to it); the
- * faster grouped-table mode, which rounds in another order, is never
- * substituted here: it is an explicit internal option (FATHOM_SCAN_GROUPED
- * in src/core/store_internal.h, for benchmarks and tests). */
+ * faster grouped-table mode, which rounds in another order, and the integer
+ * (int8/int16) mode, which quantizes q_j a_j per block, are never
+ * substituted here: they are explicit internal options (FATHOM_SCAN_GROUPED,
+ * FATHOM_SCAN_INT8, FATHOM_SCAN_INT16 in src/core/store_internal.h, for
+ * benchmarks and tests). */
 FATHOM_API int fathom_store_scan(const fathom_store *store, const uint8_t *depths, const float *queries,
                                  uint32_t group, uint64_t n, float *scores, uint64_t *bytes_read);
 

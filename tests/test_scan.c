@@ -9,7 +9,11 @@
  * agree with the compiler's own cpuid reading. Kernels this CPU cannot run
  * are compiled in and reported as skipped, never as passing. The grouped
  * ("LUT") mode: its groups, every grouped kernel against its reference bit
- * for bit, and its scores against the exact ones within a derived bound. */
+ * for bit, and its scores against the exact ones within a derived bound.
+ * The int8 ("VNNI") mode and its int16 variant: every kernel against its
+ * reference bit for bit (ranges, the pool driver, scan + select, degenerate
+ * weights), and the scores against the exact sums within the bound the
+ * definition gives. */
 #include "check.h"
 #include "cpu.h"
 #include "fathom.h"
@@ -1079,6 +1083,243 @@ static void test_grouped_parallel(void) {
     fathom_store_free(st);
 }
 
+/* ---- the int8 ("VNNI") mode ---- */
+
+/* The int8 kernels (family 0) and the int16 ones (family 1): kernels
+ * [3 f, 3 f + 3) against the reference of family f. */
+static const struct {
+    fathom_scan_kernel kernel;
+    const char *name;
+} int8k[6] = {{FATHOM_SCAN_INT8_PORTABLE, "int8 portable"},
+              {FATHOM_SCAN_INT8_AVX512, "int8 AVX-512 VNNI"},
+              {FATHOM_SCAN_INT8, "int8 (widest)"},
+              {FATHOM_SCAN_INT16_PORTABLE, "int16 portable"},
+              {FATHOM_SCAN_INT16_AVX512, "int16 AVX-512 VNNI"},
+              {FATHOM_SCAN_INT16, "int16 (widest)"}};
+static const fathom_scan_kernel int8_ref[2] = {FATHOM_SCAN_INT8_REFERENCE, FATHOM_SCAN_INT16_REFERENCE};
+static const int32_t int8_levels[2] = {SCAN_INT8_LEVELS, SCAN_INT16_LEVELS};
+static int int8_run[6];
+static uint64_t int8_scores_total[2], int8_scores_bounded[2], int8_scores_differ[2];
+static double int8_worst_rel[2]; /* the largest error over its bound */
+
+/* The int8 definition's bound (scan_internal.h) on |int8 score - exact sum|
+ * of head h and token i: per pass, half a quantization step m / L per
+ * channel times |d_k| / 16 (with slack for the float roundings of W and r),
+ * plus 2^-20 of sum |q v| and of the passes' terms for the roundings of
+ * W, s, s * T and the pass sums. */
+static double int8_bound(const fathom_store *st, const uint8_t *depths, const float *q,
+                         uint32_t dim, uint64_t i, int32_t levels) {
+    uint32_t count, first[5], row[5], channels[SCAN_PASS_CHANNELS];
+    double bound = 0, terms = 0;
+    const uint64_t block = i / 64;
+    for (uint32_t j = 0; j < dim;) {
+        j = fathom_scan_next_pass(dim, depths, j, &count, first, row, channels);
+        if (!count) break;
+        float m = 0;
+        double sd = 0;
+        for (uint32_t k = 0; k < count; k++) {
+            const uint32_t c = channels[k];
+            uint64_t w;
+            uint16_t a16;
+            CHECK_OK(fathom_store_word(st, c, 0, block, &w, &a16));
+            const float a = fathom_f16_to_f32(a16), W = fabsf(q[c] * a);
+            if (W > m) m = W;
+            const float v = fathom_store_token_value(st, i, c, depths[c]);
+            sd += a > 0 ? fabs(16.0 * (double)v / (double)a) : 0.0;
+            terms += fabs((double)q[c] * v);
+        }
+        bound += (double)m / (2.0 * levels) * (1 + 0x1p-14) * sd / 16.0 +
+                 0x1p-20 * (double)m / levels * sd;
+    }
+    return bound + 0x1p-20 * 2 * terms;
+}
+
+/* Every int8 kernel equals the int8 reference bit for bit (full scans and a
+ * sub-range with a row stride); the int8 scores lie within int8_bound of
+ * the exact sums (in double). */
+static void check_int8(fathom_store *st, const uint8_t *depths, const float *q, uint32_t group,
+                       uint64_t n, int fam) {
+    const uint32_t dim = fathom_store_dim(st);
+    float *ref = malloc(sizeof(float) * group * n), *b = malloc(sizeof(float) * group * n);
+    uint64_t br = 1, bb = 2;
+    CHECK_OK(fathom_store_scan_with(int8_ref[fam], st, depths, q, group, n, ref, &br));
+    for (int k = 3 * fam; k < 3 * fam + 3; k++) {
+        if (!fathom_scan_kernel_available(int8k[k].kernel)) continue;
+        int8_run[k]++;
+        for (uint64_t i = 0; i < group * n; i++) b[i] = NAN; /* every score is written */
+        CHECK_OK(fathom_store_scan_with(int8k[k].kernel, st, depths, q, group, n, b, &bb));
+        CHECK(br == bb);
+        const int differ = memcmp(ref, b, sizeof(float) * group * n) != 0;
+        if (differ)
+            fprintf(stderr, "%s: scores differ from the int8 reference (dim %u, group %u, n %llu)\n",
+                    int8k[k].name, dim, group, (unsigned long long)n);
+        CHECK(!differ);
+        if (n > 64) { /* blocks [1, ...) into rows of stride n + 3 */
+            const uint64_t count = n - 64, ld = n + 3;
+            float *part = malloc(sizeof(float) * group * ld);
+            CHECK_OK(fathom_store_scan_range(int8k[k].kernel, st, depths, q, group, 64, count,
+                                             part, ld, NULL));
+            int bad = 0;
+            for (uint32_t h = 0; h < group; h++)
+                bad += memcmp(part + h * ld, ref + h * n + 64, sizeof(float) * count) != 0;
+            CHECK(bad == 0);
+            free(part);
+        }
+    }
+    for (uint32_t h = 0; h < group; h++)
+        for (uint64_t i = 0; i < n; i++) {
+            double exact = 0;
+            for (uint32_t j = 0; j < dim; j++)
+                if (depths[j])
+                    exact += (double)q[h * dim + j] * fathom_store_token_value(st, i, j, depths[j]);
+            const double d = fabs((double)ref[h * n + i] - exact);
+            const double bound = int8_bound(st, depths, q + h * dim, dim, i, int8_levels[fam]);
+            const int ok = d <= bound;
+            if (!ok)
+                fprintf(stderr, "int8: score %g, exact %g, bound %g (dim %u, h %u, i %llu)\n",
+                        ref[h * n + i], exact, bound, dim, h, (unsigned long long)i);
+            CHECK(ok);
+            if (bound > 0 && d / bound > int8_worst_rel[fam]) int8_worst_rel[fam] = d / bound;
+            int8_scores_bounded[fam] += ok;
+            int8_scores_total[fam]++;
+            int8_scores_differ[fam] += (float)exact != ref[h * n + i];
+        }
+    free(ref);
+    free(b);
+}
+
+static void test_int8_scores(void) {
+    const uint32_t dims[4] = {40, 64, 128, 300}, groups[4] = {1, 3, 4, 7};
+    for (int di = 0; di < 4; di++) {
+        const uint32_t dim = dims[di];
+        const uint64_t len = 64 * 5 + 23;
+        fathom_store *st = make_store(dim, di == 3 ? 3 : 0, len); /* dim 300: tiles cut by segments */
+        float *q = malloc(sizeof(float) * 7 * dim);
+        for (uint32_t i = 0; i < 7 * dim; i++) q[i] = rng_key(i) * 10.0f;
+        uint8_t *depths = malloc(dim);
+        for (int pattern = 0; pattern < 6; pattern++) {
+            for (uint32_t j = 0; j < dim; j++)
+                depths[j] = pattern == 0   ? 4                        /* all-4 */
+                            : pattern == 1 ? (uint8_t)(j % 3 ? 0 : 1) /* depth 0 and 1 only */
+                            : pattern == 2 ? (uint8_t)((j * 7 + 3) % 5)
+                                           : (uint8_t)rng_below(5);
+            if (pattern == 5) memset(depths, 0, dim); /* no active channel: every score 0 */
+            const uint64_t ns[3] = {len, 64 * 2 + 16, 9};
+            for (int gi = 0; gi < 4; gi++)
+                for (int ni = 0; ni < 3; ni++)
+                    for (int fam = 0; fam < 2; fam++) check_int8(st, depths, q, groups[gi], ns[ni], fam);
+        }
+        free(depths);
+        free(q);
+        fathom_store_free(st);
+    }
+    CHECK(int8_scores_differ[0] > 0 && int8_scores_differ[1] > 0); /* the bound is used */
+}
+
+/* Queries that make the weights degenerate: all zero (every score +0), tiny
+ * (below 2^-100 after the scale: +0), one infinite or NaN value (that
+ * pass's blocks NaN): every int8 kernel as the reference. */
+static void test_int8_special(void) {
+    const uint32_t dim = 80, group = 4;
+    const uint64_t n = 64 * 3 + 11;
+    fathom_store *st = make_store(dim, 0, n);
+    float q[4 * 80];
+    uint8_t depths[80];
+    for (uint32_t j = 0; j < dim; j++) depths[j] = (uint8_t)(1 + j % 4);
+    for (uint32_t i = 0; i < group * dim; i++) q[i] = rng_key(i);
+    for (uint32_t j = 0; j < dim; j++) q[j] = 0.0f;                /* head 0: zero */
+    for (uint32_t j = 0; j < dim; j++) q[dim + j] = 1e-38f * (j % 2 ? 1 : -1); /* head 1: tiny */
+    q[2 * dim + 70] = INFINITY;                                     /* head 2: second pass */
+    q[3 * dim + 5] = NAN;                                           /* head 3: first pass */
+    float *ref = malloc(sizeof(float) * group * n), *b = malloc(sizeof(float) * group * n);
+    for (int fam = 0; fam < 2; fam++) {
+        CHECK_OK(fathom_store_scan_with(int8_ref[fam], st, depths, q, group, n, ref, NULL));
+        for (uint64_t i = 0; i < n; i++) {
+            CHECK(ref[i] == 0.0f && !signbit(ref[i]));
+            CHECK(ref[n + i] == 0.0f);
+            CHECK(isnan(ref[2 * n + i]) && isnan(ref[3 * n + i]));
+        }
+        for (int k = 3 * fam; k < 3 * fam + 3; k++) {
+            if (!fathom_scan_kernel_available(int8k[k].kernel)) continue;
+            CHECK_OK(fathom_store_scan_with(int8k[k].kernel, st, depths, q, group, n, b, NULL));
+            int bad = 0;
+            for (uint64_t i = 0; i < group * n; i++)
+                bad += isnan(ref[i]) ? !isnan(b[i]) : memcmp(&ref[i], &b[i], sizeof(float)) != 0;
+            CHECK(bad == 0);
+        }
+    }
+    free(ref);
+    free(b);
+    fathom_store_free(st);
+}
+
+/* The bit-for-bit check can fail: an int8 score one unit in the last place
+ * off differs. */
+static void test_int8_checks_fail(void) {
+    const uint32_t dim = 64, group = 2;
+    const uint64_t n = 64 * 3 + 5;
+    fathom_store *st = make_store(dim, 0, n);
+    float q[2 * 64];
+    for (uint32_t i = 0; i < group * dim; i++) q[i] = rng_key(i) * 10.0f;
+    uint8_t depths[64];
+    for (uint32_t j = 0; j < dim; j++) depths[j] = (uint8_t)(j % 5);
+    float *ref = malloc(sizeof(float) * group * n), *b = malloc(sizeof(float) * group * n);
+    for (int fam = 0; fam < 2; fam++) {
+        CHECK_OK(fathom_store_scan_with(int8_ref[fam], st, depths, q, group, n, ref, NULL));
+        CHECK_OK(fathom_store_scan_with(int8k[3 * fam + 2].kernel, st, depths, q, group, n, b, NULL));
+        CHECK(memcmp(b, ref, sizeof(float) * group * n) == 0);
+        b[7] = nextafterf(b[7], INFINITY);
+        CHECK(memcmp(b, ref, sizeof(float) * group * n) != 0);
+    }
+    free(ref);
+    free(b);
+    fathom_store_free(st);
+}
+
+/* The int8 kernels through the pool driver and the fused scan + select:
+ * the scores of one scan, and the selections of fathom_select on them. */
+static void test_int8_parallel(void) {
+    const uint32_t dim = 96, group = 5;
+    const uint64_t n = 64 * 40 + 17;
+    fathom_store *st = make_store(dim, 8, n);
+    float *q = malloc(sizeof(float) * group * dim);
+    for (uint32_t i = 0; i < group * dim; i++) q[i] = rng_key(i);
+    uint8_t depths[96];
+    for (uint32_t j = 0; j < dim; j++) depths[j] = (uint8_t)rng_below(5);
+    float *ref = malloc(sizeof(float) * 2 * group * n), *s = malloc(sizeof(float) * group * n);
+    CHECK_OK(fathom_store_scan_with(FATHOM_SCAN_INT8_REFERENCE, st, depths, q, group, n, ref, NULL));
+    CHECK_OK(fathom_store_scan_with(FATHOM_SCAN_INT16_REFERENCE, st, depths, q, group, n, ref + group * n,
+                                    NULL));
+    fathom_pool *pool = NULL;
+    CHECK_OK(fathom_pool_create(&pool, 3));
+    const uint32_t K = 40;
+    uint32_t idx[5 * 40], cnt[5], ridx[40], rcnt;
+    uint64_t *work = malloc(fathom_select_work_size(n));
+    for (int k = 0; pool && k < 6; k++) {
+        if (!fathom_scan_kernel_available(int8k[k].kernel)) continue;
+        const float *want = ref + (k / 3) * group * n;
+        for (uint64_t i = 0; i < group * n; i++) s[i] = NAN;
+        fathom_scan_item item = {st, depths, q, group, n, s};
+        CHECK_OK(fathom_scan_parallel(pool, int8k[k].kernel, &item, 1, 256));
+        CHECK(memcmp(s, want, sizeof(float) * group * n) == 0);
+        fathom_scan_select_item si = {st, depths, q, group, n, K, 4, 8, idx, cnt, NULL};
+        CHECK_OK(fathom_scan_select_parallel(pool, int8k[k].kernel, &si, 1, 256));
+        for (uint32_t h = 0; h < group; h++) {
+            CHECK_OK(fathom_select(want + h * n, n, K, 4, 8, work, ridx, &rcnt));
+            CHECK(cnt[h] == rcnt && memcmp(idx + h * K, ridx, rcnt * sizeof(uint32_t)) == 0);
+        }
+    }
+    CHECK_STATUS(fathom_store_scan_range(FATHOM_SCAN_INT8_REFERENCE, st, depths, q, 1, 0, 64, s, 64,
+                                         NULL),
+                 FATHOM_ERR_INVALID_ARG); /* the reference scans whole stores only */
+    fathom_pool_free(pool);
+    free(work);
+    free(q);
+    free(ref);
+    free(s);
+    fathom_store_free(st);
+}
+
 int main(void) {
     test_cpu_features();
     test_tiled_identical();
@@ -1105,6 +1346,23 @@ int main(void) {
     printf("test_scan: grouped scores within the derived bound of the exact ones: %llu of %llu "
            "(%llu of them differ)\n", (unsigned long long)grouped_scores_bounded,
            (unsigned long long)grouped_scores_total, (unsigned long long)grouped_scores_differ);
+    test_int8_scores();
+    test_int8_special();
+    test_int8_checks_fail();
+    test_int8_parallel();
+    CHECK(int8_run[0] > 0 && int8_run[3] > 0);
+    for (int k = 0; k < 6; k++)
+        if (int8_run[k])
+            printf("test_scan: %s kernel equals the %s reference bit for bit (%d scans)\n",
+                   int8k[k].name, k < 3 ? "int8" : "int16", int8_run[k]);
+        else
+            printf("test_scan: %s kernel skipped: not on this CPU\n", int8k[k].name);
+    for (int fam = 0; fam < 2; fam++)
+        printf("test_scan: %s scores within the derived bound of the exact sums: %llu of %llu "
+               "(%llu differ from the exact float; worst error / bound %.3f)\n",
+               fam ? "int16" : "int8", (unsigned long long)int8_scores_bounded[fam],
+               (unsigned long long)int8_scores_total[fam], (unsigned long long)int8_scores_differ[fam],
+               int8_worst_rel[fam]);
     CHECK(pairs_run[0] > 0); /* the portable pair runs everywhere */
     for (int k = 0; k < 3; k++)
         if (pairs_run[k])

@@ -31,6 +31,10 @@ enum {
     (FATHOM_CPU_AVX512 | FATHOM_CPU_AVX512BW | FATHOM_CPU_AVX512VL | FATHOM_CPU_AVX512VBMI |       \
      FATHOM_CPU_GFNI | FATHOM_CPU_VPCLMULQDQ)
 
+/* What FATHOM_TARGET_AVX512_INT8 code needs: the tables' features and
+ * AVX-512 VNNI (Ice Lake and later, Zen 4 and later). */
+#define FATHOM_CPU_AVX512_INT8 (FATHOM_CPU_AVX512_TABLES | FATHOM_CPU_AVX512VNNI)
+
 /* The FATHOM_CPU_* bits this CPU and OS support; 0 off x86-64. Setting the
  * environment variable FATHOM_CPU_MASK to a decimal number ANDs the result
  * with it (tests and benchmarks use it to run the narrower variants). */
@@ -51,6 +55,9 @@ static inline bool fathom_cpu_has(unsigned features) {
 #define FATHOM_TARGET_AVX512_BW __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define FATHOM_TARGET_AVX512_TABLES                                                                \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,gfni,vpclmulqdq,avx2,fma,f16c")))
+#define FATHOM_TARGET_AVX512_INT8                                                                  \
+    __attribute__((target(                                                                         \
+        "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni,gfni,vpclmulqdq,avx2,fma,f16c")))
 #endif
 
 #if defined(__GNUC__)

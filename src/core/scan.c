@@ -269,15 +269,25 @@ int fathom_scan_kernel_available(fathom_scan_kernel kernel) {
     case FATHOM_SCAN_TILED_PORTABLE:
     case FATHOM_SCAN_GROUPED_REFERENCE:
     case FATHOM_SCAN_GROUPED:
-    case FATHOM_SCAN_GROUPED_PORTABLE: return 1;
+    case FATHOM_SCAN_GROUPED_PORTABLE:
+    case FATHOM_SCAN_INT8_REFERENCE:
+    case FATHOM_SCAN_INT8:
+    case FATHOM_SCAN_INT8_PORTABLE:
+    case FATHOM_SCAN_INT16_REFERENCE:
+    case FATHOM_SCAN_INT16:
+    case FATHOM_SCAN_INT16_PORTABLE: return 1;
 #ifdef FATHOM_X86
     case FATHOM_SCAN_AVX2:
     case FATHOM_SCAN_TILED_AVX2: return fathom_cpu_has(FATHOM_CPU_AVX2);
     case FATHOM_SCAN_AVX512:
     case FATHOM_SCAN_TILED_AVX512: return fathom_cpu_has(FATHOM_CPU_AVX512);
     case FATHOM_SCAN_GROUPED_AVX512: return fathom_cpu_has(FATHOM_CPU_AVX512_TABLES);
+    case FATHOM_SCAN_INT8_AVX512:
+    case FATHOM_SCAN_INT16_AVX512: return fathom_cpu_has(FATHOM_CPU_AVX512_INT8);
 #else
     case FATHOM_SCAN_GROUPED_AVX512:
+    case FATHOM_SCAN_INT8_AVX512:
+    case FATHOM_SCAN_INT16_AVX512:
     case FATHOM_SCAN_AVX2:
     case FATHOM_SCAN_AVX512:
     case FATHOM_SCAN_TILED_AVX2:
@@ -337,6 +347,31 @@ static int scan_values(void) {
 }
 #endif
 
+#ifdef FATHOM_X86
+/* Where the AVX-512 int8/int16 kernel interleaves a quad of channels' codes
+ * into dwords (scan_x86.c): 0 in the staging ("staged"), 1 in the block
+ * function beside the dot products ("split"). Same scores; default staged
+ * on AMD CPUs, split elsewhere; FATHOM_SCAN_INT8_SPLIT=0 or 1 overrides. */
+static int scan_int8_split(void) {
+    static atomic_int cached = -1;
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv("FATHOM_SCAN_INT8_SPLIT");
+        v = e && (*e == '0' || *e == '1') ? *e - '0' : !fathom_cpu_is_amd();
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+#endif
+
+const char *fathom_scan_int8_layout(void) {
+#ifdef FATHOM_X86
+    return scan_int8_split() ? "split" : "staged";
+#else
+    return "portable";
+#endif
+}
+
 const char *fathom_scan_avx512_values(void) {
     static const char *const names[4] = {"masks", "tables", "nibbles", "nibbles-inloop"};
 #ifdef FATHOM_X86
@@ -359,6 +394,28 @@ static scan2_kernel pick_tiled(fathom_scan_kernel kernel) {
                                   fathom_scan2_load_avx512_grouped, 1};
 #endif
         return (scan2_kernel){NULL, fathom_scan2_block_grouped_portable, NULL, 1};
+    }
+    if (kernel == FATHOM_SCAN_INT8 || kernel == FATHOM_SCAN_INT8_PORTABLE ||
+        kernel == FATHOM_SCAN_INT8_AVX512) {
+#ifdef FATHOM_X86
+        if (kernel != FATHOM_SCAN_INT8_PORTABLE && fathom_cpu_has(FATHOM_CPU_AVX512_INT8))
+            return scan_int8_split() ? (scan2_kernel){NULL, fathom_scan2_block_avx512_int8_split,
+                                                      fathom_scan2_load_avx512_int8_split, 0}
+                                     : (scan2_kernel){NULL, fathom_scan2_block_avx512_int8,
+                                                      fathom_scan2_load_avx512_int8, 0};
+#endif
+        return (scan2_kernel){NULL, fathom_scan2_block_int8_portable, NULL, 0};
+    }
+    if (kernel == FATHOM_SCAN_INT16 || kernel == FATHOM_SCAN_INT16_PORTABLE ||
+        kernel == FATHOM_SCAN_INT16_AVX512) {
+#ifdef FATHOM_X86
+        if (kernel != FATHOM_SCAN_INT16_PORTABLE && fathom_cpu_has(FATHOM_CPU_AVX512_INT8))
+            return scan_int8_split() ? (scan2_kernel){NULL, fathom_scan2_block_avx512_int16_split,
+                                                      fathom_scan2_load_avx512_int16_split, 0}
+                                     : (scan2_kernel){NULL, fathom_scan2_block_avx512_int16,
+                                                      fathom_scan2_load_avx512_int16, 0};
+#endif
+        return (scan2_kernel){NULL, fathom_scan2_block_int16_portable, NULL, 0};
     }
 #ifdef FATHOM_X86
     if (kernel == FATHOM_SCAN_TILED_AVX512 ||
@@ -493,12 +550,15 @@ static int scan2_run(scan2_kernel kern, const scan_source *src, const uint8_t *d
     return status;
 }
 
-/* The kernels that scan token ranges: the tiled ones and the grouped ones
- * but their reference. */
+/* The kernels that scan token ranges: the tiled ones and the grouped and
+ * int8 ones but their references. */
 static int is_tiled(fathom_scan_kernel kernel) {
     return kernel == FATHOM_SCAN_TILED_PORTABLE || kernel == FATHOM_SCAN_TILED_AVX2 ||
            kernel == FATHOM_SCAN_TILED_AVX512 || kernel == FATHOM_SCAN_GROUPED ||
-           kernel == FATHOM_SCAN_GROUPED_PORTABLE || kernel == FATHOM_SCAN_GROUPED_AVX512;
+           kernel == FATHOM_SCAN_GROUPED_PORTABLE || kernel == FATHOM_SCAN_GROUPED_AVX512 ||
+           kernel == FATHOM_SCAN_INT8 || kernel == FATHOM_SCAN_INT8_PORTABLE ||
+           kernel == FATHOM_SCAN_INT8_AVX512 || kernel == FATHOM_SCAN_INT16 ||
+           kernel == FATHOM_SCAN_INT16_PORTABLE || kernel == FATHOM_SCAN_INT16_AVX512;
 }
 
 static int source_scan_range(fathom_scan_kernel kernel, const scan_source *src,
@@ -561,6 +621,10 @@ int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *st, co
     if (kernel == FATHOM_SCAN_GROUPED_REFERENCE)
         return fathom_store_scan_grouped_reference(st, depths, queries, group, n, scores,
                                                    bytes_read);
+    if (kernel == FATHOM_SCAN_INT8_REFERENCE)
+        return fathom_store_scan_int8_reference(st, depths, queries, group, n, scores, bytes_read);
+    if (kernel == FATHOM_SCAN_INT16_REFERENCE)
+        return fathom_store_scan_int16_reference(st, depths, queries, group, n, scores, bytes_read);
     if (kernel == FATHOM_SCAN_AUTO || is_tiled(kernel)) {
         FATHOM_CHECK(!fathom_scan_kernel_available(kernel), FATHOM_ERR_UNSUPPORTED,
                      "store_scan: kernel %d is not available on this CPU", (int)kernel);

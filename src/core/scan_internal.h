@@ -7,6 +7,7 @@
 #include "internal.h"
 #include "store_internal.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -215,6 +216,83 @@ FATHOM_INLINE float scan_group_unit(uint32_t v, uint32_t bit, uint32_t t) {
     return (float)(2 * (int)c + 1 - (1 << t)) / (float)(1u << t);
 }
 
+/* ---- the integer ("VNNI") scan: the definition ----
+ *
+ * An opt-in mode (FATHOM_SCAN_INT8_*, store_internal.h) whose scores
+ * approximate the exact ones. Per pass (scan_next_pass: channels k <
+ * count in pass order), 64-token block b and head h, with a_k the block's
+ * scale of channel k (fp16 to float) and t_k its depth:
+ *   1. W_k = q_hk * a_k (a float multiply);
+ *   2. m = max_k |W_k|. If some W_k is not finite, the pass adds NaN to
+ *      every token of the block (s = NaN below). If m < 2^-100, every
+ *      w_k = 0 and s = 0 (the pass adds +0).
+ *   3. otherwise, with L = 127 levels (int8) or 32512 (the int16 variant),
+ *      r = (float)L / m and s = m / (float)(16 L) (float divisions), and
+ *      w_k = fmaf(W_k, r, 0x1.8p23f) - 0x1.8p23f, the exact product
+ *      W_k r rounded to the nearest integer, ties to even (|w_k| <= L);
+ *   4. per token, with c_k its depth-t_k code and d_k = (2 c_k + 1) 2^(4-t_k)
+ *      - 16 (an integer in -15..15; the decoded value is a_k d_k / 16), the
+ *      exact integer T = sum_k w_k d_k, and the pass's term P = s * (float)T
+ *      (int8: |T| < 2^24, the conversion is exact; int16: |T| < 2^25, it
+ *      rounds to nearest, ties to even);
+ *   5. the score is 0.0f + P after the first pass, score + P after each
+ *      later one (as the exact kernels combine passes).
+ * Only steps 1-3 and 5 round, in one fixed way, so fathom_store_scan_int8_reference
+ * (token by token) and every int8 kernel give the same scores, bit for bit.
+ * Against the exact sum, channel k's term q_hk a_k d_k / 16 is replaced by
+ * (m / L) w_k d_k / 16: off by at most (m / 2L)(1 + 2^-15) |d_k| / 16,
+ * plus the roundings of s, (float)T and s * T (2^-24 of |P| each).
+ * The int16 kernels run each dot product twice: w = 256 w_hi + w_lo with
+ * w_lo the low byte of w as a signed byte and w_hi = (w - w_lo) / 256, both
+ * in -127..127 since |w| <= 32512 = 127 * 256.
+ *
+ * The kernels split T as K + sum_k w_k 2 c'_k with c'_k = c_k 2^(4-t_k)
+ * (the code filled to 4 bits with zeros: the first t_k planes at bits 3..0,
+ * unread planes zero) and K = sum_k w_k (2^(4-t_k) - 16), per block and
+ * head: the token sum is a dot product of u8 codes with s8 weights
+ * (vpdpbusd). */
+#define SCAN_INT8_MAGIC 0x1.8p23f /* 1.5 * 2^23: adding it rounds to an integer */
+#define SCAN_INT8_TINY 0x1p-100f  /* below it a block's weights are all 0 */
+#define SCAN_INT8_LEVELS 127
+#define SCAN_INT16_LEVELS 32512
+
+/* The weights of one pass, block and head at `levels` (SCAN_INT8_LEVELS or
+ * SCAN_INT16_LEVELS): w[k] for k < count, K and the scale s (steps 1-3
+ * above); a[k] the block's scales, q[k] the head's query values, t[k] the
+ * depths. */
+FATHOM_INLINE void scan_int8_weights(uint32_t count, const float *a, const float *q,
+                                     const uint32_t *t, int32_t levels, int32_t *w, int32_t *K,
+                                     float *s) {
+    float m = 0.0f;
+    int finite = 1;
+    for (uint32_t k = 0; k < count; k++) {
+        const float W = q[k] * a[k], x = fabsf(W);
+        if (!(x <= 3.4028234663852886e38f)) finite = 0; /* inf or NaN */
+        else if (x > m) m = x;
+    }
+    int32_t sum = 0;
+    for (uint32_t k = 0; k < count; k++) w[k] = 0;
+    if (!finite) {
+        *K = 0;
+        *s = __builtin_nanf("");
+        return;
+    }
+    if (m < SCAN_INT8_TINY) {
+        *K = 0;
+        *s = 0.0f;
+        return;
+    }
+    const float r = (float)levels / m;
+    for (uint32_t k = 0; k < count; k++) {
+        const float W = q[k] * a[k];
+        const int32_t wk = (int32_t)(fmaf(W, r, SCAN_INT8_MAGIC) - SCAN_INT8_MAGIC);
+        w[k] = wk;
+        sum += wk * ((int32_t)(16u >> t[k]) - 16);
+    }
+    *K = sum;
+    *s = m / (float)(16 * levels);
+}
+
 typedef struct scan2_pass {
     uint64_t S;                            /* segment blocks */
     uint32_t count;                        /* active channels in this pass */
@@ -277,6 +355,23 @@ typedef struct scan2_tile {
             uint8_t bit[SCAN_PASS_CHANNELS];
             float a[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS];
         } n;
+        /* the AVX-512 int8 kernel's (scan_x86.c): codes, split: per channel
+         * (pass order; zero past the last quad's channels) and pair of
+         * blocks z its transposed codes (byte 32 (b & 1) + s of block
+         * 2 z + (b & 1): token s's c' (SCAN_INT8 definition) in the high
+         * nibble, token 32 + s's in the low one, s < 32); staged: the same
+         * bytes as [quad][block][half][64] dwords; per quad, block and head the quad's
+         * 4 weights as one dword; per block and head s / 8 and 8 K; per
+         * channel its scales by block (int16: w the weights' low bytes,
+         * wh their high bytes) */
+        struct {
+            uint8_t codes[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS / 2][64];
+            int32_t w[SCAN_PASS_CHANNELS / 4][SCAN2_TILE_BLOCKS][4];
+            int32_t wh[SCAN_PASS_CHANNELS / 4][SCAN2_TILE_BLOCKS][4]; /* int16: high bytes */
+            float s8[SCAN2_TILE_BLOCKS][4];
+            int32_t k8[SCAN2_TILE_BLOCKS][4];
+            float a[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS];
+        } i;
     } __attribute__((aligned(64)));
 } scan2_tile;
 
@@ -339,7 +434,35 @@ void fathom_scan2_block_grouped_portable(const scan2_pass *pass, const scan2_til
                                          uint32_t b, float *dec, float *out, uint64_t ld,
                                          uint32_t valid);
 
+/* The portable int8 kernel (scan_int8.c), on scan2_stage's tile. */
+void fathom_scan2_block_int8_portable(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
+                                      float *dec, float *out, uint64_t ld, uint32_t valid);
+void fathom_scan2_block_int16_portable(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
+                                       float *dec, float *out, uint64_t ld, uint32_t valid);
+
 #ifdef FATHOM_X86
+void fathom_scan2_load_avx512_int8(const scan2_pass *pass, const fathom_segment_view *view,
+                                   uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
+                                   scan2_tile *tile);
+void fathom_scan2_block_avx512_int8(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
+                                    float *dec, float *out, uint64_t ld, uint32_t valid);
+void fathom_scan2_load_avx512_int16(const scan2_pass *pass, const fathom_segment_view *view,
+                                    uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
+                                    scan2_tile *tile);
+void fathom_scan2_block_avx512_int16(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
+                                     float *dec, float *out, uint64_t ld, uint32_t valid);
+void fathom_scan2_load_avx512_int8_split(const scan2_pass *pass, const fathom_segment_view *view,
+                                         uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
+                                         scan2_tile *tile);
+void fathom_scan2_block_avx512_int8_split(const scan2_pass *pass, const scan2_tile *tile,
+                                          uint32_t b, float *dec, float *out, uint64_t ld,
+                                          uint32_t valid);
+void fathom_scan2_load_avx512_int16_split(const scan2_pass *pass, const fathom_segment_view *view,
+                                          uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
+                                          scan2_tile *tile);
+void fathom_scan2_block_avx512_int16_split(const scan2_pass *pass, const scan2_tile *tile,
+                                           uint32_t b, float *dec, float *out, uint64_t ld,
+                                           uint32_t valid);
 uint32_t fathom_scan_filter_avx2(const float *s, uint32_t n, float thr, int strict, uint64_t pos0,
                                  uint64_t *out);
 uint32_t fathom_scan_filter_avx512(const float *s, uint32_t n, float thr, int strict,

@@ -907,6 +907,499 @@ TAB_TARGET void fathom_scan2_block_avx512_grouped(const scan2_pass *ps, const sc
 #undef GROUPED_FUSED
 }
 
+/* ---- tiled AVX-512 VNNI, the int8 mode: integer dot products ----
+ *
+ * The int8 definition (scan_internal.h). Staging (per tile of 8 blocks):
+ * each channel's filled codes c' (its first t planes at nibble bits 3..0,
+ * unread planes zero) by one bit transpose (gf2p8affineqb) per two blocks:
+ * its input qword holds planes 0-3 of tokens 8 o .. 8 o + 7 (bytes 0-3) and
+ * of tokens 32 + 8 o .. (bytes 4-7), formed from the plane rows by byte
+ * permutes (int8_direct for depth <= 2: one; int8_rows and int8_planes for
+ * depth 3, 4: two levels); its output byte k (slot 8 o + k) holds token
+ * 8 o + k's c' in the high nibble and token 32 + 8 o + k's in the low one.
+ * Two levels of byte permutes (int8_pair, int8_quad) interleave a quad of
+ * channels' slots into dwords: in the staging ("staged": i.codes holds the
+ * dwords, [quad][block][half][64]), or ("split") in the block function
+ * beside its dot products (i.codes holds each channel's transposed codes),
+ * where on Intel server cores the permutes' port runs beside the dot
+ * products' instead of alone in the staging. Same scores either way. The
+ * weights are formed 16 (block, head) pairs a vector (int8_weights).
+ *
+ * Per block, quad and half f the kernel forms the dwords D: with the quad's
+ * weights as s8 (vpdpbusd, u8 codes), dot(D) = 16 I_hi + I_lo and
+ * dot(D & 0x0f0f0f0f) = I_lo, I the sums of w c' of the tokens 16 f + i
+ * (high nibbles) and 32 + 16 f + i (low ones); so with acc0 started at 8 K,
+ * 8 T = acc0 - acc1 for the first and (acc1 << 4) + 8 K for the second, and
+ * P = (s / 8) * (float)(8 T): the same real product as s * T, so the same
+ * float (s / 8 = m / 16256, exact scaling of m / 2032: m >= 2^-100).
+ *
+ * The byte permutes' index tables (vpermt2b: 0-63 the first source's bytes,
+ * 64-127 the second's; rows and tiles of 8 blocks, qword b = block b):
+ * int8_direct[z]: from plane rows 0, 1, blocks 2 z, 2 z + 1's GFNI input
+ *   qwords (planes 2, 3 zeroed by the mask);
+ * int8_rows[x]: from rows (0, 1) or (2, 3), blocks 4 x .. 4 x + 3 as
+ *   byte pairs (row r of octet o of block b at 32 (b / 2 & 1) + 16 (b & 1)
+ *   + 2 o + r);
+ * int8_planes[z & 1]: from those of rows 0, 1 and rows 2, 3, the GFNI input
+ *   qwords of blocks 2 z, 2 z + 1;
+ * int8_pair[bb]: from two channels' transposed bytes, block bb's 32 slots as
+ *   byte pairs; int8_quad[f]: from two such pairs, half f's 16 dwords;
+ * int8_wpair, int8_wquad: the same for the weights' low bytes of 16 lanes. */
+
+#define INT8_TARGET FATHOM_TARGET_AVX512_INT8
+
+static const uint8_t int8_direct[4][64] __attribute__((aligned(64))) = {
+    {0, 64, 0, 0, 4, 68, 0, 0, 1, 65, 0, 0, 5, 69, 0, 0,
+     2, 66, 0, 0, 6, 70, 0, 0, 3, 67, 0, 0, 7, 71, 0, 0,
+     8, 72, 0, 0, 12, 76, 0, 0, 9, 73, 0, 0, 13, 77, 0, 0,
+     10, 74, 0, 0, 14, 78, 0, 0, 11, 75, 0, 0, 15, 79, 0, 0},
+    {16, 80, 0, 0, 20, 84, 0, 0, 17, 81, 0, 0, 21, 85, 0, 0,
+     18, 82, 0, 0, 22, 86, 0, 0, 19, 83, 0, 0, 23, 87, 0, 0,
+     24, 88, 0, 0, 28, 92, 0, 0, 25, 89, 0, 0, 29, 93, 0, 0,
+     26, 90, 0, 0, 30, 94, 0, 0, 27, 91, 0, 0, 31, 95, 0, 0},
+    {32, 96, 0, 0, 36, 100, 0, 0, 33, 97, 0, 0, 37, 101, 0, 0,
+     34, 98, 0, 0, 38, 102, 0, 0, 35, 99, 0, 0, 39, 103, 0, 0,
+     40, 104, 0, 0, 44, 108, 0, 0, 41, 105, 0, 0, 45, 109, 0, 0,
+     42, 106, 0, 0, 46, 110, 0, 0, 43, 107, 0, 0, 47, 111, 0, 0},
+    {48, 112, 0, 0, 52, 116, 0, 0, 49, 113, 0, 0, 53, 117, 0, 0,
+     50, 114, 0, 0, 54, 118, 0, 0, 51, 115, 0, 0, 55, 119, 0, 0,
+     56, 120, 0, 0, 60, 124, 0, 0, 57, 121, 0, 0, 61, 125, 0, 0,
+     58, 122, 0, 0, 62, 126, 0, 0, 59, 123, 0, 0, 63, 127, 0, 0},
+};
+static const uint8_t int8_rows[2][64] __attribute__((aligned(64))) = {
+    {0, 64, 1, 65, 2, 66, 3, 67, 4, 68, 5, 69, 6, 70, 7, 71,
+     8, 72, 9, 73, 10, 74, 11, 75, 12, 76, 13, 77, 14, 78, 15, 79,
+     16, 80, 17, 81, 18, 82, 19, 83, 20, 84, 21, 85, 22, 86, 23, 87,
+     24, 88, 25, 89, 26, 90, 27, 91, 28, 92, 29, 93, 30, 94, 31, 95},
+    {32, 96, 33, 97, 34, 98, 35, 99, 36, 100, 37, 101, 38, 102, 39, 103,
+     40, 104, 41, 105, 42, 106, 43, 107, 44, 108, 45, 109, 46, 110, 47, 111,
+     48, 112, 49, 113, 50, 114, 51, 115, 52, 116, 53, 117, 54, 118, 55, 119,
+     56, 120, 57, 121, 58, 122, 59, 123, 60, 124, 61, 125, 62, 126, 63, 127},
+};
+static const uint8_t int8_planes[2][64] __attribute__((aligned(64))) = {
+    {0, 1, 64, 65, 8, 9, 72, 73, 2, 3, 66, 67, 10, 11, 74, 75,
+     4, 5, 68, 69, 12, 13, 76, 77, 6, 7, 70, 71, 14, 15, 78, 79,
+     16, 17, 80, 81, 24, 25, 88, 89, 18, 19, 82, 83, 26, 27, 90, 91,
+     20, 21, 84, 85, 28, 29, 92, 93, 22, 23, 86, 87, 30, 31, 94, 95},
+    {32, 33, 96, 97, 40, 41, 104, 105, 34, 35, 98, 99, 42, 43, 106, 107,
+     36, 37, 100, 101, 44, 45, 108, 109, 38, 39, 102, 103, 46, 47, 110, 111,
+     48, 49, 112, 113, 56, 57, 120, 121, 50, 51, 114, 115, 58, 59, 122, 123,
+     52, 53, 116, 117, 60, 61, 124, 125, 54, 55, 118, 119, 62, 63, 126, 127},
+};
+static const uint8_t int8_pair[2][64] __attribute__((aligned(64))) = {
+    {0, 64, 1, 65, 2, 66, 3, 67, 4, 68, 5, 69, 6, 70, 7, 71,
+     8, 72, 9, 73, 10, 74, 11, 75, 12, 76, 13, 77, 14, 78, 15, 79,
+     16, 80, 17, 81, 18, 82, 19, 83, 20, 84, 21, 85, 22, 86, 23, 87,
+     24, 88, 25, 89, 26, 90, 27, 91, 28, 92, 29, 93, 30, 94, 31, 95},
+    {32, 96, 33, 97, 34, 98, 35, 99, 36, 100, 37, 101, 38, 102, 39, 103,
+     40, 104, 41, 105, 42, 106, 43, 107, 44, 108, 45, 109, 46, 110, 47, 111,
+     48, 112, 49, 113, 50, 114, 51, 115, 52, 116, 53, 117, 54, 118, 55, 119,
+     56, 120, 57, 121, 58, 122, 59, 123, 60, 124, 61, 125, 62, 126, 63, 127},
+};
+static const uint8_t int8_quad[2][64] __attribute__((aligned(64))) = {
+    {0, 1, 64, 65, 2, 3, 66, 67, 4, 5, 68, 69, 6, 7, 70, 71,
+     8, 9, 72, 73, 10, 11, 74, 75, 12, 13, 76, 77, 14, 15, 78, 79,
+     16, 17, 80, 81, 18, 19, 82, 83, 20, 21, 84, 85, 22, 23, 86, 87,
+     24, 25, 88, 89, 26, 27, 90, 91, 28, 29, 92, 93, 30, 31, 94, 95},
+    {32, 33, 96, 97, 34, 35, 98, 99, 36, 37, 100, 101, 38, 39, 102, 103,
+     40, 41, 104, 105, 42, 43, 106, 107, 44, 45, 108, 109, 46, 47, 110, 111,
+     48, 49, 112, 113, 50, 51, 114, 115, 52, 53, 116, 117, 54, 55, 118, 119,
+     56, 57, 120, 121, 58, 59, 122, 123, 60, 61, 124, 125, 62, 63, 126, 127},
+};
+
+
+static const uint8_t int8_wpair[64] __attribute__((aligned(64))) = {
+    0, 64, 4, 68, 8, 72, 12, 76, 16, 80, 20, 84, 24, 88, 28, 92,
+    32, 96, 36, 100, 40, 104, 44, 108, 48, 112, 52, 116, 56, 120, 60, 124,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+};
+static const uint8_t int8_wquad[64] __attribute__((aligned(64))) = {
+    0, 1, 64, 65, 2, 3, 66, 67, 4, 5, 68, 69, 6, 7, 70, 71,
+    8, 9, 72, 73, 10, 11, 74, 75, 12, 13, 76, 77, 14, 15, 78, 79,
+    16, 17, 80, 81, 18, 19, 82, 83, 20, 21, 84, 85, 22, 23, 86, 87,
+    24, 25, 88, 89, 26, 27, 90, 91, 28, 29, 92, 93, 30, 31, 94, 95
+};
+
+/* Channel k's transposed codes of the tile: g[z] for blocks 2 z, 2 z + 1
+ * (byte 32 (b & 1) + slot). */
+INT8_TARGET SCAN_INLINE void int8_channel(const uint64_t *row, uint64_t S, uint32_t t, int full,
+                                          __mmask8 live, uint32_t ahead, int prefetch,
+                                          __m512i g[4]) {
+    const __m512i sel = _mm512_set1_epi64((long long)0x8040201008040201ull);
+    __m512i r[4];
+    for (uint32_t p = 0; p < 4; p++) {
+        if (p >= t) {
+            r[p] = _mm512_setzero_si512();
+            continue;
+        }
+        if (prefetch) SCAN2_PREFETCH(row + p * S + ahead);
+        r[p] = full ? _mm512_loadu_si512((const void *)(row + p * S))
+                    : _mm512_maskz_loadu_epi64(live, row + p * S);
+    }
+    if (t <= 2) {
+        for (uint32_t z = 0; z < 4; z++) {
+            const __m512i in = _mm512_maskz_permutex2var_epi8(
+                0x3333333333333333ull, r[0], _mm512_load_si512((const void *)int8_direct[z]), r[1]);
+            g[z] = _mm512_gf2p8affine_epi64_epi8(sel, in, 0);
+        }
+        return;
+    }
+    const __m512i l1a = _mm512_load_si512((const void *)int8_rows[0]);
+    const __m512i l1b = _mm512_load_si512((const void *)int8_rows[1]);
+    const __m512i u[2] = {_mm512_permutex2var_epi8(r[0], l1a, r[1]),
+                          _mm512_permutex2var_epi8(r[0], l1b, r[1])};
+    const __m512i v[2] = {_mm512_permutex2var_epi8(r[2], l1a, r[3]),
+                          _mm512_permutex2var_epi8(r[2], l1b, r[3])};
+    for (uint32_t z = 0; z < 4; z++) {
+        const __m512i in = _mm512_permutex2var_epi8(
+            u[z >> 1], _mm512_load_si512((const void *)int8_planes[z & 1]), v[z >> 1]);
+        g[z] = _mm512_gf2p8affine_epi64_epi8(sel, in, 0);
+    }
+}
+
+/* The weights of the tile (steps 1-3 of the definition), 16 (block, head)
+ * pairs a vector: lane 4 (b & 3) + h of half g holds block 4 g + (b & 3)
+ * and head h, so a channel's query values are one 4-float broadcast and its
+ * scales one permute; the maximum and K then run lane by lane over the
+ * channels (no reduction across lanes). The weights' bytes (the low byte
+ * of y = magic + w) go to quad dwords by two levels of byte permutes
+ * (int8_wpair, int8_wquad); -K is one vpdpbusd of each quad's dword with
+ * its channels' |2^(4-t) - 16| (int16: one on the high bytes, one on the
+ * low ones). */
+INT8_TARGET SCAN_INLINE void int8_weights(const scan2_pass *ps, scan2_tile *tile, const int WIDE) {
+    const uint32_t count = ps->count, nq = (count + 3) / 4;
+    __m512 wbuf[SCAN_PASS_CHANNELS][2];
+    const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
+    const __m512i spread[2] = {_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                               _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7)};
+    __m512i mx[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    for (uint32_t k = 0; k < count; k++) {
+        const __m512 a = _mm512_castps256_ps512(_mm256_load_ps(tile->i.a[k]));
+        const __m512 q = _mm512_broadcast_f32x4(_mm_loadu_ps(ps->q[k]));
+        for (uint32_t g = 0; g < 2; g++) {
+            const __m512 W = _mm512_mul_ps(_mm512_permutexvar_ps(spread[g], a), q);
+            wbuf[k][g] = W;
+            mx[g] = _mm512_max_epu32(mx[g], _mm512_and_si512(_mm512_castps_si512(W), absmask));
+        }
+    }
+    const __m512 magic = _mm512_set1_ps(SCAN_INT8_MAGIC);
+    const __m512i inf = _mm512_set1_epi32(0x7f800000);
+    __m512 r[2];
+    for (uint32_t g = 0; g < 2; g++) {
+        const __m512 m = _mm512_castsi512_ps(mx[g]);
+        const __mmask16 bad = _mm512_cmpge_epu32_mask(mx[g], inf);
+        const __mmask16 ok =
+            (__mmask16)(~bad & _mm512_cmp_ps_mask(m, _mm512_set1_ps(SCAN_INT8_TINY), _CMP_GE_OQ));
+        const float levels = WIDE ? (float)SCAN_INT16_LEVELS : (float)SCAN_INT8_LEVELS;
+        r[g] = _mm512_maskz_div_ps(ok, _mm512_set1_ps(levels), m); /* 0: every w = 0 */
+        const __m512 s = _mm512_maskz_div_ps(ok, m, _mm512_set1_ps(128.0f * levels)); /* s / 8 */
+        const __m512 s8 = _mm512_mask_blend_ps(bad, s, _mm512_set1_ps(__builtin_nanf("")));
+        _mm512_store_ps(&tile->i.s8[4 * g][0], s8);
+    }
+    /* -K: the quads' weight bytes times |2^(4-t) - 16| (u8), vpdpbusd */
+    __m512i kacc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    __m512i khi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    const __m512i wpair = _mm512_load_si512((const void *)int8_wpair);
+    const __m512i wquad = _mm512_load_si512((const void *)int8_wquad);
+    uint32_t depth = 1;
+    for (uint32_t Q = 0; Q < nq; Q++) {
+        __m512i y[2][4], hi[2][4];
+        uint32_t e = 0; /* the quad's |2^(4-t) - 16|, a byte each */
+        for (uint32_t c = 0; c < 4; c++) {
+            const uint32_t k = 4 * Q + c;
+            if (k >= count) {
+                y[0][c] = y[1][c] = hi[0][c] = hi[1][c] = _mm512_setzero_si512();
+                continue;
+            }
+            while (k >= ps->first[depth]) depth++;
+            e |= (16u - (16u >> depth)) << (8 * c);
+            for (uint32_t g = 0; g < 2; g++) {
+                y[g][c] = _mm512_castps_si512(_mm512_fmadd_ps(wbuf[k][g], r[g], magic));
+                if (WIDE) /* w_hi = (w + 128) >> 8, w = y's bits - magic's */
+                    hi[g][c] = _mm512_srai_epi32(
+                        _mm512_sub_epi32(y[g][c], _mm512_set1_epi32(0x4b400000 - 128)), 8);
+            }
+        }
+        const __m512i ev = _mm512_set1_epi32((int32_t)e);
+        for (uint32_t g = 0; g < 2; g++) {
+            const __m512i m01 = _mm512_permutex2var_epi8(y[g][0], wpair, y[g][1]);
+            const __m512i m23 = _mm512_permutex2var_epi8(y[g][2], wpair, y[g][3]);
+            const __m512i wq = _mm512_permutex2var_epi8(m01, wquad, m23);
+            _mm512_store_si512((void *)tile->i.w[Q][4 * g], wq);
+            kacc[g] = _mm512_dpbusd_epi32(kacc[g], ev, wq);
+            if (!WIDE) continue;
+            const __m512i h01 = _mm512_permutex2var_epi8(hi[g][0], wpair, hi[g][1]);
+            const __m512i h23 = _mm512_permutex2var_epi8(hi[g][2], wpair, hi[g][3]);
+            const __m512i hq = _mm512_permutex2var_epi8(h01, wquad, h23);
+            _mm512_store_si512((void *)tile->i.wh[Q][4 * g], hq);
+            khi[g] = _mm512_dpbusd_epi32(khi[g], ev, hq);
+        }
+    }
+    for (uint32_t g = 0; g < 2; g++) { /* 8 K = -8 (256 khi + kacc) */
+        const __m512i minus_k = _mm512_add_epi32(_mm512_slli_epi32(khi[g], 8), kacc[g]);
+        _mm512_store_si512((void *)tile->i.k8[4 * g],
+                           _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(minus_k, 3)));
+    }
+}
+
+INT8_TARGET SCAN_INLINE void int8_load(const scan2_pass *ps, const fathom_segment_view *view,
+                                       uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
+                                       scan2_tile *tile, const int WIDE, const int SPLIT) {
+    _Static_assert(SCAN2_TILE_BLOCKS == 8, "a tile is one 64-byte line of each plane row");
+    const __mmask8 live = (__mmask8)((1u << nb) - 1u); /* a short tile reads only its blocks */
+    const int full = nb == SCAN2_TILE_BLOCKS;
+    const uint64_t S = ps->S;
+    const uint32_t count = ps->count, nq = (count + 3) / 4;
+    uint32_t depth = 1;
+    for (uint32_t Q = 0; Q < nq; Q++) {
+        __m512i g[4][4];
+        for (uint32_t c = 0; c < 4; c++) {
+            const uint32_t k = 4 * Q + c;
+            if (k >= count) { /* the last quad's missing channels */
+                for (uint32_t z = 0; z < 4; z++) g[c][z] = _mm512_setzero_si512();
+            } else {
+                while (k >= ps->first[depth]) depth++;
+                const uint64_t j = ps->channels[k];
+                int8_channel(view->planes + j * FATHOM_PLANES * S + b0, S, depth, full, live,
+                             ahead, prefetch, g[c]);
+                const uint16_t *scale = view->scales + j * S + b0;
+                if (prefetch) SCAN2_PREFETCH(scale + ahead);
+                const __m128i a = full ? _mm_loadu_si128((const __m128i *)(const void *)scale)
+                                       : _mm_maskz_loadu_epi16(live, scale);
+                _mm256_store_ps(tile->i.a[k], _mm256_cvtph_ps(a));
+            }
+            if (SPLIT)
+                for (uint32_t z = 0; z < 4; z++)
+                    _mm512_store_si512((void *)tile->i.codes[k][z], g[c][z]);
+        }
+        if (SPLIT) continue;
+        /* staged: the quad's dwords, [Q][b][f] */
+        uint8_t(*dw)[SCAN2_TILE_BLOCKS][2][64] = (uint8_t(*)[SCAN2_TILE_BLOCKS][2][64])tile->i.codes;
+        const __m512i p0 = _mm512_load_si512((const void *)int8_pair[0]);
+        const __m512i p1 = _mm512_load_si512((const void *)int8_pair[1]);
+        const __m512i f0 = _mm512_load_si512((const void *)int8_quad[0]);
+        const __m512i f1 = _mm512_load_si512((const void *)int8_quad[1]);
+        for (uint32_t z = 0; z < 4; z++) {
+            const __m512i m01[2] = {_mm512_permutex2var_epi8(g[0][z], p0, g[1][z]),
+                                    _mm512_permutex2var_epi8(g[0][z], p1, g[1][z])};
+            const __m512i m23[2] = {_mm512_permutex2var_epi8(g[2][z], p0, g[3][z]),
+                                    _mm512_permutex2var_epi8(g[2][z], p1, g[3][z])};
+            for (uint32_t bb = 0; bb < 2; bb++) {
+                _mm512_store_si512((void *)dw[Q][2 * z + bb][0],
+                                   _mm512_permutex2var_epi8(m01[bb], f0, m23[bb]));
+                _mm512_store_si512((void *)dw[Q][2 * z + bb][1],
+                                   _mm512_permutex2var_epi8(m01[bb], f1, m23[bb]));
+            }
+        }
+    }
+    int8_weights(ps, tile, WIDE);
+}
+
+INT8_TARGET void fathom_scan2_load_avx512_int8(const scan2_pass *ps,
+                                               const fathom_segment_view *view, uint32_t b0,
+                                               uint32_t nb, uint32_t ahead, int prefetch,
+                                               scan2_tile *tile) {
+    int8_load(ps, view, b0, nb, ahead, prefetch, tile, 0, 0);
+}
+
+INT8_TARGET void fathom_scan2_load_avx512_int8_split(const scan2_pass *ps,
+                                                     const fathom_segment_view *view, uint32_t b0,
+                                                     uint32_t nb, uint32_t ahead, int prefetch,
+                                                     scan2_tile *tile) {
+    int8_load(ps, view, b0, nb, ahead, prefetch, tile, 0, 1);
+}
+
+INT8_TARGET void fathom_scan2_load_avx512_int16(const scan2_pass *ps,
+                                                const fathom_segment_view *view, uint32_t b0,
+                                                uint32_t nb, uint32_t ahead, int prefetch,
+                                                scan2_tile *tile) {
+    int8_load(ps, view, b0, nb, ahead, prefetch, tile, 1, 0);
+}
+
+INT8_TARGET void fathom_scan2_load_avx512_int16_split(const scan2_pass *ps,
+                                                      const fathom_segment_view *view, uint32_t b0,
+                                                      uint32_t nb, uint32_t ahead, int prefetch,
+                                                      scan2_tile *tile) {
+    int8_load(ps, view, b0, nb, ahead, prefetch, tile, 1, 1);
+}
+
+/* acc += dot(u8 codes, s8 weights w broadcast from memory), in place (the
+ * compiler's intrinsic copies the accumulators around the quad loop). */
+INT8_TARGET SCAN_INLINE void int8_dot(__m512i *acc, __m512i codes, const int32_t *w) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(*acc) : "v"(codes), "m"(*w));
+}
+
+/* Quad Q's dwords of block b, halves 0 and 1 (d[0], d[1]): staged (SPLIT
+ * 0), or formed from its channels' transposed codes, pair and quad the
+ * tables int8_pair[b & 1], int8_quad[0], int8_quad[1]. */
+INT8_TARGET SCAN_INLINE void int8_quad_codes(const scan2_tile *tile, uint32_t Q, uint32_t b,
+                                             __m512i pair, __m512i quad0, __m512i quad1,
+                                             __m512i d[2], const int SPLIT) {
+    if (!SPLIT) {
+        const uint8_t(*dw)[SCAN2_TILE_BLOCKS][2][64] =
+            (const uint8_t(*)[SCAN2_TILE_BLOCKS][2][64])tile->i.codes;
+        d[0] = _mm512_load_si512((const void *)dw[Q][b][0]);
+        d[1] = _mm512_load_si512((const void *)dw[Q][b][1]);
+        return;
+    }
+    const uint8_t(*g)[SCAN2_TILE_BLOCKS / 2][64] = tile->i.codes + 4 * Q;
+    const uint32_t z = b >> 1;
+    const __m512i m01 = _mm512_permutex2var_epi8(_mm512_load_si512((const void *)g[0][z]), pair,
+                                                 _mm512_load_si512((const void *)g[1][z]));
+    const __m512i m23 = _mm512_permutex2var_epi8(_mm512_load_si512((const void *)g[2][z]), pair,
+                                                 _mm512_load_si512((const void *)g[3][z]));
+    d[0] = _mm512_permutex2var_epi8(m01, quad0, m23);
+    d[1] = _mm512_permutex2var_epi8(m01, quad1, m23);
+}
+
+INT8_TARGET SCAN_INLINE void int8_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                        const uint32_t HC, float *out, uint64_t ld,
+                                        uint32_t valid, const int SPLIT) {
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    __m512i acc[4][4];
+#pragma GCC unroll 4
+    for (uint32_t h = 0; h < HC; h++) {
+        acc[h][0] = acc[h][2] = _mm512_set1_epi32(tile->i.k8[b][h]);
+        acc[h][1] = acc[h][3] = _mm512_setzero_si512();
+    }
+    const uint32_t nq = (ps->count + 3) / 4;
+    const __m512i pair = _mm512_load_si512((const void *)int8_pair[b & 1]);
+    const __m512i quad0 = _mm512_load_si512((const void *)int8_quad[0]);
+    const __m512i quad1 = _mm512_load_si512((const void *)int8_quad[1]);
+    for (uint32_t Q = 0; Q < nq; Q++) {
+        __m512i d[2];
+        int8_quad_codes(tile, Q, b, pair, quad0, quad1, d, SPLIT);
+        const __m512i d0 = d[0], d1 = d[1];
+        const __m512i l0 = _mm512_and_si512(d0, low), l1 = _mm512_and_si512(d1, low);
+#pragma GCC unroll 4
+        for (uint32_t h = 0; h < HC; h++) {
+            const int32_t *w = &tile->i.w[Q][b][h];
+            int8_dot(&acc[h][0], d0, w);
+            int8_dot(&acc[h][1], l0, w);
+            int8_dot(&acc[h][2], d1, w);
+            int8_dot(&acc[h][3], l1, w);
+        }
+    }
+    __m512 f[4][4];
+#pragma GCC unroll 4
+    for (uint32_t h = 0; h < HC; h++) {
+        const __m512 s8 = _mm512_set1_ps(tile->i.s8[b][h]);
+        const __m512i k8 = _mm512_set1_epi32(tile->i.k8[b][h]);
+        f[h][0] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[h][0], acc[h][1])));
+        f[h][1] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[h][2], acc[h][3])));
+        f[h][2] = _mm512_mul_ps(
+            s8, _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(acc[h][1], 4), k8)));
+        f[h][3] = _mm512_mul_ps(
+            s8, _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(acc[h][3], 4), k8)));
+    }
+    avx512_put_block(ps, HC, f, out, ld, valid);
+}
+
+INT8_TARGET void fathom_scan2_block_avx512_int8(const scan2_pass *ps, const scan2_tile *tile,
+                                                uint32_t b, float *dec, float *out, uint64_t ld,
+                                                uint32_t valid) {
+    (void)dec;
+#define INT8_FUSED(HC) int8_fused(ps, tile, b, HC, out, ld, valid, 0)
+    SCAN_HEAD_CHUNK(ps->heads, INT8_FUSED);
+#undef INT8_FUSED
+}
+
+INT8_TARGET void fathom_scan2_block_avx512_int8_split(const scan2_pass *ps, const scan2_tile *tile,
+                                                      uint32_t b, float *dec, float *out,
+                                                      uint64_t ld, uint32_t valid) {
+    (void)dec;
+#define INT8_FUSED(HC) int8_fused(ps, tile, b, HC, out, ld, valid, 1)
+    SCAN_HEAD_CHUNK(ps->heads, INT8_FUSED);
+#undef INT8_FUSED
+}
+
+/* The int16 kernel: two heads at a time (8 accumulators each), the dot
+ * products of the high bytes (a) and the low bytes (b, started at 8 K):
+ * 8 T = ((a0 - a1) << 8) + b0 - b1 for the high nibbles' tokens and
+ * (a1 << 12) + (b1 << 4) + 8 K for the low ones'. */
+INT8_TARGET SCAN_INLINE void int16_pair(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                        uint32_t h0, const uint32_t HC, __m512 f[4][4],
+                                        const int SPLIT) {
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    __m512i acc[2][8];
+#pragma GCC unroll 2
+    for (uint32_t x = 0; x < HC; x++)
+#pragma GCC unroll 8
+        for (uint32_t i = 0; i < 8; i++)
+            acc[x][i] = i == 0 || i == 2 ? _mm512_set1_epi32(tile->i.k8[b][h0 + x])
+                                         : _mm512_setzero_si512();
+    const uint32_t nq = (ps->count + 3) / 4;
+    const __m512i pair = _mm512_load_si512((const void *)int8_pair[b & 1]);
+    const __m512i quad0 = _mm512_load_si512((const void *)int8_quad[0]);
+    const __m512i quad1 = _mm512_load_si512((const void *)int8_quad[1]);
+    for (uint32_t Q = 0; Q < nq; Q++) {
+        __m512i d[2];
+        int8_quad_codes(tile, Q, b, pair, quad0, quad1, d, SPLIT);
+        const __m512i d0 = d[0], d1 = d[1];
+        const __m512i l0 = _mm512_and_si512(d0, low), l1 = _mm512_and_si512(d1, low);
+#pragma GCC unroll 2
+        for (uint32_t x = 0; x < HC; x++) {
+            const int32_t *wl = &tile->i.w[Q][b][h0 + x], *wh = &tile->i.wh[Q][b][h0 + x];
+            /* acc[x][0..3]: low bytes (0, 2 started at 8 K); [4..7]: high bytes */
+            int8_dot(&acc[x][0], d0, wl);
+            int8_dot(&acc[x][1], l0, wl);
+            int8_dot(&acc[x][2], d1, wl);
+            int8_dot(&acc[x][3], l1, wl);
+            int8_dot(&acc[x][4], d0, wh);
+            int8_dot(&acc[x][5], l0, wh);
+            int8_dot(&acc[x][6], d1, wh);
+            int8_dot(&acc[x][7], l1, wh);
+        }
+    }
+#pragma GCC unroll 2
+    for (uint32_t x = 0; x < HC; x++) {
+        const uint32_t h = h0 + x;
+        const __m512 s8 = _mm512_set1_ps(tile->i.s8[b][h]);
+        const __m512i k8 = _mm512_set1_epi32(tile->i.k8[b][h]);
+        const __m512i *a = acc[x];
+        const __m512i t0 = _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(a[4], a[5]), 8),
+                                            _mm512_sub_epi32(a[0], a[1]));
+        const __m512i t1 = _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(a[6], a[7]), 8),
+                                            _mm512_sub_epi32(a[2], a[3]));
+        const __m512i t2 = _mm512_add_epi32(
+            _mm512_add_epi32(_mm512_slli_epi32(a[5], 12), _mm512_slli_epi32(a[1], 4)), k8);
+        const __m512i t3 = _mm512_add_epi32(
+            _mm512_add_epi32(_mm512_slli_epi32(a[7], 12), _mm512_slli_epi32(a[3], 4)), k8);
+        f[h][0] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(t0));
+        f[h][1] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(t1));
+        f[h][2] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(t2));
+        f[h][3] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(t3));
+    }
+}
+
+INT8_TARGET SCAN_INLINE void int16_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                         const uint32_t HC, float *out, uint64_t ld,
+                                         uint32_t valid, const int SPLIT) {
+    __m512 f[4][4];
+    int16_pair(ps, tile, b, 0, HC < 2 ? HC : 2, f, SPLIT);
+    if (HC > 2) int16_pair(ps, tile, b, 2, HC - 2, f, SPLIT);
+    avx512_put_block(ps, HC, f, out, ld, valid);
+}
+
+INT8_TARGET void fathom_scan2_block_avx512_int16(const scan2_pass *ps, const scan2_tile *tile,
+                                                 uint32_t b, float *dec, float *out, uint64_t ld,
+                                                 uint32_t valid) {
+    (void)dec;
+#define INT16_FUSED(HC) int16_fused(ps, tile, b, HC, out, ld, valid, 0)
+    SCAN_HEAD_CHUNK(ps->heads, INT16_FUSED);
+#undef INT16_FUSED
+}
+
+INT8_TARGET void fathom_scan2_block_avx512_int16_split(const scan2_pass *ps, const scan2_tile *tile,
+                                                       uint32_t b, float *dec, float *out,
+                                                       uint64_t ld, uint32_t valid) {
+    (void)dec;
+#define INT16_FUSED(HC) int16_fused(ps, tile, b, HC, out, ld, valid, 1)
+    SCAN_HEAD_CHUNK(ps->heads, INT16_FUSED);
+#undef INT16_FUSED
+}
+
 /* ---- the candidate filter (scan_internal.h), 16 scores per step ---- */
 
 /* Appends the candidates of scores s[i + j], j < 16, whose bit is set in hits. */

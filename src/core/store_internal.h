@@ -44,7 +44,29 @@ typedef enum fathom_scan_kernel {
     FATHOM_SCAN_GROUPED_REFERENCE, /* the definition, token by token (fathom_store_scan_with only) */
     FATHOM_SCAN_GROUPED,           /* the widest grouped kernel this CPU runs */
     FATHOM_SCAN_GROUPED_PORTABLE,  /* plain C */
-    FATHOM_SCAN_GROUPED_AVX512     /* AVX-512 with GFNI (the nibble kernel's features) */
+    FATHOM_SCAN_GROUPED_AVX512,    /* AVX-512 with GFNI (the nibble kernel's features) */
+    /* The integer ("VNNI") mode, opt-in only (AUTO never picks it): per
+     * pass, block and head the products q_hj a_jb are quantized to int8
+     * against their largest magnitude, each token's sum over the channels is
+     * an exact integer dot product of those weights with the channels'
+     * decoded codes, and one multiply scales it back (the int8 definition in
+     * scan_internal.h). Its scores are NOT the exact kernels': each channel's
+     * term is off by up to half a quantization step (max_j |q_hj a_jb| / 254
+     * times |2c' + 2^(4-t) - 16| / 16). All int8 kernels give the same
+     * scores, bit for bit. Tiled kernels: they also scan token ranges. */
+    FATHOM_SCAN_INT8_REFERENCE, /* the definition, token by token (fathom_store_scan_with only) */
+    FATHOM_SCAN_INT8,           /* the widest int8 kernel this CPU runs */
+    FATHOM_SCAN_INT8_PORTABLE,  /* plain C */
+    FATHOM_SCAN_INT8_AVX512,    /* AVX-512 VNNI with GFNI and VBMI */
+    /* The int16 variant of the int8 mode (same definition with 32512
+     * levels in place of 127: 16-bit weights, each dot product run twice,
+     * on the weights' high and low bytes): 256 times finer weights, twice
+     * the dot products. Opt-in only; all int16 kernels give the same scores,
+     * bit for bit. */
+    FATHOM_SCAN_INT16_REFERENCE, /* the definition, token by token (fathom_store_scan_with only) */
+    FATHOM_SCAN_INT16,           /* the widest int16 kernel this CPU runs */
+    FATHOM_SCAN_INT16_PORTABLE,  /* plain C */
+    FATHOM_SCAN_INT16_AVX512     /* AVX-512 VNNI with GFNI and VBMI */
 } fathom_scan_kernel;
 
 /* 1 when this build and CPU can run the kernel, else 0. */
@@ -61,7 +83,7 @@ int fathom_store_scan_with(fathom_scan_kernel kernel, const fathom_store *store,
 /* Scores of tokens [first, first + count) only: score of head h and token
  * first + i in scores[h * ld + i] (ld >= count). first is a multiple of
  * FATHOM_BLOCK_TOKENS; first + count <= the store's length. kernel is
- * FATHOM_SCAN_AUTO, a tiled kernel or a grouped one (not its reference); the scores are bit-identical to
+ * FATHOM_SCAN_AUTO, a tiled kernel or a grouped or int8 one (not their references); the scores are bit-identical to
  * fathom_store_scan_with's for the same kernel family. *bytes_read gets the
  * plane and scale bytes of the range's blocks. Threads may scan disjoint
  * ranges (or the same range into different buffers) of one store at once. */
@@ -110,6 +132,11 @@ void fathom_variance_from_sums(uint32_t dim, uint64_t n, const double *sum, cons
  * way (scan.c says which runs where; FATHOM_SCAN_TABLES=0 to 3 in the
  * environment overrides). */
 const char *fathom_scan_avx512_values(void);
+
+/* Where the AVX-512 int8/int16 kernel forms its code dwords: "staged" or
+ * "split" (scan.c; FATHOM_SCAN_INT8_SPLIT=0 or 1 in the environment
+ * overrides); "portable" off x86. Same scores either way. */
+const char *fathom_scan_int8_layout(void);
 
 /* One scan of a batch: scores [group x n] (row stride n) of `queries`
  * [group x dim] over the first n tokens of store at depths [dim]. */
@@ -199,6 +226,18 @@ int fathom_store_scan_reference(const fathom_store *store, const uint8_t *depths
 int fathom_store_scan_grouped_reference(const fathom_store *store, const uint8_t *depths,
                                         const float *queries, uint32_t group, uint64_t n,
                                         float *scores, uint64_t *bytes_read);
+
+/* The int8 scan's definition (scan_internal.h), token by token: the scores
+ * every FATHOM_SCAN_INT8_* kernel gives, bit for bit. Same arguments, checks
+ * and bytes_read as fathom_store_scan. */
+int fathom_store_scan_int8_reference(const fathom_store *store, const uint8_t *depths,
+                                     const float *queries, uint32_t group, uint64_t n,
+                                     float *scores, uint64_t *bytes_read);
+
+/* The same for the int16 variant (FATHOM_SCAN_INT16_*). */
+int fathom_store_scan_int16_reference(const fathom_store *store, const uint8_t *depths,
+                                      const float *queries, uint32_t group, uint64_t n,
+                                      float *scores, uint64_t *bytes_read);
 
 /* The running sums fathom_store_append keeps, [dim] each: shift (the first
  * stored row), sum and sum of squares of (row - shift). For tests that
