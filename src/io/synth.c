@@ -118,10 +118,11 @@ typedef struct head_model {
     float k_scale[SYNTH_MAX_DIM], k_mean[SYNTH_MAX_DIM], k_gain[SYNTH_MAX_DIM];
     float v_scale[SYNTH_MAX_DIM], v_mean[SYNTH_MAX_DIM];
     float topic[SYNTH_MAX_TOPICS][SYNTH_MAX_DIM]; /* unit vectors, low-frequency pairs */
-    /* the topics as each query head carries them: topic, scaled down (with
-     * per-query-head profiles) on channels where they would exceed the
-     * head's measured query variance (query_within_measured) */
-    float q_topic[SYNTH_MAX_GROUP][SYNTH_MAX_TOPICS][SYNTH_MAX_DIM];
+    /* the topics as each query head carries them: topic[t][j] * q_topic[h][j],
+     * q_topic 1 but (with per-query-head profiles) below on the channels
+     * where the topics would exceed the head's measured query variance
+     * (query_within_measured) */
+    float q_topic[SYNTH_MAX_GROUP][SYNTH_MAX_DIM];
     float sink_dir[SYNTH_MAX_DIM];            /* unit, where the group's queries point */
     float recency[SYNTH_MAX_DIM];             /* unit, high/mid-frequency pairs */
     float sink_amp[SYNTH_SINKS];   /* logit gap of each sink token, relative to the first */
@@ -218,7 +219,7 @@ static void query_terms_of(const synth_params *p, const head_model *hm, uint32_t
         for (uint32_t j = 0; j < d; j++) {
             float g = p->qk_norm ? hm->q_gain[h][j] : 1.0f, dk = strong[j] - plain[j];
             qt->m1 += g * hm->q_mean[h][j] * dk;
-            qt->m2 += g * hm->q_topic_amp * hm->q_topic[h][t][j] * dk;
+            qt->m2 += g * hm->q_topic_amp * hm->topic[t][j] * hm->q_topic[h][j] * dk;
         }
     }
     qt->m1 /= hm->topics * sqrt_d;
@@ -228,7 +229,8 @@ static void query_terms_of(const synth_params *p, const head_model *hm, uint32_t
     for (uint32_t j = 0; j < d; j++) {
         float g = p->qk_norm ? hm->q_gain[h][j] : 1.0f;
         double topic2 = 0;
-        for (uint32_t t = 0; t < hm->topics; t++) topic2 += (double)hm->q_topic[h][t][j] * hm->q_topic[h][t][j];
+        for (uint32_t t = 0; t < hm->topics; t++) topic2 += (double)hm->topic[t][j] * hm->topic[t][j];
+        topic2 *= (double)hm->q_topic[h][j] * hm->q_topic[h][j];
         topic2 *= mix2 * hm->q_topic_amp * hm->q_topic_amp / hm->topics;
         double fixed = (double)hm->q_recency_amp * hm->recency[j] + (double)hm->q_sink_amp[h] * hm->sink_dir[j];
         double e = (double)hm->q_mean[h][j] * hm->q_mean[h][j] + (double)hm->q_scale[h][j] * hm->q_scale[h][j];
@@ -285,9 +287,9 @@ static void calibrate_query(const synth_params *p, head_model *hm, uint32_t h, d
  * query head h before QK-norm (noise a * q_scale and the topics) has on
  * channel j the variance E own[j]^2 / d, own the head's measured std
  * profile (rms 1) and E the deviation's energy as calibrated. The topics'
- * expected variance there (mix2 / topics * q_topic_amp^2 * sum_t
- * q_topic[h][t][j]^2) is capped at SYNTH_QUERY_SHARE of it (the head's
- * topic entries on j scaled down), the noise takes the rest, and the mean
+ * expected variance there (mix2 / topics * q_topic_amp^2 * q_topic[h][j]^2 *
+ * sum_t topic[t][j]^2) is capped at SYNTH_QUERY_SHARE of it (q_topic[h][j]
+ * lowered), the noise takes the rest, and the mean
  * keeps its |mean| / std against the target. Added on top of the measured
  * profile instead, the topics (which follow the key's variance) concentrate
  * the query's variance, and the logits', on the channels where the key's
@@ -304,7 +306,8 @@ static void query_within_measured(const synth_params *p, head_model *hm, const f
         double tq[SYNTH_MAX_DIM], e = 0;
         for (uint32_t j = 0; j < d; j++) {
             double u2 = 0;
-            for (uint32_t t = 0; t < hm->topics; t++) u2 += (double)hm->q_topic[h][t][j] * hm->q_topic[h][t][j];
+            for (uint32_t t = 0; t < hm->topics; t++) u2 += (double)hm->topic[t][j] * hm->topic[t][j];
+            u2 *= (double)hm->q_topic[h][j] * hm->q_topic[h][j];
             tq[j] = mix2 * (double)hm->q_topic_amp * hm->q_topic_amp * u2 / hm->topics;
             const double a = (double)hm->q_bg[h] * hm->q_scale[h][j];
             e += a * a + tq[j];
@@ -313,7 +316,7 @@ static void query_within_measured(const synth_params *p, head_model *hm, const f
             const double target = e * q[j] * q[j] / d;
             if (tq[j] > SYNTH_QUERY_SHARE * target) {
                 const double f = sqrt(SYNTH_QUERY_SHARE * target / tq[j]);
-                for (uint32_t t = 0; t < hm->topics; t++) hm->q_topic[h][t][j] *= (float)f;
+                hm->q_topic[h][j] *= (float)f;
                 tq[j] *= f * f;
             }
             hm->q_scale[h][j] = (float)(sqrt(target - tq[j]) / hm->q_bg[h]);
@@ -684,7 +687,8 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
     /* A positional preset's locality comes from its means (below), not
      * from a recency direction; its only sink is token 0. */
     if (p->positional) hm->recency_amp = 0.0f;
-    for (uint32_t h = 0; h < p->group; h++) memcpy(hm->q_topic[h], hm->topic, sizeof hm->q_topic[h]);
+    for (uint32_t h = 0; h < p->group; h++)
+        for (uint32_t j = 0; j < hm->dim; j++) hm->q_topic[h][j] = 1.0f;
     const bool q_own = own && p->q_heads;
 
     for (uint32_t h = 0; h < p->group; h++) {
@@ -948,7 +952,7 @@ static void query_pre(const synth *s, uint64_t seed, const head_model *hm, uint3
         uint32_t t = 0;
         while (t + 1 < hm->topics && hm->topic_cdf[h][t] < u) t++;
         float a = hm->q_topic_amp * query_topic_weight[m];
-        for (uint32_t j = 0; j < d; j++) x[j] += a * hm->q_topic[h][t][j];
+        for (uint32_t j = 0; j < d; j++) x[j] += a * hm->topic[t][j] * hm->q_topic[h][j];
     }
     for (uint32_t j = 0; j < d; j++)
         x[j] += hm->q_recency_amp * hm->recency[j] + hm->q_sink_amp[h] * hm->sink_dir[j];
