@@ -545,11 +545,16 @@ enum {
     /* each layer its own topic logit, for its own top-k mass (with
      * CONCENTRATION; left out: one topic logit for the mass over layers) */
     FATHOM_SYNTH_FIT_LAYERS = 128,
-    FATHOM_SYNTH_FIT_ALL = 255,
+    /* each query head its own query std profile, as measured (with HEADS:
+     * the generated query's noise and topic parts take it; left out: one
+     * query profile for all heads) */
+    FATHOM_SYNTH_FIT_QUERY_HEADS = 256,
+    FATHOM_SYNTH_FIT_ALL = 511,
     /* Everything but per-head profiles. (Until the positional profile, recency was left out: the
      * recency direction it replaced could not reach a real model's last-32
      * mass without swamping the other logits; docs/synthetic.md.) */
-    FATHOM_SYNTH_FIT_DEFAULT = FATHOM_SYNTH_FIT_ALL & ~FATHOM_SYNTH_FIT_HEADS & ~FATHOM_SYNTH_FIT_LAYERS
+    FATHOM_SYNTH_FIT_DEFAULT =
+        FATHOM_SYNTH_FIT_ALL & ~FATHOM_SYNTH_FIT_HEADS & ~FATHOM_SYNTH_FIT_LAYERS & ~FATHOM_SYNTH_FIT_QUERY_HEADS
     /* (Per-head profiles are asked for: on SmolLM2 they put fathom:48 /
      * ds:32 outside the study's margin; docs/synthetic.md.) */
 };

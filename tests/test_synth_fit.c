@@ -715,6 +715,201 @@ static void test_fit_heads(void) {
     fathom_synth_preset_free(known), fathom_synth_preset_free(fit), fathom_synth_preset_free(fit_shared);
 }
 
+/* The known per-head preset with per-query-head query profiles: query head
+ * q = 2 b + h (b = layer * 2 + g) has the query std exp(0.6 cos(0.7 (q + 1)
+ * j + q)) on channel j (rms 1), each head its own. */
+static fathom_synth_preset *known_query_heads(void) {
+    fathom_synth_preset *p = known_heads();
+    synth_params *s = &p->p;
+    const uint64_t old = synth_head_floats(s), blocks = (uint64_t)s->layers * s->kv_heads;
+    s->q_heads = true;
+    float *heads = calloc(synth_heads_size(s), sizeof *heads);
+    CHECK(heads != NULL);
+    for (uint64_t b = 0; heads && b < blocks; b++) {
+        memcpy(heads + b * synth_head_floats(s), s->heads + b * old, old * sizeof *heads);
+        for (uint32_t h = 0; h < s->group; h++) {
+            float *x = heads + b * synth_head_floats(s) + (2 + s->group + h) * s->dim;
+            const uint32_t q = (uint32_t)b * s->group + h;
+            double n2 = 0;
+            for (uint32_t j = 0; j < s->dim; j++) {
+                x[j] = expf(0.6f * cosf(0.7f * (float)((q + 1) * j) + (float)q));
+                n2 += (double)x[j] * x[j];
+            }
+            for (uint32_t j = 0; j < s->dim; j++) x[j] /= (float)sqrt(n2 / s->dim);
+        }
+    }
+    free(s->heads);
+    s->heads = heads;
+    CHECK_OK(synth_params_check(s));
+    return p;
+}
+
+/* Over every query head of p (d = 32, base 1e4), the generated query's
+ * per-channel std over all N positions (before RoPE, around its mean, rms 1)
+ * against the per-query-head profile of `want` (which has q_heads): the
+ * mean over heads and channels of |log(measured / wanted)|, and the worst. */
+static void query_std_off(const fathom_synth_preset *p, const fathom_synth_preset *want, double *mean_off,
+                          double *worst_off) {
+    enum { N = 1024, D = 32 };
+    fathom_source *src;
+    fathom_source_info in;
+    CHECK_OK(fathom_synth_open_preset(&src, p, N, N, 1));
+    CHECK_OK(fathom_source_get_info(src, &in));
+    float *q = malloc((size_t)in.q_heads * N * D * 4);
+    CHECK(q != NULL);
+    double sum = 0, worst = 0;
+    uint32_t count = 0;
+    for (uint32_t layer = 0; q && layer < in.layers; layer++) {
+        CHECK_OK(fathom_source_layer(src, layer, q, NULL, NULL));
+        for (uint32_t qh = 0; qh < in.q_heads; qh++) {
+            double s1[D] = {0}, s2[D] = {0}, sd[D], ms = 0;
+            for (uint64_t i = 0; i < N; i++) {
+                const float *x = q + ((size_t)qh * N + i) * D;
+                for (uint32_t c = 0; c < D / 2; c++) {
+                    double th = pow(1e4, -2.0 * c / D), cs = cos(i * th), sn = sin(i * th);
+                    double a = x[c] * cs + x[c + D / 2] * sn, b = x[c + D / 2] * cs - x[c] * sn;
+                    s1[c] += a, s2[c] += a * a, s1[c + D / 2] += b, s2[c + D / 2] += b * b;
+                }
+            }
+            for (uint32_t j = 0; j < D; j++) {
+                const double m = s1[j] / N;
+                sd[j] = sqrt(s2[j] / N - m * m);
+                ms += sd[j] * sd[j];
+            }
+            const uint32_t g = qh / want->p.group, h = qh % want->p.group;
+            const float *own = synth_head_block(&want->p, layer, g);
+            const float *target = synth_head_query(&want->p, own, h);
+            for (uint32_t j = 0; j < D; j++) {
+                const double e = fabs(log(sd[j] / sqrt(ms / D) / target[j]));
+                sum += e, count++;
+                worst = e > worst ? e : worst;
+            }
+        }
+    }
+    *mean_off = count ? exp(sum / count) : 0, *worst_off = exp(worst);
+    free(q);
+    fathom_source_free(src);
+}
+
+/* Per-query-head profiles: each generated query head's per-channel std
+ * follows its own profile (src/io/synth.c, query_within_measured: the
+ * topics, which follow the key's variance, and the noise together take
+ * it), within a mean factor of 1.15 and at worst 1.8 on the known preset
+ * (1024 positions; the topics change every 8); with the one shared query
+ * profile the heads are a mean factor 1.8 and at worst 10 off theirs. The
+ * file keeps the profiles ("heads"."q_std", the same bytes back);
+ * malformed ones are named. */
+static void test_query_heads(void) {
+    fathom_synth_preset *p = known_query_heads(), *shared = known_heads(), *back = NULL;
+    double mean_off, worst_off, shared_mean, shared_worst;
+    query_std_off(p, p, &mean_off, &worst_off);
+    query_std_off(shared, p, &shared_mean, &shared_worst);
+    printf("per-query-head query std: mean factor %.3f off, worst channel %.3f (one shared profile: %.3f, %.3f)\n",
+           mean_off, worst_off, shared_mean, shared_worst);
+    CHECK(mean_off < 1.15 && worst_off < 1.8);
+    CHECK(shared_mean > 1.8 && shared_worst > 10);
+    char path[128];
+    tmp_path("-qheads.json", path, sizeof path);
+    CHECK_OK(fathom_synth_preset_write(p, path, NULL));
+    CHECK_OK(fathom_synth_preset_load(&back, path));
+    CHECK(back && back->p.q_heads && back->p.heads);
+    enum { N = 300, P = 4, QN = 4 * P * 32, KN = 2 * N * 32 };
+    static float q1[QN], k1[KN], v1[KN], q2[QN], k2[KN], v2[KN];
+    layer_bytes(p, N, P, q1, k1, v1);
+    if (back) layer_bytes(back, N, P, q2, k2, v2);
+    CHECK(!memcmp(q1, q2, sizeof q1) && !memcmp(k1, k2, sizeof k1) && !memcmp(v1, v2, sizeof v1));
+    layer_bytes(shared, N, P, q2, k2, v2);
+    CHECK(memcmp(q1, q2, sizeof q1) != 0);
+    FILE *f = fopen(path, "rb");
+    static char text[1 << 17];
+    size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[len] = '\0';
+    const char *heads = strstr(text, "\"heads\"");
+    const char *at = heads ? strstr(heads, "\"q_std\"") : NULL;
+    const char *open = at ? strchr(at, '[') : NULL;
+    CHECK(open != NULL);
+    static char edited[1 << 17];
+    static const struct {
+        const char *insert, *message;
+    } edits[] = {{"-1, ", "\"heads\".\"q_std\" must be an array of 256 numbers"},
+                 {"\"x\", ", "\"heads\".\"q_std\" must be an array of 256 numbers"}};
+    for (size_t i = 0; open && i < sizeof edits / sizeof edits[0]; i++) {
+        snprintf(edited, sizeof edited, "%.*s%s%s", (int)(open + 1 - text), text, edits[i].insert, open + 1);
+        fathom_synth_preset *bad = (fathom_synth_preset *)&bad;
+        CHECK_STATUS(fathom_synth_preset_parse(&bad, edited, strlen(edited)), FATHOM_ERR_FORMAT);
+        CHECK(bad == NULL && strstr(fathom_last_error(), edits[i].message) != NULL);
+        if (!strstr(fathom_last_error(), edits[i].message)) printf("got: %s\n", fathom_last_error());
+    }
+    /* the first entry out of range, and the key without the rest of "heads" */
+    const char *first = open ? open + 1 + strspn(open + 1, " \n") : NULL;
+    const char *end = first ? first + strcspn(first, ",]") : NULL;
+    if (first) {
+        snprintf(edited, sizeof edited, "%.*s0%s", (int)(first - text), text, end);
+        fathom_synth_preset *bad = NULL;
+        CHECK_STATUS(fathom_synth_preset_parse(&bad, edited, strlen(edited)), FATHOM_ERR_FORMAT);
+        CHECK(strstr(fathom_last_error(), "\"heads\".\"q_std\"[0] is not a number in [0.0001, 10000]") != NULL);
+    }
+    static const char lone[] = "{\"format\":\"fathom-synth-preset-2\",\"name\":\"x\",\"heads\":{\"q_std\":[1]}}";
+    fathom_synth_preset *bad = NULL;
+    CHECK_STATUS(fathom_synth_preset_parse(&bad, lone, strlen(lone)), FATHOM_ERR_FORMAT);
+    /* in the struct: per-query-head profiles need per-head ones, and in range */
+    float *h = p->p.heads;
+    p->p.heads = NULL;
+    CHECK_STATUS(synth_params_check(&p->p), FATHOM_ERR_INVALID_ARG);
+    CHECK(strstr(fathom_last_error(), "per-query-head profiles need per-head profiles") != NULL);
+    p->p.heads = h;
+    synth_params plain = p->p;
+    plain.fitted = false, plain.heads = NULL;
+    CHECK_STATUS(synth_params_check(&plain), FATHOM_ERR_INVALID_ARG);
+    CHECK(strstr(fathom_last_error(), "per-query-head profiles need a fitted preset") != NULL);
+    h[synth_head_floats(&p->p) + (2 + 2 + 1) * 32 + 3] = 0.0f; /* block 1 (layer 0, KV head 1), query head 1, [3] */
+    CHECK_STATUS(synth_params_check(&p->p), FATHOM_ERR_INVALID_ARG);
+    CHECK(strstr(fathom_last_error(), "heads q_std of layer 0 head 1 query head 1 [3]") != NULL);
+    remove(path);
+    fathom_synth_preset_free(p), fathom_synth_preset_free(shared), fathom_synth_preset_free(back);
+}
+
+/* The fit of a capture written from the per-query-head preset measures each
+ * query head's query std: with FATHOM_SYNTH_FIT_QUERY_HEADS every head's
+ * fitted profile correlates (log, over channels) above 0.9 with its known
+ * one, on average, and above 0.7 at worst (against the other heads' profiles
+ * it does not: below 0.5 on average); without it the preset has none. */
+static void test_fit_query_heads(void) {
+    fathom_synth_preset *known = known_query_heads(), *fit = NULL, *fit_shared = NULL;
+    char path[128];
+    fathom_source *cap = capture_of(known, 1024, "-qheads.safetensors", path, sizeof path);
+    const uint32_t groups = FATHOM_SYNTH_FIT_PROFILES | FATHOM_SYNTH_FIT_RECENCY | FATHOM_SYNTH_FIT_HEADS;
+    fathom_synth_fit_options o = {.base = "smollm2-135m", .name = "refit", .k = 32,
+                                  .fit = groups | FATHOM_SYNTH_FIT_QUERY_HEADS};
+    fathom_synth_fit_report r;
+    CHECK_OK(fathom_synth_fit(&fit, cap, &o, &r));
+    o.fit = groups;
+    CHECK_OK(fathom_synth_fit(&fit_shared, cap, &o, &r));
+    CHECK(fit_shared && fit_shared->p.heads && !fit_shared->p.q_heads);
+    CHECK(fit && fit->p.heads && fit->p.q_heads);
+    if (fit && fit->p.q_heads) {
+        double mean = 0, worst = 1, other = 0;
+        for (uint32_t q = 0; q < 8; q++) {
+            const uint32_t b = q / 2, h = q % 2, q2 = (q + 3) % 8;
+            const float *a = synth_head_query(&known->p, known->p.heads + b * synth_head_floats(&known->p), h);
+            const float *o2 = synth_head_query(&known->p, known->p.heads + q2 / 2 * synth_head_floats(&known->p), q2 % 2);
+            const float *c = synth_head_query(&fit->p, fit->p.heads + b * synth_head_floats(&fit->p), h);
+            double x[32], y[32], z[32];
+            for (uint32_t j = 0; j < 32; j++) x[j] = log(a[j]), y[j] = log(c[j]), z[j] = log(o2[j]);
+            const double cc = corr(x, y, 32);
+            mean += cc / 8, other += corr(z, y, 32) / 8;
+            worst = cc < worst ? cc : worst;
+        }
+        printf("fit of per-query-head profiles: log std correlation %.3f on average, %.3f at worst (another head's "
+               "profile: %.3f)\n", mean, worst, other);
+        CHECK(mean > 0.9 && worst > 0.7 && other < 0.5);
+    }
+    fathom_source_free(cap);
+    remove(path);
+    fathom_synth_preset_free(known), fathom_synth_preset_free(fit), fathom_synth_preset_free(fit_shared);
+}
+
 /* A source that passes another's layers on with NeoX pairs 0-1 of every
  * key (channels 0, 1, 16, 17 at d = 32) scaled by 1e-3 in layer 0 and 1e-5
  * in layer 1: near-dead channels, dead to different degrees by layer (as
@@ -1191,6 +1386,8 @@ int main(void) {
     test_fit_positional();
     test_head_profiles();
     test_fit_heads();
+    test_query_heads();
+    test_fit_query_heads();
     test_heads_channel_std();
     test_heads_channel_std_qk_norm();
     test_heads_qk_salience();

@@ -40,6 +40,8 @@ static void usage(FILE *f) {
             "                       measured (preset format 2; default: one for all heads)\n"
             "  --per-layer          each layer its own topic logit, fitted to its own top-k\n"
             "                       mass (default: one for the mass over all layers)\n"
+            "  --per-query-head     with --per-head: each query head its own query std profile,\n"
+            "                       as measured (default: one for all heads)\n"
             "  --layer-stride S     measure the candidates on every S-th layer (default layers/6)\n"
             "  --json               the fit's report as one JSON object on stdout\n"
             "  -h, --help           this help\n"
@@ -48,7 +50,7 @@ static void usage(FILE *f) {
 }
 
 enum { OPT_KV = 256, OPT_OUT, OPT_BASE, OPT_NAME, OPT_ROPE, OPT_ROPE_BASE, OPT_K, OPT_KEEP, OPT_STRIDE, OPT_JSON,
-       OPT_PER_HEAD, OPT_PER_LAYER };
+       OPT_PER_HEAD, OPT_PER_LAYER, OPT_PER_QUERY_HEAD };
 static const struct option long_options[] = {
     {"help", no_argument, NULL, 'h'},
     {"kv", required_argument, NULL, OPT_KV},
@@ -63,6 +65,7 @@ static const struct option long_options[] = {
     {"json", no_argument, NULL, OPT_JSON},
     {"per-head", no_argument, NULL, OPT_PER_HEAD},
     {"per-layer", no_argument, NULL, OPT_PER_LAYER},
+    {"per-query-head", no_argument, NULL, OPT_PER_QUERY_HEAD},
     {NULL, 0, NULL, 0},
 };
 
@@ -122,7 +125,7 @@ int cmd_synth_fit(int argc, char **argv) {
     const char *kv = NULL, *out = NULL, *keep = "none", *rope = "detect";
     char name[64] = "";
     fathom_synth_fit_options o = {.base = "smollm2-135m"};
-    bool json = false, per_head = false, per_layer = false;
+    bool json = false, per_head = false, per_layer = false, per_query_head = false;
     uint32_t kept = 0;
     int c;
     while ((c = cli_getopt(argc, argv, "h", long_options)) != -1) {
@@ -155,6 +158,7 @@ int cmd_synth_fit(int argc, char **argv) {
         case OPT_JSON: json = true; break;
         case OPT_PER_HEAD: per_head = true; break;
         case OPT_PER_LAYER: per_layer = true; break;
+        case OPT_PER_QUERY_HEAD: per_query_head = true; break;
         }
     }
     if (optind < argc) return cli_usage_error("unexpected argument '%s'", argv[optind]);
@@ -164,8 +168,9 @@ int cmd_synth_fit(int argc, char **argv) {
     else if (strcmp(rope, "detect")) return cli_usage_error("--rope must be neox, adjacent or detect, not '%s'", rope);
     if ((o.style == FATHOM_ROPE_DETECT) != (o.rope_base == 0))
         return cli_usage_error("--rope-base goes with --rope neox|adjacent, and they need it");
+    if (per_query_head && !per_head) return cli_usage_error("--per-query-head needs --per-head");
     o.fit = (FATHOM_SYNTH_FIT_DEFAULT | (per_head ? FATHOM_SYNTH_FIT_HEADS : 0) |
-             (per_layer ? FATHOM_SYNTH_FIT_LAYERS : 0)) &
+             (per_layer ? FATHOM_SYNTH_FIT_LAYERS : 0) | (per_query_head ? FATHOM_SYNTH_FIT_QUERY_HEADS : 0)) &
             ~kept;
     if (!o.fit) return cli_usage_error("--keep leaves nothing to fit");
     if (!cli_check_writable(out)) return CLI_FAILURE;

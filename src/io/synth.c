@@ -24,7 +24,7 @@
  * spread, low-frequency boost, outlier mean, background / topic / sink
  * logit, content cap; the fitted-preset fields take their built-in values
  * in synth_builtin. */
-#define BUILTIN(...) {__VA_ARGS__, false, 0, 0.0f, 0.0f, 0, {0}, {0}, {0}, {0}, false, 0.0f, {0}, {0}, NULL, false, {0}}
+#define BUILTIN(...) {__VA_ARGS__, false, 0, 0.0f, 0.0f, 0, {0}, {0}, {0}, {0}, false, 0.0f, {0}, {0}, NULL, false, {0}, false}
 static const synth_params presets[] = {
     BUILTIN("qwen3-8b", 36, 8, 4, 128, 1e6, true, 1.0f, 0.9f, 0.5f, 12.0f, 1.0f, 7.5f, 16.0f, 0.0f),
     BUILTIN("llama-3.1-8b", 32, 8, 4, 128, 5e5, false, 2.5f, 1.1f, 4.0f, 0.0f, 1.0f, 4.5f, 16.0f, 2.5f),
@@ -118,6 +118,11 @@ typedef struct head_model {
     float k_scale[SYNTH_MAX_DIM], k_mean[SYNTH_MAX_DIM], k_gain[SYNTH_MAX_DIM];
     float v_scale[SYNTH_MAX_DIM], v_mean[SYNTH_MAX_DIM];
     float topic[SYNTH_MAX_TOPICS][SYNTH_MAX_DIM]; /* unit vectors, low-frequency pairs */
+    /* the topics as each query head carries them: topic[t][j] * q_topic[h][j],
+     * q_topic 1 but (with per-query-head profiles) below on the channels
+     * where the topics would exceed the head's measured query variance
+     * (query_within_measured) */
+    float q_topic[SYNTH_MAX_GROUP][SYNTH_MAX_DIM];
     float sink_dir[SYNTH_MAX_DIM];            /* unit, where the group's queries point */
     float recency[SYNTH_MAX_DIM];             /* unit, high/mid-frequency pairs */
     float sink_amp[SYNTH_SINKS];   /* logit gap of each sink token, relative to the first */
@@ -214,7 +219,7 @@ static void query_terms_of(const synth_params *p, const head_model *hm, uint32_t
         for (uint32_t j = 0; j < d; j++) {
             float g = p->qk_norm ? hm->q_gain[h][j] : 1.0f, dk = strong[j] - plain[j];
             qt->m1 += g * hm->q_mean[h][j] * dk;
-            qt->m2 += g * hm->q_topic_amp * hm->topic[t][j] * dk;
+            qt->m2 += g * hm->q_topic_amp * hm->topic[t][j] * hm->q_topic[h][j] * dk;
         }
     }
     qt->m1 /= hm->topics * sqrt_d;
@@ -225,6 +230,7 @@ static void query_terms_of(const synth_params *p, const head_model *hm, uint32_t
         float g = p->qk_norm ? hm->q_gain[h][j] : 1.0f;
         double topic2 = 0;
         for (uint32_t t = 0; t < hm->topics; t++) topic2 += (double)hm->topic[t][j] * hm->topic[t][j];
+        topic2 *= (double)hm->q_topic[h][j] * hm->q_topic[h][j];
         topic2 *= mix2 * hm->q_topic_amp * hm->q_topic_amp / hm->topics;
         double fixed = (double)hm->q_recency_amp * hm->recency[j] + (double)hm->q_sink_amp[h] * hm->sink_dir[j];
         double e = (double)hm->q_mean[h][j] * hm->q_mean[h][j] + (double)hm->q_scale[h][j] * hm->q_scale[h][j];
@@ -272,6 +278,52 @@ static void calibrate_query(const synth_params *p, head_model *hm, uint32_t h, d
     hm->q_bg[h] = (float)a;
     hm->q_rms[h] = (float)rms;
     hm->q_mult[h] = gap > 1e-9 ? (float)(topic_logit * rms / gap) : 1.0f;
+}
+
+#define SYNTH_QUERY_SHARE 0.9 /* most of a channel's measured query variance the topics take */
+#define SYNTH_QUERY_ROUNDS 4  /* reshapes of the query, each followed by the calibration */
+
+/* With per-query-head profiles (synth_params.q_heads) the deviation of
+ * query head h before QK-norm (noise a * q_scale and the topics) has on
+ * channel j the variance E own[j]^2 / d, own the head's measured std
+ * profile (rms 1) and E the deviation's energy as calibrated. The topics'
+ * expected variance there (mix2 / topics * q_topic_amp^2 * q_topic[h][j]^2 *
+ * sum_t topic[t][j]^2) is capped at SYNTH_QUERY_SHARE of it (q_topic[h][j]
+ * lowered), the noise takes the rest, and the mean
+ * keeps its |mean| / std against the target. Added on top of the measured
+ * profile instead, the topics (which follow the key's variance) concentrate
+ * the query's variance, and the logits', on the channels where the key's
+ * is. The calibration is made again after each reshape, as it sets a. */
+static void query_within_measured(const synth_params *p, head_model *hm, const float *own, uint32_t h,
+                                  double topic_logit) {
+    const uint32_t d = hm->dim;
+    const float *q = synth_head_query(p, own, h);
+    double mix2 = 0;
+    for (uint32_t m = 0; m < SYNTH_QUERY_TOPICS; m++) mix2 += (double)query_topic_weight[m] * query_topic_weight[m];
+    float mean_ratio[SYNTH_MAX_DIM]; /* signed |mean| / std, as drawn */
+    for (uint32_t j = 0; j < d; j++) mean_ratio[j] = hm->q_scale[h][j] > 0 ? hm->q_mean[h][j] / hm->q_scale[h][j] : 0.0f;
+    for (int round = 0; round < SYNTH_QUERY_ROUNDS; round++) {
+        double tq[SYNTH_MAX_DIM], e = 0;
+        for (uint32_t j = 0; j < d; j++) {
+            double u2 = 0;
+            for (uint32_t t = 0; t < hm->topics; t++) u2 += (double)hm->topic[t][j] * hm->topic[t][j];
+            u2 *= (double)hm->q_topic[h][j] * hm->q_topic[h][j];
+            tq[j] = mix2 * (double)hm->q_topic_amp * hm->q_topic_amp * u2 / hm->topics;
+            const double a = (double)hm->q_bg[h] * hm->q_scale[h][j];
+            e += a * a + tq[j];
+        }
+        for (uint32_t j = 0; j < d; j++) {
+            const double target = e * q[j] * q[j] / d;
+            if (tq[j] > SYNTH_QUERY_SHARE * target) {
+                const double f = sqrt(SYNTH_QUERY_SHARE * target / tq[j]);
+                hm->q_topic[h][j] *= (float)f;
+                tq[j] *= f * f;
+            }
+            hm->q_scale[h][j] = (float)(sqrt(target - tq[j]) / hm->q_bg[h]);
+            hm->q_mean[h][j] = (float)(mean_ratio[j] * sqrt(target) / hm->q_bg[h]);
+        }
+        calibrate_query(p, hm, h, topic_logit);
+    }
 }
 
 /* Sink logit gap, averaged over the group, for sink key amplitude amp. */
@@ -635,6 +687,9 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
     /* A positional preset's locality comes from its means (below), not
      * from a recency direction; its only sink is token 0. */
     if (p->positional) hm->recency_amp = 0.0f;
+    for (uint32_t h = 0; h < p->group; h++)
+        for (uint32_t j = 0; j < hm->dim; j++) hm->q_topic[h][j] = 1.0f;
+    const bool q_own = own && p->q_heads;
 
     for (uint32_t h = 0; h < p->group; h++) {
         uint64_t qbase = stream_base(s->model_seed, S_MODEL_QHEAD, layer, (uint64_t)kv_head * p->group + h);
@@ -647,6 +702,8 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         }
         for (uint32_t j = 0; p->fitted && j < hm->dim; j++) {
             hm->q_scale[h][j] = key_scale * p->q_std[j] * expf(p->scale_spread * normal_at(s, qbase, qc++));
+            /* (the spread's draw is still made, so later draws do not move) */
+            if (q_own) hm->q_scale[h][j] = key_scale * synth_head_query(p, own, h)[j];
             hm->q_mean[h][j] = (draw(qbase, qc++) & 1 ? 1.0f : -1.0f) * p->q_mean[j] * hm->q_scale[h][j];
             hm->q_gain[h][j] = 1.0f;
         }
@@ -681,6 +738,7 @@ static void head_model_build(const synth *s, uint32_t layer, uint32_t kv_head, h
         hm->topic_amp *= (float)(grow < 2.0 ? grow : 2.0);
     }
     for (uint32_t h = 0; h < p->group; h++) calibrate_query(p, hm, h, topic_logit);
+    for (uint32_t h = 0; q_own && h < p->group; h++) query_within_measured(p, hm, own, h, topic_logit);
     /* Sink amplitudes by bisection: the gap grows with the amplitude (and
      * saturates under QK-norm; then the largest amplitude tried is used). */
     for (uint32_t i = 0; i < SYNTH_SINKS; i++) {
@@ -894,7 +952,7 @@ static void query_pre(const synth *s, uint64_t seed, const head_model *hm, uint3
         uint32_t t = 0;
         while (t + 1 < hm->topics && hm->topic_cdf[h][t] < u) t++;
         float a = hm->q_topic_amp * query_topic_weight[m];
-        for (uint32_t j = 0; j < d; j++) x[j] += a * hm->topic[t][j];
+        for (uint32_t j = 0; j < d; j++) x[j] += a * hm->topic[t][j] * hm->q_topic[h][j];
     }
     for (uint32_t j = 0; j < d; j++)
         x[j] += hm->q_recency_amp * hm->recency[j] + hm->q_sink_amp[h] * hm->sink_dir[j];

@@ -82,6 +82,13 @@ typedef struct synth_params {
      * in place of topic_logit, so each layer's concentration is its own. */
     bool per_layer;
     float topic_layers[SYNTH_MAX_LAYERS];
+    /* Per-query-head query profiles (with heads; false: none, and every
+     * query head draws its query scales around q_std). Each block of heads
+     * then ends with, for each query head of the group, its measured query
+     * std per channel (d, rms 1, before RoPE, of the deviation from its
+     * mean); the generated query's noise and topic parts together take that
+     * profile (src/io/synth.c, query_within_measured). */
+    bool q_heads;
 } synth_params;
 
 /* The topic logit layer's queries are calibrated to. */
@@ -89,8 +96,15 @@ static inline float synth_topic_logit(const synth_params *p, uint32_t layer) {
     return p->per_layer && layer < p->layers ? p->topic_layers[layer] : p->topic_logit;
 }
 
-/* Floats in one (layer, KV head) block of synth_params.heads: d * (2 + group). */
-static inline uint64_t synth_head_floats(const synth_params *p) { return (uint64_t)p->dim * (2u + p->group); }
+/* Floats in one (layer, KV head) block of synth_params.heads: d * (2 + group),
+ * and d * group more with q_heads. */
+static inline uint64_t synth_head_floats(const synth_params *p) {
+    return (uint64_t)p->dim * (2u + p->group + (p->q_heads ? p->group : 0u));
+}
+/* Query head h's measured query std within a block (q_heads only). */
+static inline const float *synth_head_query(const synth_params *p, const float *block, uint32_t h) {
+    return block + (uint64_t)p->dim * (2u + p->group + h);
+}
 /* The per-head block of (layer, kv_head), or NULL when p has none. */
 static inline const float *synth_head_block(const synth_params *p, uint32_t layer, uint32_t kv_head) {
     return p->heads ? p->heads + ((uint64_t)layer * p->kv_heads + kv_head) * synth_head_floats(p) : NULL;

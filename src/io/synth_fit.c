@@ -197,6 +197,7 @@ typedef struct measure_ctx {
     /* per-head profiles (synth_params.heads layout) to fill, or NULL; the
      * layer being measured */
     float *heads;
+    bool q_heads; /* the blocks end with each query head's query std profile */
     uint32_t layer;
     bool skew; /* measure dev_skew (not during the searches, which do not use it) */
 } measure_ctx;
@@ -221,7 +222,8 @@ static int measure_head(measure_ctx *m, const float *q, const float *k, uint32_t
     for (uint64_t t = 0; t < n; t++) rerope(mean, d, t, m->style, m->theta, m->pk + t * d);
     /* this head's block of the per-head profiles, in the ranges
      * synth_params_check accepts */
-    float *own = m->heads ? m->heads + ((uint64_t)m->layer * in->kv_heads + g) * (uint64_t)d * (2 + group) : NULL;
+    const uint64_t block = (uint64_t)d * (2 + group + (m->q_heads ? group : 0));
+    float *own = m->heads ? m->heads + ((uint64_t)m->layer * in->kv_heads + g) * block : NULL;
     for (uint32_t j = 0; own && j < d; j++) {
         own[j] = clampf(sd[j] / sqrt(ms / d), 1e-4, 1e4);
         own[d + j] = clampf(fabs(mean[j]) / sd[j], 0, 1e3);
@@ -270,6 +272,7 @@ static int measure_head(measure_ctx *m, const float *q, const float *k, uint32_t
             for (uint32_t j = 0; j < d; j++) {
                 prof->q_log[j] += log(qsd[j] / sqrt(qms / d));
                 prof->q_ratio2[j] += qmean[j] * qmean[j] / (qsd[j] * qsd[j]);
+                if (own && m->q_heads) own[(2 + group + h) * d + j] = clampf(qsd[j] / sqrt(qms / d), 1e-4, 1e4);
             }
             /* pair i as a complex number: channel i real, i + d/2 imaginary */
             for (uint32_t i = 0; i < d / 2; i++) {
@@ -308,7 +311,7 @@ static int measure_head(measure_ctx *m, const float *q, const float *k, uint32_t
  * every layer_stride-th). */
 static int measure(const fathom_source *src, fathom_rope_style style, double rope_base, uint32_t k,
                    uint32_t layer_stride, bool skew, fathom_synth_stats *out, profile_acc *prof, float *heads,
-                   double *layer_top, int64_t only) {
+                   bool q_heads, double *layer_top, int64_t only) {
     fathom_source_info in;
     FATHOM_TRY(fathom_source_get_info(src, &in));
     FATHOM_CHECK_ARG(in.dim % 2 == 0 && in.dim <= SYNTH_MAX_DIM, "statistics: head dim %u must be even and <= %u",
@@ -321,7 +324,7 @@ static int measure(const fathom_source *src, fathom_rope_style style, double rop
     FATHOM_CHECK_ARG(only < (int64_t)in.layers, "statistics: layer %lld of %u", (long long)only, in.layers);
     uint64_t q_elems, kv_elems;
     FATHOM_TRY(fathom_source_layer_sizes(&in, &q_elems, &kv_elems));
-    measure_ctx m = {.in = &in, .style = style, .k = k, .heads = prof ? heads : NULL, .skew = skew};
+    measure_ctx m = {.in = &in, .style = style, .k = k, .heads = prof ? heads : NULL, .q_heads = q_heads, .skew = skew};
     for (uint32_t i = 0; i < in.dim / 2; i++) m.theta[i] = pow(rope_base, -2.0 * i / in.dim);
     float *q = fathom_alloc_array(q_elems, sizeof *q), *kk = fathom_alloc_array(kv_elems, sizeof *kk);
     m.kp = fathom_alloc_array(in.tokens, (uint64_t)in.dim * sizeof(float));
@@ -357,7 +360,7 @@ static int measure(const fathom_source *src, fathom_rope_style style, double rop
 int fathom_synth_stats_measure(const fathom_source *src, fathom_rope_style style, double rope_base, uint32_t k,
                                uint32_t layer_stride, fathom_synth_stats *out) {
     FATHOM_CHECK_ARG(src != NULL && out != NULL, "fathom_synth_stats_measure: NULL argument");
-    return measure(src, style, rope_base, k, layer_stride, true, out, NULL, NULL, NULL, -1);
+    return measure(src, style, rope_base, k, layer_stride, true, out, NULL, NULL, false, NULL, -1);
 }
 
 int synth_layer_top_mass(const fathom_source *src, fathom_rope_style style, double rope_base, uint32_t k,
@@ -369,7 +372,7 @@ int synth_layer_top_mass(const fathom_source *src, fathom_rope_style style, doub
     double *tops = fathom_alloc_array(in.layers, sizeof *tops);
     FATHOM_CHECK(!tops, FATHOM_ERR_NOMEM, "out of memory for per-layer statistics");
     fathom_synth_stats s;
-    int st = measure(src, style, rope_base, k, 1, false, &s, NULL, NULL, tops, layer);
+    int st = measure(src, style, rope_base, k, 1, false, &s, NULL, NULL, false, tops, layer);
     if (st == FATHOM_OK) *out = tops[layer];
     free(tops);
     return st;
@@ -433,7 +436,7 @@ static int stats_of(const fit_ctx *f, const synth_params *p, bool skew, fathom_s
     fathom_synth_preset preset = {.p = *p};
     fathom_source *src;
     FATHOM_TRY(fathom_synth_open_preset(&src, &preset, f->in->tokens, f->in->positions, 1));
-    int st = measure(src, FATHOM_ROPE_NEOX, p->rope_base, f->k, f->layer_stride, skew, out, prof, NULL, NULL, -1);
+    int st = measure(src, FATHOM_ROPE_NEOX, p->rope_base, f->k, f->layer_stride, skew, out, prof, NULL, false, NULL, -1);
     fathom_source_free(src);
     return st;
 }
@@ -600,6 +603,7 @@ static int fit_run(fit_ctx *f, const fathom_source *capture, const char *base_na
     /* per-head profiles: the capture's own, every layer and head (f->p owns them) */
     const uint32_t per_head = FATHOM_SYNTH_FIT_HEADS | FATHOM_SYNTH_FIT_PROFILES | FATHOM_SYNTH_FIT_RECENCY;
     if ((groups & per_head) == per_head) {
+        f->p.q_heads = (groups & FATHOM_SYNTH_FIT_QUERY_HEADS) != 0;
         FATHOM_CHECK_ARG(synth_heads_size(&f->p) <= SYNTH_MAX_HEAD_FLOATS,
                          "fathom_synth_fit: per-head profiles of %llu floats exceed %u (leave FATHOM_SYNTH_FIT_HEADS "
                          "out)", (unsigned long long)synth_heads_size(&f->p), SYNTH_MAX_HEAD_FLOATS);
@@ -607,7 +611,7 @@ static int fit_run(fit_ctx *f, const fathom_source *capture, const char *base_na
         FATHOM_CHECK(!f->p.heads, FATHOM_ERR_NOMEM, "out of memory for per-head profiles");
         memset(f->p.heads, 0, synth_heads_size(&f->p) * sizeof *f->p.heads);
     }
-    FATHOM_TRY(measure(capture, r->style, r->rope_base, f->k, 1, true, &r->target, prof, f->p.heads, f->layer_top,
+    FATHOM_TRY(measure(capture, r->style, r->rope_base, f->k, 1, true, &r->target, prof, f->p.heads, f->p.q_heads, f->layer_top,
                        -1));
     /* the capture's positional profile (kept apart: the profiles ablation
      * measures prof again on the base preset) */
@@ -626,6 +630,7 @@ static int fit_run(fit_ctx *f, const fathom_source *capture, const char *base_na
     base.fitted = false;
     base.positional = false;
     base.heads = NULL;
+    base.q_heads = false;
     snprintf(base.name, sizeof base.name, "%s", base_name);
     if (groups & FATHOM_SYNTH_FIT_PROFILES) {
         profiles_from(prof, &f->p);

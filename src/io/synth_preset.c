@@ -12,7 +12,8 @@
 #include <string.h>
 
 /* Format 1: one positional profile shared by every head. Format 2: format 1
- * plus, optionally, per-head profiles ("heads"). Files without per-head
+ * plus, optionally, per-head profiles ("heads", optionally with each query
+ * head's query std profile, "heads"."q_std"). Files without per-head
  * profiles are written as format 1, so their bytes do not change. Either
  * may carry "topic_logit_layers" (one topic logit per layer). */
 #define PRESET_FORMAT "fathom-synth-preset-1"
@@ -52,8 +53,10 @@ int synth_params_check(const synth_params *p) {
     if (!p->fitted) {
         FATHOM_CHECK_ARG(!p->heads, "preset: per-head profiles need a fitted preset");
         FATHOM_CHECK_ARG(!p->per_layer, "preset: per-layer topic logits need a fitted preset");
+        FATHOM_CHECK_ARG(!p->q_heads, "preset: per-query-head profiles need a fitted preset");
         return FATHOM_OK;
     }
+    FATHOM_CHECK_ARG(!p->q_heads || p->heads, "preset: per-query-head profiles need per-head profiles");
     for (uint32_t l = 0; p->per_layer && l < p->layers; l++)
         FATHOM_CHECK_ARG(isfinite(p->topic_layers[l]) && p->topic_layers[l] >= 1e-3f && p->topic_layers[l] <= 100.0f,
                          "preset: topic_logit_layers[%u] = %g not in [1e-3, 100]", l, p->topic_layers[l]);
@@ -97,10 +100,14 @@ int synth_params_check(const synth_params *p) {
                              "preset: heads k_mean of layer %u head %u [%u] = %g not in [0, 1e3]", layer, head, j,
                              x[d + j]);
         }
-        for (uint32_t j = 2 * d; j < synth_head_floats(p); j++)
+        for (uint32_t j = 2 * d; j < (2 + p->group) * d; j++)
             FATHOM_CHECK_ARG(isfinite(x[j]) && fabsf(x[j]) <= 1e3f,
                              "preset: heads pos_re/pos_im of layer %u head %u = %g not in [-1e3, 1e3]", layer, head,
                              x[j]);
+        for (uint32_t j = (2 + p->group) * d; p->q_heads && j < synth_head_floats(p); j++)
+            FATHOM_CHECK_ARG(isfinite(x[j]) && x[j] >= 1e-4f && x[j] <= 1e4f,
+                             "preset: heads q_std of layer %u head %u query head %u [%u] = %g not in [1e-4, 1e4]",
+                             layer, head, (j - (2 + p->group) * d) / d, j % d, x[j]);
     }
     return FATHOM_OK;
 }
@@ -192,15 +199,18 @@ static int get_head_array(const json_t *heads, const char *key, uint64_t count, 
 }
 
 /* "heads": {"k_std", "k_mean": layers x kv_heads x d; "pos_re", "pos_im":
- * layers x kv_heads x group x d/2}, each layer-major (docs/synthetic.md). */
+ * layers x kv_heads x group x d/2; optionally "q_std": layers x kv_heads x
+ * group x d}, each layer-major (docs/synthetic.md). */
 static int parse_heads(const json_t *heads, synth_params *p) {
     FATHOM_CHECK(!json_is_object(heads), FATHOM_ERR_FORMAT, "preset file: \"heads\" is not an object");
     const char *key;
     json_t *value;
     json_object_foreach((json_t *)heads, key, value) {
-        FATHOM_CHECK(strcmp(key, "k_std") && strcmp(key, "k_mean") && strcmp(key, "pos_re") && strcmp(key, "pos_im"),
+        FATHOM_CHECK(strcmp(key, "k_std") && strcmp(key, "k_mean") && strcmp(key, "pos_re") && strcmp(key, "pos_im") &&
+                         strcmp(key, "q_std"),
                      FATHOM_ERR_FORMAT, "preset file: unknown key \"heads\".\"%s\"", key);
     }
+    p->q_heads = json_object_get(heads, "q_std") != NULL;
     /* the sizes come from these, so their ranges first (no overflow, no
      * allocation beyond the bound) */
     FATHOM_CHECK(p->layers < 1 || p->layers > SYNTH_MAX_LAYERS || p->kv_heads < 1 ||
@@ -218,6 +228,7 @@ static int parse_heads(const json_t *heads, synth_params *p) {
     FATHOM_TRY(get_head_array(heads, "k_mean", blocks * d, d, d, d, 0, 0.0f, 1e3f, p));
     FATHOM_TRY(get_head_array(heads, "pos_re", blocks * g * half, g * half, half, 2 * d, d, -1e3f, 1e3f, p));
     FATHOM_TRY(get_head_array(heads, "pos_im", blocks * g * half, g * half, half, 2 * d + half, d, -1e3f, 1e3f, p));
+    if (p->q_heads) FATHOM_TRY(get_head_array(heads, "q_std", blocks * g * d, g * d, d, (2 + g) * d, d, 1e-4f, 1e4f, p));
     return FATHOM_OK;
 }
 
@@ -398,8 +409,8 @@ static json_t *heads_json(const synth_params *p) {
     const uint64_t blocks = (uint64_t)p->layers * p->kv_heads;
     const uint32_t d = p->dim, half = d / 2;
     json_t *o = json_object();
-    static const char *const keys[] = {"k_std", "k_mean", "pos_re", "pos_im"};
-    for (int a = 0; o && a < 4; a++) {
+    static const char *const keys[] = {"k_std", "k_mean", "pos_re", "pos_im", "q_std"};
+    for (int a = 0; o && a < (p->q_heads ? 5 : 4); a++) {
         json_t *arr = json_array();
         if (!arr || json_object_set_new(o, keys[a], arr)) {
             json_decref(o);
@@ -407,9 +418,11 @@ static json_t *heads_json(const synth_params *p) {
         }
         for (uint64_t b = 0; b < blocks; b++) {
             const float *x = p->heads + b * synth_head_floats(p);
-            const uint32_t count = a < 2 ? d : p->group * half;
+            const uint32_t count = a < 2 ? d : a < 4 ? p->group * half : p->group * d;
             for (uint32_t e = 0; e < count; e++) {
-                float y = a < 2 ? x[a * d + e] : x[2 * d + e / half * d + (a == 3 ? half : 0) + e % half];
+                float y = a < 2   ? x[a * d + e]
+                          : a < 4 ? x[2 * d + e / half * d + (a == 3 ? half : 0) + e % half]
+                                  : x[(2 + p->group) * d + e];
                 if (json_array_append_new(arr, json_real((double)y))) {
                     json_decref(o);
                     return NULL;

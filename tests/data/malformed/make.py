@@ -190,7 +190,10 @@ for name, text in [
         ("heads_negative_std", heads_preset(lambda p: p["heads"]["k_std"].__setitem__(3, -1.0))),
         ("heads_pos_out_of_range", heads_preset(lambda p: p["heads"]["pos_im"].__setitem__(5, 1e9))),
         ("heads_not_numbers", heads_preset(lambda p: p["heads"]["k_mean"].__setitem__(0, "x"))),
-        ("heads_too_many", heads_preset(lambda p: p.update(layers=4096, kv_heads=1024, group=8)))]:
+        ("heads_too_many", heads_preset(lambda p: p.update(layers=4096, kv_heads=1024, group=8))),
+        ("heads_q_std_too_short", heads_preset(lambda p: p["heads"].update(q_std=[1.0] * 31))),
+        ("heads_q_std_zero", heads_preset(lambda p: p["heads"].update(q_std=[1.0] * 5 + [0.0] + [1.0] * 26))),
+        ("heads_q_std_not_numbers", heads_preset(lambda p: p["heads"].update(q_std=["x"] + [1.0] * 31)))]:
     write("preset", name + ".json", text)
 os.makedirs(os.path.join(HERE, "..", "..", "..", "fuzz", "corpus", "synth_preset"), exist_ok=True)
 with open(os.path.join(HERE, "..", "..", "..", "fuzz", "corpus", "synth_preset", "valid.json"), "w") as f:
