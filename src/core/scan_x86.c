@@ -917,7 +917,7 @@ TAB_TARGET void fathom_scan2_block_avx512_grouped(const scan2_pass *ps, const sc
  * permutes (int8_direct for depth <= 2: one; int8_rows and int8_planes for
  * depth 3, 4: two levels); its output byte k (slot 8 o + k) holds token
  * 8 o + k's c' in the high nibble and token 32 + 8 o + k's in the low one.
- * Two levels of byte permutes (int8_pair, int8_quad) interleave a quad of
+ * Two levels of byte permutes (int8_rows, int8_quad) interleave a quad of
  * channels' slots into dwords: in the staging ("staged": i.codes holds the
  * dwords, [quad][block][half][64]), or ("split") in the block function
  * beside its dot products (i.codes holds each channel's transposed codes),
@@ -937,13 +937,13 @@ TAB_TARGET void fathom_scan2_block_avx512_grouped(const scan2_pass *ps, const sc
  * 64-127 the second's; rows and tiles of 8 blocks, qword b = block b):
  * int8_direct[z]: from plane rows 0, 1, blocks 2 z, 2 z + 1's GFNI input
  *   qwords (planes 2, 3 zeroed by the mask);
- * int8_rows[x]: from rows (0, 1) or (2, 3), blocks 4 x .. 4 x + 3 as
- *   byte pairs (row r of octet o of block b at 32 (b / 2 & 1) + 16 (b & 1)
- *   + 2 o + r);
+ * int8_rows[x]: bytes 32 x .. 32 x + 31 of both sources interleaved as
+ *   byte pairs: from rows (0, 1) or (2, 3), blocks 4 x .. 4 x + 3 (row r of
+ *   octet o of block b at 32 (b / 2 & 1) + 16 (b & 1) + 2 o + r); from two
+ *   channels' transposed bytes, block x's 32 slots;
  * int8_planes[z & 1]: from those of rows 0, 1 and rows 2, 3, the GFNI input
  *   qwords of blocks 2 z, 2 z + 1;
- * int8_pair[bb]: from two channels' transposed bytes, block bb's 32 slots as
- *   byte pairs; int8_quad[f]: from two such pairs, half f's 16 dwords;
+ * int8_quad[f]: from two such pairs, half f's 16 dwords;
  * int8_wpair, int8_wquad: the same for the weights' low bytes of 16 lanes. */
 
 #define INT8_TARGET FATHOM_TARGET_AVX512_INT8
@@ -985,16 +985,6 @@ static const uint8_t int8_planes[2][64] __attribute__((aligned(64))) = {
      36, 37, 100, 101, 44, 45, 108, 109, 38, 39, 102, 103, 46, 47, 110, 111,
      48, 49, 112, 113, 56, 57, 120, 121, 50, 51, 114, 115, 58, 59, 122, 123,
      52, 53, 116, 117, 60, 61, 124, 125, 54, 55, 118, 119, 62, 63, 126, 127},
-};
-static const uint8_t int8_pair[2][64] __attribute__((aligned(64))) = {
-    {0, 64, 1, 65, 2, 66, 3, 67, 4, 68, 5, 69, 6, 70, 7, 71,
-     8, 72, 9, 73, 10, 74, 11, 75, 12, 76, 13, 77, 14, 78, 15, 79,
-     16, 80, 17, 81, 18, 82, 19, 83, 20, 84, 21, 85, 22, 86, 23, 87,
-     24, 88, 25, 89, 26, 90, 27, 91, 28, 92, 29, 93, 30, 94, 31, 95},
-    {32, 96, 33, 97, 34, 98, 35, 99, 36, 100, 37, 101, 38, 102, 39, 103,
-     40, 104, 41, 105, 42, 106, 43, 107, 44, 108, 45, 109, 46, 110, 47, 111,
-     48, 112, 49, 113, 50, 114, 51, 115, 52, 116, 53, 117, 54, 118, 55, 119,
-     56, 120, 57, 121, 58, 122, 59, 123, 60, 124, 61, 125, 62, 126, 63, 127},
 };
 static const uint8_t int8_quad[2][64] __attribute__((aligned(64))) = {
     {0, 1, 64, 65, 2, 3, 66, 67, 4, 5, 68, 69, 6, 7, 70, 71,
@@ -1176,8 +1166,8 @@ INT8_TARGET SCAN_INLINE void int8_load(const scan2_pass *ps, const fathom_segmen
         if (SPLIT) continue;
         /* staged: the quad's dwords, [Q][b][f] */
         uint8_t(*dw)[SCAN2_TILE_BLOCKS][2][64] = (uint8_t(*)[SCAN2_TILE_BLOCKS][2][64])tile->i.codes;
-        const __m512i p0 = _mm512_load_si512((const void *)int8_pair[0]);
-        const __m512i p1 = _mm512_load_si512((const void *)int8_pair[1]);
+        const __m512i p0 = _mm512_load_si512((const void *)int8_rows[0]);
+        const __m512i p1 = _mm512_load_si512((const void *)int8_rows[1]);
         const __m512i f0 = _mm512_load_si512((const void *)int8_quad[0]);
         const __m512i f1 = _mm512_load_si512((const void *)int8_quad[1]);
         for (uint32_t z = 0; z < 4; z++) {
@@ -1232,7 +1222,7 @@ INT8_TARGET SCAN_INLINE void int8_dot(__m512i *acc, __m512i codes, const int32_t
 
 /* Quad Q's dwords of block b, halves 0 and 1 (d[0], d[1]): staged (SPLIT
  * 0), or formed from its channels' transposed codes, pair and quad the
- * tables int8_pair[b & 1], int8_quad[0], int8_quad[1]. */
+ * tables int8_rows[b & 1], int8_quad[0], int8_quad[1]. */
 INT8_TARGET SCAN_INLINE void int8_quad_codes(const scan2_tile *tile, uint32_t Q, uint32_t b,
                                              __m512i pair, __m512i quad0, __m512i quad1,
                                              __m512i d[2], const int SPLIT) {
@@ -1264,7 +1254,7 @@ INT8_TARGET SCAN_INLINE void int8_fused(const scan2_pass *ps, const scan2_tile *
         acc[h][1] = acc[h][3] = _mm512_setzero_si512();
     }
     const uint32_t nq = (ps->count + 3) / 4;
-    const __m512i pair = _mm512_load_si512((const void *)int8_pair[b & 1]);
+    const __m512i pair = _mm512_load_si512((const void *)int8_rows[b & 1]);
     const __m512i quad0 = _mm512_load_si512((const void *)int8_quad[0]);
     const __m512i quad1 = _mm512_load_si512((const void *)int8_quad[1]);
     for (uint32_t Q = 0; Q < nq; Q++) {
@@ -1330,7 +1320,7 @@ INT8_TARGET SCAN_INLINE void int16_pair(const scan2_pass *ps, const scan2_tile *
             acc[x][i] = i == 0 || i == 2 ? _mm512_set1_epi32(tile->i.k8[b][h0 + x])
                                          : _mm512_setzero_si512();
     const uint32_t nq = (ps->count + 3) / 4;
-    const __m512i pair = _mm512_load_si512((const void *)int8_pair[b & 1]);
+    const __m512i pair = _mm512_load_si512((const void *)int8_rows[b & 1]);
     const __m512i quad0 = _mm512_load_si512((const void *)int8_quad[0]);
     const __m512i quad1 = _mm512_load_si512((const void *)int8_quad[1]);
     for (uint32_t Q = 0; Q < nq; Q++) {
