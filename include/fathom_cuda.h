@@ -509,6 +509,31 @@ typedef struct fathom_cuda_tier_given {
 int fathom_cuda_tier_step_given(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *args,
                                 const fathom_cuda_tier_given *given, cudaStream_t stream);
 
+/* How a tier's steps score tokens in the plane scan. */
+typedef enum fathom_cuda_scan_mode {
+    FATHOM_CUDA_SCAN_EXACT = 0, /* the default: scores bit-identical to the CPU's exact scan
+                                   kernels (fathom_store_scan) */
+    FATHOM_CUDA_SCAN_INT8 = 1   /* the CPU library's integer ("VNNI") scan mode: per pass of 64
+                                   active channels, 64-token block and query head, the products
+                                   q_j a_j quantized to int8 against their largest magnitude,
+                                   an exact integer dot product with the decoded codes, one
+                                   multiply back. Its scores APPROXIMATE the exact ones (off by
+                                   up to half a quantization step per channel term) and are
+                                   bit-identical to the CPU's int8 kernels
+                                   (FATHOM_SCAN_INT8_*, core/scan_internal.h), so selections
+                                   may differ from the exact mode's */
+} fathom_cuda_scan_mode;
+
+/* The tier's scan mode (a new tier: FATHOM_CUDA_SCAN_EXACT). It applies to
+ * the steps enqueued or captured after the call (fathom_cuda_tier_step,
+ * _step_given, the hybrid step and its calibration, whose host side then
+ * scans with the CPU's int8 kernels too, so hybrid and GPU-only steps stay
+ * bit-identical); a graph captured before keeps the mode it was captured
+ * with. Not while a step of this tier is being captured. The plan, top-k
+ * and attention are the same in both modes. FATHOM_ERR_INVALID_ARG for a
+ * NULL tier or another mode. */
+int fathom_cuda_tier_set_scan_mode(fathom_cuda_tier *tier, fathom_cuda_scan_mode mode);
+
 /* ===================================================================== *
  * Hybrid step: the host CPU scans a share of the pairs where they live
  * ===================================================================== *
@@ -521,7 +546,8 @@ int fathom_cuda_tier_step_given(fathom_cuda_tier *tier, const fathom_cuda_tier_s
  * pairs and token ranges) on the host, while the GPU runs plan, gather,
  * scan and top-k of the other pairs; only the selected positions cross to
  * the GPU, which fetches those rows and attends (fathom_cuda_tier_step_given).
- * Selections, depths, outputs and LSE are the GPU-only step's, bit for bit.
+ * Selections, depths, outputs and LSE are the GPU-only step's, bit for bit,
+ * in either scan mode (fathom_cuda_tier_set_scan_mode).
  *
  * fathom_cuda_hybrid_step enqueues, beside `stream` on the object's side
  * stream: a kernel that copies the host pairs' session ids, lengths and
@@ -564,7 +590,8 @@ void fathom_cuda_hybrid_destroy(fathom_cuda_hybrid *hybrid);
  * queries[i] ([group][dim] float, the bf16 queries' values): depths
  * [count][dim] (may be NULL), selected [count][group][k], selected_count
  * [count][group], all host memory. The tier's step makes the same ones for
- * the same data. Not capturable. */
+ * the same data (in the tier's scan mode: the host scans with the CPU's
+ * int8 kernels when it is FATHOM_CUDA_SCAN_INT8). Not capturable. */
 int fathom_cuda_hybrid_select(fathom_cuda_hybrid *hybrid, uint32_t layer, uint32_t count,
                               const uint32_t *sessions, const uint32_t *heads, const uint64_t *lengths,
                               const float *queries, uint32_t budget, uint32_t k, uint32_t sink,
@@ -591,7 +618,8 @@ int fathom_cuda_hybrid_check(fathom_cuda_hybrid *hybrid);
 /* The scheduler's rates, measured by fathom_cuda_hybrid_calibrate on a
  * step's batch as it is, in the plane bytes of fathom_cuda_hybrid_share's
  * estimate: cpu: the host's plan + scan + select of every pair on the
- * object's threads; gpu: the GPU side of the step with c = 0 .. min(max_pairs,
+ * object's threads (in the tier's scan mode: the int8 kernels' rates when it
+ * is FATHOM_CUDA_SCAN_INT8); gpu: the GPU side of the step with c = 0 .. min(max_pairs,
  * pairs) pairs given (the host's selections of the last c pairs, given at
  * once: plan, the other pairs' gather, scan and top-k, every pair's union,
  * fetch and attention; at most 17 values of c, best of 3 each), fitted by

@@ -4,7 +4,9 @@
  *
  * Host side: fathom_plan_select_parallel (core/scan_select.c) over the
  * tier's host segments as fathom_segments views, on one thread pool: the
- * plan from the running sums, the scan, the selection. Device side:
+ * plan from the running sums, the scan, the selection; the scan with the
+ * CPU's int8 kernels (FATHOM_SCAN_INT8) when the tier's scan mode is
+ * FATHOM_CUDA_SCAN_INT8, whose scores the GPU's int8 scan gives bit for bit. Device side:
  * fathom_cuda_tier_step_given (its two halves: every check before anything
  * is enqueued, one workspace layout), which does not plan the host pairs
  * (their depths come with the selections). On a side stream: an export
@@ -36,6 +38,7 @@ typedef struct hy_export {
 typedef struct hy_slot {
     fathom_cuda_hybrid *h;
     uint32_t layer, pairs, p0, budget, k, sink, local;
+    fathom_scan_kernel kernel; /* the host scan's kernels: the tier's scan mode when the step was enqueued */
     hy_export *exp;     /* [max_pairs], mapped host */
     uint16_t *q;        /* [max_pairs][G][D] bf16, mapped host */
     hy_export *exp_dev; /* device views of the same */
@@ -68,11 +71,16 @@ struct fathom_cuda_hybrid {
 
 /* ---- the host side ---- */
 
-/* Plan, scan and select `count` pairs on the pool (see fathom_cuda_hybrid_select). */
-static int hy_select(fathom_cuda_hybrid *h, uint32_t layer, uint32_t count, const uint32_t *sessions,
-                     const uint32_t *heads, const uint64_t *lengths, const float *queries, uint32_t budget,
-                     uint32_t k, uint32_t sink, uint32_t local, uint8_t *depths, uint32_t *selected,
-                     uint32_t *selected_count) {
+/* The CPU scan kernels whose scores equal the tier's GPU scan in its mode. */
+static fathom_scan_kernel hy_kernel(const fathom_cuda_hybrid *h) {
+    return fc_tier_scan_mode(h->tier) == FATHOM_CUDA_SCAN_INT8 ? FATHOM_SCAN_INT8 : FATHOM_SCAN_AUTO;
+}
+
+/* Plan, scan (with `kernel`) and select `count` pairs on the pool (see fathom_cuda_hybrid_select). */
+static int hy_select(fathom_cuda_hybrid *h, fathom_scan_kernel kernel, uint32_t layer, uint32_t count,
+                     const uint32_t *sessions, const uint32_t *heads, const uint64_t *lengths,
+                     const float *queries, uint32_t budget, uint32_t k, uint32_t sink, uint32_t local,
+                     uint8_t *depths, uint32_t *selected, uint32_t *selected_count) {
     const uint64_t seg_tokens = (uint64_t)h->S * FATHOM_BLOCK_TOKENS;
     uint64_t views_total = 0;
     for (uint32_t i = 0; i < count; i++) {
@@ -126,7 +134,7 @@ static int hy_select(fathom_cuda_hybrid *h, uint32_t layer, uint32_t count, cons
     uint64_t range = tokens / (2 * (uint64_t)h->threads);
     range = range < 8192 ? 8192 : range > 16384 ? 16384 : (range + 63) / 64 * 64;
     if (status == FATHOM_OK)
-        status = fathom_plan_select_parallel(h->pool, FATHOM_SCAN_AUTO, items, count, range);
+        status = fathom_plan_select_parallel(h->pool, kernel, items, count, range);
     free(views);
     free(segs);
     free(items);
@@ -172,8 +180,8 @@ extern "C" int fathom_cuda_hybrid_select(fathom_cuda_hybrid *h, uint32_t layer, 
                          "(session %u's length at layer %u)", i, (unsigned long long)lengths[i], have, sessions[i],
                          layer);
     }
-    return hy_select(h, layer, count, sessions, heads, lengths, queries, budget, k, sink, local, depths, selected,
-                     selected_count);
+    return hy_select(h, hy_kernel(h), layer, count, sessions, heads, lengths, queries, budget, k, sink, local,
+                     depths, selected, selected_count);
 }
 
 /* The host function of a step: the exported pairs, selected into sel_host. */
@@ -195,8 +203,8 @@ static int hy_run(hy_slot *sl) {
     }
     for (uint64_t e = 0; e < (uint64_t)c * GD && status == FATHOM_OK; e++) q[e] = fathom_bf16_to_f32(sl->q[e]);
     if (status == FATHOM_OK)
-        status = hy_select(h, sl->layer, c, ids, ids + c, lengths, q, sl->budget, sl->k, sl->sink, sl->local,
-                           sl->sel_host + hy_depths_at(c, h->G, sl->k), (uint32_t *)sl->sel_host, counts);
+        status = hy_select(h, sl->kernel, sl->layer, c, ids, ids + c, lengths, q, sl->budget, sl->k, sl->sink,
+                           sl->local, sl->sel_host + hy_depths_at(c, h->G, sl->k), (uint32_t *)sl->sel_host, counts);
     free(ids);
     free(lengths);
     free(q);
@@ -336,6 +344,7 @@ static int hy_step(fathom_cuda_hybrid *h, const fathom_cuda_tier_step_args *a, u
     sl->k = a->k;
     sl->sink = a->sink;
     sl->local = a->local;
+    sl->kernel = hy_kernel(h);
     const size_t dep_at = hy_depths_at(host_pairs, h->G, a->k);
     FATHOM_CUDA_TRY(cudaEventRecord(h->fork, stream));
     FATHOM_CUDA_TRY(cudaStreamWaitEvent(h->side, h->fork, 0));
@@ -474,8 +483,8 @@ extern "C" int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *h, const fathom_
     double cpu_s = 1e30;
     for (int rep = 0; rep < 3; rep++) { /* the host: one warm-up, best of 2 */
         const double t0 = hy_now();
-        FATHOM_TRY(hy_select(h, a->layer, P, ids.data(), ids.data() + P, lengths.data(), q.data(), a->budget, a->k,
-                             a->sink, a->local, dep.data(), sel.data(), cnt.data()));
+        FATHOM_TRY(hy_select(h, hy_kernel(h), a->layer, P, ids.data(), ids.data() + P, lengths.data(), q.data(),
+                             a->budget, a->k, a->sink, a->local, dep.data(), sel.data(), cnt.data()));
         const double dt = hy_now() - t0;
         if (rep > 0 && dt < cpu_s) cpu_s = dt;
     }

@@ -45,6 +45,7 @@ struct fathom_cuda_tier {
     uint32_t row_caches;  /* sessions with a row cache */
     uint32_t plan_windows; /* sessions whose plane cache keeps a plan window */
     fathom_cuda_lanes *lanes; /* the step's pipeline; NULL: one stream */
+    fathom_cuda_scan_mode scan_mode; /* fathom_cuda_tier_set_scan_mode; 0 (exact) from calloc */
 };
 
 const tier_dev *fc_tier_dev(const fathom_cuda_tier *t) { return &t->dev; }
@@ -56,6 +57,7 @@ tier_cache *fc_tier_caches(fathom_cuda_tier *t, tier_cache **device) {
 uint32_t *fc_tier_row_caches(fathom_cuda_tier *t) { return &t->row_caches; }
 uint32_t *fc_tier_plan_windows(fathom_cuda_tier *t) { return &t->plan_windows; }
 fathom_cuda_lanes *fc_tier_lanes(const fathom_cuda_tier *t) { return t->lanes; }
+fathom_cuda_scan_mode fc_tier_scan_mode(const fathom_cuda_tier *t) { return t->scan_mode; }
 int fc_tier_live(const fathom_cuda_tier *t, uint32_t s) {
     return t && s < t->shape.max_sessions && t->sessions[s].live;
 }
@@ -186,6 +188,15 @@ extern "C" int fathom_cuda_tier_create(const fathom_cuda_tier_shape *shape, fath
         return st;
     }
     *out = t;
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_tier_set_scan_mode(fathom_cuda_tier *t, fathom_cuda_scan_mode mode) {
+    FATHOM_CHECK_ARG(t != NULL, "tier_set_scan_mode: tier is NULL");
+    FATHOM_CHECK_ARG(mode == FATHOM_CUDA_SCAN_EXACT || mode == FATHOM_CUDA_SCAN_INT8,
+                     "tier_set_scan_mode: mode %d is neither FATHOM_CUDA_SCAN_EXACT nor FATHOM_CUDA_SCAN_INT8",
+                     (int)mode);
+    t->scan_mode = mode;
     return FATHOM_OK;
 }
 

@@ -161,6 +161,8 @@ uint32_t *fc_tier_plan_windows(fathom_cuda_tier *tier); /* sessions whose plane 
  * lanes and chunks by context (fathom_cuda_tier_set_lanes). */
 #define TIER_LANES 3
 fathom_cuda_lanes *fc_tier_lanes(const fathom_cuda_tier *tier);
+/* The tier's scan mode (fathom_cuda_tier_set_scan_mode). */
+fathom_cuda_scan_mode fc_tier_scan_mode(const fathom_cuda_tier *tier);
 /* tier_cache.cu: free a description's device memory (and zero it); drop a
  * session's cache (its device description zeroed first); after a
  * truncation to n tokens, forget what the cache holds beyond n. */
@@ -204,6 +206,7 @@ typedef struct tier_ws {
     uint8_t *stage;    /* [P][nseg][kv_off] planes and scales as in the host slices; NULL: scanned in place */
     uint32_t nseg;     /* segments of capacity_tokens */
     size_t total;
+    bool scan_int8;    /* not part of the layout: the tier's scan mode, set by fc_tier_step_launch */
 } tier_ws;
 
 /* Where a step's given pairs finish (fc_tier_step_launch): their union, row

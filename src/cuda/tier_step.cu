@@ -31,7 +31,10 @@
  * Scores are bit-identical to fathom_store_scan's fast kernels: active
  * channels in passes of 64 (index order), inside a pass by depth then
  * index, fmaf(q, khat, acc) from 0 per pass, each pass added to the score
- * (scan.cu explains why khat is exact). */
+ * (scan.cu explains why khat is exact). In the int8 scan mode
+ * (fathom_cuda_tier_set_scan_mode) they are bit-identical to the CPU's
+ * int8 kernels instead (the same passes; core/scan_internal.h defines the
+ * pass's term). */
 #include "tier_internal.cuh"
 
 #include <cuda_bf16.h>
@@ -248,6 +251,11 @@ struct tier_scan_shape {
     static const int MIN_BLOCKS = WARPS_PER_SM * 32 / THREADS; /* at most 65536 / (32 WARPS_PER_SM) registers */
 };
 
+/* The int8 definition's constants (core/scan_internal.h: SCAN_INT8_*). */
+#define TIER_INT8_MAGIC 0x1.8p23f /* 1.5 * 2^23: adding it rounds to an integer */
+#define TIER_INT8_TINY 0x1p-100f  /* below it a block's weights are all 0 */
+#define TIER_INT8_LEVELS 127
+
 /* One CTA: 32 consecutive blocks (lane = block) of one KV head, warps
  * splitting each block's 64 tokens. Per pass, the pass's plane words and
  * scales of the 32 blocks are loaded once into shared memory (coalesced
@@ -255,9 +263,19 @@ struct tier_scan_shape {
  * also counts the top-k's level-0 histogram (topk.cu) of the final scores of
  * the middle tokens [sink, n - local) of rows with n > k, as hist0_kernel
  * would: G histograms in shared memory after the words, added to the
- * workspace's at the end. */
+ * workspace's at the end.
+ * INT8: the int8 definition (core/scan_internal.h, scan_int8_weights and
+ * int_reference). Per pass, head g and block (lane), the threads first
+ * find m = max_k |q_gk a_k| and the block's r = 127 / m and s = m / 2032
+ * (s_ir, s_is; NaN s where a product is not finite, r = s = 0 below
+ * 2^-100); each warp then forms the weights w_k = fmaf(q_gk a_k, r,
+ * 1.5 2^23) - 1.5 2^23 of its lane, sums T = sum_k w_k d_k exactly in
+ * int32 per token (d_k = (2 c_k + 1) 2^(4 - t_k) - 16) and writes
+ * s * (float)T as the pass's term, combined with the score as the exact
+ * passes are. Every float operation is an explicit _rn intrinsic, so no
+ * contraction changes a rounding. */
 #define SCAN_LOADS 8 /* plane words a thread has in flight */
-template <int D, int GP>
+template <int D, int GP, bool INT8>
 static __global__ void __launch_bounds__(tier_scan_shape<GP>::THREADS, tier_scan_shape<GP>::MIN_BLOCKS)
 tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t G, uint32_t p0, tier_ws w,
                  uint32_t k, uint32_t sink, uint32_t local, uint32_t pass_words, unsigned long long *hit_bytes) {
@@ -271,6 +289,7 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
     __shared__ int16_t s_line[PASS * FATHOM_PLANES]; /* cache slot of (pass channel c, plane p) */
     __shared__ int16_t s_row_line[PASS * FATHOM_PLANES];
     __shared__ uint32_t s_spread[256]; /* fc_spread8 of every byte */
+    __shared__ float s_ir[INT8 ? GP : 1][32], s_is[INT8 ? GP : 1][32]; /* int8: r and s of (head, block) */
     const uint32_t p = p0 + blockIdx.y, tid = threadIdx.x, lane = tid & 31, part = tid >> 5;
     const uint64_t n = w.n_of[p], nb = (n + 63) / 64, b0 = (uint64_t)blockIdx.x * 32;
     if (b0 >= nb) return; /* uniform */
@@ -333,6 +352,25 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
             } else s_scale[c][l] = __ldcv(&scales[(size_t)s_j[c] * S + bs0 + l]);
         }
         __syncthreads();
+        if (INT8) /* r and s of every (head, block); read after the barrier below */
+            for (uint32_t i = tid; i < GP * 32; i += SH::THREADS) {
+                const uint32_t g = i >> 5, l = i & 31;
+                float m = 0.0f;
+                bool finite = true;
+                for (uint32_t c = 0; c < np; c++) {
+                    const float x = fabsf(__fmul_rn(s_q[g][c], __half2float(__ushort_as_half(s_scale[c][l]))));
+                    if (!(x <= 3.4028234663852886e38f)) finite = false; /* inf or NaN */
+                    else if (x > m) m = x;
+                }
+                float r = 0.0f, sc = 0.0f;
+                if (!finite) sc = __int_as_float(0x7fc00000); /* NaN: the pass adds NaN */
+                else if (!(m < TIER_INT8_TINY)) {
+                    r = __fdiv_rn((float)TIER_INT8_LEVELS, m);
+                    sc = __fdiv_rn(m, (float)(16 * TIER_INT8_LEVELS));
+                }
+                s_ir[g][l] = r;
+                s_is[g][l] = sc;
+            }
         const uint32_t rows = s_off[np];
         /* SCAN_LOADS words into registers, then into shared memory: __ldcv's memory
            clobber orders a store before the next load, so a load-then-store loop has
@@ -360,19 +398,58 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
         __syncthreads();
         if (lane >= nblk) continue;
         float acc[SH::TOK][GP];
+        if (INT8) {
+            int32_t T[SH::TOK][GP];
+            float r[GP];
 #pragma unroll
-        for (int i = 0; i < SH::TOK; i++)
+            for (int g = 0; g < GP; g++) {
+                r[g] = s_ir[g][lane];
 #pragma unroll
-            for (int g = 0; g < GP; g++) acc[i][g] = 0.0f;
-        for (uint32_t c = 0; c < np; c++) { /* scan.cu's codes and khat: the same exact values */
-            const uint32_t depth = s_t[c];
-            uint32_t nib[(SH::TOK + 7) / 8] = {};
-#pragma unroll
-            for (int pl = 0; pl < FATHOM_PLANES; pl++) {
-                if (pl >= (int)depth) break;
-                fc_codes_add_plane(nib, (uint32_t)(s_words[(s_off[c] + pl) * 32 + lane] >> shift), s_spread);
+                for (int i = 0; i < SH::TOK; i++) T[i][g] = 0;
             }
-            fc_codes_accumulate<GP, SH::TOK>(acc, [&](int g) { return s_q[g][c]; }, depth, s_scale[c][lane], nib);
+            for (uint32_t c = 0; c < np; c++) {
+                const uint32_t depth = s_t[c];
+                uint32_t nib[(SH::TOK + 7) / 8] = {};
+#pragma unroll
+                for (int pl = 0; pl < FATHOM_PLANES; pl++) {
+                    if (pl >= (int)depth) break;
+                    fc_codes_add_plane(nib, (uint32_t)(s_words[(s_off[c] + pl) * 32 + lane] >> shift), s_spread);
+                }
+                const float a = __half2float(__ushort_as_half(s_scale[c][lane]));
+                int32_t d[SH::TOK]; /* (2 c + 1) 2^(4 - t) - 16 */
+#pragma unroll
+                for (int i = 0; i < SH::TOK; i++)
+                    d[i] = (int32_t)(((2u * ((nib[i / 8] >> (4 * (i % 8))) & 15u) + 1u) << (4 - depth))) - 16;
+#pragma unroll
+                for (int g = 0; g < GP; g++) {
+                    const float W = __fmul_rn(s_q[g][c], a);
+                    const int32_t wk =
+                        __float2int_rz(__fsub_rn(__fmaf_rn(W, r[g], TIER_INT8_MAGIC), TIER_INT8_MAGIC));
+#pragma unroll
+                    for (int i = 0; i < SH::TOK; i++) T[i][g] += wk * d[i];
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < GP; g++) {
+                const float sc = s_is[g][lane];
+#pragma unroll
+                for (int i = 0; i < SH::TOK; i++) acc[i][g] = __fmul_rn(sc, __int2float_rn(T[i][g]));
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < SH::TOK; i++)
+#pragma unroll
+                for (int g = 0; g < GP; g++) acc[i][g] = 0.0f;
+            for (uint32_t c = 0; c < np; c++) { /* scan.cu's codes and khat: the same exact values */
+                const uint32_t depth = s_t[c];
+                uint32_t nib[(SH::TOK + 7) / 8] = {};
+#pragma unroll
+                for (int pl = 0; pl < FATHOM_PLANES; pl++) {
+                    if (pl >= (int)depth) break;
+                    fc_codes_add_plane(nib, (uint32_t)(s_words[(s_off[c] + pl) * 32 + lane] >> shift), s_spread);
+                }
+                fc_codes_accumulate<GP, SH::TOK>(acc, [&](int g) { return s_q[g][c]; }, depth, s_scale[c][lane], nib);
+            }
         }
 #pragma unroll
         for (int g = 0; g < GP; g++) {
@@ -751,13 +828,13 @@ static int launch_scan(const tier_dev *t, const fathom_cuda_tier_step_args *a, u
     const uint32_t pass_words = !a->fixed_depths && a->budget < PASS * FATHOM_PLANES ? a->budget
                                                                                      : PASS * FATHOM_PLANES;
     const size_t smem = (size_t)pass_words * 32 * 8 + (size_t)G * FC_HIST_BINS * 4;
+    auto kernel = w->scan_int8 ? tier_scan_kernel<D, GP, true> : tier_scan_kernel<D, GP, false>;
     if (smem > 32 * 1024) /* with the static arrays (< 16 KB), past the 48 KB a launch gets without opting in */
-        FATHOM_CUDA_TRY(cudaFuncSetAttribute(tier_scan_kernel<D, GP>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        FATHOM_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const uint64_t nb = (a->capacity_tokens + 63) / 64;
     const dim3 grid((uint32_t)((nb + 31) / 32), c.count);
-    tier_scan_kernel<D, GP><<<grid, SH::THREADS, smem, stream>>>(*t, a->layer, a->sessions, G, c.p0, *w, a->k,
-                                                                 a->sink, a->local, pass_words, a->cache_bytes);
+    kernel<<<grid, SH::THREADS, smem, stream>>>(*t, a->layer, a->sessions, G, c.p0, *w, a->k, a->sink, a->local,
+                                                pass_words, a->cache_bytes);
     FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
 }
@@ -1020,6 +1097,7 @@ int fc_tier_step_launch(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args
                         const fathom_cuda_tier_given *given, const tier_given_lane *lane, const tier_ws *layout_ws,
                         cudaStream_t stream) {
     tier_ws ws = *layout_ws, *w = &ws; /* this step's copy: the stage may be dropped below */
+    ws.scan_int8 = fc_tier_scan_mode(tier) == FATHOM_CUDA_SCAN_INT8;
     const tier_dev *t = fc_tier_dev(tier);
     const char *who = given ? "tier_step_given" : "tier_step";
     const uint32_t G = fc_tier_group(tier), P = a->batch * t->heads;
