@@ -16,6 +16,10 @@
  *           session that is not live;
  *   scheduler: calibrated rates are positive (the GPU's fixed time finite)
  *           and the share is in range.
+ * All of it twice: in the exact scan mode and in the int8 one
+ * (fathom_cuda_tier_set_scan_mode: the GPU's int8 scan, the host's int8
+ * kernels), where the GPU-only step's selections differ from the exact
+ * mode's in some rows (the int8 scan ran).
  * Sessions: lengths with a partial block, several segments, and one at or
  * below k (every token selected); G = 4, d = 128.
  * Argument checks run without a GPU; the rest exits 77 when none is present. */
@@ -168,6 +172,7 @@ static void test_args(void) {
     uint32_t c = 0;
     CHECK_STATUS(fathom_cuda_hybrid_share(NULL, NULL, NULL, &c), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_cuda_tier_step_given(NULL, NULL, NULL, 0), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_cuda_tier_set_scan_mode(NULL, FATHOM_CUDA_SCAN_EXACT), FATHOM_ERR_INVALID_ARG);
     fathom_cuda_hybrid_destroy(NULL);
 }
 
@@ -253,7 +258,13 @@ static void given_checks(fathom_cuda_tier *tier, fathom_cuda_hybrid *hy, const s
     cudaFree(d_dep);
 }
 
-static void test_hybrid(void) {
+/* The exact mode's GPU-only step of each layer (one stream), for the int8 run to differ from. */
+static std::vector<host_outputs> exact_wants;
+
+static void test_hybrid(fathom_cuda_scan_mode mode) {
+    const bool int8 = mode == FATHOM_CUDA_SCAN_INT8;
+    compared_rows = bad_rows = given_steps = given_rows = 0;
+    uint32_t differ_exact = 0;
     const uint64_t lens[3] = {3 * 64 * S + 17, 64 * S + 700, 100}; /* 4 segments + partial block; 2; <= k */
     const uint32_t batch = 3, P = batch * H;
     const uint64_t capacity = 4 * 64 * S;
@@ -261,6 +272,7 @@ static void test_hybrid(void) {
     fathom_cuda_tier *tier = NULL;
     CHECK_OK(fathom_cuda_tier_create(&shape, &tier));
     if (!tier) return;
+    CHECK_OK(fathom_cuda_tier_set_scan_mode(tier, mode));
     std::vector<uint32_t> ids(batch);
     uint32_t *d_one = dev_alloc<uint32_t>(1), *d_count = dev_alloc<uint32_t>(1);
     for (uint32_t b = 0; b < batch; b++) {
@@ -310,6 +322,12 @@ static void test_hybrid(void) {
             CHECK_OK(fathom_cuda_tier_step(tier, &ar, s));
             CK(cudaStreamSynchronize(s));
             const host_outputs want = fetch(ref, P);
+            if (!piped && !int8) exact_wants.push_back(want);
+            if (!piped && int8 && l < exact_wants.size())
+                for (uint32_t r = 0; r < P * G; r++)
+                    differ_exact += want.sel_count[r] != exact_wants[l].sel_count[r] ||
+                                    memcmp(&want.sel[(size_t)r * K], &exact_wants[l].sel[(size_t)r * K],
+                                           want.sel_count[r] * 4) != 0;
             /* the host's own selection of every pair */
             if (!piped) {
                 std::vector<uint32_t> sess(P), heads(P), sel((size_t)P * G * K), cnt((size_t)P * G);
@@ -397,17 +415,22 @@ static void test_hybrid(void) {
         ab.budget = FATHOM_PLANES * D + 1;
         CHECK_STATUS(fathom_cuda_hybrid_share(hy, &ab, lens, &share), FATHOM_ERR_INVALID_ARG);
         CHECK(strstr(fathom_last_error(), "hybrid_share: budget") != NULL);
-        printf("test_cuda_hybrid: %s: cpu %.2f GB/s (%.3f ms, fixed %.3f ms), gpu %.2f GB/s + %.3f ms (GPU-only %.3f "
+        printf("test_cuda_hybrid: %s %s: cpu %.2f GB/s (%.3f ms, fixed %.3f ms), gpu %.2f GB/s + %.3f ms (GPU-only %.3f "
                "ms), share %u of %u pairs\n",
-               piped ? "pipelined" : "one stream", rates.cpu_bytes_per_s / 1e9, rates.cpu_s * 1e3, rates.cpu_fixed_s * 1e3,
+               int8 ? "int8" : "exact", piped ? "pipelined" : "one stream", rates.cpu_bytes_per_s / 1e9, rates.cpu_s * 1e3, rates.cpu_fixed_s * 1e3,
                rates.gpu_bytes_per_s / 1e9, rates.gpu_fixed_s * 1e3, rates.gpu_s * 1e3, share, P);
         cudaFree(ws);
     }
     CHECK(steps == 2 * (int)L * 6);
     CHECK(given_steps == 4 && given_rows == 2 * (int)(P * G) + 2 * (int)(P * G - 1));
     CHECK(bad_rows == 0 && compared_rows == (2 * (int)L * 6 + (int)L) * (int)(P * G) + given_rows);
-    printf("test_cuda_hybrid: %d hybrid steps, %d rows bit-identical to the GPU-only step (%d differ)\n", steps,
-           compared_rows, bad_rows);
+    printf("test_cuda_hybrid: %s: %d hybrid steps, %d rows bit-identical to the GPU-only step (%d differ)\n",
+           int8 ? "int8" : "exact", steps, compared_rows, bad_rows);
+    if (int8) {
+        printf("test_cuda_hybrid: int8: %u of %u selections differ from the exact mode's\n", differ_exact,
+               (uint32_t)(L * P * G));
+        CHECK(exact_wants.size() == L && differ_exact > 0);
+    }
     CK(cudaStreamDestroy(s));
     fathom_cuda_hybrid_destroy(hy);
     free_outputs(ref);
@@ -426,6 +449,7 @@ int main(void) {
         printf("no CUDA device: skipping the GPU tests\n");
         return 77;
     }
-    test_hybrid();
+    test_hybrid(FATHOM_CUDA_SCAN_EXACT);
+    test_hybrid(FATHOM_CUDA_SCAN_INT8);
     return check_summary("test_cuda_hybrid");
 }

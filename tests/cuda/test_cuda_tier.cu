@@ -28,7 +28,13 @@
  *           the fill's slots equal a host ranking of the window's last plans
  *           (count, then var / 4^p, then 4 j + p; older plans forgotten), a
  *           window of 1 ranks as the last plan alone, and the step reads
- *           exactly the kept lines' bytes from HBM.
+ *           exactly the kept lines' bytes from HBM;
+ *   int8:   in the int8 scan mode (fathom_cuda_tier_set_scan_mode) every
+ *           score is bit-identical to the CPU's int8 scan (its definition
+ *           and its kernel) and the selections are fathom_select's of them,
+ *           over lengths, G, d, passes, fixed depths, the pipeline and the
+ *           plane cache; the exact mode's scores on the same steps are
+ *           fathom_store_scan's, and differ from the int8 ones.
  * FATHOM_TEST_QUICK=1 shrinks lengths and steps (for compute-sanitizer).
  * Argument checks run without a GPU; the rest exits 77 when none is present. */
 #include "check.h"
@@ -1232,6 +1238,214 @@ static void test_cache_by_context(void) {
     fathom_cuda_tier_destroy(tier);
 }
 
+/* ---- the int8 scan mode ---- */
+
+/* One case of test_int8: head dimension, group, budget (0: fixed depths,
+ * random 0..4 per channel), lanes (0: one stream, planes read in place; 2:
+ * pipelined one KV head per chunk, planes from staging) and whether the
+ * steps are repeated with every session's plane cache filled. */
+typedef struct int8_case {
+    uint32_t D, G, budget, lanes;
+    bool cache;
+} int8_case;
+
+/* Scores of the step just run, from its workspace: [P * G][stride]. */
+static std::vector<float> step_scores(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args &a, size_t rows,
+                                      uint64_t *stride) {
+    const float *d = NULL;
+    CHECK_OK(fc_tier_step_scores(tier, &a, &d, stride));
+    std::vector<float> s(rows * *stride);
+    CK(cudaMemcpy(s.data(), d, s.size() * 4, cudaMemcpyDeviceToHost));
+    return s;
+}
+
+/* Bit patterns equal (NaN payloads included). */
+static bool same_bits(const float *a, const float *b, uint64_t n) { return memcmp(a, b, n * 4) == 0; }
+
+/* The tier step in the int8 scan mode against the CPU's int8 scan: for
+ * sessions of several lengths (segment boundaries, a partial last block),
+ * every score of every row is bit-identical to fathom_store_scan_with's
+ * FATHOM_SCAN_INT8_REFERENCE (the definition) and FATHOM_SCAN_INT8 (the
+ * CPU's kernel) on the same planes, depths and queries, and the selections
+ * are fathom_select's of those scores; at G = 1, 3 (padded to 4), 8, 16
+ * and 2, d = 64, 128, 256, passes of more than 64 active channels, fixed
+ * depths, in place and pipelined, with the plane cache off and on. The
+ * exact mode on the same steps gives fathom_store_scan's scores bit for bit
+ * (the comparison itself is sound) and the int8 scores differ from them.
+ * One query head holds values so small that every pass's weights are 0
+ * (scores +0: the 2^-100 rule). */
+static void test_int8(void) {
+    const int8_case cases[5] = {{128, 3, 48, 0, true},
+                                {128, 8, 300, 2, true},
+                                {256, 2, 600, 0, false},
+                                {64, 16, 48, 2, false},
+                                {128, 1, 0, 0, false}};
+    const uint32_t H = 2, S = 32, B = 3;
+    const uint64_t full[B] = {1000, 4099, 9000}, small[B] = {300, 1000, 2500};
+    const uint64_t *lens = quick ? small : full;
+    const uint64_t capacity = 16384;
+    uint64_t compared = 0, bad_ref = 0, bad_kernel = 0, bad_exact = 0, bad_sel = 0, bad_dep = 0, differ = 0;
+    uint64_t zero_rows = 0;
+    for (const int8_case &cs : cases) {
+        const uint32_t D = cs.D, G = cs.G, P = B * H;
+        const size_t R = (size_t)P * G;
+        fathom_cuda_tier_shape sh = {1, H, G, D, S, B, capacity};
+        fathom_cuda_tier *tier = NULL;
+        CHECK_OK(fathom_cuda_tier_create(&sh, &tier));
+        if (!tier) return;
+        CHECK_OK(fathom_cuda_tier_set_lanes(tier, cs.lanes, cs.lanes ? 1 : 0));
+        std::vector<std::vector<uint16_t>> rows(B);
+        std::vector<uint32_t> ids(B);
+        for (uint32_t i = 0; i < B; i++) {
+            rows[i] = make_rows(lens[i], H, D, 1300 + 10 * D + G + i);
+            CHECK_OK(fathom_cuda_tier_session_create(tier, &ids[i]));
+            CHECK_OK(fathom_cuda_tier_reserve(tier, ids[i], capacity));
+        }
+        std::vector<uint64_t> done(B, 0);
+        append_calls(tier, 1, H, D, ids, {{(uint32_t)lens[0], (uint32_t)lens[1], (uint32_t)lens[2]}},
+                     {&rows[0], &rows[1], &rows[2]}, done);
+        CHECK_OK(fathom_cuda_tier_check(tier));
+        std::vector<uint16_t> q(R * D);
+        rng_state = 1400 + D + G;
+        for (size_t i = 0; i < q.size(); i++) q[i] = fathom_f32_to_bf16(0.3f * rng_normal());
+        if (G > 1) /* pair 0, query head 1: |q a| < 2^-100 in every block (|q| < 1e-36, a < 65504) */
+            for (uint32_t j = 0; j < D; j++) q[(size_t)1 * D + j] = fathom_f32_to_bf16(1e-37f * rng_normal());
+        std::vector<uint8_t> fixed((size_t)P * D);
+        for (size_t i = 0; i < fixed.size(); i++) fixed[i] = (uint8_t)(rng_u64() % 5);
+        uint8_t *d_fixed = cs.budget ? NULL : to_device(fixed.data(), fixed.size());
+        unsigned long long *d_hits = NULL, hits[2] = {0, 0};
+        CK(cudaMalloc((void **)&d_hits, 16));
+        step_bufs b = alloc_bufs(tier, B, H, G, D, capacity, 1);
+        CK(cudaMemcpy(b.q, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(b.sessions, ids.data(), B * 4, cudaMemcpyHostToDevice));
+        fathom_cuda_tier_step_args a = step_args(0, B, capacity, b);
+        a.scale = 1.0f / sqrtf((float)D);
+        a.budget = cs.budget ? cs.budget : 1;
+        a.fixed_depths = d_fixed;
+        a.cache_bytes = d_hits;
+        uint32_t most_active = 0;
+        for (int cached = 0; cached <= (cs.cache ? 1 : 0); cached++) {
+            if (cached) { /* every line of every session (the closed blocks) */
+                const uint64_t blocks = capacity / 64;
+                fathom_cuda_tier_cache_config cc = {(uint64_t)H * 10 * blocks * 4 * D, capacity, 0, 0};
+                for (uint32_t i = 0; i < B; i++) {
+                    CHECK_OK(fathom_cuda_tier_cache_set(tier, ids[i], &cc));
+                    CHECK_OK(fathom_cuda_tier_cache_fill(tier, ids[i], NULL, 0));
+                }
+                CK(cudaDeviceSynchronize());
+            }
+            std::vector<float> sc[2];
+            step_out o[2];
+            for (int m = 0; m < 2; m++) { /* 0: exact, 1: int8 */
+                CHECK_OK(fathom_cuda_tier_set_scan_mode(tier, m ? FATHOM_CUDA_SCAN_INT8 : FATHOM_CUDA_SCAN_EXACT));
+                CK(cudaMemset(d_hits, 0, 16));
+                CHECK_OK(fathom_cuda_tier_step(tier, &a, 0));
+                CK(cudaDeviceSynchronize());
+                CHECK_OK(fathom_cuda_tier_check(tier));
+                CK(cudaMemcpy(hits, d_hits, 16, cudaMemcpyDeviceToHost));
+                CHECK(cached ? hits[0] > 0 : hits[0] == 0);
+                uint64_t stride = 0;
+                sc[m] = step_scores(tier, a, R, &stride);
+                o[m] = read_out(b, R, D, P, 1);
+                for (uint32_t i = 0; i < B; i++)
+                    for (uint32_t h = 0; h < H; h++) {
+                        const uint64_t n = lens[i];
+                        const uint32_t p = i * H + h;
+                        const uint8_t *dep = o[m].depths.data() + (size_t)p * D;
+                        std::vector<float> keys = head_floats(rows[i], 0, n, H, D, h);
+                        fathom_store *st = NULL;
+                        CHECK_OK(fathom_store_create(&st, D, S, NULL));
+                        CHECK_OK(fathom_store_append(st, keys.data(), n));
+                        std::vector<float> qf(G * D);
+                        for (uint32_t x = 0; x < G * D; x++) qf[x] = fathom_bf16_to_f32(q[(size_t)p * G * D + x]);
+                        if (cs.budget) { /* the plan, as cpu_check */
+                            std::vector<float> var(D);
+                            std::vector<double> g(D);
+                            std::vector<uint8_t> plan(D);
+                            CHECK_OK(fathom_store_variance(st, var.data()));
+                            CHECK_OK(fathom_importance(D, G, qf.data(), var.data(), g.data()));
+                            CHECK_OK(fathom_water_fill(D, g.data(), cs.budget, plan.data(), NULL));
+                            bad_dep += memcmp(plan.data(), dep, D) != 0;
+                        } else
+                            bad_dep += memcmp(fixed.data() + (size_t)p * D, dep, D) != 0;
+                        uint32_t active = 0;
+                        for (uint32_t j = 0; j < D; j++) active += dep[j] > 0;
+                        most_active = active > most_active ? active : most_active;
+                        std::vector<float> ref(G * n), ker(G * n);
+                        if (m) {
+                            CHECK_OK(fathom_store_scan_with(FATHOM_SCAN_INT8_REFERENCE, st, dep, qf.data(), G, n,
+                                                            ref.data(), NULL));
+                            CHECK_OK(fathom_store_scan_with(FATHOM_SCAN_INT8, st, dep, qf.data(), G, n, ker.data(),
+                                                            NULL));
+                        } else {
+                            CHECK_OK(fathom_store_scan(st, dep, qf.data(), G, n, ref.data(), NULL));
+                            ker = ref;
+                        }
+                        std::vector<uint64_t> work(n);
+                        for (uint32_t g = 0; g < G; g++) {
+                            const size_t r = (size_t)p * G + g;
+                            const float *gpu = sc[m].data() + r * stride;
+                            const bool ok = same_bits(gpu, ref.data() + (size_t)g * n, n);
+                            if (m) {
+                                bad_ref += !ok;
+                                bad_kernel += !same_bits(ker.data() + (size_t)g * n, ref.data() + (size_t)g * n, n);
+                                compared += n;
+                                bool zero = true;
+                                for (uint64_t x = 0; x < n; x++) {
+                                    uint32_t u;
+                                    memcpy(&u, gpu + x, 4);
+                                    zero &= u == 0u; /* +0 */
+                                }
+                                zero_rows += zero;
+                            } else
+                                bad_exact += !ok;
+                            if (!ok) {
+                                uint64_t x = 0;
+                                while (x < n && memcmp(gpu + x, ref.data() + (size_t)g * n + x, 4) == 0) x++;
+                                fprintf(stderr, "int8 test d=%u G=%u budget %u lanes %u cache %d %s: pair %u head %u "
+                                        "n %llu: token %llu gpu %.9g cpu %.9g\n", D, G, cs.budget, cs.lanes, cached,
+                                        m ? "int8" : "exact", p, g, (unsigned long long)n, (unsigned long long)x,
+                                        gpu[x], ref[(size_t)g * n + x]);
+                            }
+                            std::vector<uint32_t> idx(test_k);
+                            uint32_t count = 0;
+                            CHECK_OK(fathom_select(ref.data() + (size_t)g * n, n, test_k, FATHOM_SINK_TOKENS,
+                                                   FATHOM_LOCAL_TOKENS, work.data(), idx.data(), &count));
+                            bad_sel += count != o[m].sel_count[r] ||
+                                       memcmp(idx.data(), o[m].sel.data() + r * test_k, count * 4) != 0;
+                        }
+                        fathom_store_free(st);
+                    }
+            }
+            for (size_t r = 0; r < R; r++) /* the rows' first n tokens */
+                differ += !same_bits(sc[0].data() + r * (sc[0].size() / R), sc[1].data() + r * (sc[1].size() / R),
+                                     lens[r / ((size_t)H * G)]);
+            CHECK(o[0].depths == o[1].depths); /* the plan does not depend on the mode */
+        }
+        printf("int8: d=%u G=%u budget %u lanes %u: most active channels of a pair %u\n", D, G, cs.budget, cs.lanes,
+               most_active);
+        if (cs.budget != 48) CHECK(most_active > 64); /* passes after the first */
+        free_bufs(b);
+        cudaFree(d_fixed);
+        cudaFree(d_hits);
+        fathom_cuda_tier_destroy(tier);
+    }
+    printf("int8: %llu scores compared with the CPU's int8 scan: %llu rows differ from the reference, %llu CPU "
+           "kernel rows from the reference, %llu exact-mode rows from fathom_store_scan; %llu selections differ, "
+           "%llu plans; %llu int8 rows differ from the exact mode's, %llu int8 rows all +0\n",
+           (unsigned long long)compared, (unsigned long long)bad_ref, (unsigned long long)bad_kernel,
+           (unsigned long long)bad_exact, (unsigned long long)bad_sel, (unsigned long long)bad_dep,
+           (unsigned long long)differ, (unsigned long long)zero_rows);
+    CHECK(compared > 0);
+    CHECK(bad_ref == 0);
+    CHECK(bad_kernel == 0);
+    CHECK(bad_exact == 0);
+    CHECK(bad_sel == 0);
+    CHECK(bad_dep == 0);
+    CHECK(differ > 0);
+    CHECK(zero_rows > 0);
+}
+
 static void test_args(void) {
     fathom_cuda_tier *t = NULL;
     fathom_cuda_tier_shape sh = {2, 2, 4, 128, 32, 4, 1u << 16};
@@ -1253,6 +1467,8 @@ static void test_args(void) {
     CHECK_STATUS(fathom_cuda_tier_session_create(NULL, NULL), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_cuda_tier_append(NULL, 0, NULL, 1, NULL, 1, NULL, NULL, 0), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_cuda_tier_step(NULL, NULL, 0), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_cuda_tier_set_scan_mode(NULL, FATHOM_CUDA_SCAN_INT8), FATHOM_ERR_INVALID_ARG);
+    CHECK(strstr(fathom_last_error(), "tier_set_scan_mode") != NULL);
 }
 
 /* With a tier: bad sessions, reserve beyond max_tokens, step arguments. */
@@ -1271,6 +1487,11 @@ static void test_args_gpu(void) {
     CHECK_STATUS(fathom_cuda_tier_set_lanes(NULL, 1, 0), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_cuda_tier_set_lanes(t, FATHOM_CUDA_MAX_LANES + 1, 0), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_cuda_tier_set_lanes(t, 1, 65536), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_cuda_tier_set_scan_mode(t, (fathom_cuda_scan_mode)2), FATHOM_ERR_INVALID_ARG);
+    CHECK(strstr(fathom_last_error(), "mode 2") != NULL);
+    CHECK_STATUS(fathom_cuda_tier_set_scan_mode(t, (fathom_cuda_scan_mode)-1), FATHOM_ERR_INVALID_ARG);
+    CHECK_OK(fathom_cuda_tier_set_scan_mode(t, FATHOM_CUDA_SCAN_INT8));
+    CHECK_OK(fathom_cuda_tier_set_scan_mode(t, FATHOM_CUDA_SCAN_EXACT));
     fathom_cuda_tier_usage u;
     CHECK_OK(fathom_cuda_tier_usage_of(t, a, &u));
     CHECK(u.length == 0 && u.segments == 0 && u.bytes > 0);
@@ -1364,5 +1585,6 @@ int main(void) {
     test_cache();
     test_cache_window();
     test_cache_by_context();
+    test_int8();
     return check_summary("test_cuda_tier");
 }
