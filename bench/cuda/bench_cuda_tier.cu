@@ -67,6 +67,11 @@
  *   GPU-only step with it, and with the last --threads
  *   count the rates, share and ms_by_share of the hybrid step with it, each
  *   also against the uncached GPU-only step.
+ * --int8: every tier in the int8 scan mode (fathom_cuda_tier_set_scan_mode
+ *   FATHOM_CUDA_SCAN_INT8): the tier and hybrid steps scan with the GPU's
+ *   int8 kernel, the hybrid's host side with the CPU's int8 kernels (its
+ *   calibration measures their rates); the fixed step (fathom_cuda_step)
+ *   stays exact. The JSON's "scan_mode" is "int8" or "exact".
  * The link: one 1 GiB pinned host -> device copy, best of 3, in the same run. */
 #define FATHOM_CUDA_EXPERIMENTAL /* the direct transport, for the fixed step's comparison */
 #include "fathom_cuda.h"
@@ -236,6 +241,7 @@ typedef struct setup {
 
 static uint32_t chunk_heads = 0; /* --chunk: KV heads per pipeline chunk, 0 by context */
 static const char *profile_point = NULL; /* --profile: cache points, comma-separated */
+static bool scan_int8 = false;           /* --int8: the tiers' scan mode */
 
 /* Whether name is one of list's comma-separated names. */
 static bool listed(const char *list, const char *name) {
@@ -256,6 +262,7 @@ static setup make_setup(uint32_t L, uint32_t S, const std::vector<uint64_t> &len
     st.capacity = capacity;
     fathom_cuda_tier_shape sh = {L, H, G, D, S, st.batch, capacity};
     FK(fathom_cuda_tier_create(&sh, &st.tier));
+    FK(fathom_cuda_tier_set_scan_mode(st.tier, scan_int8 ? FATHOM_CUDA_SCAN_INT8 : FATHOM_CUDA_SCAN_EXACT));
     FK(fathom_cuda_tier_set_lanes(st.tier, 3, chunk_heads));
     st.ids.resize(st.batch);
     const double t0 = now_s();
@@ -771,6 +778,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--only-cache")) only_cache = true;
         else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile_point = argv[++i];
         else if (!strcmp(argv[i], "--hybrid")) hybrid = true;
+        else if (!strcmp(argv[i], "--int8")) scan_int8 = true;
         else if (!strcmp(argv[i], "--trace-point") && i + 1 < argc) {
             trace_point tp;
             if (!parse_trace_point(argv[++i], &tp)) {
@@ -783,7 +791,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) list(threads);
         else if (!strcmp(argv[i], "--json")) {
         } else {
-            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--only-cache] [--profile POINT,..] [--trace-point NAME:N:PLANE:ROW ..] [--hybrid [--threads T,..]] [--json]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--only-cache] [--profile POINT,..] [--trace-point NAME:N:PLANE:ROW ..] [--hybrid [--threads T,..]] [--int8] [--json]\n", argv[0]);
             return 2;
         }
     }
@@ -803,8 +811,9 @@ int main(int argc, char **argv) {
         snprintf(buf, sizeof buf,
                  "{\"bench\": \"tier-hybrid\", \"gpu\": \"%s\", \"machine\": \"%s / %s\", \"layers\": %u, "
                  "\"kv_heads\": %u, \"group\": %u, \"dim\": %u, \"k\": %u, \"method\": \"fathom:%u\", "
-                 "\"reps\": %d, \"link_GBps\": %.2f, \"decode\": [",
-                 prop.name, prop.name, bench_host_cpu().c_str(), L, H, G, D, K, BUDGET, reps, link);
+                 "\"scan_mode\": \"%s\", \"reps\": %d, \"link_GBps\": %.2f, \"decode\": [",
+                 prop.name, prop.name, bench_host_cpu().c_str(), L, H, G, D, K, BUDGET, scan_int8 ? "int8" : "exact",
+                 reps, link);
         js += buf;
         for (size_t c = 0; c < contexts.size(); c++) {
             fprintf(stderr, "hybrid at %llu tokens\n", (unsigned long long)contexts[c]);
@@ -815,9 +824,10 @@ int main(int argc, char **argv) {
     }
     snprintf(buf, sizeof buf,
              "{\"bench\": \"tier\", \"gpu\": \"%s\", \"machine\": \"%s / %s\", \"layers\": %u, \"kv_heads\": %u, "
-             "\"group\": %u, \"dim\": %u, \"k\": %u, \"method\": \"fathom:%u\", \"reps\": %d, \"chunk\": %u, "
-             "\"link_GBps\": %.2f, \"decode\": [",
-             prop.name, prop.name, bench_host_cpu().c_str(), L, H, G, D, K, BUDGET, reps, chunk_heads, link);
+             "\"group\": %u, \"dim\": %u, \"k\": %u, \"method\": \"fathom:%u\", \"scan_mode\": \"%s\", "
+             "\"reps\": %d, \"chunk\": %u, \"link_GBps\": %.2f, \"decode\": [",
+             prop.name, prop.name, bench_host_cpu().c_str(), L, H, G, D, K, BUDGET, scan_int8 ? "int8" : "exact", reps,
+             chunk_heads, link);
     js += buf;
     for (size_t c = 0; c < contexts.size(); c++) {
         const uint64_t N = contexts[c];
