@@ -1214,10 +1214,16 @@ INT8_TARGET void fathom_scan2_load_avx512_int16_split(const scan2_pass *ps,
     int8_load(ps, view, b0, nb, ahead, prefetch, tile, 1, 1);
 }
 
-/* acc += dot(u8 codes, s8 weights w broadcast from memory), in place (the
- * compiler's intrinsic copies the accumulators around the quad loop). */
-INT8_TARGET SCAN_INLINE void int8_dot(__m512i *acc, __m512i codes, const int32_t *w) {
-    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(*acc) : "v"(codes), "m"(*w));
+/* a[i] += dot(u8 code[i], s8 weights w broadcast from memory), i < 4, in
+ * place (with the intrinsic the compiler copies accumulators around the
+ * quad loop). */
+INT8_TARGET SCAN_INLINE void int8_dot4(__m512i a[4], const __m512i code[4], const int32_t *w) {
+    __asm__("vpdpbusd %8%{1to16%}, %4, %0\n\t"
+            "vpdpbusd %8%{1to16%}, %5, %1\n\t"
+            "vpdpbusd %8%{1to16%}, %6, %2\n\t"
+            "vpdpbusd %8%{1to16%}, %7, %3"
+            : "+v"(a[0]), "+v"(a[1]), "+v"(a[2]), "+v"(a[3])
+            : "v"(code[0]), "v"(code[1]), "v"(code[2]), "v"(code[3]), "m"(*w));
 }
 
 /* Quad Q's dwords of block b, halves 0 and 1 (d[0], d[1]): staged (SPLIT
@@ -1243,151 +1249,114 @@ INT8_TARGET SCAN_INLINE void int8_quad_codes(const scan2_tile *tile, uint32_t Q,
     d[1] = _mm512_permutex2var_epi8(m01, quad1, m23);
 }
 
-INT8_TARGET SCAN_INLINE void int8_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
-                                        const uint32_t HC, float *out, uint64_t ld,
-                                        uint32_t valid, const int SPLIT) {
-    const __m512i low = _mm512_set1_epi8(0x0f);
-    __m512i acc[4][4];
-#pragma GCC unroll 4
-    for (uint32_t h = 0; h < HC; h++) {
-        acc[h][0] = acc[h][2] = _mm512_set1_epi32(tile->i.k8[b][h]);
-        acc[h][1] = acc[h][3] = _mm512_setzero_si512();
-    }
-    const uint32_t nq = (ps->count + 3) / 4;
-    const __m512i pair = _mm512_load_si512((const void *)int8_rows[b & 1]);
-    const __m512i quad0 = _mm512_load_si512((const void *)int8_quad[0]);
-    const __m512i quad1 = _mm512_load_si512((const void *)int8_quad[1]);
-    for (uint32_t Q = 0; Q < nq; Q++) {
-        __m512i d[2];
-        int8_quad_codes(tile, Q, b, pair, quad0, quad1, d, SPLIT);
-        const __m512i d0 = d[0], d1 = d[1];
-        const __m512i l0 = _mm512_and_si512(d0, low), l1 = _mm512_and_si512(d1, low);
-#pragma GCC unroll 4
-        for (uint32_t h = 0; h < HC; h++) {
-            const int32_t *w = &tile->i.w[Q][b][h];
-            int8_dot(&acc[h][0], d0, w);
-            int8_dot(&acc[h][1], l0, w);
-            int8_dot(&acc[h][2], d1, w);
-            int8_dot(&acc[h][3], l1, w);
-        }
-    }
-    __m512 f[4][4];
-#pragma GCC unroll 4
-    for (uint32_t h = 0; h < HC; h++) {
-        const __m512 s8 = _mm512_set1_ps(tile->i.s8[b][h]);
-        const __m512i k8 = _mm512_set1_epi32(tile->i.k8[b][h]);
-        f[h][0] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[h][0], acc[h][1])));
-        f[h][1] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[h][2], acc[h][3])));
-        f[h][2] = _mm512_mul_ps(
-            s8, _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(acc[h][1], 4), k8)));
-        f[h][3] = _mm512_mul_ps(
-            s8, _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(acc[h][3], 4), k8)));
-    }
-    avx512_put_block(ps, HC, f, out, ld, valid);
+/* The quad's dot products of one head's accumulators: a[0..3] with the
+ * weights wl (int8: the weights; int16: their low bytes), a[4..7] with the
+ * high bytes wh (int16). */
+INT8_TARGET SCAN_INLINE void int8_head_dots(__m512i *a, const __m512i code[4], const int32_t *wl,
+                                            const int32_t *wh, const int WIDE) {
+    int8_dot4(a, code, wl);
+    if (WIDE) int8_dot4(a + 4, code, wh);
 }
 
-INT8_TARGET void fathom_scan2_block_avx512_int8(const scan2_pass *ps, const scan2_tile *tile,
-                                                uint32_t b, float *dec, float *out, uint64_t ld,
-                                                uint32_t valid) {
-    (void)dec;
-#define INT8_FUSED(HC) int8_fused(ps, tile, b, HC, out, ld, valid, 0)
-    SCAN_HEAD_CHUNK(ps->heads, INT8_FUSED);
-#undef INT8_FUSED
-}
-
-INT8_TARGET void fathom_scan2_block_avx512_int8_split(const scan2_pass *ps, const scan2_tile *tile,
-                                                      uint32_t b, float *dec, float *out,
-                                                      uint64_t ld, uint32_t valid) {
-    (void)dec;
-#define INT8_FUSED(HC) int8_fused(ps, tile, b, HC, out, ld, valid, 1)
-    SCAN_HEAD_CHUNK(ps->heads, INT8_FUSED);
-#undef INT8_FUSED
-}
-
-/* The int16 kernel: two heads at a time (8 accumulators each), the dot
- * products of the high bytes (a) and the low bytes (b, started at 8 K):
- * 8 T = ((a0 - a1) << 8) + b0 - b1 for the high nibbles' tokens and
- * (a1 << 12) + (b1 << 4) + 8 K for the low ones'. */
-INT8_TARGET SCAN_INLINE void int16_pair(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+/* Block b's products of heads h0 .. h0 + HC - 1 into f[h] (int8: HC <= 4;
+ * int16: HC <= 2). Accumulators a[i] per head: a[0], a[1] from D0 and
+ * D0 & 0x0f, a[2], a[3] from D1 and D1 & 0x0f (a[0], a[2] started at 8 K;
+ * int16: a[4..7] the same of the high bytes). So int8 8 T =
+ * a0 - a1 for tokens 16 f + i and (a1 << 4) + 8 K for 32 + 16 f + i; int16
+ * 8 T = ((a4 - a5) << 8) + a0 - a1 and (a5 << 12) + (a1 << 4) + 8 K. */
+INT8_TARGET SCAN_INLINE void int8_heads(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
                                         uint32_t h0, const uint32_t HC, __m512 f[4][4],
-                                        const int SPLIT) {
-    const __m512i low = _mm512_set1_epi8(0x0f);
-    __m512i acc[2][8];
-#pragma GCC unroll 2
+                                        const int WIDE, const int SPLIT) {
+    __m512i acc[4][8];
+#pragma GCC unroll 4
     for (uint32_t x = 0; x < HC; x++)
 #pragma GCC unroll 8
         for (uint32_t i = 0; i < 8; i++)
             acc[x][i] = i == 0 || i == 2 ? _mm512_set1_epi32(tile->i.k8[b][h0 + x])
                                          : _mm512_setzero_si512();
     const uint32_t nq = (ps->count + 3) / 4;
+    const __m512i low = _mm512_set1_epi8(0x0f);
     const __m512i pair = _mm512_load_si512((const void *)int8_rows[b & 1]);
     const __m512i quad0 = _mm512_load_si512((const void *)int8_quad[0]);
     const __m512i quad1 = _mm512_load_si512((const void *)int8_quad[1]);
     for (uint32_t Q = 0; Q < nq; Q++) {
         __m512i d[2];
         int8_quad_codes(tile, Q, b, pair, quad0, quad1, d, SPLIT);
-        const __m512i d0 = d[0], d1 = d[1];
-        const __m512i l0 = _mm512_and_si512(d0, low), l1 = _mm512_and_si512(d1, low);
-#pragma GCC unroll 2
-        for (uint32_t x = 0; x < HC; x++) {
-            const int32_t *wl = &tile->i.w[Q][b][h0 + x], *wh = &tile->i.wh[Q][b][h0 + x];
-            /* acc[x][0..3]: low bytes (0, 2 started at 8 K); [4..7]: high bytes */
-            int8_dot(&acc[x][0], d0, wl);
-            int8_dot(&acc[x][1], l0, wl);
-            int8_dot(&acc[x][2], d1, wl);
-            int8_dot(&acc[x][3], l1, wl);
-            int8_dot(&acc[x][4], d0, wh);
-            int8_dot(&acc[x][5], l0, wh);
-            int8_dot(&acc[x][6], d1, wh);
-            int8_dot(&acc[x][7], l1, wh);
-        }
+        const __m512i code[4] = {d[0], _mm512_and_si512(d[0], low), d[1],
+                                 _mm512_and_si512(d[1], low)};
+#pragma GCC unroll 4
+        for (uint32_t x = 0; x < HC; x++)
+            int8_head_dots(acc[x], code, &tile->i.w[Q][b][h0 + x], &tile->i.wh[Q][b][h0 + x], WIDE);
     }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (uint32_t x = 0; x < HC; x++) {
         const uint32_t h = h0 + x;
         const __m512 s8 = _mm512_set1_ps(tile->i.s8[b][h]);
         const __m512i k8 = _mm512_set1_epi32(tile->i.k8[b][h]);
         const __m512i *a = acc[x];
-        const __m512i t0 = _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(a[4], a[5]), 8),
-                                            _mm512_sub_epi32(a[0], a[1]));
-        const __m512i t1 = _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(a[6], a[7]), 8),
-                                            _mm512_sub_epi32(a[2], a[3]));
-        const __m512i t2 = _mm512_add_epi32(
-            _mm512_add_epi32(_mm512_slli_epi32(a[5], 12), _mm512_slli_epi32(a[1], 4)), k8);
-        const __m512i t3 = _mm512_add_epi32(
-            _mm512_add_epi32(_mm512_slli_epi32(a[7], 12), _mm512_slli_epi32(a[3], 4)), k8);
-        f[h][0] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(t0));
-        f[h][1] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(t1));
-        f[h][2] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(t2));
-        f[h][3] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(t3));
+        __m512i t[4] = {_mm512_sub_epi32(a[0], a[1]), _mm512_sub_epi32(a[2], a[3]),
+                        _mm512_add_epi32(_mm512_slli_epi32(a[1], 4), k8),
+                        _mm512_add_epi32(_mm512_slli_epi32(a[3], 4), k8)};
+        if (WIDE) {
+            t[0] = _mm512_add_epi32(t[0], _mm512_slli_epi32(_mm512_sub_epi32(a[4], a[5]), 8));
+            t[1] = _mm512_add_epi32(t[1], _mm512_slli_epi32(_mm512_sub_epi32(a[6], a[7]), 8));
+            t[2] = _mm512_add_epi32(t[2], _mm512_slli_epi32(a[5], 12));
+            t[3] = _mm512_add_epi32(t[3], _mm512_slli_epi32(a[7], 12));
+        }
+#pragma GCC unroll 4
+        for (uint32_t g = 0; g < 4; g++) f[h][g] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(t[g]));
     }
 }
 
-INT8_TARGET SCAN_INLINE void int16_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
-                                         const uint32_t HC, float *out, uint64_t ld,
-                                         uint32_t valid, const int SPLIT) {
+/* int8: the chunk's heads at once; int16: two at a time (8 accumulators
+ * each). */
+INT8_TARGET SCAN_INLINE void int8_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                        const uint32_t HC, float *out, uint64_t ld,
+                                        uint32_t valid, const int WIDE, const int SPLIT) {
     __m512 f[4][4];
-    int16_pair(ps, tile, b, 0, HC < 2 ? HC : 2, f, SPLIT);
-    if (HC > 2) int16_pair(ps, tile, b, 2, HC - 2, f, SPLIT);
+    if (!WIDE)
+        int8_heads(ps, tile, b, 0, HC, f, 0, SPLIT);
+    else {
+        int8_heads(ps, tile, b, 0, HC < 2 ? HC : 2, f, 1, SPLIT);
+        if (HC > 2) int8_heads(ps, tile, b, 2, HC - 2, f, 1, SPLIT);
+    }
     avx512_put_block(ps, HC, f, out, ld, valid);
+}
+
+INT8_TARGET SCAN_INLINE void int8_block(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                        float *out, uint64_t ld, uint32_t valid, const int WIDE,
+                                        const int SPLIT) {
+#define INT8_FUSED(HC) int8_fused(ps, tile, b, HC, out, ld, valid, WIDE, SPLIT)
+    SCAN_HEAD_CHUNK(ps->heads, INT8_FUSED);
+#undef INT8_FUSED
+}
+
+INT8_TARGET void fathom_scan2_block_avx512_int8(const scan2_pass *ps, const scan2_tile *tile,
+                                                uint32_t b, float *dec, float *out, uint64_t ld,
+                                                uint32_t valid) {
+    (void)dec;
+    int8_block(ps, tile, b, out, ld, valid, 0, 0);
+}
+
+INT8_TARGET void fathom_scan2_block_avx512_int8_split(const scan2_pass *ps, const scan2_tile *tile,
+                                                      uint32_t b, float *dec, float *out,
+                                                      uint64_t ld, uint32_t valid) {
+    (void)dec;
+    int8_block(ps, tile, b, out, ld, valid, 0, 1);
 }
 
 INT8_TARGET void fathom_scan2_block_avx512_int16(const scan2_pass *ps, const scan2_tile *tile,
                                                  uint32_t b, float *dec, float *out, uint64_t ld,
                                                  uint32_t valid) {
     (void)dec;
-#define INT16_FUSED(HC) int16_fused(ps, tile, b, HC, out, ld, valid, 0)
-    SCAN_HEAD_CHUNK(ps->heads, INT16_FUSED);
-#undef INT16_FUSED
+    int8_block(ps, tile, b, out, ld, valid, 1, 0);
 }
 
 INT8_TARGET void fathom_scan2_block_avx512_int16_split(const scan2_pass *ps, const scan2_tile *tile,
                                                        uint32_t b, float *dec, float *out,
                                                        uint64_t ld, uint32_t valid) {
     (void)dec;
-#define INT16_FUSED(HC) int16_fused(ps, tile, b, HC, out, ld, valid, 1)
-    SCAN_HEAD_CHUNK(ps->heads, INT16_FUSED);
-#undef INT16_FUSED
+    int8_block(ps, tile, b, out, ld, valid, 1, 1);
 }
 
 /* ---- the candidate filter (scan_internal.h), 16 scores per step ---- */
