@@ -1035,14 +1035,12 @@ static const uint8_t int8_wquad[64] __attribute__((aligned(64))) = {
     24, 25, 88, 89, 26, 27, 90, 91, 28, 29, 92, 93, 30, 31, 94, 95
 };
 
-/* Channel k's transposed codes of the tile: g[z] for blocks 2 z, 2 z + 1
- * (byte 32 (b & 1) + slot). */
-INT8_TARGET SCAN_INLINE void int8_channel(const uint64_t *row, uint64_t S, uint32_t t, int full,
-                                          __mmask8 live, uint32_t ahead, int prefetch,
-                                          __m512i g[4]) {
-    const __m512i sel = _mm512_set1_epi64((long long)0x8040201008040201ull);
-    __m512i r[4];
-    for (uint32_t p = 0; p < 4; p++) {
+/* r[p] = plane row p's line of the tile for p < n (zero past depth t), and
+ * the prefetch of its line `ahead` blocks on. */
+INT8_TARGET SCAN_INLINE void int8_plane_rows(const uint64_t *row, uint64_t S, uint32_t t,
+                                             const uint32_t n, int full, __mmask8 live,
+                                             uint32_t ahead, int prefetch, __m512i *r) {
+    for (uint32_t p = 0; p < n; p++) {
         if (p >= t) {
             r[p] = _mm512_setzero_si512();
             continue;
@@ -1051,6 +1049,16 @@ INT8_TARGET SCAN_INLINE void int8_channel(const uint64_t *row, uint64_t S, uint3
         r[p] = full ? _mm512_loadu_si512((const void *)(row + p * S))
                     : _mm512_maskz_loadu_epi64(live, row + p * S);
     }
+}
+
+/* Channel k's transposed codes of the tile: g[z] for blocks 2 z, 2 z + 1
+ * (byte 32 (b & 1) + slot). */
+INT8_TARGET SCAN_INLINE void int8_channel(const uint64_t *row, uint64_t S, uint32_t t, int full,
+                                          __mmask8 live, uint32_t ahead, int prefetch,
+                                          __m512i g[4]) {
+    const __m512i sel = _mm512_set1_epi64((long long)0x8040201008040201ull);
+    __m512i r[4];
+    int8_plane_rows(row, S, t, 4, full, live, ahead, prefetch, r);
     if (t <= 2) {
         for (uint32_t z = 0; z < 4; z++) {
             const __m512i in = _mm512_maskz_permutex2var_epi8(
@@ -1080,15 +1088,7 @@ INT8_TARGET SCAN_INLINE void int8_channel_packed(const uint64_t *row, uint64_t S
                                                  int prefetch, __m512i g[2]) {
     const __m512i sel = _mm512_set1_epi64((long long)0x8040201008040201ull);
     __m512i r[2];
-    for (uint32_t p = 0; p < 2; p++) {
-        if (p >= t) {
-            r[p] = _mm512_setzero_si512();
-            continue;
-        }
-        if (prefetch) SCAN2_PREFETCH(row + p * S + ahead);
-        r[p] = full ? _mm512_loadu_si512((const void *)(row + p * S))
-                    : _mm512_maskz_loadu_epi64(live, row + p * S);
-    }
+    int8_plane_rows(row, S, t, 2, full, live, ahead, prefetch, r);
     for (uint32_t u = 0; u < 2; u++) {
         const __m512i in =
             _mm512_permutex2var_epi8(r[0], _mm512_load_si512((const void *)int8_packed[u]), r[1]);
