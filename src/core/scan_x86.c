@@ -1081,8 +1081,8 @@ INT8_TARGET SCAN_INLINE void int8_channel(const uint64_t *row, uint64_t S, uint3
 }
 
 /* Channel k's packed codes of the tile (depth t <= 2): g[u] for blocks
- * 4 u .. 4 u + 3, byte 16 (b & 3) + s holding the first two planes of
- * tokens s, 16 + s, 32 + s, 48 + s at bits 7-6, 5-4, 3-2, 1-0. */
+ * 4 u .. 4 u + 3, byte 16 (b & 3) + s (s < 16) holding the first two
+ * planes of tokens s, 16 + s, 32 + s, 48 + s at bits 7-6, 5-4, 3-2, 1-0. */
 INT8_TARGET SCAN_INLINE void int8_channel_packed(const uint64_t *row, uint64_t S, uint32_t t,
                                                  int full, __mmask8 live, uint32_t ahead,
                                                  int prefetch, __m512i g[2]) {
