@@ -1197,11 +1197,13 @@ static void test_int8_scores(void) {
         float *q = malloc(sizeof(float) * 7 * dim);
         for (uint32_t i = 0; i < 7 * dim; i++) q[i] = rng_key(i) * 10.0f;
         uint8_t *depths = malloc(dim);
-        for (int pattern = 0; pattern < 6; pattern++) {
+        for (int pattern = 0; pattern < 8; pattern++) {
             for (uint32_t j = 0; j < dim; j++)
                 depths[j] = pattern == 0   ? 4                        /* all-4 */
                             : pattern == 1 ? (uint8_t)(j % 3 ? 0 : 1) /* depth 0 and 1 only */
                             : pattern == 2 ? (uint8_t)((j * 7 + 3) % 5)
+                            : pattern == 6 ? (uint8_t)(1 + j % 2) /* 1 and 2: every quad packed */
+                            : pattern == 7 ? (uint8_t)(j % 11 ? 1 + j % 2 : 3 + j % 2) /* mostly <= 2 */
                                            : (uint8_t)rng_below(5);
             if (pattern == 5) memset(depths, 0, dim); /* no active channel: every score 0 */
             const uint64_t ns[3] = {len, 64 * 2 + 16, 9};

@@ -349,15 +349,16 @@ static int scan_values(void) {
 
 #ifdef FATHOM_X86
 /* Where the AVX-512 int8/int16 kernel interleaves a quad of channels' codes
- * into dwords (scan_x86.c): 0 in the staging ("staged"), 1 in the block
- * function beside the dot products ("split"). Same scores; default staged
- * on AMD CPUs, split elsewhere; FATHOM_SCAN_INT8_SPLIT=0 or 1 overrides. */
+ * into dwords (scan_x86.c): 0 in the staging ("staged", which also packs
+ * the quads of depth <= 2), 1 in the block function beside the dot
+ * products ("split"). Same scores; default staged; FATHOM_SCAN_INT8_SPLIT=0
+ * or 1 overrides. */
 static int scan_int8_split(void) {
     static atomic_int cached = -1;
     int v = atomic_load_explicit(&cached, memory_order_relaxed);
     if (v < 0) {
         const char *e = getenv("FATHOM_SCAN_INT8_SPLIT");
-        v = e && (*e == '0' || *e == '1') ? *e - '0' : !fathom_cpu_is_amd();
+        v = e && (*e == '0' || *e == '1') ? *e - '0' : 0;
         atomic_store_explicit(&cached, v, memory_order_relaxed);
     }
     return v;

@@ -360,10 +360,11 @@ typedef struct scan2_tile {
          * blocks z its transposed codes (byte 32 (b & 1) + s of block
          * 2 z + (b & 1): token s's c' (SCAN_INT8 definition) in the high
          * nibble, token 32 + s's in the low one, s < 32); staged: the same
-         * bytes as [quad][block][half][64] dwords; per quad, block and head the quad's
-         * 4 weights as one dword; per block and head s / 8 and 8 K; per
-         * channel its scales by block (int16: w the weights' low bytes,
-         * wh their high bytes) */
+         * bytes as [quad][block][half][64] dwords, a packed quad's (depth
+         * <= 2, scan_x86.c) as [quad][block][0][64]; per quad, block and
+         * head the quad's 4 weights as one dword; per block and head s / 8
+         * and 8 K; per channel its scales by block (int16: w the weights'
+         * low bytes, wh their high bytes) */
         struct {
             uint8_t codes[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS / 2][64];
             int32_t w[SCAN_PASS_CHANNELS / 4][SCAN2_TILE_BLOCKS][4];

@@ -923,6 +923,15 @@ TAB_TARGET void fathom_scan2_block_avx512_grouped(const scan2_pass *ps, const sc
  * beside its dot products (i.codes holds each channel's transposed codes),
  * where on Intel server cores the permutes' port runs beside the dot
  * products' instead of alone in the staging. Same scores either way. The
+ * staged layout packs the quads whose channels all have depth <= 2 (the
+ * first ones: a pass runs its channels in depth order): their GFNI input
+ * qword holds planes 0, 1 of tokens 8 o .. 8 o + 7 and of tokens 16, 32
+ * and 48 further on (int8_packed), so its output byte k holds the two
+ * planes of four tokens (8 o + k + 16 i, bits 7-6, 5-4, 3-2, 1-0) and one
+ * vector P a block holds the quad's dwords for all 64 tokens; the kernel
+ * takes half 0's dwords as P & 0xcc and half 1's as (P << 2) & 0xcc (the
+ * same values as unpacked: a depth-2 code's two planes at nibble bits 3,
+ * 2). Half the transposes, permutes and stores of the unpacked layout. The
  * weights are formed 16 (block, head) pairs a vector (int8_weights).
  *
  * Per block, quad and half f the kernel forms the dwords D: with the quad's
@@ -944,6 +953,7 @@ TAB_TARGET void fathom_scan2_block_avx512_grouped(const scan2_pass *ps, const sc
  * int8_planes[z & 1]: from those of rows 0, 1 and rows 2, 3, the GFNI input
  *   qwords of blocks 2 z, 2 z + 1;
  * int8_quad[f]: from two such pairs, half f's 16 dwords;
+ * int8_packed[u]: see its definition;
  * int8_wpair, int8_wquad: the same for the weights' low bytes of 16 lanes. */
 
 #define INT8_TARGET FATHOM_TARGET_AVX512_INT8
@@ -998,6 +1008,20 @@ static const uint8_t int8_quad[2][64] __attribute__((aligned(64))) = {
 };
 
 
+/* int8_packed[u]: from plane rows 0, 1, blocks 4 u .. 4 u + 3's packed
+ * GFNI input qwords (block b, octet o < 2 at qword 2 (b & 3) + o): rows
+ * 0, 1 of octets o, o + 2, o + 4, o + 6. */
+static const uint8_t int8_packed[2][64] __attribute__((aligned(64))) = {
+    {0, 64, 2, 66, 4, 68, 6, 70, 1, 65, 3, 67, 5, 69, 7, 71,
+     8, 72, 10, 74, 12, 76, 14, 78, 9, 73, 11, 75, 13, 77, 15, 79,
+     16, 80, 18, 82, 20, 84, 22, 86, 17, 81, 19, 83, 21, 85, 23, 87,
+     24, 88, 26, 90, 28, 92, 30, 94, 25, 89, 27, 91, 29, 93, 31, 95},
+    {32, 96, 34, 98, 36, 100, 38, 102, 33, 97, 35, 99, 37, 101, 39, 103,
+     40, 104, 42, 106, 44, 108, 46, 110, 41, 105, 43, 107, 45, 109, 47, 111,
+     48, 112, 50, 114, 52, 116, 54, 118, 49, 113, 51, 115, 53, 117, 55, 119,
+     56, 120, 58, 122, 60, 124, 62, 126, 57, 121, 59, 123, 61, 125, 63, 127},
+};
+
 static const uint8_t int8_wpair[64] __attribute__((aligned(64))) = {
     0, 64, 4, 68, 8, 72, 12, 76, 16, 80, 20, 84, 24, 88, 28, 92,
     32, 96, 36, 100, 40, 104, 44, 108, 48, 112, 52, 116, 56, 120, 60, 124,
@@ -1011,14 +1035,12 @@ static const uint8_t int8_wquad[64] __attribute__((aligned(64))) = {
     24, 25, 88, 89, 26, 27, 90, 91, 28, 29, 92, 93, 30, 31, 94, 95
 };
 
-/* Channel k's transposed codes of the tile: g[z] for blocks 2 z, 2 z + 1
- * (byte 32 (b & 1) + slot). */
-INT8_TARGET SCAN_INLINE void int8_channel(const uint64_t *row, uint64_t S, uint32_t t, int full,
-                                          __mmask8 live, uint32_t ahead, int prefetch,
-                                          __m512i g[4]) {
-    const __m512i sel = _mm512_set1_epi64((long long)0x8040201008040201ull);
-    __m512i r[4];
-    for (uint32_t p = 0; p < 4; p++) {
+/* r[p] = plane row p's line of the tile for p < n (zero past depth t), and
+ * the prefetch of its line `ahead` blocks on. */
+INT8_TARGET SCAN_INLINE void int8_plane_rows(const uint64_t *row, uint64_t S, uint32_t t,
+                                             const uint32_t n, int full, __mmask8 live,
+                                             uint32_t ahead, int prefetch, __m512i *r) {
+    for (uint32_t p = 0; p < n; p++) {
         if (p >= t) {
             r[p] = _mm512_setzero_si512();
             continue;
@@ -1027,6 +1049,16 @@ INT8_TARGET SCAN_INLINE void int8_channel(const uint64_t *row, uint64_t S, uint3
         r[p] = full ? _mm512_loadu_si512((const void *)(row + p * S))
                     : _mm512_maskz_loadu_epi64(live, row + p * S);
     }
+}
+
+/* Channel k's transposed codes of the tile: g[z] for blocks 2 z, 2 z + 1
+ * (byte 32 (b & 1) + slot). */
+INT8_TARGET SCAN_INLINE void int8_channel(const uint64_t *row, uint64_t S, uint32_t t, int full,
+                                          __mmask8 live, uint32_t ahead, int prefetch,
+                                          __m512i g[4]) {
+    const __m512i sel = _mm512_set1_epi64((long long)0x8040201008040201ull);
+    __m512i r[4];
+    int8_plane_rows(row, S, t, 4, full, live, ahead, prefetch, r);
     if (t <= 2) {
         for (uint32_t z = 0; z < 4; z++) {
             const __m512i in = _mm512_maskz_permutex2var_epi8(
@@ -1046,6 +1078,28 @@ INT8_TARGET SCAN_INLINE void int8_channel(const uint64_t *row, uint64_t S, uint3
             u[z >> 1], _mm512_load_si512((const void *)int8_planes[z & 1]), v[z >> 1]);
         g[z] = _mm512_gf2p8affine_epi64_epi8(sel, in, 0);
     }
+}
+
+/* Channel k's packed codes of the tile (depth t <= 2): g[u] for blocks
+ * 4 u .. 4 u + 3, byte 16 (b & 3) + s (s < 16) holding the first two
+ * planes of tokens s, 16 + s, 32 + s, 48 + s at bits 7-6, 5-4, 3-2, 1-0. */
+INT8_TARGET SCAN_INLINE void int8_channel_packed(const uint64_t *row, uint64_t S, uint32_t t,
+                                                 int full, __mmask8 live, uint32_t ahead,
+                                                 int prefetch, __m512i g[2]) {
+    const __m512i sel = _mm512_set1_epi64((long long)0x8040201008040201ull);
+    __m512i r[2];
+    int8_plane_rows(row, S, t, 2, full, live, ahead, prefetch, r);
+    for (uint32_t u = 0; u < 2; u++) {
+        const __m512i in =
+            _mm512_permutex2var_epi8(r[0], _mm512_load_si512((const void *)int8_packed[u]), r[1]);
+        g[u] = _mm512_gf2p8affine_epi64_epi8(sel, in, 0);
+    }
+}
+
+/* The quads whose channels all have depth <= 2 (the first ones: channels
+ * run in depth order), staged packed. */
+SCAN_INLINE uint32_t int8_packed_quads(const scan2_pass *ps) {
+    return ps->first[2] >= ps->count ? (ps->count + 3) / 4 : ps->first[2] / 4;
 }
 
 /* The weights of the tile (steps 1-3 of the definition), 16 (block, head)
@@ -1133,56 +1187,77 @@ INT8_TARGET SCAN_INLINE void int8_weights(const scan2_pass *ps, scan2_tile *tile
     }
 }
 
+/* Stages quad Q of the tile: its channels' scales, and its codes packed
+ * (PACKED: one vector a block, [Q][b][0]), staged ([Q][b][f]) or split
+ * (per channel); depth: the depth of channel 4 Q on entry, of the quad's
+ * last channel on exit. */
+INT8_TARGET SCAN_INLINE void int8_stage_quad(const scan2_pass *ps,
+                                             const fathom_segment_view *view, uint32_t b0,
+                                             int full, __mmask8 live, uint32_t ahead, int prefetch,
+                                             scan2_tile *tile, uint32_t Q, uint32_t *depth,
+                                             const int PACKED, const int SPLIT) {
+    const uint64_t S = ps->S;
+    __m512i g[4][4];
+    for (uint32_t c = 0; c < 4; c++) {
+        const uint32_t k = 4 * Q + c;
+        if (k >= ps->count) { /* the last quad's missing channels */
+            for (uint32_t z = 0; z < 4; z++) g[c][z] = _mm512_setzero_si512();
+        } else {
+            while (k >= ps->first[*depth]) ++*depth;
+            const uint64_t j = ps->channels[k];
+            const uint64_t *row = view->planes + j * FATHOM_PLANES * S + b0;
+            if (PACKED)
+                int8_channel_packed(row, S, *depth, full, live, ahead, prefetch, g[c]);
+            else
+                int8_channel(row, S, *depth, full, live, ahead, prefetch, g[c]);
+            const uint16_t *scale = view->scales + j * S + b0;
+            if (prefetch) SCAN2_PREFETCH(scale + ahead);
+            const __m128i a = full ? _mm_loadu_si128((const __m128i *)(const void *)scale)
+                                   : _mm_maskz_loadu_epi16(live, scale);
+            _mm256_store_ps(tile->i.a[k], _mm256_cvtph_ps(a));
+        }
+        if (SPLIT)
+            for (uint32_t z = 0; z < 4; z++)
+                _mm512_store_si512((void *)tile->i.codes[k][z], g[c][z]);
+    }
+    if (SPLIT) return;
+    /* staged: the quad's dwords, [Q][b][f]; packed: pairs of blocks 4 u + 2 v, + 1 */
+    uint8_t(*dw)[SCAN2_TILE_BLOCKS][2][64] = (uint8_t(*)[SCAN2_TILE_BLOCKS][2][64])tile->i.codes;
+    const __m512i p0 = _mm512_load_si512((const void *)int8_rows[0]);
+    const __m512i p1 = _mm512_load_si512((const void *)int8_rows[1]);
+    const __m512i f0 = _mm512_load_si512((const void *)int8_quad[0]);
+    const __m512i f1 = _mm512_load_si512((const void *)int8_quad[1]);
+    for (uint32_t z = 0; z < (PACKED ? 2u : 4u); z++) {
+        const __m512i m01[2] = {_mm512_permutex2var_epi8(g[0][z], p0, g[1][z]),
+                                _mm512_permutex2var_epi8(g[0][z], p1, g[1][z])};
+        const __m512i m23[2] = {_mm512_permutex2var_epi8(g[2][z], p0, g[3][z]),
+                                _mm512_permutex2var_epi8(g[2][z], p1, g[3][z])};
+        for (uint32_t v = 0; v < 2; v++) {
+            const __m512i d0 = _mm512_permutex2var_epi8(m01[v], f0, m23[v]);
+            const __m512i d1 = _mm512_permutex2var_epi8(m01[v], f1, m23[v]);
+            if (PACKED) {
+                _mm512_store_si512((void *)dw[Q][4 * z + 2 * v][0], d0);
+                _mm512_store_si512((void *)dw[Q][4 * z + 2 * v + 1][0], d1);
+            } else {
+                _mm512_store_si512((void *)dw[Q][2 * z + v][0], d0);
+                _mm512_store_si512((void *)dw[Q][2 * z + v][1], d1);
+            }
+        }
+    }
+}
+
 INT8_TARGET SCAN_INLINE void int8_load(const scan2_pass *ps, const fathom_segment_view *view,
                                        uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
                                        scan2_tile *tile, const int WIDE, const int SPLIT) {
     _Static_assert(SCAN2_TILE_BLOCKS == 8, "a tile is one 64-byte line of each plane row");
     const __mmask8 live = (__mmask8)((1u << nb) - 1u); /* a short tile reads only its blocks */
     const int full = nb == SCAN2_TILE_BLOCKS;
-    const uint64_t S = ps->S;
-    const uint32_t count = ps->count, nq = (count + 3) / 4;
+    const uint32_t nq = (ps->count + 3) / 4, np = SPLIT ? 0 : int8_packed_quads(ps);
     uint32_t depth = 1;
-    for (uint32_t Q = 0; Q < nq; Q++) {
-        __m512i g[4][4];
-        for (uint32_t c = 0; c < 4; c++) {
-            const uint32_t k = 4 * Q + c;
-            if (k >= count) { /* the last quad's missing channels */
-                for (uint32_t z = 0; z < 4; z++) g[c][z] = _mm512_setzero_si512();
-            } else {
-                while (k >= ps->first[depth]) depth++;
-                const uint64_t j = ps->channels[k];
-                int8_channel(view->planes + j * FATHOM_PLANES * S + b0, S, depth, full, live,
-                             ahead, prefetch, g[c]);
-                const uint16_t *scale = view->scales + j * S + b0;
-                if (prefetch) SCAN2_PREFETCH(scale + ahead);
-                const __m128i a = full ? _mm_loadu_si128((const __m128i *)(const void *)scale)
-                                       : _mm_maskz_loadu_epi16(live, scale);
-                _mm256_store_ps(tile->i.a[k], _mm256_cvtph_ps(a));
-            }
-            if (SPLIT)
-                for (uint32_t z = 0; z < 4; z++)
-                    _mm512_store_si512((void *)tile->i.codes[k][z], g[c][z]);
-        }
-        if (SPLIT) continue;
-        /* staged: the quad's dwords, [Q][b][f] */
-        uint8_t(*dw)[SCAN2_TILE_BLOCKS][2][64] = (uint8_t(*)[SCAN2_TILE_BLOCKS][2][64])tile->i.codes;
-        const __m512i p0 = _mm512_load_si512((const void *)int8_rows[0]);
-        const __m512i p1 = _mm512_load_si512((const void *)int8_rows[1]);
-        const __m512i f0 = _mm512_load_si512((const void *)int8_quad[0]);
-        const __m512i f1 = _mm512_load_si512((const void *)int8_quad[1]);
-        for (uint32_t z = 0; z < 4; z++) {
-            const __m512i m01[2] = {_mm512_permutex2var_epi8(g[0][z], p0, g[1][z]),
-                                    _mm512_permutex2var_epi8(g[0][z], p1, g[1][z])};
-            const __m512i m23[2] = {_mm512_permutex2var_epi8(g[2][z], p0, g[3][z]),
-                                    _mm512_permutex2var_epi8(g[2][z], p1, g[3][z])};
-            for (uint32_t bb = 0; bb < 2; bb++) {
-                _mm512_store_si512((void *)dw[Q][2 * z + bb][0],
-                                   _mm512_permutex2var_epi8(m01[bb], f0, m23[bb]));
-                _mm512_store_si512((void *)dw[Q][2 * z + bb][1],
-                                   _mm512_permutex2var_epi8(m01[bb], f1, m23[bb]));
-            }
-        }
-    }
+    for (uint32_t Q = 0; Q < np; Q++)
+        int8_stage_quad(ps, view, b0, full, live, ahead, prefetch, tile, Q, &depth, 1, SPLIT);
+    for (uint32_t Q = np; Q < nq; Q++)
+        int8_stage_quad(ps, view, b0, full, live, ahead, prefetch, tile, Q, &depth, 0, SPLIT);
     int8_weights(ps, tile, WIDE);
 }
 
@@ -1214,10 +1289,16 @@ INT8_TARGET void fathom_scan2_load_avx512_int16_split(const scan2_pass *ps,
     int8_load(ps, view, b0, nb, ahead, prefetch, tile, 1, 1);
 }
 
-/* acc += dot(u8 codes, s8 weights w broadcast from memory), in place (the
- * compiler's intrinsic copies the accumulators around the quad loop). */
-INT8_TARGET SCAN_INLINE void int8_dot(__m512i *acc, __m512i codes, const int32_t *w) {
-    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(*acc) : "v"(codes), "m"(*w));
+/* a[i] += dot(u8 code[i], s8 weights w broadcast from memory), i < 4, in
+ * place (with the intrinsic the compiler copies accumulators around the
+ * quad loop). */
+INT8_TARGET SCAN_INLINE void int8_dot4(__m512i a[4], const __m512i code[4], const int32_t *w) {
+    __asm__("vpdpbusd %8%{1to16%}, %4, %0\n\t"
+            "vpdpbusd %8%{1to16%}, %5, %1\n\t"
+            "vpdpbusd %8%{1to16%}, %6, %2\n\t"
+            "vpdpbusd %8%{1to16%}, %7, %3"
+            : "+v"(a[0]), "+v"(a[1]), "+v"(a[2]), "+v"(a[3])
+            : "v"(code[0]), "v"(code[1]), "v"(code[2]), "v"(code[3]), "m"(*w));
 }
 
 /* Quad Q's dwords of block b, halves 0 and 1 (d[0], d[1]): staged (SPLIT
@@ -1243,151 +1324,127 @@ INT8_TARGET SCAN_INLINE void int8_quad_codes(const scan2_tile *tile, uint32_t Q,
     d[1] = _mm512_permutex2var_epi8(m01, quad1, m23);
 }
 
-INT8_TARGET SCAN_INLINE void int8_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
-                                        const uint32_t HC, float *out, uint64_t ld,
-                                        uint32_t valid, const int SPLIT) {
-    const __m512i low = _mm512_set1_epi8(0x0f);
-    __m512i acc[4][4];
+/* The quad's dot products of one head's accumulators: a[0..3] with the
+ * weights wl (int8: the weights; int16: their low bytes), a[4..7] with the
+ * high bytes wh (int16). */
+INT8_TARGET SCAN_INLINE void int8_head_dots(__m512i *a, const __m512i code[4], const int32_t *wl,
+                                            const int32_t *wh, const int WIDE) {
+    int8_dot4(a, code, wl);
+    if (WIDE) int8_dot4(a + 4, code, wh);
+}
+
+/* Block b's products of heads h0 .. h0 + HC - 1 into f[h] (int8: HC <= 4;
+ * int16: HC <= 2). Accumulators a[i] per head: a[0], a[1] from D0 and
+ * D0 & 0x0f, a[2], a[3] from D1 and D1 & 0x0f (a[0], a[2] started at 8 K;
+ * int16: a[4..7] the same of the high bytes); a packed quad's vector P
+ * gives D0 = P & 0xcc and D1 = (P << 2) & 0xcc. So int8 8 T =
+ * a0 - a1 for tokens 16 f + i and (a1 << 4) + 8 K for 32 + 16 f + i; int16
+ * 8 T = ((a4 - a5) << 8) + a0 - a1 and (a5 << 12) + (a1 << 4) + 8 K. */
+INT8_TARGET SCAN_INLINE void int8_heads(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                        uint32_t h0, const uint32_t HC, __m512 f[4][4],
+                                        const int WIDE, const int SPLIT) {
+    __m512i acc[4][8];
 #pragma GCC unroll 4
-    for (uint32_t h = 0; h < HC; h++) {
-        acc[h][0] = acc[h][2] = _mm512_set1_epi32(tile->i.k8[b][h]);
-        acc[h][1] = acc[h][3] = _mm512_setzero_si512();
+    for (uint32_t x = 0; x < HC; x++)
+#pragma GCC unroll 8
+        for (uint32_t i = 0; i < 8; i++)
+            acc[x][i] = i == 0 || i == 2 ? _mm512_set1_epi32(tile->i.k8[b][h0 + x])
+                                         : _mm512_setzero_si512();
+    const uint32_t nq = (ps->count + 3) / 4, np = SPLIT ? 0 : int8_packed_quads(ps);
+    const uint8_t(*dw)[SCAN2_TILE_BLOCKS][2][64] =
+        (const uint8_t(*)[SCAN2_TILE_BLOCKS][2][64])tile->i.codes;
+    const __m512i hi2 = _mm512_set1_epi8((char)0xcc), lo2 = _mm512_set1_epi8(0x0c);
+    for (uint32_t Q = 0; Q < np; Q++) {
+        const __m512i P = _mm512_load_si512((const void *)dw[Q][b][0]);
+        const __m512i P2 = _mm512_slli_epi32(P, 2);
+        const __m512i code[4] = {_mm512_and_si512(P, hi2), _mm512_and_si512(P, lo2),
+                                 _mm512_and_si512(P2, hi2), _mm512_and_si512(P2, lo2)};
+#pragma GCC unroll 4
+        for (uint32_t x = 0; x < HC; x++)
+            int8_head_dots(acc[x], code, &tile->i.w[Q][b][h0 + x], &tile->i.wh[Q][b][h0 + x], WIDE);
     }
-    const uint32_t nq = (ps->count + 3) / 4;
+    const __m512i low = _mm512_set1_epi8(0x0f);
     const __m512i pair = _mm512_load_si512((const void *)int8_rows[b & 1]);
     const __m512i quad0 = _mm512_load_si512((const void *)int8_quad[0]);
     const __m512i quad1 = _mm512_load_si512((const void *)int8_quad[1]);
-    for (uint32_t Q = 0; Q < nq; Q++) {
+    for (uint32_t Q = np; Q < nq; Q++) {
         __m512i d[2];
         int8_quad_codes(tile, Q, b, pair, quad0, quad1, d, SPLIT);
-        const __m512i d0 = d[0], d1 = d[1];
-        const __m512i l0 = _mm512_and_si512(d0, low), l1 = _mm512_and_si512(d1, low);
+        const __m512i code[4] = {d[0], _mm512_and_si512(d[0], low), d[1],
+                                 _mm512_and_si512(d[1], low)};
 #pragma GCC unroll 4
-        for (uint32_t h = 0; h < HC; h++) {
-            const int32_t *w = &tile->i.w[Q][b][h];
-            int8_dot(&acc[h][0], d0, w);
-            int8_dot(&acc[h][1], l0, w);
-            int8_dot(&acc[h][2], d1, w);
-            int8_dot(&acc[h][3], l1, w);
-        }
+        for (uint32_t x = 0; x < HC; x++)
+            int8_head_dots(acc[x], code, &tile->i.w[Q][b][h0 + x], &tile->i.wh[Q][b][h0 + x], WIDE);
     }
-    __m512 f[4][4];
 #pragma GCC unroll 4
-    for (uint32_t h = 0; h < HC; h++) {
+    for (uint32_t x = 0; x < HC; x++) {
+        const uint32_t h = h0 + x;
         const __m512 s8 = _mm512_set1_ps(tile->i.s8[b][h]);
         const __m512i k8 = _mm512_set1_epi32(tile->i.k8[b][h]);
-        f[h][0] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[h][0], acc[h][1])));
-        f[h][1] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[h][2], acc[h][3])));
-        f[h][2] = _mm512_mul_ps(
-            s8, _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(acc[h][1], 4), k8)));
-        f[h][3] = _mm512_mul_ps(
-            s8, _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(acc[h][3], 4), k8)));
+        const __m512i *a = acc[x];
+        __m512i t[4] = {_mm512_sub_epi32(a[0], a[1]), _mm512_sub_epi32(a[2], a[3]),
+                        _mm512_add_epi32(_mm512_slli_epi32(a[1], 4), k8),
+                        _mm512_add_epi32(_mm512_slli_epi32(a[3], 4), k8)};
+        if (WIDE) {
+            t[0] = _mm512_add_epi32(t[0], _mm512_slli_epi32(_mm512_sub_epi32(a[4], a[5]), 8));
+            t[1] = _mm512_add_epi32(t[1], _mm512_slli_epi32(_mm512_sub_epi32(a[6], a[7]), 8));
+            t[2] = _mm512_add_epi32(t[2], _mm512_slli_epi32(a[5], 12));
+            t[3] = _mm512_add_epi32(t[3], _mm512_slli_epi32(a[7], 12));
+        }
+#pragma GCC unroll 4
+        for (uint32_t g = 0; g < 4; g++) f[h][g] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(t[g]));
+    }
+}
+
+/* int8: the chunk's heads at once; int16: two at a time (8 accumulators
+ * each). */
+INT8_TARGET SCAN_INLINE void int8_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                        const uint32_t HC, float *out, uint64_t ld,
+                                        uint32_t valid, const int WIDE, const int SPLIT) {
+    __m512 f[4][4];
+    if (!WIDE)
+        int8_heads(ps, tile, b, 0, HC, f, 0, SPLIT);
+    else {
+        int8_heads(ps, tile, b, 0, HC < 2 ? HC : 2, f, 1, SPLIT);
+        if (HC > 2) int8_heads(ps, tile, b, 2, HC - 2, f, 1, SPLIT);
     }
     avx512_put_block(ps, HC, f, out, ld, valid);
+}
+
+INT8_TARGET SCAN_INLINE void int8_block(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
+                                        float *out, uint64_t ld, uint32_t valid, const int WIDE,
+                                        const int SPLIT) {
+#define INT8_FUSED(HC) int8_fused(ps, tile, b, HC, out, ld, valid, WIDE, SPLIT)
+    SCAN_HEAD_CHUNK(ps->heads, INT8_FUSED);
+#undef INT8_FUSED
 }
 
 INT8_TARGET void fathom_scan2_block_avx512_int8(const scan2_pass *ps, const scan2_tile *tile,
                                                 uint32_t b, float *dec, float *out, uint64_t ld,
                                                 uint32_t valid) {
     (void)dec;
-#define INT8_FUSED(HC) int8_fused(ps, tile, b, HC, out, ld, valid, 0)
-    SCAN_HEAD_CHUNK(ps->heads, INT8_FUSED);
-#undef INT8_FUSED
+    int8_block(ps, tile, b, out, ld, valid, 0, 0);
 }
 
 INT8_TARGET void fathom_scan2_block_avx512_int8_split(const scan2_pass *ps, const scan2_tile *tile,
                                                       uint32_t b, float *dec, float *out,
                                                       uint64_t ld, uint32_t valid) {
     (void)dec;
-#define INT8_FUSED(HC) int8_fused(ps, tile, b, HC, out, ld, valid, 1)
-    SCAN_HEAD_CHUNK(ps->heads, INT8_FUSED);
-#undef INT8_FUSED
-}
-
-/* The int16 kernel: two heads at a time (8 accumulators each), the dot
- * products of the high bytes (a) and the low bytes (b, started at 8 K):
- * 8 T = ((a0 - a1) << 8) + b0 - b1 for the high nibbles' tokens and
- * (a1 << 12) + (b1 << 4) + 8 K for the low ones'. */
-INT8_TARGET SCAN_INLINE void int16_pair(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
-                                        uint32_t h0, const uint32_t HC, __m512 f[4][4],
-                                        const int SPLIT) {
-    const __m512i low = _mm512_set1_epi8(0x0f);
-    __m512i acc[2][8];
-#pragma GCC unroll 2
-    for (uint32_t x = 0; x < HC; x++)
-#pragma GCC unroll 8
-        for (uint32_t i = 0; i < 8; i++)
-            acc[x][i] = i == 0 || i == 2 ? _mm512_set1_epi32(tile->i.k8[b][h0 + x])
-                                         : _mm512_setzero_si512();
-    const uint32_t nq = (ps->count + 3) / 4;
-    const __m512i pair = _mm512_load_si512((const void *)int8_rows[b & 1]);
-    const __m512i quad0 = _mm512_load_si512((const void *)int8_quad[0]);
-    const __m512i quad1 = _mm512_load_si512((const void *)int8_quad[1]);
-    for (uint32_t Q = 0; Q < nq; Q++) {
-        __m512i d[2];
-        int8_quad_codes(tile, Q, b, pair, quad0, quad1, d, SPLIT);
-        const __m512i d0 = d[0], d1 = d[1];
-        const __m512i l0 = _mm512_and_si512(d0, low), l1 = _mm512_and_si512(d1, low);
-#pragma GCC unroll 2
-        for (uint32_t x = 0; x < HC; x++) {
-            const int32_t *wl = &tile->i.w[Q][b][h0 + x], *wh = &tile->i.wh[Q][b][h0 + x];
-            /* acc[x][0..3]: low bytes (0, 2 started at 8 K); [4..7]: high bytes */
-            int8_dot(&acc[x][0], d0, wl);
-            int8_dot(&acc[x][1], l0, wl);
-            int8_dot(&acc[x][2], d1, wl);
-            int8_dot(&acc[x][3], l1, wl);
-            int8_dot(&acc[x][4], d0, wh);
-            int8_dot(&acc[x][5], l0, wh);
-            int8_dot(&acc[x][6], d1, wh);
-            int8_dot(&acc[x][7], l1, wh);
-        }
-    }
-#pragma GCC unroll 2
-    for (uint32_t x = 0; x < HC; x++) {
-        const uint32_t h = h0 + x;
-        const __m512 s8 = _mm512_set1_ps(tile->i.s8[b][h]);
-        const __m512i k8 = _mm512_set1_epi32(tile->i.k8[b][h]);
-        const __m512i *a = acc[x];
-        const __m512i t0 = _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(a[4], a[5]), 8),
-                                            _mm512_sub_epi32(a[0], a[1]));
-        const __m512i t1 = _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(a[6], a[7]), 8),
-                                            _mm512_sub_epi32(a[2], a[3]));
-        const __m512i t2 = _mm512_add_epi32(
-            _mm512_add_epi32(_mm512_slli_epi32(a[5], 12), _mm512_slli_epi32(a[1], 4)), k8);
-        const __m512i t3 = _mm512_add_epi32(
-            _mm512_add_epi32(_mm512_slli_epi32(a[7], 12), _mm512_slli_epi32(a[3], 4)), k8);
-        f[h][0] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(t0));
-        f[h][1] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(t1));
-        f[h][2] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(t2));
-        f[h][3] = _mm512_mul_ps(s8, _mm512_cvtepi32_ps(t3));
-    }
-}
-
-INT8_TARGET SCAN_INLINE void int16_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
-                                         const uint32_t HC, float *out, uint64_t ld,
-                                         uint32_t valid, const int SPLIT) {
-    __m512 f[4][4];
-    int16_pair(ps, tile, b, 0, HC < 2 ? HC : 2, f, SPLIT);
-    if (HC > 2) int16_pair(ps, tile, b, 2, HC - 2, f, SPLIT);
-    avx512_put_block(ps, HC, f, out, ld, valid);
+    int8_block(ps, tile, b, out, ld, valid, 0, 1);
 }
 
 INT8_TARGET void fathom_scan2_block_avx512_int16(const scan2_pass *ps, const scan2_tile *tile,
                                                  uint32_t b, float *dec, float *out, uint64_t ld,
                                                  uint32_t valid) {
     (void)dec;
-#define INT16_FUSED(HC) int16_fused(ps, tile, b, HC, out, ld, valid, 0)
-    SCAN_HEAD_CHUNK(ps->heads, INT16_FUSED);
-#undef INT16_FUSED
+    int8_block(ps, tile, b, out, ld, valid, 1, 0);
 }
 
 INT8_TARGET void fathom_scan2_block_avx512_int16_split(const scan2_pass *ps, const scan2_tile *tile,
                                                        uint32_t b, float *dec, float *out,
                                                        uint64_t ld, uint32_t valid) {
     (void)dec;
-#define INT16_FUSED(HC) int16_fused(ps, tile, b, HC, out, ld, valid, 1)
-    SCAN_HEAD_CHUNK(ps->heads, INT16_FUSED);
-#undef INT16_FUSED
+    int8_block(ps, tile, b, out, ld, valid, 1, 1);
 }
 
 /* ---- the candidate filter (scan_internal.h), 16 scores per step ---- */
