@@ -34,7 +34,8 @@
  *           and its kernel) and the selections are fathom_select's of them,
  *           over lengths, G, d, passes, fixed depths, the pipeline and the
  *           plane cache; the exact mode's scores on the same steps are
- *           fathom_store_scan's, and differ from the int8 ones.
+ *           fathom_store_scan's, and differ from the int8 ones; a graph
+ *           replays the mode it was captured with.
  * FATHOM_TEST_QUICK=1 shrinks lengths and steps (for compute-sanitizer).
  * Argument checks run without a GPU; the rest exits 77 when none is present. */
 #include "check.h"
@@ -1273,7 +1274,8 @@ static bool same_bits(const float *a, const float *b, uint64_t n) { return memcm
  * exact mode on the same steps gives fathom_store_scan's scores bit for bit
  * (the comparison itself is sound) and the int8 scores differ from them.
  * One query head holds values so small that every pass's weights are 0
- * (scores +0: the 2^-100 rule). */
+ * (scores +0: the 2^-100 rule). A step captured in one mode and replayed
+ * after the tier is switched to the other gives the captured mode's scores. */
 static void test_int8(void) {
     const int8_case cases[5] = {{128, 3, 48, 0, true},
                                 {128, 8, 300, 2, true},
@@ -1285,7 +1287,7 @@ static void test_int8(void) {
     const uint64_t *lens = quick ? small : full;
     const uint64_t capacity = 16384;
     uint64_t compared = 0, bad_ref = 0, bad_kernel = 0, bad_exact = 0, bad_sel = 0, bad_dep = 0, differ = 0;
-    uint64_t zero_rows = 0;
+    uint64_t zero_rows = 0, graph_rows = 0, graph_bad = 0;
     for (const int8_case &cs : cases) {
         const uint32_t D = cs.D, G = cs.G, P = B * H;
         const size_t R = (size_t)P * G;
@@ -1421,6 +1423,30 @@ static void test_int8(void) {
                 differ += !same_bits(sc[0].data() + r * (sc[0].size() / R), sc[1].data() + r * (sc[1].size() / R),
                                      lens[r / ((size_t)H * G)]);
             CHECK(o[0].depths == o[1].depths); /* the plan does not depend on the mode */
+            if (&cs == &cases[0] && !cached) /* a graph keeps the mode it was captured with */
+                for (int m = 0; m < 2; m++) {
+                    cudaStream_t st;
+                    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+                    CHECK_OK(fathom_cuda_tier_set_scan_mode(tier, m ? FATHOM_CUDA_SCAN_INT8 : FATHOM_CUDA_SCAN_EXACT));
+                    cudaGraph_t g;
+                    cudaGraphExec_t ex;
+                    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+                    CHECK_OK(fathom_cuda_tier_step(tier, &a, st));
+                    CK(cudaStreamEndCapture(st, &g));
+                    CK(cudaGraphInstantiate(&ex, g, 0));
+                    CHECK_OK(fathom_cuda_tier_set_scan_mode(tier, m ? FATHOM_CUDA_SCAN_EXACT : FATHOM_CUDA_SCAN_INT8));
+                    CK(cudaGraphLaunch(ex, st));
+                    CK(cudaStreamSynchronize(st));
+                    CHECK_OK(fathom_cuda_tier_check(tier));
+                    uint64_t stride = 0;
+                    const std::vector<float> gs = step_scores(tier, a, R, &stride);
+                    for (size_t r = 0; r < R; r++, graph_rows++)
+                        graph_bad += !same_bits(gs.data() + r * stride, sc[m].data() + r * stride,
+                                                lens[r / ((size_t)H * G)]);
+                    CK(cudaGraphExecDestroy(ex));
+                    CK(cudaGraphDestroy(g));
+                    CK(cudaStreamDestroy(st));
+                }
         }
         printf("int8: d=%u G=%u budget %u lanes %u: most active channels of a pair %u\n", D, G, cs.budget, cs.lanes,
                most_active);
@@ -1444,6 +1470,9 @@ static void test_int8(void) {
     CHECK(bad_dep == 0);
     CHECK(differ > 0);
     CHECK(zero_rows > 0);
+    printf("int8: graphs captured in one mode, replayed in the other: %llu of %llu rows differ from the "
+           "captured mode's scores\n", (unsigned long long)graph_bad, (unsigned long long)graph_rows);
+    CHECK(graph_rows > 0 && graph_bad == 0);
 }
 
 static void test_args(void) {
