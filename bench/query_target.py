@@ -10,10 +10,13 @@ the head's mean key. For each of the last N queried positions p, over the keys
 between the first 4 and the last 32, t* = the key of the largest full logit
 (the top-attended one) and t' = the key of the largest deviation logit
 dq . dk (both after RoPE); prints the mean cosine of dq with dk[t*] (`top`,
-what `fathom synth-fit` reports as target_cos), with dk[t'] (`dev`), and the
-mean over the 8 largest full logits (`top8`), per layer and overall.
---gauss draws the queries per channel from the head's mean and std first
-(bench/query_hybrid.py --mode gauss): what moment-matched queries give.
+what `fathom synth-fit` reports as target_cos), with dk[t'] (`dev`), the
+mean over the 8 largest full logits (`top8`), and the z-score of t*'s
+deviation logit among those keys' (`z`; `z8` over the 8 largest), per layer
+and overall. --gauss draws the queries per channel from the head's mean and
+std first (bench/query_hybrid.py --mode gauss): what moment-matched queries
+give; synth-fit's target_lift is z less that z (docs/synthetic.md, "Queries
+that point at their targets").
 """
 import argparse
 import os
