@@ -512,11 +512,20 @@ FATHOM_API int fathom_synth_open_preset(fathom_source **out, const fathom_synth_
  * mean, rotated back to the query's position) against each key's deviation
  * from the head's mean key: positive when the queries point along a heavy
  * right tail of the keys (trained models), 0 for queries drawn from their
- * moments alone (docs/synthetic.md, "Query direction"). */
+ * moments alone (docs/synthetic.md, "Query direction"). Of the key of the
+ * query's largest logit among those keys (the one it attends most),
+ * target_cos (reported) is the cosine of that deviation (rotated as the
+ * query is) with the key's deviation from the head's mean key, and
+ * target_lift (fitted by FATHOM_SYNTH_FIT_TARGET) the z-score of its
+ * deviation logit among those keys' less the same for a query drawn per
+ * channel from the head's query mean and std (8 positions per query head):
+ * how far the queries point at the keys they attend beyond what their
+ * moments give (docs/synthetic.md, "Queries that point at their targets"). */
 typedef struct fathom_synth_stats {
     double top_mass, sink_mass, local_mass, pca_share, drift, mean_ratio;
     double content_mass;
     double dev_skew;
+    double target_cos, target_lift;
 } fathom_synth_stats;
 
 typedef enum fathom_rope_style {
@@ -549,12 +558,16 @@ enum {
      * the generated query's noise and topic parts take it; left out: one
      * query profile for all heads) */
     FATHOM_SYNTH_FIT_QUERY_HEADS = 256,
-    FATHOM_SYNTH_FIT_ALL = 511,
+    /* queries that point at their targets: the share of each query's
+     * deviation along one earlier key's (target_share), for target_cos */
+    FATHOM_SYNTH_FIT_TARGET = 512,
+    FATHOM_SYNTH_FIT_ALL = 1023,
     /* Everything but per-head profiles. (Until the positional profile, recency was left out: the
      * recency direction it replaced could not reach a real model's last-32
      * mass without swamping the other logits; docs/synthetic.md.) */
     FATHOM_SYNTH_FIT_DEFAULT =
-        FATHOM_SYNTH_FIT_ALL & ~FATHOM_SYNTH_FIT_HEADS & ~FATHOM_SYNTH_FIT_LAYERS & ~FATHOM_SYNTH_FIT_QUERY_HEADS
+        FATHOM_SYNTH_FIT_ALL & ~FATHOM_SYNTH_FIT_HEADS & ~FATHOM_SYNTH_FIT_LAYERS & ~FATHOM_SYNTH_FIT_QUERY_HEADS &
+        ~FATHOM_SYNTH_FIT_TARGET
     /* (Per-head profiles are asked for: on SmolLM2 they put fathom:48 /
      * ds:32 outside the study's margin; docs/synthetic.md.) */
 };

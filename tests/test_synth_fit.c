@@ -453,7 +453,8 @@ static void test_fit_recovers(void) {
     fathom_source *cap = capture_of(known, 32, ".safetensors", path, sizeof path);
     /* the known preset has no positional profile, so none is fitted */
     fathom_synth_fit_options o = {.base = "smollm2-135m", .name = "refit", .k = 32,
-                                  .fit = FATHOM_SYNTH_FIT_ALL & ~FATHOM_SYNTH_FIT_LAYERS & ~FATHOM_SYNTH_FIT_RECENCY};
+                                  .fit = FATHOM_SYNTH_FIT_ALL & ~FATHOM_SYNTH_FIT_LAYERS & ~FATHOM_SYNTH_FIT_RECENCY &
+                                         ~FATHOM_SYNTH_FIT_TARGET};
     fathom_synth_fit_report r;
     CHECK_OK(fathom_synth_fit(&fit, cap, &o, &r));
     if (!fit) return;
@@ -1349,7 +1350,7 @@ static void test_fit_layers(void) {
 
     fathom_source *cap = capture_of(p, 32, "-layers.safetensors", path, sizeof path);
     fathom_synth_fit_options o = {.base = "smollm2-135m", .name = "refit", .k = 32,
-                                  .fit = FATHOM_SYNTH_FIT_ALL & ~FATHOM_SYNTH_FIT_RECENCY};
+                                  .fit = FATHOM_SYNTH_FIT_ALL & ~FATHOM_SYNTH_FIT_RECENCY & ~FATHOM_SYNTH_FIT_TARGET};
     fathom_synth_fit_report r;
     CHECK_OK(fathom_synth_fit(&fit, cap, &o, &r));
     CHECK(fit && fit->p.per_layer);
@@ -1376,6 +1377,64 @@ static void test_fit_layers(void) {
     fathom_synth_preset_free(fit);
 }
 
+/* Queries that point at their targets (synth_params.target_share): the
+ * share moves target_lift (how far above moment-matched queries a query's
+ * deviation lifts the key it attends most) well above the share-0 generator's,
+ * a preset file keeps it (and one without it reads as 0), and a fit of a
+ * capture of the known preset with a known share finds it again. */
+static void test_target_share(void) {
+    fathom_synth_preset *p = known_preset();
+    p->p.topic_logit = 0.25f; /* weak content, at the search floor as Gemma 3's (the share's regime) */
+    double cos_at[3], lift_at[3];
+    const float shares[3] = {0.0f, 0.15f, 0.4f};
+    for (int i = 0; i < 3; i++) {
+        p->p.target_share = shares[i];
+        fathom_source *gen;
+        CHECK_OK(fathom_synth_open_preset(&gen, p, 1024, 32, 1));
+        fathom_synth_stats st;
+        CHECK_OK(fathom_synth_stats_measure(gen, FATHOM_ROPE_NEOX, 1e4, 32, 1, &st));
+        fathom_source_free(gen);
+        cos_at[i] = st.target_cos, lift_at[i] = st.target_lift;
+    }
+    printf("target_share 0 / 0.15 / 0.4: target_lift %.4f / %.4f / %.4f, target_cos %.4f / %.4f / %.4f\n",
+           lift_at[0], lift_at[1], lift_at[2], cos_at[0], cos_at[1], cos_at[2]);
+    CHECK(lift_at[1] > lift_at[0] + 0.1 && lift_at[2] > lift_at[1] + 0.1);
+    /* the file keeps it; one without the key reads as 0 (as before it existed) */
+    char path[128];
+    tmp_path("-target.json", path, sizeof path);
+    p->p.target_share = 0.4f;
+    CHECK_OK(fathom_synth_preset_write(p, path, NULL));
+    fathom_synth_preset *back = NULL;
+    CHECK_OK(fathom_synth_preset_load(&back, path));
+    CHECK(back && back->p.target_share == 0.4f);
+    fathom_synth_preset_free(back);
+    p->p.target_share = 0.0f;
+    CHECK_OK(fathom_synth_preset_write(p, path, NULL));
+    CHECK_OK(fathom_synth_preset_load(&back, path));
+    CHECK(back && back->p.target_share == 0.0f);
+    fathom_synth_preset_free(back);
+    remove(path);
+    /* out of range */
+    p->p.target_share = 0.99f;
+    CHECK(synth_params_check(&p->p) == FATHOM_ERR_INVALID_ARG);
+    /* The search finds a known share again on a capture of the preset
+     * (every other field known: with content that points at its keys, a
+     * larger topic logit also lifts the attended key, so a whole fit trades
+     * the two; docs/synthetic.md) */
+    p->p.target_share = 0.3f;
+    fathom_source *cap = capture_of(p, 32, "-target.safetensors", path, sizeof path);
+    synth_params q = p->p;
+    q.target_share = 0.0f;
+    double want = 0, got = 0;
+    CHECK_OK(synth_fit_target_share(cap, 32, &q, &want, &got));
+    printf("search for target_share 0.3: %.3f; target_lift capture %.4f, preset %.4f\n", q.target_share, want, got);
+    CHECK_NEAR(q.target_share, 0.3, 0.1);
+    CHECK_NEAR(got, want, 0.1);
+    fathom_source_free(cap);
+    remove(path);
+    fathom_synth_preset_free(p);
+}
+
 int main(void) {
     test_roundtrip();
     test_malformed();
@@ -1396,5 +1455,6 @@ int main(void) {
     test_dev_skew();
     test_layer_top_mass();
     test_fit_layers();
+    test_target_share();
     return check_summary("test_synth_fit");
 }

@@ -42,6 +42,9 @@ static void usage(FILE *f) {
             "                       mass (default: one for the mass over all layers)\n"
             "  --per-query-head     with --per-head: each query head its own query std profile,\n"
             "                       as measured (default: one for all heads)\n"
+            "  --target             queries that point at their targets: the share of each query's\n"
+            "                       deviation along one earlier key's (target_share), fitted to the\n"
+            "                       capture's target lift (default: none)\n"
             "  --layer-stride S     measure the candidates on every S-th layer (default layers/6)\n"
             "  --json               the fit's report as one JSON object on stdout\n"
             "  -h, --help           this help\n"
@@ -50,7 +53,7 @@ static void usage(FILE *f) {
 }
 
 enum { OPT_KV = 256, OPT_OUT, OPT_BASE, OPT_NAME, OPT_ROPE, OPT_ROPE_BASE, OPT_K, OPT_KEEP, OPT_STRIDE, OPT_JSON,
-       OPT_PER_HEAD, OPT_PER_LAYER, OPT_PER_QUERY_HEAD };
+       OPT_PER_HEAD, OPT_PER_LAYER, OPT_PER_QUERY_HEAD, OPT_TARGET };
 static const struct option long_options[] = {
     {"help", no_argument, NULL, 'h'},
     {"kv", required_argument, NULL, OPT_KV},
@@ -66,6 +69,7 @@ static const struct option long_options[] = {
     {"per-head", no_argument, NULL, OPT_PER_HEAD},
     {"per-layer", no_argument, NULL, OPT_PER_LAYER},
     {"per-query-head", no_argument, NULL, OPT_PER_QUERY_HEAD},
+    {"target", no_argument, NULL, OPT_TARGET},
     {NULL, 0, NULL, 0},
 };
 
@@ -97,15 +101,16 @@ static const char *style_name(fathom_rope_style s) { return s == FATHOM_ROPE_NEO
 static void stats_json(char *buf, size_t cap, const fathom_synth_stats *s) {
     snprintf(buf, cap,
              "{\"top_mass\":%.6g,\"sink_mass\":%.6g,\"local_mass\":%.6g,\"pca_share\":%.6g,\"drift\":%.6g,"
-             "\"mean_ratio\":%.6g,\"content_mass\":%.6g,\"dev_skew\":%.6g}",
+             "\"mean_ratio\":%.6g,\"content_mass\":%.6g,\"dev_skew\":%.6g,\"target_cos\":%.6g,"
+             "\"target_lift\":%.6g}",
              s->top_mass, s->sink_mass, s->local_mass, s->pca_share, s->drift, s->mean_ratio, s->content_mass,
-             s->dev_skew);
+             s->dev_skew, s->target_cos, s->target_lift);
 }
 
 /* The report as a JSON object text: what was fitted, the RoPE used, and the
  * capture's, the fitted preset's and the base preset's statistics. */
 static void report_json(char *buf, size_t cap, const char *kv, const char *keep, const fathom_synth_fit_report *r) {
-    char target[256], achieved[256], base[256];
+    char target[320], achieved[320], base[320];
     stats_json(target, sizeof target, &r->target);
     stats_json(achieved, sizeof achieved, &r->achieved);
     stats_json(base, sizeof base, &r->base);
@@ -125,7 +130,7 @@ int cmd_synth_fit(int argc, char **argv) {
     const char *kv = NULL, *out = NULL, *keep = "none", *rope = "detect";
     char name[64] = "";
     fathom_synth_fit_options o = {.base = "smollm2-135m"};
-    bool json = false, per_head = false, per_layer = false, per_query_head = false;
+    bool json = false, per_head = false, per_layer = false, per_query_head = false, target = false;
     uint32_t kept = 0;
     int c;
     while ((c = cli_getopt(argc, argv, "h", long_options)) != -1) {
@@ -159,6 +164,7 @@ int cmd_synth_fit(int argc, char **argv) {
         case OPT_PER_HEAD: per_head = true; break;
         case OPT_PER_LAYER: per_layer = true; break;
         case OPT_PER_QUERY_HEAD: per_query_head = true; break;
+        case OPT_TARGET: target = true; break;
         }
     }
     if (optind < argc) return cli_usage_error("unexpected argument '%s'", argv[optind]);
@@ -170,7 +176,8 @@ int cmd_synth_fit(int argc, char **argv) {
         return cli_usage_error("--rope-base goes with --rope neox|adjacent, and they need it");
     if (per_query_head && !per_head) return cli_usage_error("--per-query-head needs --per-head");
     o.fit = (FATHOM_SYNTH_FIT_DEFAULT | (per_head ? FATHOM_SYNTH_FIT_HEADS : 0) |
-             (per_layer ? FATHOM_SYNTH_FIT_LAYERS : 0) | (per_query_head ? FATHOM_SYNTH_FIT_QUERY_HEADS : 0)) &
+             (per_layer ? FATHOM_SYNTH_FIT_LAYERS : 0) | (per_query_head ? FATHOM_SYNTH_FIT_QUERY_HEADS : 0) |
+             (target ? FATHOM_SYNTH_FIT_TARGET : 0)) &
             ~kept;
     if (!o.fit) return cli_usage_error("--keep leaves nothing to fit");
     if (!cli_check_writable(out)) return CLI_FAILURE;
@@ -200,11 +207,11 @@ int cmd_synth_fit(int argc, char **argv) {
     static const struct { uint32_t group; const char *what; } fit_stats[] = {
         {FATHOM_SYNTH_FIT_CONCENTRATION, "top-k mass"}, {FATHOM_SYNTH_FIT_SINKS, "first-4 (sink) mass"},
         {FATHOM_SYNTH_FIT_RECENCY, "last-32 (local) mass"}, {FATHOM_SYNTH_FIT_RANK, "top-d/4 covariance share"},
-        {FATHOM_SYNTH_FIT_DRIFT, "consecutive-query cosine"}};
+        {FATHOM_SYNTH_FIT_DRIFT, "consecutive-query cosine"}, {FATHOM_SYNTH_FIT_TARGET, "target lift"}};
     const double got[] = {r.achieved.top_mass, r.achieved.sink_mass, r.achieved.local_mass, r.achieved.pca_share,
-                          r.achieved.drift};
+                          r.achieved.drift, r.achieved.target_lift};
     const double want[] = {r.target.top_mass, r.target.sink_mass, r.target.local_mass, r.target.pca_share,
-                           r.target.drift};
+                           r.target.drift, r.target.target_lift};
     for (size_t i = 0; i < sizeof fit_stats / sizeof fit_stats[0]; i++)
         if ((o.fit & fit_stats[i].group) && fabs(got[i] - want[i]) > 0.03)
             fprintf(stderr, "synth-fit: warning: the fitted preset's %s is %.4f, the capture's %.4f%s\n",
@@ -220,11 +227,14 @@ int cmd_synth_fit(int argc, char **argv) {
                 "  top-k mass  %.4f   %.4f   %.4f\n  sink mass   %.4f   %.4f   %.4f\n"
                 "  local mass  %.4f   %.4f   %.4f\n  pca share   %.4f   %.4f   %.4f\n"
                 "  drift       %.4f   %.4f   %.4f\n  content     %.4f   %.4f   %.4f   (reported, not fitted)\n"
-                "  dev skew    %.4f   %.4f   %.4f   (reported, not fitted)\n",
+                "  dev skew    %.4f   %.4f   %.4f   (reported, not fitted)\n"
+                "  target cos  %.4f   %.4f   %.4f   (reported, not fitted)\n"
+                "  target lift %.4f   %.4f   %.4f   %s\n",
                 out, style_name(r.style), r.rope_base, r.k, r.target.top_mass, r.achieved.top_mass, r.base.top_mass,
                 r.target.sink_mass, r.achieved.sink_mass, r.base.sink_mass, r.target.local_mass, r.achieved.local_mass,
                 r.base.local_mass, r.target.pca_share, r.achieved.pca_share, r.base.pca_share, r.target.drift,
                 r.achieved.drift, r.base.drift, r.target.content_mass, r.achieved.content_mass, r.base.content_mass,
-                r.target.dev_skew, r.achieved.dev_skew, r.base.dev_skew);
+                r.target.dev_skew, r.achieved.dev_skew, r.base.dev_skew, r.target.target_cos, r.achieved.target_cos,
+                r.base.target_cos, r.target.target_lift, r.achieved.target_lift, r.base.target_lift, (o.fit & FATHOM_SYNTH_FIT_TARGET) ? "(target_share)" : "(reported, not fitted)");
     return CLI_OK;
 }

@@ -24,7 +24,7 @@
  * spread, low-frequency boost, outlier mean, background / topic / sink
  * logit, content cap; the fitted-preset fields take their built-in values
  * in synth_builtin. */
-#define BUILTIN(...) {__VA_ARGS__, false, 0, 0.0f, 0.0f, 0, {0}, {0}, {0}, {0}, false, 0.0f, {0}, {0}, NULL, false, {0}, false}
+#define BUILTIN(...) {__VA_ARGS__, false, 0, 0.0f, 0.0f, 0, {0}, {0}, {0}, {0}, false, 0.0f, {0}, {0}, NULL, false, {0}, false, 0.0f}
 static const synth_params presets[] = {
     BUILTIN("qwen3-8b", 36, 8, 4, 128, 1e6, true, 1.0f, 0.9f, 0.5f, 12.0f, 1.0f, 7.5f, 16.0f, 0.0f),
     BUILTIN("llama-3.1-8b", 32, 8, 4, 128, 5e5, false, 2.5f, 1.1f, 4.0f, 0.0f, 1.0f, 4.5f, 16.0f, 2.5f),
@@ -55,7 +55,8 @@ static inline uint64_t mix64(uint64_t z) {
 enum stream {
     S_MODEL_HEAD = 1, S_MODEL_QHEAD, S_KEY_NOISE, S_TOKEN, S_CHUNK, S_VALUE, S_QUERY_NOISE, S_QUERY_TOPIC, S_PHRASE,
     S_MODEL_NOISE, /* key noise of the model seed's text (per-head QK-norm heads, key_after_norm) */
-    S_SALIENCE     /* per-topic salience (per-head QK-norm heads) */
+    S_SALIENCE,    /* per-topic salience (per-head QK-norm heads) */
+    S_QUERY_TARGET /* the key each query points at (target_share) */
 };
 
 /* The base of one stream; draw(base, i) is its i-th 64-bit output. */
@@ -865,11 +866,77 @@ static void token_coeffs(const synth *s, const head_model *hm, const token_strea
         for (uint32_t m = 0; m < hm->topics; m++) c[m] = cap * tanhf(c[m] / cap);
 }
 
+static void token_streams_seed(uint64_t seed, uint32_t layer, uint32_t kv_head, token_streams *ts) {
+    ts->token = stream_base(seed, S_TOKEN, layer, kv_head);
+    ts->phrase = stream_base(seed, S_PHRASE, layer, kv_head);
+    ts->chunk = stream_base(seed, S_CHUNK, layer, kv_head);
+    ts->salience = stream_base(seed, S_SALIENCE, layer, kv_head);
+}
+
 static void token_streams_of(const synth *s, uint32_t layer, uint32_t kv_head, token_streams *ts) {
-    ts->token = stream_base(s->seed, S_TOKEN, layer, kv_head);
-    ts->phrase = stream_base(s->seed, S_PHRASE, layer, kv_head);
-    ts->chunk = stream_base(s->seed, S_CHUNK, layer, kv_head);
-    ts->salience = stream_base(s->seed, S_SALIENCE, layer, kv_head);
+    token_streams_seed(s->seed, layer, kv_head, ts);
+}
+
+/* Key t's deviation from the head's mean key before QK-norm and RoPE (its
+ * noise and topic parts, as gen_keys draws them from text seed `seed`). */
+static void key_deviation(const synth *s, uint64_t seed, const head_model *hm, uint32_t layer, uint32_t kv_head,
+                          uint64_t t, float *x) {
+    const uint32_t d = hm->dim, words = d / 4;
+    uint64_t noise_base = stream_base(seed, S_KEY_NOISE, layer, kv_head);
+    token_streams ts;
+    token_streams_seed(seed, layer, kv_head, &ts);
+    for (uint32_t w = 0; w < words; w++) {
+        uint64_t r = draw(noise_base, t * words + w);
+        for (int lane = 0; lane < 4; lane++) {
+            uint32_t j = 4 * w + (uint32_t)lane;
+            x[j] = hm->k_scale[j] * gauss_of(s, r, lane);
+        }
+    }
+    float c[SYNTH_MAX_TOPICS];
+    token_coeffs(s, hm, &ts, t, c);
+    for (uint32_t m = 0; m < hm->topics; m++) {
+        const float a = hm->topic_amp * c[m], *u = hm->topic[m];
+        for (uint32_t j = 0; j < d; j++) x[j] += a * u[j];
+    }
+}
+
+#define SYNTH_TARGET_LOCAL 32 /* a query's target lies before its last 32 keys (and after the sinks) */
+
+/* target_share (synth_params): the deviation x - mean (noise and topics,
+ * before QK-norm) of the query at pos keeps sqrt(1 - share) of itself and
+ * gets sqrt(share) of its norm along the deviation of key t, one token in
+ * [SYNTH_SINKS, pos + 1 - SYNTH_TARGET_LOCAL) drawn per run of query_run
+ * positions, rotated by (t - pos) theta so that it meets that key after
+ * RoPE. */
+static void query_target(const synth *s, uint64_t seed, const head_model *hm, uint32_t layer, uint32_t q_head,
+                         uint32_t h, uint64_t pos, float *x) {
+    const float share = s->preset.target_share;
+    if (!(share > 0) || pos + 1 <= SYNTH_SINKS + SYNTH_TARGET_LOCAL) return;
+    const uint32_t d = hm->dim, half = hm->half;
+    const uint64_t span = pos + 1 - SYNTH_TARGET_LOCAL - SYNTH_SINKS;
+    const uint64_t run = s->preset.fitted ? pos / s->preset.query_run : pos;
+    uint64_t t = SYNTH_SINKS + (uint64_t)(uniform01(draw(stream_base(seed, S_QUERY_TARGET, layer, q_head), run)) *
+                                          (double)span);
+    if (t >= SYNTH_SINKS + span) t = SYNTH_SINKS + span - 1;
+    float dk[SYNTH_MAX_DIM], c[SYNTH_MAX_DIM];
+    key_deviation(s, seed, hm, layer, q_head / s->preset.group, t, dk);
+    for (uint32_t i = 0; i < half; i++) {
+        const double angle = (double)(pos - t) * hm->theta[i], cs = cos(angle), sn = sin(angle);
+        const double a = dk[i], b = dk[i + half];
+        c[i] = (float)(a * cs + b * sn);
+        c[i + half] = (float)(b * cs - a * sn);
+    }
+    double kn = 0, dn = 0;
+    for (uint32_t j = 0; j < d; j++) {
+        const double dev = (double)x[j] - (double)hm->q_bg[h] * hm->q_mean[h][j];
+        kn += (double)c[j] * c[j], dn += dev * dev;
+    }
+    if (!(kn > 0) || !(dn > 0)) return;
+    const double keep = sqrt(1.0 - (double)share), along = sqrt((double)share * dn / kn);
+    for (uint32_t j = 0; j < d; j++) {
+        const double m = (double)hm->q_bg[h] * hm->q_mean[h][j];
+        x[j] = (float)(m + keep * ((double)x[j] - m) + along * c[j]);
+    }
 }
 
 /* Keys of tokens [t0, t1) of one KV head into k (the head's [n x d] rows);
@@ -954,6 +1021,7 @@ static void query_pre(const synth *s, uint64_t seed, const head_model *hm, uint3
         float a = hm->q_topic_amp * query_topic_weight[m];
         for (uint32_t j = 0; j < d; j++) x[j] += a * hm->topic[t][j] * hm->q_topic[h][j];
     }
+    query_target(s, seed, hm, layer, q_head, h, pos, x);
     for (uint32_t j = 0; j < d; j++)
         x[j] += hm->q_recency_amp * hm->recency[j] + hm->q_sink_amp[h] * hm->sink_dir[j];
     if (s->preset.qk_norm) qk_norm(x, hm->q_gain[h], d);

@@ -89,6 +89,16 @@ typedef struct synth_params {
      * mean); the generated query's noise and topic parts together take that
      * profile (src/io/synth.c, query_within_measured). */
     bool q_heads;
+    /* Queries that point at their targets (fitted presets; 0: none, and the
+     * generator is as without it). Each query's deviation from its head's
+     * mean (noise and topics, before QK-norm) keeps sqrt(1 - share) of
+     * itself and gets sqrt(share) of its norm along the deviation of one
+     * earlier key from the head's mean key (a token between the first 4 and
+     * the last 32, drawn per run of query_run positions), rotated to meet
+     * that key after RoPE: the query's energy share in its target's
+     * direction, so the channels where |q| is large are the ones where that
+     * key is (src/io/synth.c, query_target). */
+    float target_share;
 } synth_params;
 
 /* The topic logit layer's queries are calibrated to. */
@@ -136,5 +146,12 @@ int synth_heads_dup(const synth_params *p, float **out);
  * per-layer fit (FATHOM_SYNTH_FIT_LAYERS) matches layer by layer. */
 int synth_layer_top_mass(const fathom_source *src, fathom_rope_style style, double rope_base, uint32_t k,
                          uint32_t layer, double *out);
+
+/* The target_share search of a fit (FATHOM_SYNTH_FIT_TARGET) alone: p's
+ * target_share such that p's target_lift at capture's n and positions (NeoX
+ * RoPE at p's base, top-k size k) reaches capture's, every other field of p
+ * kept; *target and *achieved get the two lifts. */
+int synth_fit_target_share(const fathom_source *capture, uint32_t k, synth_params *p, double *target,
+                           double *achieved);
 
 #endif /* FATHOM_SYNTH_H */

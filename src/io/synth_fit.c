@@ -50,8 +50,8 @@ typedef struct profile_acc {
 } profile_acc;
 
 typedef struct stats_acc {
-    double top, sink, local, pca, drift, ratio, content, skew;
-    uint64_t n_attn, n_heads, n_drift, n_content, n_skew;
+    double top, sink, local, pca, drift, ratio, content, skew, target, lift;
+    uint64_t n_attn, n_heads, n_drift, n_content, n_skew, n_target;
 } stats_acc;
 
 /* x (one head's vector at position pos) rotated back by RoPE into out, in
@@ -187,6 +187,53 @@ static void deviation_skew(const float *dq, const float *keys, const float *pkey
     acc->n_skew++;
 }
 
+/* Over the keys between the first 4 and the last 32: t, the key of the
+ * largest full logit q . k (the one q attends most), the cosine of dq (as
+ * in deviation_skew) with that key's deviation from the head's mean key
+ * (*cos), and the z-score of its deviation logit dq . (k_t - mean key)
+ * among those keys' (*z). False when there are too few keys. */
+static bool target_of(const float *q, const float *dq, const float *keys, const float *pkeys, uint64_t pos, uint32_t d,
+                      double *cos_out, double *z_out) {
+    const uint64_t n = pos + 1;
+    if (n < STATS_SINKS + STATS_LOCAL + 3) return false;
+    const uint64_t mid = n - STATS_SINKS - STATS_LOCAL;
+    double best = -INFINITY, sum = 0, sum2 = 0, at = 0;
+    uint64_t arg = 0;
+    for (uint64_t t = 0; t < mid; t++) {
+        const float *kt = keys + (t + STATS_SINKS) * d, *mt = pkeys + (t + STATS_SINKS) * d;
+        double dot = 0, dev = 0;
+        for (uint32_t j = 0; j < d; j++) dot += (double)q[j] * kt[j], dev += (double)dq[j] * (kt[j] - mt[j]);
+        sum += dev, sum2 += dev * dev;
+        if (dot > best) best = dot, arg = t, at = dev;
+    }
+    const double mean = sum / (double)mid, var = sum2 / (double)mid - mean * mean;
+    const float *kt = keys + (arg + STATS_SINKS) * d, *mt = pkeys + (arg + STATS_SINKS) * d;
+    double a = 0, b = 0;
+    for (uint32_t j = 0; j < d; j++) {
+        const double e = (double)kt[j] - mt[j];
+        a += (double)dq[j] * dq[j], b += e * e;
+    }
+    if (!(a > 0 && b > 0 && var > 0)) return false;
+    *cos_out = at / sqrt(a * b);
+    *z_out = (at - mean) / sqrt(var);
+    return true;
+}
+
+/* A standard normal sample from counter x (splitmix64, Box-Muller). */
+static double stats_normal(uint64_t x) {
+    uint64_t a = x + 0x9e3779b97f4a7c15ull, b;
+    for (int i = 0; i < 2; i++) {
+        uint64_t z = (a += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        if (i == 0) b = z;
+        else a = z;
+    }
+    const double u1 = ((double)(b >> 11) + 0.5) / 9007199254740992.0, u2 = (double)(a >> 11) / 9007199254740992.0;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
 typedef struct measure_ctx {
     const fathom_source_info *in;
     fathom_rope_style style;
@@ -287,6 +334,13 @@ static int measure_head(measure_ctx *m, const float *q, const float *k, uint32_t
         double qbar[SYNTH_MAX_DIM] = {0}; /* dev_skew's mean query, un-rotated */
         for (uint32_t i = 0; m->skew && i < P; i++)
             for (uint32_t j = 0; j < d; j++) qbar[j] += m->qp[(uint64_t)i * d + j] / (double)P;
+        double qsd_all[SYNTH_MAX_DIM] = {0}; /* and the std around it (target_lift's Gaussian queries) */
+        for (uint32_t i = 0; m->skew && i < P; i++)
+            for (uint32_t j = 0; j < d; j++) {
+                const double e = m->qp[(uint64_t)i * d + j] - qbar[j];
+                qsd_all[j] += e * e / (double)P;
+            }
+        for (uint32_t j = 0; m->skew && j < d; j++) qsd_all[j] = sqrt(qsd_all[j]);
         uint32_t step = P / STATS_POSITIONS ? P / STATS_POSITIONS : 1;
         for (uint32_t s = 0; s < STATS_POSITIONS && (uint64_t)s * step < P; s++) {
             uint32_t i = P - 1 - s * step;
@@ -298,6 +352,24 @@ static int measure_head(measure_ctx *m, const float *q, const float *k, uint32_t
                 for (uint32_t j = 0; j < d; j++) dev[j] = m->qp[(uint64_t)i * d + j] - qbar[j];
                 rerope(dev, d, in->first_query + i, m->style, m->theta, dq);
                 deviation_skew(dq, kg, m->pk, in->first_query + i, d, m->prob, acc);
+                /* target_cos and target_lift: the query's own, and a query
+                 * drawn per channel from the head's mean and std over the
+                 * queried positions (what its moments alone give) */
+                double cos_q, z_q, cos_g, z_g;
+                double gq[SYNTH_MAX_DIM], gdev[SYNTH_MAX_DIM];
+                float gr[SYNTH_MAX_DIM], gd[SYNTH_MAX_DIM];
+                for (uint32_t j = 0; j < d; j++) {
+                    const uint64_t ctr = (((uint64_t)m->layer * 4096 + (uint64_t)g * group + h) * 65536 + i) * 1024 + j;
+                    gq[j] = qbar[j] + qsd_all[j] * stats_normal(ctr * 2);
+                    gdev[j] = gq[j] - qbar[j];
+                }
+                rerope(gq, d, in->first_query + i, m->style, m->theta, gr);
+                rerope(gdev, d, in->first_query + i, m->style, m->theta, gd);
+                if (target_of(qh + (uint64_t)i * d, dq, kg, m->pk, in->first_query + i, d, &cos_q, &z_q) &&
+                    target_of(gr, gd, kg, m->pk, in->first_query + i, d, &cos_g, &z_g)) {
+                    acc->target += cos_q, acc->lift += z_q - z_g;
+                    acc->n_target++;
+                }
             }
         }
     }
@@ -354,6 +426,8 @@ static int measure(const fathom_source *src, fathom_rope_style style, double rop
     out->drift = acc.n_drift ? acc.drift / (double)acc.n_drift : 1.0;
     out->content_mass = acc.n_content ? acc.content / (double)acc.n_content : 0.0;
     out->dev_skew = acc.n_skew ? acc.skew / (double)acc.n_skew : 0.0;
+    out->target_cos = acc.n_target ? acc.target / (double)acc.n_target : 0.0;
+    out->target_lift = acc.n_target ? acc.lift / (double)acc.n_target : 0.0;
     return FATHOM_OK;
 }
 
@@ -516,6 +590,46 @@ static int search_knob(fit_ctx *f, knob which, double target, double lo, double 
     return bisect_log(f, knob_field(&f->p, which), knob_stat, which, target, lo, hi);
 }
 
+static int target_stat(fit_ctx *f, double *value) {
+    fathom_synth_stats s;
+    FATHOM_TRY(stats_of(f, &f->p, true, &s, NULL));
+    *value = s.target_lift;
+    return FATHOM_OK;
+}
+
+/* target_share over [0, 0.9] for target_lift (grows with it), by bisection
+ * (linear: 0 is a value it takes). */
+static int search_target(fit_ctx *f, double target) {
+    double lo = 0, hi = 0.9, value = 0;
+    f->p.target_share = 0;
+    FATHOM_TRY(target_stat(f, &value));
+    if (value >= target) return FATHOM_OK;
+    for (int it = 0; it < 7; it++) {
+        const double mid = 0.5 * (lo + hi);
+        f->p.target_share = (float)mid;
+        FATHOM_TRY(target_stat(f, &value));
+        if (value < target) lo = mid;
+        else hi = mid;
+    }
+    f->p.target_share = (float)(0.5 * (lo + hi));
+    return FATHOM_OK;
+}
+
+int synth_fit_target_share(const fathom_source *capture, uint32_t k, synth_params *p, double *target,
+                           double *achieved) {
+    FATHOM_CHECK_ARG(capture && p && target && achieved, "synth_fit_target_share: NULL argument");
+    fathom_source_info in;
+    FATHOM_TRY(fathom_source_get_info(capture, &in));
+    fathom_synth_stats want, got;
+    FATHOM_TRY(measure(capture, FATHOM_ROPE_NEOX, p->rope_base, k, 1, true, &want, NULL, NULL, false, NULL, -1));
+    fit_ctx f = {.in = &in, .k = k, .layer_stride = 1, .p = *p};
+    FATHOM_TRY(search_target(&f, want.target_lift));
+    FATHOM_TRY(stats_of(&f, &f.p, true, &got, NULL));
+    p->target_share = f.p.target_share;
+    *target = want.target_lift, *achieved = got.target_lift;
+    return FATHOM_OK;
+}
+
 static int search_run(fit_ctx *f, double target) {
     static const uint32_t runs[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64};
     double best = INFINITY;
@@ -587,6 +701,10 @@ static int search_knobs(fit_ctx *f, uint32_t groups, const fathom_synth_stats *t
          * head's profile, and its noise with it (docs/synthetic.md). */
         if (f->p.positional && !f->p.heads && (groups & FATHOM_SYNTH_FIT_RECENCY))
             FATHOM_TRY(search_knob(f, KNOB_RECENCY, target->local_mass, 0.1, 10));
+        /* the share of the query along its target key, for target_lift,
+         * after the concentration (which it moves; the next round's
+         * searches run with it) */
+        if (groups & FATHOM_SYNTH_FIT_TARGET) FATHOM_TRY(search_target(f, target->target_lift));
     }
     /* A per-head QK-norm preset's sink sets token 0's gap exactly
      * (src/io/synth.c): searched once more, last, after the concentration

@@ -50,7 +50,10 @@ int synth_params_check(const synth_params *p) {
                      "preset: topics %u must be a multiple of 4 in 4..%u", p->topics, SYNTH_MAX_TOPICS);
     FATHOM_CHECK_ARG(p->query_run >= 1 && p->query_run <= 65536, "preset: query_run %u not in 1..65536",
                      p->query_run);
+    FATHOM_CHECK_ARG(isfinite(p->target_share) && p->target_share >= 0.0f && p->target_share <= 0.95f,
+                     "preset: target_share %g not in [0, 0.95]", p->target_share);
     if (!p->fitted) {
+        FATHOM_CHECK_ARG(p->target_share == 0.0f, "preset: target_share needs a fitted preset");
         FATHOM_CHECK_ARG(!p->heads, "preset: per-head profiles need a fitted preset");
         FATHOM_CHECK_ARG(!p->per_layer, "preset: per-layer topic logits need a fitted preset");
         FATHOM_CHECK_ARG(!p->q_heads, "preset: per-query-head profiles need a fitted preset");
@@ -175,6 +178,7 @@ static const char *const known_keys[] = {
     "background_logit", "topic_logit", "sink_logit", "content_cap", "topics",         "topic_amp",
     "recency_logit", "query_run",  "k_std",          "k_mean",       "q_std",          "q_mean",
     "fit",          "pos_gain",   "pos_re",         "pos_im",         "heads",          "topic_logit_layers",
+    "target_share",
 };
 
 /* One flat array of "heads" (count numbers, each in [lo, hi]) into the
@@ -301,6 +305,8 @@ static int parse_root(const json_t *root, synth_params *p) {
         FATHOM_TRY(get_profile(root, "topic_logit_layers", p->layers, "layers", p->topic_layers));
         p->per_layer = true;
     }
+    /* queries that point at their targets are optional (absent: 0) */
+    if (json_object_get(root, "target_share")) FATHOM_TRY(get_float(root, "target_share", &p->target_share));
     const json_t *heads = json_object_get(root, "heads");
     if (heads) {
         FATHOM_CHECK(pos_keys != 3, FATHOM_ERR_FORMAT,
@@ -472,6 +478,11 @@ int fathom_synth_preset_write(const fathom_synth_preset *preset, const char *pat
         return fathom_fail(FATHOM_ERR_NOMEM, "out of memory building the preset file");
     }
     if (p->per_layer && json_object_set_new(root, "topic_logit_layers", profile_json(p->topic_layers, p->layers))) {
+        json_decref(root);
+        json_decref(fit);
+        return fathom_fail(FATHOM_ERR_NOMEM, "out of memory building the preset file");
+    }
+    if (p->target_share > 0 && json_object_set_new(root, "target_share", json_real((double)p->target_share))) {
         json_decref(root);
         json_decref(fit);
         return fathom_fail(FATHOM_ERR_NOMEM, "out of memory building the preset file");
