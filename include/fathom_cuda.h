@@ -622,7 +622,7 @@ int fathom_cuda_hybrid_check(fathom_cuda_hybrid *hybrid);
  * is FATHOM_CUDA_SCAN_INT8); gpu: the GPU side of the step with c = 0 .. min(max_pairs,
  * pairs) pairs given (the host's selections of the last c pairs, given at
  * once: plan, the other pairs' gather, scan and top-k, every pair's union,
- * fetch and attention; at most 17 values of c, best of 3 each), fitted by
+ * fetch and attention; at most 17 values of c, median of 5 each), fitted by
  * least squares as gpu_fixed_s + the GPU pairs' bytes / gpu_bytes_per_s
  * (INFINITY, gpu_fixed_s the mean time, where the time does not fall with
  * the bytes); cpu_fixed_s: the hybrid step with min(max_pairs, pairs) pairs
@@ -645,7 +645,7 @@ typedef struct fathom_cuda_hybrid_rates {
  * their plan windows: calibrate before giving them caches; the tier's
  * recorded errors are checked and cleared, fathom_cuda_tier_check) and keep
  * them in the object, with the hybrid step itself measured with every
- * c = 1 .. min(max_pairs, pairs) pairs on the host (best of 3; every time
+ * c = 1 .. min(max_pairs, pairs) pairs on the host (median of 5; every time
  * here is of the step captured into a graph and replayed, as callers run
  * steps): for each c
  * the measured time over the rates' estimate of it is kept as that share's

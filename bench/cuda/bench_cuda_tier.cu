@@ -811,7 +811,8 @@ int main(int argc, char **argv) {
         snprintf(buf, sizeof buf,
                  "{\"bench\": \"tier-hybrid\", \"gpu\": \"%s\", \"machine\": \"%s / %s\", \"layers\": %u, "
                  "\"kv_heads\": %u, \"group\": %u, \"dim\": %u, \"k\": %u, \"method\": \"fathom:%u\", "
-                 "\"scan_mode\": \"%s\", \"reps\": %d, \"link_GBps\": %.2f, \"decode\": [",
+                 "\"scan_mode\": \"%s\", \"calibration\": \"median of 5\", \"reps\": %d, \"link_GBps\": %.2f, "
+                 "\"decode\": [",
                  prop.name, prop.name, bench_host_cpu().c_str(), L, H, G, D, K, BUDGET, scan_int8 ? "int8" : "exact",
                  reps, link);
         js += buf;

@@ -924,7 +924,7 @@ def gpu_hybrid(rec):
              "step is \"ms\"), and the step is measured with every share (last column: 0 = the GPU-only step "
              "again, its spread over the rows, %.2fx to %.2fx of the first measurement, is the noise). The "
              "scheduler picked the best measured share in %d of %d rows (the worst pick %.2fx the best: one "
-             "calibration of one layer, best of 3, against graphs of %d layers). \"+ TRACE/S%%\" rows: the "
+             "calibration of one layer, %s, against graphs of %d layers). \"+ TRACE/S%%\" rows: the "
              "session's HBM cache at that trace point of the KV tier table (the hit rates bench/cache_sim.py "
              "--as-context measured on that real decode trace with 10%% of this context's index as budget, S%% of "
              "it to planes; reached through the cache's size, measured here), the hybrid on the last thread count: "
@@ -938,7 +938,8 @@ def gpu_hybrid(rec):
              "step and the length does not grow; one session (batch 1); the host shares its memory bandwidth "
              "with the GPU's reads of the other pairs.\n%s" %
              (r["layers"], r["kv_heads"], r["group"], r["dim"], r["k"], r["method"], r["layers"], r["reps"], gpu,
-              r["kv_heads"], r["kv_heads"], min(zeros), max(zeros), hits, len(picks), worst, r["layers"], cache,
+              r["kv_heads"], r["kv_heads"], min(zeros), max(zeros), hits, len(picks), worst,
+              r.get("calibration", "best of 3"), r["layers"], cache,
               verdict, top["cpu_GBps"] / top["threads"], top["cpu_GBps"], top["threads"], ctx(last["context"]),
               top["cpu_GBps"] / r["link_GBps"], r["link_GBps"], ctx(last["context"]),
               host_best / last["gpu_only_ms"],

@@ -22,6 +22,7 @@ extern "C" {
 #include "store_internal.h"
 }
 
+#include <algorithm>
 #include <chrono>
 #include <stdio.h>
 #include <stdlib.h>
@@ -426,13 +427,18 @@ struct hy_graph {
 };
 
 /* The step `run` enqueues, captured into a graph on stream and replayed:
- * best of reps after one warm-up replay, in seconds (events). A graph, as
+ * the median of reps (odd, <= 15) after one warm-up replay, in seconds
+ * (events): a step with host pairs has rare fast replays, and a share is
+ * chosen for the typical step, not the best one. A graph, as
  * callers run their steps: an eager step adds its host enqueue time, which
  * differs between the GPU-only and the hybrid step. */
+#define HY_REPS 5 /* timed replays of each calibration graph */
+
 template <typename F>
-static int hy_time(cudaStream_t stream, hy_events &ev, int reps, double *best, F run) {
+static int hy_time(cudaStream_t stream, hy_events &ev, int reps, double *median, F run) {
     hy_graph gr;
-    *best = 1e30;
+    double t[15];
+    *median = 0;
     FATHOM_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     const int st = run();
     const cudaError_t end = cudaStreamEndCapture(stream, &gr.g); /* ends the capture on every path */
@@ -446,8 +452,10 @@ static int hy_time(cudaStream_t stream, hy_events &ev, int reps, double *best, F
         FATHOM_CUDA_TRY(cudaEventSynchronize(ev.e[1]));
         float ms = 0;
         FATHOM_CUDA_TRY(cudaEventElapsedTime(&ms, ev.e[0], ev.e[1]));
-        if (rep > 0 && ms * 1e-3 < *best) *best = ms * 1e-3;
+        if (rep > 0) t[rep - 1] = ms * 1e-3;
     }
+    std::sort(t, t + reps);
+    *median = t[reps / 2];
     return FATHOM_OK;
 }
 
@@ -505,7 +513,7 @@ extern "C" int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *h, const fathom_
                                               (const uint8_t *)d_dep.p + (size_t)(P - c) * h->D};
         const tier_given_lane lane = {h->side, h->start, h->done};
         double t;
-        FATHOM_TRY(hy_time(stream, ev, 3, &t, [&]() {
+        FATHOM_TRY(hy_time(stream, ev, HY_REPS, &t, [&]() {
             return fc_tier_step_launch(h->tier, a, c ? &given : NULL, c ? &lane : NULL, &w, stream);
         }));
         double x = 0; /* the GPU's plane bytes: pairs [0, P - c) */
@@ -519,7 +527,7 @@ extern "C" int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *h, const fathom_
     const double var = points * sxx - sx * sx, slope = var > 0 ? (points * sxy - sx * sy) / var : 0;
     double gpu_fixed = slope > 0 ? (sy - slope * sx) / points : sy / points;
     if (gpu_fixed < 0) gpu_fixed = 0;
-    /* the hybrid step with c = 1 .. most pairs on the host (best of 3); with the most, its time beyond
+    /* the hybrid step with c = 1 .. most pairs on the host (median of HY_REPS); with the most, its time beyond
        their scan at the host's rate is the host side's fixed latency (export, host function, pool
        wake-ups, H2D copy, the given pairs' union, fetch and attention after it) */
     std::vector<double> step_s(most + 1);
@@ -527,7 +535,7 @@ extern "C" int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *h, const fathom_
     for (uint32_t c = 1; c <= most; c++) {
         tier_ws wc;
         FATHOM_TRY(hy_step_check(h, a, c, "hybrid_calibrate", &wc));
-        FATHOM_TRY(hy_time(stream, ev, 3, &step_s[c], [&]() { return hy_step(h, a, c, &wc, stream); }));
+        FATHOM_TRY(hy_time(stream, ev, HY_REPS, &step_s[c], [&]() { return hy_step(h, a, c, &wc, stream); }));
         FATHOM_TRY(fathom_cuda_hybrid_check(h));
     }
     double host_bytes = 0;
