@@ -958,16 +958,15 @@ def int8_hybrid_note(r, last, top, worst):
         "sides score by the int8 definition (src/core/scan_internal.h), so \"GPU only\" above is the tier step in "
         "that mode and the hybrid is bit-identical to it (test_cuda_hybrid runs its whole check in both modes; "
         "test_cuda_tier checks the GPU's int8 scores bit-identical to the CPU's int8 reference). The mode's scores "
-        "approximate the exact ones: its top-512 selections equal the exact ones on 98.4%% of rows of the synthetic "
-        "preset (\"The integer (VNNI) mode on the GPU machine's host\"). Without a cache the host's share pays at "
+        "approximate the exact ones (how often its top-512 selections equal the exact ones: \"The integer (VNNI) "
+        "mode on the GPU machine's host\"). Without a cache the host's share pays at "
         "%s: on %d threads the host takes %d of %d pairs and the step is %.2f ms against %.2f GPU-only (%.2fx). "
         "Where it does not hold: with the cache, the GPU reads about half the plane bytes from HBM, while the "
         "host's share is read from host memory, so a host share buys little, and steps with a share vary between "
         "trace points by more than the GPU-only step does (the scheduler's worst pick %.2fx the best); what makes "
         "the host side late there is not measured here (its reads share host memory bandwidth with the GPU's "
         "link reads; the pool's threads sleep between layers). The host's rate is bounded by its plan and "
-        "selection as well as its scan (bench_scan's fused scan + select on 16 threads is about 0.7x of its scan "
-        "alone).\n" % (ctx(last["context"]), top["threads"], top["share"], r["kv_heads"], top["ms"],
+        "selection as well as its scan (bench_scan's int8 scan + select against its scan alone: the same table).\n" % (ctx(last["context"]), top["threads"], top["share"], r["kv_heads"], top["ms"],
                        last["gpu_only_ms"], top["ms"] / last["gpu_only_ms"], worst))
 
 
@@ -2230,7 +2229,9 @@ TABLES = [
           "through record-result: $OUT/gpu-hybrid.json)."),
     Table("gpu-hybrid-int8", "GPU offload step (H200)",
           "The hybrid step in the integer scan mode (host and GPU score by the int8 definition)", gpu_hybrid,
-          None),
+          "Pending: on the GPU machine, `FATHOM_COMMIT=<commit> GPU_CHECK_STAGES=\"build hybrid\" "
+          "GPU_CHECK_TESTS=test_cuda_hybrid HYBRID_RECORD=gpu-hybrid-int8 HYBRID_BENCH_ARGS=\"--int8 --reps 10\" "
+          "scripts/gpu-check` (with the trace points of gpu-hybrid's command)."),
     Table("serve-bench", "Python and transformers (H200)",
           "Decode tokens/s: transformers with the KV tier against sdpa in HBM and dense host offload",
           serve_bench, "Pending: on the GPU machine, `FATHOM_COMMIT=<commit> SERVE_TABLE=serve-bench "

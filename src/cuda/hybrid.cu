@@ -427,17 +427,17 @@ struct hy_graph {
 };
 
 /* The step `run` enqueues, captured into a graph on stream and replayed:
- * the median of reps (odd, <= 15) after one warm-up replay, in seconds
+ * the median of HY_REPS replays after one warm-up replay, in seconds
  * (events): a step with host pairs has rare fast replays, and a share is
  * chosen for the typical step, not the best one. A graph, as
  * callers run their steps: an eager step adds its host enqueue time, which
  * differs between the GPU-only and the hybrid step. */
-#define HY_REPS 5 /* timed replays of each calibration graph */
+#define HY_REPS 5 /* timed replays of each calibration graph (odd) */
 
 template <typename F>
-static int hy_time(cudaStream_t stream, hy_events &ev, int reps, double *median, F run) {
+static int hy_time(cudaStream_t stream, hy_events &ev, double *median, F run) {
     hy_graph gr;
-    double t[15];
+    double t[HY_REPS];
     *median = 0;
     FATHOM_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     const int st = run();
@@ -445,7 +445,7 @@ static int hy_time(cudaStream_t stream, hy_events &ev, int reps, double *median,
     FATHOM_TRY(st);
     FATHOM_CUDA_TRY(end);
     FATHOM_CUDA_TRY(cudaGraphInstantiate(&gr.exec, gr.g, 0));
-    for (int rep = 0; rep <= reps; rep++) {
+    for (int rep = 0; rep <= HY_REPS; rep++) {
         FATHOM_CUDA_TRY(cudaEventRecord(ev.e[0], stream));
         FATHOM_CUDA_TRY(cudaGraphLaunch(gr.exec, stream));
         FATHOM_CUDA_TRY(cudaEventRecord(ev.e[1], stream));
@@ -454,8 +454,8 @@ static int hy_time(cudaStream_t stream, hy_events &ev, int reps, double *median,
         FATHOM_CUDA_TRY(cudaEventElapsedTime(&ms, ev.e[0], ev.e[1]));
         if (rep > 0) t[rep - 1] = ms * 1e-3;
     }
-    std::sort(t, t + reps);
-    *median = t[reps / 2];
+    std::sort(t, t + HY_REPS);
+    *median = t[HY_REPS / 2];
     return FATHOM_OK;
 }
 
@@ -513,7 +513,7 @@ extern "C" int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *h, const fathom_
                                               (const uint8_t *)d_dep.p + (size_t)(P - c) * h->D};
         const tier_given_lane lane = {h->side, h->start, h->done};
         double t;
-        FATHOM_TRY(hy_time(stream, ev, HY_REPS, &t, [&]() {
+        FATHOM_TRY(hy_time(stream, ev, &t, [&]() {
             return fc_tier_step_launch(h->tier, a, c ? &given : NULL, c ? &lane : NULL, &w, stream);
         }));
         double x = 0; /* the GPU's plane bytes: pairs [0, P - c) */
@@ -535,7 +535,7 @@ extern "C" int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *h, const fathom_
     for (uint32_t c = 1; c <= most; c++) {
         tier_ws wc;
         FATHOM_TRY(hy_step_check(h, a, c, "hybrid_calibrate", &wc));
-        FATHOM_TRY(hy_time(stream, ev, HY_REPS, &step_s[c], [&]() { return hy_step(h, a, c, &wc, stream); }));
+        FATHOM_TRY(hy_time(stream, ev, &step_s[c], [&]() { return hy_step(h, a, c, &wc, stream); }));
         FATHOM_TRY(fathom_cuda_hybrid_check(h));
     }
     double host_bytes = 0;

@@ -2,7 +2,7 @@
  * model's where the paper's methods care (docs/synthetic.md).
  *
  * Everything is drawn from a counter-based generator, mix64(stream + counter
- * * golden), so any layer, head or token can be generated on its own, in any
+ * * golden) (synth_mix64, synth.h), so any layer, head or token can be generated on its own, in any
  * order, from any thread, and a longer context repeats the shorter one's
  * tokens exactly. Two seeds: a fixed MODEL seed per preset draws the
  * parameters a trained model would have (channel scales, means, gains, topic
@@ -41,16 +41,8 @@ static const synth_params presets[] = {
 
 
 /* ===================================================================== *
- * counter-based random numbers
+ * counter-based random numbers (synth_mix64, synth.h)
  * ===================================================================== */
-
-#define GOLDEN 0x9e3779b97f4a7c15ull
-
-static inline uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 enum stream {
     S_MODEL_HEAD = 1, S_MODEL_QHEAD, S_KEY_NOISE, S_TOKEN, S_CHUNK, S_VALUE, S_QUERY_NOISE, S_QUERY_TOPIC, S_PHRASE,
@@ -61,13 +53,13 @@ enum stream {
 
 /* The base of one stream; draw(base, i) is its i-th 64-bit output. */
 static uint64_t stream_base(uint64_t seed, uint64_t stream, uint64_t layer, uint64_t head) {
-    uint64_t h = mix64(seed + GOLDEN);
-    h = mix64(h ^ (stream * GOLDEN + 0x632be59bd9b4e019ull));
-    h = mix64(h ^ (layer * GOLDEN + 0x85157af5ull));
-    return mix64(h ^ (head * GOLDEN + 0x2545f4914f6cdd1dull));
+    uint64_t h = synth_mix64(seed + SYNTH_GOLDEN);
+    h = synth_mix64(h ^ (stream * SYNTH_GOLDEN + 0x632be59bd9b4e019ull));
+    h = synth_mix64(h ^ (layer * SYNTH_GOLDEN + 0x85157af5ull));
+    return synth_mix64(h ^ (head * SYNTH_GOLDEN + 0x2545f4914f6cdd1dull));
 }
 
-static inline uint64_t draw(uint64_t base, uint64_t i) { return mix64(base + i * GOLDEN); }
+static inline uint64_t draw(uint64_t base, uint64_t i) { return synth_mix64(base + i * SYNTH_GOLDEN); }
 
 static inline double uniform01(uint64_t x) { return (double)(x >> 11) * (1.0 / 9007199254740992.0); }
 
@@ -1194,7 +1186,7 @@ static int synth_open_params(fathom_source **out, const synth_params *p, uint64_
     }
     s->seed = seed;
     uint64_t model_seed = 0xf47402u;
-    for (const char *c = p->name; *c; c++) model_seed = mix64(model_seed ^ (uint64_t)(unsigned char)*c);
+    for (const char *c = p->name; *c; c++) model_seed = synth_mix64(model_seed ^ (uint64_t)(unsigned char)*c);
     s->model_seed = model_seed;
     for (uint32_t i = 0; i < 65536; i++) s->gauss[i] = (float)inv_normal((i + 0.5) / 65536.0);
     return fathom_source_new(out, &synth_ops, &info, s);

@@ -101,6 +101,15 @@ typedef struct synth_params {
     float target_share;
 } synth_params;
 
+/* The counter-based random numbers of the generator and the fit:
+ * splitmix64's increment and finalizer. */
+#define SYNTH_GOLDEN 0x9e3779b97f4a7c15ull
+static inline uint64_t synth_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
 /* The topic logit layer's queries are calibrated to. */
 static inline float synth_topic_logit(const synth_params *p, uint32_t layer) {
     return p->per_layer && layer < p->layers ? p->topic_layers[layer] : p->topic_logit;

@@ -221,15 +221,7 @@ static bool target_of(const float *q, const float *dq, const float *keys, const 
 
 /* A standard normal sample from counter x (splitmix64, Box-Muller). */
 static double stats_normal(uint64_t x) {
-    uint64_t a = x + 0x9e3779b97f4a7c15ull, b;
-    for (int i = 0; i < 2; i++) {
-        uint64_t z = (a += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
-        if (i == 0) b = z;
-        else a = z;
-    }
+    const uint64_t b = synth_mix64(x + 2 * SYNTH_GOLDEN), a = synth_mix64(x + 3 * SYNTH_GOLDEN);
     const double u1 = ((double)(b >> 11) + 0.5) / 9007199254740992.0, u2 = (double)(a >> 11) / 9007199254740992.0;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
