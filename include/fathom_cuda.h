@@ -636,6 +636,7 @@ typedef struct fathom_cuda_hybrid_rates {
     double cpu_fixed_s;
     double cpu_s, gpu_s; /* the measured times of the whole batch (gpu: the GPU-only step) */
     double gpu_fixed_s;
+    double noise; /* the GPU-only step's replays: second largest less second smallest, over the median */
 } fathom_cuda_hybrid_rates;
 
 /* Measure the rates at start-up on the batch of args (its sessions at their
@@ -664,7 +665,10 @@ int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *hybrid, const fathom_cuda_t
  * alone) times c's measured correction (c beyond the calibration's: its
  * largest c's), so that both sides finish together (ties: fewer host
  * pairs); on the calibration's own batch that is the fastest measured
- * share. Bytes per pair are
+ * share. A share c > 0 is taken only when that estimate is below the GPU
+ * side alone's by more than the relative spread of the calibration's
+ * replays (the GPU-only step's, rates.noise, and c's own) and by more than
+ * 1%: a gain within the noise is not one. Bytes per pair are
  * estimated as the budget's plane bits plus a scale per active channel per
  * block, n * (budget + min(budget, dim) / 4) / 8. */
 int fathom_cuda_hybrid_share(const fathom_cuda_hybrid *hybrid, const fathom_cuda_tier_step_args *args,

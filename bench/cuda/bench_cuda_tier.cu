@@ -680,11 +680,11 @@ static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint
                 r.gpu_bytes_per_s / 1e9, r.gpu_fixed_s * 1e3, share, chosen, best_c, best, by.c_str());
         snprintf(buf, sizeof buf,
                  "%s\"threads\": %llu, \"cpu_GBps\": %.3f, \"cpu_fixed_ms\": %.4f, \"gpu_GBps\": %s, "
-                 "\"gpu_fixed_ms\": %.4f, \"share\": %u, \"ms\": %.4f, \"vs_gpu_only\": %.4f, \"best_share\": %u, "
-                 "\"best_ms\": %.4f, \"ms_by_share\": ",
+                 "\"gpu_fixed_ms\": %.4f, \"noise\": %.4f, \"share\": %u, \"ms\": %.4f, \"vs_gpu_only\": %.4f, "
+                 "\"best_share\": %u, \"best_ms\": %.4f, \"ms_by_share\": ",
                  lead, (unsigned long long)threads_n, r.cpu_bytes_per_s / 1e9, r.cpu_fixed_s * 1e3,
-                 gbps_json(r.gpu_bytes_per_s).c_str(), r.gpu_fixed_s * 1e3, share, chosen, chosen / gpu_ms, best_c,
-                 best);
+                 gbps_json(r.gpu_bytes_per_s).c_str(), r.gpu_fixed_s * 1e3, r.noise, share, chosen, chosen / gpu_ms,
+                 best_c, best);
         fathom_cuda_hybrid_destroy(hy);
         return buf + by;
     };
@@ -811,7 +811,8 @@ int main(int argc, char **argv) {
         snprintf(buf, sizeof buf,
                  "{\"bench\": \"tier-hybrid\", \"gpu\": \"%s\", \"machine\": \"%s / %s\", \"layers\": %u, "
                  "\"kv_heads\": %u, \"group\": %u, \"dim\": %u, \"k\": %u, \"method\": \"fathom:%u\", "
-                 "\"scan_mode\": \"%s\", \"calibration\": \"median of 5\", \"reps\": %d, \"link_GBps\": %.2f, "
+                 "\"scan_mode\": \"%s\", \"calibration\": \"median of 5 replays, a share taken only when it "
+                 "gains more than their spread\", \"reps\": %d, \"link_GBps\": %.2f, "
                  "\"decode\": [",
                  prop.name, prop.name, bench_host_cpu().c_str(), L, H, G, D, K, BUDGET, scan_int8 ? "int8" : "exact",
                  reps, link);

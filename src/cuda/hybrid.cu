@@ -67,6 +67,8 @@ struct fathom_cuda_hybrid {
     /* corr[c], c = 0..corr_most: the calibration's measured step with c host pairs over the rates'
        estimate of it (the sides slow each other down: they read the same host memory) */
     double *corr; /* [max_pairs + 1] */
+    /* spread[c]: the relative spread of those replays (second largest less second smallest, over the median) */
+    double *spread; /* [max_pairs + 1] */
     uint32_t corr_most;
 };
 
@@ -259,6 +261,7 @@ extern "C" void fathom_cuda_hybrid_destroy(fathom_cuda_hybrid *h) {
     }
     free(h->slots);
     free(h->corr);
+    free(h->spread);
     if (h->fork) cudaEventDestroy(h->fork);
     if (h->start) cudaEventDestroy(h->start);
     if (h->done) cudaEventDestroy(h->done);
@@ -275,7 +278,8 @@ static int hy_create(fathom_cuda_hybrid *h) {
     FATHOM_CUDA_TRY(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));
     h->slots = (hy_slot *)fathom_calloc_array(h->layers, sizeof *h->slots);
     h->corr = (double *)fathom_calloc_array((uint64_t)h->max_pairs + 1, sizeof(double));
-    FATHOM_CHECK(!h->slots || !h->corr, FATHOM_ERR_NOMEM, "hybrid_create: out of memory");
+    h->spread = (double *)fathom_calloc_array((uint64_t)h->max_pairs + 1, sizeof(double));
+    FATHOM_CHECK(!h->slots || !h->corr || !h->spread, FATHOM_ERR_NOMEM, "hybrid_create: out of memory");
     const size_t sel_bytes = hy_depths_at(h->max_pairs, h->G, h->max_k) + (size_t)h->max_pairs * h->D;
     for (uint32_t l = 0; l < h->layers; l++) {
         hy_slot *sl = &h->slots[l];
@@ -432,13 +436,15 @@ struct hy_graph {
  * chosen for the typical step, not the best one. A graph, as
  * callers run their steps: an eager step adds its host enqueue time, which
  * differs between the GPU-only and the hybrid step. */
-#define HY_REPS 5 /* timed replays of each calibration graph (odd) */
+#define HY_REPS 5      /* timed replays of each calibration graph (odd) */
+#define HY_MARGIN 0.01 /* the least a host share must gain over the GPU side alone */
 
 template <typename F>
-static int hy_time(cudaStream_t stream, hy_events &ev, double *median, F run) {
+static int hy_time(cudaStream_t stream, hy_events &ev, double *median, double *spread, F run) {
     hy_graph gr;
     double t[HY_REPS];
     *median = 0;
+    *spread = 0;
     FATHOM_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     const int st = run();
     const cudaError_t end = cudaStreamEndCapture(stream, &gr.g); /* ends the capture on every path */
@@ -456,6 +462,7 @@ static int hy_time(cudaStream_t stream, hy_events &ev, double *median, F run) {
     }
     std::sort(t, t + HY_REPS);
     *median = t[HY_REPS / 2];
+    *spread = *median > 0 ? (t[HY_REPS - 2] - t[1]) / *median : 0;
     return FATHOM_OK;
 }
 
@@ -506,19 +513,19 @@ extern "C" int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *h, const fathom_
     FATHOM_CUDA_TRY(cudaMemcpy(d_sel.p, sel.data(), sel.size() * sizeof(uint32_t), cudaMemcpyHostToDevice));
     FATHOM_CUDA_TRY(cudaMemcpy(d_dep.p, dep.data(), dep.size(), cudaMemcpyHostToDevice));
     const uint32_t points = most < 16 ? most + 1 : 17;
-    double sx = 0, sy = 0, sxx = 0, sxy = 0, gpu_s = 0;
+    double sx = 0, sy = 0, sxx = 0, sxy = 0, gpu_s = 0, gpu_spread = 0;
     for (uint32_t i = 0; i < points; i++) {
         const uint32_t c = (uint32_t)(((uint64_t)most * i + (points - 1) / 2) / (points - 1));
         const fathom_cuda_tier_given given = {c, (const uint32_t *)d_sel.p + (size_t)(P - c) * h->G * a->k, NULL,
                                               (const uint8_t *)d_dep.p + (size_t)(P - c) * h->D};
         const tier_given_lane lane = {h->side, h->start, h->done};
-        double t;
-        FATHOM_TRY(hy_time(stream, ev, &t, [&]() {
+        double t, spread;
+        FATHOM_TRY(hy_time(stream, ev, &t, &spread, [&]() {
             return fc_tier_step_launch(h->tier, a, c ? &given : NULL, c ? &lane : NULL, &w, stream);
         }));
         double x = 0; /* the GPU's plane bytes: pairs [0, P - c) */
         for (uint32_t p = 0; p < P - c; p++) x += pair_bytes[p];
-        if (c == 0) gpu_s = t;
+        if (c == 0) gpu_s = t, gpu_spread = spread;
         sx += x, sy += t, sxx += x * x, sxy += x * t;
     }
     FATHOM_TRY(fathom_cuda_tier_check(h->tier));
@@ -532,10 +539,11 @@ extern "C" int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *h, const fathom_
        wake-ups, H2D copy, the given pairs' union, fetch and attention after it) */
     std::vector<double> step_s(most + 1);
     step_s[0] = gpu_s;
+    h->spread[0] = gpu_spread;
     for (uint32_t c = 1; c <= most; c++) {
         tier_ws wc;
         FATHOM_TRY(hy_step_check(h, a, c, "hybrid_calibrate", &wc));
-        FATHOM_TRY(hy_time(stream, ev, &step_s[c], [&]() { return hy_step(h, a, c, &wc, stream); }));
+        FATHOM_TRY(hy_time(stream, ev, &step_s[c], &h->spread[c], [&]() { return hy_step(h, a, c, &wc, stream); }));
         FATHOM_TRY(fathom_cuda_hybrid_check(h));
     }
     double host_bytes = 0;
@@ -547,6 +555,7 @@ extern "C" int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *h, const fathom_
     h->rates.cpu_bytes_per_s = bytes / cpu_s;
     h->rates.gpu_bytes_per_s = slope > 0 ? 1.0 / slope : INFINITY;
     h->rates.gpu_fixed_s = gpu_fixed;
+    h->rates.noise = gpu_spread;
     for (uint32_t c = 0; c <= most; c++) {
         const double e = hy_estimate(&h->rates, pair_bytes.data(), P, c);
         h->corr[c] = e > 0 ? step_s[c] / e : 1.0;
@@ -568,11 +577,16 @@ extern "C" int fathom_cuda_hybrid_share(const fathom_cuda_hybrid *h, const fatho
     const uint32_t P = a->batch * h->heads, most = P < h->max_pairs ? P : h->max_pairs;
     std::vector<double> pb(P);
     for (uint32_t p = 0; p < P; p++) pb[p] = hy_pair_bytes(lengths[p / h->heads], a->budget, h->D);
-    double best = 0;
+    /* a host share must beat the GPU side alone by more than the replays' spread (its own and the
+       GPU-only step's) and HY_MARGIN: otherwise a difference within the noise would pick it */
+    const double alone = hy_estimate(&h->rates, pb.data(), P, 0) * h->corr[0];
+    double best = alone;
     uint32_t choice = 0;
-    for (uint32_t c = 0; c <= most; c++) {
-        const double t = hy_estimate(&h->rates, pb.data(), P, c) * h->corr[c < h->corr_most ? c : h->corr_most];
-        if (c == 0 || t < best) best = t, choice = c;
+    for (uint32_t c = 1; c <= most; c++) {
+        const uint32_t m = c < h->corr_most ? c : h->corr_most;
+        const double t = hy_estimate(&h->rates, pb.data(), P, c) * h->corr[m];
+        const double margin = fmax(HY_MARGIN, fmax(h->spread[0], h->spread[m]));
+        if (t < best && t < alone * (1 - margin)) best = t, choice = c;
     }
     *host_pairs = choice;
     return FATHOM_OK;

@@ -408,7 +408,7 @@ static void test_hybrid(fathom_cuda_scan_mode mode) {
         CHECK_OK(fathom_cuda_hybrid_calibrate(hy, &ac, s, &rates));
         CHECK(rates.cpu_bytes_per_s > 0 && rates.gpu_bytes_per_s > 0 && rates.cpu_s > 0 && rates.gpu_s > 0 &&
               rates.cpu_fixed_s >= 0 && rates.gpu_fixed_s >= 0 && isfinite(rates.gpu_fixed_s) &&
-              rates.gpu_fixed_s < 10 * rates.gpu_s);
+              rates.gpu_fixed_s < 10 * rates.gpu_s && rates.noise >= 0 && rates.noise < 1);
         CHECK_OK(fathom_cuda_hybrid_share(hy, &ac, lens, &share));
         CHECK(share <= P);
         fathom_cuda_tier_step_args ab = ac;
@@ -416,9 +416,9 @@ static void test_hybrid(fathom_cuda_scan_mode mode) {
         CHECK_STATUS(fathom_cuda_hybrid_share(hy, &ab, lens, &share), FATHOM_ERR_INVALID_ARG);
         CHECK(strstr(fathom_last_error(), "hybrid_share: budget") != NULL);
         printf("test_cuda_hybrid: %s %s: cpu %.2f GB/s (%.3f ms, fixed %.3f ms), gpu %.2f GB/s + %.3f ms (GPU-only %.3f "
-               "ms), share %u of %u pairs\n",
+               "ms, noise %.1f%%), share %u of %u pairs\n",
                int8 ? "int8" : "exact", piped ? "pipelined" : "one stream", rates.cpu_bytes_per_s / 1e9, rates.cpu_s * 1e3, rates.cpu_fixed_s * 1e3,
-               rates.gpu_bytes_per_s / 1e9, rates.gpu_fixed_s * 1e3, rates.gpu_s * 1e3, share, P);
+               rates.gpu_bytes_per_s / 1e9, rates.gpu_fixed_s * 1e3, rates.gpu_s * 1e3, 100 * rates.noise, share, P);
         cudaFree(ws);
     }
     CHECK(steps == 2 * (int)L * 6);
