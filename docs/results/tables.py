@@ -952,6 +952,12 @@ def gpu_hybrid(rec):
 
 def int8_hybrid_note(r, last, top, worst):
     """The integer-mode run's paragraph: what the mode is and what its host share bought."""
+    best = min(range(1, len(top["ms_by_share"])), key=lambda c: top["ms_by_share"][c])
+    best_ms, gpu_ms = top["ms_by_share"][best], last["gpu_only_ms"]
+    uncached = ("Without a cache, at %s on %d threads, the scheduler gives the host %d of %d pairs: %.2f ms against "
+                "%.2f GPU-only (%.2fx); the fastest host share measured is %d pairs, %.2fx." %
+                (ctx(last["context"]), top["threads"], top["share"], r["kv_heads"], top["ms"], gpu_ms,
+                 top["ms"] / gpu_ms, best, best_ms / gpu_ms))
     return (
         "\nThis run is in the integer scan mode (bench_cuda_tier --int8: fathom_cuda_tier_set_scan_mode("
         "FATHOM_CUDA_SCAN_INT8) on the tier, and the host's share scanned by the FATHOM_SCAN_INT8 kernels): both "
@@ -959,15 +965,15 @@ def int8_hybrid_note(r, last, top, worst):
         "that mode and the hybrid is bit-identical to it (test_cuda_hybrid runs its whole check in both modes; "
         "test_cuda_tier checks the GPU's int8 scores bit-identical to the CPU's int8 reference). The mode's scores "
         "approximate the exact ones (how often its top-512 selections equal the exact ones: \"The integer (VNNI) "
-        "mode on the GPU machine's host\"). Without a cache the host's share pays at "
-        "%s: on %d threads the host takes %d of %d pairs and the step is %.2f ms against %.2f GPU-only (%.2fx). "
+        "mode on the GPU machine's host\"). %s "
         "Where it does not hold: with the cache, the GPU reads about half the plane bytes from HBM, while the "
         "host's share is read from host memory, so a host share buys little, and steps with a share vary between "
         "trace points by more than the GPU-only step does (the scheduler's worst pick %.2fx the best); what makes "
         "the host side late there is not measured here (its reads share host memory bandwidth with the GPU's "
         "link reads; the pool's threads sleep between layers). The host's rate is bounded by its plan and "
-        "selection as well as its scan (bench_scan's int8 scan + select against its scan alone: the same table).\n" % (ctx(last["context"]), top["threads"], top["share"], r["kv_heads"], top["ms"],
-                       last["gpu_only_ms"], top["ms"] / last["gpu_only_ms"], worst))
+        "selection as well as its scan (bench_scan's int8 scan + select against its scan alone: the same table). "
+        "The host's rate differs between leases of this machine kind (compare the host GB/s per core here with "
+        "the record of bench_scan --int8 on the same kind of host).\n" % (uncached, worst))
 
 
 def gpu_shard(rec):
