@@ -850,6 +850,21 @@ def gpu_trace_verdict(r):
         out.append(" At %s (target <= %.2fx, judged against the same graph without a cache): %s; at each "
                    "trace's fastest share the slowest trace is %.2fx none: %s." %
                    (ctx(d["context"]), target, "; ".join(parts), worst, "met" if worst <= target else "NOT met"))
+        every = next((c for c in d.get("cache", []) if c["point"] == "p1"), None)
+        none = next((c for c in d.get("cache", []) if c["point"] == "none"), None)
+        floors = [c["host_floor_ms"] for c in pts]
+        if worst > target and every and none and floors:
+            low = every["ms"] + min(floors)
+            out.append(" What bounds it at %s: with every byte in HBM (p1) the step still takes %.2f ms (%.2fx "
+                       "none: the GPU's own kernels, plan, scan, top-k, fetch and attention, one after another per "
+                       "layer), and the bytes the trace points still read from host take %.2f-%.2f ms at the link "
+                       "rate (host-byte floor); done one after the other that is at least %.2f ms, %.2fx none, "
+                       "%s the target's %.2f ms: %s." %
+                       (ctx(d["context"]), every["ms"], every["ms"] / none["ms"], min(floors), max(floors), low,
+                        low / none["ms"], "above" if low > target * none["ms"] else "within",
+                        target * none["ms"],
+                        "only overlapping the GPU's own work with the link's transfers could reach it"
+                        if low > target * none["ms"] else "the rest is the link's efficiency and the overlap"))
     return "".join(out)
 
 
