@@ -687,9 +687,9 @@ int main(int argc, char **argv) {
         for (uint32_t i = 0; i < ntc; i++) fprintf(out, " %u %.3f%s", tc[i], bytes_f / sg[i] / 1e9, i + 1 < ntc ? "," : "\n");
     }
     if (int8) {
-        fprintf(out, "%s kernel (FATHOM_SCAN_%s, opt-in: quantized scores; code dwords %s), 1 core: "
+        fprintf(out, "%s kernel (FATHOM_SCAN_%s, opt-in: quantized scores), 1 core: "
                      "fathom:48 %.3f ms/step, %.3f GB/s/core; ds:32 %.3f ms/step, %.3f GB/s/core\n",
-                iname, int8 == 2 ? "INT16" : "INT8", fathom_scan_int8_layout(), 1e3 * t8f / Q, bytes_f / t8f / 1e9, 1e3 * t8d / Q, bytes_d / t8d / 1e9);
+                iname, int8 == 2 ? "INT16" : "INT8", 1e3 * t8f / Q, bytes_f / t8f / 1e9, 1e3 * t8d / Q, bytes_d / t8d / 1e9);
         fprintf(out, "%s ratios: %s fathom:48 / exact ds:32 time %.3f (target <= 0.5); %s fathom:48 / "
                      "%s ds:32 %.3f; %s / old fathom:48 GB/s per core %.3f; %s / tiled fathom:48 time %.3f\n",
                 iname, iname, t8f / tnd, iname, iname, t8f / t8d, iname, (bytes_f / t8f) / pc_old, iname,

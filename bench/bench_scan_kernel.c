@@ -26,13 +26,11 @@
  *
  * --int8: the integer ("VNNI") kernels (FATHOM_SCAN_INT8_*: other scores,
  * opt-in) as well, "int8-512" and "int8-port" (one round, N <= 65536), the
- * int16 variant's "int16-512" (FATHOM_SCAN_INT16_AVX512), and
- * the line "int8 ratios": int8 fathom:48 / exact ds:32 time, int8 fathom:48
- * / int8 ds:32, int8 / exact per plan (and "int16 ratios" likewise), and
- * where the int8 kernel forms its code dwords (fathom_scan_int8_layout;
- * FATHOM_SCAN_INT8_SPLIT=0 or 1 picks). Their floor column is the exact
- * kernels' multiply-adds, which they replace by one integer dot product
- * (vpdpbusd) per 4 channels, 16 tokens and head.
+ * int16 variant's "int16-512" (FATHOM_SCAN_INT16_AVX512), and the line
+ * "int8 ratios": int8 fathom:48 / exact ds:32 time, int8 fathom:48 / int8
+ * ds:32, int8 / exact per plan (and "int16 ratios" likewise). Their floor
+ * column is the exact kernels' multiply-adds, which they replace by one
+ * integer dot product (vpdpbusd) per 4 channels, 16 tokens and head.
  *
  * --json: one JSON object on stdout (scripts/record-result adds the machine,
  * date and commit). */
@@ -220,10 +218,10 @@ int main(int argc, char **argv) {
     const double b50 = best[5][0], b51 = best[5][1];
     const int have8 = int8 && fathom_scan_kernel_available(FATHOM_SCAN_INT8_AVX512) && b00 < 1e30;
     if (have8)
-        fprintf(stderr, "int8 ratios (code dwords %s): int8 fathom:48 / exact ds:32 time %.3f (target <= 0.5), "
+        fprintf(stderr, "int8 ratios: int8 fathom:48 / exact ds:32 time %.3f (target <= 0.5), "
                         "int8 fathom:48 / int8 ds:32 %.3f; int8 / exact: fathom:48 %.3f, ds:32 %.3f; "
                         "int8 / grouped fathom:48 %.3f\n",
-                fathom_scan_int8_layout(), b50 / b01, b50 / b51, b50 / b00, b51 / b01, b50 / b30);
+                b50 / b01, b50 / b51, b50 / b00, b51 / b01, b50 / b30);
     const double b70 = best[7][0], b71 = best[7][1];
     if (have8)
         fprintf(stderr, "int16 ratios: int16 fathom:48 / exact ds:32 time %.3f, int16 fathom:48 / int16 ds:32 "

@@ -347,32 +347,6 @@ static int scan_values(void) {
 }
 #endif
 
-#ifdef FATHOM_X86
-/* Where the AVX-512 int8/int16 kernel interleaves a quad of channels' codes
- * into dwords (scan_x86.c): 0 in the staging ("staged", which also packs
- * the quads of depth <= 2), 1 in the block function beside the dot
- * products ("split"). Same scores; default staged; FATHOM_SCAN_INT8_SPLIT=0
- * or 1 overrides. */
-static int scan_int8_split(void) {
-    static atomic_int cached = -1;
-    int v = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (v < 0) {
-        const char *e = getenv("FATHOM_SCAN_INT8_SPLIT");
-        v = e && (*e == '0' || *e == '1') ? *e - '0' : 0;
-        atomic_store_explicit(&cached, v, memory_order_relaxed);
-    }
-    return v;
-}
-#endif
-
-const char *fathom_scan_int8_layout(void) {
-#ifdef FATHOM_X86
-    return scan_int8_split() ? "split" : "staged";
-#else
-    return "portable";
-#endif
-}
-
 const char *fathom_scan_avx512_values(void) {
     static const char *const names[4] = {"masks", "tables", "nibbles", "nibbles-inloop"};
 #ifdef FATHOM_X86
@@ -400,10 +374,8 @@ static scan2_kernel pick_tiled(fathom_scan_kernel kernel) {
         kernel == FATHOM_SCAN_INT8_AVX512) {
 #ifdef FATHOM_X86
         if (kernel != FATHOM_SCAN_INT8_PORTABLE && fathom_cpu_has(FATHOM_CPU_AVX512_INT8))
-            return scan_int8_split() ? (scan2_kernel){NULL, fathom_scan2_block_avx512_int8_split,
-                                                      fathom_scan2_load_avx512_int8_split, 0}
-                                     : (scan2_kernel){NULL, fathom_scan2_block_avx512_int8,
-                                                      fathom_scan2_load_avx512_int8, 0};
+            return (scan2_kernel){NULL, fathom_scan2_block_avx512_int8, fathom_scan2_load_avx512_int8,
+                                  0};
 #endif
         return (scan2_kernel){NULL, fathom_scan2_block_int8_portable, NULL, 0};
     }
@@ -411,10 +383,8 @@ static scan2_kernel pick_tiled(fathom_scan_kernel kernel) {
         kernel == FATHOM_SCAN_INT16_AVX512) {
 #ifdef FATHOM_X86
         if (kernel != FATHOM_SCAN_INT16_PORTABLE && fathom_cpu_has(FATHOM_CPU_AVX512_INT8))
-            return scan_int8_split() ? (scan2_kernel){NULL, fathom_scan2_block_avx512_int16_split,
-                                                      fathom_scan2_load_avx512_int16_split, 0}
-                                     : (scan2_kernel){NULL, fathom_scan2_block_avx512_int16,
-                                                      fathom_scan2_load_avx512_int16, 0};
+            return (scan2_kernel){NULL, fathom_scan2_block_avx512_int16,
+                                  fathom_scan2_load_avx512_int16, 0};
 #endif
         return (scan2_kernel){NULL, fathom_scan2_block_int16_portable, NULL, 0};
     }

@@ -355,18 +355,15 @@ typedef struct scan2_tile {
             uint8_t bit[SCAN_PASS_CHANNELS];
             float a[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS];
         } n;
-        /* the AVX-512 int8 kernel's (scan_x86.c): codes, split: per channel
-         * (pass order; zero past the last quad's channels) and pair of
-         * blocks z its transposed codes (byte 32 (b & 1) + s of block
-         * 2 z + (b & 1): token s's c' (SCAN_INT8 definition) in the high
-         * nibble, token 32 + s's in the low one, s < 32); staged: the same
-         * bytes as [quad][block][half][64] dwords, a packed quad's (depth
-         * <= 2, scan_x86.c) as [quad][block][0][64]; per quad, block and
-         * head the quad's 4 weights as one dword; per block and head s / 8
-         * and 8 K; per channel its scales by block (int16: w the weights'
-         * low bytes, wh their high bytes) */
+        /* the AVX-512 int8 kernel's (scan_x86.c): codes, per quad of
+         * channels (pass order; zero past the last quad's channels), block
+         * and half its code dwords (scan_x86.c), a packed quad's (depth
+         * <= 2) as [quad][block][0]; per quad, block and head the quad's 4
+         * weights as one dword; per block and head s / 8 and 8 K; per
+         * channel its scales by block (int16: w the weights' low bytes, wh
+         * their high bytes) */
         struct {
-            uint8_t codes[SCAN_PASS_CHANNELS][SCAN2_TILE_BLOCKS / 2][64];
+            uint8_t codes[SCAN_PASS_CHANNELS / 4][SCAN2_TILE_BLOCKS][2][64];
             int32_t w[SCAN_PASS_CHANNELS / 4][SCAN2_TILE_BLOCKS][4];
             int32_t wh[SCAN_PASS_CHANNELS / 4][SCAN2_TILE_BLOCKS][4]; /* int16: high bytes */
             float s8[SCAN2_TILE_BLOCKS][4];
@@ -452,18 +449,6 @@ void fathom_scan2_load_avx512_int16(const scan2_pass *pass, const fathom_segment
                                     scan2_tile *tile);
 void fathom_scan2_block_avx512_int16(const scan2_pass *pass, const scan2_tile *tile, uint32_t b,
                                      float *dec, float *out, uint64_t ld, uint32_t valid);
-void fathom_scan2_load_avx512_int8_split(const scan2_pass *pass, const fathom_segment_view *view,
-                                         uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
-                                         scan2_tile *tile);
-void fathom_scan2_block_avx512_int8_split(const scan2_pass *pass, const scan2_tile *tile,
-                                          uint32_t b, float *dec, float *out, uint64_t ld,
-                                          uint32_t valid);
-void fathom_scan2_load_avx512_int16_split(const scan2_pass *pass, const fathom_segment_view *view,
-                                          uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
-                                          scan2_tile *tile);
-void fathom_scan2_block_avx512_int16_split(const scan2_pass *pass, const scan2_tile *tile,
-                                           uint32_t b, float *dec, float *out, uint64_t ld,
-                                           uint32_t valid);
 uint32_t fathom_scan_filter_avx2(const float *s, uint32_t n, float thr, int strict, uint64_t pos0,
                                  uint64_t *out);
 uint32_t fathom_scan_filter_avx512(const float *s, uint32_t n, float thr, int strict,

@@ -918,12 +918,8 @@ TAB_TARGET void fathom_scan2_block_avx512_grouped(const scan2_pass *ps, const sc
  * depth 3, 4: two levels); its output byte k (slot 8 o + k) holds token
  * 8 o + k's c' in the high nibble and token 32 + 8 o + k's in the low one.
  * Two levels of byte permutes (int8_rows, int8_quad) interleave a quad of
- * channels' slots into dwords: in the staging ("staged": i.codes holds the
- * dwords, [quad][block][half][64]), or ("split") in the block function
- * beside its dot products (i.codes holds each channel's transposed codes),
- * where on Intel server cores the permutes' port runs beside the dot
- * products' instead of alone in the staging. Same scores either way. The
- * staged layout packs the quads whose channels all have depth <= 2 (the
+ * channels' slots into dwords in the staging (i.codes, [quad][block][half]).
+ * The staging packs the quads whose channels all have depth <= 2 (the
  * first ones: a pass runs its channels in depth order): their GFNI input
  * qword holds planes 0, 1 of tokens 8 o .. 8 o + 7 and of tokens 16, 32
  * and 48 further on (int8_packed), so its output byte k holds the two
@@ -1188,14 +1184,13 @@ INT8_TARGET SCAN_INLINE void int8_weights(const scan2_pass *ps, scan2_tile *tile
 }
 
 /* Stages quad Q of the tile: its channels' scales, and its codes packed
- * (PACKED: one vector a block, [Q][b][0]), staged ([Q][b][f]) or split
- * (per channel); depth: the depth of channel 4 Q on entry, of the quad's
- * last channel on exit. */
+ * (PACKED: one vector a block, [Q][b][0]) or not ([Q][b][f]); depth: the
+ * depth of channel 4 Q on entry, of the quad's last channel on exit. */
 INT8_TARGET SCAN_INLINE void int8_stage_quad(const scan2_pass *ps,
                                              const fathom_segment_view *view, uint32_t b0,
                                              int full, __mmask8 live, uint32_t ahead, int prefetch,
                                              scan2_tile *tile, uint32_t Q, uint32_t *depth,
-                                             const int PACKED, const int SPLIT) {
+                                             const int PACKED) {
     const uint64_t S = ps->S;
     __m512i g[4][4];
     for (uint32_t c = 0; c < 4; c++) {
@@ -1216,13 +1211,9 @@ INT8_TARGET SCAN_INLINE void int8_stage_quad(const scan2_pass *ps,
                                    : _mm_maskz_loadu_epi16(live, scale);
             _mm256_store_ps(tile->i.a[k], _mm256_cvtph_ps(a));
         }
-        if (SPLIT)
-            for (uint32_t z = 0; z < 4; z++)
-                _mm512_store_si512((void *)tile->i.codes[k][z], g[c][z]);
     }
-    if (SPLIT) return;
-    /* staged: the quad's dwords, [Q][b][f]; packed: pairs of blocks 4 u + 2 v, + 1 */
-    uint8_t(*dw)[SCAN2_TILE_BLOCKS][2][64] = (uint8_t(*)[SCAN2_TILE_BLOCKS][2][64])tile->i.codes;
+    /* the quad's dwords, [Q][b][f]; packed: pairs of blocks 4 u + 2 v, + 1 */
+    uint8_t(*dw)[SCAN2_TILE_BLOCKS][2][64] = tile->i.codes;
     const __m512i p0 = _mm512_load_si512((const void *)int8_rows[0]);
     const __m512i p1 = _mm512_load_si512((const void *)int8_rows[1]);
     const __m512i f0 = _mm512_load_si512((const void *)int8_quad[0]);
@@ -1248,16 +1239,16 @@ INT8_TARGET SCAN_INLINE void int8_stage_quad(const scan2_pass *ps,
 
 INT8_TARGET SCAN_INLINE void int8_load(const scan2_pass *ps, const fathom_segment_view *view,
                                        uint32_t b0, uint32_t nb, uint32_t ahead, int prefetch,
-                                       scan2_tile *tile, const int WIDE, const int SPLIT) {
+                                       scan2_tile *tile, const int WIDE) {
     _Static_assert(SCAN2_TILE_BLOCKS == 8, "a tile is one 64-byte line of each plane row");
     const __mmask8 live = (__mmask8)((1u << nb) - 1u); /* a short tile reads only its blocks */
     const int full = nb == SCAN2_TILE_BLOCKS;
-    const uint32_t nq = (ps->count + 3) / 4, np = SPLIT ? 0 : int8_packed_quads(ps);
+    const uint32_t nq = (ps->count + 3) / 4, np = int8_packed_quads(ps);
     uint32_t depth = 1;
     for (uint32_t Q = 0; Q < np; Q++)
-        int8_stage_quad(ps, view, b0, full, live, ahead, prefetch, tile, Q, &depth, 1, SPLIT);
+        int8_stage_quad(ps, view, b0, full, live, ahead, prefetch, tile, Q, &depth, 1);
     for (uint32_t Q = np; Q < nq; Q++)
-        int8_stage_quad(ps, view, b0, full, live, ahead, prefetch, tile, Q, &depth, 0, SPLIT);
+        int8_stage_quad(ps, view, b0, full, live, ahead, prefetch, tile, Q, &depth, 0);
     int8_weights(ps, tile, WIDE);
 }
 
@@ -1265,28 +1256,14 @@ INT8_TARGET void fathom_scan2_load_avx512_int8(const scan2_pass *ps,
                                                const fathom_segment_view *view, uint32_t b0,
                                                uint32_t nb, uint32_t ahead, int prefetch,
                                                scan2_tile *tile) {
-    int8_load(ps, view, b0, nb, ahead, prefetch, tile, 0, 0);
-}
-
-INT8_TARGET void fathom_scan2_load_avx512_int8_split(const scan2_pass *ps,
-                                                     const fathom_segment_view *view, uint32_t b0,
-                                                     uint32_t nb, uint32_t ahead, int prefetch,
-                                                     scan2_tile *tile) {
-    int8_load(ps, view, b0, nb, ahead, prefetch, tile, 0, 1);
+    int8_load(ps, view, b0, nb, ahead, prefetch, tile, 0);
 }
 
 INT8_TARGET void fathom_scan2_load_avx512_int16(const scan2_pass *ps,
                                                 const fathom_segment_view *view, uint32_t b0,
                                                 uint32_t nb, uint32_t ahead, int prefetch,
                                                 scan2_tile *tile) {
-    int8_load(ps, view, b0, nb, ahead, prefetch, tile, 1, 0);
-}
-
-INT8_TARGET void fathom_scan2_load_avx512_int16_split(const scan2_pass *ps,
-                                                      const fathom_segment_view *view, uint32_t b0,
-                                                      uint32_t nb, uint32_t ahead, int prefetch,
-                                                      scan2_tile *tile) {
-    int8_load(ps, view, b0, nb, ahead, prefetch, tile, 1, 1);
+    int8_load(ps, view, b0, nb, ahead, prefetch, tile, 1);
 }
 
 /* a[i] += dot(u8 code[i], s8 weights w broadcast from memory), i < 4, in
@@ -1299,29 +1276,6 @@ INT8_TARGET SCAN_INLINE void int8_dot4(__m512i a[4], const __m512i code[4], cons
             "vpdpbusd %8%{1to16%}, %7, %3"
             : "+v"(a[0]), "+v"(a[1]), "+v"(a[2]), "+v"(a[3])
             : "v"(code[0]), "v"(code[1]), "v"(code[2]), "v"(code[3]), "m"(*w));
-}
-
-/* Quad Q's dwords of block b, halves 0 and 1 (d[0], d[1]): staged (SPLIT
- * 0), or formed from its channels' transposed codes, pair and quad the
- * tables int8_rows[b & 1], int8_quad[0], int8_quad[1]. */
-INT8_TARGET SCAN_INLINE void int8_quad_codes(const scan2_tile *tile, uint32_t Q, uint32_t b,
-                                             __m512i pair, __m512i quad0, __m512i quad1,
-                                             __m512i d[2], const int SPLIT) {
-    if (!SPLIT) {
-        const uint8_t(*dw)[SCAN2_TILE_BLOCKS][2][64] =
-            (const uint8_t(*)[SCAN2_TILE_BLOCKS][2][64])tile->i.codes;
-        d[0] = _mm512_load_si512((const void *)dw[Q][b][0]);
-        d[1] = _mm512_load_si512((const void *)dw[Q][b][1]);
-        return;
-    }
-    const uint8_t(*g)[SCAN2_TILE_BLOCKS / 2][64] = tile->i.codes + 4 * Q;
-    const uint32_t z = b >> 1;
-    const __m512i m01 = _mm512_permutex2var_epi8(_mm512_load_si512((const void *)g[0][z]), pair,
-                                                 _mm512_load_si512((const void *)g[1][z]));
-    const __m512i m23 = _mm512_permutex2var_epi8(_mm512_load_si512((const void *)g[2][z]), pair,
-                                                 _mm512_load_si512((const void *)g[3][z]));
-    d[0] = _mm512_permutex2var_epi8(m01, quad0, m23);
-    d[1] = _mm512_permutex2var_epi8(m01, quad1, m23);
 }
 
 /* The quad's dot products of one head's accumulators: a[0..3] with the
@@ -1342,7 +1296,7 @@ INT8_TARGET SCAN_INLINE void int8_head_dots(__m512i *a, const __m512i code[4], c
  * 8 T = ((a4 - a5) << 8) + a0 - a1 and (a5 << 12) + (a1 << 4) + 8 K. */
 INT8_TARGET SCAN_INLINE void int8_heads(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
                                         uint32_t h0, const uint32_t HC, __m512 f[4][4],
-                                        const int WIDE, const int SPLIT) {
+                                        const int WIDE) {
     __m512i acc[4][8];
 #pragma GCC unroll 4
     for (uint32_t x = 0; x < HC; x++)
@@ -1350,9 +1304,8 @@ INT8_TARGET SCAN_INLINE void int8_heads(const scan2_pass *ps, const scan2_tile *
         for (uint32_t i = 0; i < 8; i++)
             acc[x][i] = i == 0 || i == 2 ? _mm512_set1_epi32(tile->i.k8[b][h0 + x])
                                          : _mm512_setzero_si512();
-    const uint32_t nq = (ps->count + 3) / 4, np = SPLIT ? 0 : int8_packed_quads(ps);
-    const uint8_t(*dw)[SCAN2_TILE_BLOCKS][2][64] =
-        (const uint8_t(*)[SCAN2_TILE_BLOCKS][2][64])tile->i.codes;
+    const uint32_t nq = (ps->count + 3) / 4, np = int8_packed_quads(ps);
+    const uint8_t(*dw)[SCAN2_TILE_BLOCKS][2][64] = tile->i.codes;
     const __m512i hi2 = _mm512_set1_epi8((char)0xcc), lo2 = _mm512_set1_epi8(0x0c);
     for (uint32_t Q = 0; Q < np; Q++) {
         const __m512i P = _mm512_load_si512((const void *)dw[Q][b][0]);
@@ -1364,12 +1317,9 @@ INT8_TARGET SCAN_INLINE void int8_heads(const scan2_pass *ps, const scan2_tile *
             int8_head_dots(acc[x], code, &tile->i.w[Q][b][h0 + x], &tile->i.wh[Q][b][h0 + x], WIDE);
     }
     const __m512i low = _mm512_set1_epi8(0x0f);
-    const __m512i pair = _mm512_load_si512((const void *)int8_rows[b & 1]);
-    const __m512i quad0 = _mm512_load_si512((const void *)int8_quad[0]);
-    const __m512i quad1 = _mm512_load_si512((const void *)int8_quad[1]);
     for (uint32_t Q = np; Q < nq; Q++) {
-        __m512i d[2];
-        int8_quad_codes(tile, Q, b, pair, quad0, quad1, d, SPLIT);
+        const __m512i d[2] = {_mm512_load_si512((const void *)dw[Q][b][0]),
+                              _mm512_load_si512((const void *)dw[Q][b][1])};
         const __m512i code[4] = {d[0], _mm512_and_si512(d[0], low), d[1],
                                  _mm512_and_si512(d[1], low)};
 #pragma GCC unroll 4
@@ -1400,21 +1350,20 @@ INT8_TARGET SCAN_INLINE void int8_heads(const scan2_pass *ps, const scan2_tile *
  * each). */
 INT8_TARGET SCAN_INLINE void int8_fused(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
                                         const uint32_t HC, float *out, uint64_t ld,
-                                        uint32_t valid, const int WIDE, const int SPLIT) {
+                                        uint32_t valid, const int WIDE) {
     __m512 f[4][4];
     if (!WIDE)
-        int8_heads(ps, tile, b, 0, HC, f, 0, SPLIT);
+        int8_heads(ps, tile, b, 0, HC, f, 0);
     else {
-        int8_heads(ps, tile, b, 0, HC < 2 ? HC : 2, f, 1, SPLIT);
-        if (HC > 2) int8_heads(ps, tile, b, 2, HC - 2, f, 1, SPLIT);
+        int8_heads(ps, tile, b, 0, HC < 2 ? HC : 2, f, 1);
+        if (HC > 2) int8_heads(ps, tile, b, 2, HC - 2, f, 1);
     }
     avx512_put_block(ps, HC, f, out, ld, valid);
 }
 
 INT8_TARGET SCAN_INLINE void int8_block(const scan2_pass *ps, const scan2_tile *tile, uint32_t b,
-                                        float *out, uint64_t ld, uint32_t valid, const int WIDE,
-                                        const int SPLIT) {
-#define INT8_FUSED(HC) int8_fused(ps, tile, b, HC, out, ld, valid, WIDE, SPLIT)
+                                        float *out, uint64_t ld, uint32_t valid, const int WIDE) {
+#define INT8_FUSED(HC) int8_fused(ps, tile, b, HC, out, ld, valid, WIDE)
     SCAN_HEAD_CHUNK(ps->heads, INT8_FUSED);
 #undef INT8_FUSED
 }
@@ -1423,28 +1372,14 @@ INT8_TARGET void fathom_scan2_block_avx512_int8(const scan2_pass *ps, const scan
                                                 uint32_t b, float *dec, float *out, uint64_t ld,
                                                 uint32_t valid) {
     (void)dec;
-    int8_block(ps, tile, b, out, ld, valid, 0, 0);
-}
-
-INT8_TARGET void fathom_scan2_block_avx512_int8_split(const scan2_pass *ps, const scan2_tile *tile,
-                                                      uint32_t b, float *dec, float *out,
-                                                      uint64_t ld, uint32_t valid) {
-    (void)dec;
-    int8_block(ps, tile, b, out, ld, valid, 0, 1);
+    int8_block(ps, tile, b, out, ld, valid, 0);
 }
 
 INT8_TARGET void fathom_scan2_block_avx512_int16(const scan2_pass *ps, const scan2_tile *tile,
                                                  uint32_t b, float *dec, float *out, uint64_t ld,
                                                  uint32_t valid) {
     (void)dec;
-    int8_block(ps, tile, b, out, ld, valid, 1, 0);
-}
-
-INT8_TARGET void fathom_scan2_block_avx512_int16_split(const scan2_pass *ps, const scan2_tile *tile,
-                                                       uint32_t b, float *dec, float *out,
-                                                       uint64_t ld, uint32_t valid) {
-    (void)dec;
-    int8_block(ps, tile, b, out, ld, valid, 1, 1);
+    int8_block(ps, tile, b, out, ld, valid, 1);
 }
 
 /* ---- the candidate filter (scan_internal.h), 16 scores per step ---- */

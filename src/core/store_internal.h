@@ -133,11 +133,6 @@ void fathom_variance_from_sums(uint32_t dim, uint64_t n, const double *sum, cons
  * environment overrides). */
 const char *fathom_scan_avx512_values(void);
 
-/* Where the AVX-512 int8/int16 kernel forms its code dwords: "staged" or
- * "split" (scan.c; FATHOM_SCAN_INT8_SPLIT=0 or 1 in the environment
- * overrides); "portable" off x86. Same scores either way. */
-const char *fathom_scan_int8_layout(void);
-
 /* One scan of a batch: scores [group x n] (row stride n) of `queries`
  * [group x dim] over the first n tokens of store at depths [dim]. */
 typedef struct fathom_scan_item {
