@@ -520,12 +520,23 @@ FATHOM_API int fathom_synth_open_preset(fathom_source **out, const fathom_synth_
  * deviation logit among those keys' less the same for a query drawn per
  * channel from the head's query mean and std (8 positions per query head):
  * how far the queries point at the keys they attend beyond what their
- * moments give (docs/synthetic.md, "Queries that point at their targets"). */
+ * moments give (docs/synthetic.md, "Queries that point at their targets").
+ * Of the channel importance g_j = sum over a KV head's query heads of
+ * q_j^2 times the variance of key channel j over the keys up to the query
+ * (stored, rotated frame), over the last min(32, positions) queried
+ * positions: churn_overlap (reported) is the mean share of the top d/8
+ * channels by g that consecutive queries have in common, and fixed_share
+ * (fitted by FATHOM_SYNTH_FIT_CHURN) the g share (g normalized per query)
+ * that the best fixed d/8 channels (top by the mean share over those
+ * queries) cover, over the share each query's own top d/8 cover: how far
+ * one channel set chosen ahead (Double Sparsity) stands for per-query
+ * choice (docs/synthetic.md, "Channel churn"). */
 typedef struct fathom_synth_stats {
     double top_mass, sink_mass, local_mass, pca_share, drift, mean_ratio;
     double content_mass;
     double dev_skew;
     double target_cos, target_lift;
+    double churn_overlap, fixed_share;
 } fathom_synth_stats;
 
 typedef enum fathom_rope_style {
@@ -562,6 +573,9 @@ enum {
      * deviation along one earlier key's (target_share), for target_cos */
     FATHOM_SYNTH_FIT_TARGET = 512,
     FATHOM_SYNTH_FIT_ALL = 1023,
+    /* opt-in, not in ALL: per-query channel churn, a log-normal gain per
+     * RoPE pair on each query (query_churn), for fixed_share */
+    FATHOM_SYNTH_FIT_CHURN = 2048,
     /* Everything but per-head profiles. (Until the positional profile, recency was left out: the
      * recency direction it replaced could not reach a real model's last-32
      * mass without swamping the other logits; docs/synthetic.md.) */

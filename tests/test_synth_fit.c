@@ -1435,6 +1435,81 @@ static void test_target_share(void) {
     fathom_synth_preset_free(p);
 }
 
+/* Channel churn (synth_params.query_churn): the gain lowers churn_overlap
+ * (consecutive queries' top-d/8 channels in common) and fixed_share (what
+ * one fixed channel set covers against each query's own), churn 0 leaves
+ * the bytes as without it, a preset file keeps it (and one without it
+ * reads as 0), an unfitted preset or one out of range is refused, and the
+ * search finds a known churn again on a capture of the preset. */
+static void test_query_churn(void) {
+    fathom_synth_preset *p = known_preset();
+    p->p.query_run = 1; /* a gain per position: consecutive queries differ */
+    double overlap_at[3], fixed_at[3];
+    uint64_t hash_at[3];
+    const float churns[3] = {0.0f, 0.5f, 1.0f};
+    for (int i = 0; i < 3; i++) {
+        p->p.query_churn = churns[i];
+        fathom_source *gen;
+        CHECK_OK(fathom_synth_open_preset(&gen, p, 1024, 32, 1));
+        fathom_synth_stats st;
+        CHECK_OK(fathom_synth_stats_measure(gen, FATHOM_ROPE_NEOX, 1e4, 32, 1, &st));
+        hash_at[i] = layer_hash(gen, 1);
+        fathom_source_free(gen);
+        overlap_at[i] = st.churn_overlap, fixed_at[i] = st.fixed_share;
+    }
+    printf("query_churn 0 / 0.5 / 1: churn_overlap %.4f / %.4f / %.4f, fixed_share %.4f / %.4f / %.4f\n",
+           overlap_at[0], overlap_at[1], overlap_at[2], fixed_at[0], fixed_at[1], fixed_at[2]);
+    CHECK(overlap_at[1] < overlap_at[0] - 0.05 && overlap_at[2] < overlap_at[1] - 0.05);
+    CHECK(fixed_at[2] < fixed_at[0] - 0.02);
+    CHECK(hash_at[1] != hash_at[0]);
+    /* churn 0 is the generator without it: the bytes of a preset with the
+     * field never set */
+    fathom_synth_preset *plain = known_preset();
+    plain->p.query_run = 1;
+    fathom_source *gen;
+    CHECK_OK(fathom_synth_open_preset(&gen, plain, 1024, 32, 1));
+    CHECK(layer_hash(gen, 1) == hash_at[0]);
+    fathom_source_free(gen);
+    fathom_synth_preset_free(plain);
+    /* the file keeps it; one without the key reads as 0 */
+    char path[128];
+    tmp_path("-churn.json", path, sizeof path);
+    p->p.query_churn = 0.75f;
+    CHECK_OK(fathom_synth_preset_write(p, path, NULL));
+    fathom_synth_preset *back = NULL;
+    CHECK_OK(fathom_synth_preset_load(&back, path));
+    CHECK(back && back->p.query_churn == 0.75f);
+    fathom_synth_preset_free(back);
+    p->p.query_churn = 0.0f;
+    CHECK_OK(fathom_synth_preset_write(p, path, NULL));
+    CHECK_OK(fathom_synth_preset_load(&back, path));
+    CHECK(back && back->p.query_churn == 0.0f);
+    fathom_synth_preset_free(back);
+    remove(path);
+    /* out of range, or on a built-in preset */
+    p->p.query_churn = 4.5f;
+    CHECK(synth_params_check(&p->p) == FATHOM_ERR_INVALID_ARG);
+    p->p.query_churn = NAN;
+    CHECK(synth_params_check(&p->p) == FATHOM_ERR_INVALID_ARG);
+    synth_params builtin;
+    CHECK(synth_builtin("smollm2-135m", &builtin));
+    builtin.query_churn = 0.5f;
+    CHECK(synth_params_check(&builtin) == FATHOM_ERR_INVALID_ARG);
+    /* the search finds a known churn again on a capture of the preset */
+    p->p.query_churn = 0.6f;
+    fathom_source *cap = capture_of(p, 32, "-churn.safetensors", path, sizeof path);
+    synth_params q = p->p;
+    q.query_churn = 0.0f;
+    double want = 0, got = 0;
+    CHECK_OK(synth_fit_query_churn(cap, 32, &q, &want, &got));
+    printf("search for query_churn 0.6: %.3f; fixed_share capture %.4f, preset %.4f\n", q.query_churn, want, got);
+    CHECK_NEAR(q.query_churn, 0.6, 0.2);
+    CHECK_NEAR(got, want, 0.02);
+    fathom_source_free(cap);
+    remove(path);
+    fathom_synth_preset_free(p);
+}
+
 int main(void) {
     test_roundtrip();
     test_malformed();
@@ -1456,5 +1531,6 @@ int main(void) {
     test_layer_top_mass();
     test_fit_layers();
     test_target_share();
+    test_query_churn();
     return check_summary("test_synth_fit");
 }

@@ -45,6 +45,9 @@ static void usage(FILE *f) {
             "  --target             queries that point at their targets: the share of each query's\n"
             "                       deviation along one earlier key's (target_share), fitted to the\n"
             "                       capture's target lift (default: none)\n"
+            "  --churn              channel churn: a log-normal gain per RoPE pair on each query\n"
+            "                       (query_churn), fitted to the share of the per-query top d/8\n"
+            "                       channels' importance that one fixed set covers (default: none)\n"
             "  --layer-stride S     measure the candidates on every S-th layer (default layers/6)\n"
             "  --json               the fit's report as one JSON object on stdout\n"
             "  -h, --help           this help\n"
@@ -53,7 +56,7 @@ static void usage(FILE *f) {
 }
 
 enum { OPT_KV = 256, OPT_OUT, OPT_BASE, OPT_NAME, OPT_ROPE, OPT_ROPE_BASE, OPT_K, OPT_KEEP, OPT_STRIDE, OPT_JSON,
-       OPT_PER_HEAD, OPT_PER_LAYER, OPT_PER_QUERY_HEAD, OPT_TARGET };
+       OPT_PER_HEAD, OPT_PER_LAYER, OPT_PER_QUERY_HEAD, OPT_TARGET, OPT_CHURN };
 static const struct option long_options[] = {
     {"help", no_argument, NULL, 'h'},
     {"kv", required_argument, NULL, OPT_KV},
@@ -70,6 +73,7 @@ static const struct option long_options[] = {
     {"per-layer", no_argument, NULL, OPT_PER_LAYER},
     {"per-query-head", no_argument, NULL, OPT_PER_QUERY_HEAD},
     {"target", no_argument, NULL, OPT_TARGET},
+    {"churn", no_argument, NULL, OPT_CHURN},
     {NULL, 0, NULL, 0},
 };
 
@@ -102,15 +106,15 @@ static void stats_json(char *buf, size_t cap, const fathom_synth_stats *s) {
     snprintf(buf, cap,
              "{\"top_mass\":%.6g,\"sink_mass\":%.6g,\"local_mass\":%.6g,\"pca_share\":%.6g,\"drift\":%.6g,"
              "\"mean_ratio\":%.6g,\"content_mass\":%.6g,\"dev_skew\":%.6g,\"target_cos\":%.6g,"
-             "\"target_lift\":%.6g}",
+             "\"target_lift\":%.6g,\"churn_overlap\":%.6g,\"fixed_share\":%.6g}",
              s->top_mass, s->sink_mass, s->local_mass, s->pca_share, s->drift, s->mean_ratio, s->content_mass,
-             s->dev_skew, s->target_cos, s->target_lift);
+             s->dev_skew, s->target_cos, s->target_lift, s->churn_overlap, s->fixed_share);
 }
 
 /* The report as a JSON object text: what was fitted, the RoPE used, and the
  * capture's, the fitted preset's and the base preset's statistics. */
 static void report_json(char *buf, size_t cap, const char *kv, const char *keep, const fathom_synth_fit_report *r) {
-    char target[320], achieved[320], base[320];
+    char target[448], achieved[448], base[448];
     stats_json(target, sizeof target, &r->target);
     stats_json(achieved, sizeof achieved, &r->achieved);
     stats_json(base, sizeof base, &r->base);
@@ -130,7 +134,7 @@ int cmd_synth_fit(int argc, char **argv) {
     const char *kv = NULL, *out = NULL, *keep = "none", *rope = "detect";
     char name[64] = "";
     fathom_synth_fit_options o = {.base = "smollm2-135m"};
-    bool json = false, per_head = false, per_layer = false, per_query_head = false, target = false;
+    bool json = false, per_head = false, per_layer = false, per_query_head = false, target = false, churn = false;
     uint32_t kept = 0;
     int c;
     while ((c = cli_getopt(argc, argv, "h", long_options)) != -1) {
@@ -165,6 +169,7 @@ int cmd_synth_fit(int argc, char **argv) {
         case OPT_PER_LAYER: per_layer = true; break;
         case OPT_PER_QUERY_HEAD: per_query_head = true; break;
         case OPT_TARGET: target = true; break;
+        case OPT_CHURN: churn = true; break;
         }
     }
     if (optind < argc) return cli_usage_error("unexpected argument '%s'", argv[optind]);
@@ -177,7 +182,7 @@ int cmd_synth_fit(int argc, char **argv) {
     if (per_query_head && !per_head) return cli_usage_error("--per-query-head needs --per-head");
     o.fit = (FATHOM_SYNTH_FIT_DEFAULT | (per_head ? FATHOM_SYNTH_FIT_HEADS : 0) |
              (per_layer ? FATHOM_SYNTH_FIT_LAYERS : 0) | (per_query_head ? FATHOM_SYNTH_FIT_QUERY_HEADS : 0) |
-             (target ? FATHOM_SYNTH_FIT_TARGET : 0)) &
+             (target ? FATHOM_SYNTH_FIT_TARGET : 0) | (churn ? FATHOM_SYNTH_FIT_CHURN : 0)) &
             ~kept;
     if (!o.fit) return cli_usage_error("--keep leaves nothing to fit");
     if (!cli_check_writable(out)) return CLI_FAILURE;
@@ -196,7 +201,7 @@ int cmd_synth_fit(int argc, char **argv) {
     st = fathom_synth_fit(&preset, src, &o, &r);
     fathom_source_free(src);
     if (st < 0) return st == FATHOM_ERR_INVALID_ARG ? cli_fail_usage("synth-fit", st) : cli_fail(kv, st);
-    char report[2048];
+    char report[2560];
     report_json(report, sizeof report, kv, keep, &r);
     st = fathom_synth_preset_write(preset, out, report);
     fathom_synth_preset_free(preset);
@@ -207,11 +212,12 @@ int cmd_synth_fit(int argc, char **argv) {
     static const struct { uint32_t group; const char *what; } fit_stats[] = {
         {FATHOM_SYNTH_FIT_CONCENTRATION, "top-k mass"}, {FATHOM_SYNTH_FIT_SINKS, "first-4 (sink) mass"},
         {FATHOM_SYNTH_FIT_RECENCY, "last-32 (local) mass"}, {FATHOM_SYNTH_FIT_RANK, "top-d/4 covariance share"},
-        {FATHOM_SYNTH_FIT_DRIFT, "consecutive-query cosine"}, {FATHOM_SYNTH_FIT_TARGET, "target lift"}};
+        {FATHOM_SYNTH_FIT_DRIFT, "consecutive-query cosine"}, {FATHOM_SYNTH_FIT_TARGET, "target lift"},
+        {FATHOM_SYNTH_FIT_CHURN, "fixed-channel share"}};
     const double got[] = {r.achieved.top_mass, r.achieved.sink_mass, r.achieved.local_mass, r.achieved.pca_share,
-                          r.achieved.drift, r.achieved.target_lift};
+                          r.achieved.drift, r.achieved.target_lift, r.achieved.fixed_share};
     const double want[] = {r.target.top_mass, r.target.sink_mass, r.target.local_mass, r.target.pca_share,
-                           r.target.drift, r.target.target_lift};
+                           r.target.drift, r.target.target_lift, r.target.fixed_share};
     for (size_t i = 0; i < sizeof fit_stats / sizeof fit_stats[0]; i++)
         if ((o.fit & fit_stats[i].group) && fabs(got[i] - want[i]) > 0.03)
             fprintf(stderr, "synth-fit: warning: the fitted preset's %s is %.4f, the capture's %.4f%s\n",
@@ -229,12 +235,17 @@ int cmd_synth_fit(int argc, char **argv) {
                 "  drift       %.4f   %.4f   %.4f\n  content     %.4f   %.4f   %.4f   (reported, not fitted)\n"
                 "  dev skew    %.4f   %.4f   %.4f   (reported, not fitted)\n"
                 "  target cos  %.4f   %.4f   %.4f   (reported, not fitted)\n"
-                "  target lift %.4f   %.4f   %.4f   %s\n",
+                "  target lift %.4f   %.4f   %.4f   %s\n"
+                "  ch overlap  %.4f   %.4f   %.4f   (reported, not fitted)\n"
+                "  fixed share %.4f   %.4f   %.4f   %s\n",
                 out, style_name(r.style), r.rope_base, r.k, r.target.top_mass, r.achieved.top_mass, r.base.top_mass,
                 r.target.sink_mass, r.achieved.sink_mass, r.base.sink_mass, r.target.local_mass, r.achieved.local_mass,
                 r.base.local_mass, r.target.pca_share, r.achieved.pca_share, r.base.pca_share, r.target.drift,
                 r.achieved.drift, r.base.drift, r.target.content_mass, r.achieved.content_mass, r.base.content_mass,
                 r.target.dev_skew, r.achieved.dev_skew, r.base.dev_skew, r.target.target_cos, r.achieved.target_cos,
-                r.base.target_cos, r.target.target_lift, r.achieved.target_lift, r.base.target_lift, (o.fit & FATHOM_SYNTH_FIT_TARGET) ? "(target_share)" : "(reported, not fitted)");
+                r.base.target_cos, r.target.target_lift, r.achieved.target_lift, r.base.target_lift, (o.fit & FATHOM_SYNTH_FIT_TARGET) ? "(target_share)" : "(reported, not fitted)",
+                r.target.churn_overlap, r.achieved.churn_overlap, r.base.churn_overlap, r.target.fixed_share,
+                r.achieved.fixed_share, r.base.fixed_share,
+                (o.fit & FATHOM_SYNTH_FIT_CHURN) ? "(query_churn)" : "(reported, not fitted)");
     return CLI_OK;
 }

@@ -24,7 +24,7 @@
  * spread, low-frequency boost, outlier mean, background / topic / sink
  * logit, content cap; the fitted-preset fields take their built-in values
  * in synth_builtin. */
-#define BUILTIN(...) {__VA_ARGS__, false, 0, 0.0f, 0.0f, 0, {0}, {0}, {0}, {0}, false, 0.0f, {0}, {0}, NULL, false, {0}, false, 0.0f}
+#define BUILTIN(...) {__VA_ARGS__, false, 0, 0.0f, 0.0f, 0, {0}, {0}, {0}, {0}, false, 0.0f, {0}, {0}, NULL, false, {0}, false, 0.0f, 0.0f}
 static const synth_params presets[] = {
     BUILTIN("qwen3-8b", 36, 8, 4, 128, 1e6, true, 1.0f, 0.9f, 0.5f, 12.0f, 1.0f, 7.5f, 16.0f, 0.0f),
     BUILTIN("llama-3.1-8b", 32, 8, 4, 128, 5e5, false, 2.5f, 1.1f, 4.0f, 0.0f, 1.0f, 4.5f, 16.0f, 2.5f),
@@ -48,7 +48,8 @@ enum stream {
     S_MODEL_HEAD = 1, S_MODEL_QHEAD, S_KEY_NOISE, S_TOKEN, S_CHUNK, S_VALUE, S_QUERY_NOISE, S_QUERY_TOPIC, S_PHRASE,
     S_MODEL_NOISE, /* key noise of the model seed's text (per-head QK-norm heads, key_after_norm) */
     S_SALIENCE,    /* per-topic salience (per-head QK-norm heads) */
-    S_QUERY_TARGET /* the key each query points at (target_share) */
+    S_QUERY_TARGET, /* the key each query points at (target_share) */
+    S_QUERY_CHURN   /* each query's channel gains (query_churn) */
 };
 
 /* The base of one stream; draw(base, i) is its i-th 64-bit output. */
@@ -931,6 +932,32 @@ static void query_target(const synth *s, uint64_t seed, const head_model *hm, ui
     }
 }
 
+/* query_churn (synth_params): the whole query at pos (after QK-norm and
+ * the positional component, before RoPE) times exp(query_churn * z_i) on
+ * both channels of RoPE pair i, z_i standard normal drawn per run of
+ * query_run positions on its own stream, then scaled back to the norm it
+ * had: which pairs carry the query changes from run to run. (On the
+ * deviation from the head's mean alone, or before the positional
+ * component, it barely moved which channels matter: a fitted query's mean
+ * and positional part set them; docs/synthetic.md, "Channel churn".) */
+static void query_churn_apply(const synth *s, const head_model *hm, uint32_t layer, uint32_t q_head, uint64_t pos,
+                              float *x) {
+    const float sigma = s->preset.query_churn;
+    if (!(sigma > 0)) return;
+    const uint32_t d = hm->dim, half = hm->half;
+    const uint64_t run = s->preset.fitted ? pos / s->preset.query_run : pos;
+    const uint64_t base = stream_base(s->seed, S_QUERY_CHURN, layer, q_head);
+    double y[SYNTH_MAX_DIM], before = 0, after = 0;
+    for (uint32_t i = 0; i < half; i++) {
+        const double gain = exp((double)sigma * normal_at(s, base, run * half + i));
+        y[i] = gain * x[i], y[i + half] = gain * x[i + half];
+    }
+    for (uint32_t j = 0; j < d; j++) before += (double)x[j] * x[j], after += y[j] * y[j];
+    if (!(before > 0) || !(after > 0)) return;
+    const double scale = sqrt(before / after);
+    for (uint32_t j = 0; j < d; j++) x[j] = (float)(scale * y[j]);
+}
+
 /* Keys of tokens [t0, t1) of one KV head into k (the head's [n x d] rows);
  * cs/sn hold the RoPE table of those tokens, [t1 - t0][d/2]. */
 static void gen_keys(const synth *s, const head_model *hm, uint32_t layer, uint32_t kv_head, uint64_t t0,
@@ -1089,6 +1116,7 @@ static void gen_query(const synth *s, const head_model *hm, uint32_t layer, uint
     query_pre(s, s->seed, hm, layer, q_head, h, pos, x);
     if (s->preset.positional)
         for (uint32_t j = 0; j < hm->dim; j++) x[j] += hm->q_pos[h][j];
+    query_churn_apply(s, hm, layer, q_head, pos, x);
     float cs[SYNTH_MAX_DIM / 2], sn[SYNTH_MAX_DIM / 2];
     rope_table(hm, pos, cs, sn);
     rope(x, cs, sn, hm->half);

@@ -99,6 +99,14 @@ typedef struct synth_params {
      * direction, so the channels where |q| is large are the ones where that
      * key is (src/io/synth.c, query_target). */
     float target_share;
+    /* Channel churn (fitted presets; 0: none, and the generator is as
+     * without it): the whole query (after QK-norm and the positional
+     * component, before RoPE) is multiplied by exp(query_churn * z_i) on
+     * both channels of RoPE pair i, z_i standard normal drawn per run of
+     * query_run positions, then scaled back to its norm, so the channels
+     * that matter change from query to query (src/io/synth.c,
+     * query_churn_apply). */
+    float query_churn;
 } synth_params;
 
 /* The counter-based random numbers of the generator and the fit:
@@ -162,5 +170,12 @@ int synth_layer_top_mass(const fathom_source *src, fathom_rope_style style, doub
  * kept; *target and *achieved get the two lifts. */
 int synth_fit_target_share(const fathom_source *capture, uint32_t k, synth_params *p, double *target,
                            double *achieved);
+
+/* The query_churn search of a fit (FATHOM_SYNTH_FIT_CHURN) alone: p's
+ * (fitted) query_churn such that p's fixed_share at capture's n and
+ * positions reaches capture's, every other field of p kept; *target and
+ * *achieved get the two shares. */
+int synth_fit_query_churn(const fathom_source *capture, uint32_t k, synth_params *p, double *target,
+                          double *achieved);
 
 #endif /* FATHOM_SYNTH_H */

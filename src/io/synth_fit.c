@@ -52,6 +52,8 @@ typedef struct profile_acc {
 typedef struct stats_acc {
     double top, sink, local, pca, drift, ratio, content, skew, target, lift;
     uint64_t n_attn, n_heads, n_drift, n_content, n_skew, n_target;
+    double churn, fixed; /* churn_overlap and fixed_share sums */
+    uint64_t n_churn, n_fixed;
 } stats_acc;
 
 /* x (one head's vector at position pos) rotated back by RoPE into out, in
@@ -241,6 +243,82 @@ typedef struct measure_ctx {
     bool skew; /* measure dev_skew (not during the searches, which do not use it) */
 } measure_ctx;
 
+#define CHURN_WINDOW 32 /* last queried positions of churn_overlap and fixed_share */
+
+/* The indices of the c largest of v[0..d) into top (c <= d, any order). */
+static void top_channels(const double *v, uint32_t d, uint32_t c, uint32_t *top) {
+    bool used[SYNTH_MAX_DIM] = {false};
+    for (uint32_t r = 0; r < c; r++) {
+        uint32_t best = d;
+        for (uint32_t j = 0; j < d; j++)
+            if (!used[j] && (best == d || v[j] > v[best])) best = j;
+        used[best] = true;
+        top[r] = best;
+    }
+}
+
+/* churn_overlap and fixed_share of KV head g (fathom_synth_stats): channel
+ * importance g_j = var_j sum_h q_hj^2 in the stored (rotated) frame, the
+ * variance over the keys up to each query, for the last CHURN_WINDOW
+ * queried positions. */
+static int channel_churn(const fathom_source_info *in, const float *q, const float *kg, uint32_t g,
+                         stats_acc *acc) {
+    const uint32_t d = in->dim, group = in->q_heads / in->kv_heads, P = in->positions, c = d / 8;
+    const uint32_t W = P < CHURN_WINDOW ? P : CHURN_WINDOW;
+    if (W < 2 || c < 1) return FATHOM_OK;
+    double (*share)[SYNTH_MAX_DIM] = fathom_alloc_array(CHURN_WINDOW, sizeof *share);
+    FATHOM_CHECK(!share, FATHOM_ERR_NOMEM, "out of memory for the channel statistics");
+    double s1[SYNTH_MAX_DIM] = {0}, s2[SYNTH_MAX_DIM] = {0}, mean_share[SYNTH_MAX_DIM] = {0};
+    uint32_t top[SYNTH_MAX_DIM / 8], prev[SYNTH_MAX_DIM / 8];
+    uint64_t seen = 0;
+    double own = 0;
+    for (uint32_t w = 0; w < W; w++) {
+        const uint32_t i = P - W + w;
+        const uint64_t pos = in->first_query + i;
+        for (; seen <= pos && seen < in->tokens; seen++)
+            for (uint32_t j = 0; j < d; j++) {
+                const double x = kg[seen * d + j];
+                s1[j] += x, s2[j] += x * x;
+            }
+        double total = 0;
+        for (uint32_t j = 0; j < d; j++) {
+            const double mu = s1[j] / (double)seen, var = s2[j] / (double)seen - mu * mu;
+            double qq = 0;
+            for (uint32_t h = 0; h < group; h++) {
+                const double x = q[(((uint64_t)g * group + h) * P + i) * d + j];
+                qq += x * x;
+            }
+            share[w][j] = (var > 0 ? var : 0) * qq;
+            total += share[w][j];
+        }
+        if (!(total > 0)) { /* no query energy where the keys vary: nothing to measure */
+            free(share);
+            return FATHOM_OK;
+        }
+        for (uint32_t j = 0; j < d; j++) share[w][j] /= total, mean_share[j] += share[w][j] / W;
+        top_channels(share[w], d, c, top);
+        double cover = 0;
+        for (uint32_t r = 0; r < c; r++) cover += share[w][top[r]];
+        own += cover / W;
+        if (w > 0) {
+            uint32_t common = 0;
+            for (uint32_t r = 0; r < c; r++)
+                for (uint32_t u = 0; u < c; u++) common += top[r] == prev[u];
+            acc->churn += (double)common / c;
+            acc->n_churn++;
+        }
+        memcpy(prev, top, c * sizeof *top);
+    }
+    top_channels(mean_share, d, c, top);
+    double fixed = 0;
+    for (uint32_t w = 0; w < W; w++)
+        for (uint32_t r = 0; r < c; r++) fixed += share[w][top[r]] / W;
+    acc->fixed += own > 0 ? fixed / own : 0;
+    acc->n_fixed++;
+    free(share);
+    return FATHOM_OK;
+}
+
 static float clampf(double x, double lo, double hi) { return (float)(x < lo ? lo : x > hi ? hi : x); }
 
 /* KV head g of one layer (q, k as fathom_source_layer returns them). */
@@ -292,6 +370,7 @@ static int measure_head(measure_ctx *m, const float *q, const float *k, uint32_t
         acc->pca += all > 0 ? top / all : 0;
     }
     acc->n_heads++;
+    FATHOM_TRY(channel_churn(in, q, kg, g, acc));
     for (uint32_t h = 0; h < group; h++) {
         const float *qh = q + ((uint64_t)g * group + h) * P * d;
         for (uint32_t i = 0; i < P; i++) unrope(qh + (uint64_t)i * d, d, in->first_query + i, m->style, m->theta, m->qp + (uint64_t)i * d);
@@ -420,6 +499,8 @@ static int measure(const fathom_source *src, fathom_rope_style style, double rop
     out->dev_skew = acc.n_skew ? acc.skew / (double)acc.n_skew : 0.0;
     out->target_cos = acc.n_target ? acc.target / (double)acc.n_target : 0.0;
     out->target_lift = acc.n_target ? acc.lift / (double)acc.n_target : 0.0;
+    out->churn_overlap = acc.n_churn ? acc.churn / (double)acc.n_churn : 1.0;
+    out->fixed_share = acc.n_fixed ? acc.fixed / (double)acc.n_fixed : 1.0;
     return FATHOM_OK;
 }
 
@@ -622,6 +703,50 @@ int synth_fit_target_share(const fathom_source *capture, uint32_t k, synth_param
     return FATHOM_OK;
 }
 
+static int churn_stat(fit_ctx *f, double *value) {
+    fathom_synth_stats s;
+    FATHOM_TRY(stats_of(f, &f->p, false, &s, NULL));
+    *value = s.fixed_share;
+    return FATHOM_OK;
+}
+
+/* query_churn over [0, 2] for fixed_share (falls as it grows), by
+ * bisection (linear: 0 is a value it takes); none when the preset's share
+ * is already at or below the target. (Fitted to churn_overlap, which
+ * tells real queries from generated ones by more, the Gemma 3 fit kept
+ * fixed_share too high for DS's ratio; docs/synthetic.md.) */
+static int search_churn(fit_ctx *f, double target) {
+    double lo = 0, hi = 2, value = 0;
+    f->p.query_churn = 0;
+    FATHOM_TRY(churn_stat(f, &value));
+    if (value <= target) return FATHOM_OK;
+    for (int it = 0; it < 7; it++) {
+        const double mid = 0.5 * (lo + hi);
+        f->p.query_churn = (float)mid;
+        FATHOM_TRY(churn_stat(f, &value));
+        if (value > target) lo = mid;
+        else hi = mid;
+    }
+    f->p.query_churn = (float)(0.5 * (lo + hi));
+    return FATHOM_OK;
+}
+
+int synth_fit_query_churn(const fathom_source *capture, uint32_t k, synth_params *p, double *target,
+                          double *achieved) {
+    FATHOM_CHECK_ARG(capture && p && target && achieved, "synth_fit_query_churn: NULL argument");
+    FATHOM_CHECK_ARG(p->fitted, "synth_fit_query_churn: query_churn needs a fitted preset");
+    fathom_source_info in;
+    FATHOM_TRY(fathom_source_get_info(capture, &in));
+    fathom_synth_stats want, got;
+    FATHOM_TRY(measure(capture, FATHOM_ROPE_NEOX, p->rope_base, k, 1, false, &want, NULL, NULL, false, NULL, -1));
+    fit_ctx f = {.in = &in, .k = k, .layer_stride = 1, .p = *p};
+    FATHOM_TRY(search_churn(&f, want.fixed_share));
+    FATHOM_TRY(stats_of(&f, &f.p, false, &got, NULL));
+    p->query_churn = f.p.query_churn;
+    *target = want.fixed_share, *achieved = got.fixed_share;
+    return FATHOM_OK;
+}
+
 static int search_run(fit_ctx *f, double target) {
     static const uint32_t runs[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64};
     double best = INFINITY;
@@ -697,6 +822,9 @@ static int search_knobs(fit_ctx *f, uint32_t groups, const fathom_synth_stats *t
          * after the concentration (which it moves; the next round's
          * searches run with it) */
         if (groups & FATHOM_SYNTH_FIT_TARGET) FATHOM_TRY(search_target(f, target->target_lift));
+        /* the channel churn, for fixed_share, after the concentration
+         * (opt-in; the next round's searches run with it) */
+        if (groups & FATHOM_SYNTH_FIT_CHURN) FATHOM_TRY(search_churn(f, target->fixed_share));
     }
     /* A per-head QK-norm preset's sink sets token 0's gap exactly
      * (src/io/synth.c): searched once more, last, after the concentration
@@ -767,7 +895,8 @@ int fathom_synth_fit(fathom_synth_preset **out, const fathom_source *capture, co
     *out = NULL;
     FATHOM_CHECK_ARG(capture != NULL && o != NULL, "fathom_synth_fit: NULL capture or options");
     FATHOM_CHECK_ARG(o->base != NULL && o->name != NULL, "fathom_synth_fit: base and name are required");
-    FATHOM_CHECK_ARG(o->fit <= FATHOM_SYNTH_FIT_ALL, "fathom_synth_fit: unknown fit bits 0x%x", o->fit);
+    FATHOM_CHECK_ARG((o->fit & ~(uint32_t)(FATHOM_SYNTH_FIT_ALL | FATHOM_SYNTH_FIT_CHURN)) == 0,
+                     "fathom_synth_fit: unknown fit bits 0x%x", o->fit);
     fathom_source_info in;
     FATHOM_TRY(fathom_source_get_info(capture, &in));
     FATHOM_CHECK_ARG(in.dim >= 8 && in.dim <= SYNTH_MAX_DIM && in.dim % 8 == 0,

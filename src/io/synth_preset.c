@@ -52,8 +52,11 @@ int synth_params_check(const synth_params *p) {
                      p->query_run);
     FATHOM_CHECK_ARG(isfinite(p->target_share) && p->target_share >= 0.0f && p->target_share <= 0.95f,
                      "preset: target_share %g not in [0, 0.95]", p->target_share);
+    FATHOM_CHECK_ARG(isfinite(p->query_churn) && p->query_churn >= 0.0f && p->query_churn <= 4.0f,
+                     "preset: query_churn %g not in [0, 4]", p->query_churn);
     if (!p->fitted) {
         FATHOM_CHECK_ARG(p->target_share == 0.0f, "preset: target_share needs a fitted preset");
+        FATHOM_CHECK_ARG(p->query_churn == 0.0f, "preset: query_churn needs a fitted preset");
         FATHOM_CHECK_ARG(!p->heads, "preset: per-head profiles need a fitted preset");
         FATHOM_CHECK_ARG(!p->per_layer, "preset: per-layer topic logits need a fitted preset");
         FATHOM_CHECK_ARG(!p->q_heads, "preset: per-query-head profiles need a fitted preset");
@@ -178,7 +181,7 @@ static const char *const known_keys[] = {
     "background_logit", "topic_logit", "sink_logit", "content_cap", "topics",         "topic_amp",
     "recency_logit", "query_run",  "k_std",          "k_mean",       "q_std",          "q_mean",
     "fit",          "pos_gain",   "pos_re",         "pos_im",         "heads",          "topic_logit_layers",
-    "target_share",
+    "target_share", "query_churn",
 };
 
 /* One flat array of "heads" (count numbers, each in [lo, hi]) into the
@@ -307,6 +310,8 @@ static int parse_root(const json_t *root, synth_params *p) {
     }
     /* queries that point at their targets are optional (absent: 0) */
     if (json_object_get(root, "target_share")) FATHOM_TRY(get_float(root, "target_share", &p->target_share));
+    /* channel churn is optional (absent: 0) */
+    if (json_object_get(root, "query_churn")) FATHOM_TRY(get_float(root, "query_churn", &p->query_churn));
     const json_t *heads = json_object_get(root, "heads");
     if (heads) {
         FATHOM_CHECK(pos_keys != 3, FATHOM_ERR_FORMAT,
@@ -483,6 +488,11 @@ int fathom_synth_preset_write(const fathom_synth_preset *preset, const char *pat
         return fathom_fail(FATHOM_ERR_NOMEM, "out of memory building the preset file");
     }
     if (p->target_share > 0 && json_object_set_new(root, "target_share", json_real((double)p->target_share))) {
+        json_decref(root);
+        json_decref(fit);
+        return fathom_fail(FATHOM_ERR_NOMEM, "out of memory building the preset file");
+    }
+    if (p->query_churn > 0 && json_object_set_new(root, "query_churn", json_real((double)p->query_churn))) {
         json_decref(root);
         json_decref(fit);
         return fathom_fail(FATHOM_ERR_NOMEM, "out of memory building the preset file");

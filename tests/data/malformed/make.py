@@ -166,7 +166,9 @@ for name, text in [
         ("duplicate_key", preset(lambda p: None).replace('"layers": 2,', '"layers": 2, "layers": 3,')),
         ("topic_logit_layers_too_short", preset(lambda p: p.update(topic_logit_layers=[3.0]))),
         ("topic_logit_layers_zero", preset(lambda p: p.update(topic_logit_layers=[3.0, 0.0]))),
-        ("topic_logit_layers_not_numbers", preset(lambda p: p.update(topic_logit_layers=[3.0, "x"])))]:
+        ("topic_logit_layers_not_numbers", preset(lambda p: p.update(topic_logit_layers=[3.0, "x"]))),
+        ("query_churn_out_of_range", preset(lambda p: p.update(query_churn=5.0))),
+        ("query_churn_not_number", preset(lambda p: p.update(query_churn="wide")))]:
     write("preset", name + ".json", text)
 
 
