@@ -1923,6 +1923,12 @@ def synthfit(rec):
     if "--per-layer" in rec["command"]:
         text += ("The preset's topic logit is fitted per layer to that layer's top-k mass (synth-fit --per-layer; "
                  "by default one logit serves every layer). ")
+    if "--churn" in rec["command"]:
+        fs_t, fs_a = fitted["fit"]["target"].get("fixed_share"), fitted["fit"]["achieved"].get("fixed_share")
+        text += ("The preset's channel churn is fitted too (synth-fit --churn: a log-normal gain per RoPE pair on "
+                 "each query, fitted to fixed_share, what the best fixed d/8 channels cover of each query's g over "
+                 "what the query's own top d/8 cover: the capture's %s, the preset's %s; docs/synthetic.md, "
+                 "\"Channel churn\"; opt-in, not part of the default fit). " % (f3(fs_t), f3(fs_a)))
     real = src[1]
     text += ("The fitted preset reaches rho %.3f, fathom:48 / sparq:16 %.3f and fathom:48 / ds:32 %.3f; the "
              "other real text %.3f, %.3f and %.3f%s. The fitted preset's oracle error is %.4f against the "
@@ -2283,6 +2289,8 @@ TABLES = [
           synthfit, "Pending: `scripts/record-result synthfit-gemma -- scripts/synth-fit-study --fit "
           "R/code_16k.safetensors --judge R/prose_16k.safetensors --calib R/calib_c2k.safetensors --base qwen3-8b "
           "--k 512 --positions 128 --per-head --no-ablations --no-builtin`."),
+    Table("synthfit-gemma-churn", GEMMA_SECTION, "The same with the queries' channel churn fitted (synth-fit --churn)",
+          synthfit, "Pending: the synthfit-gemma command with `--churn` added."),
     Table("gemma-ruler-16k-single", GEMMA_SECTION, "RULER at 16k: single needle", gemma_ruler, None),
     *ruler_more_tables("gemma-ruler-16k-single"),
     Table("gemma-ruler-16k-multikey", GEMMA_SECTION, "RULER at 16k: multi-key needle", gemma_ruler, None),
