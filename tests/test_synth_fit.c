@@ -19,6 +19,24 @@ static const char *tmp_path(const char *suffix, char *buf, size_t cap) {
     return buf;
 }
 
+/* An optional float field of p (a member of p->p) through the preset file:
+ * at v it comes back as v; at 0 (not written) it reads as 0. Leaves it 0. */
+static void round_trip(fathom_synth_preset *p, float *field, float v, const char *suffix) {
+    char path[128];
+    tmp_path(suffix, path, sizeof path);
+    const size_t at = (size_t)((char *)field - (char *)p);
+    for (int pass = 0; pass < 2; pass++) {
+        const float want = pass ? 0.0f : v;
+        *field = want;
+        CHECK_OK(fathom_synth_preset_write(p, path, NULL));
+        fathom_synth_preset *back = NULL;
+        CHECK_OK(fathom_synth_preset_load(&back, path));
+        CHECK(back && *(const float *)((const char *)back + at) == want);
+        fathom_synth_preset_free(back);
+    }
+    remove(path);
+}
+
 /* A known fitted preset of a small model: d = 32, RoPE base 1e4 (NeoX). */
 static fathom_synth_preset *known_preset(void) {
     fathom_synth_preset *p = calloc(1, sizeof *p);
@@ -1400,20 +1418,7 @@ static void test_target_share(void) {
            lift_at[0], lift_at[1], lift_at[2], cos_at[0], cos_at[1], cos_at[2]);
     CHECK(lift_at[1] > lift_at[0] + 0.1 && lift_at[2] > lift_at[1] + 0.1);
     /* the file keeps it; one without the key reads as 0 (as before it existed) */
-    char path[128];
-    tmp_path("-target.json", path, sizeof path);
-    p->p.target_share = 0.4f;
-    CHECK_OK(fathom_synth_preset_write(p, path, NULL));
-    fathom_synth_preset *back = NULL;
-    CHECK_OK(fathom_synth_preset_load(&back, path));
-    CHECK(back && back->p.target_share == 0.4f);
-    fathom_synth_preset_free(back);
-    p->p.target_share = 0.0f;
-    CHECK_OK(fathom_synth_preset_write(p, path, NULL));
-    CHECK_OK(fathom_synth_preset_load(&back, path));
-    CHECK(back && back->p.target_share == 0.0f);
-    fathom_synth_preset_free(back);
-    remove(path);
+    round_trip(p, &p->p.target_share, 0.4f, "-target.json");
     /* out of range */
     p->p.target_share = 0.99f;
     CHECK(synth_params_check(&p->p) == FATHOM_ERR_INVALID_ARG);
@@ -1422,6 +1427,7 @@ static void test_target_share(void) {
      * larger topic logit also lifts the attended key, so a whole fit trades
      * the two; docs/synthetic.md) */
     p->p.target_share = 0.3f;
+    char path[128];
     fathom_source *cap = capture_of(p, 32, "-target.safetensors", path, sizeof path);
     synth_params q = p->p;
     q.target_share = 0.0f;
@@ -1472,20 +1478,7 @@ static void test_query_churn(void) {
     fathom_source_free(gen);
     fathom_synth_preset_free(plain);
     /* the file keeps it; one without the key reads as 0 */
-    char path[128];
-    tmp_path("-churn.json", path, sizeof path);
-    p->p.query_churn = 0.75f;
-    CHECK_OK(fathom_synth_preset_write(p, path, NULL));
-    fathom_synth_preset *back = NULL;
-    CHECK_OK(fathom_synth_preset_load(&back, path));
-    CHECK(back && back->p.query_churn == 0.75f);
-    fathom_synth_preset_free(back);
-    p->p.query_churn = 0.0f;
-    CHECK_OK(fathom_synth_preset_write(p, path, NULL));
-    CHECK_OK(fathom_synth_preset_load(&back, path));
-    CHECK(back && back->p.query_churn == 0.0f);
-    fathom_synth_preset_free(back);
-    remove(path);
+    round_trip(p, &p->p.query_churn, 0.75f, "-churn.json");
     /* out of range, or on a built-in preset */
     p->p.query_churn = 4.5f;
     CHECK(synth_params_check(&p->p) == FATHOM_ERR_INVALID_ARG);
@@ -1497,6 +1490,7 @@ static void test_query_churn(void) {
     CHECK(synth_params_check(&builtin) == FATHOM_ERR_INVALID_ARG);
     /* the search finds a known churn again on a capture of the preset */
     p->p.query_churn = 0.6f;
+    char path[128];
     fathom_source *cap = capture_of(p, 32, "-churn.safetensors", path, sizeof path);
     synth_params q = p->p;
     q.query_churn = 0.0f;

@@ -670,22 +670,29 @@ static int target_stat(fit_ctx *f, double *value) {
     return FATHOM_OK;
 }
 
-/* target_share over [0, 0.9] for target_lift (grows with it), by bisection
- * (linear: 0 is a value it takes). */
-static int search_target(fit_ctx *f, double target) {
-    double lo = 0, hi = 0.9, value = 0;
-    f->p.target_share = 0;
-    FATHOM_TRY(target_stat(f, &value));
-    if (value >= target) return FATHOM_OK;
+/* *field over [0, hi] by bisection (linear: 0 is a value it takes) until
+ * stat reaches target; rising: the statistic grows with the field (else it
+ * falls); none when it is there already at 0. */
+static int bisect_linear(fit_ctx *f, float *field, int (*stat)(fit_ctx *, double *), double target, double hi,
+                         bool rising) {
+    double lo = 0, value = 0;
+    *field = 0;
+    FATHOM_TRY(stat(f, &value));
+    if (rising ? value >= target : value <= target) return FATHOM_OK;
     for (int it = 0; it < 7; it++) {
         const double mid = 0.5 * (lo + hi);
-        f->p.target_share = (float)mid;
-        FATHOM_TRY(target_stat(f, &value));
-        if (value < target) lo = mid;
+        *field = (float)mid;
+        FATHOM_TRY(stat(f, &value));
+        if (rising ? value < target : value > target) lo = mid;
         else hi = mid;
     }
-    f->p.target_share = (float)(0.5 * (lo + hi));
+    *field = (float)(0.5 * (lo + hi));
     return FATHOM_OK;
+}
+
+/* target_share over [0, 0.9] for target_lift (grows with it). */
+static int search_target(fit_ctx *f, double target) {
+    return bisect_linear(f, &f->p.target_share, target_stat, target, 0.9, true);
 }
 
 int synth_fit_target_share(const fathom_source *capture, uint32_t k, synth_params *p, double *target,
@@ -710,25 +717,12 @@ static int churn_stat(fit_ctx *f, double *value) {
     return FATHOM_OK;
 }
 
-/* query_churn over [0, 2] for fixed_share (falls as it grows), by
- * bisection (linear: 0 is a value it takes); none when the preset's share
- * is already at or below the target. (Fitted to churn_overlap, which
- * tells real queries from generated ones by more, the Gemma 3 fit kept
- * fixed_share too high for DS's ratio; docs/synthetic.md.) */
+/* query_churn over [0, 2] for fixed_share (falls as it grows); none when
+ * the preset's share is already at or below the target. (Fitted to
+ * churn_overlap, which tells real queries from generated ones by more, the
+ * Gemma 3 fit kept fixed_share too high for DS's ratio; docs/synthetic.md.) */
 static int search_churn(fit_ctx *f, double target) {
-    double lo = 0, hi = 2, value = 0;
-    f->p.query_churn = 0;
-    FATHOM_TRY(churn_stat(f, &value));
-    if (value <= target) return FATHOM_OK;
-    for (int it = 0; it < 7; it++) {
-        const double mid = 0.5 * (lo + hi);
-        f->p.query_churn = (float)mid;
-        FATHOM_TRY(churn_stat(f, &value));
-        if (value > target) lo = mid;
-        else hi = mid;
-    }
-    f->p.query_churn = (float)(0.5 * (lo + hi));
-    return FATHOM_OK;
+    return bisect_linear(f, &f->p.query_churn, churn_stat, target, 2, false);
 }
 
 int synth_fit_query_churn(const fathom_source *capture, uint32_t k, synth_params *p, double *target,
