@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
 #include <unistd.h>
 
 static const char *tmp_path(const char *suffix, char *buf, size_t cap) {
@@ -19,19 +20,21 @@ static const char *tmp_path(const char *suffix, char *buf, size_t cap) {
     return buf;
 }
 
-/* An optional float field of p (a member of p->p) through the preset file:
- * at v it comes back as v; at 0 (not written) it reads as 0. Leaves it 0. */
-static void round_trip(fathom_synth_preset *p, float *field, float v, const char *suffix) {
+/* The float field of s at offset `at` (offsetof(synth_params, ...)). */
+static float *field_at(synth_params *s, size_t at) { return (float *)((char *)s + at); }
+
+/* An optional float field (offset at) through the preset file: at v it
+ * comes back as v; at 0 (not written) it reads as 0. Leaves it 0. */
+static void round_trip(fathom_synth_preset *p, size_t at, float v, const char *suffix) {
     char path[128];
     tmp_path(suffix, path, sizeof path);
-    const size_t at = (size_t)((char *)field - (char *)p);
     for (int pass = 0; pass < 2; pass++) {
         const float want = pass ? 0.0f : v;
-        *field = want;
+        *field_at(&p->p, at) = want;
         CHECK_OK(fathom_synth_preset_write(p, path, NULL));
         fathom_synth_preset *back = NULL;
         CHECK_OK(fathom_synth_preset_load(&back, path));
-        CHECK(back && *(const float *)((const char *)back + at) == want);
+        CHECK(back && *field_at(&back->p, at) == want);
         fathom_synth_preset_free(back);
     }
     remove(path);
@@ -1395,6 +1398,27 @@ static void test_fit_layers(void) {
     fathom_synth_preset_free(fit);
 }
 
+/* A capture of p with the field at offset `at` set to v; fit (one search
+ * alone) from 0 on a copy of p finds v within tol and the capture's
+ * statistic within tol_stat. */
+typedef int (*search_alone_fn)(const fathom_source *, uint32_t, synth_params *, double *, double *);
+static void search_recovers(fathom_synth_preset *p, size_t at, float v, search_alone_fn fit, double tol,
+                            double tol_stat, const char *name) {
+    *field_at(&p->p, at) = v;
+    char path[128], suffix[64];
+    snprintf(suffix, sizeof suffix, "-%s.safetensors", name);
+    fathom_source *cap = capture_of(p, 32, suffix, path, sizeof path);
+    synth_params q = p->p;
+    *field_at(&q, at) = 0.0f;
+    double want = 0, got = 0;
+    CHECK_OK(fit(cap, 32, &q, &want, &got));
+    printf("search for %s %.2f: %.3f; statistic capture %.4f, preset %.4f\n", name, v, *field_at(&q, at), want, got);
+    CHECK_NEAR(*field_at(&q, at), v, tol);
+    CHECK_NEAR(got, want, tol_stat);
+    fathom_source_free(cap);
+    remove(path);
+}
+
 /* Queries that point at their targets (synth_params.target_share): the
  * share moves target_lift (how far above moment-matched queries a query's
  * deviation lifts the key it attends most) well above the share-0 generator's,
@@ -1418,7 +1442,7 @@ static void test_target_share(void) {
            lift_at[0], lift_at[1], lift_at[2], cos_at[0], cos_at[1], cos_at[2]);
     CHECK(lift_at[1] > lift_at[0] + 0.1 && lift_at[2] > lift_at[1] + 0.1);
     /* the file keeps it; one without the key reads as 0 (as before it existed) */
-    round_trip(p, &p->p.target_share, 0.4f, "-target.json");
+    round_trip(p, offsetof(synth_params, target_share), 0.4f, "-target.json");
     /* out of range */
     p->p.target_share = 0.99f;
     CHECK(synth_params_check(&p->p) == FATHOM_ERR_INVALID_ARG);
@@ -1426,18 +1450,7 @@ static void test_target_share(void) {
      * (every other field known: with content that points at its keys, a
      * larger topic logit also lifts the attended key, so a whole fit trades
      * the two; docs/synthetic.md) */
-    p->p.target_share = 0.3f;
-    char path[128];
-    fathom_source *cap = capture_of(p, 32, "-target.safetensors", path, sizeof path);
-    synth_params q = p->p;
-    q.target_share = 0.0f;
-    double want = 0, got = 0;
-    CHECK_OK(synth_fit_target_share(cap, 32, &q, &want, &got));
-    printf("search for target_share 0.3: %.3f; target_lift capture %.4f, preset %.4f\n", q.target_share, want, got);
-    CHECK_NEAR(q.target_share, 0.3, 0.1);
-    CHECK_NEAR(got, want, 0.1);
-    fathom_source_free(cap);
-    remove(path);
+    search_recovers(p, offsetof(synth_params, target_share), 0.3f, synth_fit_target_share, 0.1, 0.1, "target_share");
     fathom_synth_preset_free(p);
 }
 
@@ -1478,7 +1491,7 @@ static void test_query_churn(void) {
     fathom_source_free(gen);
     fathom_synth_preset_free(plain);
     /* the file keeps it; one without the key reads as 0 */
-    round_trip(p, &p->p.query_churn, 0.75f, "-churn.json");
+    round_trip(p, offsetof(synth_params, query_churn), 0.75f, "-churn.json");
     /* out of range, or on a built-in preset */
     p->p.query_churn = 4.5f;
     CHECK(synth_params_check(&p->p) == FATHOM_ERR_INVALID_ARG);
@@ -1489,18 +1502,7 @@ static void test_query_churn(void) {
     builtin.query_churn = 0.5f;
     CHECK(synth_params_check(&builtin) == FATHOM_ERR_INVALID_ARG);
     /* the search finds a known churn again on a capture of the preset */
-    p->p.query_churn = 0.6f;
-    char path[128];
-    fathom_source *cap = capture_of(p, 32, "-churn.safetensors", path, sizeof path);
-    synth_params q = p->p;
-    q.query_churn = 0.0f;
-    double want = 0, got = 0;
-    CHECK_OK(synth_fit_query_churn(cap, 32, &q, &want, &got));
-    printf("search for query_churn 0.6: %.3f; fixed_share capture %.4f, preset %.4f\n", q.query_churn, want, got);
-    CHECK_NEAR(q.query_churn, 0.6, 0.2);
-    CHECK_NEAR(got, want, 0.02);
-    fathom_source_free(cap);
-    remove(path);
+    search_recovers(p, offsetof(synth_params, query_churn), 0.6f, synth_fit_query_churn, 0.2, 0.02, "query_churn");
     fathom_synth_preset_free(p);
 }
 

@@ -877,7 +877,8 @@ def gpu_hybrid(rec):
 
     def row(context, label, t, ref_ms):
         return [context, label, "%.2f" % t["cpu_GBps"], "%.3f" % t["cpu_fixed_ms"], gbps(t["gpu_GBps"]),
-                "%.3f" % t["gpu_fixed_ms"], "%.1f%%" % (100 * t["noise"]) if "noise" in t else "-", "%d" % t["share"], "%.2f" % t["ms"], "%.2fx" % (t["ms"] / ref_ms),
+                "%.3f" % t["gpu_fixed_ms"], "%.1f%%" % (100 * t["noise"]) if "noise" in t else "-",
+                "%d" % t["share"], "%.2f" % t["ms"], "%.2fx" % (t["ms"] / ref_ms),
                 "%d: %.2f" % (t["best_share"], t["best_ms"]), " / ".join("%.1f" % x for x in t["ms_by_share"])]
 
     caches = lambda d: d["cache"] if isinstance(d["cache"], list) else [d["cache"]]
@@ -887,7 +888,8 @@ def gpu_hybrid(rec):
         for c in caches(d):
             rows.append(row(ctx(d["context"]), "%d + %s" % (c["hybrid"]["threads"], c.get("point", "cache")),
                             c["hybrid"], d["gpu_only_ms"]))
-    text = md_table(["context", "host threads", "cpu GB/s", "cpu fixed ms", "gpu GB/s", "gpu fixed ms", "noise", "share",
+    text = md_table(["context", "host threads", "cpu GB/s", "cpu fixed ms", "gpu GB/s", "gpu fixed ms", "noise",
+                     "share",
                      "ms", "vs GPU only", "best share: ms", "ms with 0 .. %d pairs on the host" % r["kv_heads"]],
                     rows)
     gpu = ", ".join("%s %.2f ms" % (ctx(d["context"]), d["gpu_only_ms"]) for d in r["decode"])

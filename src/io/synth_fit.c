@@ -631,13 +631,15 @@ static int search_layers(fit_ctx *f, double lo, double hi) {
     return FATHOM_OK;
 }
 
-typedef enum { KNOB_TOPIC_AMP, KNOB_TOPIC_LOGIT, KNOB_SINK_LOGIT, KNOB_RECENCY } knob;
+typedef enum { KNOB_TOPIC_AMP, KNOB_TOPIC_LOGIT, KNOB_SINK_LOGIT, KNOB_RECENCY, KNOB_TARGET, KNOB_CHURN } knob;
 
 static float *knob_field(synth_params *p, knob which) {
     switch (which) {
     case KNOB_TOPIC_AMP: return &p->topic_amp;
     case KNOB_TOPIC_LOGIT: return &p->topic_logit;
     case KNOB_SINK_LOGIT: return &p->sink_logit;
+    case KNOB_TARGET: return &p->target_share;
+    case KNOB_CHURN: return &p->query_churn;
     default: return p->positional ? &p->pos_gain : &p->recency_logit;
     }
 }
@@ -647,13 +649,18 @@ static double stat_field(const fathom_synth_stats *s, knob which) {
     case KNOB_TOPIC_AMP: return s->pca_share;
     case KNOB_TOPIC_LOGIT: return s->top_mass;
     case KNOB_SINK_LOGIT: return s->sink_mass;
+    case KNOB_TARGET: return s->target_lift;
+    case KNOB_CHURN: return s->fixed_share;
     default: return s->local_mass;
     }
 }
 
+/* target_lift is measured with dev_skew's positions only (measure's skew) */
+static bool knob_skew(knob which) { return which == KNOB_TARGET; }
+
 static int knob_stat(fit_ctx *f, uint32_t which, double *value) {
     fathom_synth_stats s;
-    FATHOM_TRY(stats_of(f, &f->p, false, &s, NULL));
+    FATHOM_TRY(stats_of(f, &f->p, knob_skew((knob)which), &s, NULL));
     *value = stat_field(&s, (knob)which);
     return FATHOM_OK;
 }
@@ -663,82 +670,65 @@ static int search_knob(fit_ctx *f, knob which, double target, double lo, double 
     return bisect_log(f, knob_field(&f->p, which), knob_stat, which, target, lo, hi);
 }
 
-static int target_stat(fit_ctx *f, double *value) {
-    fathom_synth_stats s;
-    FATHOM_TRY(stats_of(f, &f->p, true, &s, NULL));
-    *value = s.target_lift;
-    return FATHOM_OK;
-}
-
-/* *field over [0, hi] by bisection (linear: 0 is a value it takes) until
- * stat reaches target; rising: the statistic grows with the field (else it
- * falls); none when it is there already at 0. */
-static int bisect_linear(fit_ctx *f, float *field, int (*stat)(fit_ctx *, double *), double target, double hi,
+/* Bisection over [0, hi] of *x (linear: 0 is a value it takes) for the
+ * statistic to reach target; rising: it grows with *x (else it falls);
+ * none when it is there already at 0. */
+static int bisect_linear(fit_ctx *f, float *x, search_stat_fn stat, uint32_t arg, double target, double hi,
                          bool rising) {
     double lo = 0, value = 0;
-    *field = 0;
-    FATHOM_TRY(stat(f, &value));
+    *x = 0;
+    FATHOM_TRY(stat(f, arg, &value));
     if (rising ? value >= target : value <= target) return FATHOM_OK;
     for (int it = 0; it < 7; it++) {
         const double mid = 0.5 * (lo + hi);
-        *field = (float)mid;
-        FATHOM_TRY(stat(f, &value));
+        *x = (float)mid;
+        FATHOM_TRY(stat(f, arg, &value));
         if (rising ? value < target : value > target) lo = mid;
         else hi = mid;
     }
-    *field = (float)(0.5 * (lo + hi));
+    *x = (float)(0.5 * (lo + hi));
     return FATHOM_OK;
 }
 
-/* target_share over [0, 0.9] for target_lift (grows with it). */
-static int search_target(fit_ctx *f, double target) {
-    return bisect_linear(f, &f->p.target_share, target_stat, target, 0.9, true);
+/* The knobs searched linearly from 0: target_share over [0, 0.9] for
+ * target_lift (grows with it), query_churn over [0, 2] for fixed_share
+ * (falls as it grows). (query_churn was first fitted to churn_overlap,
+ * which tells real queries from generated ones by more; the Gemma 3 fit
+ * then kept fixed_share too high for DS's ratio; docs/synthetic.md.) */
+static int search_linear(fit_ctx *f, knob which, double target) {
+    const bool churn = which == KNOB_CHURN;
+    return bisect_linear(f, knob_field(&f->p, which), knob_stat, which, target, churn ? 2.0 : 0.9, !churn);
+}
+
+/* One linear knob's search alone (synth_fit_target_share,
+ * synth_fit_query_churn): p's field such that p's statistic at the
+ * capture's n and positions reaches the capture's, every other field kept. */
+static int fit_alone(const fathom_source *capture, uint32_t k, synth_params *p, knob which, double *target,
+                     double *achieved) {
+    fathom_source_info in;
+    FATHOM_TRY(fathom_source_get_info(capture, &in));
+    fathom_synth_stats want, got;
+    FATHOM_TRY(measure(capture, FATHOM_ROPE_NEOX, p->rope_base, k, 1, knob_skew(which), &want, NULL, NULL, false,
+                       NULL, -1));
+    fit_ctx f = {.in = &in, .k = k, .layer_stride = 1, .p = *p};
+    FATHOM_TRY(search_linear(&f, which, stat_field(&want, which)));
+    FATHOM_TRY(stats_of(&f, &f.p, knob_skew(which), &got, NULL));
+    *knob_field(p, which) = *knob_field(&f.p, which);
+    *target = stat_field(&want, which), *achieved = stat_field(&got, which);
+    return FATHOM_OK;
 }
 
 int synth_fit_target_share(const fathom_source *capture, uint32_t k, synth_params *p, double *target,
                            double *achieved) {
     FATHOM_CHECK_ARG(capture && p && target && achieved, "synth_fit_target_share: NULL argument");
-    fathom_source_info in;
-    FATHOM_TRY(fathom_source_get_info(capture, &in));
-    fathom_synth_stats want, got;
-    FATHOM_TRY(measure(capture, FATHOM_ROPE_NEOX, p->rope_base, k, 1, true, &want, NULL, NULL, false, NULL, -1));
-    fit_ctx f = {.in = &in, .k = k, .layer_stride = 1, .p = *p};
-    FATHOM_TRY(search_target(&f, want.target_lift));
-    FATHOM_TRY(stats_of(&f, &f.p, true, &got, NULL));
-    p->target_share = f.p.target_share;
-    *target = want.target_lift, *achieved = got.target_lift;
-    return FATHOM_OK;
-}
-
-static int churn_stat(fit_ctx *f, double *value) {
-    fathom_synth_stats s;
-    FATHOM_TRY(stats_of(f, &f->p, false, &s, NULL));
-    *value = s.fixed_share;
-    return FATHOM_OK;
-}
-
-/* query_churn over [0, 2] for fixed_share (falls as it grows); none when
- * the preset's share is already at or below the target. (Fitted to
- * churn_overlap, which tells real queries from generated ones by more, the
- * Gemma 3 fit kept fixed_share too high for DS's ratio; docs/synthetic.md.) */
-static int search_churn(fit_ctx *f, double target) {
-    return bisect_linear(f, &f->p.query_churn, churn_stat, target, 2, false);
+    return fit_alone(capture, k, p, KNOB_TARGET, target, achieved);
 }
 
 int synth_fit_query_churn(const fathom_source *capture, uint32_t k, synth_params *p, double *target,
                           double *achieved) {
     FATHOM_CHECK_ARG(capture && p && target && achieved, "synth_fit_query_churn: NULL argument");
     FATHOM_CHECK_ARG(p->fitted, "synth_fit_query_churn: query_churn needs a fitted preset");
-    fathom_source_info in;
-    FATHOM_TRY(fathom_source_get_info(capture, &in));
-    fathom_synth_stats want, got;
-    FATHOM_TRY(measure(capture, FATHOM_ROPE_NEOX, p->rope_base, k, 1, false, &want, NULL, NULL, false, NULL, -1));
-    fit_ctx f = {.in = &in, .k = k, .layer_stride = 1, .p = *p};
-    FATHOM_TRY(search_churn(&f, want.fixed_share));
-    FATHOM_TRY(stats_of(&f, &f.p, false, &got, NULL));
-    p->query_churn = f.p.query_churn;
-    *target = want.fixed_share, *achieved = got.fixed_share;
-    return FATHOM_OK;
+    return fit_alone(capture, k, p, KNOB_CHURN, target, achieved);
 }
 
 static int search_run(fit_ctx *f, double target) {
@@ -815,10 +805,10 @@ static int search_knobs(fit_ctx *f, uint32_t groups, const fathom_synth_stats *t
         /* the share of the query along its target key, for target_lift,
          * after the concentration (which it moves; the next round's
          * searches run with it) */
-        if (groups & FATHOM_SYNTH_FIT_TARGET) FATHOM_TRY(search_target(f, target->target_lift));
+        if (groups & FATHOM_SYNTH_FIT_TARGET) FATHOM_TRY(search_linear(f, KNOB_TARGET, target->target_lift));
         /* the channel churn, for fixed_share, after the concentration
          * (opt-in; the next round's searches run with it) */
-        if (groups & FATHOM_SYNTH_FIT_CHURN) FATHOM_TRY(search_churn(f, target->fixed_share));
+        if (groups & FATHOM_SYNTH_FIT_CHURN) FATHOM_TRY(search_linear(f, KNOB_CHURN, target->fixed_share));
     }
     /* A per-head QK-norm preset's sink sets token 0's gap exactly
      * (src/io/synth.c): searched once more, last, after the concentration
