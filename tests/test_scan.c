@@ -461,6 +461,12 @@ static void test_scan_select(void) {
         for (int j = 7; j < 24; j += 3) /* head 0 of item a: mostly NaN, some +-inf */
             qinf[j] = j % 2 ? INFINITY : -INFINITY;
         check_scan_select(pool, a, b, db, da, qinf, 0);
+        /* ranges long enough for a task's own bound before any floor (16 groups of
+           16 per 256 tokens; m up to 300 here) */
+        fathom_store *c = make_store(dim, 0, 64 * 700);
+        check_scan_select(pool, c, b, da, db, q, 0);
+        check_scan_select(pool, c, b, db, da, q, 8192);
+        fathom_store_free(c);
         /* argument errors */
         uint32_t idx[8], cnt[3];
         fathom_scan_select_item it = {a, da, q, 3, 100, 2, 0, 0, idx, cnt, NULL};
@@ -478,7 +484,7 @@ static void test_scan_select(void) {
         CHECK_STATUS(fathom_scan_select_parallel(pool, FATHOM_SCAN_AUTO, &it, 1, 64),
                      FATHOM_ERR_INVALID_ARG);
     }
-    CHECK(scan_select_cases == 6 * 4 * 5 * 2 * 3 * 8 && scan_select_bad == 0);
+    CHECK(scan_select_cases == 8 * 4 * 5 * 2 * 3 * 8 && scan_select_bad == 0);
     printf("test_scan: scan_select checked against fathom_select (%d head selections)\n",
            scan_select_cases);
     fathom_pool_free(pool);

@@ -61,6 +61,16 @@ static uint64_t min_u64(const uint64_t *c, uint64_t n) {
     return v;
 }
 
+/* Scores per group of range_floor: a token's group is its index within its
+ * run of 256 tokens, modulo 16. */
+#define SS_GROUP_RUN 256
+#define SS_GROUPS_PER_RUN 16
+
+/* Groups of range_floor for len scores. */
+static uint64_t floor_groups(uint64_t len) {
+    return (len + SS_GROUP_RUN - 1) / SS_GROUP_RUN * SS_GROUPS_PER_RUN;
+}
+
 /* The filter threshold for candidates above (strict) or not below floor:
  * the float of floor's key; for the keys of NaN and -inf, -inf and not
  * strict, which lets everything through. */
@@ -74,6 +84,40 @@ static float floor_threshold(uint64_t floor, int *strict) {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
+}
+
+/* A threshold at least m of s[0..len) are not below, for a range whose
+ * task has no floor yet: the m-th largest of the maxima of disjoint groups
+ * of scores (floor_groups; each maximum is one of the scores, so m scores
+ * are not below it, and the range's top m are not below it either). NaN
+ * scores are in no maximum. -inf when the groups are fewer than 2m (the
+ * bound would be loose). mx and keys hold floor_groups(len) values. */
+static float range_floor(const float *s, uint64_t len, uint64_t m, float *mx, uint64_t *keys) {
+    const uint64_t groups = floor_groups(len);
+    if (groups < 2 * m) return -__builtin_inff();
+    for (uint64_t b = 0; b * SS_GROUP_RUN < len; b++) {
+        const float *r = s + b * SS_GROUP_RUN;
+        float g[SS_GROUPS_PER_RUN];
+        for (int j = 0; j < SS_GROUPS_PER_RUN; j++) g[j] = -__builtin_inff();
+        const uint64_t left = len - b * SS_GROUP_RUN;
+        if (left >= SS_GROUP_RUN) {
+            for (int i = 0; i < SS_GROUP_RUN / SS_GROUPS_PER_RUN; i++)
+                for (int j = 0; j < SS_GROUPS_PER_RUN; j++) {
+                    const float v = r[i * SS_GROUPS_PER_RUN + j];
+                    g[j] = v > g[j] ? v : g[j];
+                }
+        } else {
+            for (uint64_t t = 0; t < left; t++) {
+                const float v = r[t];
+                g[t % SS_GROUPS_PER_RUN] = v > g[t % SS_GROUPS_PER_RUN] ? v : g[t % SS_GROUPS_PER_RUN];
+            }
+        }
+        for (int j = 0; j < SS_GROUPS_PER_RUN; j++) mx[b * SS_GROUPS_PER_RUN + j] = g[j];
+    }
+    for (uint64_t i = 0; i < groups; i++) keys[i] = (uint64_t)fathom_score_key(mx[i]) << 32 | i;
+    top_m(keys, groups, m);
+    int strict = 0;
+    return floor_threshold(min_u64(keys, m) & ~(uint64_t)UINT32_MAX, &strict);
 }
 
 static uint32_t filter_portable(const float *s, uint32_t n, float thr, int strict, uint64_t pos0,
@@ -139,6 +183,8 @@ typedef struct ss_batch {
     uint64_t *buf;    /* [threads][cap] */
     uint64_t scratch_per_worker;
     filter_fn filter;
+    float *group_max;     /* [threads][floor_groups(range)] */
+    uint64_t *group_keys; /* the same */
 } ss_batch;
 
 static int ss_scan_task(void *arg, uint32_t task, uint32_t worker) {
@@ -161,11 +207,18 @@ static int ss_scan_task(void *arg, uint32_t task, uint32_t worker) {
     else
         FATHOM_TRY(fathom_segments_scan_range(bt->kernel, it->segments, it->depths, it->queries,
                                               it->group, s0, hi - s0, scores, bt->range, NULL));
-    for (uint32_t h = 0; h < it->group; h++) {
+    const uint64_t ng = floor_groups(bt->range);
+    for (uint32_t hh = 0; hh < it->group; hh++) {
+        const uint32_t h = (hh + task) % it->group; /* tasks that end together offer to different pools */
         ss_pool *pl = &si->pools[h];
         uint64_t c = 0, floor = atomic_load_explicit(&pl->floor, memory_order_relaxed);
         int strict = 0;
         float thr = floor_threshold(floor, &strict);
+        if (floor == 0) { /* no floor yet: the range's own bound */
+            const float f = range_floor(scores + h * bt->range + (lo - s0), hi - lo, m,
+                                        bt->group_max + worker * ng, bt->group_keys + worker * ng);
+            if (f > thr) thr = f, strict = 0;
+        }
         for (uint64_t b = lo; b < hi;) {
             const uint64_t next = hi - b < SS_CHUNK ? hi : b + SS_CHUNK;
             c += bt->filter(scores + h * bt->range + (b - s0), (uint32_t)(next - b), thr, strict, b,
@@ -293,16 +346,19 @@ int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel ker
         }
         n_select += it->group;
     }
-    uint64_t *tasks = NULL, *values = NULL, *buf = NULL;
+    uint64_t *tasks = NULL, *values = NULL, *buf = NULL, *group_keys = NULL;
     ss_pool *pools = NULL;
-    float *scratch = NULL;
+    float *scratch = NULL, *group_max = NULL;
+    const uint64_t ng = floor_groups(range_tokens);
     if (ok) {
         tasks = fathom_alloc_array(n_scan ? n_scan : 1, sizeof *tasks);
         values = fathom_alloc_array(pool_values ? pool_values : 1, sizeof *values);
         pools = fathom_alloc_array(n_select, sizeof *pools);
         buf = fathom_alloc_array((uint64_t)threads * cap, sizeof *buf);
         scratch = fathom_alloc_array((uint64_t)threads * scratch_floats, sizeof(float));
-        ok = tasks && values && pools && buf && scratch && n_scan <= UINT32_MAX &&
+        group_max = fathom_alloc_array((uint64_t)threads * ng, sizeof(float));
+        group_keys = fathom_alloc_array((uint64_t)threads * ng, sizeof(uint64_t));
+        ok = tasks && values && pools && buf && scratch && group_max && group_keys && n_scan <= UINT32_MAX &&
              n_select <= UINT32_MAX;
     }
     int status = FATHOM_OK;
@@ -326,7 +382,8 @@ int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel ker
             for (uint32_t i = 0; i < count; i++)
                 if (st[i].m && r < st[i].ranges) tasks[t++] = (uint64_t)i << 32 | r;
         const ss_batch batch = {kernel, items, st,     tasks,          range_tokens,
-                                cap,    scratch, buf, scratch_floats, pick_filter()};
+                                cap,    scratch, buf, scratch_floats, pick_filter(),
+                                group_max, group_keys};
         if (n_scan) status = fathom_pool_run(pool, ss_scan_task, (void *)&batch, (uint32_t)n_scan);
         if (status == FATHOM_OK)
             status = fathom_pool_run(pool, ss_select_task, (void *)&batch, (uint32_t)n_select);
@@ -336,6 +393,8 @@ int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel ker
     free(pools);
     free(buf);
     free(scratch);
+    free(group_max);
+    free(group_keys);
     free(st);
     return status;
 }
