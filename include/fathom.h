@@ -594,6 +594,10 @@ typedef struct fathom_synth_fit_options {
     uint32_t k;               /* top-k size of the concentration statistic (0: max(64, n/64)) */
     uint32_t fit;             /* FATHOM_SYNTH_FIT_* bits (0: FATHOM_SYNTH_FIT_DEFAULT) */
     uint32_t layer_stride;    /* measure every this-many layers of the candidates (0: 1) */
+    /* > 0: the preset's query_churn held at this value (at most 4) and
+     * every fitted statistic searched with it, in place of
+     * FATHOM_SYNTH_FIT_CHURN's search, which it excludes (0: none) */
+    float query_churn;
 } fathom_synth_fit_options;
 
 typedef struct fathom_synth_fit_report {

@@ -1506,6 +1506,46 @@ static void test_query_churn(void) {
     fathom_synth_preset_free(p);
 }
 
+/* A held channel churn (fathom_synth_fit_options.query_churn): the fit
+ * keeps the given query_churn and searches everything else with it, so it
+ * reaches the capture's top-k mass as a fit without it does, with the
+ * churn's lower fixed_share; with FATHOM_SYNTH_FIT_CHURN, or out of
+ * [0, 4], it is refused. */
+static void test_fit_churn_held(void) {
+    fathom_synth_preset *p = known_preset(), *fit = NULL, *plain = NULL;
+    p->p.query_run = 1; /* consecutive queries differ: the fitted run is short and the churn shows */
+    char path[128];
+    fathom_source *cap = capture_of(p, 32, "-churn-held.safetensors", path, sizeof path);
+    fathom_synth_fit_options o = {.base = "smollm2-135m", .name = "refit", .k = 32,
+                                  .fit = FATHOM_SYNTH_FIT_ALL & ~FATHOM_SYNTH_FIT_LAYERS & ~FATHOM_SYNTH_FIT_RECENCY &
+                                         ~FATHOM_SYNTH_FIT_TARGET};
+    fathom_synth_fit_report r0, r;
+    CHECK_OK(fathom_synth_fit(&plain, cap, &o, &r0));
+    o.query_churn = 0.5f;
+    CHECK_OK(fathom_synth_fit(&fit, cap, &o, &r));
+    CHECK(plain && plain->p.query_churn == 0.0f && fit && fit->p.query_churn == 0.5f);
+    printf("fit with query_churn held at 0.5 / without: fixed_share %.4f / %.4f (capture %.4f), top-k mass "
+           "%.4f / %.4f (%.4f), query_run %u / %u\n",
+           r.achieved.fixed_share, r0.achieved.fixed_share, r.target.fixed_share, r.achieved.top_mass,
+           r0.achieved.top_mass, r.target.top_mass, fit ? fit->p.query_run : 0, plain ? plain->p.query_run : 0);
+    CHECK(r.achieved.fixed_share < r0.achieved.fixed_share - 0.03);
+    CHECK_NEAR(r.achieved.top_mass, r.target.top_mass, 0.03);
+    CHECK_NEAR(r0.achieved.top_mass, r.target.top_mass, 0.03);
+    fathom_synth_preset_free(fit), fathom_synth_preset_free(plain);
+    fit = NULL;
+    o.fit |= FATHOM_SYNTH_FIT_CHURN;
+    CHECK_STATUS(fathom_synth_fit(&fit, cap, &o, &r), FATHOM_ERR_INVALID_ARG);
+    o.fit &= ~(uint32_t)FATHOM_SYNTH_FIT_CHURN;
+    o.query_churn = 4.5f;
+    CHECK_STATUS(fathom_synth_fit(&fit, cap, &o, &r), FATHOM_ERR_INVALID_ARG);
+    o.query_churn = NAN;
+    CHECK_STATUS(fathom_synth_fit(&fit, cap, &o, &r), FATHOM_ERR_INVALID_ARG);
+    CHECK(fit == NULL);
+    fathom_source_free(cap);
+    remove(path);
+    fathom_synth_preset_free(p);
+}
+
 int main(void) {
     test_roundtrip();
     test_malformed();
@@ -1528,5 +1568,6 @@ int main(void) {
     test_fit_layers();
     test_target_share();
     test_query_churn();
+    test_fit_churn_held();
     return check_summary("test_synth_fit");
 }

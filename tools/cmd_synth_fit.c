@@ -48,6 +48,8 @@ static void usage(FILE *f) {
             "  --churn              channel churn: a log-normal gain per RoPE pair on each query\n"
             "                       (query_churn), fitted to the share of the per-query top d/8\n"
             "                       channels' importance that one fixed set covers (default: none)\n"
+            "  --churn-sigma S      channel churn held at S (0 < S <= 4) and every other\n"
+            "                       statistic fitted with it, in place of --churn's search\n"
             "  --layer-stride S     measure the candidates on every S-th layer (default layers/6)\n"
             "  --json               the fit's report as one JSON object on stdout\n"
             "  -h, --help           this help\n"
@@ -56,7 +58,7 @@ static void usage(FILE *f) {
 }
 
 enum { OPT_KV = 256, OPT_OUT, OPT_BASE, OPT_NAME, OPT_ROPE, OPT_ROPE_BASE, OPT_K, OPT_KEEP, OPT_STRIDE, OPT_JSON,
-       OPT_PER_HEAD, OPT_PER_LAYER, OPT_PER_QUERY_HEAD, OPT_TARGET, OPT_CHURN };
+       OPT_PER_HEAD, OPT_PER_LAYER, OPT_PER_QUERY_HEAD, OPT_TARGET, OPT_CHURN, OPT_CHURN_SIGMA };
 static const struct option long_options[] = {
     {"help", no_argument, NULL, 'h'},
     {"kv", required_argument, NULL, OPT_KV},
@@ -74,6 +76,7 @@ static const struct option long_options[] = {
     {"per-query-head", no_argument, NULL, OPT_PER_QUERY_HEAD},
     {"target", no_argument, NULL, OPT_TARGET},
     {"churn", no_argument, NULL, OPT_CHURN},
+    {"churn-sigma", required_argument, NULL, OPT_CHURN_SIGMA},
     {NULL, 0, NULL, 0},
 };
 
@@ -170,6 +173,13 @@ int cmd_synth_fit(int argc, char **argv) {
         case OPT_PER_QUERY_HEAD: per_query_head = true; break;
         case OPT_TARGET: target = true; break;
         case OPT_CHURN: churn = true; break;
+        case OPT_CHURN_SIGMA: {
+            double sigma;
+            if (!cli_parse_double(optarg, &sigma) || !(sigma > 0 && sigma <= 4))
+                return cli_bad_value("a number in (0, 4]");
+            o.query_churn = (float)sigma;
+            break;
+        }
         }
     }
     if (optind < argc) return cli_usage_error("unexpected argument '%s'", argv[optind]);
@@ -180,6 +190,7 @@ int cmd_synth_fit(int argc, char **argv) {
     if ((o.style == FATHOM_ROPE_DETECT) != (o.rope_base == 0))
         return cli_usage_error("--rope-base goes with --rope neox|adjacent, and they need it");
     if (per_query_head && !per_head) return cli_usage_error("--per-query-head needs --per-head");
+    if (churn && o.query_churn > 0) return cli_usage_error("--churn and --churn-sigma exclude each other");
     o.fit = (FATHOM_SYNTH_FIT_DEFAULT | (per_head ? FATHOM_SYNTH_FIT_HEADS : 0) |
              (per_layer ? FATHOM_SYNTH_FIT_LAYERS : 0) | (per_query_head ? FATHOM_SYNTH_FIT_QUERY_HEADS : 0) |
              (target ? FATHOM_SYNTH_FIT_TARGET : 0) | (churn ? FATHOM_SYNTH_FIT_CHURN : 0)) &
@@ -246,6 +257,8 @@ int cmd_synth_fit(int argc, char **argv) {
                 r.base.target_cos, r.target.target_lift, r.achieved.target_lift, r.base.target_lift, (o.fit & FATHOM_SYNTH_FIT_TARGET) ? "(target_share)" : "(reported, not fitted)",
                 r.target.churn_overlap, r.achieved.churn_overlap, r.base.churn_overlap, r.target.fixed_share,
                 r.achieved.fixed_share, r.base.fixed_share,
-                (o.fit & FATHOM_SYNTH_FIT_CHURN) ? "(query_churn)" : "(reported, not fitted)");
+                (o.fit & FATHOM_SYNTH_FIT_CHURN) ? "(query_churn)"
+                : o.query_churn > 0              ? "(query_churn held)"
+                                                 : "(reported, not fitted)");
     return CLI_OK;
 }

@@ -1925,7 +1925,19 @@ def synthfit(rec):
     if "--per-layer" in rec["command"]:
         text += ("The preset's topic logit is fitted per layer to that layer's top-k mass (synth-fit --per-layer; "
                  "by default one logit serves every layer). ")
-    if "--churn" in rec["command"]:
+    search = r.get("churn_to_ratio")
+    if search:
+        text += ("The preset's channel churn (a log-normal gain per RoPE pair on each query, docs/synthetic.md, "
+                 "\"Channel churn\"; opt-in) is held at the sigma whose preset gives the fitted capture's own "
+                 "fathom:48 / ds:32 ratio, %.3f: a bisection over [0.2, 1.2] of presets fitted with that sigma "
+                 "(synth-fit --churn-sigma) and evaluated on fathom:48 and ds:32 alone (sigma / ratio: %s), the "
+                 "closest kept, sigma %s. Only the fitted capture decides it; the judged capture is not used. "
+                 % (search["fit_fathom_ds32"],
+                    ", ".join("%g %.3f" % (x["sigma"], x["fathom_ds32"]) for x in search["steps"]),
+                    "%g" % search["sigma"]))
+    elif "--churn-sigma" in rec["command"]:
+        text += "The preset's channel churn is held at the sigma given (synth-fit --churn-sigma). "
+    elif "--churn" in rec["command"]:
         fs_t, fs_a = fitted["fit"]["target"].get("fixed_share"), fitted["fit"]["achieved"].get("fixed_share")
         text += ("The preset's channel churn is fitted too (synth-fit --churn: a log-normal gain per RoPE pair on "
                  "each query, fitted to fixed_share, what the best fixed d/8 channels cover of each query's g over "
@@ -2293,6 +2305,9 @@ TABLES = [
           "--k 512 --positions 128 --per-head --no-ablations --no-builtin`."),
     Table("synthfit-gemma-churn", GEMMA_SECTION, "The same with the queries' channel churn fitted (synth-fit --churn)",
           synthfit, "Pending: the synthfit-gemma command with `--churn` added."),
+    Table("synthfit-gemma-churn-ratio", GEMMA_SECTION,
+          "The same with the churn held at the sigma that gives the fitted capture's fathom:48 / ds:32 ratio",
+          synthfit, "Pending: the synthfit-gemma command with `--churn-to-ratio` added."),
     Table("gemma-ruler-16k-single", GEMMA_SECTION, "RULER at 16k: single needle", gemma_ruler, None),
     *ruler_more_tables("gemma-ruler-16k-single"),
     Table("gemma-ruler-16k-multikey", GEMMA_SECTION, "RULER at 16k: multi-key needle", gemma_ruler, None),

@@ -853,6 +853,7 @@ static int fit_run(fit_ctx *f, const fathom_source *capture, const char *base_na
     base.positional = false;
     base.heads = NULL;
     base.q_heads = false;
+    base.query_churn = 0;
     snprintf(base.name, sizeof base.name, "%s", base_name);
     if (groups & FATHOM_SYNTH_FIT_PROFILES) {
         profiles_from(prof, &f->p);
@@ -881,6 +882,10 @@ int fathom_synth_fit(fathom_synth_preset **out, const fathom_source *capture, co
     FATHOM_CHECK_ARG(o->base != NULL && o->name != NULL, "fathom_synth_fit: base and name are required");
     FATHOM_CHECK_ARG((o->fit & ~(uint32_t)(FATHOM_SYNTH_FIT_ALL | FATHOM_SYNTH_FIT_CHURN)) == 0,
                      "fathom_synth_fit: unknown fit bits 0x%x", o->fit);
+    FATHOM_CHECK_ARG(isfinite(o->query_churn) && o->query_churn >= 0.0f && o->query_churn <= 4.0f,
+                     "fathom_synth_fit: query_churn %g not in [0, 4]", o->query_churn);
+    FATHOM_CHECK_ARG(!(o->query_churn > 0 && (o->fit & FATHOM_SYNTH_FIT_CHURN)),
+                     "fathom_synth_fit: a held query_churn and FATHOM_SYNTH_FIT_CHURN exclude each other");
     fathom_source_info in;
     FATHOM_TRY(fathom_source_get_info(capture, &in));
     FATHOM_CHECK_ARG(in.dim >= 8 && in.dim <= SYNTH_MAX_DIM && in.dim % 8 == 0,
@@ -909,6 +914,7 @@ int fathom_synth_fit(fathom_synth_preset **out, const fathom_source *capture, co
     f.p.group = in.q_heads / in.kv_heads;
     f.p.dim = in.dim;
     f.p.rope_base = r.rope_base;
+    f.p.query_churn = o->query_churn; /* held: every search runs with it (the base preset's stays 0) */
     profile_acc *prof = malloc(sizeof *prof);
     f.layer_top = fathom_alloc_array(in.layers, sizeof *f.layer_top);
     if (!prof || !f.layer_top) {

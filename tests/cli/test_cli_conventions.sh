@@ -46,6 +46,8 @@ expect 2 "^fathom eval: --synthetic: unknown preset\|^fathom eval: --synthetic: 
 expect 2 "^fathom synth: --preset: " -- synth --preset no-such --context 64 -o "$tmp/x"
 expect 2 "^fathom synth-fit: --keep needs a list of profiles" -- synth-fit --kv x --out "$tmp/p.json" --keep bogus
 expect 2 "^fathom synth-fit: --per-query-head needs --per-head" -- synth-fit --kv x --out "$tmp/p.json" --per-query-head
+expect 2 "^fathom synth-fit: --churn and --churn-sigma exclude" -- synth-fit --kv x --out "$tmp/p.json" --churn --churn-sigma 0.6
+expect 2 "^fathom synth-fit: --churn-sigma needs a number in (0, 4]" -- synth-fit --kv x --out "$tmp/p.json" --churn-sigma 5
 expect 1 "^fathom synth-fit: .*does-not-exist" -- synth-fit --kv "$tmp/does-not-exist" --out "$tmp/p.json"
 
 # failures: exit 1, the prefix, the path once, no internal names
