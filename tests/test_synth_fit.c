@@ -1419,6 +1419,17 @@ static void search_recovers(fathom_synth_preset *p, size_t at, float v, search_a
     remove(path);
 }
 
+/* The statistics of p's generator (1024 tokens, 32 positions) with the
+ * field at offset `at` set to v; *hash (if not NULL) gets layer 1's hash. */
+static void stats_with(fathom_synth_preset *p, size_t at, float v, fathom_synth_stats *st, uint64_t *hash) {
+    *field_at(&p->p, at) = v;
+    fathom_source *gen;
+    CHECK_OK(fathom_synth_open_preset(&gen, p, 1024, 32, 1));
+    CHECK_OK(fathom_synth_stats_measure(gen, FATHOM_ROPE_NEOX, 1e4, 32, 1, st));
+    if (hash) *hash = layer_hash(gen, 1);
+    fathom_source_free(gen);
+}
+
 /* Queries that point at their targets (synth_params.target_share): the
  * share moves target_lift (how far above moment-matched queries a query's
  * deviation lifts the key it attends most) well above the share-0 generator's,
@@ -1430,12 +1441,8 @@ static void test_target_share(void) {
     double cos_at[3], lift_at[3];
     const float shares[3] = {0.0f, 0.15f, 0.4f};
     for (int i = 0; i < 3; i++) {
-        p->p.target_share = shares[i];
-        fathom_source *gen;
-        CHECK_OK(fathom_synth_open_preset(&gen, p, 1024, 32, 1));
         fathom_synth_stats st;
-        CHECK_OK(fathom_synth_stats_measure(gen, FATHOM_ROPE_NEOX, 1e4, 32, 1, &st));
-        fathom_source_free(gen);
+        stats_with(p, offsetof(synth_params, target_share), shares[i], &st, NULL);
         cos_at[i] = st.target_cos, lift_at[i] = st.target_lift;
     }
     printf("target_share 0 / 0.15 / 0.4: target_lift %.4f / %.4f / %.4f, target_cos %.4f / %.4f / %.4f\n",
@@ -1467,13 +1474,8 @@ static void test_query_churn(void) {
     uint64_t hash_at[3];
     const float churns[3] = {0.0f, 0.5f, 1.0f};
     for (int i = 0; i < 3; i++) {
-        p->p.query_churn = churns[i];
-        fathom_source *gen;
-        CHECK_OK(fathom_synth_open_preset(&gen, p, 1024, 32, 1));
         fathom_synth_stats st;
-        CHECK_OK(fathom_synth_stats_measure(gen, FATHOM_ROPE_NEOX, 1e4, 32, 1, &st));
-        hash_at[i] = layer_hash(gen, 1);
-        fathom_source_free(gen);
+        stats_with(p, offsetof(synth_params, query_churn), churns[i], &st, &hash_at[i]);
         overlap_at[i] = st.churn_overlap, fixed_at[i] = st.fixed_share;
     }
     printf("query_churn 0 / 0.5 / 1: churn_overlap %.4f / %.4f / %.4f, fixed_share %.4f / %.4f / %.4f\n",

@@ -895,6 +895,13 @@ static void key_deviation(const synth *s, uint64_t seed, const head_model *hm, u
 
 #define SYNTH_TARGET_LOCAL 32 /* a query's target lies before its last 32 keys (and after the sinks) */
 
+/* The run of query position pos: a fitted preset's queries keep their
+ * topics, target and churn for runs of query_run positions; a built-in
+ * preset's change at every position. */
+static uint64_t query_run_at(const synth *s, uint64_t pos) {
+    return s->preset.fitted ? pos / s->preset.query_run : pos;
+}
+
 /* target_share (synth_params): the deviation x - mean (noise and topics,
  * before QK-norm) of the query at pos keeps sqrt(1 - share) of itself and
  * gets sqrt(share) of its norm along the deviation of key t, one token in
@@ -907,7 +914,7 @@ static void query_target(const synth *s, uint64_t seed, const head_model *hm, ui
     if (!(share > 0) || pos + 1 <= SYNTH_SINKS + SYNTH_TARGET_LOCAL) return;
     const uint32_t d = hm->dim, half = hm->half;
     const uint64_t span = pos + 1 - SYNTH_TARGET_LOCAL - SYNTH_SINKS;
-    const uint64_t run = s->preset.fitted ? pos / s->preset.query_run : pos;
+    const uint64_t run = query_run_at(s, pos);
     uint64_t t = SYNTH_SINKS + (uint64_t)(uniform01(draw(stream_base(seed, S_QUERY_TARGET, layer, q_head), run)) *
                                           (double)span);
     if (t >= SYNTH_SINKS + span) t = SYNTH_SINKS + span - 1;
@@ -945,7 +952,7 @@ static void query_churn_apply(const synth *s, const head_model *hm, uint32_t lay
     const float sigma = s->preset.query_churn;
     if (!(sigma > 0)) return;
     const uint32_t d = hm->dim, half = hm->half;
-    const uint64_t run = s->preset.fitted ? pos / s->preset.query_run : pos;
+    const uint64_t run = query_run_at(s, pos);
     const uint64_t base = stream_base(s->seed, S_QUERY_CHURN, layer, q_head);
     double y[SYNTH_MAX_DIM], before = 0, after = 0;
     for (uint32_t i = 0; i < half; i++) {
@@ -1032,7 +1039,7 @@ static void query_pre(const synth *s, uint64_t seed, const head_model *hm, uint3
         }
     }
     /* a fitted preset keeps the topics for runs of query_run positions */
-    const uint64_t run = s->preset.fitted ? pos / s->preset.query_run : pos;
+    const uint64_t run = query_run_at(s, pos);
     for (uint32_t m = 0; m < SYNTH_QUERY_TOPICS; m++) {
         float u = (float)uniform01(draw(topic_base, run * SYNTH_QUERY_TOPICS + m));
         uint32_t t = 0;

@@ -475,24 +475,14 @@ int fathom_synth_preset_write(const fathom_synth_preset *preset, const char *pat
         json_decref(fit);
         return fathom_fail(FATHOM_ERR_NOMEM, "out of memory building the preset file");
     }
-    if (p->positional && (json_object_set_new(root, "pos_gain", json_real((double)p->pos_gain)) ||
-                          json_object_set_new(root, "pos_re", profile_json(p->pos_re, p->dim / 2)) ||
-                          json_object_set_new(root, "pos_im", profile_json(p->pos_im, p->dim / 2)))) {
-        json_decref(root);
-        json_decref(fit);
-        return fathom_fail(FATHOM_ERR_NOMEM, "out of memory building the preset file");
-    }
-    if (p->per_layer && json_object_set_new(root, "topic_logit_layers", profile_json(p->topic_layers, p->layers))) {
-        json_decref(root);
-        json_decref(fit);
-        return fathom_fail(FATHOM_ERR_NOMEM, "out of memory building the preset file");
-    }
-    if (p->target_share > 0 && json_object_set_new(root, "target_share", json_real((double)p->target_share))) {
-        json_decref(root);
-        json_decref(fit);
-        return fathom_fail(FATHOM_ERR_NOMEM, "out of memory building the preset file");
-    }
-    if (p->query_churn > 0 && json_object_set_new(root, "query_churn", json_real((double)p->query_churn))) {
+    /* the optional fields, each only where it is in use */
+    if ((p->positional && (json_object_set_new(root, "pos_gain", json_real((double)p->pos_gain)) ||
+                           json_object_set_new(root, "pos_re", profile_json(p->pos_re, p->dim / 2)) ||
+                           json_object_set_new(root, "pos_im", profile_json(p->pos_im, p->dim / 2)))) ||
+        (p->per_layer &&
+         json_object_set_new(root, "topic_logit_layers", profile_json(p->topic_layers, p->layers))) ||
+        (p->target_share > 0 && json_object_set_new(root, "target_share", json_real((double)p->target_share))) ||
+        (p->query_churn > 0 && json_object_set_new(root, "query_churn", json_real((double)p->query_churn)))) {
         json_decref(root);
         json_decref(fit);
         return fathom_fail(FATHOM_ERR_NOMEM, "out of memory building the preset file");
