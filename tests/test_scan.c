@@ -483,6 +483,19 @@ static void test_scan_select(void) {
         it.k = 2, it.idx = NULL;
         CHECK_STATUS(fathom_scan_select_parallel(pool, FATHOM_SCAN_AUTO, &it, 1, 64),
                      FATHOM_ERR_INVALID_ARG);
+        /* ranges that fail inside the call (a depth of 5, which only the
+           scan checks): the selections waiting on them skip their work */
+        uint8_t dbad[24];
+        memcpy(dbad, da, sizeof dbad);
+        dbad[7] = 5;
+        uint32_t ia[3 * 64], ib[5 * 64], ca[3], cb[5];
+        for (int first = 0; first < 2; first++) {
+            fathom_scan_select_item two[2] = {
+                {a, first ? dbad : da, q, 3, fathom_store_length(a), 64, 4, 16, ia, ca, NULL},
+                {b, first ? db : dbad, q + dim, 5, fathom_store_length(b), 64, 4, 16, ib, cb, NULL}};
+            CHECK_STATUS(fathom_scan_select_parallel(pool, FATHOM_SCAN_AUTO, two, 2, 64),
+                         FATHOM_ERR_INVALID_ARG);
+        }
     }
     CHECK(scan_select_cases == 8 * 4 * 5 * 2 * 3 * 8 && scan_select_bad == 0);
     printf("test_scan: scan_select checked against fathom_select (%d head selections)\n",
@@ -490,6 +503,51 @@ static void test_scan_select(void) {
     fathom_pool_free(pool);
     fathom_store_free(a);
     fathom_store_free(b);
+}
+
+/* The vector candidate filters (scan_select.c's) against the portable one:
+ * the same candidates in the same order, over lengths around the vectors'
+ * 16 and 64, thresholds at special values (-inf, -0, 0, +inf, a score),
+ * strict or not, scores with NaN, signed zeros and infinities, and
+ * positions that end at 2^32 - 1; nothing written past the last one. */
+static int filters_run[2];
+static void test_filters(void) {
+#ifdef FATHOM_X86
+    static const struct {
+        const char *name;
+        uint32_t feature;
+        uint32_t (*fn)(const float *, uint32_t, float, int, uint64_t, uint64_t *);
+    } vf[2] = {{"AVX2", FATHOM_CPU_AVX2, fathom_scan_filter_avx2},
+               {"AVX-512", FATHOM_CPU_AVX512, fathom_scan_filter_avx512}};
+    enum { N = 300 };
+    const uint64_t saved = rng_state; /* the later tests' data stay as they were */
+    float s[N];
+    uint64_t want[N], got[N + 1];
+    const float specials[] = {NAN, -0.0f, 0.0f, INFINITY, -INFINITY, 1e-40f, -1e-40f};
+    for (int k = 0; k < 2; k++) {
+        if (!fathom_cpu_has(vf[k].feature)) continue;
+        for (int round = 0; round < 400; round++) {
+            const uint32_t n = round < 130 ? (uint32_t)round : 1 + rng_below(N);
+            for (uint32_t i = 0; i < n; i++)
+                s[i] = rng_below(8) == 0 ? specials[rng_below(7)] : rng_key(i) * 1e3f;
+            const float thr = round % 5 == 0   ? -INFINITY
+                              : round % 5 == 1 ? (rng_below(2) ? 0.0f : -0.0f)
+                              : round % 5 == 2 ? INFINITY
+                              : n              ? s[rng_below(n)]
+                                               : 1.0f;
+            const int strict = (round / 5) % 2;
+            const uint64_t pos0 = round % 3 == 0 ? (uint64_t)UINT32_MAX + 1 - n : rng_below(1u << 20);
+            const uint32_t cw = scan_filter_tail(s, 0, n, thr, strict, pos0, want);
+            for (uint32_t i = 0; i < N + 1; i++) got[i] = 0x5a5a5a5a5a5a5a5aull;
+            const uint32_t cg = vf[k].fn(s, n, thr, strict, pos0, got);
+            CHECK(cg == cw);
+            CHECK(cg == cw && !memcmp(got, want, cw * sizeof *want));
+            CHECK(got[cw] == 0x5a5a5a5a5a5a5a5aull);
+            filters_run[k]++;
+        }
+    }
+    rng_state = saved;
+#endif
 }
 
 /* cpu.h against the compiler's own cpuid reading. */
@@ -651,6 +709,19 @@ static void test_segments(void) {
         CHECK_STATUS(fathom_plan_select_parallel(pool, FATHOM_SCAN_AUTO, &it, 1, 0), FATHOM_ERR_INVALID_ARG);
         it.n = lengths[0], it.sum = NULL;
         CHECK_STATUS(fathom_plan_select_parallel(pool, FATHOM_SCAN_AUTO, &it, 1, 0), FATHOM_ERR_INVALID_ARG);
+        /* a plan that fails inside the call (a NaN query): its ranges and
+           selections, waiting on it, skip their work and the call returns */
+        it.sum = sum;
+        float qbad[4 * 32];
+        memcpy(qbad, q, sizeof(float) * G * dim);
+        qbad[dim + 3] = NAN;
+        fathom_plan_select_item two[2] = {it, it};
+        two[1].queries = qbad;
+        for (int first = 0; first < 2; first++) {
+            two[0].queries = first ? qbad : q, two[1].queries = first ? q : qbad;
+            CHECK_STATUS(fathom_plan_select_parallel(pool, FATHOM_SCAN_AUTO, two, 2, 64),
+                         FATHOM_ERR_NONFINITE);
+        }
     }
     printf("test_scan: caller-provided segments: %d range scans bit-identical, %d head selections and "
            "%d plans equal to the library's\n", scans, heads, 3 * 3);
@@ -1338,6 +1409,13 @@ int main(void) {
     test_parallel();
     test_parallel_stream();
     test_scan_select();
+    test_filters();
+    for (int k = 0; k < 2; k++)
+        if (filters_run[k])
+            printf("test_scan: %s candidate filter equals the portable one (%d arrays)\n",
+                   k ? "AVX-512" : "AVX2", filters_run[k]);
+        else
+            printf("test_scan: %s candidate filter skipped: not on this CPU\n", k ? "AVX-512" : "AVX2");
     test_segments();
     test_segments_args();
     test_grouped_formation();

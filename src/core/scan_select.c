@@ -18,11 +18,20 @@
  * (later positions must then beat the m-th of them). Every one of the
  * head's top m is offered and survives every cut, so the pool's top m at
  * the end is the selection whatever order the tasks ran in. Tasks go
- * range-major over the items, so that most ranges start with a floor. */
+ * range-major over the items, so that most ranges start with a floor.
+ *
+ * A call is one pool run: the plans of fathom_plan_select_parallel (one
+ * task per item), the range tasks, then one selection task per head. A
+ * task waits for what it reads (a range for its item's plan, a selection
+ * for its item's ranges). The pool hands tasks out in order, so what a task
+ * waits for has been handed out and is running; a task that fails still
+ * counts as done, and the tasks after it then skip their work (the call
+ * returns the first failure). */
 #include "internal.h"
 #include "pool.h"
 #include "scan_internal.h"
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,12 +175,46 @@ static void pool_offer(ss_pool *pl, uint64_t m, const uint64_t *c, uint64_t n) {
     atomic_flag_clear_explicit(&pl->lock, memory_order_release);
 }
 
-/* Per item: the forced window as fathom_select sets it, m, and the pools. */
+/* Per item: the forced window as fathom_select sets it, m, the pools, and
+ * the tasks the item's later tasks wait for. */
 typedef struct ss_item {
     uint64_t sink_end, local_begin, m; /* m == 0: nothing to score */
     uint64_t ranges;
-    ss_pool *pools; /* [group] */
+    ss_pool *pools;         /* [group] */
+    atomic_uint plan_left;  /* 1 until the item's plan is done (0 without a plan phase) */
+    atomic_uint scans_left; /* range tasks not done */
 } ss_item;
+
+/* Waits until *left is 0: spins briefly, then yields the core (the task
+ * waited for may need it when threads outnumber cores). */
+static void wait_done(atomic_uint *left) {
+    for (unsigned spin = 0; atomic_load_explicit(left, memory_order_acquire) != 0; spin++) {
+        if (spin < 64) {
+#ifdef FATHOM_X86
+            __builtin_ia32_pause();
+#endif
+        } else
+            sched_yield();
+    }
+}
+
+/* The plans of fathom_plan_select_parallel: one task per item. */
+typedef struct ps_batch {
+    const fathom_plan_select_item *items;
+    float *var;  /* [count][dim] */
+    double *g;   /* [count][dim] */
+    uint32_t dim;
+} ps_batch;
+
+static int ps_plan_task(const ps_batch *b, uint32_t task) {
+    const fathom_plan_select_item *it = &b->items[task];
+    const uint32_t dim = it->segments->dim;
+    float *var = b->var + (uint64_t)task * b->dim;
+    double *g = b->g + (uint64_t)task * b->dim;
+    fathom_variance_from_sums(dim, it->n, it->sum, it->sum_sq, var);
+    FATHOM_TRY(fathom_importance(dim, it->group, it->queries, var, g));
+    return fathom_water_fill(dim, g, it->budget, it->depths, NULL);
+}
 
 typedef struct ss_batch {
     fathom_scan_kernel kernel;
@@ -185,10 +228,12 @@ typedef struct ss_batch {
     filter_fn filter;
     float *group_max;     /* [threads][floor_groups(range)] */
     uint64_t *group_keys; /* the same */
+    const ps_batch *plan; /* the plan phase, or NULL */
+    uint32_t n_plan, n_scan;
+    atomic_int failed; /* a task failed: the later ones skip their work */
 } ss_batch;
 
-static int ss_scan_task(void *arg, uint32_t task, uint32_t worker) {
-    const ss_batch *bt = arg;
+static int ss_scan_task(const ss_batch *bt, uint32_t task, uint32_t worker) {
     const uint32_t i = (uint32_t)(bt->tasks[task] >> 32);
     const uint64_t r = (uint32_t)bt->tasks[task];
     const fathom_scan_select_item *it = &bt->items[i];
@@ -254,13 +299,13 @@ static void sort_u32(uint32_t *x, uint64_t n, uint32_t *tmp) {
     }
 }
 
-static int ss_select_task(void *arg, uint32_t task, uint32_t worker) {
-    (void)worker;
-    const ss_batch *bt = arg;
+static int ss_select_task(ss_batch *bt, uint32_t task) {
     uint32_t i = 0;
     while (task >= bt->items[i].group) task -= bt->items[i++].group;
     const fathom_scan_select_item *it = &bt->items[i];
-    const ss_item *si = &bt->st[i];
+    ss_item *si = &bt->st[i];
+    wait_done(&si->scans_left);
+    if (atomic_load(&bt->failed)) return FATHOM_OK;
     const uint32_t h = task;
     uint32_t *idx = it->idx + (uint64_t)h * it->k;
     if (si->m == 0) { /* fathom_select scores nothing here */
@@ -281,6 +326,25 @@ static int ss_select_task(void *arg, uint32_t task, uint32_t worker) {
     for (uint64_t p = si->local_begin; p < it->n; p++) idx[n_out++] = (uint32_t)p;
     it->count[h] = n_out;
     return FATHOM_OK;
+}
+
+/* Every task of a call: plans, ranges, selections (see the top). */
+static int ss_task(void *arg, uint32_t task, uint32_t worker) {
+    ss_batch *bt = arg;
+    int status = FATHOM_OK;
+    if (task < bt->n_plan) {
+        status = ps_plan_task(bt->plan, task);
+        if (status != FATHOM_OK) atomic_store(&bt->failed, 1);
+        atomic_fetch_sub_explicit(&bt->st[task].plan_left, 1, memory_order_release);
+    } else if ((task -= bt->n_plan) < bt->n_scan) {
+        ss_item *si = &bt->st[bt->tasks[task] >> 32];
+        wait_done(&si->plan_left);
+        if (!atomic_load(&bt->failed)) status = ss_scan_task(bt, task, worker);
+        if (status != FATHOM_OK) atomic_store(&bt->failed, 1);
+        atomic_fetch_sub_explicit(&si->scans_left, 1, memory_order_release);
+    } else
+        status = ss_select_task(bt, task - bt->n_scan);
+    return status;
 }
 
 /* The arguments of fathom_scan_select_parallel (who names the caller in the
@@ -312,11 +376,11 @@ static int ss_check(const fathom_scan_select_item *items, uint32_t count, uint64
     return FATHOM_OK;
 }
 
-int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
-                                const fathom_scan_select_item *items, uint32_t count,
-                                uint64_t range_tokens) {
-    FATHOM_CHECK_ARG(pool && items && count > 0, "scan_select: NULL pool or items, or count 0");
-    FATHOM_TRY(ss_check(items, count, &range_tokens, "scan_select"));
+/* One call (arguments checked): the plans of plan (NULL: none), then the
+ * scans and selections of items. */
+static int ss_run(struct fathom_pool *pool, fathom_scan_kernel kernel,
+                  const fathom_scan_select_item *items, uint32_t count, uint64_t range_tokens,
+                  const ps_batch *plan) {
     uint64_t max_k = 0, max_group = 0;
     for (uint32_t i = 0; i < count; i++) {
         max_k = items[i].k > max_k ? items[i].k : max_k;
@@ -362,12 +426,15 @@ int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel ker
              n_select <= UINT32_MAX;
     }
     int status = FATHOM_OK;
-    if (!ok)
+    const uint32_t n_plan = plan ? count : 0;
+    if (!ok || n_scan > UINT32_MAX - n_select - n_plan)
         status = fathom_fail(FATHOM_ERR_NOMEM, "scan_select: out of memory");
     else {
         uint64_t v_off = 0, h_off = 0, t = 0;
         for (uint32_t i = 0; i < count; i++) {
             st[i].pools = pools + h_off;
+            atomic_init(&st[i].plan_left, plan != NULL);
+            atomic_init(&st[i].scans_left, st[i].m ? (unsigned)st[i].ranges : 0u);
             for (uint32_t h = 0; h < items[i].group; h++) {
                 ss_pool *pl = &st[i].pools[h];
                 atomic_flag_clear(&pl->lock);
@@ -381,12 +448,12 @@ int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel ker
         for (uint64_t r = 0; r < max_ranges; r++) /* range-major */
             for (uint32_t i = 0; i < count; i++)
                 if (st[i].m && r < st[i].ranges) tasks[t++] = (uint64_t)i << 32 | r;
-        const ss_batch batch = {kernel, items, st,     tasks,          range_tokens,
-                                cap,    scratch, buf, scratch_floats, pick_filter(),
-                                group_max, group_keys};
-        if (n_scan) status = fathom_pool_run(pool, ss_scan_task, (void *)&batch, (uint32_t)n_scan);
-        if (status == FATHOM_OK)
-            status = fathom_pool_run(pool, ss_select_task, (void *)&batch, (uint32_t)n_select);
+        ss_batch batch = {kernel,    items,      st,      tasks,          range_tokens,
+                          cap,       scratch,    buf,     scratch_floats, pick_filter(),
+                          group_max, group_keys, plan,    n_plan,         (uint32_t)n_scan,
+                          0};
+        atomic_init(&batch.failed, 0);
+        status = fathom_pool_run(pool, ss_task, &batch, (uint32_t)(n_plan + n_scan + n_select));
     }
     free(tasks);
     free(values);
@@ -399,25 +466,12 @@ int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel ker
     return status;
 }
 
-/* ---- the plan of fathom_plan_select_parallel: one task per item ---- */
-
-typedef struct ps_batch {
-    const fathom_plan_select_item *items;
-    float *var;  /* [count][dim] */
-    double *g;   /* [count][dim] */
-    uint32_t dim;
-} ps_batch;
-
-static int ps_plan_task(void *arg, uint32_t task, uint32_t worker) {
-    (void)worker;
-    const ps_batch *b = arg;
-    const fathom_plan_select_item *it = &b->items[task];
-    const uint32_t dim = it->segments->dim;
-    float *var = b->var + (uint64_t)task * b->dim;
-    double *g = b->g + (uint64_t)task * b->dim;
-    fathom_variance_from_sums(dim, it->n, it->sum, it->sum_sq, var);
-    FATHOM_TRY(fathom_importance(dim, it->group, it->queries, var, g));
-    return fathom_water_fill(dim, g, it->budget, it->depths, NULL);
+int fathom_scan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
+                                const fathom_scan_select_item *items, uint32_t count,
+                                uint64_t range_tokens) {
+    FATHOM_CHECK_ARG(pool && items && count > 0, "scan_select: NULL pool or items, or count 0");
+    FATHOM_TRY(ss_check(items, count, &range_tokens, "scan_select"));
+    return ss_run(pool, kernel, items, count, range_tokens, NULL);
 }
 
 int fathom_plan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel kernel,
@@ -465,11 +519,9 @@ int fathom_plan_select_parallel(struct fathom_pool *pool, fathom_scan_kernel ker
         if (!var || !g) status = fathom_fail(FATHOM_ERR_NOMEM, "plan_select: out of memory");
     }
     if (status == FATHOM_OK) {
-        const ps_batch batch = {items, var, g, max_dim};
-        status = fathom_pool_run(pool, ps_plan_task, (void *)&batch, count);
+        const ps_batch plan = {items, var, g, max_dim};
+        status = ss_run(pool, kernel, sel, count, range_tokens, &plan);
     }
-    if (status == FATHOM_OK)
-        status = fathom_scan_select_parallel(pool, kernel, sel, count, range_tokens);
     free(var);
     free(g);
     free(sel);
