@@ -150,13 +150,26 @@ static filter_fn pick_filter(void) {
 
 /* A head's pool of candidates (capacity 2m + SS_CHUNK): everything
  * offered that is above its floor; cut to its top m when it fills, the m-th
- * of which becomes the floor (0 until then: nothing is dropped). */
+ * of which becomes the floor (0 until then: nothing is dropped). A task
+ * raises the floor as soon as it knows m of its range's values are not
+ * below a value v (its own cut, its range's bound) to just under v: the
+ * head's m-th largest is not below v either, so every one of the head's
+ * top m stays above the floor, and the head's other tasks running at the
+ * same time filter at it from their next chunk on. */
 typedef struct ss_pool {
     atomic_flag lock;
     _Atomic uint64_t floor;
     uint64_t size;
     uint64_t *v;
 } ss_pool;
+
+/* Raises the pool's floor to v if it is lower. */
+static void raise_floor(ss_pool *pl, uint64_t v) {
+    uint64_t cur = atomic_load_explicit(&pl->floor, memory_order_relaxed);
+    while (v > cur && !atomic_compare_exchange_weak_explicit(&pl->floor, &cur, v, memory_order_relaxed,
+                                                             memory_order_relaxed)) {
+    }
+}
 
 /* Offers c[0..n) to the pool of a head whose top is m. */
 static void pool_offer(ss_pool *pl, uint64_t m, const uint64_t *c, uint64_t n) {
@@ -169,7 +182,7 @@ static void pool_offer(ss_pool *pl, uint64_t m, const uint64_t *c, uint64_t n) {
         if (pl->size > 2 * m) {
             top_m(pl->v, pl->size, m);
             pl->size = m;
-            atomic_store_explicit(&pl->floor, min_u64(pl->v, m), memory_order_relaxed);
+            raise_floor(pl, min_u64(pl->v, m)); /* a task may have raised it higher */
         }
     }
     atomic_flag_clear_explicit(&pl->lock, memory_order_release);
@@ -256,30 +269,39 @@ static int ss_scan_task(const ss_batch *bt, uint32_t task, uint32_t worker) {
     for (uint32_t hh = 0; hh < it->group; hh++) {
         const uint32_t h = (hh + task) % it->group; /* tasks that end together offer to different pools */
         ss_pool *pl = &si->pools[h];
-        uint64_t c = 0, floor = atomic_load_explicit(&pl->floor, memory_order_relaxed);
+        /* the filter passes at least every value above eff: the pool's floor
+           (not strict: it may tie on the key with a later position), the
+           range's own bound (not strict), or the task's own m-th after a cut
+           (strict: later positions must beat it) */
+        uint64_t c = 0, eff = atomic_load_explicit(&pl->floor, memory_order_relaxed);
         int strict = 0;
-        float thr = floor_threshold(floor, &strict);
-        if (floor == 0) { /* no floor yet: the range's own bound */
+        float thr = floor_threshold(eff, &strict);
+        if (eff == 0) { /* no floor yet: the range's own bound */
             const float f = range_floor(scores + h * bt->range + (lo - s0), hi - lo, m,
                                         bt->group_max + worker * ng, bt->group_keys + worker * ng);
-            if (f > thr) thr = f, strict = 0;
+            const uint64_t fk = (uint64_t)fathom_score_key(f) << 32;
+            if (f > thr && fk) thr = f, strict = 0, eff = fk - 1, raise_floor(pl, eff);
         }
         for (uint64_t b = lo; b < hi;) {
             const uint64_t next = hi - b < SS_CHUNK ? hi : b + SS_CHUNK;
             c += bt->filter(scores + h * bt->range + (b - s0), (uint32_t)(next - b), thr, strict, b,
                             out + c);
             b = next;
-            if (c > 2 * m) { /* keep the range's top m; later positions must beat the m-th */
+            if (c > 2 * m) { /* keep the range's top m */
                 top_m(out, c, m);
                 c = m;
                 const uint64_t v = min_u64(out, m);
-                floor = atomic_load_explicit(&pl->floor, memory_order_relaxed);
-                strict = floor <= v; /* the shared floor may tie on the key with a later position */
-                thr = floor_threshold(floor > v ? floor : v, &strict);
+                if (v > eff) {
+                    strict = 1, thr = floor_threshold(v, &strict), eff = v;
+                    raise_floor(pl, v - 1);
+                }
             }
+            /* what the head's other tasks have raised the floor to meanwhile */
+            const uint64_t shared = atomic_load_explicit(&pl->floor, memory_order_relaxed);
+            if (shared > eff) strict = 0, thr = floor_threshold(shared, &strict), eff = shared;
         }
         /* offer what may still enter the pool */
-        floor = atomic_load_explicit(&pl->floor, memory_order_relaxed);
+        const uint64_t floor = atomic_load_explicit(&pl->floor, memory_order_relaxed);
         uint64_t kept = 0;
         for (uint64_t j = 0; j < c; j++)
             if (out[j] > floor || floor == 0) out[kept++] = out[j];
