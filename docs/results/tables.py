@@ -307,13 +307,13 @@ def bench_scan_tiled(rec):
     if "int8" in r:
         i8 = r["int8"]
         last = i8["scaling"][-1]
-        one = "one_head_scan_select_GBps" in last
+        alone = "heads_alone_scan_select_GBps" in last
         text += "\n" + md_table(["threads", "int8 scan GB/s", "per thread", "int8 scan+select GB/s"] +
-                                (["one head's scan+select GB/s", "one head / its share"] if one else []),
+                                (["heads alone GB/s", "alone / together"] if alone else []),
                                 [[x["threads"], "%.3f" % x["GBps"], "%.3f" % (x["GBps"] / x["threads"]),
                                   "%.3f" % x["scan_select_GBps"]] +
-                                 (["%.3f" % x["one_head_scan_select_GBps"], "%.2f" % x["one_head_over_per_head"]]
-                                  if one else []) for x in i8["scaling"]])
+                                 (["%.3f" % x["heads_alone_scan_select_GBps"], "%.2f" % x["heads_alone_over_together"]]
+                                  if alone else []) for x in i8["scaling"]])
         text += ("\nThe opt-in integer mode (FATHOM_SCAN_INT8, src/core/store_internal.h; definition in "
                  "src/core/scan_internal.h; bench_scan --int8), same stores and plans: per pass, 64-token block and "
                  "query head the weights q a are rounded to int8 against their largest magnitude, each token's sum "
@@ -342,14 +342,14 @@ def bench_scan_tiled(rec):
     if "scan_select" in r:
         ss = r["scan_select"]
         last = ss["scaling"][-1]
-        one = "one_head_scan_select_GBps" in last
+        alone = "heads_alone_scan_select_GBps" in last
         text += "\n" + md_table(["threads", "scan then select ms/step", "scan+select ms/step",
                                  "scan then select GB/s", "scan+select GB/s"] +
-                                (["one head's scan+select GB/s", "one head / its share"] if one else []),
+                                (["heads alone GB/s", "alone / together"] if alone else []),
                                 [[x["threads"], "%.2f" % x["scan_then_select_ms"], "%.2f" % x["scan_select_ms"],
                                   "%.3f" % x["scan_then_select_GBps"], "%.3f" % x["scan_select_GBps"]] +
-                                 (["%.3f" % x["one_head_scan_select_GBps"], "%.2f" % x["one_head_over_per_head"]]
-                                  if one else []) for x in ss["scaling"]])
+                                 (["%.3f" % x["heads_alone_scan_select_GBps"], "%.2f" % x["heads_alone_over_together"]]
+                                  if alone else []) for x in ss["scaling"]])
         text += ("\nThe scan feeding a selection of k = %d per query head (sink %d, local %d), fathom:48: "
                  "\"scan then select\" writes the [head][G][n] scores (fathom_scan_parallel) and runs fathom_select "
                  "per query head on the pool; \"scan+select\" is fathom_scan_select_parallel, whose range tasks scan "
@@ -360,11 +360,11 @@ def bench_scan_tiled(rec):
                  "other layers' work in between.\n"
                  % (ss["k"], ss["sink"], ss["local"], "yes" if ss["identical_selections"] else "NO",
                     last["threads"], last["scan_select_ms"] / last["scan_then_select_ms"],
-                    (" \"One head\": the fused scan+select of one KV head's query groups alone (a call of one item, "
-                     "the hybrid step's share of one pair on the host), and its time over its share of the call with "
-                     "all %d heads (that call's time / %d): above 1, a call of one item pays what a call of many "
-                     "spreads (its first ranges without a floor, the last wave of range tasks, the pool's wake-up)."
-                     % (r["heads"], r["heads"])) if one else ""))
+                    (" \"Heads alone\": the fused scan+select with every head alone in turn (%d calls of one item: "
+                     "the hybrid step's share of one pair on the host, one call per pair), their summed time over the "
+                     "time of the call with all %d heads: above 1, a call of one item pays what a call of many spreads "
+                     "(its first ranges without a floor, the last wave of range tasks, the pool's wake-up)."
+                     % (r["heads"], r["heads"])) if alone else ""))
     return text
 
 
