@@ -56,7 +56,8 @@
  * cudaProfilerStop (ncu --profile-from-start off).
  * --hybrid: instead of the above, the hybrid CPU/GPU step (fathom_cuda_hybrid)
  *   per --contexts N: one session filled to N - 64 (segments of N/64
- *   blocks), graphs of the L layer steps without appends, R replays each:
+ *   blocks, or --segment-blocks S: the tier's default is 64), graphs of
+ *   the L layer steps without appends, R replays each:
  *   the GPU-only step, then for each of --threads T,..: the scheduler's
  *   rates (fathom_cuda_hybrid_calibrate on layer 0: one layer's step, so its
  *   measured corrections are of one layer, the graphs' of L) and its share, and the
@@ -242,6 +243,7 @@ typedef struct setup {
 static uint32_t chunk_heads = 0; /* --chunk: KV heads per pipeline chunk, 0 by context */
 static const char *profile_point = NULL; /* --profile: cache points, comma-separated */
 static bool scan_int8 = false;           /* --int8: the tiers' scan mode */
+static uint32_t hybrid_segment_blocks = 0; /* --segment-blocks: the --hybrid session's S (0: N / 64) */
 
 /* Whether name is one of list's comma-separated names. */
 static bool listed(const char *list, const char *name) {
@@ -639,16 +641,17 @@ static cudaGraphExec_t capture_hybrid(setup &st, fathom_cuda_hybrid *hy, uint32_
 static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint64_t> &threads, int reps,
                                   cudaStream_t s) {
     const uint64_t n = N - 64;
-    setup st = make_setup(L, (uint32_t)(N / 64), {n}, N);
+    const uint32_t S = hybrid_segment_blocks ? hybrid_segment_blocks : (uint32_t)(N / 64);
+    setup st = make_setup(L, S, {n}, N);
     cudaGraphExec_t gpu = capture(st, s, false, true);
     const double gpu_ms = replay(gpu, s, reps).gpu_ms;
     CK(cudaGraphExecDestroy(gpu));
     double scan_b, row_b;
     bytes_of(st, {n}, &scan_b, &row_b);
     char buf[1024];
-    snprintf(buf, sizeof buf, "{\"context\": %llu, \"length\": %llu, \"gpu_only_ms\": %.4f, \"scan_GB\": %.4f, "
-             "\"row_GB\": %.4f, \"threads\": [",
-             (unsigned long long)N, (unsigned long long)n, gpu_ms, scan_b / 1e9, row_b / 1e9);
+    snprintf(buf, sizeof buf, "{\"context\": %llu, \"length\": %llu, \"segment_blocks\": %u, \"gpu_only_ms\": %.4f, "
+             "\"scan_GB\": %.4f, \"row_GB\": %.4f, \"threads\": [",
+             (unsigned long long)N, (unsigned long long)n, S, gpu_ms, scan_b / 1e9, row_b / 1e9);
     std::string js = buf;
     fprintf(stderr, "  GPU only: %.3f ms per step of %u layers\n", gpu_ms, L);
     /* the hybrid with `threads` host threads: rates, share and the step at every share */
@@ -779,6 +782,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile_point = argv[++i];
         else if (!strcmp(argv[i], "--hybrid")) hybrid = true;
         else if (!strcmp(argv[i], "--int8")) scan_int8 = true;
+        else if (!strcmp(argv[i], "--segment-blocks") && i + 1 < argc)
+            hybrid_segment_blocks = (uint32_t)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--trace-point") && i + 1 < argc) {
             trace_point tp;
             if (!parse_trace_point(argv[++i], &tp)) {
@@ -791,7 +796,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) list(threads);
         else if (!strcmp(argv[i], "--json")) {
         } else {
-            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--only-cache] [--profile POINT,..] [--trace-point NAME:N:PLANE:ROW ..] [--hybrid [--threads T,..]] [--int8] [--json]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--only-cache] [--profile POINT,..] [--trace-point NAME:N:PLANE:ROW ..] [--hybrid [--threads T,..] [--segment-blocks S]] [--int8] [--json]\n", argv[0]);
             return 2;
         }
     }

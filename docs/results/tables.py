@@ -928,6 +928,10 @@ def gpu_hybrid(rec):
     paid = [c for c in at_last if min(c["hybrid"]["ms_by_share"][1:]) < c["hybrid"]["ms_by_share"][0]]
     gain = max((1 - min(c["hybrid"]["ms_by_share"][1:]) / c["hybrid"]["ms_by_share"][0] for c in paid), default=0)
     int8 = r.get("scan_mode") == "int8"
+    sizes = sorted(set(d.get("segment_blocks", d["context"] // 64) for d in r["decode"]))
+    segs = ("context / 64 blocks" if all(d.get("segment_blocks", d["context"] // 64) == d["context"] // 64
+                                        for d in r["decode"])
+            else " or ".join("%d blocks" % x for x in sizes))
     # judged as the library runs it: the scheduler's share at EVERY trace point
     ratios = [c["hybrid"]["ms"] / last["gpu_only_ms"] for c in at_last]
     under = sum(1 for x in ratios if x <= 0.55)
@@ -941,7 +945,7 @@ def gpu_hybrid(rec):
                 max(ratios), len(chosen), " (best %.2fx)" % min(chosen) if chosen else "", gpu_best, len(paid),
                 100 * gain, sum(1 for x in best_host if x <= 0.55)))
     text += ("\nGPU ms per decode step of fathom_cuda_hybrid_step: %d layers x %d KV heads, G = %d, d = %d, k = %d, %s, "
-             "one session of the context less 64 tokens (segments of context / 64 blocks), ONE graph of the %d "
+             "one session of the context less 64 tokens (segments of %s), ONE graph of the %d "
              "layers' steps (no appends) replayed %d times; the GPU-only step (fathom_cuda_tier_step) in the same "
              "run: %s. Per host thread count, fathom_cuda_hybrid_calibrate measures on layer 0 (bytes: the "
              "scheduler's estimate of plane bytes, n (B + min(B, d) / 4) / 8 per pair): cpu, the host's plan + scan + "
@@ -966,7 +970,7 @@ def gpu_hybrid(rec):
              "pairs' plane cache lines are not used (the host reads host memory). Queries are the same every "
              "step and the length does not grow; one session (batch 1); the host shares its memory bandwidth "
              "with the GPU's reads of the other pairs.\n%s" %
-             (r["layers"], r["kv_heads"], r["group"], r["dim"], r["k"], r["method"], r["layers"], r["reps"], gpu,
+             (r["layers"], r["kv_heads"], r["group"], r["dim"], r["k"], r["method"], segs, r["layers"], r["reps"], gpu,
               r["kv_heads"], r["kv_heads"], min(zeros), max(zeros), hits, len(picks), worst,
               r.get("calibration", "best of 3"), r["layers"], cache,
               verdict, top["cpu_GBps"] / top["threads"], top["cpu_GBps"], top["threads"], ctx(last["context"]),
