@@ -40,7 +40,10 @@
  * opt-in mode whose scores are quantized approximations of the exact ones),
  * plus its thread scaling and its fused scan + select
  * (fathom_scan_select_parallel with the int8 kernel). --int16: the same
- * with the int16 variant (FATHOM_SCAN_INT16) in its place. */
+ * with the int16 variant (FATHOM_SCAN_INT16) in its place.
+ *
+ * --segment-blocks S: the stores' segment size (default the store's, 1024
+ * blocks; the KV tier's sessions default to 64). */
 #include "bench_fma.h"
 #include "cpu.h"
 #include "fathom.h"
@@ -339,7 +342,7 @@ static int check_identical(scan_ctx *c) {
 
 int main(int argc, char **argv) {
     uint64_t context = 32768, range = 16384;
-    uint32_t heads = 8, queries = 16, repeats = 7, threads = 2;
+    uint32_t heads = 8, queries = 16, repeats = 7, threads = 2, segment_blocks = 0;
     int json = 0, grouped = 0, int8 = 0;
     const char *tiled = "auto";
     for (int i = 1; i < argc; i++) {
@@ -355,10 +358,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--repeats")) repeats = (uint32_t)atoi(v);
         else if (!strcmp(a, "--threads")) threads = (uint32_t)atoi(v);
         else if (!strcmp(a, "--range")) range = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--segment-blocks")) segment_blocks = (uint32_t)strtoul(v, NULL, 10);
         else if (!strcmp(a, "--tiled")) tiled = v;
         else {
             fprintf(stderr, "usage: bench_scan [--context N] [--heads H<=8] [--queries Q] [--repeats R<=64] "
-                            "[--threads T] [--range TOKENS (multiple of 64)] [--tiled auto|avx2|avx512|portable] [--grouped] [--int8|--int16] [--json]\n");
+                            "[--threads T] [--range TOKENS (multiple of 64)] [--segment-blocks S] [--tiled auto|avx2|avx512|portable] [--grouped] [--int8|--int16] [--json]\n");
             return 2;
         }
         i++;
@@ -401,7 +405,7 @@ int main(int argc, char **argv) {
     /* One store per KV head: heads * 68 B * n, past the last-level cache at large n. */
     fathom_store *stores[MAX_HEADS];
     for (uint32_t h = 0; h < heads; h++) {
-        if ((st = fathom_store_create(&stores[h], d, 0, NULL)) < 0) return fail("store", st);
+        if ((st = fathom_store_create(&stores[h], d, segment_blocks, NULL)) < 0) return fail("store", st);
         if ((st = fathom_store_append(stores[h], k + (size_t)h * context * d, context)) < 0) return fail("append", st);
         float var[512];
         double g[512], stat[512];
@@ -430,6 +434,7 @@ int main(int argc, char **argv) {
         }
     }
     free(k);
+    const uint32_t store_segment_blocks = fathom_store_segment_blocks(stores[0]);
 
     scan_ctx cf = {old_kernel, new_kernel, heads, queries, G, d, context, range, stores, q, fathom_depths, NULL, scores, qg, 0};
     scan_ctx cd = cf;
@@ -606,11 +611,12 @@ int main(int argc, char **argv) {
                      t_old[2] = {tof, tod}, t_new[2] = {tnf, tnd};
         printf("{\"bench\":\"bench_scan\",\"source\":\"qwen3-8b\",\"cpu\":\"%s\",\"tiled_isa\":\"%s\","
                "\"old_isa\":\"%s\",\"context\":%llu,\"heads\":%u,\"group\":%u,\"queries\":%u,\"repeats\":%u,\"threads\":%u,"
-               "\"range_tokens\":%llu,\"read_GBps_1core\":%.3f,\"read_GBps_threads\":%.3f,"
+               "\"range_tokens\":%llu,\"segment_blocks\":%u,\"read_GBps_1core\":%.3f,\"read_GBps_threads\":%.3f,"
                "\"identical_scores\":%s,\"avx512_values\":\"%s\",\"fma_zmm_per_ns_1thread\":%.3f,"
                "\"fma_zmm_per_ns_per_thread_all\":%.3f,",
                cpu, kern, old_isa, (unsigned long long)context, heads, G, queries, repeats, threads,
-               (unsigned long long)range, b1 / 1e9, bT / 1e9, same_f && same_d ? "true" : "false",
+               (unsigned long long)range, store_segment_blocks, b1 / 1e9, bT / 1e9,
+               same_f && same_d ? "true" : "false",
                avx512_values, f1, fT);
         for (int tl = 0; tl < 2; tl++) {
             printf("\"%s\":[", tl ? "scans_tiled" : "scans");

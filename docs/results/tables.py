@@ -233,7 +233,7 @@ def bench_scan_tiled(rec):
                               "%.3f" % x["old_GBps"]] for x in r["scaling_fathom"]])
     g = r["gpu_host_check"]
     text += ("\nThe tiled kernel (%s; fathom_store_scan_range) against the untiled one (fathom_store_scan) on the "
-             "stores and plans of the bench-scan setup, n = %d, %d KV heads, G = %d, %d query groups, medians of %d "
+             "stores and plans of the bench-scan setup%s, n = %d, %d KV heads, G = %d, %d query groups, medians of %d "
              "interleaved repeats; threads take (query, head, %d-token range) tasks, the old kernel one task per "
              "(query, head). Scores bit-identical to the untiled kernel's: %s. Tiled over old, fathom:48 plane bytes "
              "per second on one core: %.2fx (issue 16 asks >= 2.5x); fathom:48 over ds:32 time: tiled %.2f, old %.2f "
@@ -242,7 +242,9 @@ def bench_scan_tiled(rec):
              "their time follows the active channel count more than the bytes; a shared, loaded machine makes "
              "absolute rates noisy (load average in the record). The GPU host's targets (>= 3 GB/s per core, "
              ">= 40 GB/s on 16 cores at 1M tokens) %s.%s\n"
-             % (r["tiled_isa"], r["context"], r["heads"], r["group"], r["queries"], r["repeats"], r["range_tokens"],
+             % (r["tiled_isa"],
+                " (segments of %d blocks)" % r["segment_blocks"] if "segment_blocks" in r else "",
+                r["context"], r["heads"], r["group"], r["queries"], r["repeats"], r["range_tokens"],
                 "yes" if r["identical_scores"] else "NO", r["ratio_tiled_to_old_fathom_per_core"],
                 r["ratio_fathom_to_ds_tiled"]["time"], r["ratio_fathom_to_ds"]["time"],
                 r["ratio_fathom_to_ds"]["bytes"],
@@ -2244,6 +2246,10 @@ TABLES = [
           "The integer (VNNI) mode on this machine (1M tokens)", bench_scan_tiled,
           "Pending: `scripts/record-result bench-scan-int8 -- build/bench_scan --context 1048576 --queries 4 "
           "--tiled avx512 --int8 --repeats 3 --threads 2 --json`."),
+    Table("bench-scan-int8-seg64", "CPU: scan throughput (bench_scan)",
+          "The same in the KV tier's segment layout (64 blocks)", bench_scan_tiled,
+          "Pending: `scripts/record-result bench-scan-int8-seg64 -- build/bench_scan --context 1048576 --queries 4 "
+          "--tiled avx512 --int8 --repeats 3 --threads 2 --segment-blocks 64 --json`."),
     Table("bench-scan-kernel", "CPU: scan throughput (bench_scan)",
           "One core's time per block against the multiply-add floor", bench_scan_kernel,
           "Pending: `scripts/record-result bench-scan-kernel -- build/bench_scan_kernel --json`."),
