@@ -11,11 +11,12 @@
  * complement of its position, so the packed values are distinct and rank
  * exactly as fathom_select ranks (higher key first; among equal keys the
  * lower position). A pool takes what is offered above its floor and, when
- * it holds more than 2m, is cut to its top m, whose m-th becomes the floor:
- * m values of the data are at least that large, so the head's m-th largest
- * is not below it. A task drops scores below the floor as it filters, and
- * cuts its own candidates to their top m the same way when they pass 2m
- * (later positions must then beat the m-th of them). Every one of the
+ * it holds more than 2m, is cut to its top m, whose m-th the floor rises
+ * to: m values of the data are at least that large, so the head's m-th
+ * largest is not below it. A task drops scores below the floor as it
+ * filters, and cuts its own candidates to their top m the same way when
+ * they pass 2m (later positions must then beat the m-th of them; the floor
+ * rises to just under it). Every one of the
  * head's top m is offered and survives every cut, so the pool's top m at
  * the end is the selection whatever order the tasks ran in. Tasks go
  * range-major over the items, so that most ranges start with a floor.
@@ -149,8 +150,9 @@ static filter_fn pick_filter(void) {
 #define SS_CHUNK 1024
 
 /* A head's pool of candidates (capacity 2m + SS_CHUNK): everything
- * offered that is above its floor; cut to its top m when it fills, the m-th
- * of which becomes the floor (0 until then: nothing is dropped). A task
+ * offered that is above its floor; cut to its top m when it fills, and the
+ * floor raised to their m-th (0 until a floor is known: nothing is
+ * dropped). A task
  * raises the floor as soon as it knows m of its range's values are not
  * below a value v (its own cut, its range's bound) to just under v: the
  * head's m-th largest is not below v either, so every one of the head's
