@@ -540,7 +540,6 @@ static void test_filters(void) {
             const uint32_t cw = scan_filter_tail(s, 0, n, thr, strict, pos0, want);
             for (uint32_t i = 0; i < N + 1; i++) got[i] = 0x5a5a5a5a5a5a5a5aull;
             const uint32_t cg = vf[k].fn(s, n, thr, strict, pos0, got);
-            CHECK(cg == cw);
             CHECK(cg == cw && !memcmp(got, want, cw * sizeof *want));
             CHECK(got[cw] == 0x5a5a5a5a5a5a5a5aull);
             filters_run[k]++;
@@ -716,7 +715,6 @@ static void test_segments(void) {
         memcpy(qbad, q, sizeof(float) * G * dim);
         qbad[dim + 3] = NAN;
         fathom_plan_select_item two[2] = {it, it};
-        two[1].queries = qbad;
         for (int first = 0; first < 2; first++) {
             two[0].queries = first ? qbad : q, two[1].queries = first ? q : qbad;
             CHECK_STATUS(fathom_plan_select_parallel(pool, FATHOM_SCAN_AUTO, two, 2, 64),

@@ -941,10 +941,10 @@ def gpu_hybrid(rec):
     paid = [c for c in at_last if min(c["hybrid"]["ms_by_share"][1:]) < c["hybrid"]["ms_by_share"][0]]
     gain = max((1 - min(c["hybrid"]["ms_by_share"][1:]) / c["hybrid"]["ms_by_share"][0] for c in paid), default=0)
     int8 = r.get("scan_mode") == "int8"
-    sizes = sorted(set(d.get("segment_blocks", d["context"] // 64) for d in r["decode"]))
-    segs = ("context / 64 blocks" if all(d.get("segment_blocks", d["context"] // 64) == d["context"] // 64
-                                        for d in r["decode"])
-            else " or ".join("%d blocks" % x for x in sizes))
+    # records before --segment-blocks used one segment of context / 64 blocks
+    own = [d.get("segment_blocks", d["context"] // 64) for d in r["decode"]]
+    segs = ("context / 64 blocks" if own == [d["context"] // 64 for d in r["decode"]]
+            else " or ".join("%d blocks" % x for x in sorted(set(own))))
     # judged as the library runs it: the scheduler's share at EVERY trace point
     ratios = [c["hybrid"]["ms"] / last["gpu_only_ms"] for c in at_last]
     under = sum(1 for x in ratios if x <= 0.55)

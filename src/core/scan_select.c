@@ -434,6 +434,14 @@ static int ss_run(struct fathom_pool *pool, fathom_scan_kernel kernel,
         }
         n_select += it->group;
     }
+    const uint32_t n_plan = plan ? count : 0;
+    const uint64_t n_tasks = n_plan + n_scan + n_select;
+    if (ok && (n_scan > UINT32_MAX || n_select > UINT32_MAX || n_tasks > UINT32_MAX)) {
+        free(st);
+        return fathom_fail(FATHOM_ERR_INVALID_ARG,
+                           "scan_select: %llu tasks (plans, token ranges, heads), more than 2^32 - 1",
+                           (unsigned long long)n_tasks);
+    }
     uint64_t *tasks = NULL, *values = NULL, *buf = NULL, *group_keys = NULL;
     ss_pool *pools = NULL;
     float *scratch = NULL, *group_max = NULL;
@@ -446,12 +454,10 @@ static int ss_run(struct fathom_pool *pool, fathom_scan_kernel kernel,
         scratch = fathom_alloc_array((uint64_t)threads * scratch_floats, sizeof(float));
         group_max = fathom_alloc_array((uint64_t)threads * ng, sizeof(float));
         group_keys = fathom_alloc_array((uint64_t)threads * ng, sizeof(uint64_t));
-        ok = tasks && values && pools && buf && scratch && group_max && group_keys && n_scan <= UINT32_MAX &&
-             n_select <= UINT32_MAX;
+        ok = tasks && values && pools && buf && scratch && group_max && group_keys;
     }
     int status = FATHOM_OK;
-    const uint32_t n_plan = plan ? count : 0;
-    if (!ok || n_scan > UINT32_MAX - n_select - n_plan)
+    if (!ok)
         status = fathom_fail(FATHOM_ERR_NOMEM, "scan_select: out of memory");
     else {
         uint64_t v_off = 0, h_off = 0, t = 0;
@@ -476,8 +482,7 @@ static int ss_run(struct fathom_pool *pool, fathom_scan_kernel kernel,
                           cap,       scratch,    buf,     scratch_floats, pick_filter(),
                           group_max, group_keys, plan,    n_plan,         (uint32_t)n_scan,
                           0};
-        atomic_init(&batch.failed, 0);
-        status = fathom_pool_run(pool, ss_task, &batch, (uint32_t)(n_plan + n_scan + n_select));
+        status = fathom_pool_run(pool, ss_task, &batch, (uint32_t)n_tasks);
     }
     free(tasks);
     free(values);
