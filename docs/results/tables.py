@@ -376,8 +376,8 @@ def bench_scan_segments(rec):
         "\nThe stores here have segments of %d blocks (a plane row of a segment is %d bytes), the KV tier's default: "
         "the hybrid step's host side scans a session's host planes in that layout. The table above is the same "
         "command on stores of 1024 blocks. Where it does not hold: the cause of the difference is not measured (on "
-        "this machine the plane loads stall more; neither a longer or shorter prefetch distance nor prefetching into "
-        "the next segment changed it), and the GPU machine's host was not measured in this layout.\n"
+        "the development machine the plane loads stall more; neither a longer or shorter prefetch distance nor "
+        "prefetching into the next segment changed it).\n"
         % (r["segment_blocks"], r["segment_blocks"] * 8))
 
 
@@ -2253,6 +2253,12 @@ TABLES = [
           "The integer (VNNI) mode on the GPU machine's host (16 cores, 1M tokens)", bench_scan_tiled,
           "Pending: on the GPU machine, `FATHOM_COMMIT=<commit> scripts/record-result bench-scan-int8-gpu-host -- "
           "build/bench_scan --context 1048576 --threads 16 --queries 4 --tiled avx512 --int8 --repeats 3 --json`."),
+    Table("bench-scan-int8-gpu-host-seg64", "CPU: scan throughput (bench_scan)",
+          "The integer mode on the GPU machine's host in the KV tier's segment layout (64 blocks)",
+          bench_scan_segments,
+          "Pending: on the GPU machine, `FATHOM_COMMIT=<commit> scripts/record-result bench-scan-int8-gpu-host-seg64 "
+          "-- build/bench_scan --context 1048576 --threads 16 --queries 4 --tiled avx512 --int8 --repeats 3 "
+          "--segment-blocks 64 --json`."),
     Table("bench-scan-int8", "CPU: scan throughput (bench_scan)",
           "The integer (VNNI) mode on this machine (1M tokens)", bench_scan_tiled,
           "Pending: `scripts/record-result bench-scan-int8 -- build/bench_scan --context 1048576 --queries 4 "
