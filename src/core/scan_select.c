@@ -149,6 +149,23 @@ static filter_fn pick_filter(void) {
  * m when it holds more than 2m. */
 #define SS_CHUNK 1024
 
+/* Spins (then yields) until *word is 0, or, with take set, until this
+ * thread has swapped a 0 there for a 1 (the waiters read, they do not
+ * write, while it is held). */
+static void spin_until(atomic_uint *word, int take) {
+    for (unsigned spin = 0;; spin++) {
+        if (atomic_load_explicit(word, memory_order_acquire) == 0 &&
+            (!take || !atomic_exchange_explicit(word, 1, memory_order_acquire)))
+            return;
+        if (spin < 64) {
+#ifdef FATHOM_X86
+            __builtin_ia32_pause();
+#endif
+        } else
+            sched_yield(); /* what it waits for may need this core when threads outnumber cores */
+    }
+}
+
 /* A head's pool of candidates (capacity 2m + SS_CHUNK): everything
  * offered that is above its floor; cut to its top m when it fills, and the
  * floor raised to their m-th (0 until a floor is known: nothing is
@@ -157,10 +174,12 @@ static filter_fn pick_filter(void) {
  * below a value v (its own cut, its range's bound) to just under v: the
  * head's m-th largest is not below v either, so every one of the head's
  * top m stays above the floor, and the head's other tasks running at the
- * same time filter at it from their next chunk on. */
+ * same time filter at it from their next chunk on. The floor has a cache
+ * line of its own (every task of the head reads it at every chunk), the
+ * lock and size another (written while a task offers). */
 typedef struct ss_pool {
-    atomic_flag lock;
-    _Atomic uint64_t floor;
+    _Alignas(64) _Atomic uint64_t floor;
+    _Alignas(64) atomic_uint locked;
     uint64_t size;
     uint64_t *v;
 } ss_pool;
@@ -175,19 +194,20 @@ static void raise_floor(ss_pool *pl, uint64_t v) {
 
 /* Offers c[0..n) to the pool of a head whose top is m. */
 static void pool_offer(ss_pool *pl, uint64_t m, const uint64_t *c, uint64_t n) {
-    while (atomic_flag_test_and_set_explicit(&pl->lock, memory_order_acquire)) {
-    }
+    spin_until(&pl->locked, 1);
     const uint64_t floor = atomic_load_explicit(&pl->floor, memory_order_relaxed);
+    uint64_t size = pl->size;
     for (uint64_t i = 0; i < n; i++) {
-        pl->v[pl->size] = c[i];
-        pl->size += c[i] > floor || floor == 0; /* 0: nothing cut yet */
-        if (pl->size > 2 * m) {
-            top_m(pl->v, pl->size, m);
-            pl->size = m;
+        pl->v[size] = c[i];
+        size += c[i] > floor || floor == 0; /* 0: nothing cut yet */
+        if (size > 2 * m) {
+            top_m(pl->v, size, m);
+            size = m;
             raise_floor(pl, min_u64(pl->v, m)); /* a task may have raised it higher */
         }
     }
-    atomic_flag_clear_explicit(&pl->lock, memory_order_release);
+    pl->size = size;
+    atomic_store_explicit(&pl->locked, 0, memory_order_release);
 }
 
 /* Per item: the forced window as fathom_select sets it, m, the pools, and
@@ -199,19 +219,6 @@ typedef struct ss_item {
     atomic_uint plan_left;  /* 1 until the item's plan is done (0 without a plan phase) */
     atomic_uint scans_left; /* range tasks not done */
 } ss_item;
-
-/* Waits until *left is 0: spins briefly, then yields the core (the task
- * waited for may need it when threads outnumber cores). */
-static void wait_done(atomic_uint *left) {
-    for (unsigned spin = 0; atomic_load_explicit(left, memory_order_acquire) != 0; spin++) {
-        if (spin < 64) {
-#ifdef FATHOM_X86
-            __builtin_ia32_pause();
-#endif
-        } else
-            sched_yield();
-    }
-}
 
 /* The plans of fathom_plan_select_parallel: one task per item. */
 typedef struct ps_batch {
@@ -328,7 +335,7 @@ static int ss_select_task(ss_batch *bt, uint32_t task) {
     while (task >= bt->items[i].group) task -= bt->items[i++].group;
     const fathom_scan_select_item *it = &bt->items[i];
     ss_item *si = &bt->st[i];
-    wait_done(&si->scans_left);
+    spin_until(&si->scans_left, 0);
     if (atomic_load(&bt->failed)) return FATHOM_OK;
     const uint32_t h = task;
     uint32_t *idx = it->idx + (uint64_t)h * it->k;
@@ -362,7 +369,7 @@ static int ss_task(void *arg, uint32_t task, uint32_t worker) {
         atomic_fetch_sub_explicit(&bt->st[task].plan_left, 1, memory_order_release);
     } else if ((task -= bt->n_plan) < bt->n_scan) {
         ss_item *si = &bt->st[bt->tasks[task] >> 32];
-        wait_done(&si->plan_left);
+        spin_until(&si->plan_left, 0);
         if (!atomic_load(&bt->failed)) status = ss_scan_task(bt, task, worker);
         if (status != FATHOM_OK) atomic_store(&bt->failed, 1);
         atomic_fetch_sub_explicit(&si->scans_left, 1, memory_order_release);
@@ -449,7 +456,9 @@ static int ss_run(struct fathom_pool *pool, fathom_scan_kernel kernel,
     if (ok) {
         tasks = fathom_alloc_array(n_scan ? n_scan : 1, sizeof *tasks);
         values = fathom_alloc_array(pool_values ? pool_values : 1, sizeof *values);
-        pools = fathom_alloc_array(n_select, sizeof *pools);
+        uint64_t pool_bytes; /* sizeof *pools is a multiple of its 64-byte alignment */
+        if (fathom_mul_u64(n_select ? n_select : 1, sizeof *pools, &pool_bytes) && pool_bytes <= SIZE_MAX)
+            pools = aligned_alloc(_Alignof(ss_pool), (size_t)pool_bytes);
         buf = fathom_alloc_array((uint64_t)threads * cap, sizeof *buf);
         scratch = fathom_alloc_array((uint64_t)threads * scratch_floats, sizeof(float));
         group_max = fathom_alloc_array((uint64_t)threads * ng, sizeof(float));
@@ -467,7 +476,7 @@ static int ss_run(struct fathom_pool *pool, fathom_scan_kernel kernel,
             atomic_init(&st[i].scans_left, st[i].m ? (unsigned)st[i].ranges : 0u);
             for (uint32_t h = 0; h < items[i].group; h++) {
                 ss_pool *pl = &st[i].pools[h];
-                atomic_flag_clear(&pl->lock);
+                atomic_init(&pl->locked, 0u);
                 atomic_init(&pl->floor, 0);
                 pl->size = 0;
                 pl->v = values + v_off;
