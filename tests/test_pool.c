@@ -5,7 +5,10 @@
  *   its caller, no task runs twice, on one thread the tasks after it are
  *   skipped, and the pool works for the next call;
  * - two pools failing at once on two threads each hand back their own
- *   message. */
+ *   message;
+ * - many short calls in a row (shorter than a worker's wake-up), whose
+ *   records live on the caller's stack, each with tasks that wait for the
+ *   task before them: every task runs once, in its own call, no call hangs. */
 #include "check.h"
 #include "fathom.h"
 #include "internal.h"
@@ -119,11 +122,53 @@ static void test_two_pools(void) {
     CHECK(strcmp(b.message, "task 900 failed on purpose") == 0);
 }
 
+/* One short call: task t waits until task t - 1 has run (the pool hands
+ * tasks out in order, so the task waited for is running). */
+typedef struct chain {
+    uint32_t call;
+    atomic_uint done[3];
+    atomic_uint *wrong_call; /* tasks that saw another call's record */
+    uint32_t id;
+} chain;
+
+static int chain_task(void *arg, uint32_t task, uint32_t worker) {
+    (void)worker;
+    chain *c = arg;
+    if (task > 0)
+        while (!atomic_load(&c->done[task - 1])) {
+        }
+    if (c->id != c->call) atomic_fetch_add(c->wrong_call, 1);
+    atomic_fetch_add(&c->done[task], 1);
+    return FATHOM_OK;
+}
+
+static void test_short_calls(uint32_t threads) {
+    fathom_pool *pool = NULL;
+    CHECK_OK(fathom_pool_create(&pool, threads));
+    if (!pool) return;
+    atomic_uint wrong = 0;
+    uint32_t once = 0, calls = 20000;
+    for (uint32_t call = 0; call < calls; call++) {
+        chain c = {.call = call, .wrong_call = &wrong, .id = call};
+        for (int t = 0; t < 3; t++) atomic_init(&c.done[t], 0);
+        const uint32_t n = 2 + call % 2;
+        CHECK_OK(fathom_pool_run(pool, chain_task, &c, n));
+        uint32_t ok = 1;
+        for (uint32_t t = 0; t < n; t++) ok &= atomic_load(&c.done[t]) == 1;
+        once += ok;
+    }
+    CHECK(once == calls);
+    CHECK(atomic_load(&wrong) == 0);
+    fathom_pool_free(pool);
+}
+
 int main(void) {
     test_runs(1);
     test_runs(2);
     test_runs(5);
     test_two_pools();
+    test_short_calls(2);
+    test_short_calls(8);
     fathom_pool *pool = (fathom_pool *)&pool;
     CHECK_STATUS(fathom_pool_create(&pool, 0), FATHOM_ERR_INVALID_ARG);
     CHECK(pool == NULL);

@@ -1,5 +1,8 @@
 /* pool — see pool.h. Workers sleep on a condition variable between calls;
- * each call bumps a generation counter that wakes them. */
+ * each call bumps a generation counter that wakes them. A call waits for
+ * the workers that joined it, not for every worker to wake: one that wakes
+ * after the call has ended finds no call and sleeps again, so a short call
+ * does not pay the slowest wake-up. */
 #include "pool.h"
 
 #include "internal.h"
@@ -33,7 +36,7 @@ struct fathom_pool {
     pthread_mutex_t lock;
     pthread_cond_t wake, idle;
     uint64_t generation; /* bumped by every call that uses the workers */
-    uint32_t busy;       /* workers still in the current call */
+    uint32_t active;     /* workers that joined the current call and are still in it */
     int stop;
     pool_call *call; /* the current call */
 };
@@ -61,11 +64,13 @@ static void *pool_main(void *arg) {
         while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->lock);
         if (p->stop) break;
         seen = p->generation;
-        pool_call *c = p->call;
+        pool_call *c = p->call; /* NULL: the call ended before this worker woke */
+        if (!c) continue;
+        p->active++;
         pthread_mutex_unlock(&p->lock);
         call_drain(c, w->id);
         pthread_mutex_lock(&p->lock);
-        if (--p->busy == 0) pthread_cond_signal(&p->idle);
+        if (--p->active == 0) pthread_cond_signal(&p->idle);
     }
     pthread_mutex_unlock(&p->lock);
     return NULL;
@@ -128,13 +133,13 @@ int fathom_pool_run(fathom_pool *p, fathom_task_fn fn, void *arg, uint32_t n_tas
     } else {
         pthread_mutex_lock(&p->lock);
         p->call = &c;
-        p->busy = p->threads - 1;
         p->generation++;
         pthread_cond_broadcast(&p->wake);
         pthread_mutex_unlock(&p->lock);
         call_drain(&c, 0);
         pthread_mutex_lock(&p->lock);
-        while (p->busy) pthread_cond_wait(&p->idle, &p->lock);
+        /* every task has been taken; those still running are in joined workers */
+        while (p->active) pthread_cond_wait(&p->idle, &p->lock);
         p->call = NULL;
         pthread_mutex_unlock(&p->lock);
     }
