@@ -976,17 +976,18 @@ def gpu_hybrid(rec):
              "it to planes; reached through the cache's size, measured here), the hybrid on the last thread count: "
              "%s. Issue 16's \"with the host CPU scanning its share <= 0.55x\" at 1M: %s. test_cuda_hybrid "
              "checks the hybrid step's selections, depths, unions, out and LSE bit-identical to the GPU-only "
-             "step's. Where it does not hold: the host CPU barely pays: its kernel reads %.2f GB/s per core here "
+             "step's. Where it does not hold: %s: its kernel reads %.2f GB/s per core here "
              "(%.1f GB/s on %d threads at %s, in the scheduler's bytes), %.2f of the link's %.1f GB/s, and the "
              "host side adds a fixed latency per layer (host function, pool wake-ups, the copy), so the fastest "
-             "step with any pair on the host at %s is %.2fx the GPU-only step%s. The host "
+             "uncached step with any pair on the host at %s is %.2fx the GPU-only step%s. The host "
              "pairs' plane cache lines are not used (the host reads host memory). Queries are the same every "
              "step and the length does not grow; one session (batch 1); the host shares its memory bandwidth "
              "with the GPU's reads of the other pairs.\n%s" %
              (r["layers"], r["kv_heads"], r["group"], r["dim"], r["k"], r["method"], segs, r["layers"], r["reps"], gpu,
               r["kv_heads"], r["kv_heads"], min(zeros), max(zeros), hits, len(picks), worst,
               r.get("calibration", "best of 3"), r["layers"], cache,
-              verdict, top["cpu_GBps"] / top["threads"], top["cpu_GBps"], top["threads"], ctx(last["context"]),
+              verdict, "the host CPU barely pays" if host_best / last["gpu_only_ms"] > 0.95 else
+              "the host pays for a share of whole pairs only", top["cpu_GBps"] / top["threads"], top["cpu_GBps"], top["threads"], ctx(last["context"]),
               top["cpu_GBps"] / r["link_GBps"], r["link_GBps"], ctx(last["context"]),
               host_best / last["gpu_only_ms"],
               "" if int8 else "; a host kernel at issue 16's >= 3 GB/s per core (the tiled AVX-512 kernel: 1.6 GB/s "
@@ -1000,6 +1001,16 @@ def int8_hybrid_note(r, last, top, worst):
     """The integer-mode run's paragraph: what the mode is and what its host share bought."""
     best = min(range(1, len(top["ms_by_share"])), key=lambda c: top["ms_by_share"][c])
     best_ms, gpu_ms = top["ms_by_share"][best], last["gpu_only_ms"]
+    at_last = last["cache"] if isinstance(last["cache"], list) else [last["cache"]]
+    gains = [1 - c["hybrid"]["ms"] / c["gpu_only_ms"] for c in at_last if c["hybrid"]["share"] > 0]
+    cached = ("With the cache at %s, the scheduler gives the host a share at %d of %d trace points (%s), the step "
+              "there %s than the cached GPU-only step. " %
+              (ctx(last["context"]), len(gains), len(at_last),
+               ", ".join("%d pair%s at %d" % (n, "s" if n > 1 else "", sum(1 for c in at_last if c["hybrid"]["share"] == n))
+                         for n in sorted({c["hybrid"]["share"] for c in at_last if c["hybrid"]["share"] > 0})) or "none",
+               "%.0f%% faster to %.0f%% slower" % (100 * max(gains), -100 * min(gains)) if gains and min(gains) < 0
+               else "%.0f%% to %.0f%% faster" % (100 * min(gains), 100 * max(gains)) if gains else "no faster")
+              if at_last else "")
     uncached = ("Without a cache, at %s on %d threads, the scheduler gives the host %d of %d pairs: %.2f ms against "
                 "%.2f GPU-only (%.2fx); the fastest host share measured is %d pairs, %.2fx." %
                 (ctx(last["context"]), top["threads"], top["share"], r["kv_heads"], top["ms"], gpu_ms,
@@ -1011,15 +1022,16 @@ def int8_hybrid_note(r, last, top, worst):
         "that mode and the hybrid is bit-identical to it (test_cuda_hybrid runs its whole check in both modes; "
         "test_cuda_tier checks the GPU's int8 scores bit-identical to the CPU's int8 reference). The mode's scores "
         "approximate the exact ones (how often its top-512 selections equal the exact ones: \"The integer (VNNI) "
-        "mode on the GPU machine's host\"). %s "
+        "mode on the GPU machine's host\"). %s %s"
         "Where it does not hold: with the cache, the GPU reads about half the plane bytes from HBM, while the "
-        "host's share is read from host memory, so a host share buys little, and steps with a share vary between "
-        "trace points by more than the GPU-only step does (the scheduler's worst pick %.2fx the best); what makes "
-        "the host side late there is not measured here (its reads share host memory bandwidth with the GPU's "
-        "link reads; the pool's threads sleep between layers). The host's rate is bounded by its plan and "
+        "host's share is read from host memory, so a host pair saves only what the GPU spends on a cached pair; "
+        "a call of one pair on the host costs more than its share of a call of all pairs (bench_scan's \"heads "
+        "alone\" on the same kind of host), so the share is 1 or 2 pairs; steps with a share vary between "
+        "trace points by more than the GPU-only step does (the scheduler's worst pick %.2fx the best, from one "
+        "calibration). The host's rate is bounded by its plan and "
         "selection as well as its scan (bench_scan's int8 scan + select against its scan alone: the same table). "
         "The host's rate differs between leases of this machine kind (compare the host GB/s per core here with "
-        "the record of bench_scan --int8 on the same kind of host).\n" % (uncached, worst))
+        "the record of bench_scan --int8 on the same kind of host).\n" % (uncached, cached, worst))
 
 
 def gpu_shard(rec):
