@@ -993,23 +993,23 @@ def gpu_hybrid(rec):
               "" if int8 else "; a host kernel at issue 16's >= 3 GB/s per core (the tiled AVX-512 kernel: 1.6 GB/s "
               "per core on one core of this host at 1M, \"The tiled kernel on the GPU machine's host\"; the integer "
               "mode's kernel: \"The hybrid step in the integer scan mode\") is what would make a larger share pay",
-              int8_hybrid_note(r, last, top, worst) if int8 else ""))
+              int8_hybrid_note(r, last, top, worst, at_last, picks) if int8 else ""))
     return text
 
 
-def int8_hybrid_note(r, last, top, worst):
+def int8_hybrid_note(r, last, top, worst, at_last, picks):
     """The integer-mode run's paragraph: what the mode is and what its host share bought."""
     best = min(range(1, len(top["ms_by_share"])), key=lambda c: top["ms_by_share"][c])
     best_ms, gpu_ms = top["ms_by_share"][best], last["gpu_only_ms"]
-    at_last = last["cache"] if isinstance(last["cache"], list) else [last["cache"]]
-    gains = [1 - c["hybrid"]["ms"] / c["gpu_only_ms"] for c in at_last if c["hybrid"]["share"] > 0]
-    cached = ("With the cache at %s, the scheduler gives the host a share at %d of %d trace points (%s), the step "
-              "there %s than the cached GPU-only step. " %
-              (ctx(last["context"]), len(gains), len(at_last),
-               ", ".join("%d pair%s at %d" % (n, "s" if n > 1 else "", sum(1 for c in at_last if c["hybrid"]["share"] == n))
-                         for n in sorted({c["hybrid"]["share"] for c in at_last if c["hybrid"]["share"] > 0})) or "none",
-               "%.0f%% faster to %.0f%% slower" % (100 * max(gains), -100 * min(gains)) if gains and min(gains) < 0
-               else "%.0f%% to %.0f%% faster" % (100 * min(gains), 100 * max(gains)) if gains else "no faster")
+    given = [c for c in at_last if c["hybrid"]["share"] > 0]
+    change = [100 * (c["hybrid"]["ms"] / c["gpu_only_ms"] - 1) for c in given]
+    shares = sorted({c["hybrid"]["share"] for c in given})
+    cached = ("With the cache at %s, the scheduler gives the host a share at %d of %d trace points (%s)%s. " %
+              (ctx(last["context"]), len(given), len(at_last),
+               ", ".join("%d of %d pairs at %d" % (n, r["kv_heads"], sum(1 for c in given if c["hybrid"]["share"] == n))
+                         for n in shares) or "none",
+               ", the step there %+.0f%% to %+.0f%% in time against the cached GPU-only step" %
+               (min(change), max(change)) if given else "")
               if at_last else "")
     uncached = ("Without a cache, at %s on %d threads, the scheduler gives the host %d of %d pairs: %.2f ms against "
                 "%.2f GPU-only (%.2fx); the fastest host share measured is %d pairs, %.2fx." %
@@ -1026,12 +1026,14 @@ def int8_hybrid_note(r, last, top, worst):
         "Where it does not hold: with the cache, the GPU reads about half the plane bytes from HBM, while the "
         "host's share is read from host memory, so a host pair saves only what the GPU spends on a cached pair; "
         "a call of one pair on the host costs more than its share of a call of all pairs (bench_scan's \"heads "
-        "alone\" on the same kind of host), so the share is 1 or 2 pairs; steps with a share vary between "
+        "alone\" on the same kind of host), so the shares stay small (at most %d of %d pairs in any row here); "
+        "steps with a share vary between "
         "trace points by more than the GPU-only step does (the scheduler's worst pick %.2fx the best, from one "
         "calibration). The host's rate is bounded by its plan and "
         "selection as well as its scan (bench_scan's int8 scan + select against its scan alone: the same table). "
         "The host's rate differs between leases of this machine kind (compare the host GB/s per core here with "
-        "the record of bench_scan --int8 on the same kind of host).\n" % (uncached, cached, worst))
+        "the record of bench_scan --int8 on the same kind of host).\n" %
+        (uncached, cached, max(t["share"] for d, t in picks), r["kv_heads"], worst))
 
 
 def gpu_shard(rec):
