@@ -307,8 +307,12 @@ typedef struct scan2_pass {
 } scan2_pass;
 
 /* Tiles ahead of the one being staged whose lines are prefetched: a pass
- * reads its plane rows as many short streams, one line per row and tile. */
-#define SCAN2_PREFETCH_TILES 4
+ * reads its plane rows as many short streams, one line per row and tile.
+ * A prefetch stays inside the tile's segment, so in segments of 64 blocks
+ * (the KV tier's) 4 tiles ahead left half of each segment's tiles without
+ * one; 2 tiles measured faster there and the same at 1024 blocks
+ * (bench_scan --segment-blocks). */
+#define SCAN2_PREFETCH_TILES 2
 
 /* Prefetch into L2 (prefetcht1), not L1: a tile's rows lie S * 8 bytes
  * apart, a multiple of 4 KiB at the default S, so they all map to one L1
