@@ -376,8 +376,8 @@ def bench_scan_segments(rec):
         "\nThe stores here have segments of %d blocks (a plane row of a segment is %d bytes), the KV tier's default: "
         "the hybrid step's host side scans a session's host planes in that layout. The table above is the same "
         "command on stores of 1024 blocks. The kernels' prefetch stays inside a tile's segment: from commit 64c19c3 "
-        "it runs 2 tiles (16 blocks) ahead instead of 4, which in 64-block segments left half of each segment's "
-        "tiles without one (a record's commit says which distance it ran). Where it does not hold: the rest of the "
+        "it runs 2 tiles (16 blocks) ahead instead of 4, so a 64-block segment's first 2 of 8 tiles go unprefetched "
+        "instead of 4 (a record's commit says which distance it ran). Where it does not hold: the rest of the "
         "difference between the two layouts is not measured.\n"
         % (r["segment_blocks"], r["segment_blocks"] * 8))
 

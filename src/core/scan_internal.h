@@ -308,10 +308,11 @@ typedef struct scan2_pass {
 
 /* Tiles ahead of the one being staged whose lines are prefetched: a pass
  * reads its plane rows as many short streams, one line per row and tile.
- * A prefetch stays inside the tile's segment, so in segments of 64 blocks
- * (the KV tier's) 4 tiles ahead left half of each segment's tiles without
- * one; 2 tiles measured faster there and the same at 1024 blocks
- * (bench_scan --segment-blocks). */
+ * A prefetch stays inside the tile's segment, so a segment's first tiles
+ * are never prefetched: in segments of 64 blocks (the KV tier's) 4 tiles
+ * ahead leave 4 of its 8 tiles without one, 2 tiles ahead 2. 2 measured
+ * faster there and the same at 1024 blocks (bench_scan --segment-blocks);
+ * prefetching the next segment's first tiles as well measured no faster. */
 #define SCAN2_PREFETCH_TILES 2
 
 /* Prefetch into L2 (prefetcht1), not L1: a tile's rows lie S * 8 bytes
