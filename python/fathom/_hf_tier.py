@@ -8,12 +8,20 @@ Host work happens only in prepare(tokens_needed) (capacity, before a step or
 a replay that would exceed it) and in close(); append and attend never
 synchronize. A captured graph stays valid while ``capacity`` (the step's
 capacity class) is unchanged; prepare returns True when it changed.
+
+HBM cache (cache_bytes > 0, per sequence): each session gets the KV tier's
+HBM cache of plane lines and K/V rows (KVTier.cache_set) whenever prepare
+sets a capacity class, cache_plane_share of the bytes for plane lines over
+the capacity, the rest for row slots; every cache_fill_every decode steps
+(an eager step of the last layer, or replayed()) the lines are chosen again
+from the last cache_window plans and copied (KVTier.cache_fill, on the
+current stream). Outputs are the same bits with or without it.
 """
 import numpy as np
 import torch
 
 from .core import LOCAL_TOKENS, SINK_TOKENS
-from .tier import KVTier, parse_method
+from .tier import CACHE_WINDOW, KVTier, parse_method
 
 
 DEFAULT_MAX_TOKENS = 1 << 22  # per sequence, when the cache gives no max_tokens
@@ -29,7 +37,8 @@ def capacity_class(tokens):
 
 class TierBackend:
     def __init__(self, *, layers, kv_heads, group, dim, batch, method, k, sink=SINK_TOKENS, local=LOCAL_TOKENS,
-                 max_tokens=None, device=None, segment_blocks=0):
+                 max_tokens=None, device=None, segment_blocks=0, cache_bytes=0, cache_plane_share=0.7,
+                 cache_window=CACHE_WINDOW, cache_fill_every=16):
         self.kind, param = parse_method(method)
         self.budget = param if self.kind in ("fathom", "fathom-centered") else 0
         self.ds_channels = param if self.kind == "ds" else 0
@@ -40,6 +49,12 @@ class TierBackend:
                 raise ValueError(f"TierBackend: device {device} is not a CUDA device")
             torch.cuda.set_device(device)
         self.layers, self.kv_heads, self.group, self.dim = layers, kv_heads, group, dim
+        self.cache_bytes, self.cache_plane_share = int(cache_bytes), float(cache_plane_share)
+        self.cache_window, self.cache_fill_every = int(cache_window), int(cache_fill_every)
+        if self.cache_bytes < 0 or not 0.0 <= self.cache_plane_share <= 1.0 or self.cache_fill_every < 1:
+            raise ValueError(f"TierBackend: cache_bytes {cache_bytes} must be >= 0, cache_plane_share "
+                             f"{cache_plane_share} in [0, 1] and cache_fill_every {cache_fill_every} >= 1")
+        self._steps = 0  # decode steps run (eager steps of the last layer and replayed tokens)
         self.batch, self.k, self.sink, self.local = batch, int(k), int(sink), int(local)
         # sizes the device segment table only (host memory comes with reserve)
         self.max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else int(max_tokens)
@@ -72,7 +87,47 @@ class TierBackend:
         for s in self.sessions:
             self.tier.reserve(s, capacity)
         self.capacity = capacity
+        if self.cache_bytes:
+            self._cache_set(capacity)
         return True
+
+    def _cache_set(self, capacity):
+        """Every session's HBM cache for a capacity class (emptied: the next
+        fill copies what it keeps). A share that buys no plane line or no row
+        slot per (layer, KV head) at this capacity goes to the other part."""
+        pairs = self.layers * self.kv_heads
+        line = pairs * 10 * -(-capacity // 64)  # a plane line: 8 bytes of words + 2 of scales per block
+        slot = pairs * (4 * self.dim + 4)       # a K/V row of bf16 K and V, and its tag
+        plane = int(self.cache_bytes * self.cache_plane_share)
+        if plane < line:
+            plane = 0
+        row = self.cache_bytes - plane
+        if row < slot:
+            row = 0
+            plane = self.cache_bytes if self.cache_bytes >= line else 0
+        if not plane and not row:
+            raise ValueError(f"TierBackend: cache_bytes {self.cache_bytes} buys neither one plane line "
+                             f"({line} bytes at capacity {capacity}) nor one row slot ({slot} bytes) per "
+                             f"(layer, KV head)")
+        for s in self.sessions:
+            self.tier.cache_set(s, plane_bytes=plane, row_bytes=row, tokens=capacity, window=self.cache_window)
+        self._steps = 0  # the empty caches are filled at the next step
+
+    def fill_cache(self):
+        """Choose and copy every session's plane lines now (KVTier.cache_fill,
+        on the current stream). No-op without a cache."""
+        if self.cache_bytes and self.capacity:
+            for s in self.sessions:
+                self.tier.cache_fill(s)
+
+    def _step_done(self, steps=1):
+        """Count decode steps; fill the caches when a multiple of
+        cache_fill_every is reached (not while a graph is being captured:
+        replayed() counts the steps a replay runs)."""
+        before = self._steps
+        self._steps += steps
+        if self.cache_bytes and before // self.cache_fill_every != self._steps // self.cache_fill_every:
+            self.fill_cache()
 
     def _counts_of(self, tokens):
         c = self._counts.get(tokens)
@@ -116,8 +171,13 @@ class TierBackend:
             raise ValueError(f"query: {query.shape[2]} positions; the tier attends one query per sequence "
                              "(a prefill attends densely)")
         q = query.to(torch.bfloat16).reshape(self.batch, self.kv_heads, self.group, self.dim).contiguous()
+        capturing = torch.cuda.is_current_stream_capturing()
+        if layer == 0 and self.cache_bytes and self._steps == 0 and not capturing:
+            self.fill_cache()  # the first step after a capacity class is set: lines by variance
         out, _ = self.tier.step(layer, self.sessions_t, q, capacity=self.capacity, k=self.k, budget=self.budget,
                                 sink=self.sink, local=self.local, scale=scale, fixed_depths=self._fixed(layer))
+        if layer == self.layers - 1 and not capturing:
+            self._step_done()
         return out.reshape(query.shape).to(query.dtype)
 
     def _fixed(self, layer):
@@ -142,6 +202,7 @@ class TierBackend:
         """Record that a replayed graph appended `tokens` tokens to every layer
         (a replay does not run this object's Python)."""
         self._len = [n + tokens for n in self._len]
+        self._step_done(tokens)
 
     def length(self, layer=0):
         return self._len[layer]

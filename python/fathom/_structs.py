@@ -93,6 +93,10 @@ class StepArgs(C.Structure):
                 ("cache_bytes", ptr)]
 
 
+class TierCacheConfig(C.Structure):
+    _fields_ = [("plane_bytes", u64), ("tokens", u64), ("row_bytes", u64), ("window", u32)]
+
+
 # C struct name -> mirror; the layout test walks this table.
 MIRRORED = {
     "fathom_segment_view": SegmentView,
@@ -109,4 +113,5 @@ CUDA_MIRRORED = {
     "fathom_cuda_tier_usage": TierUsage,
     "fathom_cuda_tier_view": TierView,
     "fathom_cuda_tier_step_args": StepArgs,
+    "fathom_cuda_tier_cache_config": TierCacheConfig,
 }

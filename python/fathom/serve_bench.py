@@ -17,7 +17,12 @@ input token and position. The cache differs per method:
   runs the tier step. The context is filled SYNTHETICALLY through tier
   append (random K/V with per-channel scales and offsets, chunks of 4096
   tokens), since a real prefill at these lengths would take too long; the
-  decode steps then append real K/V from the model.
+  decode steps then append real K/V from the model. --cache F gives each
+  sequence the tier's HBM cache (TierBackend cache_bytes: F of its index at
+  the context, 70% plane lines ranked by the last 16 plans, the rest K/V
+  row slots; filled at the first step and every --cache-fill-every steps,
+  the fills inside the timed steps). Its hit rates here are those of the
+  synthetic context and the random model's queries, not a real decode's.
 - sdpa: transformers' StaticCache (KV in HBM, random K/V up to the context)
   and its sdpa attention, the speed of light where it fits in HBM.
 - offload: dense attention over K/V kept in pinned host memory: every layer
@@ -296,7 +301,10 @@ def run_fathom(model, config, method, context, batch, args):
 
     sh = shape_of(config)
     total = context + args.steps * 3 + args.reps * 2 + 64
-    backend = TierBackend(**sh, batch=batch, method=method, k=args.k, max_tokens=total + 4096)
+    # --cache: an HBM cache per session of that share of its index at the context (34 bytes per block and channel)
+    cache_bytes = int(args.cache * sh["layers"] * sh["kv_heads"] * -(-context // 64) * sh["dim"] * 34)
+    backend = TierBackend(**sh, batch=batch, method=method, k=args.k, max_tokens=total + 4096,
+                          cache_bytes=cache_bytes, cache_fill_every=args.cache_fill_every)
     try:
         t0 = time.perf_counter()
         backend.prepare(total)
@@ -367,6 +375,7 @@ def run_fathom(model, config, method, context, batch, args):
             "fill": "synthetic (tier append, chunks of %d tokens)" % FILL_CHUNK, "fill_s": fill_s,
             "reserve_s": reserve_s, "final_length": final, "capacity": backend.capacity,
             "host_bytes_per_session": usage["bytes"],
+            "cache_bytes_per_session": backend.tier.cache_bytes(backend.sessions[0]),
         }
     finally:
         attach(model, None, "sdpa")
@@ -447,9 +456,15 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=32, help="decode steps timed per method")
     ap.add_argument("--offload-steps", type=int, default=3, help="decode steps timed for offload")
     ap.add_argument("--reps", type=int, default=20, help="replays timing each part alone")
+    ap.add_argument("--cache", type=float, default=0.0,
+                    help="fathom runs: an HBM cache per sequence of this share of its index at the context "
+                         "(e.g. 0.1; 0: none), 70%% for plane lines, the rest for K/V rows")
+    ap.add_argument("--cache-fill-every", type=int, default=16, help="decode steps between cache fills")
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ap.add_argument("--partial", help="rewrite this file with the JSON so far after every run")
     args = ap.parse_args(argv)
+    if not 0.0 <= args.cache <= 1.0 or args.cache_fill_every < 1:
+        ap.error(f"--cache {args.cache} must be in [0, 1] and --cache-fill-every {args.cache_fill_every} >= 1")
     if not torch.cuda.is_available():
         ap.error("needs a CUDA device (torch.cuda.is_available() is False)")
     from . import tier
@@ -493,6 +508,7 @@ def main(argv=None):
                 "model": args.model, "config": PRESETS[args.model], "dtype": "bf16", "init": "random",
                 "k": args.k, "sink": tier.SINK_TOKENS, "local": tier.LOCAL_TOKENS, "steps": args.steps,
                 "offload_steps": args.offload_steps, "reps": args.reps,
+                "cache": args.cache, "cache_fill_every": args.cache_fill_every,
                 "graph": "transformers forward + argmax captured in one torch.cuda.graph per method",
                 "torch": torch.__version__, "transformers": __import__("transformers").__version__,
                 "runs": results,

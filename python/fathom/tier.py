@@ -35,12 +35,14 @@ import torch
 
 from . import _lib
 from ._lib import P, STATUS, u32, u64
-from ._structs import StepArgs, TierShape, TierUsage, TierView
+from ._structs import StepArgs, TierCacheConfig, TierShape, TierUsage, TierView
 from .core import LOCAL_TOKENS, SINK_TOKENS
 from .errors import UnsupportedError
 
 MAX_GROUP = 16  # FATHOM_CUDA_TIER_MAX_GROUP
 DIMS = (64, 128, 256)
+CACHE_WINDOW = 16  # FATHOM_CUDA_TIER_CACHE_WINDOW: the plans a fill ranks lines by
+MAX_CACHE_WINDOW = 255  # FATHOM_CUDA_TIER_CACHE_MAX_WINDOW
 
 
 _PROTOTYPES = {
@@ -61,6 +63,9 @@ _PROTOTYPES = {
     "fathom_cuda_tier_append": (STATUS, [P, u32, P, u32, P, u32, P, P, P]),
     "fathom_cuda_tier_workspace_size": (STATUS, [P, C.POINTER(StepArgs), C.POINTER(C.c_size_t)]),
     "fathom_cuda_tier_step": (STATUS, [P, C.POINTER(StepArgs), P]),
+    "fathom_cuda_tier_cache_set": (STATUS, [P, u32, C.POINTER(TierCacheConfig)]),
+    "fathom_cuda_tier_cache_fill": (STATUS, [P, u32, P, P]),
+    "fathom_cuda_tier_cache_bytes": (STATUS, [P, u32, C.POINTER(u64)]),
 }
 
 _cuda = None
@@ -275,6 +280,39 @@ class KVTier:
         self._lib.fathom_cuda_tier_sums(self._h(), session, layer, head, *map(C.byref, ptrs))
         return tuple(np.ctypeslib.as_array(C.cast(p, C.POINTER(C.c_double)), shape=(self.dim,)).copy()
                      for p in ptrs)
+
+    # ------------------------------------------------------------ HBM cache
+    def cache_set(self, session, *, plane_bytes=0, row_bytes=0, tokens=None, window=CACHE_WINDOW):
+        """Give the session an empty HBM cache (include/fathom_cuda.h, "HBM
+        cache"): plane_bytes of device memory for plane lines covering tokens
+        [0, tokens) (None: the tier's max_tokens), row_bytes for K/V row
+        slots, the plane lines ranked at each fill by the last `window` plans
+        the steps noted (0..255; 0: by variance alone). All sizes 0 frees it.
+        The steps' results are the same bits with or without a cache. Host
+        call (synchronizes the device); capture graphs after it, since a graph
+        captured while no session had a window does not note plans."""
+        plane_bytes, row_bytes, window = int(plane_bytes), int(row_bytes), int(window)
+        tokens = self.max_tokens if tokens is None else int(tokens)
+        if plane_bytes < 0 or row_bytes < 0:
+            raise ValueError(f"cache_set: plane_bytes {plane_bytes} and row_bytes {row_bytes} must be >= 0")
+        if not 0 <= window <= MAX_CACHE_WINDOW:
+            raise ValueError(f"cache_set: window {window} not in 0..{MAX_CACHE_WINDOW}")
+        if not 1 <= tokens <= self.max_tokens:
+            raise ValueError(f"cache_set: tokens {tokens} not in 1..max_tokens {self.max_tokens}")
+        cfg = TierCacheConfig(plane_bytes, tokens, row_bytes, window)
+        self._lib.fathom_cuda_tier_cache_set(self._h(), session, C.byref(cfg))
+
+    def cache_fill(self, session):
+        """Choose the session's plane lines (by its window's plans, else by
+        variance) and copy their closed blocks from host memory, for every
+        layer and KV head, on the current stream. No-op without plane lines."""
+        self._lib.fathom_cuda_tier_cache_fill(self._h(), session, None, _stream())
+
+    def cache_bytes(self, session):
+        """Device bytes the session's cache holds allocated (0 without one)."""
+        n = u64()
+        self._lib.fathom_cuda_tier_cache_bytes(self._h(), session, C.byref(n))
+        return n.value
 
     # ------------------------------------------------------------ device side
     def sessions_tensor(self, sessions):

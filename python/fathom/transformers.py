@@ -300,11 +300,14 @@ class FathomCache(Cache):
     TierBackend), "cpu", "tier", or a class taking the backend keyword
     arguments (layers, kv_heads, group, dim, batch, method, k, sink, local,
     max_tokens, device); its optional prepare(tokens) runs before each
-    forward's first append.
+    forward's first append. cache_bytes (the KV tier only): device bytes per
+    sequence for the tier's HBM cache of plane lines and K/V rows
+    (TierBackend's cache_bytes; 0: none); same outputs, fewer bytes over the
+    link.
     """
 
     def __init__(self, model, method="fathom:48", k=256, sink=core.SINK_TOKENS, local=core.LOCAL_TOKENS,
-                 max_tokens=None, backend=None):
+                 max_tokens=None, backend=None, cache_bytes=0):
         config = _config_of(model)
         impl = getattr(config, "_attn_implementation", None)
         if impl != NAME:
@@ -327,6 +330,11 @@ class FathomCache(Cache):
         self.method, self.k, self.sink, self.local = method, k, sink, local
         self.max_tokens = max_tokens or getattr(config, "max_position_embeddings", None)
         self._backend_choice = backend
+        self.cache_bytes = int(cache_bytes)
+        if self.cache_bytes < 0:
+            raise ValueError(f"FathomCache: cache_bytes {cache_bytes} must be >= 0")
+        if self.cache_bytes and backend not in (None, "tier"):
+            raise ValueError(f"FathomCache: cache_bytes is the KV tier's HBM cache; backend {backend!r} has none")
         self.backend = None  # made at the first update, when the batch and device are known
         if backend is None or backend == "cpu":  # fail early on a method the CPU backend refuses
             core.method_check(method, self.head_dim)
@@ -336,17 +344,21 @@ class FathomCache(Cache):
         choice = self._backend_choice
         if choice is None:
             choice = "tier" if key.device.type == "cuda" else "cpu"
+        extra = {}
         if choice == "cpu":
+            if self.cache_bytes:
+                raise ValueError("FathomCache: cache_bytes is the KV tier's HBM cache; the K/V are on the CPU")
             cls = CpuBackend
         elif choice == "tier":
             cls = _tier_backend()
+            extra = {"cache_bytes": self.cache_bytes}
         elif callable(choice):
             cls = choice
         else:
             raise ValueError(f"FathomCache: backend {choice!r}: expected None, 'cpu', 'tier' or a class")
         return cls(layers=self.num_layers, kv_heads=self.kv_heads, group=self.group, dim=self.head_dim,
                    batch=key.shape[0], method=self.method, k=self.k, sink=self.sink, local=self.local,
-                   max_tokens=self.max_tokens, device=key.device)
+                   max_tokens=self.max_tokens, device=key.device, **extra)
 
     def _length(self, layer):
         return 0 if self.backend is None else self.backend.length(layer)

@@ -434,6 +434,108 @@ def test_fork_truncate_usage(gpu):
         np.testing.assert_array_equal(tier.segment(b, 0, 0, 0)["planes"][:, :, :2], store.segment(0).planes[:, :, :2])
 
 
+def step_counting_cache_hits(tier, sessions, q, capacity, k, budget):
+    """tier.step's work through fathom_cuda_tier_step directly, with the
+    step's count of bytes read from the HBM cache: (out, lse, [plane bytes,
+    row bytes])."""
+    import ctypes as C
+    from fathom._structs import StepArgs
+    dev = tier.device
+    B = sessions.shape[0]
+    ws = tier.workspace(B, capacity, k)
+    out = torch.empty_like(q)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=dev)
+    hits = torch.zeros(2, dtype=torch.int64, device=dev)
+    args = StepArgs(layer=0, sessions=sessions.data_ptr(), batch=B, capacity_tokens=capacity, k=k, sink=4,
+                    local=32, budget=budget, scale=1.0 / math.sqrt(tier.dim), queries=q.data_ptr(),
+                    out=out.data_ptr(), lse=lse.data_ptr(), workspace=ws.data_ptr(), workspace_bytes=ws.numel(),
+                    cache_bytes=hits.data_ptr())
+    tier._lib.fathom_cuda_tier_step(tier._h(), C.byref(args), C.c_void_p(torch.cuda.current_stream().cuda_stream))
+    return out, lse, hits.cpu().tolist()
+
+
+def test_hbm_cache_keeps_the_step_bits(gpu):
+    """A session with an HBM cache (plane lines ranked by a window of plans,
+    filled every 3 steps, and row slots) steps to the same bits as an
+    identical session without one, over 12 growing decode steps (k < n), and
+    its steps read plane and row bytes from the cache."""
+    dev = torch.device("cuda")
+    L, H, G, D, n, k, budget, cap = 2, 2, 2, 128, 6000, 64, 48, 8192
+    with T.KVTier(L, H, G, D, max_sessions=2, max_tokens=cap) as tier:
+        a, b = tier.session(), tier.session()
+        for s in (a, b):
+            tier.reserve(s, n + 16)
+        kv = keys_like(n, H, D, seed=31)
+        append_all(tier, [a, b], [[kv], [kv]], dev)
+        blocks = -(-cap // 64)
+        tier.cache_set(a, plane_bytes=L * H * 10 * blocks * 40, row_bytes=L * H * (4 * D + 4) * 512, tokens=cap,
+                       window=4)
+        assert tier.cache_bytes(a) > 0 and tier.cache_bytes(b) == 0
+        g = torch.Generator(device=dev).manual_seed(32)
+        sa, sb = tier.sessions_tensor([a]), tier.sessions_tensor([b])
+        hits = [0, 0]
+        for i in range(12):
+            kn = torch.randn((1, H, D), device=dev, generator=g).to(torch.bfloat16)
+            vn = torch.randn((1, H, D), device=dev, generator=g).to(torch.bfloat16)
+            q = torch.randn((1, H, G, D), device=dev, generator=g).to(torch.bfloat16)
+            for layer in range(L):
+                for s in (sa, sb):
+                    tier.append(layer, s, kn, vn)
+            if i % 3 == 0:
+                tier.cache_fill(a)
+            oa, la, h = step_counting_cache_hits(tier, sa, q, cap, k, budget)
+            ob, lb = tier.step(0, sb, q, capacity=cap, k=k, budget=budget)
+            assert torch.equal(oa, ob) and torch.equal(la, lb), f"step {i}: the cache changed the output"
+            hits = [x + y for x, y in zip(hits, h)]
+        tier.check()
+        assert hits[0] > 0, "no plane bytes came from the cache"
+        assert hits[1] > 0, "no row bytes came from the cache"
+        tier.cache_set(a)  # all zero: freed
+        assert tier.cache_bytes(a) == 0
+        with pytest.raises(ValueError, match="must be >= 0"):
+            tier.cache_set(a, plane_bytes=-1)
+        with pytest.raises(ValueError, match="window 256 not in"):
+            tier.cache_set(a, plane_bytes=1 << 20, window=256)
+        with pytest.raises(fathom.InvalidArgumentError):
+            tier.cache_set(a, plane_bytes=L * H * 10 * blocks - 1)  # less than one line per (layer, head)
+
+
+def test_backend_with_an_hbm_cache_decodes_the_same_bits(gpu):
+    """TierBackend with cache_bytes (filled at the first step and every 3)
+    gives the same outputs as without, step by step, and holds device memory
+    for it."""
+    from fathom._hf_tier import TierBackend
+
+    dev = torch.device("cuda")
+    sh = dict(layers=2, kv_heads=2, group=2, dim=64, batch=2, method="fathom:32", k=64, max_tokens=8192)
+    backends = [TierBackend(**sh, cache_bytes=4 << 20, cache_fill_every=3), TierBackend(**sh)]
+    try:
+        g = torch.Generator(device=dev).manual_seed(33)
+        prompt = torch.randn((2, 2, 3000, 64), device=dev, generator=g).to(torch.bfloat16)
+        for be in backends:
+            be.prepare(3000 + 16)
+            for layer in range(2):
+                be.append(layer, prompt, prompt * 0.5)
+        assert all(backends[0].tier.cache_bytes(s) > 0 for s in backends[0].sessions)
+        for i in range(10):
+            kn = torch.randn((2, 2, 1, 64), device=dev, generator=g).to(torch.bfloat16)
+            q = torch.randn((2, 4, 1, 64), device=dev, generator=g).to(torch.bfloat16)
+            outs = []
+            for be in backends:
+                o = []
+                for layer in range(2):
+                    be.append(layer, kn, -kn)
+                    o.append(be.attend(layer, q, 0.125))
+                outs.append(torch.stack(o))
+            assert torch.equal(outs[0], outs[1]), f"step {i}: the cache changed the output"
+        for be in backends:
+            be.check()
+        assert backends[0]._steps == 10
+    finally:
+        for be in backends:
+            be.close()
+
+
 @pytest.mark.parametrize("method", ["fathom:48", "ds:32", "fathom-centered:48"])
 def test_backend_decode_matches_transformers_sdpa(gpu, method):
     """k >= n: 64 teacher-forced decode steps of a random-init Qwen3 (bf16)

@@ -148,6 +148,13 @@ def test_unsupported_uses_fail_clearly():
     model.set_attn_implementation("fathom")
     with pytest.raises(fathom.InvalidArgumentError, match="fathom:999"):
         ft.FathomCache(model, method="fathom:999")  # 4 * 32 code bits at most
+    with pytest.raises(ValueError, match="HBM cache; backend 'cpu' has none"):
+        ft.FathomCache(model, backend="cpu", cache_bytes=1 << 20)
+    with pytest.raises(ValueError, match="cache_bytes -1 must be >= 0"):
+        ft.FathomCache(model, cache_bytes=-1)
+    with torch.no_grad():  # the backend is chosen by the K/V's device at the first update: here the CPU
+        with pytest.raises(ValueError, match="the K/V are on the CPU"):
+            model(ids[:, :20], past_key_values=ft.FathomCache(model, k=16, cache_bytes=1 << 20), use_cache=True)
     with pytest.raises(NotImplementedError, match="calibration"):
         ft.CpuBackend(layers=1, kv_heads=1, group=1, dim=32, batch=1, method="ds:8", k=8)
     with torch.no_grad():
