@@ -17,7 +17,8 @@ input token and position. The cache differs per method:
   runs the tier step. The context is filled SYNTHETICALLY through tier
   append (random K/V with per-channel scales and offsets, chunks of 4096
   tokens), since a real prefill at these lengths would take too long; the
-  decode steps then append real K/V from the model. --cache F gives each
+  decode steps then append real K/V from the model. --cache F (or a list,
+  e.g. 0,0.1: every fathom method once per share, side by side) gives each
   sequence the tier's HBM cache (TierBackend cache_bytes: F of its index at
   the context, 70% plane lines ranked by the last 16 plans, the rest K/V
   row slots; filled at the first step and every --cache-fill-every steps,
@@ -296,13 +297,13 @@ def shape_of(config):
                 group=config.num_attention_heads // config.num_key_value_heads, dim=config.head_dim)
 
 
-def run_fathom(model, config, method, context, batch, args):
+def run_fathom(model, config, method, context, batch, args, cache=0.0):
     from ._hf_tier import TierBackend
 
     sh = shape_of(config)
     total = context + args.steps * 3 + args.reps * 2 + 64
     # --cache: an HBM cache per session of that share of its index at the context (34 bytes per block and channel)
-    cache_bytes = int(args.cache * sh["layers"] * sh["kv_heads"] * -(-context // 64) * sh["dim"] * 34)
+    cache_bytes = int(cache * sh["layers"] * sh["kv_heads"] * -(-context // 64) * sh["dim"] * 34)
     backend = TierBackend(**sh, batch=batch, method=method, k=args.k, max_tokens=total + 4096,
                           cache_bytes=cache_bytes, cache_fill_every=args.cache_fill_every)
     try:
@@ -456,15 +457,20 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=32, help="decode steps timed per method")
     ap.add_argument("--offload-steps", type=int, default=3, help="decode steps timed for offload")
     ap.add_argument("--reps", type=int, default=20, help="replays timing each part alone")
-    ap.add_argument("--cache", type=float, default=0.0,
+    ap.add_argument("--cache", default="0",
                     help="fathom runs: an HBM cache per sequence of this share of its index at the context "
-                         "(e.g. 0.1; 0: none), 70%% for plane lines, the rest for K/V rows")
+                         "(e.g. 0.1; 0: none), 70%% for plane lines, the rest for K/V rows; a list (0,0.1) "
+                         "runs each fathom method once per share")
     ap.add_argument("--cache-fill-every", type=int, default=16, help="decode steps between cache fills")
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ap.add_argument("--partial", help="rewrite this file with the JSON so far after every run")
     args = ap.parse_args(argv)
-    if not 0.0 <= args.cache <= 1.0 or args.cache_fill_every < 1:
-        ap.error(f"--cache {args.cache} must be in [0, 1] and --cache-fill-every {args.cache_fill_every} >= 1")
+    try:
+        caches = [float(x) for x in args.cache.split(",")]
+    except ValueError:
+        caches = [-1.0]
+    if not all(0.0 <= c <= 1.0 for c in caches) or args.cache_fill_every < 1:
+        ap.error(f"--cache {args.cache}: shares in [0, 1], and --cache-fill-every {args.cache_fill_every} >= 1")
     if not torch.cuda.is_available():
         ap.error("needs a CUDA device (torch.cuda.is_available() is False)")
     from . import tier
@@ -483,39 +489,42 @@ def main(argv=None):
         f"{time.perf_counter() - t0:.1f} s")
     results = []
     torch.set_grad_enabled(False)  # no autograd graph: it would keep every layer's activations
-    for context, batch, run_methods in runs:
-        for method in run_methods:
-            log(f"== {method} at {context // 1024}k, batch {batch}")
-            try:
-                if method == "sdpa":
-                    r = run_sdpa(model, config, context, batch, args)
-                elif method == "offload":
-                    r = run_offload(model, config, context, batch, args)
-                else:
-                    tier.parse_method(method)  # UnsupportedError for methods the tier step lacks
-                    r = run_fathom(model, config, method, context, batch, args)
-            except tier.UnsupportedError as e:
-                r = {"skipped": str(e)}
-            except Exception as e:  # noqa: BLE001 - one failed run must not lose the others
-                r = {"error": f"{type(e).__name__}: {e}"}
-            gc.collect()
-            torch.cuda.empty_cache()
-            r.update(method=method, context=context, batch=batch)
-            log("   " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in r.items()))
-            results.append(r)
-            out = {
-                "machine": f"{torch.cuda.get_device_name()} (host: {host_cpu()}, {os.cpu_count()} cores)",
-                "model": args.model, "config": PRESETS[args.model], "dtype": "bf16", "init": "random",
-                "k": args.k, "sink": tier.SINK_TOKENS, "local": tier.LOCAL_TOKENS, "steps": args.steps,
-                "offload_steps": args.offload_steps, "reps": args.reps,
-                "cache": args.cache, "cache_fill_every": args.cache_fill_every,
-                "graph": "transformers forward + argmax captured in one torch.cuda.graph per method",
-                "torch": torch.__version__, "transformers": __import__("transformers").__version__,
-                "runs": results,
-            }
-            if args.partial:
-                with open(args.partial, "w") as f:
-                    json.dump(out, f)
+    plan = [(c, b, m, share) for c, b, ms in runs for m in ms
+            for share in (caches if m not in ("sdpa", "offload") else [0.0])]
+    for context, batch, method, share in plan:
+        log(f"== {method} at {context // 1024}k, batch {batch}" + (f", cache {share:g}" if share else ""))
+        try:
+            if method == "sdpa":
+                r = run_sdpa(model, config, context, batch, args)
+            elif method == "offload":
+                r = run_offload(model, config, context, batch, args)
+            else:
+                tier.parse_method(method)  # UnsupportedError for methods the tier step lacks
+                r = run_fathom(model, config, method, context, batch, args, cache=share)
+        except tier.UnsupportedError as e:
+            r = {"skipped": str(e)}
+        except Exception as e:  # noqa: BLE001 - one failed run must not lose the others
+            r = {"error": f"{type(e).__name__}: {e}"}
+        gc.collect()
+        torch.cuda.empty_cache()
+        r.update(method=method, context=context, batch=batch)
+        if method not in ("sdpa", "offload"):
+            r.update(cache=share)
+        log("   " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in r.items()))
+        results.append(r)
+        out = {
+            "machine": f"{torch.cuda.get_device_name()} (host: {host_cpu()}, {os.cpu_count()} cores)",
+            "model": args.model, "config": PRESETS[args.model], "dtype": "bf16", "init": "random",
+            "k": args.k, "sink": tier.SINK_TOKENS, "local": tier.LOCAL_TOKENS, "steps": args.steps,
+            "offload_steps": args.offload_steps, "reps": args.reps,
+            "cache": caches, "cache_fill_every": args.cache_fill_every,
+            "graph": "transformers forward + argmax captured in one torch.cuda.graph per method",
+            "torch": torch.__version__, "transformers": __import__("transformers").__version__,
+            "runs": results,
+        }
+        if args.partial:
+            with open(args.partial, "w") as f:
+                json.dump(out, f)
     if args.json:
         print(json.dumps(out))
     else:
@@ -532,7 +541,8 @@ def main(argv=None):
             if "forward_ms" in r:
                 parts = (f"{r['forward_ms']:>6.2f} {r['append_ms']:>7.2f} {r['tier_step_ms']:>6.2f} "
                          f"{100 * r['python_share']:>6.1f}%")
-            print(f"{r['context'] // 1024:>7}k {r['batch']:>5} {r['method']:>10} {r['tokens_per_s']:>8.2f} "
+            name = r["method"] + (f"+{r['cache']:g}" if r.get("cache") else "")
+            print(f"{r['context'] // 1024:>7}k {r['batch']:>5} {name:>10} {r['tokens_per_s']:>8.2f} "
                   f"{r['step_ms']:>8.2f} {parts}")
     return 0
 
