@@ -1241,12 +1241,12 @@ def serve_bench_cache(rec):
                      "tier step ms", "tok/s vs no cache", "tier step vs no cache", "note"], rows)
     text += "\n" + "".join("- %s.\n" % n for n in notes)
     return (text + "\nThe same decode with each sequence's HBM cache (serve_bench --cache: TierBackend cache_bytes "
-            "= the share of the sequence's index at the context, 70%% of it plane lines ranked by the last %d "
+            "= the share of the sequence's index at the context, 70%% of it plane lines ranked by the last 16 "
             "plans, the rest K/V row slots; set with the capacity, filled at the first decode step and every %d "
             "steps, the fills inside the timed steps), each share run after the other in the same process. Where "
             "it does not hold: the hit rates are those of the synthetic context (random keys with per-channel "
             "scales) and the random model's queries, not a real decode's (the GPU tables above use the rates "
-            "of real traces). " % (16, r.get("cache_fill_every", 16)) + serve_text(r))
+            "of real traces). " % r.get("cache_fill_every", 16) + serve_text(r))
 
 # ---------------------------------------------------------------- Gemma 3 270M
 

@@ -116,7 +116,7 @@ class TierBackend:
     def fill_cache(self):
         """Choose and copy every session's plane lines now (KVTier.cache_fill,
         on the current stream). No-op without a cache."""
-        if self.cache_bytes and self.capacity:
+        if self.cache_bytes:  # the constructor's prepare(1) has set a capacity class
             for s in self.sessions:
                 self.tier.cache_fill(s)
 
