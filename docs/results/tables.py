@@ -1246,7 +1246,15 @@ def serve_bench_cache(rec):
             "steps, the fills inside the timed steps), each share run after the other in the same process. Where "
             "it does not hold: the hit rates are those of the synthetic context (random keys with per-channel "
             "scales) and the random model's queries, not a real decode's (the GPU tables above use the rates "
-            "of real traces). " % r.get("cache_fill_every", 16) + serve_text(r))
+            "of real traces). " % r.get("cache_fill_every", 16) + link_note(rec) + serve_text(r))
+
+
+def link_note(rec):
+    """Where a table's GPU is not the H200 of the tables it sits beside: say so."""
+    if "H200" in rec["machine"]:
+        return ""
+    return ("This run is on %s, not the H200 of the sections above: compare its rows with each other, "
+            "not with the H200's. " % rec["machine"])
 
 # ---------------------------------------------------------------- Gemma 3 270M
 
@@ -2368,7 +2376,7 @@ TABLES = [
           "The baselines at 128k with a batch of 4 and at 512k", serve_bench_baselines_long, None),
     Table("serve-bench-ds", "Python and transformers (H200)",
           "fathom:48 against ds:32 through the same tier", serve_bench_ds, None),
-    Table("serve-bench-cache", "Python and transformers (H200)",
+    Table("serve-bench-cache", "Python and transformers: the HBM cache (H100)",
           "fathom:48 with the KV tier's HBM cache, from transformers", serve_bench_cache, None),
     Table("gemma-code-16k", GEMMA_SECTION, "Every method on a 16k-token code capture, k = 512 and 2048",
           gemma_fidelity, None),
