@@ -5,7 +5,7 @@ would find resident instead of sending over the link.
 
   bench/cache_sim.py TRACE [TRACE ...] [--budget 0.1] [--plane-share 0.5] [--fill-every 1 16]
                     [--window 16 ...] [--variants] [--as-context N ... --as-union U [--as-dim 128]
-                    [--as-fill-every 1] [--only-as]] [--json]
+                    [--as-fill-every 1] [--as-rows later ...] [--only-as]] [--json]
 
 Model of what crosses the link, per step and (layer, KV head):
   planes: the scan reads plane p of channel j for p < depth_j. A plane unit
@@ -40,6 +40,13 @@ gpu: the GPU tier's own HBM cache (src/cuda/tier_cache.cu, tier_step.cu),
   Rows: slot = token mod slots; a row hits when its slot holds it; after the
   step each missed row enters its slot unless the slot holds a later token.
   The cache starts empty.
+  Associative rows (--as-rows ways2|ways4|ways8|lru, not the GPU's today):
+  the slots form floor(slots / W) sets of W ways (lru: one set of all
+  slots), set = token mod sets; a step reads its rows in ascending token
+  order, a row hits when its set holds it (the read makes it the set's
+  newest); after the step the missed rows, in ascending token order, enter
+  their set, each evicting the set's row read longest ago unless that row
+  was read or entered this step (then it stays out).
 variant (--variants): the gpu policy filled every step (a run per --window) with fill "plan"
   (the plan's lines only) or "spare" (as gpu) and rows "later" (as gpu) or
   "replace" (the latest missed token of each slot replaces what the slot
@@ -66,6 +73,7 @@ Also printed: the fraction of a step's rows selected by the previous step and
 by one of the last 8 steps (union over the group), to compare with captures.
 """
 import argparse
+from collections import OrderedDict
 import json
 import sys
 from collections import OrderedDict
@@ -74,6 +82,7 @@ from collections import OrderedDict
 PLANES = 4  # FATHOM_PLANES
 GPU_FILL = "spare"  # what fathom_cuda_tier_cache_fill keeps: "plan" or "spare" (gpu_lines)
 GPU_ROWS = "later"  # the tier step's row-slot rule: "later" or "replace" (simulate_gpu)
+ASSOC_ROWS = {"lru": 0, "ways2": 2, "ways4": 4, "ways8": 8}  # associative row rules: ways (0: one set of all slots)
 GPU_WINDOW = 16  # plans a fill counts (--window; FATHOM_CUDA_TIER_CACHE_WINDOW)
 BLOCK = 64  # FATHOM_BLOCK_TOKENS
 
@@ -302,7 +311,28 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GP
                     tot["plane"] += blocks * per_block
                     if (j, p) in held:
                         tot["plane_hit"] += nvalid * per_block
-            if slots:
+            if slots and row_rule in ASSOC_ROWS:  # LRU inside sets of W ways (set = token mod sets)
+                ways = min(ASSOC_ROWS[row_rule] or slots, slots)
+                nsets = max(1, slots // ways)
+                sets = tags.setdefault(key, {})
+                missed = []
+                for r in sorted(sel):
+                    held = sets.setdefault(r % nsets, OrderedDict())  # token -> step last read, oldest first
+                    if r in held:
+                        held[r] = s
+                        held.move_to_end(r)
+                    else:
+                        missed.append(r)
+                tot["row_hit"] += row_bytes * (len(sel) - len(missed))
+                max_row_hits = max(max_row_hits, len(sel) - len(missed))
+                for r in missed:  # enters its set, evicting the way read longest ago unless this step read it
+                    held = sets[r % nsets]
+                    if len(held) >= ways:
+                        if next(iter(held.values())) == s:
+                            continue
+                        held.popitem(last=False)
+                    held[r] = s
+            elif slots:
                 tag = tags.setdefault(key, {})
                 missed = [r for r in sel if tag.get(r % slots) != r + 1]
                 tot["row_hit"] += row_bytes * (len(sel) - len(missed))
@@ -399,6 +429,10 @@ def main():
     ap.add_argument("--as-dim", type=int, default=128, help="the --as-context session's head dim")
     ap.add_argument("--as-union", type=float, help="the --as-context step's mean union of rows per (layer, KV head)")
     ap.add_argument("--only-as", action="store_true", help="only the --as-context runs (no LRU, LFU, gpu runs)")
+    ap.add_argument("--as-rows", nargs="+", default=[GPU_ROWS],
+                    choices=["later", "replace"] + list(ASSOC_ROWS),
+                    help="--as-context runs: the row slots' rule (a run per value): the GPU's direct-mapped "
+                    "'later' or 'replace', or LRU inside sets of 2, 4 or 8 ways, or over all slots ('lru')")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if (not 0 < a.budget <= 1 or any(not 0 <= x <= 1 for x in a.plane_share) or min(a.fill_every) < 1
@@ -444,11 +478,11 @@ def main():
                 t_union, t_block = trace_shape(steps)
                 res["trace_union"], res["trace_plane_bytes_per_block"] = t_union, t_block
                 res["best_as"] = []
-                for n, w in ((n, w) for n in a.as_context for w in a.window):
+                for n, w, rule in ((n, w, rule) for n in a.as_context for w in a.window for rule in a.as_rows):
                     runs = []
                     for share in a.plane_share:
                         lines, slots, target_slots = as_lines_slots(a.budget, share, n, a.as_dim, a.as_union, t_union)
-                        r = simulate_gpu(meta, steps, var, a.budget, share, a.as_fill_every,
+                        r = simulate_gpu(meta, steps, var, a.budget, share, a.as_fill_every, row_rule=rule,
                                          lines_slots=(lines, slots), window=w)
                         planes_b = t_block * ((n + BLOCK - 1) // BLOCK)
                         rows_b = 4 * a.as_dim * a.as_union
@@ -460,7 +494,7 @@ def main():
                         runs.append(r)
                     res["runs"] += runs
                     best = max(runs, key=lambda r: (r["as_bytes_hit"], -runs.index(r)))
-                    res["best_as"].append({k: best[k] for k in ("as_context", "window", "fill_every", "plane_share",
+                    res["best_as"].append({k: best[k] for k in ("as_context", "window", "rows", "fill_every", "plane_share",
                                                                 "lines", "slots",
                                                                 "as_slots", "slot_multiple", "plane_hit", "row_hit",
                                                                 "as_bytes_hit")})
@@ -488,7 +522,7 @@ def main():
                                           f"rows {r['rows']})" if "fill_every" in r else "")
             if r["policy"] == "as":
                 print(f"  AS {r['as_context']} tokens, d {r['as_dim']}, union {r['as_union']:.0f}, fill every "
-                      f"{r['fill_every']} from {r['window']} plans: "
+                      f"{r['fill_every']} from {r['window']} plans, rows {r['rows']}: "
                       f"{r['plane_share']:.0%} to planes = {r['lines']} lines, {r['as_slots']} slots "
                       f"({r['slot_multiple']:.2f} x union; {r['slots']} here): planes {r['plane_hit']:.3f}, "
                       f"rows {r['row_hit']:.3f}, the target's bytes {r['as_bytes_hit']:.3f}")
@@ -500,7 +534,7 @@ def main():
                   f"{r['row_bytes'] / res['steps'] / 1e6:.2f} MB rows)")
         for b in res.get("best_as", []):
             print(f"  most of a {b['as_context']}-token step's bytes, fill every {b['fill_every']} from "
-                  f"{b['window']} plans: {b['plane_share']:.0%} to planes "
+                  f"{b['window']} plans, rows {b['rows']}: {b['plane_share']:.0%} to planes "
                   f"({b['lines']} lines, {b['slot_multiple']:.2f} x union): planes {b['plane_hit']:.3f}, "
                   f"rows {b['row_hit']:.3f}, bytes {b['as_bytes_hit']:.3f}")
         if "best_variant" in res:

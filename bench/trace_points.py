@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench_cuda_tier --trace-point arguments from cache_sim --as-context runs.
 
-  bench/trace_points.py SIM.json [--contexts N ...] [--shares S ...] [--best] [--window W]
+  bench/trace_points.py SIM.json [--contexts N ...] [--shares S ...] [--best] [--window W] [--rows R]
 
 SIM.json: bench/cache_sim.py --json --as-context output, or its
 scripts/record-result file (docs/results/data/cache-sim-at-scale.json). For
@@ -11,7 +11,8 @@ hold, and with --best (the default when --shares is not given) the share
 cache_sim found best for N; NAME is the trace's file name without ".trace".
 The runs of one fill: --window W (cache_sim --window: plans a fill ranks
 by), needed when the runs hold several; runs without one (older records)
-are of window 1, the fill from the last plan.
+are of window 1, the fill from the last plan. Likewise --rows R
+(cache_sim --as-rows: the row slots' rule; runs without one: "later").
 Rates are printed to 4 decimals (a row rate of 1 as 0.9999: the bench wants
 row < 1). Prints one line.
 """
@@ -27,6 +28,7 @@ def main():
     ap.add_argument("--shares", type=float, nargs="+", default=[])
     ap.add_argument("--best", action="store_true")
     ap.add_argument("--window", type=int)
+    ap.add_argument("--rows")
     a = ap.parse_args()
     try:
         with open(a.sim) as f:
@@ -36,6 +38,10 @@ def main():
         if a.window is None and len(windows) > 1:
             sys.exit("trace_points: the runs hold windows %s: pick one with --window" % windows)
         window = windows[0] if a.window is None and windows else a.window
+        rules = sorted({r.get("rows", "later") for t in traces for r in t["runs"] if r.get("policy") == "as"})
+        if a.rows is None and len(rules) > 1:
+            sys.exit("trace_points: the runs hold row rules %s: pick one with --rows" % rules)
+        rows = rules[0] if a.rows is None and rules else a.rows
         out = []
         for t in traces:
             name = t["trace"].split("/")[-1]
@@ -43,9 +49,9 @@ def main():
             if not name or any(c in name for c in ": "):
                 sys.exit("trace_points: trace name %r cannot name a point" % name)
             best = {b["as_context"]: b["plane_share"] for b in t.get("best_as", [])
-                    if b.get("window", 1) == window}
+                    if b.get("window", 1) == window and b.get("rows", "later") == rows}
             for r in t["runs"]:
-                if r.get("policy") != "as" or r.get("window", 1) != window:
+                if r.get("policy") != "as" or r.get("window", 1) != window or r.get("rows", "later") != rows:
                     continue
                 n, share = r["as_context"], r["plane_share"]
                 if a.contexts and n not in a.contexts:

@@ -551,6 +551,54 @@ def cache_sim_at_scale(rec):
     return text
 
 
+ROW_RULES = {"later": "direct-mapped, a later token stays (the GPU's)", "replace": "direct-mapped, replace",
+             "ways2": "2-way LRU", "ways4": "4-way LRU", "ways8": "8-way LRU", "lru": "LRU over all slots"}
+
+
+def cache_sim_row_rules(rec):
+    r = rec["result"]
+    rules, rows, gains = [], [], {}
+    for t in r["traces"]:
+        runs = [x for x in t["runs"] if x["policy"] == "as"]
+        for x in runs:
+            if x["rows"] not in rules:
+                rules.append(x["rows"])
+        keys = []
+        for x in runs:
+            if (x["as_context"], x["plane_share"]) not in keys:
+                keys.append((x["as_context"], x["plane_share"]))
+        for n, share in keys:
+            by = {x["rows"]: x for x in runs if (x["as_context"], x["plane_share"]) == (n, share)}
+            first = by[rules[0]]
+            rows.append([trace_label(t["trace"]), ctx(n), "%.0f%%" % (100 * share), first["lines"],
+                         "%.2f" % first["slot_multiple"], "%.3f" % first["plane_hit"]] +
+                        ["%.3f" % by[u]["row_hit"] if u in by else "-" for u in rules])
+            for u in rules[1:]:
+                if u in by:
+                    gains.setdefault((n, share, u), []).append(by[u]["row_hit"] - first["row_hit"])
+    text = md_table(["trace", "as context", "to planes", "plane lines", "slots / union", "plane bytes hit"] +
+                    ["rows: %s" % u for u in rules], rows)
+    notes = []
+    for n in sorted({k[0] for k in gains}):
+        for u in rules[1:]:
+            per = [(share, g) for (m, share, v), g in sorted(gains.items()) if m == n and v == u]
+            if per:
+                notes.append("at %s, %s against %s: row hit %s" % (
+                    ctx(n), u, rules[0], ", ".join("%+.2f to %+.2f at %.0f%% to planes" % (min(g), max(g), 100 * sh)
+                                                   for sh, g in sorted(per, reverse=True))))
+    text += "\n" + "".join("- %s.\n" % x for x in notes)
+    return (text + "\nThe cache-sim-at-scale runs (the GPU tier's plane-line fill, the lines and slots 10%% of the "
+            "index of a session of the 'as context' length buys, scaled to the trace) with the row slots under "
+            "other rules (bench/cache_sim.py --as-rows): %s. In a W-way rule the slots form floor(slots / W) sets "
+            "(set = token mod sets); a step's rows hit when their set holds them, then its missed rows (ascending) "
+            "enter their set, evicting the row read longest ago unless this step read it. The plane hits do not "
+            "depend on the row rule. Where it does not hold: only 'later' is what the GPU tier does today; "
+            "the caveats of cache-sim-at-scale hold (row reuse at the trace's own k and length, 64 steps from a "
+            "cold cache); a hit rate is not a step time (the GPU tables give the time at a rate; at 1M a row "
+            "from host costs more time per byte than a plane line).\n"
+            % "; ".join("%s = %s" % (u, ROW_RULES.get(u, u)) for u in rules))
+
+
 CACHE_SIM_TRACES = {
     "decode-cache-sim": "prompts of `scripts/make-prompts R --kind code|prose --count 1 --min 3850 --max 3900 "
                         "--skip 40|2`",
@@ -2348,6 +2396,8 @@ TABLES = [
           "Pending: the traces above, then `scripts/record-result cache-sim-at-scale -- python3 bench/cache_sim.py "
           "--json T ... --only-as --plane-share 1 0.95 0.9 0.85 0.8 0.75 0.7 0.6 0.5 0.25 0 --as-context 131072 "
           "1048576 --as-union 1930 --window 16`."),
+    Table("cache-sim-row-rules", "CPU: decode traces and HBM cache hit rates",
+          "The same budgets with associative row slots", cache_sim_row_rules, None),
     Table("gpu-offload-step", "GPU offload step (H200)", "Decode step with the index in host memory",
           gpu_offload_step, GPU_PENDING),
     Table("gpu-resident-scan", "GPU offload step (H200)", "The index in HBM",

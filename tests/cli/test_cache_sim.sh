@@ -265,6 +265,42 @@ pts=$(python3 "$root/bench/trace_points.py" "$tmp/as.json" --shares 0 1) || fail
   fail "trace_points --shares: $pts"
 python3 "$root/bench/trace_points.py" "$tmp/as.json" --contexts 131072 >/dev/null 2>&1 &&
   fail "trace_points printed points of a context the runs lack"
+# --as-rows: the row rules on the hand trace's unions {0, 5, 10, 126},
+# {0, 10, 126, 127}, {0, 5, 127, 128} with 3 slots (share 0, target slots
+# 13,818, --as-union 18424: round(13818 / 18424 x 4) = 3).
+#  later (slot = token mod 3): 126 fills slot 0 <- 126 (0 stays out), 1 <- 10,
+#    2 <- 5; 127: 10, 126 hit, 0 out, 127 replaces 10; 128: 5, 127 hit, 0 out,
+#    128 replaces 5.   4 / 12.
+#  lru (one set of 3): 126: 0, 5, 10 enter, 126 stays out (every way entered
+#    this step); 127: 0, 10 hit, 126 evicts 5, 127 out; 128: 0 hits, 5
+#    evicts 10, 127 evicts 126, 128 out.   3 / 12.
+#  ways2: one set of 2 ways (3 // 2 sets), so 2 slots: 126: 0, 5 enter;
+#    127: 0 hits, 10 evicts 5; 128: 0 hits, 5 evicts 10.   2 / 12.
+#  ways4: 4 ways over 3 slots is one set of 3: as lru.   3 / 12.
+python3 "$sim" "$tmp/hand.trace" --json --budget 0.1 --plane-share 0 --only-as --as-context 1048576 \
+  --as-union 18424 --as-rows later lru ways2 ways4 >"$tmp/rules.json" || fail "cache_sim --as-rows"
+python3 - "$tmp/rules.json" <<'PY' || fails=$((fails + 1))
+import json, sys
+t = json.load(open(sys.argv[1]))["traces"][0]
+got = {r["rows"]: r for r in t["runs"]}
+want = {"later": 4 / 12, "lru": 3 / 12, "ways2": 2 / 12, "ways4": 3 / 12}
+bad = 0
+if sorted(got) != sorted(want) or len(t["runs"]) != 4:
+    print("FAIL: row rule runs", sorted(got)); sys.exit(1)
+for rule, hit in want.items():
+    if got[rule]["slots"] != 3 or abs(got[rule]["row_hit"] - hit) > 1e-12:
+        print("FAIL: rows", rule, got[rule]["slots"], got[rule]["row_hit"]); bad += 1
+if sorted(b["rows"] for b in t["best_as"]) != sorted(want):
+    print("FAIL: best per rule", t["best_as"]); bad += 1
+print("row rules: %d checked" % len(want))
+sys.exit(1 if bad else 0)
+PY
+python3 "$root/bench/trace_points.py" "$tmp/rules.json" >/dev/null 2>&1 &&
+  fail "trace_points took runs of several row rules without --rows"
+pts=$(python3 "$root/bench/trace_points.py" "$tmp/rules.json" --rows ways2) || fail "trace_points --rows"
+[ "$pts" = "--trace-point hand/0%:1048576:0.0000:0.1667" ] || fail "trace_points --rows ways2: $pts"
+python3 "$sim" "$tmp/hand.trace" --only-as --as-context 1048576 --as-union 10 --as-rows ways3 >/dev/null 2>&1 &&
+  fail "--as-rows ways3 accepted"
 python3 "$sim" "$tmp/hand.trace" --as-context 1048576 >/dev/null 2>&1 && fail "--as-context without --as-union accepted"
 python3 "$sim" "$tmp/hand.trace" --only-as >/dev/null 2>&1 && fail "--only-as without --as-context accepted"
 python3 "$sim" "$tmp/hand.trace" --as-context 0 --as-union 10 >/dev/null 2>&1 && fail "--as-context 0 accepted"
