@@ -41,8 +41,8 @@ gpu: the GPU tier's own HBM cache (src/cuda/tier_cache.cu, tier_step.cu),
   step each missed row enters its slot unless the slot holds a later token.
   The cache starts empty.
   Associative rows (--as-rows ways2|ways4|ways8|lru, not the GPU's today):
-  the slots form floor(slots / W) sets of W ways (lru: one set of all
-  slots), set = token mod sets; a step reads its rows in ascending token
+  the slots form max(1, floor(slots / W)) sets of min(W, slots) ways (lru:
+  one set of all slots), set = token mod sets; a step reads its rows in ascending token
   order, a row hits when its set holds it (the read makes it the set's
   newest); after the step the missed rows, in ascending token order, enter
   their set, each evicting the set's row read longest ago unless that row
