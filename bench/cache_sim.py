@@ -47,6 +47,9 @@ gpu: the GPU tier's own HBM cache (src/cuda/tier_cache.cu, tier_step.cu),
   newest); after the step the missed rows, in ascending token order, enter
   their set, each evicting the set's row read longest ago unless that row
   was read or entered this step (then it stays out).
+  Latest rows (--as-rows latest2|latest4|latest8): the same sets, each
+  keeping the W latest tokens among those it held and the step's missed
+  rows of the set (the direct-mapped "later" rule with W ways).
 variant (--variants): the gpu policy filled every step (a run per --window) with fill "plan"
   (the plan's lines only) or "spare" (as gpu) and rows "later" (as gpu) or
   "replace" (the latest missed token of each slot replaces what the slot
@@ -83,6 +86,7 @@ PLANES = 4  # FATHOM_PLANES
 GPU_FILL = "spare"  # what fathom_cuda_tier_cache_fill keeps: "plan" or "spare" (gpu_lines)
 GPU_ROWS = "later"  # the tier step's row-slot rule: "later" or "replace" (simulate_gpu)
 ASSOC_ROWS = {"lru": 0, "ways2": 2, "ways4": 4, "ways8": 8}  # associative row rules: ways (0: one set of all slots)
+LATEST_ROWS = {"latest2": 2, "latest4": 4, "latest8": 8}  # sets that keep their W latest tokens
 GPU_WINDOW = 16  # plans a fill counts (--window; FATHOM_CUDA_TIER_CACHE_WINDOW)
 BLOCK = 64  # FATHOM_BLOCK_TOKENS
 
@@ -332,6 +336,18 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GP
                             continue
                         held.popitem(last=False)
                     held[r] = s
+            elif slots and row_rule in LATEST_ROWS:  # sets of W ways keeping the W latest tokens held or missed
+                ways = min(LATEST_ROWS[row_rule], slots)
+                nsets = max(1, slots // ways)
+                sets = tags.setdefault(key, {})
+                missed = [r for r in sel if r not in sets.get(r % nsets, ())]
+                tot["row_hit"] += row_bytes * (len(sel) - len(missed))
+                max_row_hits = max(max_row_hits, len(sel) - len(missed))
+                for r in missed:
+                    sets.setdefault(r % nsets, set()).add(r)
+                for k in {r % nsets for r in missed}:
+                    if len(sets[k]) > ways:
+                        sets[k] = set(sorted(sets[k])[-ways:])
             elif slots:
                 tag = tags.setdefault(key, {})
                 missed = [r for r in sel if tag.get(r % slots) != r + 1]
@@ -430,7 +446,7 @@ def main():
     ap.add_argument("--as-union", type=float, help="the --as-context step's mean union of rows per (layer, KV head)")
     ap.add_argument("--only-as", action="store_true", help="only the --as-context runs (no LRU, LFU, gpu runs)")
     ap.add_argument("--as-rows", nargs="+", default=[GPU_ROWS],
-                    choices=["later", "replace"] + list(ASSOC_ROWS),
+                    choices=["later", "replace"] + list(ASSOC_ROWS) + list(LATEST_ROWS),
                     help="--as-context runs: the row slots' rule (a run per value): the GPU's direct-mapped "
                     "'later' or 'replace', or LRU inside sets of 2, 4 or 8 ways, or over all slots ('lru')")
     ap.add_argument("--json", action="store_true")

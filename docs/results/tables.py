@@ -552,7 +552,9 @@ def cache_sim_at_scale(rec):
 
 
 ROW_RULES = {"later": "direct-mapped, a later token stays (the GPU's)", "replace": "direct-mapped, replace",
-             "ways2": "2-way LRU", "ways4": "4-way LRU", "ways8": "8-way LRU", "lru": "LRU over all slots"}
+             "ways2": "2-way LRU", "ways4": "4-way LRU", "ways8": "8-way LRU", "lru": "LRU over all slots",
+             "latest2": "2-way, the latest tokens stay", "latest4": "4-way, the latest tokens stay",
+             "latest8": "8-way, the latest tokens stay"}
 
 
 def cache_sim_row_rules(rec):
@@ -591,7 +593,8 @@ def cache_sim_row_rules(rec):
             "index of a session of the 'as context' length buys, scaled to the trace) with the row slots under "
             "other rules (bench/cache_sim.py --as-rows): %s. In a W-way rule the slots form floor(slots / W) sets "
             "(set = token mod sets); a step's rows hit when their set holds them, then its missed rows (ascending) "
-            "enter their set, evicting the row read longest ago unless this step read it. The plane hits do not "
+            "enter their set, evicting the row read longest ago unless this step read it (a 'latest' rule's set "
+            "keeps its W latest tokens instead). The plane hits do not "
             "depend on the row rule. Where it does not hold: only 'later' is what the GPU tier does today; "
             "the caveats of cache-sim-at-scale hold (row reuse at the trace's own k and length, 64 steps from a "
             "cold cache); a hit rate is not a step time (the GPU tables give the time at a rate; at 1M a row "

@@ -277,15 +277,19 @@ python3 "$root/bench/trace_points.py" "$tmp/as.json" --contexts 131072 >/dev/nul
 #  ways2: one set of 2 ways (3 // 2 sets), so 2 slots: 126: 0, 5 enter;
 #    127: 0 hits, 10 evicts 5; 128: 0 hits, 5 evicts 10.   2 / 12.
 #  ways4: 4 ways over 3 slots is one set of 3: as lru.   3 / 12.
+#  latest2 (one set keeping its 2 latest tokens): 126 keeps 10, 126; 127: 10,
+#    126 hit, keeps 126, 127; 128: 127 hits, keeps 127, 128.   3 / 12.
+#  latest4 (one set of 3): 126 keeps 5, 10, 126; 127: 10, 126 hit, keeps 10,
+#    126, 127; 128: 127 hits, keeps 126, 127, 128.   3 / 12.
 python3 "$sim" "$tmp/hand.trace" --json --budget 0.1 --plane-share 0 --only-as --as-context 1048576 \
-  --as-union 18424 --as-rows later lru ways2 ways4 >"$tmp/rules.json" || fail "cache_sim --as-rows"
+  --as-union 18424 --as-rows later lru ways2 ways4 latest2 latest4 >"$tmp/rules.json" || fail "cache_sim --as-rows"
 python3 - "$tmp/rules.json" <<'PY' || fails=$((fails + 1))
 import json, sys
 t = json.load(open(sys.argv[1]))["traces"][0]
 got = {r["rows"]: r for r in t["runs"]}
-want = {"later": 4 / 12, "lru": 3 / 12, "ways2": 2 / 12, "ways4": 3 / 12}
+want = {"later": 4 / 12, "lru": 3 / 12, "ways2": 2 / 12, "ways4": 3 / 12, "latest2": 3 / 12, "latest4": 3 / 12}
 bad = 0
-if sorted(got) != sorted(want) or len(t["runs"]) != 4:
+if sorted(got) != sorted(want) or len(t["runs"]) != len(want):
     print("FAIL: row rule runs", sorted(got)); sys.exit(1)
 for rule, hit in want.items():
     if got[rule]["slots"] != 3 or abs(got[rule]["row_hit"] - hit) > 1e-12:
