@@ -42,9 +42,9 @@ gpu: the GPU tier's own HBM cache (src/cuda/tier_cache.cu, tier_step.cu),
   The cache starts empty.
   Associative rows (--as-rows ways2|ways4|ways8|lru, not the GPU's today):
   the slots form max(1, floor(slots / W)) sets of min(W, slots) ways (lru:
-  one set of all slots), set = token mod sets; a step reads its rows in ascending token
-  order, a row hits when its set holds it (the read makes it the set's
-  newest); after the step the missed rows, in ascending token order, enter
+  one set of all slots), set = token mod sets; a step reads its rows in
+  ascending token order, a row hits when its set holds it (the read makes
+  it the set's newest); after the step the missed rows, in ascending token order, enter
   their set, each evicting the set's row read longest ago unless that row
   was read or entered this step (then it stays out).
   Latest rows (--as-rows latest2|latest4|latest8): the same sets, each
@@ -76,7 +76,6 @@ Also printed: the fraction of a step's rows selected by the previous step and
 by one of the last 8 steps (union over the group), to compare with captures.
 """
 import argparse
-from collections import OrderedDict
 import json
 import sys
 from collections import OrderedDict
@@ -282,6 +281,49 @@ class PlanWindow:
                     self.counts[PLANES * j + p] -= 1
 
 
+def row_slots_step(rule, held, sel, slots, step):
+    """One step of one (layer, KV head)'s row slots under `rule` (the gpu and
+    associative rows of the module's text): held, the slots' state between
+    steps, is updated; returns how many rows of sel hit."""
+    if rule in ("later", "replace"):  # held: slot -> token + 1
+        missed = [r for r in sel if held.get(r % slots) != r + 1]
+        if rule == "replace":  # the latest missed token of each slot replaces what it held
+            claim = {}
+            for r in missed:
+                claim[r % slots] = max(claim.get(r % slots, 0), r + 1)
+            held.update(claim)
+        else:  # "later": a missed token enters unless its slot holds a later one
+            for r in missed:
+                held[r % slots] = max(held.get(r % slots, 0), r + 1)
+        return len(sel) - len(missed)
+    ways = min(ASSOC_ROWS.get(rule, LATEST_ROWS.get(rule)) or slots, slots)
+    nsets = max(1, slots // ways)  # held: set -> its tokens
+    if rule in LATEST_ROWS:  # each set keeps its W latest tokens, held or missed
+        missed = [r for r in sel if r not in held.get(r % nsets, ())]
+        for r in missed:
+            held.setdefault(r % nsets, set()).add(r)
+        for k in {r % nsets for r in missed}:
+            if len(held[k]) > ways:
+                held[k] = set(sorted(held[k])[-ways:])
+        return len(sel) - len(missed)
+    missed = []  # LRU sets: token -> step last read, oldest first
+    for r in sorted(sel):
+        ways_of = held.setdefault(r % nsets, OrderedDict())
+        if r in ways_of:
+            ways_of[r] = step
+            ways_of.move_to_end(r)
+        else:
+            missed.append(r)
+    for r in missed:  # enters its set, evicting the way read longest ago unless this step read it
+        ways_of = held[r % nsets]
+        if len(ways_of) >= ways:
+            if next(iter(ways_of.values())) == step:
+                continue
+            ways_of.popitem(last=False)
+        ways_of[r] = step
+    return len(sel) - len(missed)
+
+
 def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GPU_FILL, row_rule=GPU_ROWS,
                  lines_slots=None, window=GPU_WINDOW):
     """lines_slots: (plane lines, row slots) per (layer, KV head) instead of
@@ -297,7 +339,7 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GP
         slots = int(budget * (1 - plane_share)) // pairs // (4 * dim + 4)
     else:
         lines, slots = min(lines_slots[0], PLANES * dim), lines_slots[1]
-    kept, valid, tags = {}, {}, {}  # per (layer, kv head): lines, blocks they hold, slot -> token + 1
+    kept, valid, tags = {}, {}, {}  # per (layer, kv head): lines, blocks they hold, row slots (row_slots_step)
     plans = {}  # per (layer, kv head): PlanWindow
     tot = {"plane": 0, "plane_hit": 0, "row": 0, "row_hit": 0}
     row_bytes, max_row_hits = 4 * dim, 0
@@ -315,52 +357,10 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GP
                     tot["plane"] += blocks * per_block
                     if (j, p) in held:
                         tot["plane_hit"] += nvalid * per_block
-            if slots and row_rule in ASSOC_ROWS:  # LRU inside sets of W ways (set = token mod sets)
-                ways = min(ASSOC_ROWS[row_rule] or slots, slots)
-                nsets = max(1, slots // ways)
-                sets = tags.setdefault(key, {})
-                missed = []
-                for r in sorted(sel):
-                    held = sets.setdefault(r % nsets, OrderedDict())  # token -> step last read, oldest first
-                    if r in held:
-                        held[r] = s
-                        held.move_to_end(r)
-                    else:
-                        missed.append(r)
-                tot["row_hit"] += row_bytes * (len(sel) - len(missed))
-                max_row_hits = max(max_row_hits, len(sel) - len(missed))
-                for r in missed:  # enters its set, evicting the way read longest ago unless this step read it
-                    held = sets[r % nsets]
-                    if len(held) >= ways:
-                        if next(iter(held.values())) == s:
-                            continue
-                        held.popitem(last=False)
-                    held[r] = s
-            elif slots and row_rule in LATEST_ROWS:  # sets of W ways keeping the W latest tokens held or missed
-                ways = min(LATEST_ROWS[row_rule], slots)
-                nsets = max(1, slots // ways)
-                sets = tags.setdefault(key, {})
-                missed = [r for r in sel if r not in sets.get(r % nsets, ())]
-                tot["row_hit"] += row_bytes * (len(sel) - len(missed))
-                max_row_hits = max(max_row_hits, len(sel) - len(missed))
-                for r in missed:
-                    sets.setdefault(r % nsets, set()).add(r)
-                for k in {r % nsets for r in missed}:
-                    if len(sets[k]) > ways:
-                        sets[k] = set(sorted(sets[k])[-ways:])
-            elif slots:
-                tag = tags.setdefault(key, {})
-                missed = [r for r in sel if tag.get(r % slots) != r + 1]
-                tot["row_hit"] += row_bytes * (len(sel) - len(missed))
-                max_row_hits = max(max_row_hits, len(sel) - len(missed))
-                if row_rule == "replace":  # the latest missed token of each slot replaces what it held
-                    claim = {}
-                    for r in missed:
-                        claim[r % slots] = max(claim.get(r % slots, 0), r + 1)
-                    tag.update(claim)
-                else:  # "later": a missed token enters unless its slot holds a later one
-                    for r in missed:
-                        tag[r % slots] = max(tag.get(r % slots, 0), r + 1)
+            if slots:
+                hits = row_slots_step(row_rule, tags.setdefault(key, {}), sel, slots, s)
+                tot["row_hit"] += row_bytes * hits
+                max_row_hits = max(max_row_hits, hits)
             tot["row"] += row_bytes * len(sel)
             if depths is not None:  # the step notes its plan (fathom_cuda_tier_step)
                 plans.setdefault(key, PlanWindow(window, dim)).note(depths)
@@ -448,7 +448,8 @@ def main():
     ap.add_argument("--as-rows", nargs="+", default=[GPU_ROWS],
                     choices=["later", "replace"] + list(ASSOC_ROWS) + list(LATEST_ROWS),
                     help="--as-context runs: the row slots' rule (a run per value): the GPU's direct-mapped "
-                    "'later' or 'replace', or LRU inside sets of 2, 4 or 8 ways, or over all slots ('lru')")
+                    "'later' or 'replace', LRU inside sets of 2, 4 or 8 ways or over all slots ('lru'), or sets "
+                    "of 2, 4 or 8 ways keeping their latest tokens")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if (not 0 < a.budget <= 1 or any(not 0 <= x <= 1 for x in a.plane_share) or min(a.fill_every) < 1
@@ -510,8 +511,8 @@ def main():
                         runs.append(r)
                     res["runs"] += runs
                     best = max(runs, key=lambda r: (r["as_bytes_hit"], -runs.index(r)))
-                    res["best_as"].append({k: best[k] for k in ("as_context", "window", "rows", "fill_every", "plane_share",
-                                                                "lines", "slots",
+                    res["best_as"].append({k: best[k] for k in ("as_context", "window", "rows", "fill_every",
+                                                                "plane_share", "lines", "slots",
                                                                 "as_slots", "slot_multiple", "plane_hit", "row_hit",
                                                                 "as_bytes_hit")})
             var_runs = [r for r in res["runs"] if r["policy"] == "variant"]

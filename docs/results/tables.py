@@ -591,8 +591,8 @@ def cache_sim_row_rules(rec):
     text += "\n" + "".join("- %s.\n" % x for x in notes)
     return (text + "\nThe cache-sim-at-scale runs (the GPU tier's plane-line fill, the lines and slots 10%% of the "
             "index of a session of the 'as context' length buys, scaled to the trace) with the row slots under "
-            "other rules (bench/cache_sim.py --as-rows): %s. In a W-way rule the slots form floor(slots / W) sets "
-            "(set = token mod sets); a step's rows hit when their set holds them, then its missed rows (ascending) "
+            "other rules (bench/cache_sim.py --as-rows): %s. In a W-way rule the slots form sets of W "
+            "(set = token mod the number of sets); a step's rows hit when their set holds them, then its missed rows (ascending) "
             "enter their set, evicting the row read longest ago unless this step read it (a 'latest' rule's set "
             "keeps its W latest tokens instead). The plane hits do not "
             "depend on the row rule. Where it does not hold: only 'later' is what the GPU tier does today; "
