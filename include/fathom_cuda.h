@@ -703,10 +703,26 @@ int fathom_cuda_tier_set_lanes(fathom_cuda_tier *tier, uint32_t lanes, uint32_t 
  * --window). A step of a batch that names one session twice notes its
  * plans in an unspecified order. A graph captured while no session of the
  * tier had a window does not note (capture after fathom_cuda_tier_cache_set).
- * row cache: per (layer, KV head) `slots` K/V rows, direct-mapped (token
- * mod slots). The row fetch reads a resident row from HBM; each missed row
- * is then written into its slot, unless the slot holds a later token
- * (later tokens stay: a decode re-selects recent tokens more often).
+ * row cache: per (layer, KV head) `slots` K/V rows. The row fetch reads a
+ * resident row from HBM; then the missed rows enter:
+ *   row_ways 0 or 1, direct-mapped (token mod slots): each missed row is
+ *     written into its slot unless the slot holds a later token (later
+ *     tokens stay: a decode re-selects recent tokens more often);
+ *   row_ways W = 2, 4 or 8, W-way sets (token mod sets) kept by recency of
+ *     use: each (layer, KV head) counts its steps; a hit stamps its way with
+ *     the step; the step's missed rows enter their sets in ascending token
+ *     order, each evicting the way read longest ago (ways read in an earlier
+ *     step by hit before insertion, then ascending token) unless this step
+ *     read every way of the set, where the row stays out. bench/cache_sim.py
+ *     --as-rows waysW is the same rule. At 1M tokens and a budget of 10% of
+ *     the index with 50-80% of it to plane lines, 4 ways hit 0.10-0.19 more
+ *     of a step's rows on the real decode traces than direct-mapped; with
+ *     fewer slots than a step's union rows direct-mapped keeps as many or
+ *     more (docs/results.md, "The same budgets with associative row slots").
+ *     A batch naming one session twice leaves which rows stay unspecified
+ *     (what is read is always the token's row).
+ * A graph captured while no session of the tier had a row cache of one
+ * kind (direct-mapped, sets) inserts no rows into caches of that kind.
  *
  * Truncating a session drops what the caches hold beyond the new length;
  * a fork starts without a cache; freeing a session frees its cache. */
@@ -720,6 +736,9 @@ typedef struct fathom_cuda_tier_cache_config {
     uint32_t window;      /* plans the plane-line fill ranks by, 0..FATHOM_CUDA_TIER_CACHE_MAX_WINDOW
                              (0: no window, the fill's depths argument; ignored without
                              plane lines); window x layers x kv_heads x dim more bytes */
+    uint32_t row_ways;    /* 0 or 1: direct-mapped row slots; 2, 4, 8: sets of that many ways,
+                             floor(row_bytes / (layers * kv_heads * (row_ways * (4 * dim + 8) + 4)))
+                             sets per (layer, head) (a step stamp per way, a claim word per set) */
 } fathom_cuda_tier_cache_config;
 /* The window bench/cache_sim.py's decode traces favour, and the largest. */
 #define FATHOM_CUDA_TIER_CACHE_WINDOW 16

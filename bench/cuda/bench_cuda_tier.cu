@@ -38,7 +38,8 @@
  *            buys): lines = the plan's lines x (PLANE - 0.015) (the first
  *            lines carry their channels' scales), slots = m x union with
  *            m (1 - exp(-1/m)) = ROW (a direct-mapped cache over a static
- *            union); the hit rates are measured as above, and the HBM they
+ *            union; with :WAYS, row_ways = WAYS and m from the same count
+ *            for sets: static_row_hits); the hit rates are measured as above, and the HBM they
  *            took is reported against the index's (a static replay needs less
  *            than the trace's budget for the same rates); a trace point's
  *            cache keeps a plan window of FATHOM_CUDA_TIER_CACHE_WINDOW plans,
@@ -101,20 +102,40 @@ struct trace_point {
     std::string name;
     uint64_t context;
     double plane, row;       /* the trace's hit rates */
+    uint32_t ways;           /* the row cache's row_ways (1: direct-mapped) */
     double plane_frac, slot_mult;
 };
 
-/* m with m (1 - exp(-1/m)) = row: the hits of m x union direct-mapped slots
- * over one static union (bisection; the left side grows with m). */
-static double slot_multiple_for(double row) {
+/* The row hits of m x union slots of `ways`-way sets over one static union:
+ * a set's c rows, c ~ Poisson(ways / m), keep min(c, ways) of them (direct-
+ * mapped: m (1 - exp(-1/m))). */
+static double static_row_hits(double m, uint32_t ways) {
+    const double lambda = ways / m;
+    double pc = exp(-lambda), below = 0, kept = 0; /* P(c), P(c < ways), E[c; c < ways] */
+    for (uint32_t c = 0; c < ways; c++) {
+        below += pc;
+        kept += c * pc;
+        pc *= lambda / (c + 1);
+    }
+    return (kept + ways * (1 - below)) / lambda;
+}
+
+/* m with static_row_hits(m, ways) = row (bisection; the hits grow with m). */
+static double slot_multiple_for(double row, uint32_t ways) {
     if (row <= 0) return 0;
     double lo = 0, hi = 1;
-    while (hi * (1 - exp(-1 / hi)) < row && hi < 1e6) hi *= 2;
+    while (static_row_hits(hi, ways) < row && hi < 1e6) hi *= 2;
     for (int i = 0; i < 100; i++) {
         const double m = (lo + hi) / 2;
-        (m * (1 - exp(-1 / m)) < row ? lo : hi) = m;
+        (static_row_hits(m, ways) < row ? lo : hi) = m;
     }
     return hi;
+}
+
+/* A row cache of about `slots` slots per (layer, head) in `ways`-way sets. */
+static uint64_t row_bytes_for(uint64_t LH, uint32_t dim, uint64_t slots, uint32_t ways) {
+    if (ways <= 1) return LH * (4ull * dim + 4) * slots;
+    return LH * ((slots + ways - 1) / ways) * (ways * (4ull * dim + 8) + 4);
 }
 
 static bool parse_trace_point(const char *arg, trace_point *tp) {
@@ -129,9 +150,15 @@ static bool parse_trace_point(const char *arg, trace_point *tp) {
     tp->plane = strtod(end + 1, &end);
     if (*end != ':') return false;
     tp->row = strtod(end + 1, &end);
+    tp->ways = 1;
+    if (*end == ':') {
+        const unsigned long w = strtoul(end + 1, &end, 10);
+        if (w != 1 && w != 2 && w != 4 && w != 8) return false;
+        tp->ways = (uint32_t)w;
+    }
     if (*end || !(tp->plane >= 0 && tp->plane <= 1) || !(tp->row >= 0 && tp->row < 1)) return false;
     tp->plane_frac = tp->plane > 0.015 ? tp->plane - 0.015 : 0;
-    tp->slot_mult = slot_multiple_for(tp->row);
+    tp->slot_mult = slot_multiple_for(tp->row, tp->ways);
     return true;
 }
 
@@ -465,7 +492,9 @@ static std::string cache_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
         const point &pt = pts[i];
         const uint64_t lines = (uint64_t)llround(pt.plane_frac * lines_mean);
         const uint64_t slots = (uint64_t)llround(pt.slot_mult * union_mean);
-        const fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, LH * (4 * D + 4) * slots, 0};
+        const uint32_t ways = pt.trace ? pt.trace->ways : 1;
+        const fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, row_bytes_for(LH, D, slots, ways), 0,
+                                                  ways};
         if (pt.trace) {
             set_trace_cache(st, sid, cc, s);
         } else {
@@ -517,8 +546,8 @@ static std::string cache_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
         const double floor_ms = ((1 - ph) * scan_b + (1 - rh) * row_b) / (link * 1e9) * 1e3;
         char want[96] = "";
         if (pt.trace)
-            snprintf(want, sizeof want, ", \"trace_plane_hit\": %.4f, \"trace_row_hit\": %.4f", pt.trace->plane,
-                     pt.trace->row);
+            snprintf(want, sizeof want, ", \"trace_plane_hit\": %.4f, \"trace_row_hit\": %.4f, \"row_ways\": %u",
+                     pt.trace->plane, pt.trace->row, pt.trace->ways);
         char buf[768];
         snprintf(buf, sizeof buf,
                  "%s{\"point\": \"%s\", \"lines\": %llu, \"plan_lines\": %.2f, \"slots\": %llu, "
@@ -531,7 +560,7 @@ static std::string cache_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
         fprintf(stderr, "  cache %s\n", buf);
         js += buf;
     }
-    const fathom_cuda_tier_cache_config off = {0, 0, 0, 0};
+    const fathom_cuda_tier_cache_config off = {0, 0, 0, 0, 0};
     FK(fathom_cuda_tier_cache_set(st.tier, sid, &off));
     cudaFree(d_hits);
     return js + "]";
@@ -703,7 +732,8 @@ static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint
         if (tp.context != N) continue;
         const uint64_t lines = (uint64_t)llround(tp.plane_frac * lines_mean),
                        slots = (uint64_t)llround(tp.slot_mult * union_mean);
-        const fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, LH * (4 * D + 4) * slots, 0};
+        const fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, row_bytes_for(LH, D, slots, tp.ways),
+                                                  0, tp.ways};
         set_trace_cache(st, sid, cc, s);
         uint64_t hbm = 0;
         FK(fathom_cuda_tier_cache_bytes(st.tier, sid, &hbm));
@@ -734,11 +764,11 @@ static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint
         fprintf(stderr, "  cache %s: planes %.3f rows %.3f hit, GPU only %.3f ms (%.3fx uncached)\n", tp.name.c_str(),
                 ph, rh, cached_ms, cached_ms / gpu_ms);
         snprintf(buf, sizeof buf,
-                 "%s{\"point\": \"%s\", \"trace_plane_hit\": %.4f, \"trace_row_hit\": %.4f, \"lines\": %llu, "
+                 "%s{\"point\": \"%s\", \"trace_plane_hit\": %.4f, \"trace_row_hit\": %.4f, \"row_ways\": %u, \"lines\": %llu, "
                  "\"plan_lines\": %.2f, \"slots\": %llu, \"union_mean\": %.1f, \"hbm_of_index\": %.4f, "
                  "\"plane_hit\": %.4f, \"row_hit\": %.4f, \"gpu_only_ms\": %.4f, \"gpu_only_vs_uncached\": %.4f, "
                  "\"hybrid\": {",
-                 first_point ? "" : ", ", tp.name.c_str(), tp.plane, tp.row, (unsigned long long)lines, lines_mean,
+                 first_point ? "" : ", ", tp.name.c_str(), tp.plane, tp.row, tp.ways, (unsigned long long)lines, lines_mean,
                  (unsigned long long)slots, union_mean, hbm / index_bytes, ph, rh, cached_ms, cached_ms / gpu_ms);
         first_point = false;
         std::string cjs = buf;
@@ -748,7 +778,7 @@ static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint
         js += cjs + hj;
         snprintf(buf, sizeof buf, "}, \"uncached_gpu_only_ms\": %.4f}", uncached_ms);
         js += buf;
-        const fathom_cuda_tier_cache_config off = {0, 0, 0, 0};
+        const fathom_cuda_tier_cache_config off = {0, 0, 0, 0, 0};
         FK(fathom_cuda_tier_cache_set(st.tier, sid, &off));
     }
     js += "]";
@@ -787,8 +817,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--trace-point") && i + 1 < argc) {
             trace_point tp;
             if (!parse_trace_point(argv[++i], &tp)) {
-                fprintf(stderr, "--trace-point: want NAME:CONTEXT:PLANE:ROW (NAME of letters, digits and ._%%/-, "
-                        "at most 64; context >= 4096; rates in [0, 1], row < 1), got '%s'\n", argv[i]);
+                fprintf(stderr, "--trace-point: want NAME:CONTEXT:PLANE:ROW[:WAYS] (NAME of letters, digits and ._%%/-, "
+                        "at most 64; context >= 4096; rates in [0, 1], row < 1; WAYS 1, 2, 4 or 8), got '%s'\n", argv[i]);
                 return 2;
             }
             trace_points.push_back(tp);
@@ -796,7 +826,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) list(threads);
         else if (!strcmp(argv[i], "--json")) {
         } else {
-            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--only-cache] [--profile POINT,..] [--trace-point NAME:N:PLANE:ROW ..] [--hybrid [--threads T,..] [--segment-blocks S]] [--int8] [--json]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--only-cache] [--profile POINT,..] [--trace-point NAME:N:PLANE:ROW[:WAYS] ..] [--hybrid [--threads T,..] [--segment-blocks S]] [--int8] [--json]\n", argv[0]);
             return 2;
         }
     }

@@ -12,7 +12,8 @@ capacity class) is unchanged; prepare returns True when it changed.
 HBM cache (cache_bytes > 0, per sequence): each session gets the KV tier's
 HBM cache of plane lines and K/V rows (KVTier.cache_set) whenever prepare
 sets a capacity class, cache_plane_share of the bytes for plane lines over
-the capacity, the rest for row slots; every cache_fill_every decode steps
+the capacity, the rest for row slots (sets of cache_row_ways ways, 1:
+direct-mapped); every cache_fill_every decode steps
 (an eager step of the last layer, or replayed()) the lines are chosen again
 from the last cache_window plans and copied (KVTier.cache_fill, on the
 current stream). Outputs are the same bits with or without it.
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 
 from .core import LOCAL_TOKENS, SINK_TOKENS
-from .tier import CACHE_WINDOW, KVTier, parse_method
+from .tier import CACHE_WINDOW, ROW_WAYS, KVTier, parse_method
 
 
 DEFAULT_MAX_TOKENS = 1 << 22  # per sequence, when the cache gives no max_tokens
@@ -38,7 +39,7 @@ def capacity_class(tokens):
 class TierBackend:
     def __init__(self, *, layers, kv_heads, group, dim, batch, method, k, sink=SINK_TOKENS, local=LOCAL_TOKENS,
                  max_tokens=None, device=None, segment_blocks=0, cache_bytes=0, cache_plane_share=0.7,
-                 cache_window=CACHE_WINDOW, cache_fill_every=16):
+                 cache_window=CACHE_WINDOW, cache_fill_every=16, cache_row_ways=1):
         self.kind, param = parse_method(method)
         self.budget = param if self.kind in ("fathom", "fathom-centered") else 0
         self.ds_channels = param if self.kind == "ds" else 0
@@ -51,6 +52,9 @@ class TierBackend:
         self.layers, self.kv_heads, self.group, self.dim = layers, kv_heads, group, dim
         self.cache_bytes, self.cache_plane_share = int(cache_bytes), float(cache_plane_share)
         self.cache_window, self.cache_fill_every = int(cache_window), int(cache_fill_every)
+        self.cache_row_ways = int(cache_row_ways)
+        if self.cache_row_ways not in ROW_WAYS:
+            raise ValueError(f"TierBackend: cache_row_ways {cache_row_ways} not one of {ROW_WAYS}")
         if self.cache_bytes < 0 or not 0.0 <= self.cache_plane_share <= 1.0 or self.cache_fill_every < 1:
             raise ValueError(f"TierBackend: cache_bytes {cache_bytes} must be >= 0, cache_plane_share "
                              f"{cache_plane_share} in [0, 1] and cache_fill_every {cache_fill_every} >= 1")
@@ -97,7 +101,8 @@ class TierBackend:
         slot per (layer, KV head) at this capacity goes to the other part."""
         pairs = self.layers * self.kv_heads
         line = pairs * 10 * -(-capacity // 64)  # a plane line: 8 bytes of words + 2 of scales per block
-        slot = pairs * (4 * self.dim + 4)       # a K/V row of bf16 K and V, and its tag
+        ways = max(self.cache_row_ways, 1)     # a set of K/V rows of bf16 K and V, and its tags
+        slot = pairs * (ways * (4 * self.dim + 8) + 4 if ways > 1 else 4 * self.dim + 4)
         plane = int(self.cache_bytes * self.cache_plane_share)
         if plane < line:
             plane = 0
@@ -110,7 +115,8 @@ class TierBackend:
                              f"({line} bytes at capacity {capacity}) nor one row slot ({slot} bytes) per "
                              f"(layer, KV head)")
         for s in self.sessions:
-            self.tier.cache_set(s, plane_bytes=plane, row_bytes=row, tokens=capacity, window=self.cache_window)
+            self.tier.cache_set(s, plane_bytes=plane, row_bytes=row, tokens=capacity, window=self.cache_window,
+                                row_ways=self.cache_row_ways)
         self._steps = 0  # the empty caches are filled at the next step
 
     def fill_cache(self):

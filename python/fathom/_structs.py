@@ -94,7 +94,7 @@ class StepArgs(C.Structure):
 
 
 class TierCacheConfig(C.Structure):
-    _fields_ = [("plane_bytes", u64), ("tokens", u64), ("row_bytes", u64), ("window", u32)]
+    _fields_ = [("plane_bytes", u64), ("tokens", u64), ("row_bytes", u64), ("window", u32), ("row_ways", u32)]
 
 
 # C struct name -> mirror; the layout test walks this table.

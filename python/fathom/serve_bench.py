@@ -21,7 +21,7 @@ input token and position. The cache differs per method:
   e.g. 0,0.1: every fathom method once per share, side by side) gives each
   sequence the tier's HBM cache (TierBackend cache_bytes: F of its index at
   the context, 70% plane lines ranked by the last 16 plans, the rest K/V
-  row slots; filled at the first step and every --cache-fill-every steps,
+  row slots, --cache-row-ways ways a set; filled at the first step and every --cache-fill-every steps,
   the fills inside the timed steps). Its hit rates here are those of the
   synthetic context and the random model's queries, not a real decode's.
 - sdpa: transformers' StaticCache (KV in HBM, random K/V up to the context)
@@ -305,7 +305,8 @@ def run_fathom(model, config, method, context, batch, args, cache=0.0):
     # --cache: an HBM cache per session of that share of its index at the context (34 bytes per block and channel)
     cache_bytes = int(cache * sh["layers"] * sh["kv_heads"] * -(-context // 64) * sh["dim"] * 34)
     backend = TierBackend(**sh, batch=batch, method=method, k=args.k, max_tokens=total + 4096,
-                          cache_bytes=cache_bytes, cache_fill_every=args.cache_fill_every)
+                          cache_bytes=cache_bytes, cache_fill_every=args.cache_fill_every,
+                          cache_row_ways=args.cache_row_ways)
     try:
         t0 = time.perf_counter()
         backend.prepare(total)
@@ -462,6 +463,8 @@ def main(argv=None):
                          "(e.g. 0.1; 0: none), 70%% for plane lines, the rest for K/V rows; a list (0,0.1) "
                          "runs each fathom method once per share")
     ap.add_argument("--cache-fill-every", type=int, default=16, help="decode steps between cache fills")
+    ap.add_argument("--cache-row-ways", type=int, default=1, choices=(1, 2, 4, 8),
+                    help="the row cache's ways (1: direct-mapped; 2, 4, 8: sets kept by recency of use)")
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ap.add_argument("--partial", help="rewrite this file with the JSON so far after every run")
     args = ap.parse_args(argv)

@@ -43,6 +43,7 @@ MAX_GROUP = 16  # FATHOM_CUDA_TIER_MAX_GROUP
 DIMS = (64, 128, 256)
 CACHE_WINDOW = 16  # FATHOM_CUDA_TIER_CACHE_WINDOW: the plans a fill ranks lines by
 MAX_CACHE_WINDOW = 255  # FATHOM_CUDA_TIER_CACHE_MAX_WINDOW
+ROW_WAYS = (0, 1, 2, 4, 8)  # fathom_cuda_tier_cache_config.row_ways: 0 and 1 direct-mapped
 
 
 _PROTOTYPES = {
@@ -282,16 +283,21 @@ class KVTier:
                      for p in ptrs)
 
     # ------------------------------------------------------------ HBM cache
-    def cache_set(self, session, *, plane_bytes=0, row_bytes=0, tokens=None, window=CACHE_WINDOW):
+    def cache_set(self, session, *, plane_bytes=0, row_bytes=0, tokens=None, window=CACHE_WINDOW, row_ways=1):
         """Give the session an empty HBM cache (include/fathom_cuda.h, "HBM
         cache"): plane_bytes of device memory for plane lines covering tokens
         [0, tokens) (None: the tier's max_tokens), row_bytes for K/V row
         slots, the plane lines ranked at each fill by the last `window` plans
-        the steps noted (0..255; 0: by variance alone). All sizes 0 frees it.
-        The steps' results are the same bits with or without a cache. Host
-        call (synchronizes the device); capture graphs after it, since a graph
-        captured while no session had a window does not note plans."""
-        plane_bytes, row_bytes, window = int(plane_bytes), int(row_bytes), int(window)
+        the steps noted (0..255; 0: by variance alone); row_ways 1: direct-
+        mapped row slots, 2, 4 or 8: sets of that many ways kept by recency of
+        use. All sizes 0 frees it. The steps' results are the same bits with
+        or without a cache. Host call (synchronizes the device); capture
+        graphs after it, since a graph captured while no session had a window
+        does not note plans, nor one without a row cache of that kind insert
+        rows."""
+        plane_bytes, row_bytes, window, row_ways = int(plane_bytes), int(row_bytes), int(window), int(row_ways)
+        if row_ways not in ROW_WAYS:
+            raise ValueError(f"cache_set: row_ways {row_ways} not one of {ROW_WAYS}")
         tokens = self.max_tokens if tokens is None else int(tokens)
         if plane_bytes < 0 or row_bytes < 0:
             raise ValueError(f"cache_set: plane_bytes {plane_bytes} and row_bytes {row_bytes} must be >= 0")
@@ -299,7 +305,7 @@ class KVTier:
             raise ValueError(f"cache_set: window {window} not in 0..{MAX_CACHE_WINDOW}")
         if not 1 <= tokens <= self.max_tokens:
             raise ValueError(f"cache_set: tokens {tokens} not in 1..max_tokens {self.max_tokens}")
-        cfg = TierCacheConfig(plane_bytes, tokens, row_bytes, window)
+        cfg = TierCacheConfig(plane_bytes, tokens, row_bytes, window, row_ways)
         self._lib.fathom_cuda_tier_cache_set(self._h(), session, C.byref(cfg))
 
     def cache_fill(self, session):

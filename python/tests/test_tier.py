@@ -454,11 +454,13 @@ def step_counting_cache_hits(tier, sessions, q, capacity, k, budget):
     return out, lse, hits.cpu().tolist()
 
 
-def test_hbm_cache_keeps_the_step_bits(gpu):
+@pytest.mark.parametrize("row_ways", [1, 4])
+def test_hbm_cache_keeps_the_step_bits(gpu, row_ways):
     """A session with an HBM cache (plane lines ranked by a window of plans,
-    filled every 3 steps, and row slots) steps to the same bits as an
-    identical session without one, over 12 growing decode steps (k < n), and
-    its steps read plane and row bytes from the cache."""
+    filled every 3 steps, and row slots, direct-mapped or in 4-way sets)
+    steps to the same bits as an identical session without one, over 12
+    growing decode steps (k < n), and its steps read plane and row bytes from
+    the cache."""
     dev = torch.device("cuda")
     L, H, G, D, n, k, budget, cap = 2, 2, 2, 128, 6000, 64, 48, 8192
     with T.KVTier(L, H, G, D, max_sessions=2, max_tokens=cap) as tier:
@@ -468,8 +470,9 @@ def test_hbm_cache_keeps_the_step_bits(gpu):
         kv = keys_like(n, H, D, seed=31)
         append_all(tier, [a, b], [[kv], [kv]], dev)
         blocks = -(-cap // 64)
-        tier.cache_set(a, plane_bytes=L * H * 10 * blocks * 40, row_bytes=L * H * (4 * D + 4) * 512, tokens=cap,
-                       window=4)
+        rows = L * H * (4 * D + 4) * 512 if row_ways == 1 else L * H * 128 * (4 * (4 * D + 8) + 4)
+        tier.cache_set(a, plane_bytes=L * H * 10 * blocks * 40, row_bytes=rows, tokens=cap, window=4,
+                       row_ways=row_ways)
         assert tier.cache_bytes(a) > 0 and tier.cache_bytes(b) == 0
         g = torch.Generator(device=dev).manual_seed(32)
         sa, sb = tier.sessions_tensor([a]), tier.sessions_tensor([b])
@@ -496,6 +499,8 @@ def test_hbm_cache_keeps_the_step_bits(gpu):
             tier.cache_set(a, plane_bytes=-1)
         with pytest.raises(ValueError, match="window 256 not in"):
             tier.cache_set(a, plane_bytes=1 << 20, window=256)
+        with pytest.raises(ValueError, match="row_ways 3 not one of"):
+            tier.cache_set(a, row_bytes=1 << 20, row_ways=3)
         with pytest.raises(fathom.InvalidArgumentError):
             tier.cache_set(a, plane_bytes=L * H * 10 * blocks - 1)  # less than one line per (layer, head)
 

@@ -42,7 +42,8 @@ struct fathom_cuda_tier {
     int centering;           /* a session was ever centered: appends enqueue the centering kernel */
     tier_cache *caches;   /* [max_sessions] host copies of the HBM caches' descriptions */
     tier_cache *d_caches; /* [max_sessions] the same in device memory */
-    uint32_t row_caches;  /* sessions with a row cache */
+    uint32_t row_caches;  /* sessions with a direct-mapped row cache */
+    uint32_t set_caches;  /* sessions with a row cache of ways > 1 */
     uint32_t plan_windows; /* sessions whose plane cache keeps a plan window */
     fathom_cuda_lanes *lanes; /* the step's pipeline; NULL: one stream */
     fathom_cuda_scan_mode scan_mode; /* fathom_cuda_tier_set_scan_mode; 0 (exact) from calloc */
@@ -55,6 +56,7 @@ tier_cache *fc_tier_caches(fathom_cuda_tier *t, tier_cache **device) {
     return t->caches;
 }
 uint32_t *fc_tier_row_caches(fathom_cuda_tier *t) { return &t->row_caches; }
+uint32_t *fc_tier_set_caches(fathom_cuda_tier *t) { return &t->set_caches; }
 uint32_t *fc_tier_plan_windows(fathom_cuda_tier *t) { return &t->plan_windows; }
 fathom_cuda_lanes *fc_tier_lanes(const fathom_cuda_tier *t) { return t->lanes; }
 fathom_cuda_scan_mode fc_tier_scan_mode(const fathom_cuda_tier *t) { return t->scan_mode; }

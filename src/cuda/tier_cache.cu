@@ -16,6 +16,9 @@ void fc_tier_cache_release(tier_cache *c) {
     cudaFree(c->noted);
     cudaFree(c->rows);
     cudaFree(c->tags);
+    cudaFree(c->stamps);
+    cudaFree(c->claims);
+    cudaFree(c->steps);
     memset(c, 0, sizeof *c);
 }
 
@@ -31,7 +34,7 @@ int fc_tier_cache_drop(fathom_cuda_tier *tier, uint32_t s) {
     if (!host[s].map && !host[s].tags) return FATHOM_OK;
     const tier_cache none = {};
     FATHOM_TRY(publish_cache(tier, s, &none));
-    if (host[s].slots) --*fc_tier_row_caches(tier);
+    if (host[s].slots) --*(host[s].ways > 1 ? fc_tier_set_caches(tier) : fc_tier_row_caches(tier));
     if (host[s].window) --*fc_tier_plan_windows(tier);
     fc_tier_cache_release(&host[s]);
     return FATHOM_OK;
@@ -60,13 +63,19 @@ extern "C" int fathom_cuda_tier_cache_set(fathom_cuda_tier *tier, uint32_t s,
         c.lines = (uint32_t)(lines < FATHOM_PLANES * D ? lines : FATHOM_PLANES * D);
         c.window = cfg->window;
     }
+    const uint32_t ways = cfg->row_ways ? cfg->row_ways : 1;
+    FATHOM_CHECK_ARG(ways == 1 || ways == 2 || ways == 4 || ways == 8, "tier_cache_set: row_ways %u not 0, 1, "
+                     "2, 4 or 8", cfg->row_ways);
     if (cfg->row_bytes) {
-        const uint64_t slots = cfg->row_bytes / LH / (4 * D + 4);
-        FATHOM_CHECK_ARG(slots >= 1, "tier_cache_set: row_bytes %llu hold no row of %llu bytes per "
-                         "(layer, head)", (unsigned long long)cfg->row_bytes, (unsigned long long)(4 * D + 4));
+        /* bytes of a set: its rows and tags, and with ways > 1 a stamp per way and a claim word */
+        const uint64_t set_bytes = ways > 1 ? ways * (4 * D + 8) + 4 : 4 * D + 4;
+        const uint64_t slots = cfg->row_bytes / LH / set_bytes * ways;
+        FATHOM_CHECK_ARG(slots >= 1, "tier_cache_set: row_bytes %llu hold no set of %u rows (%llu bytes) per "
+                         "(layer, head)", (unsigned long long)cfg->row_bytes, ways, (unsigned long long)set_bytes);
         FATHOM_CHECK_ARG(slots <= 0xffffffffull, "tier_cache_set: row_bytes %llu: too many slots",
                          (unsigned long long)cfg->row_bytes);
         c.slots = (uint32_t)slots;
+        c.ways = ways;
     }
     FATHOM_CUDA_TRY(cudaDeviceSynchronize()); /* no step in flight reads the old cache */
     cudaError_t e = cudaSuccess;
@@ -90,6 +99,14 @@ extern "C" int fathom_cuda_tier_cache_set(fathom_cuda_tier *tier, uint32_t s,
         e = cudaMalloc((void **)&c.rows, LH * c.slots * 4 * D);
         if (e == cudaSuccess) e = cudaMalloc((void **)&c.tags, LH * c.slots * 4);
         if (e == cudaSuccess) e = cudaMemset(c.tags, 0, LH * c.slots * 4);
+        if (c.ways > 1) {
+            if (e == cudaSuccess) e = cudaMalloc((void **)&c.stamps, LH * c.slots * 4);
+            if (e == cudaSuccess) e = cudaMalloc((void **)&c.claims, LH * (c.slots / c.ways) * 4);
+            if (e == cudaSuccess) e = cudaMalloc((void **)&c.steps, LH * 4);
+            if (e == cudaSuccess) e = cudaMemset(c.stamps, 0, LH * c.slots * 4);
+            if (e == cudaSuccess) e = cudaMemset(c.claims, 0xff, LH * (c.slots / c.ways) * 4);
+            if (e == cudaSuccess) e = cudaMemset(c.steps, 0, LH * 4);
+        }
     }
     if (e != cudaSuccess) {
         cudaGetLastError();
@@ -107,7 +124,7 @@ extern "C" int fathom_cuda_tier_cache_set(fathom_cuda_tier *tier, uint32_t s,
         return st;
     }
     host[s] = c;
-    if (c.slots) ++*fc_tier_row_caches(tier);
+    if (c.slots) ++*(c.ways > 1 ? fc_tier_set_caches(tier) : fc_tier_row_caches(tier));
     if (c.window) ++*fc_tier_plan_windows(tier);
     return FATHOM_OK;
 }
@@ -122,6 +139,7 @@ extern "C" int fathom_cuda_tier_cache_bytes(const fathom_cuda_tier *tier, uint32
     if (c->lines) *bytes += LH * c->lines * c->blocks * 10 + LH * t->dim * FATHOM_PLANES * 2 + LH * c->lines * 4 + t->layers * 4;
     if (c->window) *bytes += (uint64_t)c->window * LH * t->dim + LH * 4;
     if (c->slots) *bytes += LH * c->slots * (4ull * t->dim + 4);
+    if (c->ways > 1) *bytes += LH * (c->slots * 4ull + c->slots / c->ways * 4ull + 4);
     return FATHOM_OK;
 }
 

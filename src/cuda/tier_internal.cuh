@@ -38,7 +38,11 @@ typedef struct tier_cache {
     uint32_t window;   /* 0: the fill ranks by its depths argument */
     uint16_t *rows;    /* [layers][heads][slots][2][dim] bf16 K then V */
     uint32_t *tags;    /* [layers][heads][slots] token + 1 held, 0 empty */
-    uint32_t slots;
+    uint32_t slots;    /* a multiple of ways */
+    uint32_t ways;     /* 1: direct-mapped (token mod slots); 2, 4, 8: sets (token mod slots / ways) */
+    uint32_t *stamps;  /* ways > 1: [layers][heads][slots] 2 x the step a way was last read, + 1 if inserted */
+    uint32_t *claims;  /* ways > 1: [layers][heads][slots / ways] ~0 between steps (the insertion's rounds) */
+    uint32_t *steps;   /* ways > 1: [layers][heads] steps counted (the stamps' clock) */
 } tier_cache;
 
 /* What the kernels see: everything in device memory except the segments and
@@ -155,7 +159,8 @@ static __host__ __device__ __forceinline__ void tier_sums_add(float v, double sh
  * session is live. */
 tier_cache *fc_tier_caches(fathom_cuda_tier *tier, tier_cache **device);
 int fc_tier_live(const fathom_cuda_tier *tier, uint32_t session);
-uint32_t *fc_tier_row_caches(fathom_cuda_tier *tier); /* sessions with a row cache */
+uint32_t *fc_tier_row_caches(fathom_cuda_tier *tier); /* sessions with a direct-mapped row cache */
+uint32_t *fc_tier_set_caches(fathom_cuda_tier *tier); /* sessions with a row cache of ways > 1 */
 uint32_t *fc_tier_plan_windows(fathom_cuda_tier *tier); /* sessions whose plane cache notes plans */
 /* The step's pipeline (NULL: one stream); a tier starts with TIER_LANES
  * lanes and chunks by context (fathom_cuda_tier_set_lanes). */

@@ -607,9 +607,29 @@ tier_gather_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_
 /* ---- fetch and attention ---- */
 
 #define FETCH_WARPS 8
+/* the row-cache insertions a step launches (sessions with such a cache exist) */
+#define INSERT_DIRECT 1u
+#define INSERT_SETS 2u
 
-/* One warp per union row: from the session's row cache when its slot holds
- * the token, else from host (16 bytes a lane). */
+/* The words of a set of W = 2, 4 or 8 ways at once (the set's first word
+ * is W-word aligned: slots are a multiple of W). */
+static __device__ __forceinline__ void set_load(uint32_t (&v)[8], const uint32_t *at, uint32_t W) {
+    if (W == 2) {
+        const uint2 a = *(const uint2 *)at;
+        v[0] = a.x, v[1] = a.y;
+        return;
+    }
+    const uint4 a = *(const uint4 *)at;
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+    if (W == 8) {
+        const uint4 b = *((const uint4 *)at + 1);
+        v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    }
+}
+
+/* One warp per union row: from the session's row cache when its slot (or
+ * a way of its set, which the hit stamps with the step) holds the token,
+ * else from host (16 bytes a lane). */
 template <int D>
 static __global__ void __launch_bounds__(FETCH_WARPS * 32)
 tier_fetch_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t cap, uint32_t p0, tier_ws w,
@@ -625,8 +645,18 @@ tier_fetch_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t
         const tier_cache cache = t.caches[s];
         const uint16_t *row = NULL;
         if (cache.slots) {
-            const size_t cs = ((size_t)layer * t.heads + h) * cache.slots + idx % cache.slots;
-            hit = cache.tags[cs] == idx + 1;
+            const size_t lh = (size_t)layer * t.heads + h;
+            size_t cs = lh * cache.slots + idx % cache.slots;
+            if (cache.ways > 1) {
+                const size_t set0 = lh * cache.slots + (size_t)(idx % (cache.slots / cache.ways)) * cache.ways;
+                uint32_t tag[8];
+                set_load(tag, cache.tags + set0, cache.ways);
+                for (uint32_t x = 0; x < cache.ways; x++)
+                    if (tag[x] == idx + 1) cs = set0 + x, hit = true;
+                if (hit && lane == 0) cache.stamps[cs] = 2 * cache.steps[lh];
+            } else {
+                hit = cache.tags[cs] == idx + 1;
+            }
             row = cache.rows + cs * 2 * D;
         }
         if (!hit)
@@ -644,9 +674,10 @@ tier_fetch_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t
     if (hit_bytes && threadIdx.x == 0 && hits) atomicAdd(hit_bytes, (unsigned long long)hits * 4 * D);
 }
 
-/* The row cache's insertion, after the fetch: claim the slot of every missed
- * row (the latest token mapped there wins), then the winners write their
- * rows (K back to bf16: exact) and nobody reads the cache in between. */
+/* The direct-mapped row cache's insertion, after the fetch: claim the slot
+ * of every missed row (the latest token mapped there wins), then the winners
+ * write their rows (K back to bf16: exact) and nobody reads the cache in
+ * between. */
 template <int D>
 static __global__ void __launch_bounds__(FETCH_WARPS * 32)
 tier_insert_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t cap, uint32_t p0, tier_ws w,
@@ -658,6 +689,7 @@ tier_insert_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_
     if (!w.miss[at]) return;
     const uint32_t idx = w.top.uni[at];
     const tier_cache cache = t.caches[sessions[p / t.heads]];
+    if (cache.ways > 1) return; /* tier_set_insert_kernel */
     const size_t cs = ((size_t)layer * t.heads + p % t.heads) * cache.slots + idx % cache.slots;
     if (!write) {
         if (lane == 0) atomicMax(&cache.tags[cs], idx + 1);
@@ -669,6 +701,92 @@ tier_insert_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_
         row[e] = __bfloat16_as_ushort(__float2bfloat16_rn(w.rows_k[at * D + e]));
         row[D + e] = w.rows_v[at * D + e];
     }
+}
+
+#define SET_THREADS 1024
+
+/* The set rule's insertion (row_ways > 1), after the fetch: one CTA per
+ * pair. The pair's missed union rows are compacted in ascending token order;
+ * the row of rank r among its set's missed rows takes the set's r-th way not
+ * read this step, in (stamp, tag) order with empty ways first (then by way),
+ * or stays out where there are fewer: the same as inserting the rows one by
+ * one in ascending order. A taken way's tag becomes the token + 1 and its
+ * stamp 2 step + 1, and a warp writes the row (K back to bf16: exact); then
+ * the pair's step count grows. */
+template <int D>
+static __global__ void __launch_bounds__(SET_THREADS)
+tier_set_insert_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t cap, uint32_t p0, tier_ws w) {
+    __shared__ uint32_t s_set[4096]; /* the missed rows' sets, ascending tokens (cap <= 4096) */
+    __shared__ uint16_t s_u[4096];   /* their union positions */
+    __shared__ uint8_t s_way[4096];  /* the way taken, W: out */
+    __shared__ uint32_t s_warp[SET_THREADS / 32];
+    const uint32_t p = p0 + blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const tier_cache cache = t.caches[sessions[p / t.heads]];
+    if (cache.ways <= 1) return; /* uniform */
+    const size_t lh = (size_t)layer * t.heads + p % t.heads, base = (size_t)p * cap;
+    const uint32_t W = cache.ways, sets = cache.slots / W, U = w.top.uni_count[p], step = cache.steps[lh];
+    uint32_t *tags = cache.tags + lh * cache.slots, *stamps = cache.stamps + lh * cache.slots;
+    uint32_t M = 0;
+    for (uint32_t u0 = 0; u0 < U; u0 += SET_THREADS) { /* uniform */
+        const uint32_t u = u0 + tid;
+        const bool f = u < U && w.miss[base + u];
+        const uint32_t ballot = __ballot_sync(0xffffffffu, f);
+        if (lane == 0) s_warp[warp] = __popc(ballot);
+        __syncthreads();
+        uint32_t before = 0, total = 0;
+        for (uint32_t x = 0; x < SET_THREADS / 32; x++) {
+            before += x < warp ? s_warp[x] : 0;
+            total += s_warp[x];
+        }
+        if (f) {
+            const uint32_t i = M + before + __popc(ballot & ((1u << lane) - 1));
+            s_set[i] = w.top.uni[base + u] % sets;
+            s_u[i] = (uint16_t)u;
+        }
+        M += total;
+        __syncthreads(); /* s_warp is rewritten next pass */
+    }
+    for (uint32_t i = tid; i < M; i += SET_THREADS) {
+        const uint32_t set = s_set[i];
+        uint32_t r = 0;
+        for (uint32_t j = 0; j < i && r < W; j++) r += s_set[j] == set;
+        uint32_t way = W;
+        if (r < W) { /* the way of position r among the eligible ones */
+            uint32_t tag[8], st[8];
+            uint64_t key[8];
+            bool ok[8];
+            set_load(tag, tags + (size_t)set * W, W);
+            set_load(st, stamps + (size_t)set * W, W);
+            for (uint32_t x = 0; x < W; x++) {
+                ok[x] = !tag[x] || st[x] >> 1 != step;
+                key[x] = tag[x] ? (uint64_t)st[x] << 32 | tag[x] : 0;
+            }
+            for (uint32_t x = 0; x < W; x++) {
+                if (!ok[x]) continue;
+                uint32_t pos = 0;
+                for (uint32_t y = 0; y < W; y++) pos += ok[y] && (key[y] < key[x] || (key[y] == key[x] && y < x));
+                if (pos == r) way = x;
+            }
+        }
+        s_way[i] = (uint8_t)way;
+    }
+    __syncthreads(); /* every set's state read before any is written */
+    for (uint32_t i = tid; i < M; i += SET_THREADS)
+        if (s_way[i] < W) {
+            const size_t at = (size_t)s_set[i] * W + s_way[i];
+            tags[at] = w.top.uni[base + s_u[i]] + 1;
+            stamps[at] = 2 * step + 1;
+        }
+    for (uint32_t i = warp; i < M; i += SET_THREADS / 32) {
+        if (s_way[i] >= W) continue;
+        uint16_t *row = cache.rows + (lh * cache.slots + (size_t)s_set[i] * W + s_way[i]) * 2 * D;
+        const size_t at = base + s_u[i];
+        for (uint32_t e = lane; e < D; e += 32) {
+            row[e] = __bfloat16_as_ushort(__float2bfloat16_rn(w.rows_k[at * D + e]));
+            row[D + e] = w.rows_v[at * D + e];
+        }
+    }
+    if (tid == 0) cache.steps[lh] = step + 1;
 }
 
 /* Attention of a query head over its count <= k winners, in two launches
@@ -912,7 +1030,7 @@ static __global__ void tier_given_kernel(tier_dev t, uint32_t G, uint32_t k, uin
  * row-cache insertion and attention of one chunk. */
 template <int D>
 static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G, const tier_ws *w,
-                        tier_chunk c, uint32_t *sel, uint32_t *sel_count, bool insert, cudaStream_t stream,
+                        tier_chunk c, uint32_t *sel, uint32_t *sel_count, uint32_t insert, cudaStream_t stream,
                         const fathom_cuda_tier_given *given = NULL) {
     const uint64_t rows0 = (uint64_t)c.p0 * G;
     fc_workspace top = w->top;
@@ -932,7 +1050,7 @@ static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, 
     tier_fetch_kernel<D><<<rows_grid, FETCH_WARPS * 32, 0, stream>>>(*t, a->layer, a->sessions, cap, c.p0, *w,
                                                                     a->cache_bytes ? a->cache_bytes + 1 : NULL);
     FATHOM_CUDA_LAUNCHED();
-    for (int write = 0; insert && write < 2; write++) {
+    for (int write = 0; (insert & INSERT_DIRECT) && write < 2; write++) {
         tier_insert_kernel<D><<<rows_grid, FETCH_WARPS * 32, 0, stream>>>(*t, a->layer, a->sessions, cap, c.p0,
                                                                          *w, write != 0);
         FATHOM_CUDA_LAUNCHED();
@@ -952,12 +1070,16 @@ static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, 
     tier_value_kernel<D><<<dim3(c.count * G, ATT_VCTAS), ATT_VTHREADS, vsmem, stream>>>(
         G, a->k, sel_count, (uint32_t)rows0, *w, a->out, a->lse);
     FATHOM_CUDA_LAUNCHED();
+    if (insert & INSERT_SETS) { /* off the chunk's path to its output: attention reads the workspace rows */
+        tier_set_insert_kernel<D><<<c.count, SET_THREADS, 0, stream>>>(*t, a->layer, a->sessions, cap, c.p0, *w);
+        FATHOM_CUDA_LAUNCHED();
+    }
     return FATHOM_OK;
 }
 
 template <int D>
 static int launch_gpu(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, const fathom_cuda_tier_step_args *a,
-                      uint32_t G, const tier_ws *w, uint32_t *sel, uint32_t *sel_count, bool insert,
+                      uint32_t G, const tier_ws *w, uint32_t *sel, uint32_t *sel_count, uint32_t insert,
                       uint32_t P, cudaStream_t stream);
 
 /* The plan of every problem (of the given pairs too, unless their depths
@@ -968,7 +1090,7 @@ static int launch_gpu(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, con
  * stream joins it at the end). */
 template <int D>
 static int launch_all(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, const fathom_cuda_tier_step_args *a,
-                      uint32_t G, const tier_ws *w, uint32_t *sel, uint32_t *sel_count, bool insert,
+                      uint32_t G, const tier_ws *w, uint32_t *sel, uint32_t *sel_count, uint32_t insert,
                       const fathom_cuda_tier_given *given, const tier_given_lane *lane, cudaStream_t stream) {
     const uint32_t P = a->batch * t->heads, Pg = P - (given ? given->pairs : 0);
     const uint32_t plan_to = given && given->depths ? Pg : P;
@@ -1001,7 +1123,7 @@ static int launch_all(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, con
  * beside the next chunks' gathers; the lanes join back into `stream`. */
 template <int D>
 static int launch_gpu(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, const fathom_cuda_tier_step_args *a,
-                      uint32_t G, const tier_ws *w, uint32_t *sel, uint32_t *sel_count, bool insert,
+                      uint32_t G, const tier_ws *w, uint32_t *sel, uint32_t *sel_count, uint32_t insert,
                       uint32_t P, cudaStream_t stream) {
     if (per >= P) {
         const tier_chunk all = {0, P};
@@ -1115,7 +1237,8 @@ int fc_tier_step_launch(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args
         w->stage = NULL; /* reserved by the layout, unused: the scan reads what the cache lacks in place */
     }
     FATHOM_CUDA_TRY(cudaMemsetAsync(w->top.hist, 0, w->top.zero_bytes, stream));
-    const bool insert = *fc_tier_row_caches(tier) > 0;
+    const uint32_t insert = (*fc_tier_row_caches(tier) > 0 ? INSERT_DIRECT : 0u) |
+                            (*fc_tier_set_caches(tier) > 0 ? INSERT_SETS : 0u);
     switch (t->dim) {
     case 64: FATHOM_TRY(launch_all<64>(t, L, per, a, G, w, sel, sel_count, insert, given, lane, stream)); break;
     case 128: FATHOM_TRY(launch_all<128>(t, L, per, a, G, w, sel, sel_count, insert, given, lane, stream)); break;

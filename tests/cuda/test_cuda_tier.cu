@@ -570,52 +570,106 @@ static void test_graph(void) {
     fathom_cuda_tier_destroy(te);
 }
 
+/* The union of the group's selections of pair p of layer l, ascending. */
+static std::vector<uint32_t> pair_union(const step_out &o, uint32_t l, uint32_t P, uint32_t p, uint32_t G) {
+    std::vector<uint32_t> uni;
+    for (uint32_t g = 0; g < G; g++) {
+        const size_t r = ((size_t)l * P + p) * G + g;
+        uni.insert(uni.end(), o.sel.begin() + r * test_k, o.sel.begin() + r * test_k + o.sel_count[r]);
+    }
+    std::sort(uni.begin(), uni.end());
+    uni.erase(std::unique(uni.begin(), uni.end()), uni.end());
+    return uni;
+}
+
 /* Expected row-cache hits of a step that repeats the previous one exactly,
  * the cache empty before it: per (layer, entry, head) the union of the
- * group's selections, and in every slot the latest token mapped there. */
+ * group's selections; a slot keeps one of the tokens mapped to it, a set of
+ * W ways min(W, those mapped to it). */
 static uint64_t expected_row_hits(const step_out &o, uint32_t L, uint32_t B, uint32_t H, uint32_t G,
-                                  const std::vector<uint32_t> &slots) {
+                                  const std::vector<uint32_t> &slots, const std::vector<uint32_t> &ways) {
     uint64_t hits = 0;
     for (uint32_t l = 0; l < L; l++)
         for (uint32_t p = 0; p < B * H; p++) {
             if (!slots[p / H]) continue;
-            std::vector<uint32_t> best(slots[p / H], 0);
-            for (uint32_t g = 0; g < G; g++) {
-                const size_t r = ((size_t)l * B * H + p) * G + g;
-                for (uint32_t i = 0; i < o.sel_count[r]; i++) {
-                    const uint32_t idx = o.sel[r * test_k + i];
-                    uint32_t &b = best[idx % slots[p / H]];
-                    b = idx + 1 > b ? idx + 1 : b;
-                }
-            }
-            for (uint32_t b : best) hits += b != 0;
+            const uint32_t W = ways[p / H], sets = slots[p / H] / W;
+            std::vector<uint32_t> mapped(sets, 0);
+            for (uint32_t idx : pair_union(o, l, B * H, p, G)) mapped[idx % sets]++;
+            for (uint32_t c : mapped) hits += c < W ? c : W;
         }
     return hits;
 }
 
-/* The row cache's slot rule, modelled on the host: per (layer, entry, head)
- * the tags of `slots` direct-mapped slots (token + 1, 0 empty). A step's
- * union rows (of the group's selections) hit when their slot holds them;
- * then each missed row enters its slot unless the slot holds a later token.
- * step() returns the rows that hit and counts in `kept_out` the missed rows
- * that a later token kept out (where "a later token stays" and "always
- * replace" differ). */
+/* The row cache's slot rules, modelled on the host: per (layer, entry,
+ * head) the tags of `slots` slots (token + 1, 0 empty). Direct-mapped: a
+ * step's union rows (of the group's selections) hit when their slot holds
+ * them; then each missed row enters its slot unless the slot holds a later
+ * token. Sets of W ways (include/fathom_cuda.h): a hit stamps its way with
+ * 2 x the pair's step count; then the missed rows, ascending, each take the
+ * way of least (stamp, tag) not read this step, empty ways first (stamp
+ * 2 step + 1), or stay out; the count grows. step() returns the rows that
+ * hit; kept_out counts the direct-mapped rows a later token kept out (where
+ * "a later token stays" and "always replace" differ), evicted the rows a
+ * set's insertion evicted, and full_out the rows kept out of a set whose
+ * ways this step all read. */
 struct row_model {
     uint32_t L, B, H, G;
     std::vector<uint32_t> slots;             /* per entry, 0: no row cache */
+    std::vector<uint32_t> ways;              /* per entry */
     std::vector<std::vector<uint32_t>> tags; /* [l][p] */
-    uint64_t kept_out = 0;
+    std::vector<std::vector<uint32_t>> stamps; /* [l][p], sets */
+    std::vector<uint32_t> clock;             /* [l][p] steps counted, sets */
+    uint64_t kept_out = 0, evicted = 0, full_out = 0;
     row_model(uint32_t L_, uint32_t B_, uint32_t H_, uint32_t G_)
-        : L(L_), B(B_), H(H_), G(G_), slots(B_, 0), tags((size_t)L_ * B_ * H_) {}
-    void set(uint32_t entry, uint32_t n) { /* fathom_cuda_tier_cache_set: empty */
+        : L(L_), B(B_), H(H_), G(G_), slots(B_, 0), ways(B_, 1), tags((size_t)L_ * B_ * H_),
+          stamps((size_t)L_ * B_ * H_), clock((size_t)L_ * B_ * H_, 0) {}
+    void set(uint32_t entry, uint32_t n, uint32_t w = 1) { /* fathom_cuda_tier_cache_set: empty */
         slots[entry] = n;
+        ways[entry] = w;
         for (uint32_t l = 0; l < L; l++)
-            for (uint32_t h = 0; h < H; h++) tags[((size_t)l * B + entry) * H + h].assign(n, 0);
+            for (uint32_t h = 0; h < H; h++) {
+                const size_t lp = ((size_t)l * B + entry) * H + h;
+                tags[lp].assign(n, 0);
+                stamps[lp].assign(n, 0);
+                clock[lp] = 0;
+            }
     }
     void truncate(uint32_t entry, uint64_t n) {
         for (uint32_t l = 0; l < L; l++)
             for (uint32_t h = 0; h < H; h++)
                 for (uint32_t &t : tags[((size_t)l * B + entry) * H + h]) t = t > n ? 0 : t;
+    }
+    uint64_t set_step(const std::vector<uint32_t> &uni, size_t lp, uint32_t W) {
+        std::vector<uint32_t> &tag = tags[lp], &stamp = stamps[lp];
+        const uint32_t sets = slots[lp / H % B] / W, now = clock[lp]++;
+        std::vector<uint32_t> missed;
+        uint64_t hits = 0;
+        for (uint32_t idx : uni) {
+            const size_t set0 = (size_t)(idx % sets) * W;
+            size_t x = 0;
+            while (x < W && tag[set0 + x] != idx + 1) x++;
+            if (x < W) hits++, stamp[set0 + x] = 2 * now;
+            else missed.push_back(idx);
+        }
+        for (uint32_t idx : missed) {
+            const size_t set0 = (size_t)(idx % sets) * W;
+            size_t best = W;
+            for (size_t x = 0; x < W; x++) {
+                if (tag[set0 + x] && stamp[set0 + x] >> 1 == now) continue;
+                const uint64_t key = tag[set0 + x] ? (uint64_t)stamp[set0 + x] << 32 | tag[set0 + x] : 0;
+                const uint64_t have = best == W ? ~0ull
+                                      : tag[set0 + best] ? (uint64_t)stamp[set0 + best] << 32 | tag[set0 + best] : 0;
+                if (key < have) best = x;
+            }
+            if (best == W) {
+                full_out++;
+                continue;
+            }
+            evicted += tag[set0 + best] != 0;
+            tag[set0 + best] = idx + 1;
+            stamp[set0 + best] = 2 * now + 1;
+        }
+        return hits;
     }
     uint64_t step(const step_out &o) {
         uint64_t hits = 0;
@@ -623,13 +677,11 @@ struct row_model {
             for (uint32_t p = 0; p < B * H; p++) {
                 const uint32_t n = slots[p / H];
                 if (!n) continue;
-                std::vector<uint32_t> uni;
-                for (uint32_t g = 0; g < G; g++) {
-                    const size_t r = ((size_t)l * B * H + p) * G + g;
-                    uni.insert(uni.end(), o.sel.begin() + r * test_k, o.sel.begin() + r * test_k + o.sel_count[r]);
+                const std::vector<uint32_t> uni = pair_union(o, l, B * H, p, G);
+                if (ways[p / H] > 1) {
+                    hits += set_step(uni, (size_t)l * B * H + p, ways[p / H]);
+                    continue;
                 }
-                std::sort(uni.begin(), uni.end());
-                uni.erase(std::unique(uni.begin(), uni.end()), uni.end());
                 std::vector<uint32_t> &tag = tags[(size_t)l * B * H + p];
                 std::vector<uint32_t> missed;
                 for (uint32_t idx : uni) {
@@ -650,8 +702,9 @@ struct row_model {
  * (caches) and tier tu (none) get the same appends, truncations and
  * queries and must give the same bits; the caches' hit counters equal what
  * the cached lines and slots imply. Fixed depths equal to a plan's give
- * that plan's results. */
-static void test_cache(void) {
+ * that plan's results. Session 0's row caches are of `ways0` ways (1:
+ * direct-mapped). */
+static void test_cache(uint32_t ways0) {
     const uint32_t L = 2, H = 2, G = 4, D = 128, S = 32, B = 2;
     const uint64_t start[B] = {quick ? 2030u : 10230u, quick ? 700u : 5000u};
     const uint32_t steps = quick ? 12 : 40;
@@ -722,11 +775,16 @@ static void test_cache(void) {
        200 row slots (collisions); session 1: every line by the plan's depths,
        4096 slots */
     const uint64_t blocks = capacity / 64, LH = (uint64_t)L * H;
-    const std::vector<uint32_t> slots = {200, 4096};
+    const std::vector<uint32_t> slots = {200 / ways0 * ways0, 4096}, ways = {ways0, 1};
+    /* row bytes of n slots in sets of w ways */
+    auto row_bytes = [&](uint32_t n, uint32_t w) {
+        return w > 1 ? LH * (n / w) * (w * (4 * D + 8) + 4) : LH * (4 * D + 4) * n;
+    };
     for (uint32_t i = 0; i < B; i++) {
-        fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * 4 * D, capacity, LH * (4 * D + 4) * slots[i], 0};
+        fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * 4 * D, capacity, row_bytes(slots[i], ways[i]), 0,
+                                            ways[i]};
         CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[i], &cc));
-        model.set(i, slots[i]);
+        model.set(i, slots[i], ways[i]);
         uint64_t bytes = 0;
         CHECK_OK(fathom_cuda_tier_cache_bytes(tc, ids[i], &bytes));
         CHECK(bytes >= cc.plane_bytes + cc.row_bytes - LH * 10 * blocks && bytes < cc.plane_bytes + cc.row_bytes + (1u << 20));
@@ -750,7 +808,7 @@ static void test_cache(void) {
            (unsigned long long)expect_planes, hits[1]);
     CHECK(expect_planes > 0 && hits[0] == expect_planes);
     CHECK(hits[1] == 0);
-    const uint64_t expect_rows = expected_row_hits(o, L, B, H, G, slots) * 4 * D;
+    const uint64_t expect_rows = expected_row_hits(o, L, B, H, G, slots, ways) * 4 * D;
     o = both(); /* again: the rows the last step inserted are hits */
     printf("cache: repeated step: row bytes from HBM %llu (expected %llu)\n", hits[1],
            (unsigned long long)expect_rows);
@@ -820,7 +878,7 @@ static void test_cache(void) {
                 }
             }
         uint8_t *d_dz = to_device(dz.data(), dz.size());
-        fathom_cuda_tier_cache_config fit = {LH * 10 * blocks * lines, capacity, 0, 0};
+        fathom_cuda_tier_cache_config fit = {LH * 10 * blocks * lines, capacity, 0, 0, 0};
         CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[1], &fit));
         model.set(1, 0);
         CHECK_OK(fathom_cuda_tier_cache_fill(tc, ids[1], d_dz, 0));
@@ -838,7 +896,7 @@ static void test_cache(void) {
     uint8_t *d_zero = NULL;
     CK(cudaMalloc((void **)&d_zero, L * H * D));
     CK(cudaMemset(d_zero, 0, L * H * D));
-    fathom_cuda_tier_cache_config all = {LH * 10 * blocks * 4 * D, capacity, LH * (4 * D + 4) * slots[1], 0};
+    fathom_cuda_tier_cache_config all = {LH * 10 * blocks * 4 * D, capacity, LH * (4 * D + 4) * slots[1], 0, 0};
     CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[1], &all));
     model.set(1, slots[1]);
     CHECK_OK(fathom_cuda_tier_cache_fill(tc, ids[1], d_zero, 0));
@@ -886,9 +944,10 @@ static void test_cache(void) {
     both();
     both();
     /* partial caches: 40 lines by the static prefix, 100 slots */
-    fathom_cuda_tier_cache_config part = {LH * 10 * blocks * 40, capacity, LH * (4 * D + 4) * 100, 0};
+    fathom_cuda_tier_cache_config part = {LH * 10 * blocks * 40, capacity, row_bytes(100 / ways0 * ways0, ways0), 0,
+                                          ways0};
     CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[0], &part));
-    model.set(0, 100);
+    model.set(0, 100 / ways0 * ways0, ways0);
     CHECK_OK(fathom_cuda_tier_cache_fill(tc, ids[0], NULL, 0));
     new_queries();
     both();
@@ -898,13 +957,16 @@ static void test_cache(void) {
            (unsigned long long)differ);
     CHECK(compared == 9 + steps);
     CHECK(differ == 0);
-    /* the slot rule: every step's row hits equal the model's "a later token
-       stays", over steps where that rule kept missed rows out (always replacing
-       would have let them in and changed the next steps' hits) */
-    printf("cache: row rule: %llu steps, %llu differ from the model; %llu missed rows kept out by a later "
-           "token\n", (unsigned long long)row_steps, (unsigned long long)row_wrong,
-           (unsigned long long)model.kept_out);
-    CHECK(row_steps == compared && row_wrong == 0 && model.kept_out > 0);
+    /* the slot rules: every step's row hits equal the model's, over steps
+       where "a later token stays" kept missed rows out (always replacing would
+       have let them in and changed the next steps' hits), and where sets
+       evicted rows and kept rows out of sets this step had read whole */
+    printf("cache: row rule (session 0: %u ways): %llu steps, %llu differ from the model; %llu missed rows kept "
+           "out by a later token, %llu evicted from sets, %llu kept out of sets read whole\n", ways0,
+           (unsigned long long)row_steps, (unsigned long long)row_wrong, (unsigned long long)model.kept_out,
+           (unsigned long long)model.evicted, (unsigned long long)model.full_out);
+    CHECK(row_steps == compared && row_wrong == 0);
+    CHECK(ways0 > 1 ? model.evicted > 0 && model.full_out > 0 : model.kept_out > 0);
     /* fixed depths: the plan's own depths give the plan's results; 9 clamps to 4 */
     {
         step_out planned = read_out(bu, R, D, B * H, L);
@@ -928,11 +990,15 @@ static void test_cache(void) {
         cudaFree(d_fixed);
     }
     /* argument checks */
-    fathom_cuda_tier_cache_config bad = {1, capacity, 0, 0};
+    fathom_cuda_tier_cache_config bad = {1, capacity, 0, 0, 0};
     CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
-    bad = {LH * 10 * blocks, 0, 0, 0};
+    bad = {LH * 10 * blocks, 0, 0, 0, 0};
     CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
-    bad = {0, 0, 7, 0};
+    bad = {0, 0, 7, 0, 0};
+    CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
+    bad = {0, 0, LH * (4 * (4 * D + 8) + 4) - 1, 0, 4}; /* less than one set */
+    CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
+    bad = {0, 0, LH * (4 * D + 4) * 64, 0, 3};
     CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_cuda_tier_cache_set(tc, 3, &part), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], NULL), FATHOM_ERR_INVALID_ARG);
@@ -940,7 +1006,7 @@ static void test_cache(void) {
     uint64_t cb = 1;
     CHECK_OK(fathom_cuda_tier_cache_bytes(tc, ids[0], &cb));
     CHECK(cb > 0);
-    const fathom_cuda_tier_cache_config none = {0, 0, 0, 0};
+    const fathom_cuda_tier_cache_config none = {0, 0, 0, 0, 0};
     CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[0], &none));
     CHECK_OK(fathom_cuda_tier_cache_bytes(tc, ids[0], &cb));
     CHECK(cb == 0);
@@ -1023,7 +1089,7 @@ static void test_cache_window(void) {
             }
         }
     for (uint32_t i = 0; i < B; i++) {
-        fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines[i], capacity, 0, window[i]};
+        fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines[i], capacity, 0, window[i], 0};
         CHECK_OK(fathom_cuda_tier_cache_set(tw, ids[i], &cc));
         uint64_t bytes = 0;
         CHECK_OK(fathom_cuda_tier_cache_bytes(tw, ids[i], &bytes));
@@ -1157,10 +1223,10 @@ static void test_cache_window(void) {
     CHECK(compared == 6 && differ == 0);
     /* argument checks */
     fathom_cuda_tier_cache_config bad = {LH * 10 * blocks * lines[0], capacity, 0,
-                                         FATHOM_CUDA_TIER_CACHE_MAX_WINDOW + 1};
+                                         FATHOM_CUDA_TIER_CACHE_MAX_WINDOW + 1, 0};
     CHECK_STATUS(fathom_cuda_tier_cache_set(tw, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
     CHECK(desc[ids[0]].window == window[0]); /* the old cache kept */
-    const fathom_cuda_tier_cache_config none = {0, 0, 0, 0};
+    const fathom_cuda_tier_cache_config none = {0, 0, 0, 0, 0};
     for (uint32_t i = 0; i < B; i++) CHECK_OK(fathom_cuda_tier_cache_set(tw, ids[i], &none));
     CHECK_OK(fathom_cuda_tier_check(tw));
     CHECK_OK(fathom_cuda_tier_check(tu));
@@ -1224,7 +1290,7 @@ static void test_cache_by_context(void) {
     const uint64_t blocks = capacity / 64;
     const uint32_t lines[2] = {4 * D, 8}; /* every line; fewer than the budget (48) */
     for (uint32_t v = 0; v < 2; v++) {
-        fathom_cuda_tier_cache_config cc = {(uint64_t)H * 10 * blocks * lines[v], capacity, 0, 0};
+        fathom_cuda_tier_cache_config cc = {(uint64_t)H * 10 * blocks * lines[v], capacity, 0, 0, 0};
         CHECK_OK(fathom_cuda_tier_cache_set(tier, ids[0], &cc));
         CHECK_OK(fathom_cuda_tier_cache_fill(tier, ids[0], b.depths, 0));
         const step_out o = step();
@@ -1329,7 +1395,7 @@ static void test_int8(void) {
         for (int cached = 0; cached <= (cs.cache ? 1 : 0); cached++) {
             if (cached) { /* every line of every session (the closed blocks) */
                 const uint64_t blocks = capacity / 64;
-                fathom_cuda_tier_cache_config cc = {(uint64_t)H * 10 * blocks * 4 * D, capacity, 0, 0};
+                fathom_cuda_tier_cache_config cc = {(uint64_t)H * 10 * blocks * 4 * D, capacity, 0, 0, 0};
                 for (uint32_t i = 0; i < B; i++) {
                     CHECK_OK(fathom_cuda_tier_cache_set(tier, ids[i], &cc));
                     CHECK_OK(fathom_cuda_tier_cache_fill(tier, ids[i], NULL, 0));
@@ -1611,7 +1677,8 @@ int main(void) {
     test_ragged();
     test_shapes();
     test_graph();
-    test_cache();
+    test_cache(1);
+    test_cache(4);
     test_cache_window();
     test_cache_by_context();
     test_int8();
