@@ -926,12 +926,29 @@ def gpu_tier_row_sets(rec):
         "whose static replay hits it (a set of W keeps min(W, c) of the c union rows mapped to it, direct-mapped "
         "one), so the row slots and HBM columns are what a static replay needed, not the trace's budget. \"ms\" is "
         "the step as the library runs it (pipelined at 1M), \"one stream ms\" the same graph on one stream; both "
-        "caches' insertions are in the time (the sets' in one kernel per chunk of pairs).%s Where it does not "
+        "caches' insertions are in the time (the sets' in one kernel per chunk of pairs).%s%s Where it does not "
         "hold: queries are the same every step, so the union does not drift and the sets' insertion sees fewer "
         "misses than a decode's; rates are forced, not earned by the rule on this model's own decode; at 128k and "
         "with 95%% of the budget to planes the sets hit no more than direct-mapped in the simulation (fewer slots "
         "than a step's union rows), so direct-mapped stays the default (row_ways 0).\n" %
-        (r["layers"], r["kv_heads"], r["group"], r["dim"], r["k"], r["method"], r["layers"], r["reps"], summary))
+        (r["layers"], r["kv_heads"], r["group"], r["dim"], r["k"], r["method"], r["layers"], r["reps"], summary,
+         lease_note(rec, next((c["ms"] for d in r["decode"] if d["context"] == 1 << 20 for c in d.get("cache", [])
+                               if c["point"] == "none"), None))))
+
+
+def lease_note(rec, none_ms):
+    """Where a GPU record's uncached 1M step differs from the gpu-tier record's
+    (another machine, or a lease whose host reads cost more): say how much."""
+    ref = sibling("gpu-tier")
+    if not ref or none_ms is None:
+        return ""
+    at = [c for d in ref["result"]["decode"] if d["context"] == 1 << 20 for c in d.get("cache", [])
+          if c["point"] == "none"]
+    if not at:
+        return ""
+    return (" %sThe same graph without a cache took %.2f ms here against %.2f ms in the gpu-tier record (%s, "
+            "commit %s): ratios against it hold for this lease only." %
+            (link_note(rec), none_ms, at[0]["ms"], ref["machine"].split(" /")[0], ref["commit"]))
 
 
 def gpu_cache_sim_source():
@@ -1068,6 +1085,11 @@ def gpu_hybrid(rec):
                ("met" if chosen and max(ratios) <= 0.55 else "NOT met", under, len(ratios), min(ratios),
                 max(ratios), len(chosen), " (best %.2fx)" % min(chosen) if chosen else "", gpu_best, len(paid),
                 100 * gain, sum(1 for x in best_host if x <= 0.55)))
+    ways = sorted({c.get("row_ways", 1) for c in at_last})
+    if len(ways) > 1 or ways and ways[0] > 1:
+        verdict += "; by row rule: " + "; ".join(rule_verdict(at_last, w, last["gpu_only_ms"]) for w in ways)
+    if rec["table"].endswith("-row-sets"):
+        verdict += "." + lease_note(rec, last["gpu_only_ms"])[:-1]
     text += ("\nGPU ms per decode step of fathom_cuda_hybrid_step: %d layers x %d KV heads, G = %d, d = %d, k = %d, %s, "
              "one session of the context less 64 tokens (segments of %s), ONE graph of the %d "
              "layers' steps (no appends) replayed %d times; the GPU-only step (fathom_cuda_tier_step) in the same "
@@ -1105,6 +1127,29 @@ def gpu_hybrid(rec):
               "per core on one core of this host at 1M, \"The tiled kernel on the GPU machine's host\"; the integer "
               "mode's kernel: \"The hybrid step in the integer scan mode\") is what would make a larger share pay",
               int8_hybrid_note(r, last, top, worst, at_last, picks) if int8 else ""))
+    return text
+
+
+def rule_verdict(points, ways, gpu_ms):
+    """The hybrid trace points of one row rule: how many reach issue 16's
+    0.55x, and the hybrid step against the other rule's at the same point."""
+    got = [c for c in points if c.get("row_ways", 1) == ways]
+    x = [c["hybrid"]["ms"] / gpu_ms for c in got]
+    text = "%s, <= 0.55x at %d of %d (%.2fx to %.2fx)" % (
+        "direct-mapped rows" if ways <= 1 else "%d-way row sets" % ways, sum(1 for v in x if v <= 0.55), len(x),
+        min(x), max(x))
+    if ways > 1:
+        direct = {c["point"]: c for c in points if c.get("row_ways", 1) == 1}
+        pairs = []
+        for c in got:
+            name, _, share = c["point"].rpartition("/")
+            a = direct.get(name[:-len("-w%d" % ways)] + "/" + share) if name.endswith("-w%d" % ways) else None
+            if a:
+                pairs.append((c["hybrid"]["ms"] / a["hybrid"]["ms"], c["gpu_only_ms"] / a["gpu_only_ms"]))
+        if pairs:
+            text += (", at the same trace and share %.2fx to %.2fx the direct-mapped hybrid step (GPU-only %.2fx "
+                     "to %.2fx)" % (min(p[0] for p in pairs), max(p[0] for p in pairs), min(p[1] for p in pairs),
+                                    max(p[1] for p in pairs)))
     return text
 
 
