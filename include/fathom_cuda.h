@@ -667,8 +667,10 @@ int fathom_cuda_hybrid_calibrate(fathom_cuda_hybrid *hybrid, const fathom_cuda_t
  * pairs); on the calibration's own batch that is the fastest measured
  * share. A share c > 0 is taken only when that estimate is below the GPU
  * side alone's by more than the relative spread of the calibration's
- * replays (the GPU-only step's, rates.noise, and c's own) and by more than
- * 1%: a gain within the noise is not one. Bytes per pair are
+ * replays (the GPU-only step's, rates.noise, and c's own; a calibration
+ * whose replays spread by more than 5% is timed again, up to 3 rounds, and
+ * its quietest round kept) and by more than 1%: a gain within the noise is
+ * not one. Bytes per pair are
  * estimated as the budget's plane bits plus a scale per active channel per
  * block, n * (budget + min(budget, dim) / 4) / 8. */
 int fathom_cuda_hybrid_share(const fathom_cuda_hybrid *hybrid, const fathom_cuda_tier_step_args *args,
