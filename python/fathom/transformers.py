@@ -303,11 +303,12 @@ class FathomCache(Cache):
     forward's first append. cache_bytes (the KV tier only): device bytes per
     sequence for the tier's HBM cache of plane lines and K/V rows
     (TierBackend's cache_bytes; 0: none); same outputs, fewer bytes over the
-    link.
+    link. cache_row_ways: its K/V rows direct-mapped (1) or in sets of 2, 4
+    or 8 ways kept by recency of use (TierBackend's cache_row_ways).
     """
 
     def __init__(self, model, method="fathom:48", k=256, sink=core.SINK_TOKENS, local=core.LOCAL_TOKENS,
-                 max_tokens=None, backend=None, cache_bytes=0):
+                 max_tokens=None, backend=None, cache_bytes=0, cache_row_ways=1):
         config = _config_of(model)
         impl = getattr(config, "_attn_implementation", None)
         if impl != NAME:
@@ -331,8 +332,10 @@ class FathomCache(Cache):
         self.max_tokens = max_tokens or getattr(config, "max_position_embeddings", None)
         self._backend_choice = backend
         self.cache_bytes = int(cache_bytes)
-        if self.cache_bytes < 0:
-            raise ValueError(f"FathomCache: cache_bytes {cache_bytes} must be >= 0")
+        self.cache_row_ways = int(cache_row_ways)
+        if self.cache_bytes < 0 or self.cache_row_ways not in (0, 1, 2, 4, 8):
+            raise ValueError(f"FathomCache: cache_bytes {cache_bytes} must be >= 0 and cache_row_ways "
+                             f"{cache_row_ways} one of 0, 1, 2, 4, 8")
         if self.cache_bytes and backend not in (None, "tier"):
             raise ValueError(f"FathomCache: cache_bytes is the KV tier's HBM cache; backend {backend!r} has none")
         self.backend = None  # made at the first update, when the batch and device are known
@@ -351,7 +354,7 @@ class FathomCache(Cache):
             cls = CpuBackend
         elif choice == "tier":
             cls = _tier_backend()
-            extra = {"cache_bytes": self.cache_bytes}
+            extra = {"cache_bytes": self.cache_bytes, "cache_row_ways": self.cache_row_ways}
         elif callable(choice):
             cls = choice
         else:

@@ -152,6 +152,8 @@ def test_unsupported_uses_fail_clearly():
         ft.FathomCache(model, backend="cpu", cache_bytes=1 << 20)
     with pytest.raises(ValueError, match="cache_bytes -1 must be >= 0"):
         ft.FathomCache(model, cache_bytes=-1)
+    with pytest.raises(ValueError, match="cache_row_ways 3 one of"):
+        ft.FathomCache(model, cache_bytes=1 << 20, cache_row_ways=3)
     with torch.no_grad():  # the backend is chosen by the K/V's device at the first update: here the CPU
         with pytest.raises(ValueError, match="the K/V are on the CPU"):
             model(ids[:, :20], past_key_values=ft.FathomCache(model, k=16, cache_bytes=1 << 20), use_cache=True)
