@@ -1381,23 +1381,25 @@ def serve_bench_cache(rec):
         c, b, m, share = ctx(d["context"]), d["batch"], d["method"], d.get("cache", 0)
         if "tokens_per_s" not in d:
             why = d.get("skipped") or d.get("error", "")
-            rows.append([c, b, m, "%g" % share] + ["-"] * 6 + [why.split(":")[0][:40]])
+            rows.append([c, b, m, "%g" % share, "-"] + ["-"] * 6 + [why.split(":")[0][:40]])
             continue
         p = plain.get((d["context"], d["batch"], m))
         cached = share and p is not None
-        rows.append([c, b, m, "%g" % share, "%.2f" % (d.get("cache_bytes_per_session", 0) / 1e9),
+        rows.append([c, b, m, "%g" % share, "%d" % d.get("cache_row_ways", 1) if share else "-",
+                     "%.2f" % (d.get("cache_bytes_per_session", 0) / 1e9),
                      "%.2f" % d["tokens_per_s"], "%.2f" % d["step_ms"], "%.2f" % d["tier_step_ms"],
                      "%.2fx" % ratio(d["tokens_per_s"], p["tokens_per_s"]) if cached else "-",
                      "%.2fx" % ratio(d["tier_step_ms"], p["tier_step_ms"]) if cached else "-", ""])
         if cached and d["context"] == 524288 and b == 1:
             notes.append("at 512k, batch 1, cache %g: %.1f tokens/s (issue 15's target >= 20; without the cache "
                          "%.1f)" % (share, d["tokens_per_s"], p["tokens_per_s"]))
-    text = md_table(["context", "batch", "method", "cache share", "cache GB / seq", "tok/s", "ms/step",
+    text = md_table(["context", "batch", "method", "cache share", "row ways", "cache GB / seq", "tok/s", "ms/step",
                      "tier step ms", "tok/s vs no cache", "tier step vs no cache", "note"], rows)
     text += "\n" + "".join("- %s.\n" % n for n in notes)
     return (text + "\nThe same decode with each sequence's HBM cache (serve_bench --cache: TierBackend cache_bytes "
             "= the share of the sequence's index at the context, 70%% of it plane lines ranked by the last 16 "
-            "plans, the rest K/V row slots; set with the capacity, filled at the first decode step and every %d "
+            "plans, the rest K/V row slots, direct-mapped or (row ways > 1, serve_bench --cache-row-ways) in sets "
+            "kept by recency of use; set with the capacity, filled at the first decode step and every %d "
             "steps, the fills inside the timed steps), each share run after the other in the same process. Where "
             "it does not hold: the hit rates are those of the synthetic context (random keys with per-channel "
             "scales) and the random model's queries, not a real decode's (the GPU tables above use the rates "
@@ -2540,6 +2542,8 @@ TABLES = [
           "fathom:48 against ds:32 through the same tier", serve_bench_ds, None),
     Table("serve-bench-cache", "Python and transformers: the HBM cache (H100)",
           "fathom:48 with the KV tier's HBM cache, from transformers", serve_bench_cache, None),
+    Table("serve-bench-cache-ways", "Python and transformers: the HBM cache (H100)",
+          "The same with the row cache direct-mapped and in 4-way sets", serve_bench_cache, None),
     Table("gemma-code-16k", GEMMA_SECTION, "Every method on a 16k-token code capture, k = 512 and 2048",
           gemma_fidelity, None),
     Table("gemma-code-16k-nocalib", GEMMA_SECTION, "Code, 16k: calibration-free against calibrated",

@@ -21,7 +21,8 @@ input token and position. The cache differs per method:
   e.g. 0,0.1: every fathom method once per share, side by side) gives each
   sequence the tier's HBM cache (TierBackend cache_bytes: F of its index at
   the context, 70% plane lines ranked by the last 16 plans, the rest K/V
-  row slots, --cache-row-ways ways a set; filled at the first step and every --cache-fill-every steps,
+  row slots, direct-mapped or in sets of --cache-row-ways ways (a list,
+  e.g. 1,4: each cached run once per value); filled at the first step and every --cache-fill-every steps,
   the fills inside the timed steps). Its hit rates here are those of the
   synthetic context and the random model's queries, not a real decode's.
 - sdpa: transformers' StaticCache (KV in HBM, random K/V up to the context)
@@ -297,7 +298,7 @@ def shape_of(config):
                 group=config.num_attention_heads // config.num_key_value_heads, dim=config.head_dim)
 
 
-def run_fathom(model, config, method, context, batch, args, cache=0.0):
+def run_fathom(model, config, method, context, batch, args, cache=0.0, row_ways=1):
     from ._hf_tier import TierBackend
 
     sh = shape_of(config)
@@ -306,7 +307,7 @@ def run_fathom(model, config, method, context, batch, args, cache=0.0):
     cache_bytes = int(cache * sh["layers"] * sh["kv_heads"] * -(-context // 64) * sh["dim"] * 34)
     backend = TierBackend(**sh, batch=batch, method=method, k=args.k, max_tokens=total + 4096,
                           cache_bytes=cache_bytes, cache_fill_every=args.cache_fill_every,
-                          cache_row_ways=args.cache_row_ways)
+                          cache_row_ways=row_ways)
     try:
         t0 = time.perf_counter()
         backend.prepare(total)
@@ -463,8 +464,9 @@ def main(argv=None):
                          "(e.g. 0.1; 0: none), 70%% for plane lines, the rest for K/V rows; a list (0,0.1) "
                          "runs each fathom method once per share")
     ap.add_argument("--cache-fill-every", type=int, default=16, help="decode steps between cache fills")
-    ap.add_argument("--cache-row-ways", type=int, default=1, choices=(1, 2, 4, 8),
-                    help="the row cache's ways (1: direct-mapped; 2, 4, 8: sets kept by recency of use)")
+    ap.add_argument("--cache-row-ways", default="1",
+                    help="the row cache's ways (1: direct-mapped; 2, 4, 8: sets kept by recency of use), or a "
+                         "list (1,4): every cached fathom run once per value")
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ap.add_argument("--partial", help="rewrite this file with the JSON so far after every run")
     args = ap.parse_args(argv)
@@ -474,6 +476,12 @@ def main(argv=None):
         caches = [-1.0]
     if not all(0.0 <= c <= 1.0 for c in caches) or args.cache_fill_every < 1:
         ap.error(f"--cache {args.cache}: shares in [0, 1], and --cache-fill-every {args.cache_fill_every} >= 1")
+    try:
+        row_ways = [int(x) for x in args.cache_row_ways.split(",")]
+    except ValueError:
+        row_ways = [-1]
+    if not row_ways or not all(w in (1, 2, 4, 8) for w in row_ways):
+        ap.error(f"--cache-row-ways {args.cache_row_ways}: values of 1, 2, 4, 8")
     if not torch.cuda.is_available():
         ap.error("needs a CUDA device (torch.cuda.is_available() is False)")
     from . import tier
@@ -492,10 +500,12 @@ def main(argv=None):
         f"{time.perf_counter() - t0:.1f} s")
     results = []
     torch.set_grad_enabled(False)  # no autograd graph: it would keep every layer's activations
-    plan = [(c, b, m, share) for c, b, ms in runs for m in ms
-            for share in (caches if m not in ("sdpa", "offload") else [0.0])]
-    for context, batch, method, share in plan:
-        log(f"== {method} at {context // 1024}k, batch {batch}" + (f", cache {share:g}" if share else ""))
+    plan = [(c, b, m, share, ways) for c, b, ms in runs for m in ms
+            for share in (caches if m not in ("sdpa", "offload") else [0.0])
+            for ways in (row_ways if share > 0 else [1])]
+    for context, batch, method, share, ways in plan:
+        log(f"== {method} at {context // 1024}k, batch {batch}" +
+            (f", cache {share:g}, row ways {ways}" if share else ""))
         try:
             if method == "sdpa":
                 r = run_sdpa(model, config, context, batch, args)
@@ -503,7 +513,7 @@ def main(argv=None):
                 r = run_offload(model, config, context, batch, args)
             else:
                 tier.parse_method(method)  # UnsupportedError for methods the tier step lacks
-                r = run_fathom(model, config, method, context, batch, args, cache=share)
+                r = run_fathom(model, config, method, context, batch, args, cache=share, row_ways=ways)
         except tier.UnsupportedError as e:
             r = {"skipped": str(e)}
         except Exception as e:  # noqa: BLE001 - one failed run must not lose the others
@@ -512,7 +522,7 @@ def main(argv=None):
         torch.cuda.empty_cache()
         r.update(method=method, context=context, batch=batch)
         if method not in ("sdpa", "offload"):
-            r.update(cache=share)
+            r.update(cache=share, cache_row_ways=ways)
         log("   " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in r.items()))
         results.append(r)
         out = {
@@ -520,7 +530,7 @@ def main(argv=None):
             "model": args.model, "config": PRESETS[args.model], "dtype": "bf16", "init": "random",
             "k": args.k, "sink": tier.SINK_TOKENS, "local": tier.LOCAL_TOKENS, "steps": args.steps,
             "offload_steps": args.offload_steps, "reps": args.reps,
-            "cache": caches, "cache_fill_every": args.cache_fill_every,
+            "cache": caches, "cache_fill_every": args.cache_fill_every, "cache_row_ways": row_ways,
             "graph": "transformers forward + argmax captured in one torch.cuda.graph per method",
             "torch": torch.__version__, "transformers": __import__("transformers").__version__,
             "runs": results,
@@ -544,7 +554,8 @@ def main(argv=None):
             if "forward_ms" in r:
                 parts = (f"{r['forward_ms']:>6.2f} {r['append_ms']:>7.2f} {r['tier_step_ms']:>6.2f} "
                          f"{100 * r['python_share']:>6.1f}%")
-            name = r["method"] + (f"+{r['cache']:g}" if r.get("cache") else "")
+            name = r["method"] + (f"+{r['cache']:g}" if r.get("cache") else "") + (
+                f"w{r['cache_row_ways']}" if r.get("cache") and r.get("cache_row_ways", 1) > 1 else "")
             print(f"{r['context'] // 1024:>7}k {r['batch']:>5} {name:>10} {r['tokens_per_s']:>8.2f} "
                   f"{r['step_ms']:>8.2f} {parts}")
     return 0
