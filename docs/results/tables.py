@@ -895,7 +895,8 @@ def gpu_tier_row_sets(rec):
             a = direct.get(base + "/" + share)
             if not a:
                 continue
-            ratios.append((d["context"], c["ms"] / a["ms"], c["ms"] / none["ms"] if none else None))
+            ratios.append((d["context"], c["ms"] / a["ms"], c["ms"] / none["ms"] if none else None,
+                           c["one_stream_ms"] / a["one_stream_ms"]))
             rows.append([ctx(d["context"]), base, share, "%.2f -> %.2f" % (a["trace_row_hit"], c["trace_row_hit"]),
                          "%.0f%% / %.0f%%" % (100 * a["row_hit"], 100 * c["row_hit"]),
                          "%d / %d" % (a["slots"], c["slots"]),
@@ -909,10 +910,12 @@ def gpu_tier_row_sets(rec):
                      "one stream ms", "vs none"], rows)
     summary = ""
     if ratios:
-        x = [q for _, q, _ in ratios]
-        v = [n for _, _, n in ratios if n is not None]
-        summary = (" Over the %d pairs the sets' step is %.3fx to %.3fx the direct-mapped step (median %.3fx)%s." %
-                   (len(x), min(x), max(x), sorted(x)[len(x) // 2],
+        x = [q for _, q, _, _ in ratios]
+        v = [n for _, _, n, _ in ratios if n is not None]
+        one = [o for *_, o in ratios]
+        summary = (" Over the %d pairs the sets' step is %.3fx to %.3fx the direct-mapped step (median %.3fx), on one "
+                   "stream %.3fx to %.3fx%s." %
+                   (len(x), min(x), max(x), sorted(x)[len(x) // 2], min(one), max(one),
                     "; against the same graph without a cache %.2fx to %.2fx" % (min(v), max(v)) if v else ""))
     return text + (
         "\nbench_cuda_tier --only-cache on %d layers x %d KV heads, G = %d, d = %d, k = %d, %s, one session at "
