@@ -305,6 +305,51 @@ pts=$(python3 "$root/bench/trace_points.py" "$tmp/rules.json" --rows ways2) || f
 [ "$pts" = "--trace-point hand/0%:1048576:0.0000:0.1667" ] || fail "trace_points --rows ways2: $pts"
 python3 "$sim" "$tmp/hand.trace" --only-as --as-context 1048576 --as-union 10 --as-rows ways3 >/dev/null 2>&1 &&
   fail "--as-rows ways3 accepted"
+# The W-way rules are the GPU tier's row_ways W (include/fathom_cuda.h, its
+# kernels and test_cuda_tier's host model): per way a tag and a stamp, 2 x the
+# step it was read, + 1 where inserted; the step's missed rows (ascending)
+# take the way of least (stamp, tag) not read this step, empty ways first, or
+# stay out. On seeded random unions (clustered, so sets fill and refill) the
+# simulator's ordered-dict rule must give the same hits every step.
+python3 - "$sim" <<'PY' || fail "cache_sim's W-way rules differ from the GPU's stamp-and-tag form"
+import importlib.util, random, sys
+spec = importlib.util.spec_from_file_location("cache_sim", sys.argv[1])
+cs = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cs)
+
+def gpu_step(tags, stamps, sel, sets, W, now):
+    missed, hits = [], 0
+    for r in sorted(sel):
+        s0 = (r % sets) * W
+        way = next((x for x in range(W) if tags[s0 + x] == r + 1), None)
+        if way is None:
+            missed.append(r)
+        else:
+            hits += 1
+            stamps[s0 + way] = 2 * now
+    for r in missed:
+        s0 = (r % sets) * W
+        ok = [x for x in range(W) if not tags[s0 + x] or stamps[s0 + x] >> 1 != now]
+        if ok:
+            x = min(ok, key=lambda x: (stamps[s0 + x], tags[s0 + x]) if tags[s0 + x] else (-1, 0))
+            tags[s0 + x], stamps[s0 + x] = r + 1, 2 * now + 1
+    return hits
+
+rng = random.Random(7)
+compared = differ = 0
+for W in (2, 4, 8):
+    for sets in (3, 17, 64):
+        held, tags, stamps = {}, [0] * (sets * W), [0] * (sets * W)
+        hot = rng.sample(range(5000), 300)
+        for step in range(60):
+            sel = set(rng.sample(hot, 120)) | set(rng.sample(range(5000), 40))
+            a = cs.row_slots_step("ways%d" % W, held, sel, sets * W, step)
+            b = gpu_step(tags, stamps, sel, sets, W, step)
+            compared += 1
+            differ += a != b
+print("W-way rules: %d steps compared, %d differ" % (compared, differ))
+sys.exit(0 if compared == 540 and differ == 0 else 1)
+PY
 python3 "$sim" "$tmp/hand.trace" --as-context 1048576 >/dev/null 2>&1 && fail "--as-context without --as-union accepted"
 python3 "$sim" "$tmp/hand.trace" --only-as >/dev/null 2>&1 && fail "--only-as without --as-context accepted"
 python3 "$sim" "$tmp/hand.trace" --as-context 0 --as-union 10 >/dev/null 2>&1 && fail "--as-context 0 accepted"
