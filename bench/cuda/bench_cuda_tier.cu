@@ -764,12 +764,14 @@ static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint
         fprintf(stderr, "  cache %s: planes %.3f rows %.3f hit, GPU only %.3f ms (%.3fx uncached)\n", tp.name.c_str(),
                 ph, rh, cached_ms, cached_ms / gpu_ms);
         snprintf(buf, sizeof buf,
-                 "%s{\"point\": \"%s\", \"trace_plane_hit\": %.4f, \"trace_row_hit\": %.4f, \"row_ways\": %u, \"lines\": %llu, "
-                 "\"plan_lines\": %.2f, \"slots\": %llu, \"union_mean\": %.1f, \"hbm_of_index\": %.4f, "
+                 "%s{\"point\": \"%s\", \"trace_plane_hit\": %.4f, \"trace_row_hit\": %.4f, \"row_ways\": %u, "
+                 "\"lines\": %llu, \"plan_lines\": %.2f, \"slots\": %llu, \"union_mean\": %.1f, "
+                 "\"hbm_of_index\": %.4f, "
                  "\"plane_hit\": %.4f, \"row_hit\": %.4f, \"gpu_only_ms\": %.4f, \"gpu_only_vs_uncached\": %.4f, "
                  "\"hybrid\": {",
-                 first_point ? "" : ", ", tp.name.c_str(), tp.plane, tp.row, tp.ways, (unsigned long long)lines, lines_mean,
-                 (unsigned long long)slots, union_mean, hbm / index_bytes, ph, rh, cached_ms, cached_ms / gpu_ms);
+                 first_point ? "" : ", ", tp.name.c_str(), tp.plane, tp.row, tp.ways, (unsigned long long)lines,
+                 lines_mean, (unsigned long long)slots, union_mean, hbm / index_bytes, ph, rh, cached_ms,
+                 cached_ms / gpu_ms);
         first_point = false;
         std::string cjs = buf;
         const double uncached_ms = gpu_ms;
@@ -817,8 +819,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--trace-point") && i + 1 < argc) {
             trace_point tp;
             if (!parse_trace_point(argv[++i], &tp)) {
-                fprintf(stderr, "--trace-point: want NAME:CONTEXT:PLANE:ROW[:WAYS] (NAME of letters, digits and ._%%/-, "
-                        "at most 64; context >= 4096; rates in [0, 1], row < 1; WAYS 1, 2, 4 or 8), got '%s'\n", argv[i]);
+                fprintf(stderr, "--trace-point: want NAME:CONTEXT:PLANE:ROW[:WAYS] (NAME of letters, digits and "
+                        "._%%/-, at most 64; context >= 4096; rates in [0, 1], row < 1; WAYS 1, 2, 4 or 8), got "
+                        "'%s'\n", argv[i]);
                 return 2;
             }
             trace_points.push_back(tp);
