@@ -73,7 +73,9 @@ as (--as-context N): the gpu policy (filled every --as-fill-every steps, a
   never hits: 1 of the trace's ceil(n / 64) blocks (1 in 61 at 3,900 tokens,
   1 in 16,384 at 1M), so short traces understate plane hits by that share.
 Also printed: the fraction of a step's rows selected by the previous step and
-by one of the last 8 steps (union over the group), to compare with captures.
+by one of the last 8 steps (union over the group), to compare with captures,
+and of its plane bytes that the previous step's plan of the same (layer, KV
+head) reads too (per channel min(t, t') lines).
 """
 import argparse
 import json
@@ -394,7 +396,7 @@ def trace_shape(steps):
     for step in steps:
         for key, (depths, sel) in ((k, v) for k, v in step.items() if k != "_pos"):
             rows += len(sel)
-            per_block += sum(8 * t + (2 if t else 0) for t in depths or [])
+            per_block += plan_bytes(depths or [])
             count += 1
     return rows / count, per_block / count
 
@@ -410,9 +412,22 @@ def as_lines_slots(budget_frac, share, context, dim, union, trace_union):
     return lines, round(target_slots / union * trace_union), target_slots
 
 
+def plan_bytes(depths, cover=None):
+    """Plane bytes per block of a plan (8 a plane line, 2 for a read
+    channel's scale), or those a cover plan also reads."""
+    if cover is None:
+        return sum(8 * t + (2 if t else 0) for t in depths)
+    return sum(8 * min(t, c) + (2 if t and c else 0) for t, c in zip(depths, cover))
+
+
 def reuse(steps):
+    """Rows of a step the previous step (and the last 8) selected too, and the
+    plane bytes of a step's plan that the previous step's plan of the same
+    (layer, KV head) reads too (per block, weighted by the step's blocks):
+    what reading the next step's lines ahead by the last plan would cover."""
     prev, last8, total = 0, 0, 0
-    history = []
+    plane_prev, plane_total = 0, 0
+    history, last_plan = [], {}
     for step in steps:
         cur = {(k, r) for k, v in step.items() if k != "_pos" for r in v[1]}
         if history:
@@ -421,8 +436,17 @@ def reuse(steps):
             recent = set().union(*history[-8:])
             last8 += len(cur & recent)
         history.append(cur)
+        blocks = (step["_pos"] + 1 + BLOCK - 1) // BLOCK
+        for key, (depths, _) in ((k, v) for k, v in step.items() if k != "_pos"):
+            if depths is None:
+                continue
+            if key in last_plan:
+                plane_total += blocks * plan_bytes(depths)
+                plane_prev += blocks * plan_bytes(depths, last_plan[key])
+            last_plan[key] = depths
     return {"rows_in_previous_step": prev / total if total else None,
-            "rows_in_last_8_steps": last8 / total if total else None}
+            "rows_in_last_8_steps": last8 / total if total else None,
+            "plane_bytes_in_previous_plan": plane_prev / plane_total if plane_total else None}
 
 
 def main():
@@ -532,7 +556,9 @@ def main():
         u = res["reuse"]
         print(f"{res['trace']}: {res['model']}, prompt {res['prompt_tokens']} tokens, {res['attn']} k {res['k']}, "
               f"{res['steps']} steps; rows also selected by the previous step {u['rows_in_previous_step']:.3f}, "
-              f"by one of the last 8 {u['rows_in_last_8_steps']:.3f}")
+              f"by one of the last 8 {u['rows_in_last_8_steps']:.3f}" +
+              ("" if u["plane_bytes_in_previous_plan"] is None else
+               f"; plane bytes the previous plan reads too {u['plane_bytes_in_previous_plan']:.3f}"))
         for r in res["runs"]:
             ph = "n/a" if r["plane_hit"] is None else f"{r['plane_hit']:.3f}"
             name = r["policy"].upper() + (f" (fill every {r['fill_every']} from {r['window']} plans, {r['fill']}, "

@@ -26,6 +26,7 @@
 #    worked out by hand on the hand trace (lines capped at the trace's 4 d,
 #    slots scaled by the trace's mean union), the target's byte weighting and
 #    the best share; bad option combinations refused;
+#  - the plane bytes a step's plan shares with the previous step's, by hand;
 #  - untrusted input: malformed traces are rejected with a message; a trace
 #    without variance lines still gets LRU and LFU, and no gpu runs.
 #   usage: test_cache_sim.sh [BUILD_DIR]   (the build directory is unused)
@@ -130,6 +131,15 @@ python3 "$sim" "$tmp/spare.trace" --json --budget 0.45 --plane-share 1 --fill-ev
   >"$tmp/spare.json" || fail "cache_sim --variants on the spare-line trace"
 python3 "$sim" "$tmp/spare0.trace" --json --budget 0.75 --plane-share 1 --fill-every 1 --variants \
   >"$tmp/spare0.json" || fail "cache_sim --variants on the zero-variance trace"
+# Plane bytes the previous plan reads too (per block: 8 a line, 2 a read
+# channel's scale; each step's blocks): the hand trace's plans (2, 3),
+# (1, 3), (1, 2) are each inside the last: 1. The spare trace: step 128's
+# (2, 1) = 18 + 10 per block against the previous (2, 0): 18 / 28.
+python3 - "$tmp/hand.json" "$tmp/spare.json" <<'PY' || fail "plane bytes in the previous plan"
+import json, sys
+got = [json.load(open(p))["traces"][0]["reuse"]["plane_bytes_in_previous_plan"] for p in sys.argv[1:]]
+sys.exit(0 if abs(got[0] - 1) < 1e-12 and abs(got[1] - 18 / 28) < 1e-12 else print("got", got) or 1)
+PY
 python3 - "$tmp/var.json" "$tmp/spare.json" "$tmp/spare0.json" <<'PY' || fails=$((fails + 1))
 import json, sys
 bad = 0
