@@ -603,6 +603,24 @@ def cache_sim_row_rules(rec):
             % "; ".join("%s = %s" % (u, ROW_RULES.get(u, u)) for u in rules))
 
 
+def decode_reuse(rec):
+    r = rec["result"]
+    rows = [[trace_label(t["trace"]), t["model"], t["prompt_tokens"], "%s, k %d" % (t["attn"], t["k"]), t["steps"],
+             "%.3f" % t["reuse"]["rows_in_previous_step"], "%.3f" % t["reuse"]["rows_in_last_8_steps"],
+             "%.3f" % t["reuse"]["plane_bytes_in_previous_plan"]] for t in r["traces"]]
+    planes = [t["reuse"]["plane_bytes_in_previous_plan"] for t in r["traces"]]
+    return (md_table(["trace", "model", "prompt", "method", "steps", "rows in previous step", "rows in last 8 steps",
+                      "plane bytes in previous plan"], rows) +
+            "\nWhat consecutive decode steps share, on the six real traces of the tables above (bench/cache_sim.py's "
+            "reuse, printed with every run): the rows of a step's union (over the query heads of a KV head) that the "
+            "previous step, or one of the last 8, selected too; and the plane bytes of a step's plan (8 bytes a "
+            "plane line per block, 2 a read channel's scale) that the previous step's plan of the same (layer, KV "
+            "head) reads too (channel j: min(t_j, t'_j) lines), weighted by each step's blocks: %.3f to %.3f. That "
+            "is what reading a layer's plane lines ahead, by the plan its previous step made, would have in place "
+            "before the layer's scan. Where it does not hold: small models (135M, 270M) at 4k-16k tokens with their "
+            "own k, 64 steps; how plans drift at 128k-1M on an 8B model is not measured.\n" % (min(planes), max(planes)))
+
+
 CACHE_SIM_TRACES = {
     "decode-cache-sim": "prompts of `scripts/make-prompts R --kind code|prose --count 1 --min 3850 --max 3900 "
                         "--skip 40|2`",
@@ -2510,6 +2528,8 @@ TABLES = [
           "1048576 --as-union 1930 --window 16`."),
     Table("cache-sim-row-rules", "CPU: decode traces and HBM cache hit rates",
           "The same budgets with associative row slots", cache_sim_row_rules, None),
+    Table("decode-reuse", "CPU: decode traces and HBM cache hit rates",
+          "Rows and plane bytes a decode step shares with the steps before it", decode_reuse, None),
     Table("gpu-offload-step", "GPU offload step (H200)", "Decode step with the index in host memory",
           gpu_offload_step, GPU_PENDING),
     Table("gpu-resident-scan", "GPU offload step (H200)", "The index in HBM",
