@@ -716,11 +716,10 @@ int fathom_cuda_tier_set_lanes(fathom_cuda_tier *tier, uint32_t lanes, uint32_t 
  *     order, each evicting the way read longest ago (ways read in an earlier
  *     step by hit before insertion, then ascending token) unless this step
  *     read every way of the set, where the row stays out. bench/cache_sim.py
- *     --as-rows waysW is the same rule. At 1M tokens and a budget of 10% of
- *     the index with 50-80% of it to plane lines, 4 ways hit 0.10-0.19 more
- *     of a step's rows on the real decode traces than direct-mapped; with
- *     fewer slots than a step's union rows direct-mapped keeps as many or
- *     more (docs/results.md, "The same budgets with associative row slots").
+ *     --as-rows waysW is the same rule. On real decode traces sets keep more
+ *     of a step's rows than direct-mapped slots of the same bytes where the
+ *     slots outnumber a step's union rows, and no more where they are fewer
+ *     (docs/results.md, "The same budgets with associative row slots").
  *     A batch naming one session twice leaves which rows stay unspecified
  *     (what is read is always the token's row).
  * A graph captured while no session of the tier had a row cache of one
