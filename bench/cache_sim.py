@@ -72,6 +72,12 @@ as (--as-context N): the gpu policy (filled every --as-fill-every steps, a
   plans over D channels instead of the trace's, and the open block, which
   never hits: 1 of the trace's ceil(n / 64) blocks (1 in 61 at 3,900 tokens,
   1 in 16,384 at 1M), so short traces understate plane hits by that share.
+gpu and as runs also report plane_ahead_hit and row_ahead_hit: of a step's
+plane and row bytes, those the cache lacks that the previous step of the
+same (layer, KV head) read (its plan's lines, in the step's closed blocks;
+its union's rows): what a step reading each layer's lines and rows ahead by
+that step's plan and union, into staging beside the cache, would add to
+plane_hit and row_hit.
 Also printed: the fraction of a step's rows selected by the previous step and
 by one of the last 8 steps (union over the group), to compare with captures,
 and of its plane bytes that the previous step's plan of the same (layer, KV
@@ -287,6 +293,11 @@ def row_slots_step(rule, held, sel, slots, step):
     """One step of one (layer, KV head)'s row slots under `rule` (the gpu and
     associative rows of the module's text): held, the slots' state between
     steps, is updated; returns how many rows of sel hit."""
+    return len(sel) - len(row_slots_missed(rule, held, sel, slots, step))
+
+
+def row_slots_missed(rule, held, sel, slots, step):
+    """row_slots_step's rows of sel that missed."""
     if rule in ("later", "replace"):  # held: slot -> token + 1
         missed = [r for r in sel if held.get(r % slots) != r + 1]
         if rule == "replace":  # the latest missed token of each slot replaces what it held
@@ -297,7 +308,7 @@ def row_slots_step(rule, held, sel, slots, step):
         else:  # "later": a missed token enters unless its slot holds a later one
             for r in missed:
                 held[r % slots] = max(held.get(r % slots, 0), r + 1)
-        return len(sel) - len(missed)
+        return missed
     ways = min(ASSOC_ROWS.get(rule, LATEST_ROWS.get(rule)) or slots, slots)
     nsets = max(1, slots // ways)  # held: set -> its tokens
     if rule in LATEST_ROWS:  # each set keeps its W latest tokens, held or missed
@@ -307,7 +318,7 @@ def row_slots_step(rule, held, sel, slots, step):
         for k in {r % nsets for r in missed}:
             if len(held[k]) > ways:
                 held[k] = set(sorted(held[k])[-ways:])
-        return len(sel) - len(missed)
+        return missed
     missed = []  # LRU sets: token -> step last read, oldest first
     for r in sorted(sel):
         ways_of = held.setdefault(r % nsets, OrderedDict())
@@ -323,7 +334,7 @@ def row_slots_step(rule, held, sel, slots, step):
                 continue
             ways_of.popitem(last=False)
         ways_of[r] = step
-    return len(sel) - len(missed)
+    return missed
 
 
 def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GPU_FILL, row_rule=GPU_ROWS,
@@ -342,8 +353,8 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GP
     else:
         lines, slots = min(lines_slots[0], PLANES * dim), lines_slots[1]
     kept, valid, tags = {}, {}, {}  # per (layer, kv head): lines, blocks they hold, row slots (row_slots_step)
-    plans = {}  # per (layer, kv head): PlanWindow
-    tot = {"plane": 0, "plane_hit": 0, "row": 0, "row_hit": 0}
+    plans, last_plan, last_sel = {}, {}, {}  # per (layer, kv head): PlanWindow, the previous step's depths, union
+    tot = {"plane": 0, "plane_hit": 0, "row": 0, "row_hit": 0, "plane_ahead": 0, "row_ahead": 0}
     row_bytes, max_row_hits = 4 * dim, 0
     for s, step in enumerate(steps):
         n = step["_pos"] + 1
@@ -353,19 +364,27 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GP
                 continue
             depths, sel = value
             held, nvalid = kept.get(key, ()), valid.get(key, 0)
+            prev = last_plan.get(key)
             for j, t in enumerate(depths or []):
                 for p in range(t):
                     per_block = 8 + (2 if p == 0 else 0)
                     tot["plane"] += blocks * per_block
-                    if (j, p) in held:
-                        tot["plane_hit"] += nvalid * per_block
+                    cached = nvalid if (j, p) in held else 0
+                    tot["plane_hit"] += cached * per_block
+                    if prev is not None and p < prev[j]:  # read ahead: the closed blocks the cache lacks
+                        tot["plane_ahead"] += max(n // BLOCK - cached, 0) * per_block
+            missed = set(sel)
             if slots:
-                hits = row_slots_step(row_rule, tags.setdefault(key, {}), sel, slots, s)
+                missed = set(row_slots_missed(row_rule, tags.setdefault(key, {}), sel, slots, s))
+                hits = len(sel) - len(missed)
                 tot["row_hit"] += row_bytes * hits
                 max_row_hits = max(max_row_hits, hits)
             tot["row"] += row_bytes * len(sel)
+            tot["row_ahead"] += row_bytes * len(missed & last_sel.get(key, set()))  # read ahead: the last union
+            last_sel[key] = set(sel)
             if depths is not None:  # the step notes its plan (fathom_cuda_tier_step)
                 plans.setdefault(key, PlanWindow(window, dim)).note(depths)
+                last_plan[key] = depths
         if lines and s % fill_every == 0:
             for key, value in step.items():
                 if key == "_pos" or value[0] is None:
@@ -378,6 +397,10 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GP
                 valid[key] = min(n // BLOCK, cache_blocks)
     return {
         **hit_rates(tot, budget, index_bytes),
+        # bytes the cache lacks that the previous step of the same (layer, KV head) read (its plan's lines in
+        # closed blocks; its union's rows): what reading each layer's lines and rows ahead by that step would add
+        "plane_ahead_hit": tot["plane_ahead"] / tot["plane"] if tot["plane"] else None,
+        "row_ahead_hit": tot["row_ahead"] / tot["row"] if tot["row"] else None,
         "lines": lines,
         "slots": slots,
         "max_row_hits": max_row_hits,  # most resident rows one step of one pair read

@@ -621,6 +621,39 @@ def decode_reuse(rec):
             "own k, 64 steps; how plans drift at 128k-1M on an 8B model is not measured.\n" % (min(planes), max(planes)))
 
 
+def cache_sim_read_ahead(rec):
+    r = rec["result"]
+    rows, by_ctx = [], {}
+    for t in r["traces"]:
+        for x in (x for x in t["runs"] if x["policy"] == "as"):
+            rows.append([trace_label(t["trace"]), ctx(x["as_context"]), "%.0f%%" % (100 * x["plane_share"]),
+                         "%.3f" % x["plane_hit"], "%.3f" % x["plane_ahead_hit"],
+                         "%.3f" % (x["plane_hit"] + x["plane_ahead_hit"]), "%.3f" % x["row_hit"],
+                         "%.3f" % x["row_ahead_hit"], "%.3f" % (x["row_hit"] + x["row_ahead_hit"])])
+            by_ctx.setdefault(x["as_context"], []).append(x)
+    text = md_table(["trace", "as context", "to planes", "plane hit", "+ read ahead", "planes in HBM",
+                     "row hit", "+ read ahead", "rows in HBM"], rows)
+    notes = "".join(
+        "- at %s: planes in HBM %.2f-%.2f (cache alone %.2f-%.2f), rows %.2f-%.2f (cache alone %.2f-%.2f).\n" %
+        (ctx(n), min(x["plane_hit"] + x["plane_ahead_hit"] for x in xs),
+         max(x["plane_hit"] + x["plane_ahead_hit"] for x in xs), min(x["plane_hit"] for x in xs),
+         max(x["plane_hit"] for x in xs), min(x["row_hit"] + x["row_ahead_hit"] for x in xs),
+         max(x["row_hit"] + x["row_ahead_hit"] for x in xs), min(x["row_hit"] for x in xs),
+         max(x["row_hit"] for x in xs)) for n, xs in sorted(by_ctx.items()))
+    return (text + "\n" + notes +
+            "\nThe cache-sim-at-scale runs (the GPU tier's cache policy with what 10% of the index of a session of "
+            "the 'as context' length buys, window 16) with one more source of bytes: a read-ahead that, before "
+            "each layer's step, brings into staging beside the cache the plane lines the previous step's plan of "
+            "that (layer, KV head) read (their closed blocks) and the rows of the previous step's union, where "
+            "the cache lacks them. '+ read ahead' is the share of the step's plane (row) bytes it would add "
+            "(bench/cache_sim.py plane_ahead_hit, row_ahead_hit). Nothing on the GPU reads ahead yet: this "
+            "sizes what it could keep off the step's critical path. Where it does not hold: the read-ahead's own "
+            "bytes cross the link too (the previous plan's lines and union rows the step does not read are "
+            "wasted), so it pays only where the link is idle while a layer's kernels run (at 128k on one stream "
+            "the step is those kernels, about 0.5 ms of 4 layers on the H200, then the link-bound phases); the "
+            "caveats of cache-sim-at-scale hold.\n")
+
+
 CACHE_SIM_TRACES = {
     "decode-cache-sim": "prompts of `scripts/make-prompts R --kind code|prose --count 1 --min 3850 --max 3900 "
                         "--skip 40|2`",
@@ -2528,6 +2561,8 @@ TABLES = [
           "1048576 --as-union 1930 --window 16`."),
     Table("cache-sim-row-rules", "CPU: decode traces and HBM cache hit rates",
           "The same budgets with associative row slots", cache_sim_row_rules, None),
+    Table("cache-sim-read-ahead", "CPU: decode traces and HBM cache hit rates",
+          "The same budgets with the previous step's lines and rows read ahead", cache_sim_read_ahead, None),
     Table("decode-reuse", "CPU: decode traces and HBM cache hit rates",
           "Rows and plane bytes a decode step shares with the steps before it", decode_reuse, None),
     Table("gpu-offload-step", "GPU offload step (H200)", "Decode step with the index in host memory",

@@ -26,7 +26,8 @@
 #    worked out by hand on the hand trace (lines capped at the trace's 4 d,
 #    slots scaled by the trace's mean union), the target's byte weighting and
 #    the best share; bad option combinations refused;
-#  - the plane bytes a step's plan shares with the previous step's, by hand;
+#  - the plane bytes a step's plan shares with the previous step's, and those
+#    a read-ahead by the previous plan adds to the cache's, by hand;
 #  - untrusted input: malformed traces are rejected with a message; a trace
 #    without variance lines still gets LRU and LFU, and no gpu runs.
 #   usage: test_cache_sim.sh [BUILD_DIR]   (the build directory is unused)
@@ -65,6 +66,16 @@ EOF
 #    (0,0) and (1,0) held, 2 blocks: 40 hit.
 #  fill every step: 50 / 244; every 2 steps (fills after 126 and 128):
 #    step 128 still has (0,0), (0,1), 1 block: 10 + 10 = 20 / 244.
+#  Read ahead by the previous plan (plane_ahead_hit: closed blocks, n // 64,
+#    of the lines the previous plan read, less what the cache holds):
+#    127 (closed 2, previous (2, 3)): (0,0) 1 block past the cache's 10,
+#    (1,0) 20, (1,1) 16, (1,2) 16 = 62; 128 (closed 2, previous (1, 3)):
+#    fill every step: (0,0), (1,0) cached, (1,1) 16; 78 / 244. Every 2
+#    steps: (0,0) 10, (1,0) 20, (1,1) 16; 108 / 244. No lines: 72 + 56 =
+#    128 / 244. Rows read ahead (row_ahead_hit: missed rows the previous
+#    step's union holds): no slots, 127: 0, 10, 126; 128: 0, 127: 5 / 12; the
+#    5 slots below: 127: 0 (127 missed, new); 128: 0 (5, 128 not in 127's
+#    union): 2 / 12.
 #  The same for every --window (here the default): the fill after 127 ranks
 #    by plans 126 (2, 3) and 127 (1, 3), whose counts 2 are (0,0), (1,0),
 #    (1,1), (1,2) and keys 1, 4, 1, 1/4: (1,0), (0,0) as from plan 127 alone.
@@ -80,15 +91,16 @@ python3 - "$tmp/hand.json" <<'PY' || fails=$((fails + 1))
 import json, sys
 runs = [r for r in json.load(open(sys.argv[1]))["traces"][0]["runs"] if r["policy"] == "gpu"]
 got = {(r["fill_every"], r["plane_share"]): r for r in runs}
-want = {(1, 1.0): (50 / 244, 0.0, 2, 0), (2, 1.0): (20 / 244, 0.0, 2, 0),
-        (1, 0.0): (0.0, 3 / 12, 0, 5), (2, 0.0): (0.0, 3 / 12, 0, 5)}
+want = {(1, 1.0): (50 / 244, 0.0, 2, 0, 78 / 244, 5 / 12), (2, 1.0): (20 / 244, 0.0, 2, 0, 108 / 244, 5 / 12),
+        (1, 0.0): (0.0, 3 / 12, 0, 5, 128 / 244, 2 / 12), (2, 0.0): (0.0, 3 / 12, 0, 5, 128 / 244, 2 / 12)}
 bad = 0
 if sorted(got) != sorted(want):
     print("FAIL: gpu runs", sorted(got)); sys.exit(1)
-for key, (plane, row, lines, slots) in want.items():
+for key, (plane, row, lines, slots, ahead, row_ahead) in want.items():
     r = got[key]
     if (abs(r["plane_hit"] - plane) > 1e-12 or abs(r["row_hit"] - row) > 1e-12 or r["lines"] != lines
-            or r["slots"] != slots or r["plane_bytes"] != 244 or r["row_bytes"] != 12 * 8):
+            or r["slots"] != slots or r["plane_bytes"] != 244 or r["row_bytes"] != 12 * 8
+            or abs(r["plane_ahead_hit"] - ahead) > 1e-12 or abs(r["row_ahead_hit"] - row_ahead) > 1e-12):
         print("FAIL: hand trace", key, r); bad += 1
 print("hand trace: %d gpu runs checked" % len(want))
 sys.exit(1 if bad else 0)
