@@ -738,8 +738,9 @@ typedef struct fathom_cuda_tier_cache_config {
                              (0: no window, the fill's depths argument; ignored without
                              plane lines); window x layers x kv_heads x dim more bytes */
     uint32_t row_ways;    /* 0 or 1: direct-mapped row slots; 2, 4, 8: sets of that many ways,
-                             floor(row_bytes / (layers * kv_heads * (row_ways * (4 * dim + 8) + 4)))
-                             sets per (layer, head) (a step stamp per way, a claim word per set) */
+                             floor(row_bytes / (layers * kv_heads * row_ways * (4 * dim + 8)))
+                             sets per (layer, head) (a step stamp per way; 4 more bytes per
+                             (layer, head) for its step count) */
 } fathom_cuda_tier_cache_config;
 /* The window bench/cache_sim.py's decode traces favour, and the largest. */
 #define FATHOM_CUDA_TIER_CACHE_WINDOW 16

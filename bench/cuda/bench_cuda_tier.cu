@@ -135,7 +135,7 @@ static double slot_multiple_for(double row, uint32_t ways) {
 /* A row cache of about `slots` slots per (layer, head) in `ways`-way sets. */
 static uint64_t row_bytes_for(uint64_t LH, uint32_t dim, uint64_t slots, uint32_t ways) {
     if (ways <= 1) return LH * (4ull * dim + 4) * slots;
-    return LH * ((slots + ways - 1) / ways) * (ways * (4ull * dim + 8) + 4);
+    return LH * ((slots + ways - 1) / ways) * ways * (4ull * dim + 8);
 }
 
 static bool parse_trace_point(const char *arg, trace_point *tp) {

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from .core import LOCAL_TOKENS, SINK_TOKENS
-from .tier import CACHE_WINDOW, ROW_WAYS, KVTier, parse_method
+from .tier import CACHE_WINDOW, ROW_WAYS, KVTier, parse_method, row_set_bytes
 
 
 DEFAULT_MAX_TOKENS = 1 << 22  # per sequence, when the cache gives no max_tokens
@@ -101,8 +101,7 @@ class TierBackend:
         slot per (layer, KV head) at this capacity goes to the other part."""
         pairs = self.layers * self.kv_heads
         line = pairs * 10 * -(-capacity // 64)  # a plane line: 8 bytes of words + 2 of scales per block
-        ways = max(self.cache_row_ways, 1)     # a set of K/V rows of bf16 K and V, and its tags
-        slot = pairs * (ways * (4 * self.dim + 8) + 4 if ways > 1 else 4 * self.dim + 4)
+        slot = pairs * row_set_bytes(self.dim, self.cache_row_ways)  # a set of K/V rows (a slot: direct-mapped)
         plane = int(self.cache_bytes * self.cache_plane_share)
         if plane < line:
             plane = 0

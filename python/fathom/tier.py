@@ -46,6 +46,14 @@ MAX_CACHE_WINDOW = 255  # FATHOM_CUDA_TIER_CACHE_MAX_WINDOW
 ROW_WAYS = (0, 1, 2, 4, 8)  # fathom_cuda_tier_cache_config.row_ways: 0 and 1 direct-mapped
 
 
+def row_set_bytes(dim, row_ways):
+    """Row-cache bytes one (layer, KV head) pays per set (a slot when
+    direct-mapped): bf16 K and V rows and a tag each, and with sets a step
+    stamp per way (fathom_cuda_tier_cache_config.row_ways)."""
+    ways = max(int(row_ways), 1)
+    return ways * (4 * int(dim) + (8 if ways > 1 else 4))
+
+
 _PROTOTYPES = {
     "fathom_cuda_tier_create": (STATUS, [C.POINTER(TierShape), C.POINTER(P)]),
     "fathom_cuda_tier_destroy": (None, [P]),

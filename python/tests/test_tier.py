@@ -470,7 +470,7 @@ def test_hbm_cache_keeps_the_step_bits(gpu, row_ways):
         kv = keys_like(n, H, D, seed=31)
         append_all(tier, [a, b], [[kv], [kv]], dev)
         blocks = -(-cap // 64)
-        rows = L * H * (4 * D + 4) * 512 if row_ways == 1 else L * H * 128 * (4 * (4 * D + 8) + 4)
+        rows = L * H * 512 // row_ways * T.row_set_bytes(D, row_ways)  # 512 slots
         tier.cache_set(a, plane_bytes=L * H * 10 * blocks * 40, row_bytes=rows, tokens=cap, window=4,
                        row_ways=row_ways)
         assert tier.cache_bytes(a) > 0 and tier.cache_bytes(b) == 0

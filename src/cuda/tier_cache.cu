@@ -17,7 +17,6 @@ void fc_tier_cache_release(tier_cache *c) {
     cudaFree(c->rows);
     cudaFree(c->tags);
     cudaFree(c->stamps);
-    cudaFree(c->claims);
     cudaFree(c->steps);
     memset(c, 0, sizeof *c);
 }
@@ -67,8 +66,8 @@ extern "C" int fathom_cuda_tier_cache_set(fathom_cuda_tier *tier, uint32_t s,
     FATHOM_CHECK_ARG(ways == 1 || ways == 2 || ways == 4 || ways == 8, "tier_cache_set: row_ways %u not 0, 1, "
                      "2, 4 or 8", cfg->row_ways);
     if (cfg->row_bytes) {
-        /* bytes of a set: its rows and tags, and with ways > 1 a stamp per way and a claim word */
-        const uint64_t set_bytes = ways > 1 ? ways * (4 * D + 8) + 4 : 4 * D + 4;
+        /* bytes of a set: its rows and tags, and with ways > 1 a stamp per way */
+        const uint64_t set_bytes = ways * (4 * D + (ways > 1 ? 8 : 4));
         const uint64_t slots = cfg->row_bytes / LH / set_bytes * ways;
         FATHOM_CHECK_ARG(slots >= 1, "tier_cache_set: row_bytes %llu hold no set of %u rows (%llu bytes) per "
                          "(layer, head)", (unsigned long long)cfg->row_bytes, ways, (unsigned long long)set_bytes);
@@ -101,10 +100,8 @@ extern "C" int fathom_cuda_tier_cache_set(fathom_cuda_tier *tier, uint32_t s,
         if (e == cudaSuccess) e = cudaMemset(c.tags, 0, LH * c.slots * 4);
         if (c.ways > 1) {
             if (e == cudaSuccess) e = cudaMalloc((void **)&c.stamps, LH * c.slots * 4);
-            if (e == cudaSuccess) e = cudaMalloc((void **)&c.claims, LH * (c.slots / c.ways) * 4);
             if (e == cudaSuccess) e = cudaMalloc((void **)&c.steps, LH * 4);
             if (e == cudaSuccess) e = cudaMemset(c.stamps, 0, LH * c.slots * 4);
-            if (e == cudaSuccess) e = cudaMemset(c.claims, 0xff, LH * (c.slots / c.ways) * 4);
             if (e == cudaSuccess) e = cudaMemset(c.steps, 0, LH * 4);
         }
     }
@@ -139,7 +136,7 @@ extern "C" int fathom_cuda_tier_cache_bytes(const fathom_cuda_tier *tier, uint32
     if (c->lines) *bytes += LH * c->lines * c->blocks * 10 + LH * t->dim * FATHOM_PLANES * 2 + LH * c->lines * 4 + t->layers * 4;
     if (c->window) *bytes += (uint64_t)c->window * LH * t->dim + LH * 4;
     if (c->slots) *bytes += LH * c->slots * (4ull * t->dim + 4);
-    if (c->ways > 1) *bytes += LH * (c->slots * 4ull + c->slots / c->ways * 4ull + 4);
+    if (c->ways > 1) *bytes += LH * (c->slots * 4ull + 4); /* stamps and the step count */
     return FATHOM_OK;
 }
 

@@ -41,7 +41,6 @@ typedef struct tier_cache {
     uint32_t slots;    /* a multiple of ways */
     uint32_t ways;     /* 1: direct-mapped (token mod slots); 2, 4, 8: sets (token mod slots / ways) */
     uint32_t *stamps;  /* ways > 1: [layers][heads][slots] 2 x the step a way was last read, + 1 if inserted */
-    uint32_t *claims;  /* ways > 1: [layers][heads][slots / ways] ~0 between steps (the insertion's rounds) */
     uint32_t *steps;   /* ways > 1: [layers][heads] steps counted (the stamps' clock) */
 } tier_cache;
 

@@ -651,15 +651,13 @@ struct row_model {
             if (x < W) hits++, stamp[set0 + x] = 2 * now;
             else missed.push_back(idx);
         }
+        auto key = [&](size_t at) { return tag[at] ? (uint64_t)stamp[at] << 32 | tag[at] : 0; }; /* empty first */
         for (uint32_t idx : missed) {
             const size_t set0 = (size_t)(idx % sets) * W;
             size_t best = W;
             for (size_t x = 0; x < W; x++) {
-                if (tag[set0 + x] && stamp[set0 + x] >> 1 == now) continue;
-                const uint64_t key = tag[set0 + x] ? (uint64_t)stamp[set0 + x] << 32 | tag[set0 + x] : 0;
-                const uint64_t have = best == W ? ~0ull
-                                      : tag[set0 + best] ? (uint64_t)stamp[set0 + best] << 32 | tag[set0 + best] : 0;
-                if (key < have) best = x;
+                if (tag[set0 + x] && stamp[set0 + x] >> 1 == now) continue; /* read this step */
+                if (best == W || key(set0 + x) < key(set0 + best)) best = x;
             }
             if (best == W) {
                 full_out++;
@@ -778,7 +776,7 @@ static void test_cache(uint32_t ways0) {
     const std::vector<uint32_t> slots = {200 / ways0 * ways0, 4096}, ways = {ways0, 1};
     /* row bytes of n slots in sets of w ways */
     auto row_bytes = [&](uint32_t n, uint32_t w) {
-        return w > 1 ? LH * (n / w) * (w * (4 * D + 8) + 4) : LH * (4 * D + 4) * n;
+        return w > 1 ? LH * (n / w) * w * (4 * D + 8) : LH * (4 * D + 4) * n;
     };
     for (uint32_t i = 0; i < B; i++) {
         fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * 4 * D, capacity, row_bytes(slots[i], ways[i]), 0,
@@ -996,7 +994,7 @@ static void test_cache(uint32_t ways0) {
     CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
     bad = {0, 0, 7, 0, 0};
     CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
-    bad = {0, 0, LH * (4 * (4 * D + 8) + 4) - 1, 0, 4}; /* less than one set */
+    bad = {0, 0, LH * 4 * (4 * D + 8) - 1, 0, 4}; /* less than one set */
     CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
     bad = {0, 0, LH * (4 * D + 4) * 64, 0, 3};
     CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
