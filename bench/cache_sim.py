@@ -40,7 +40,8 @@ gpu: the GPU tier's own HBM cache (src/cuda/tier_cache.cu, tier_step.cu),
   Rows: slot = token mod slots; a row hits when its slot holds it; after the
   step each missed row enters its slot unless the slot holds a later token.
   The cache starts empty.
-  Associative rows (--as-rows ways2|ways4|ways8|lru, not the GPU's today):
+  Associative rows (--as-rows ways2|ways4|ways8|lru; the GPU's row_ways 2, 4,
+  8 are ways2|ways4|ways8):
   the slots form max(1, floor(slots / W)) sets of min(W, slots) ways (lru:
   one set of all slots), set = token mod sets; a step reads its rows in
   ascending token order, a row hits when its set holds it (the read makes
@@ -91,7 +92,7 @@ from collections import OrderedDict
 
 PLANES = 4  # FATHOM_PLANES
 GPU_FILL = "spare"  # what fathom_cuda_tier_cache_fill keeps: "plan" or "spare" (gpu_lines)
-GPU_ROWS = "later"  # the tier step's row-slot rule: "later" or "replace" (simulate_gpu)
+GPU_ROWS = "later"  # the tier step's default row-slot rule (row_ways 0 or 1; "replace": a variant)
 ASSOC_ROWS = {"lru": 0, "ways2": 2, "ways4": 4, "ways8": 8}  # associative row rules: ways (0: one set of all slots)
 LATEST_ROWS = {"latest2": 2, "latest4": 4, "latest8": 8}  # sets that keep their W latest tokens
 GPU_WINDOW = 16  # plans a fill counts (--window; FATHOM_CUDA_TIER_CACHE_WINDOW)

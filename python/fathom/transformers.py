@@ -333,9 +333,10 @@ class FathomCache(Cache):
         self._backend_choice = backend
         self.cache_bytes = int(cache_bytes)
         self.cache_row_ways = int(cache_row_ways)
-        if self.cache_bytes < 0 or self.cache_row_ways not in (0, 1, 2, 4, 8):
+        from .tier import ROW_WAYS
+        if self.cache_bytes < 0 or self.cache_row_ways not in ROW_WAYS:
             raise ValueError(f"FathomCache: cache_bytes {cache_bytes} must be >= 0 and cache_row_ways "
-                             f"{cache_row_ways} one of 0, 1, 2, 4, 8")
+                             f"{cache_row_ways} one of {ROW_WAYS}")
         if self.cache_bytes and backend not in (None, "tier"):
             raise ValueError(f"FathomCache: cache_bytes is the KV tier's HBM cache; backend {backend!r} has none")
         self.backend = None  # made at the first update, when the batch and device are known
