@@ -442,6 +442,9 @@ typedef struct fathom_cuda_tier_step_args {
     unsigned long long *cache_bytes; /* [2], device: the plane bytes (words and scales) and the
                                   K/V row bytes this step read from the sessions' HBM caches
                                   are ADDED to [0] and [1]; may be NULL */
+    unsigned long long *ahead_bytes; /* [2], device: the plane bytes and row bytes this step read
+                                  from the sessions' read-ahead staging are ADDED to [0] and [1];
+                                  may be NULL */
 } fathom_cuda_tier_step_args;
 
 int fathom_cuda_tier_workspace_size(const fathom_cuda_tier *tier,
@@ -468,7 +471,16 @@ int fathom_cuda_tier_workspace_size(const fathom_cuda_tier *tier,
  * without lanes or with one chunk, every phase runs on `stream` and the
  * scan reads the planes the cache lacks in place from host memory. Steps of one tier must be enqueued from
  * one host thread at a time. Same bits with or without the pipeline; the
- * workspace holds the staging (workspace_size depends on the lanes). */
+ * workspace holds the staging (workspace_size depends on the lanes).
+ * Sessions with read-ahead (fathom_cuda_tier_cache_config.ahead_lines or
+ * ahead_rows): beside the whole step, the tier's read-ahead stream copies
+ * into each such session's staging what its last step of the next layer
+ * (layer 0 after the last) read and its caches lack (the plane lines only
+ * when this step scans in place), and `stream` waits for it at the end of
+ * this step; that next step reads those bytes from the staging. Every
+ * layer of a model's step is assumed to run the same sessions; a session
+ * stepped otherwise reads host memory as without read-ahead. Same bits with
+ * or without it. */
 int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *args,
                           cudaStream_t stream);
 
@@ -741,6 +753,18 @@ typedef struct fathom_cuda_tier_cache_config {
                              floor(row_bytes / (layers * kv_heads * row_ways * (4 * dim + 8)))
                              sets per (layer, head) (a step stamp per way; 4 more bytes per
                              (layer, head) for its step count) */
+    uint32_t ahead_lines; /* read-ahead (0: none): each step of layer l copies into HBM staging,
+                             beside its own work, the plane lines of layer l + 1 (the last layer:
+                             layer 0) that the session's last step of that layer planned and its
+                             plane cache lacks, up to ahead_lines lines per KV head in channel
+                             order, over the blocks closed at that step (< tokens), with their
+                             channels' scales; that layer's step scans them from the staging.
+                             Used by steps that scan in place (not pipelined); needs tokens */
+    uint32_t ahead_rows;  /* read-ahead of rows (0: none): the same for the K/V rows of that
+                             step's union (its first ahead_rows, ascending) that the row cache
+                             lacks. Staging: 2 x kv_heads x (ahead_lines x blocks x 8 +
+                             min(ahead_lines, dim) x blocks x 2 + ahead_rows x 4 x dim) bytes,
+                             plus the last plan and union of every (layer, head) */
 } fathom_cuda_tier_cache_config;
 /* The window bench/cache_sim.py's decode traces favour, and the largest. */
 #define FATHOM_CUDA_TIER_CACHE_WINDOW 16

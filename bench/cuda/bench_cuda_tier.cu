@@ -69,6 +69,10 @@
  *   GPU-only step with it, and with the last --threads
  *   count the rates, share and ms_by_share of the hybrid step with it, each
  *   also against the uncached GPU-only step.
+ * --read-ahead E,..: after the cache sweep, the read-ahead sweep (ahead_sweep:
+ *   graphs alternating the queries with a set drifted by E, the trace
+ *   points' caches without and with fathom_cuda_tier_cache_config's
+ *   read-ahead, "ahead-only" giving the step-to-step overlap).
  * --int8: every tier in the int8 scan mode (fathom_cuda_tier_set_scan_mode
  *   FATHOM_CUDA_SCAN_INT8): the tier and hybrid steps scan with the GPU's
  *   int8 kernel, the hybrid's host side with the CPU's int8 kernels (its
@@ -494,7 +498,7 @@ static std::string cache_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
         const uint64_t slots = (uint64_t)llround(pt.slot_mult * union_mean);
         const uint32_t ways = pt.trace ? pt.trace->ways : 1;
         const fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, row_bytes_for(LH, D, slots, ways), 0,
-                                                  ways};
+                                                  ways, 0, 0};
         if (pt.trace) {
             set_trace_cache(st, sid, cc, s);
         } else {
@@ -560,9 +564,133 @@ static std::string cache_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
         fprintf(stderr, "  cache %s\n", buf);
         js += buf;
     }
-    const fathom_cuda_tier_cache_config off = {0, 0, 0, 0, 0};
+    const fathom_cuda_tier_cache_config off = {0, 0, 0, 0, 0, 0, 0};
     FK(fathom_cuda_tier_cache_set(st.tier, sid, &off));
     cudaFree(d_hits);
+    return js + "]";
+}
+
+/* q_b = bf16(sqrt(1 - e^2) q_a + e z), z from fill_rows: a drifted query set. */
+static __global__ void drift_rows(uint16_t *qb, const uint16_t *qa, const uint16_t *z, uint64_t total, float e) {
+    const float c = sqrtf(1.0f - e * e);
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (uint64_t)gridDim.x * blockDim.x) {
+        const float a = __bfloat162float(__ushort_as_bfloat16(qa[i])), b = __bfloat162float(__ushort_as_bfloat16(z[i]));
+        qb[i] = __bfloat16_as_ushort(__float2bfloat16_rn(c * a + e * b));
+    }
+}
+
+static std::vector<double> ahead_drifts; /* --read-ahead: drifts of the alternating query sets */
+
+/* The read-ahead sweep (--read-ahead E,..) at the session's current length:
+ * per drift e, a second query set B = sqrt(1 - e^2) A + e Z, and graphs of
+ * 2 L layer steps (L with A, L with B) replayed R times, so each step's
+ * last step of a layer planned and selected with the other set, as
+ * consecutive decode steps differ. Points: "none" (no cache), "ahead-only"
+ * (read-ahead of whole plans and unions, no cache: its staged fractions are
+ * the plans' and unions' overlap from step to step), and per trace point of
+ * this context its cache (lines and slots as in the cache sweep, its window
+ * noted by both sets) without and with read-ahead. Hit and staged fractions
+ * are measured over the replays' planned plane bytes and union rows; ms is
+ * per decode step (half a replay). */
+static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStream_t s, int reps) {
+    const uint32_t L = st.L, sid = st.ids[0];
+    const size_t R = (size_t)st.batch * H * G;
+    double lines_mean, union_mean;
+    plan_means(st, &lines_mean, &union_mean);
+    const uint64_t blocks = (n + 63) / 64, LH = (uint64_t)L * H;
+    uint16_t *d_qb = NULL, *d_z = NULL;
+    CK(cudaMalloc((void **)&d_qb, L * R * D * 2));
+    CK(cudaMalloc((void **)&d_z, L * R * D * 2));
+    unsigned long long *d_cnt = NULL;
+    CK(cudaMalloc((void **)&d_cnt, 32));
+    auto steps = [&](const uint16_t *q, unsigned long long *cnt) { /* L layer steps with query set q */
+        for (uint32_t l = 0; l < L; l++) {
+            fathom_cuda_tier_step_args a = args_of(st, l);
+            a.queries = q + l * R * D;
+            a.cache_bytes = cnt;
+            a.ahead_bytes = cnt ? cnt + 2 : NULL;
+            FK(fathom_cuda_tier_step(st.tier, &a, s));
+        }
+    };
+    std::string js = "[";
+    for (size_t di = 0; di < ahead_drifts.size(); di++) {
+        const double e = ahead_drifts[di];
+        for (uint32_t l = 0; l < L; l++) fill_rows<<<64, 256>>>(d_z + l * R * D, 0, R / H, 9000 + l);
+        drift_rows<<<256, 256>>>(d_qb, st.d_q, d_z, (uint64_t)L * R * D, (float)e);
+        CK(cudaGetLastError());
+        /* each set's planned bytes */
+        double scan_a, row_a, scan_b, row_b;
+        steps(st.d_q, NULL);
+        CK(cudaStreamSynchronize(s));
+        bytes_of(st, {n}, &scan_a, &row_a);
+        steps(d_qb, NULL);
+        CK(cudaStreamSynchronize(s));
+        bytes_of(st, {n}, &scan_b, &row_b);
+        struct apoint {
+            std::string name;
+            double plane_frac, slot_mult;
+            uint32_t ways;
+            bool ahead;
+        };
+        std::vector<apoint> pts = {{"none", 0, 0, 1, false}, {"ahead-only", 0, 0, 1, true}};
+        for (const trace_point &tp : trace_points)
+            if (tp.context == context) {
+                pts.push_back({tp.name, tp.plane_frac, tp.slot_mult, tp.ways, false});
+                pts.push_back({tp.name + "+ahead", tp.plane_frac, tp.slot_mult, tp.ways, true});
+            }
+        double none_ms = 0;
+        std::string pj;
+        for (size_t i = 0; i < pts.size(); i++) {
+            const apoint &pt = pts[i];
+            const uint64_t lines = (uint64_t)llround(pt.plane_frac * lines_mean);
+            const uint64_t slots = (uint64_t)llround(pt.slot_mult * union_mean);
+            fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, row_bytes_for(LH, D, slots, pt.ways),
+                                                lines ? (uint32_t)FATHOM_CUDA_TIER_CACHE_WINDOW : 0u, pt.ways,
+                                                pt.ahead ? BUDGET : 0u, pt.ahead ? G * K : 0u};
+            FK(fathom_cuda_tier_cache_set(st.tier, sid, &cc));
+            steps(st.d_q, NULL); /* the window notes both sets' plans */
+            steps(d_qb, NULL);
+            FK(fathom_cuda_tier_cache_fill(st.tier, sid, NULL, s));
+            uint64_t hbm = 0;
+            FK(fathom_cuda_tier_cache_bytes(st.tier, sid, &hbm));
+            cudaGraph_t g;
+            cudaGraphExec_t exec;
+            CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+            steps(st.d_q, d_cnt);
+            steps(d_qb, d_cnt);
+            CK(cudaStreamEndCapture(s, &g));
+            CK(cudaGraphInstantiate(&exec, g, 0));
+            CK(cudaGraphDestroy(g));
+            CK(cudaGraphLaunch(exec, s)); /* warm: the row cache fills, the staging follows the sets */
+            CK(cudaMemsetAsync(d_cnt, 0, 32, s));
+            const timing t = replay(exec, s, reps); /* reps + 1 replays counted */
+            unsigned long long c[4];
+            CK(cudaMemcpy(c, d_cnt, 32, cudaMemcpyDeviceToHost));
+            CK(cudaGraphExecDestroy(exec));
+            const double planes = (scan_a + scan_b) * (reps + 1), rows = (row_a + row_b) * (reps + 1);
+            const double ms = t.gpu_ms / 2;
+            if (i == 0) none_ms = ms;
+            char buf[640];
+            snprintf(buf, sizeof buf,
+                     "%s{\"point\": \"%s\", \"lines\": %llu, \"slots\": %llu, \"row_ways\": %u, \"read_ahead\": %s, "
+                     "\"hbm_GB\": %.4f, \"plane_hit\": %.4f, \"row_hit\": %.4f, \"plane_staged\": %.4f, "
+                     "\"row_staged\": %.4f, \"ms\": %.4f, \"vs_none\": %.4f}",
+                     i ? ", " : "", pt.name.c_str(), (unsigned long long)lines, (unsigned long long)slots, pt.ways,
+                     pt.ahead ? "true" : "false", hbm / 1e9, c[0] / planes, c[1] / rows, c[2] / planes, c[3] / rows,
+                     ms, ms / none_ms);
+            fprintf(stderr, "  ahead e=%.3f %s\n", e, buf);
+            pj += buf;
+        }
+        char head[256];
+        snprintf(head, sizeof head, "%s{\"drift\": %.4f, \"plan_GB\": [%.5f, %.5f], \"row_GB\": [%.5f, %.5f], \"points\": [",
+                 di ? ", " : "", e, scan_a / 1e9, scan_b / 1e9, row_a / 1e9, row_b / 1e9);
+        js += head + pj + "]}";
+    }
+    const fathom_cuda_tier_cache_config off = {0, 0, 0, 0, 0, 0, 0};
+    FK(fathom_cuda_tier_cache_set(st.tier, sid, &off));
+    cudaFree(d_qb);
+    cudaFree(d_z);
+    cudaFree(d_cnt);
     return js + "]";
 }
 
@@ -733,7 +861,7 @@ static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint
         const uint64_t lines = (uint64_t)llround(tp.plane_frac * lines_mean),
                        slots = (uint64_t)llround(tp.slot_mult * union_mean);
         const fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, row_bytes_for(LH, D, slots, tp.ways),
-                                                  0, tp.ways};
+                                                  0, tp.ways, 0, 0};
         set_trace_cache(st, sid, cc, s);
         uint64_t hbm = 0;
         FK(fathom_cuda_tier_cache_bytes(st.tier, sid, &hbm));
@@ -780,7 +908,7 @@ static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint
         js += cjs + hj;
         snprintf(buf, sizeof buf, "}, \"uncached_gpu_only_ms\": %.4f}", uncached_ms);
         js += buf;
-        const fathom_cuda_tier_cache_config off = {0, 0, 0, 0, 0};
+        const fathom_cuda_tier_cache_config off = {0, 0, 0, 0, 0, 0, 0};
         FK(fathom_cuda_tier_cache_set(st.tier, sid, &off));
     }
     js += "]";
@@ -814,6 +942,21 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile_point = argv[++i];
         else if (!strcmp(argv[i], "--hybrid")) hybrid = true;
         else if (!strcmp(argv[i], "--int8")) scan_int8 = true;
+        else if (!strcmp(argv[i], "--read-ahead") && i + 1 < argc) {
+            for (char *p = argv[++i]; *p;) {
+                const double e = strtod(p, &p);
+                if (!(e >= 0 && e <= 1)) {
+                    fprintf(stderr, "--read-ahead: drifts in [0, 1], comma-separated\n");
+                    return 2;
+                }
+                ahead_drifts.push_back(e);
+                if (*p == ',') p++;
+                else if (*p) {
+                    fprintf(stderr, "--read-ahead: drifts in [0, 1], comma-separated\n");
+                    return 2;
+                }
+            }
+        }
         else if (!strcmp(argv[i], "--segment-blocks") && i + 1 < argc)
             hybrid_segment_blocks = (uint32_t)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--trace-point") && i + 1 < argc) {
@@ -829,7 +972,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) list(threads);
         else if (!strcmp(argv[i], "--json")) {
         } else {
-            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--only-cache] [--profile POINT,..] [--trace-point NAME:N:PLANE:ROW[:WAYS] ..] [--hybrid [--threads T,..] [--segment-blocks S]] [--int8] [--json]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--only-cache] [--profile POINT,..] [--trace-point NAME:N:PLANE:ROW[:WAYS] ..] [--hybrid [--threads T,..] [--segment-blocks S]] [--int8] [--read-ahead E,..] [--json]\n", argv[0]);
             return 2;
         }
     }
@@ -906,6 +1049,8 @@ int main(int argc, char **argv) {
         if (!only_tier && !only_cache) fixed_steps(st, len, s, reps, &fk, &fl, &fd);
         const double best = only_tier || only_cache ? 1.0 : std::min(fk, std::min(fl, fd));
         const std::string cache_js = only_tier ? std::string("[]") : cache_sweep(st, N, len, s, reps, link);
+        const std::string ahead_js =
+            ahead_drifts.empty() || only_tier ? std::string() : ", \"ahead\": " + ahead_sweep(st, N, len, s, reps);
         const double floor_ms = (scan_b + row_b) / (link * 1e9) * 1e3;
         snprintf(buf, sizeof buf,
                  "%s{\"context\": %llu, \"length_after\": %llu, \"tier_ms\": %.4f, \"tier_host_us\": %.2f, "
@@ -918,7 +1063,7 @@ int main(int argc, char **argv) {
                  append.gpu_ms, append.gpu_ms / tier.gpu_ms, fk, fl, fd, best, tier.gpu_ms / best, eager_us,
                  scan_b / 1e9, row_b / 1e9, floor_ms, tier.gpu_ms / floor_ms);
         fprintf(stderr, "  %s\n", buf);
-        js += buf + cache_js + "}";
+        js += buf + cache_js + ahead_js + "}";
         free_setup(st);
     }
     js += "]";

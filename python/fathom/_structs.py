@@ -90,11 +90,12 @@ class StepArgs(C.Structure):
                 ("sink", u32), ("local", u32), ("budget", u32), ("scale", C.c_float), ("queries", ptr),
                 ("out", ptr), ("lse", ptr), ("selected", ptr), ("selected_count", ptr), ("depths", ptr),
                 ("union_count", ptr), ("workspace", ptr), ("workspace_bytes", C.c_size_t), ("fixed_depths", ptr),
-                ("cache_bytes", ptr)]
+                ("cache_bytes", ptr), ("ahead_bytes", ptr)]
 
 
 class TierCacheConfig(C.Structure):
-    _fields_ = [("plane_bytes", u64), ("tokens", u64), ("row_bytes", u64), ("window", u32), ("row_ways", u32)]
+    _fields_ = [("plane_bytes", u64), ("tokens", u64), ("row_bytes", u64), ("window", u32), ("row_ways", u32),
+                ("ahead_lines", u32), ("ahead_rows", u32)]
 
 
 # C struct name -> mirror; the layout test walks this table.

@@ -291,19 +291,28 @@ class KVTier:
                      for p in ptrs)
 
     # ------------------------------------------------------------ HBM cache
-    def cache_set(self, session, *, plane_bytes=0, row_bytes=0, tokens=None, window=CACHE_WINDOW, row_ways=1):
+    def cache_set(self, session, *, plane_bytes=0, row_bytes=0, tokens=None, window=CACHE_WINDOW, row_ways=1,
+                  ahead_lines=0, ahead_rows=0):
         """Give the session an empty HBM cache (include/fathom_cuda.h, "HBM
         cache"): plane_bytes of device memory for plane lines covering tokens
         [0, tokens) (None: the tier's max_tokens), row_bytes for K/V row
         slots, the plane lines ranked at each fill by the last `window` plans
         the steps noted (0..255; 0: by variance alone); row_ways 1: direct-
         mapped row slots, 2, 4 or 8: sets of that many ways kept by recency of
-        use. All sizes 0 frees it. The steps' results are the same bits with
-        or without a cache. Host call (synchronizes the device); capture
+        use; ahead_lines and ahead_rows > 0: read-ahead, each layer's step
+        copies into HBM staging, beside its own work, up to that many plane
+        lines per KV head and union rows of the next layer's last step that
+        the cache lacks (lines only for steps that scan in place). All sizes 0
+        frees it. The steps' results are the same bits with or without a cache
+        or read-ahead. Host call (synchronizes the device); capture
         graphs after it, since a graph captured while no session had a window
         does not note plans, nor one without a row cache of that kind insert
         rows."""
         plane_bytes, row_bytes, window, row_ways = int(plane_bytes), int(row_bytes), int(window), int(row_ways)
+        ahead_lines, ahead_rows = int(ahead_lines), int(ahead_rows)
+        if not 0 <= ahead_lines <= 4 * self.dim or not 0 <= ahead_rows <= 4096:
+            raise ValueError(f"cache_set: ahead_lines {ahead_lines} not in 0..{4 * self.dim} or ahead_rows "
+                             f"{ahead_rows} not in 0..4096")
         if row_ways not in ROW_WAYS:
             raise ValueError(f"cache_set: row_ways {row_ways} not one of {ROW_WAYS}")
         tokens = self.max_tokens if tokens is None else int(tokens)
@@ -313,7 +322,7 @@ class KVTier:
             raise ValueError(f"cache_set: window {window} not in 0..{MAX_CACHE_WINDOW}")
         if not 1 <= tokens <= self.max_tokens:
             raise ValueError(f"cache_set: tokens {tokens} not in 1..max_tokens {self.max_tokens}")
-        cfg = TierCacheConfig(plane_bytes, tokens, row_bytes, window, row_ways)
+        cfg = TierCacheConfig(plane_bytes, tokens, row_bytes, window, row_ways, ahead_lines, ahead_rows)
         self._lib.fathom_cuda_tier_cache_set(self._h(), session, C.byref(cfg))
 
     def cache_fill(self, session):

@@ -45,6 +45,9 @@ struct fathom_cuda_tier {
     uint32_t row_caches;  /* sessions with a direct-mapped row cache */
     uint32_t set_caches;  /* sessions with a row cache of ways > 1 */
     uint32_t plan_windows; /* sessions whose plane cache keeps a plan window */
+    uint32_t ahead_sessions; /* sessions with read-ahead */
+    cudaStream_t ahead;       /* the read-ahead's stream (non-blocking) */
+    cudaEvent_t ahead_fork, ahead_join;
     fathom_cuda_lanes *lanes; /* the step's pipeline; NULL: one stream */
     fathom_cuda_scan_mode scan_mode; /* fathom_cuda_tier_set_scan_mode; 0 (exact) from calloc */
 };
@@ -58,6 +61,12 @@ tier_cache *fc_tier_caches(fathom_cuda_tier *t, tier_cache **device) {
 uint32_t *fc_tier_row_caches(fathom_cuda_tier *t) { return &t->row_caches; }
 uint32_t *fc_tier_set_caches(fathom_cuda_tier *t) { return &t->set_caches; }
 uint32_t *fc_tier_plan_windows(fathom_cuda_tier *t) { return &t->plan_windows; }
+uint32_t *fc_tier_ahead_sessions(fathom_cuda_tier *t) { return &t->ahead_sessions; }
+cudaStream_t fc_tier_ahead_stream(const fathom_cuda_tier *t, cudaEvent_t *fork, cudaEvent_t *join) {
+    *fork = t->ahead_fork;
+    *join = t->ahead_join;
+    return t->ahead;
+}
 fathom_cuda_lanes *fc_tier_lanes(const fathom_cuda_tier *t) { return t->lanes; }
 fathom_cuda_scan_mode fc_tier_scan_mode(const fathom_cuda_tier *t) { return t->scan_mode; }
 int fc_tier_live(const fathom_cuda_tier *t, uint32_t s) {
@@ -94,6 +103,9 @@ extern "C" void fathom_cuda_tier_destroy(fathom_cuda_tier *t) {
     cudaFree(t->d_centers);
     cudaFree(t->d_center_state);
     fathom_cuda_lanes_destroy(t->lanes);
+    if (t->ahead) cudaStreamDestroy(t->ahead);
+    if (t->ahead_fork) cudaEventDestroy(t->ahead_fork);
+    if (t->ahead_join) cudaEventDestroy(t->ahead_join);
     free(t);
 }
 
@@ -184,6 +196,9 @@ extern "C" int fathom_cuda_tier_create(const fathom_cuda_tier_shape *shape, fath
     d->centers = t->d_centers;
     d->center_state = t->d_center_state;
     d->error = t->d_error;
+    TIER_TRY(cudaStreamCreateWithFlags(&t->ahead, cudaStreamNonBlocking));
+    TIER_TRY(cudaEventCreateWithFlags(&t->ahead_fork, cudaEventDisableTiming));
+    TIER_TRY(cudaEventCreateWithFlags(&t->ahead_join, cudaEventDisableTiming));
     const int st = fathom_cuda_lanes_create(TIER_LANES, &t->lanes);
     if (st != FATHOM_OK) {
         fathom_cuda_tier_destroy(t);

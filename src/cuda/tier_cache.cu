@@ -18,6 +18,14 @@ void fc_tier_cache_release(tier_cache *c) {
     cudaFree(c->tags);
     cudaFree(c->stamps);
     cudaFree(c->steps);
+    cudaFree(c->ahead_dep);
+    cudaFree(c->ahead_uni);
+    cudaFree(c->ahead_cnt);
+    cudaFree(c->ahead_nb);
+    cudaFree(c->stage_words);
+    cudaFree(c->stage_scales);
+    cudaFree(c->stage_rows);
+    cudaFree(c->stage_layer);
     memset(c, 0, sizeof *c);
 }
 
@@ -30,11 +38,12 @@ static int publish_cache(fathom_cuda_tier *tier, uint32_t s, const tier_cache *c
 
 int fc_tier_cache_drop(fathom_cuda_tier *tier, uint32_t s) {
     tier_cache *dev, *host = fc_tier_caches(tier, &dev);
-    if (!host[s].map && !host[s].tags) return FATHOM_OK;
+    if (!host[s].map && !host[s].tags && !host[s].stage_layer) return FATHOM_OK;
     const tier_cache none = {};
     FATHOM_TRY(publish_cache(tier, s, &none));
     if (host[s].slots) --*(host[s].ways > 1 ? fc_tier_set_caches(tier) : fc_tier_row_caches(tier));
     if (host[s].window) --*fc_tier_plan_windows(tier);
+    if (host[s].stage_layer) --*fc_tier_ahead_sessions(tier);
     fc_tier_cache_release(&host[s]);
     return FATHOM_OK;
 }
@@ -47,8 +56,13 @@ extern "C" int fathom_cuda_tier_cache_set(fathom_cuda_tier *tier, uint32_t s,
     const uint64_t LH = (uint64_t)t->layers * t->heads, D = t->dim;
     FATHOM_CHECK_ARG(LH <= 65535, "tier_cache_set: layers x kv_heads %llu above 65535",
                      (unsigned long long)LH);
-    FATHOM_CHECK_ARG(cfg->plane_bytes == 0 || (cfg->tokens >= 1 && cfg->tokens <= 0xffffffffull - 64),
+    FATHOM_CHECK_ARG((cfg->plane_bytes == 0 && cfg->ahead_lines == 0) ||
+                         (cfg->tokens >= 1 && cfg->tokens <= 0xffffffffull - 64),
                      "tier_cache_set: tokens %llu not in 1..2^32-65", (unsigned long long)cfg->tokens);
+    FATHOM_CHECK_ARG(cfg->ahead_lines <= FATHOM_PLANES * D, "tier_cache_set: ahead_lines %u above 4 x dim",
+                     cfg->ahead_lines);
+    FATHOM_CHECK_ARG(cfg->ahead_rows <= 4096, "tier_cache_set: ahead_rows %u above 4096 (a step's union)",
+                     cfg->ahead_rows);
     FATHOM_CHECK_ARG(cfg->window <= FATHOM_CUDA_TIER_CACHE_MAX_WINDOW, "tier_cache_set: window %u above %d",
                      cfg->window, FATHOM_CUDA_TIER_CACHE_MAX_WINDOW);
     tier_cache c;
@@ -76,6 +90,10 @@ extern "C" int fathom_cuda_tier_cache_set(fathom_cuda_tier *tier, uint32_t s,
         c.slots = (uint32_t)slots;
         c.ways = ways;
     }
+    if (cfg->ahead_lines) c.blocks = (uint32_t)((cfg->tokens + 63) / 64);
+    c.ahead_lines = cfg->ahead_lines;
+    c.ahead_chans = cfg->ahead_lines < D ? cfg->ahead_lines : (uint32_t)D;
+    c.ahead_rows = cfg->ahead_rows;
     FATHOM_CUDA_TRY(cudaDeviceSynchronize()); /* no step in flight reads the old cache */
     cudaError_t e = cudaSuccess;
     const uint64_t words = LH * c.lines * c.blocks;
@@ -105,6 +123,22 @@ extern "C" int fathom_cuda_tier_cache_set(fathom_cuda_tier *tier, uint32_t s,
             if (e == cudaSuccess) e = cudaMemset(c.steps, 0, LH * 4);
         }
     }
+    if ((c.ahead_lines || c.ahead_rows) && e == cudaSuccess) {
+        const uint64_t H = t->heads, half_words = H * c.ahead_lines * c.blocks;
+        const uint64_t half_scales = H * c.ahead_chans * c.blocks, half_rows = H * c.ahead_rows * 2 * D;
+        e = cudaMalloc((void **)&c.ahead_dep, LH * D);
+        if (e == cudaSuccess) e = cudaMemset(c.ahead_dep, 0, LH * D);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&c.ahead_cnt, LH * 4);
+        if (e == cudaSuccess) e = cudaMemset(c.ahead_cnt, 0, LH * 4);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&c.ahead_nb, LH * 4);
+        if (e == cudaSuccess) e = cudaMemset(c.ahead_nb, 0, LH * 4);
+        if (e == cudaSuccess && c.ahead_rows) e = cudaMalloc((void **)&c.ahead_uni, LH * c.ahead_rows * 4);
+        if (e == cudaSuccess && half_words) e = cudaMalloc((void **)&c.stage_words, 2 * half_words * 8);
+        if (e == cudaSuccess && half_scales) e = cudaMalloc((void **)&c.stage_scales, 2 * half_scales * 2);
+        if (e == cudaSuccess && half_rows) e = cudaMalloc((void **)&c.stage_rows, 2 * half_rows * 2);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&c.stage_layer, 16);
+        if (e == cudaSuccess) e = cudaMemset(c.stage_layer, 0xff, 16); /* -1: empty */
+    }
     if (e != cudaSuccess) {
         cudaGetLastError();
         fc_tier_cache_release(&c);
@@ -123,6 +157,7 @@ extern "C" int fathom_cuda_tier_cache_set(fathom_cuda_tier *tier, uint32_t s,
     host[s] = c;
     if (c.slots) ++*(c.ways > 1 ? fc_tier_set_caches(tier) : fc_tier_row_caches(tier));
     if (c.window) ++*fc_tier_plan_windows(tier);
+    if (c.stage_layer) ++*fc_tier_ahead_sessions(tier);
     return FATHOM_OK;
 }
 
@@ -137,6 +172,10 @@ extern "C" int fathom_cuda_tier_cache_bytes(const fathom_cuda_tier *tier, uint32
     if (c->window) *bytes += (uint64_t)c->window * LH * t->dim + LH * 4;
     if (c->slots) *bytes += LH * c->slots * (4ull * t->dim + 4);
     if (c->ways > 1) *bytes += LH * (c->slots * 4ull + 4); /* stamps and the step count */
+    if (c->stage_layer) /* the last plans and unions, and the staging's two halves */
+        *bytes += LH * (t->dim + 8ull + 4ull * c->ahead_rows) + 16 +
+                  2ull * t->heads * (8ull * c->ahead_lines * c->blocks + 2ull * c->ahead_chans * c->blocks +
+                                     4ull * t->dim * c->ahead_rows);
     return FATHOM_OK;
 }
 
@@ -204,6 +243,8 @@ extern "C" int fathom_cuda_tier_cache_fill(fathom_cuda_tier *tier, uint32_t s, c
     const tier_cache c = fc_tier_caches(tier, &dev)[s];
     FATHOM_CHECK_ARG(!c.window || !depths, "tier_cache_fill: session %u ranks by its plan window: depths must "
                      "be NULL", s);
+    if (c.stage_layer) /* the staging skipped the lines the old map kept */
+        FATHOM_CUDA_TRY(cudaMemsetAsync(c.stage_layer, 0xff, 8, stream));
     if (!c.lines) return FATHOM_OK;
     const tier_dev *t = fc_tier_dev(tier);
     const uint32_t LH = t->layers * t->heads;
@@ -243,10 +284,14 @@ int fc_tier_cache_note(fathom_cuda_tier *tier, uint32_t layer, const uint32_t *s
 }
 
 /* After a truncation to n tokens: valid blocks <= floor(n / 64), row tags
- * of tokens >= n emptied. */
-static __global__ void cache_truncate_kernel(tier_cache c, uint32_t layers, uint64_t tags, uint32_t n) {
+ * of tokens >= n emptied, the read-ahead's staging and last unions
+ * forgotten. */
+static __global__ void cache_truncate_kernel(tier_cache c, uint32_t layers, uint64_t tags, uint32_t n,
+                                             uint32_t LH) {
     const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c.valid && i < layers) c.valid[i] = min(c.valid[i], n / FATHOM_BLOCK_TOKENS);
+    if (c.stage_layer && i < 2) c.stage_layer[i] = -1;
+    if (c.ahead_cnt && i < LH) c.ahead_cnt[i] = 0, c.ahead_nb[i] = 0;
     for (uint64_t x = i; x < tags; x += (uint64_t)gridDim.x * blockDim.x)
         if (c.tags[x] > n) c.tags[x] = 0;
 }
@@ -254,10 +299,10 @@ static __global__ void cache_truncate_kernel(tier_cache c, uint32_t layers, uint
 int fc_tier_cache_truncate(fathom_cuda_tier *tier, uint32_t s, uint64_t n) {
     tier_cache *dev;
     const tier_cache c = fc_tier_caches(tier, &dev)[s];
-    if (!c.lines && !c.slots) return FATHOM_OK;
+    if (!c.lines && !c.slots && !c.stage_layer) return FATHOM_OK;
     const tier_dev *t = fc_tier_dev(tier);
     const uint64_t tags = c.slots ? (uint64_t)t->layers * t->heads * c.slots : 0;
-    cache_truncate_kernel<<<1024, 256>>>(c, t->layers, tags, (uint32_t)n);
+    cache_truncate_kernel<<<1024, 256>>>(c, t->layers, tags, (uint32_t)n, t->layers * t->heads);
     FATHOM_CUDA_LAUNCHED();
     FATHOM_CUDA_TRY(cudaDeviceSynchronize());
     return FATHOM_OK;

@@ -42,7 +42,24 @@ typedef struct tier_cache {
     uint32_t ways;     /* 1: direct-mapped (token mod slots); 2, 4, 8: sets (token mod slots / ways) */
     uint32_t *stamps;  /* ways > 1: [layers][heads][slots] 2 x the step a way was last read, + 1 if inserted */
     uint32_t *steps;   /* ways > 1: [layers][heads] steps counted (the stamps' clock) */
+    /* read-ahead (ahead_lines or ahead_rows > 0; tier_ahead.cu) */
+    uint8_t *ahead_dep;     /* [layers][heads][dim] the last step's plan of each (layer, head), 0 before */
+    uint32_t *ahead_uni;    /* [layers][heads][ahead_rows] the first rows of its union, ascending */
+    uint32_t *ahead_cnt;    /* [layers][heads] rows of ahead_uni kept */
+    uint32_t *ahead_nb;     /* [layers][heads] blocks closed at that step, <= blocks */
+    uint64_t *stage_words;  /* [2][heads][ahead_lines][blocks] line x: the plan's x-th line in (j, p) order */
+    uint16_t *stage_scales; /* [2][heads][ahead_chans][blocks] channel r: the plan's r-th channel */
+    uint16_t *stage_rows;   /* [2][heads][ahead_rows][2][dim] row u of ahead_uni */
+    int32_t *stage_layer;   /* [4] the layer each half of the staging holds (-1 none), then whether
+                               it holds that layer's plane lines (else its rows only) */
+    uint32_t ahead_lines, ahead_chans, ahead_rows;
 } tier_cache;
+
+/* The half of a session's staging that holds layer's read-ahead, -1 none. */
+static __device__ __forceinline__ int tier_stage_half(const tier_cache &c, uint32_t layer) {
+    if (!c.stage_layer) return -1;
+    return c.stage_layer[0] == (int32_t)layer ? 0 : c.stage_layer[1] == (int32_t)layer ? 1 : -1;
+}
 
 /* What the kernels see: everything in device memory except the segments and
  * sums, which are mapped pinned host memory. Passed by value. */
@@ -161,6 +178,9 @@ int fc_tier_live(const fathom_cuda_tier *tier, uint32_t session);
 uint32_t *fc_tier_row_caches(fathom_cuda_tier *tier); /* sessions with a direct-mapped row cache */
 uint32_t *fc_tier_set_caches(fathom_cuda_tier *tier); /* sessions with a row cache of ways > 1 */
 uint32_t *fc_tier_plan_windows(fathom_cuda_tier *tier); /* sessions whose plane cache notes plans */
+uint32_t *fc_tier_ahead_sessions(fathom_cuda_tier *tier); /* sessions with read-ahead */
+/* The read-ahead stream and its fork and join events (created with the tier). */
+cudaStream_t fc_tier_ahead_stream(const fathom_cuda_tier *tier, cudaEvent_t *fork, cudaEvent_t *join);
 /* The step's pipeline (NULL: one stream); a tier starts with TIER_LANES
  * lanes and chunks by context (fathom_cuda_tier_set_lanes). */
 #define TIER_LANES 3
@@ -212,6 +232,14 @@ typedef struct tier_ws {
     size_t total;
     bool scan_int8;    /* not part of the layout: the tier's scan mode, set by fc_tier_step_launch */
 } tier_ws;
+
+/* tier_ahead.cu, on stream: the read-ahead of layer + 1 (mod layers) for
+ * the sessions of a step of layer (their plane lines too when `planes`),
+ * and, after the step, its plans and unions kept as the last ones. */
+int fc_tier_ahead_launch(fathom_cuda_tier *tier, uint32_t layer, const uint32_t *sessions, uint32_t batch,
+                         bool planes, cudaStream_t stream);
+int fc_tier_ahead_save(fathom_cuda_tier *tier, uint32_t layer, const uint32_t *sessions, uint32_t batch,
+                       uint32_t cap, const tier_ws *w, cudaStream_t stream);
 
 /* Where a step's given pairs finish (fc_tier_step_launch): their union, row
  * fetch and attention on `stream`, which waits for `start` (recorded on the

@@ -291,7 +291,8 @@ static __device__ __forceinline__ void tier_lane_codes(uint32_t (&nib)[WORDS], c
 template <int D, int GP, bool INT8>
 static __global__ void __launch_bounds__(tier_scan_shape<GP>::THREADS, tier_scan_shape<GP>::MIN_BLOCKS)
 tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t G, uint32_t p0, tier_ws w,
-                 uint32_t k, uint32_t sink, uint32_t local, uint32_t pass_words, unsigned long long *hit_bytes) {
+                 uint32_t k, uint32_t sink, uint32_t local, uint32_t pass_words, unsigned long long *hit_bytes,
+                 unsigned long long *ahead_bytes) {
     typedef tier_scan_shape<GP> SH;
     extern __shared__ uint64_t s_words[]; /* [pass_words][32], then [G][FC_HIST_BINS] counts */
     __shared__ float s_q[GP][PASS];
@@ -301,6 +302,11 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
     __shared__ uint8_t s_row_p[PASS * FATHOM_PLANES];
     __shared__ int16_t s_line[PASS * FATHOM_PLANES]; /* cache slot of (pass channel c, plane p) */
     __shared__ int16_t s_row_line[PASS * FATHOM_PLANES];
+    __shared__ int16_t s_sline[PASS * FATHOM_PLANES]; /* staged line of (pass channel c, plane p) */
+    __shared__ int16_t s_row_sline[PASS * FATHOM_PLANES];
+    __shared__ int16_t s_sscale[PASS];                /* staged scales of pass channel c */
+    __shared__ uint16_t s_apref[D], s_arank[D];       /* the staged plan: line of (j, 0), channel rank */
+    __shared__ uint8_t s_adep[D];
     __shared__ uint32_t s_spread[256]; /* fc_spread8 of every byte */
     __shared__ float s_ir[INT8 ? GP : 1][32], s_is[INT8 ? GP : 1][32]; /* int8: r and s of (head, block) */
     const uint32_t p = p0 + blockIdx.y, tid = threadIdx.x, lane = tid & 31, part = tid >> 5;
@@ -319,7 +325,29 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
     const int16_t *cmap = cache.map + lh * D * FATHOM_PLANES;
     const uint64_t *cwords = cache.words + lh * cache.lines * cache.blocks;
     const uint16_t *cscales = cache.scales + lh * cache.lines * cache.blocks;
-    uint32_t cached = 0; /* bytes this thread read from the cache */
+    uint32_t cached = 0, staged = 0; /* bytes this thread read from the cache, the read-ahead's staging */
+    /* the read-ahead's staging of this layer's planes (scans in place only) */
+    const int half = w.stage ? -1 : tier_stage_half(cache, layer);
+    const bool ahead = half >= 0 && cache.stage_layer[2 + half] && cache.ahead_lines; /* uniform */
+    const uint32_t snb = ahead ? cache.ahead_nb[lh] : 0; /* staged blocks: [0, snb) */
+    const uint64_t *swords = ahead ? cache.stage_words + ((size_t)half * t.heads + h) * cache.ahead_lines * cache.blocks : NULL;
+    const uint16_t *sscales = ahead ? cache.stage_scales + ((size_t)half * t.heads + h) * cache.ahead_chans * cache.blocks : NULL;
+    if (ahead && tid < 32) { /* warp 0: prefix counts of the staged plan's depths */
+        uint32_t run_l = 0, run_c = 0;
+        for (uint32_t j0 = 0; j0 < D; j0 += 32) {
+            const uint32_t j = j0 + lane, d = cache.ahead_dep[lh * D + j];
+            uint32_t il = d, ic = d > 0;
+            for (int o = 1; o < 32; o <<= 1) {
+                const uint32_t a = __shfl_up_sync(0xffffffffu, il, o), b = __shfl_up_sync(0xffffffffu, ic, o);
+                if (lane >= (uint32_t)o) il += a, ic += b;
+            }
+            s_adep[j] = (uint8_t)d;
+            s_apref[j] = (uint16_t)(run_l + il - d);
+            s_arank[j] = (uint16_t)(run_c + ic - (d > 0));
+            run_l += __shfl_sync(0xffffffffu, il, 31);
+            run_c += __shfl_sync(0xffffffffu, ic, 31);
+        }
+    } /* read after the passes' barriers */
     const uint8_t *slice = w.stage ? w.stage + ((size_t)p * w.nseg + b0 / S) * t.kv_off /* the gather's copy */
                                    : tier_slice(t, s, (uint32_t)(b0 / S), layer, h);
     const uint64_t *planes = (const uint64_t *)slice;
@@ -335,9 +363,15 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
             s_t[tid] = w.order_t[(size_t)p * D + c0 + tid];
         }
         __syncthreads();
-        for (uint32_t i = tid; i < np * FATHOM_PLANES; i += SH::THREADS)
-            s_line[i] = b0 < cvalid ? cmap[(size_t)s_j[i / FATHOM_PLANES] * FATHOM_PLANES + i % FATHOM_PLANES]
-                                    : (int16_t)-1;
+        for (uint32_t i = tid; i < np * FATHOM_PLANES; i += SH::THREADS) {
+            const uint32_t j = s_j[i / FATHOM_PLANES], pl = i % FATHOM_PLANES;
+            s_line[i] = b0 < cvalid ? cmap[(size_t)j * FATHOM_PLANES + pl] : (int16_t)-1;
+            s_sline[i] = ahead && b0 < snb && pl < s_adep[j] && s_apref[j] + pl < cache.ahead_lines
+                             ? (int16_t)(s_apref[j] + pl) : (int16_t)-1;
+            if (pl == 0)
+                s_sscale[i / FATHOM_PLANES] = ahead && b0 < snb && s_adep[j] && s_arank[j] < cache.ahead_chans
+                                                  ? (int16_t)s_arank[j] : (int16_t)-1;
+        }
         __syncthreads();
         if (tid == 0) {
             uint32_t r = 0;
@@ -347,6 +381,7 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
                     s_row_j[r] = s_j[c];
                     s_row_p[r] = (uint8_t)pl;
                     s_row_line[r] = s_line[c * FATHOM_PLANES + pl];
+                    s_row_sline[r] = s_sline[c * FATHOM_PLANES + pl];
                 }
             }
             s_off[np] = (uint16_t)r;
@@ -362,6 +397,9 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
             else if (line >= 0 && b0 + l < cvalid) {
                 s_scale[c][l] = cscales[(size_t)line * cache.blocks + b0 + l];
                 cached += 2;
+            } else if (s_sscale[c] >= 0 && b0 + l < snb) {
+                s_scale[c][l] = sscales[(size_t)s_sscale[c] * cache.blocks + b0 + l];
+                staged += 2;
             } else s_scale[c][l] = __ldcv(&scales[(size_t)s_j[c] * S + bs0 + l]);
         }
         __syncthreads();
@@ -395,10 +433,13 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
                 const uint32_t i = i0 + u * SH::THREADS, r = i >> 5, l = i & 31;
                 v[u] = 0;
                 if (i >= rows * 32 || l >= nblk) continue;
-                const int line = s_row_line[r];
+                const int line = s_row_line[r], sl = s_row_sline[r];
                 if (line >= 0 && b0 + l < cvalid) {
                     v[u] = cwords[(size_t)line * cache.blocks + b0 + l];
                     cached += 8;
+                } else if (sl >= 0 && b0 + l < snb) {
+                    v[u] = swords[(size_t)sl * cache.blocks + b0 + l];
+                    staged += 8;
                 } else
                     v[u] = __ldcv((const unsigned long long *)&planes[((size_t)s_row_j[r] * FATHOM_PLANES + s_row_p[r]) * S + bs0 + l]);
             }
@@ -496,6 +537,10 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
     if (hit_bytes) { /* per warp, one atomic */
         for (int off = 16; off > 0; off >>= 1) cached += __shfl_xor_sync(0xffffffffu, cached, off);
         if (lane == 0 && cached) atomicAdd(hit_bytes, (unsigned long long)cached);
+    }
+    if (ahead_bytes) {
+        for (int off = 16; off > 0; off >>= 1) staged += __shfl_xor_sync(0xffffffffu, staged, off);
+        if (lane == 0 && staged) atomicAdd(ahead_bytes, (unsigned long long)staged);
     }
 }
 
@@ -633,11 +678,11 @@ static __device__ __forceinline__ void set_load(uint32_t (&v)[8], const uint32_t
 template <int D>
 static __global__ void __launch_bounds__(FETCH_WARPS * 32)
 tier_fetch_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t cap, uint32_t p0, tier_ws w,
-                  unsigned long long *hit_bytes) {
+                  unsigned long long *hit_bytes, unsigned long long *ahead_bytes) {
     const uint32_t p = p0 + blockIdx.y, lane = threadIdx.x & 31;
     const uint32_t u = blockIdx.x * FETCH_WARPS + (threadIdx.x >> 5);
     const bool live = u < w.top.uni_count[p];
-    bool hit = false;
+    bool hit = false, staged = false;
     if (live) {
         const uint64_t seg_tokens = (uint64_t)t.segment_blocks * FATHOM_BLOCK_TOKENS;
         const uint32_t idx = w.top.uni[(size_t)p * cap + u];
@@ -659,19 +704,36 @@ tier_fetch_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t
             }
             row = cache.rows + cs * 2 * D;
         }
-        if (!hit)
+        const int half = !hit && cache.ahead_rows ? tier_stage_half(cache, layer) : -1;
+        if (half >= 0) { /* the read-ahead staged the rows of the last union the row cache lacked */
+            const size_t lh = (size_t)layer * t.heads + h;
+            const uint32_t *last = cache.ahead_uni + lh * cache.ahead_rows;
+            uint32_t lo = 0, hi = cache.ahead_cnt[lh]; /* first position >= idx */
+            while (lo < hi) {
+                const uint32_t mid = (lo + hi) / 2;
+                if (last[mid] < idx) lo = mid + 1;
+                else hi = mid;
+            }
+            if (lo < cache.ahead_cnt[lh] && last[lo] == idx) {
+                staged = true;
+                row = cache.stage_rows + (((size_t)half * t.heads + h) * cache.ahead_rows + lo) * 2 * D;
+            }
+        }
+        if (!hit && !staged)
             row = (const uint16_t *)(tier_slice(t, s, (uint32_t)(idx / seg_tokens), layer, h) + t.kv_off) +
                   (idx % seg_tokens) * 2 * D;
         const size_t at = (size_t)p * cap + u;
         if (lane == 0) w.miss[at] = cache.slots && !hit;
         for (uint32_t e = lane * 8; e < 2 * D; e += 256) {
-            const uint4 v = hit ? *(const uint4 *)(row + e) : __ldcv((const uint4 *)(row + e));
+            const uint4 v = hit || staged ? *(const uint4 *)(row + e) : __ldcv((const uint4 *)(row + e));
             if (e < D) fc_bf16x8_to_float(v, w.rows_k + at * D + e);
             else *(uint4 *)(w.rows_v + at * D + (e - D)) = v;
         }
     }
     const uint32_t hits = __syncthreads_count(live && hit && lane == 0);
     if (hit_bytes && threadIdx.x == 0 && hits) atomicAdd(hit_bytes, (unsigned long long)hits * 4 * D);
+    const uint32_t ahead = __syncthreads_count(live && staged && lane == 0);
+    if (ahead_bytes && threadIdx.x == 0 && ahead) atomicAdd(ahead_bytes, (unsigned long long)ahead * 4 * D);
 }
 
 /* The direct-mapped row cache's insertion, after the fetch: claim the slot
@@ -952,12 +1014,12 @@ static int launch_scan(const tier_dev *t, const fathom_cuda_tier_step_args *a, u
                                                                                      : PASS * FATHOM_PLANES;
     const size_t smem = (size_t)pass_words * 32 * 8 + (size_t)G * FC_HIST_BINS * 4;
     auto kernel = w->scan_int8 ? tier_scan_kernel<D, GP, true> : tier_scan_kernel<D, GP, false>;
-    if (smem > 32 * 1024) /* with the static arrays (< 16 KB), past the 48 KB a launch gets without opting in */
+    if (smem > 24 * 1024) /* with the static arrays (< 24 KB), past the 48 KB a launch gets without opting in */
         FATHOM_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const uint64_t nb = (a->capacity_tokens + 63) / 64;
     const dim3 grid((uint32_t)((nb + 31) / 32), c.count);
     kernel<<<grid, SH::THREADS, smem, stream>>>(*t, a->layer, a->sessions, G, c.p0, *w, a->k, a->sink, a->local,
-                                                pass_words, a->cache_bytes);
+                                                pass_words, a->cache_bytes, a->ahead_bytes);
     FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
 }
@@ -1048,7 +1110,8 @@ static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, 
     const uint32_t cap = G * a->k;
     const dim3 rows_grid((cap + FETCH_WARPS - 1) / FETCH_WARPS, c.count);
     tier_fetch_kernel<D><<<rows_grid, FETCH_WARPS * 32, 0, stream>>>(*t, a->layer, a->sessions, cap, c.p0, *w,
-                                                                    a->cache_bytes ? a->cache_bytes + 1 : NULL);
+                                                                    a->cache_bytes ? a->cache_bytes + 1 : NULL,
+                                                                    a->ahead_bytes ? a->ahead_bytes + 1 : NULL);
     FATHOM_CUDA_LAUNCHED();
     for (int write = 0; (insert & INSERT_DIRECT) && write < 2; write++) {
         tier_insert_kernel<D><<<rows_grid, FETCH_WARPS * 32, 0, stream>>>(*t, a->layer, a->sessions, cap, c.p0,
@@ -1239,12 +1302,26 @@ int fc_tier_step_launch(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args
     FATHOM_CUDA_TRY(cudaMemsetAsync(w->top.hist, 0, w->top.zero_bytes, stream));
     const uint32_t insert = (*fc_tier_row_caches(tier) > 0 ? INSERT_DIRECT : 0u) |
                             (*fc_tier_set_caches(tier) > 0 ? INSERT_SETS : 0u);
+    /* the read-ahead of the next layer, beside the whole step (the plane lines
+       when this step, and so the next layer's, scans in place) */
+    const bool ahead = *fc_tier_ahead_sessions(tier) > 0, fork = ahead && t->layers > 1;
+    cudaEvent_t forked, joined;
+    cudaStream_t aside = fc_tier_ahead_stream(tier, &forked, &joined);
+    if (fork) {
+        FATHOM_CUDA_TRY(cudaEventRecord(forked, stream));
+        FATHOM_CUDA_TRY(cudaStreamWaitEvent(aside, forked, 0));
+        FATHOM_TRY(fc_tier_ahead_launch(tier, a->layer, a->sessions, a->batch, per >= P, aside));
+        FATHOM_CUDA_TRY(cudaEventRecord(joined, aside));
+    }
     switch (t->dim) {
     case 64: FATHOM_TRY(launch_all<64>(t, L, per, a, G, w, sel, sel_count, insert, given, lane, stream)); break;
     case 128: FATHOM_TRY(launch_all<128>(t, L, per, a, G, w, sel, sel_count, insert, given, lane, stream)); break;
     case 256: FATHOM_TRY(launch_all<256>(t, L, per, a, G, w, sel, sel_count, insert, given, lane, stream)); break;
     default: return fathom_fail(FATHOM_ERR_UNSUPPORTED, "%s: dim %u not supported", who, t->dim);
     }
+    if (fork) FATHOM_CUDA_TRY(cudaStreamWaitEvent(stream, joined, 0));
+    if (ahead) /* after the join: this layer's staging is read, the next layer's is written */
+        FATHOM_TRY(fc_tier_ahead_save(tier, a->layer, a->sessions, a->batch, G * a->k, w, stream));
     if (*fc_tier_plan_windows(tier) > 0) /* every pair's depths are in w->depths here, the given ones too */
         FATHOM_TRY(fc_tier_cache_note(tier, a->layer, a->sessions, a->batch, w->depths, stream));
     if (a->depths)

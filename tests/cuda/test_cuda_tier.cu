@@ -780,7 +780,7 @@ static void test_cache(uint32_t ways0) {
     };
     for (uint32_t i = 0; i < B; i++) {
         fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * 4 * D, capacity, row_bytes(slots[i], ways[i]), 0,
-                                            ways[i]};
+                                            ways[i], 0, 0};
         CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[i], &cc));
         model.set(i, slots[i], ways[i]);
         uint64_t bytes = 0;
@@ -876,7 +876,7 @@ static void test_cache(uint32_t ways0) {
                 }
             }
         uint8_t *d_dz = to_device(dz.data(), dz.size());
-        fathom_cuda_tier_cache_config fit = {LH * 10 * blocks * lines, capacity, 0, 0, 0};
+        fathom_cuda_tier_cache_config fit = {LH * 10 * blocks * lines, capacity, 0, 0, 0, 0, 0};
         CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[1], &fit));
         model.set(1, 0);
         CHECK_OK(fathom_cuda_tier_cache_fill(tc, ids[1], d_dz, 0));
@@ -894,7 +894,7 @@ static void test_cache(uint32_t ways0) {
     uint8_t *d_zero = NULL;
     CK(cudaMalloc((void **)&d_zero, L * H * D));
     CK(cudaMemset(d_zero, 0, L * H * D));
-    fathom_cuda_tier_cache_config all = {LH * 10 * blocks * 4 * D, capacity, LH * (4 * D + 4) * slots[1], 0, 0};
+    fathom_cuda_tier_cache_config all = {LH * 10 * blocks * 4 * D, capacity, LH * (4 * D + 4) * slots[1], 0, 0, 0, 0};
     CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[1], &all));
     model.set(1, slots[1]);
     CHECK_OK(fathom_cuda_tier_cache_fill(tc, ids[1], d_zero, 0));
@@ -943,7 +943,7 @@ static void test_cache(uint32_t ways0) {
     both();
     /* partial caches: 40 lines by the static prefix, 100 slots */
     fathom_cuda_tier_cache_config part = {LH * 10 * blocks * 40, capacity, row_bytes(100 / ways0 * ways0, ways0), 0,
-                                          ways0};
+                                          ways0, 0, 0};
     CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[0], &part));
     model.set(0, 100 / ways0 * ways0, ways0);
     CHECK_OK(fathom_cuda_tier_cache_fill(tc, ids[0], NULL, 0));
@@ -988,15 +988,15 @@ static void test_cache(uint32_t ways0) {
         cudaFree(d_fixed);
     }
     /* argument checks */
-    fathom_cuda_tier_cache_config bad = {1, capacity, 0, 0, 0};
+    fathom_cuda_tier_cache_config bad = {1, capacity, 0, 0, 0, 0, 0};
     CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
-    bad = {LH * 10 * blocks, 0, 0, 0, 0};
+    bad = {LH * 10 * blocks, 0, 0, 0, 0, 0, 0};
     CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
-    bad = {0, 0, 7, 0, 0};
+    bad = {0, 0, 7, 0, 0, 0, 0};
     CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
-    bad = {0, 0, LH * 4 * (4 * D + 8) - 1, 0, 4}; /* less than one set */
+    bad = {0, 0, LH * 4 * (4 * D + 8) - 1, 0, 4, 0, 0}; /* less than one set */
     CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
-    bad = {0, 0, LH * (4 * D + 4) * 64, 0, 3};
+    bad = {0, 0, LH * (4 * D + 4) * 64, 0, 3, 0, 0};
     CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_cuda_tier_cache_set(tc, 3, &part), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_cuda_tier_cache_set(tc, ids[0], NULL), FATHOM_ERR_INVALID_ARG);
@@ -1004,7 +1004,7 @@ static void test_cache(uint32_t ways0) {
     uint64_t cb = 1;
     CHECK_OK(fathom_cuda_tier_cache_bytes(tc, ids[0], &cb));
     CHECK(cb > 0);
-    const fathom_cuda_tier_cache_config none = {0, 0, 0, 0, 0};
+    const fathom_cuda_tier_cache_config none = {0, 0, 0, 0, 0, 0, 0};
     CHECK_OK(fathom_cuda_tier_cache_set(tc, ids[0], &none));
     CHECK_OK(fathom_cuda_tier_cache_bytes(tc, ids[0], &cb));
     CHECK(cb == 0);
@@ -1019,6 +1019,171 @@ static void test_cache(uint32_t ways0) {
     free_bufs(bc);
     free_bufs(bu);
     fathom_cuda_tier_destroy(tc);
+    fathom_cuda_tier_destroy(tu);
+}
+
+/* Read-ahead (ahead_lines, ahead_rows): tier ta (read-ahead, and caches for
+ * session 1 later) and tier tu (none) get the same appends, truncation and
+ * queries and must give the same bits, over 3 layers (the last layer reads
+ * layer 0 ahead, and the staging's halves alternate unevenly), steps that
+ * scan in place and pipelined ones (rows only). A step that repeats the
+ * last one reads, from the staging, every planned byte of the closed blocks
+ * and every union row of a session without caches. */
+static void test_read_ahead(void) {
+    const uint32_t L = 3, H = 2, G = 4, D = 128, S = 32, B = 2;
+    const uint64_t start[B] = {quick ? 2030u : 10230u, quick ? 700u : 5000u};
+    const uint32_t steps = quick ? 10 : 30;
+    const uint64_t capacity = 16384, blocks = capacity / 64, LH = (uint64_t)L * H;
+    fathom_cuda_tier_shape sh = {L, H, G, D, S, 4, capacity};
+    fathom_cuda_tier *ta = NULL, *tu = NULL;
+    CHECK_OK(fathom_cuda_tier_create(&sh, &ta));
+    CHECK_OK(fathom_cuda_tier_create(&sh, &tu));
+    if (!ta || !tu) return;
+    CHECK_OK(fathom_cuda_tier_set_lanes(ta, 2, 1)); /* the workspace below holds the pipeline's staging */
+    std::vector<std::vector<uint16_t>> rows(B), fresh(B);
+    std::vector<uint32_t> ids(B);
+    fathom_cuda_tier *tiers[2] = {ta, tu};
+    for (uint32_t i = 0; i < B; i++) {
+        rows[i] = make_rows(start[i] + steps, H, D, 700 + i);
+        fresh[i] = make_rows(steps + 600, H, D, 800 + i);
+    }
+    for (fathom_cuda_tier *t : tiers) {
+        for (uint32_t i = 0; i < B; i++) {
+            CHECK_OK(fathom_cuda_tier_session_create(t, &ids[i]));
+            CHECK_OK(fathom_cuda_tier_reserve(t, ids[i], capacity));
+        }
+        std::vector<uint64_t> done(B, 0);
+        append_calls(t, L, H, D, ids, {{(uint32_t)start[0], (uint32_t)start[1]}}, {&rows[0], &rows[1]}, done);
+    }
+    /* session 0: read-ahead of whole plans and unions, no cache */
+    fathom_cuda_tier_cache_config whole = {0, capacity, 0, 0, 0, FATHOM_PLANES * D, G * test_k};
+    CHECK_OK(fathom_cuda_tier_cache_set(ta, ids[0], &whole));
+    uint64_t bytes = 0;
+    CHECK_OK(fathom_cuda_tier_cache_bytes(ta, ids[0], &bytes));
+    CHECK(bytes >= 2ull * H * (FATHOM_PLANES * D * blocks * 8 + D * blocks * 2 + G * test_k * 4 * D));
+    step_bufs ba = alloc_bufs(ta, B, H, G, D, capacity, L), bu = alloc_bufs(tu, B, H, G, D, capacity, L);
+    CHECK_OK(fathom_cuda_tier_set_lanes(ta, 0, 0)); /* one stream: the scan reads staged planes */
+    CK(cudaMemcpy(ba.sessions, ids.data(), B * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(bu.sessions, ids.data(), B * 4, cudaMemcpyHostToDevice));
+    const size_t R = (size_t)B * H * G;
+    std::vector<uint16_t> hq(L * R * D);
+    auto new_queries = [&]() {
+        for (size_t x = 0; x < hq.size(); x++) hq[x] = fathom_f32_to_bf16(0.3f * rng_normal());
+        CK(cudaMemcpy(ba.q, hq.data(), hq.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(bu.q, hq.data(), hq.size() * 2, cudaMemcpyHostToDevice));
+    };
+    unsigned long long *d_cnt = NULL, cnt[4]; /* cache planes, rows; staged planes, rows */
+    CK(cudaMalloc((void **)&d_cnt, 32));
+    uint64_t differ = 0, compared = 0;
+    auto both = [&]() {
+        CK(cudaMemset(d_cnt, 0, 32));
+        for (uint32_t l = 0; l < L; l++) {
+            fathom_cuda_tier_step_args a = layer_args(l, B, H, G, D, capacity, ba);
+            a.cache_bytes = d_cnt;
+            a.ahead_bytes = d_cnt + 2;
+            CHECK_OK(fathom_cuda_tier_step(ta, &a, 0));
+            fathom_cuda_tier_step_args u = layer_args(l, B, H, G, D, capacity, bu);
+            CHECK_OK(fathom_cuda_tier_step(tu, &u, 0));
+        }
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(cnt, d_cnt, 32, cudaMemcpyDeviceToHost));
+        step_out oa = read_out(ba, R, D, B * H, L), ou = read_out(bu, R, D, B * H, L);
+        differ += oa.out != ou.out || oa.sel != ou.sel || oa.sel_count != ou.sel_count ||
+                  oa.depths != ou.depths || memcmp(oa.lse.data(), ou.lse.data(), oa.lse.size() * 4) != 0;
+        compared++;
+        return oa;
+    };
+    rng_state = 5151;
+    new_queries();
+    both();
+    CHECK(cnt[2] == 0 && cnt[3] == 0); /* nothing staged before the session's first step */
+    step_out o = both(); /* the same step again */
+    uint64_t expect_planes = 0, expect_rows = 0;
+    for (uint32_t l = 0; l < L; l++)
+        for (uint32_t h = 0; h < H; h++) {
+            for (uint32_t j = 0; j < D; j++) {
+                const uint32_t t = o.depths[((size_t)l * B * H + h) * D + j];
+                expect_planes += t ? (8ull * t + 2) * (start[0] / 64) : 0;
+            }
+            expect_rows += pair_union(o, l, B * H, h, G).size() * 4ull * D;
+        }
+    printf("read-ahead: repeated step: staged plane bytes %llu (expected %llu), row bytes %llu (expected %llu)\n",
+           cnt[2], (unsigned long long)expect_planes, cnt[3], (unsigned long long)expect_rows);
+    CHECK(expect_planes > 0 && cnt[2] == expect_planes);
+    CHECK(expect_rows > 0 && cnt[3] == expect_rows);
+    CHECK(cnt[0] == 0 && cnt[1] == 0);
+    /* session 1: a partial plane cache (40 lines, static prefix), 200 direct-mapped
+       slots, and read-ahead of part of each plan (20 lines) and union (300 rows) */
+    fathom_cuda_tier_cache_config part = {LH * 10 * blocks * 40, capacity, LH * (4 * D + 4) * 200, 0, 0, 20, 300};
+    CHECK_OK(fathom_cuda_tier_cache_set(ta, ids[1], &part));
+    CHECK_OK(fathom_cuda_tier_cache_fill(ta, ids[1], NULL, 0));
+    /* decode steps: appends, queries new every other step, a refill, pipelined steps at the end */
+    uint32_t *d_ids = to_device(ids.data(), B), *d_ones = NULL;
+    std::vector<uint32_t> ones(B, 1);
+    d_ones = to_device(ones.data(), B);
+    uint16_t *d_k = NULL, *d_v = NULL;
+    const size_t row = (size_t)H * D;
+    CK(cudaMalloc((void **)&d_k, B * row * 2));
+    CK(cudaMalloc((void **)&d_v, B * row * 2));
+    unsigned long long staged[2] = {0, 0}, pipelined_planes = 0, pipelined_rows = 0;
+    for (uint32_t s = 0; s < steps; s++) {
+        std::vector<uint16_t> hk(B * row);
+        for (uint32_t i = 0; i < B; i++) memcpy(&hk[i * row], &rows[i][(start[i] + s) * row], row * 2);
+        CK(cudaMemcpy(d_k, hk.data(), hk.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_v, hk.data(), hk.size() * 2, cudaMemcpyHostToDevice));
+        for (fathom_cuda_tier *t : tiers)
+            for (uint32_t l = 0; l < L; l++) CHECK_OK(fathom_cuda_tier_append(t, l, d_ids, B, d_ones, 1, d_k, d_v, 0));
+        if (s % 2 == 0) new_queries();
+        if (s == steps / 3) CHECK_OK(fathom_cuda_tier_cache_fill(ta, ids[1], NULL, 0));
+        if (s == steps - 4) CHECK_OK(fathom_cuda_tier_set_lanes(ta, 2, 1)); /* pipelined: rows only */
+        both();
+        if (s < steps - 4) staged[0] += cnt[2], staged[1] += cnt[3];
+        else pipelined_planes += cnt[2], pipelined_rows += cnt[3];
+    }
+    printf("read-ahead: %u decode steps: staged plane bytes %llu, row bytes %llu; pipelined steps: %llu, %llu\n",
+           steps, staged[0], staged[1], pipelined_planes, pipelined_rows);
+    CHECK(staged[0] > 0 && staged[1] > 0);
+    CHECK(pipelined_planes == 0 && pipelined_rows > 0);
+    CHECK_OK(fathom_cuda_tier_set_lanes(ta, 0, 0));
+    /* truncate session 0 inside its staged blocks, append other tokens: what the
+       staging held beyond the cut must not be read */
+    const uint64_t cut = start[0] - 1500;
+    for (fathom_cuda_tier *t : tiers) {
+        CHECK_OK(fathom_cuda_tier_truncate(t, ids[0], cut));
+        std::vector<uint64_t> done = {0, 0};
+        append_calls(t, L, H, D, ids, {{600, 0}}, {&fresh[0], &fresh[1]}, done);
+    }
+    both(); /* session 0 forgot its plans and unions (session 1's staging is read) */
+    both();
+    CHECK(cnt[2] > 0 && cnt[3] > 0);
+    printf("read-ahead: %llu step pairs compared, %llu differ\n", (unsigned long long)compared,
+           (unsigned long long)differ);
+    CHECK(compared == 4 + steps && differ == 0);
+    /* argument checks */
+    fathom_cuda_tier_cache_config bad = {0, 0, 0, 0, 0, 8, 0}; /* lines need tokens */
+    CHECK_STATUS(fathom_cuda_tier_cache_set(ta, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
+    bad = {0, capacity, 0, 0, 0, FATHOM_PLANES * D + 1, 0};
+    CHECK_STATUS(fathom_cuda_tier_cache_set(ta, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
+    bad = {0, 0, 0, 0, 0, 0, 4097};
+    CHECK_STATUS(fathom_cuda_tier_cache_set(ta, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
+    const fathom_cuda_tier_cache_config rows_only = {0, 0, 0, 0, 0, 0, 64};
+    CHECK_OK(fathom_cuda_tier_cache_set(ta, ids[0], &rows_only));
+    CHECK_OK(fathom_cuda_tier_cache_bytes(ta, ids[0], &bytes));
+    CHECK(bytes >= 2ull * H * 64 * 4 * D);
+    const fathom_cuda_tier_cache_config none = {0, 0, 0, 0, 0, 0, 0};
+    CHECK_OK(fathom_cuda_tier_cache_set(ta, ids[0], &none));
+    CHECK_OK(fathom_cuda_tier_cache_bytes(ta, ids[0], &bytes));
+    CHECK(bytes == 0);
+    CHECK_OK(fathom_cuda_tier_check(ta));
+    CHECK_OK(fathom_cuda_tier_check(tu));
+    cudaFree(d_cnt);
+    cudaFree(d_ids);
+    cudaFree(d_ones);
+    cudaFree(d_k);
+    cudaFree(d_v);
+    free_bufs(ba);
+    free_bufs(bu);
+    fathom_cuda_tier_destroy(ta);
     fathom_cuda_tier_destroy(tu);
 }
 
@@ -1087,7 +1252,7 @@ static void test_cache_window(void) {
             }
         }
     for (uint32_t i = 0; i < B; i++) {
-        fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines[i], capacity, 0, window[i], 0};
+        fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines[i], capacity, 0, window[i], 0, 0, 0};
         CHECK_OK(fathom_cuda_tier_cache_set(tw, ids[i], &cc));
         uint64_t bytes = 0;
         CHECK_OK(fathom_cuda_tier_cache_bytes(tw, ids[i], &bytes));
@@ -1221,10 +1386,10 @@ static void test_cache_window(void) {
     CHECK(compared == 6 && differ == 0);
     /* argument checks */
     fathom_cuda_tier_cache_config bad = {LH * 10 * blocks * lines[0], capacity, 0,
-                                         FATHOM_CUDA_TIER_CACHE_MAX_WINDOW + 1, 0};
+                                         FATHOM_CUDA_TIER_CACHE_MAX_WINDOW + 1, 0, 0, 0};
     CHECK_STATUS(fathom_cuda_tier_cache_set(tw, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
     CHECK(desc[ids[0]].window == window[0]); /* the old cache kept */
-    const fathom_cuda_tier_cache_config none = {0, 0, 0, 0, 0};
+    const fathom_cuda_tier_cache_config none = {0, 0, 0, 0, 0, 0, 0};
     for (uint32_t i = 0; i < B; i++) CHECK_OK(fathom_cuda_tier_cache_set(tw, ids[i], &none));
     CHECK_OK(fathom_cuda_tier_check(tw));
     CHECK_OK(fathom_cuda_tier_check(tu));
@@ -1288,7 +1453,7 @@ static void test_cache_by_context(void) {
     const uint64_t blocks = capacity / 64;
     const uint32_t lines[2] = {4 * D, 8}; /* every line; fewer than the budget (48) */
     for (uint32_t v = 0; v < 2; v++) {
-        fathom_cuda_tier_cache_config cc = {(uint64_t)H * 10 * blocks * lines[v], capacity, 0, 0, 0};
+        fathom_cuda_tier_cache_config cc = {(uint64_t)H * 10 * blocks * lines[v], capacity, 0, 0, 0, 0, 0};
         CHECK_OK(fathom_cuda_tier_cache_set(tier, ids[0], &cc));
         CHECK_OK(fathom_cuda_tier_cache_fill(tier, ids[0], b.depths, 0));
         const step_out o = step();
@@ -1393,7 +1558,7 @@ static void test_int8(void) {
         for (int cached = 0; cached <= (cs.cache ? 1 : 0); cached++) {
             if (cached) { /* every line of every session (the closed blocks) */
                 const uint64_t blocks = capacity / 64;
-                fathom_cuda_tier_cache_config cc = {(uint64_t)H * 10 * blocks * 4 * D, capacity, 0, 0, 0};
+                fathom_cuda_tier_cache_config cc = {(uint64_t)H * 10 * blocks * 4 * D, capacity, 0, 0, 0, 0, 0};
                 for (uint32_t i = 0; i < B; i++) {
                     CHECK_OK(fathom_cuda_tier_cache_set(tier, ids[i], &cc));
                     CHECK_OK(fathom_cuda_tier_cache_fill(tier, ids[i], NULL, 0));
@@ -1677,6 +1842,7 @@ int main(void) {
     test_graph();
     test_cache(1);
     test_cache(4);
+    test_read_ahead();
     test_cache_window();
     test_cache_by_context();
     test_int8();

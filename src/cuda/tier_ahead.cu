@@ -1,0 +1,215 @@
+/* The KV tier's read-ahead (fathom_cuda_tier_cache_config.ahead_lines and
+ * ahead_rows): each step of layer l copies, beside its own work, what the
+ * session's last step of layer l + 1 read and its caches lack into one half
+ * of the session's staging, and that layer's step reads those bytes from it
+ * (tier_step.cu's scan and fetch). Plans and unions of consecutive decode
+ * steps overlap (bench/cache_sim.py: plane_ahead_hit, row_ahead_hit), so
+ * the bytes move while the link would otherwise idle under layer l's top-k
+ * and attention.
+ *
+ * Only closed blocks are staged (an append rewrites only the open block and
+ * adds rows past the length), up to the blocks closed when the plan was
+ * saved; a plane-cache fill, a truncation or a new cache empties the
+ * staging. */
+#include "tier_internal.cuh"
+
+#define AHEAD_GRID 32   /* CTAs: few, so that layer l's kernels keep the SMs */
+#define AHEAD_WARPS 8
+#define AHEAD_LOADS 16  /* loads a lane has in flight */
+#define AHEAD_PIECE (32 * AHEAD_LOADS) /* blocks of a line or a channel's scales per warp item */
+#define AHEAD_ROWS 8    /* K/V rows per warp item */
+
+/* The row cache's hit test of tier_step.cu's fetch, without stamping. */
+static __device__ __forceinline__ bool ahead_row_cached(const tier_cache &c, size_t lh, uint32_t idx) {
+    if (!c.slots) return false;
+    if (c.ways <= 1) return c.tags[lh * c.slots + idx % c.slots] == idx + 1;
+    const uint32_t *tags = c.tags + lh * c.slots + (size_t)(idx % (c.slots / c.ways)) * c.ways;
+    for (uint32_t x = 0; x < c.ways; x++)
+        if (tags[x] == idx + 1) return true;
+    return false;
+}
+
+/* The staging half a step of `layer` fills: the one not holding layer's own. */
+static __device__ __forceinline__ uint32_t ahead_fill_half(const tier_cache &c, uint32_t layer) {
+    return c.stage_layer[0] == (int32_t)layer ? 1u : 0u;
+}
+
+/* Every warp of the grid walks the batch's pairs; per pair, the CTA lays
+ * out the last plan of (next, head) (line x: the x-th planned (j, p) in
+ * (j, p) order, channel r: the r-th planned channel) and the items (pieces
+ * of AHEAD_PIECE blocks of a line or of a channel's scales, groups of
+ * AHEAD_ROWS rows) are dealt round robin to all warps; a lane has all its
+ * loads of an item in flight before it stores. */
+template <int D>
+static __global__ void __launch_bounds__(AHEAD_WARPS * 32)
+tier_ahead_kernel(tier_dev t, uint32_t layer, uint32_t next, const uint32_t *sessions, uint32_t P, bool planes) {
+    __shared__ uint16_t s_line[FATHOM_PLANES * D]; /* x -> 4 j + p */
+    __shared__ uint16_t s_chan[D];                 /* r -> j */
+    __shared__ uint32_t s_lines, s_chans;
+    const uint32_t lane = threadIdx.x & 31, W = gridDim.x * AHEAD_WARPS;
+    const uint32_t me = blockIdx.x * AHEAD_WARPS + (threadIdx.x >> 5), S = t.segment_blocks;
+    const uint64_t seg_tokens = (uint64_t)S * FATHOM_BLOCK_TOKENS;
+    uint64_t g = 0; /* items dealt before this pair */
+    for (uint32_t p = 0; p < P; p++) {
+        const uint32_t s = sessions[p / t.heads], h = p % t.heads;
+        if (s >= t.max_sessions) continue; /* uniform; the step records the error */
+        const tier_cache c = t.caches[s];
+        if (!c.stage_layer) continue;
+        const size_t lh = (size_t)next * t.heads + h;
+        const uint32_t half = ahead_fill_half(c, layer), nb = c.ahead_nb[lh];
+        const uint32_t pieces = (c.blocks + AHEAD_PIECE - 1) / AHEAD_PIECE;
+        __syncthreads(); /* the last pair's layout is read */
+        if (threadIdx.x < 32) { /* warp 0: prefix counts of the depths */
+            uint32_t run_l = 0, run_c = 0;
+            for (uint32_t j0 = 0; j0 < D; j0 += 32) {
+                const uint32_t j = j0 + lane, d = c.ahead_dep[lh * D + j];
+                uint32_t il = d, ic = d > 0;
+                for (int o = 1; o < 32; o <<= 1) {
+                    const uint32_t a = __shfl_up_sync(0xffffffffu, il, o), b = __shfl_up_sync(0xffffffffu, ic, o);
+                    if (lane >= (uint32_t)o) il += a, ic += b;
+                }
+                const uint32_t x0 = run_l + il - d, r = run_c + ic - (d > 0);
+                for (uint32_t q = 0; q < d; q++)
+                    if (x0 + q < c.ahead_lines) s_line[x0 + q] = (uint16_t)(j * FATHOM_PLANES + q);
+                if (d && r < c.ahead_chans) s_chan[r] = (uint16_t)j;
+                run_l += __shfl_sync(0xffffffffu, il, 31);
+                run_c += __shfl_sync(0xffffffffu, ic, 31);
+            }
+            if (lane == 0) {
+                s_lines = planes ? min(run_l, c.ahead_lines) : 0;
+                s_chans = planes ? min(run_c, c.ahead_chans) : 0;
+            }
+        }
+        __syncthreads();
+        const uint32_t lines = s_lines, chans = s_chans;
+        const uint32_t rows = c.ahead_rows ? min(c.ahead_cnt[lh], c.ahead_rows) : 0;
+        const uint64_t items = (uint64_t)(lines + chans) * pieces + (rows + AHEAD_ROWS - 1) / AHEAD_ROWS;
+        const uint32_t cvalid = c.map ? c.valid[next] : 0;
+        const int16_t *cmap = c.map ? c.map + lh * D * FATHOM_PLANES : NULL;
+        for (uint64_t i = (me + W - g % W) % W; i < items; i += W) {
+            if (i < (uint64_t)(lines + chans) * pieces) { /* blocks of one line or one channel's scales */
+                const uint32_t x = (uint32_t)(i / pieces), q = (uint32_t)(i % pieces);
+                const bool word = x < lines;
+                const uint32_t line = word ? s_line[x] : s_chan[x - lines] * FATHOM_PLANES;
+                const uint32_t lo = cmap && cmap[line] >= 0 ? cvalid : 0;
+                const uint32_t b0 = max(lo, q * AHEAD_PIECE), b1 = min(nb, (q + 1) * AHEAD_PIECE);
+                if (word) {
+                    uint64_t v[AHEAD_LOADS];
+#pragma unroll
+                    for (int k = 0; k < AHEAD_LOADS; k++) {
+                        const uint32_t b = b0 + lane + 32 * k;
+                        if (b < b1)
+                            v[k] = __ldcv((const unsigned long long *)tier_slice(t, s, b / S, next, h) +
+                                          (size_t)line * S + b % S);
+                    }
+                    uint64_t *dst = c.stage_words + (((size_t)half * t.heads + h) * c.ahead_lines + x) * c.blocks;
+#pragma unroll
+                    for (int k = 0; k < AHEAD_LOADS; k++)
+                        if (b0 + lane + 32 * k < b1) dst[b0 + lane + 32 * k] = v[k];
+                } else {
+                    uint16_t v[AHEAD_LOADS];
+#pragma unroll
+                    for (int k = 0; k < AHEAD_LOADS; k++) {
+                        const uint32_t b = b0 + lane + 32 * k;
+                        if (b < b1)
+                            v[k] = __ldcv((const unsigned short *)(tier_slice(t, s, b / S, next, h) + t.scales_off) +
+                                          (size_t)(line / FATHOM_PLANES) * S + b % S);
+                    }
+                    uint16_t *dst =
+                        c.stage_scales + (((size_t)half * t.heads + h) * c.ahead_chans + x - lines) * c.blocks;
+#pragma unroll
+                    for (int k = 0; k < AHEAD_LOADS; k++)
+                        if (b0 + lane + 32 * k < b1) dst[b0 + lane + 32 * k] = v[k];
+                }
+            } else { /* AHEAD_ROWS K/V rows the row cache lacks, in 16-byte pieces */
+                constexpr uint32_t PR = D / 4; /* pieces of a row */
+                constexpr int PER = AHEAD_ROWS * PR / 32; /* pieces of a lane */
+                const uint32_t u0 = (uint32_t)(i - (uint64_t)(lines + chans) * pieces) * AHEAD_ROWS;
+                uint4 v[PER];
+                bool take[PER];
+#pragma unroll
+                for (int k = 0; k < PER; k++) {
+                    const uint32_t q = lane + 32 * k, u = u0 + q / PR;
+                    take[k] = false;
+                    if (u >= rows) continue;
+                    const uint32_t idx = c.ahead_uni[lh * c.ahead_rows + u];
+                    if (ahead_row_cached(c, lh, idx)) continue;
+                    take[k] = true;
+                    const uint16_t *src = (const uint16_t *)(tier_slice(t, s, (uint32_t)(idx / seg_tokens), next, h) +
+                                                             t.kv_off) + (idx % seg_tokens) * 2 * D;
+                    v[k] = __ldcv((const uint4 *)src + q % PR);
+                }
+#pragma unroll
+                for (int k = 0; k < PER; k++) {
+                    const uint32_t q = lane + 32 * k, u = u0 + q / PR;
+                    if (take[k])
+                        ((uint4 *)(c.stage_rows + (((size_t)half * t.heads + h) * c.ahead_rows + u) * 2 * D))[q % PR] =
+                            v[k];
+                }
+            }
+        }
+        g += items;
+    }
+}
+
+/* The half the copy filled now holds `next` (with its planes or not); no
+ * other half does. */
+static __global__ void tier_ahead_publish_kernel(tier_dev t, uint32_t layer, uint32_t next,
+                                                 const uint32_t *sessions, uint32_t batch, bool planes) {
+    const uint32_t e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= batch) return;
+    const uint32_t s = sessions[e];
+    if (s >= t.max_sessions) return;
+    const tier_cache c = t.caches[s];
+    if (!c.stage_layer) return;
+    const uint32_t half = ahead_fill_half(c, layer);
+    if (c.stage_layer[1 - half] == (int32_t)next) c.stage_layer[1 - half] = -1;
+    c.stage_layer[half] = (int32_t)next;
+    c.stage_layer[2 + half] = planes;
+}
+
+int fc_tier_ahead_launch(fathom_cuda_tier *tier, uint32_t layer, const uint32_t *sessions, uint32_t batch,
+                         bool planes, cudaStream_t stream) {
+    const tier_dev *t = fc_tier_dev(tier);
+    const uint32_t next = (layer + 1) % t->layers, P = batch * t->heads;
+    switch (t->dim) {
+    case 64: tier_ahead_kernel<64><<<AHEAD_GRID, AHEAD_WARPS * 32, 0, stream>>>(*t, layer, next, sessions, P, planes); break;
+    case 128: tier_ahead_kernel<128><<<AHEAD_GRID, AHEAD_WARPS * 32, 0, stream>>>(*t, layer, next, sessions, P, planes); break;
+    default: tier_ahead_kernel<256><<<AHEAD_GRID, AHEAD_WARPS * 32, 0, stream>>>(*t, layer, next, sessions, P, planes); break;
+    }
+    FATHOM_CUDA_LAUNCHED();
+    tier_ahead_publish_kernel<<<(batch + 255) / 256, 256, 0, stream>>>(*t, layer, next, sessions, batch, planes);
+    FATHOM_CUDA_LAUNCHED();
+    return FATHOM_OK;
+}
+
+/* One CTA per pair after the step of `layer`: its plan, the first rows of
+ * its union and the blocks closed now become the (layer, head)'s last; the
+ * staging half that held this layer is emptied (it was read). */
+static __global__ void tier_ahead_save_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t cap,
+                                              tier_ws w) {
+    const uint32_t p = blockIdx.x, s = sessions[p / t.heads], h = p % t.heads;
+    if (s >= t.max_sessions) return;
+    const tier_cache c = t.caches[s];
+    if (!c.stage_layer) return;
+    const size_t lh = (size_t)layer * t.heads + h;
+    for (uint32_t j = threadIdx.x; j < t.dim; j += blockDim.x) c.ahead_dep[lh * t.dim + j] = w.depths[(size_t)p * t.dim + j];
+    const uint32_t cnt = c.ahead_rows ? min(w.top.uni_count[p], c.ahead_rows) : 0;
+    for (uint32_t u = threadIdx.x; u < cnt; u += blockDim.x)
+        c.ahead_uni[lh * c.ahead_rows + u] = w.top.uni[(size_t)p * cap + u];
+    if (threadIdx.x == 0) {
+        c.ahead_cnt[lh] = cnt;
+        c.ahead_nb[lh] = min(w.n_of[p] / FATHOM_BLOCK_TOKENS, c.blocks);
+        if (h == 0)
+            for (int x = 0; x < 2; x++)
+                if (c.stage_layer[x] == (int32_t)layer) c.stage_layer[x] = -1;
+    }
+}
+
+int fc_tier_ahead_save(fathom_cuda_tier *tier, uint32_t layer, const uint32_t *sessions, uint32_t batch,
+                       uint32_t cap, const tier_ws *w, cudaStream_t stream) {
+    const tier_dev *t = fc_tier_dev(tier);
+    tier_ahead_save_kernel<<<batch * t->heads, 256, 0, stream>>>(*t, layer, sessions, cap, *w);
+    FATHOM_CUDA_LAUNCHED();
+    return FATHOM_OK;
+}
