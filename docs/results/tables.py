@@ -990,6 +990,72 @@ def gpu_tier_row_sets(rec):
                                if c["point"] == "none"), None))))
 
 
+def gpu_tier_read_ahead(rec):
+    """bench_cuda_tier --read-ahead: per context and drift, the step-to-step
+    overlap ("ahead-only") and each trace point's cache without and with
+    read-ahead against the same alternating graph without a cache."""
+    r = rec["result"]
+    rows, detail, near = [], [], None
+    sim = sibling("cache-sim-read-ahead")
+    for d in r["decode"]:
+        for a in d.get("ahead", []):
+            pts = {p["point"]: p for p in a["points"]}
+            only = pts.get("ahead-only")
+            pairs = [(p, pts[p["point"] + "+ahead"]) for p in a["points"]
+                     if not p["read_ahead"] and p["point"] != "none" and p["point"] + "+ahead" in pts]
+            if not pairs:
+                continue
+            c = [x["vs_none"] for x, _ in pairs]
+            w = [y["vs_none"] for _, y in pairs]
+            g = [y["ms"] / x["ms"] for x, y in pairs]
+            rows.append([ctx(d["context"]), "%.2f" % a["drift"],
+                         "%.0f%% / %.0f%%" % (100 * only["plane_staged"], 100 * only["row_staged"]) if only else "-",
+                         "%d" % len(pairs), "%.2f-%.2fx" % (min(c), max(c)), "%.2f-%.2fx" % (min(w), max(w)),
+                         "%.3f-%.3fx" % (min(g), max(g)), "%d" % sum(v <= 0.6 for v in w)])
+            if d["context"] == 131072 and only and abs(a["drift"] - 0.2) < 1e-6:
+                near = (a["drift"], only)
+                for x, y in pairs:
+                    detail.append([x["point"], "%.0f%% / %.0f%%" % (100 * x["plane_hit"], 100 * x["row_hit"]),
+                                   "%.0f%% / %.0f%%" % (100 * y["plane_staged"], 100 * y["row_staged"]),
+                                   "%.3f" % x["ms"], "%.3f" % y["ms"], "%.2fx" % x["vs_none"], "%.2fx" % y["vs_none"],
+                                   "%.3fx" % (y["ms"] / x["ms"])])
+    text = md_table(["context", "drift", "overlap: planes / rows", "trace points", "cache vs none",
+                     "cache + read-ahead vs none", "read-ahead / cache", "points <= 0.6x"], rows)
+    if detail:
+        text += ("\nAt 128k with drift %.2f (the unions overlap %.0f%% from step to step, as on the real traces):\n\n" %
+                 (near[0], 100 * near[1]["row_staged"]) +
+                 md_table(["trace point", "hit: planes / rows", "staged: planes / rows", "cache ms", "+ read-ahead ms",
+                           "cache vs none", "+ read-ahead vs none", "read-ahead / cache"], detail))
+    ref = ""
+    if sim:
+        runs = [x for t in sim["result"]["traces"] for x in t["runs"] if x.get("as_context") == 131072]
+        if runs:
+            ref = (" On the real traces (record cache-sim-read-ahead) a step's union shares %.0f-%.0f%% of its rows "
+                   "with the previous step's (no row cache) and its plan %.0f-%.0f%% of the plane bytes the cache lacks "
+                   "with the previous plan's." %
+                   (100 * min(x["row_ahead_hit"] for x in runs if x["slots"] == 0),
+                    100 * max(x["row_ahead_hit"] for x in runs if x["slots"] == 0),
+                    100 * min(x["plane_ahead_hit"] / max(1e-9, 1 - x["plane_hit"]) for x in runs),
+                    100 * max(x["plane_ahead_hit"] / max(1e-9, 1 - x["plane_hit"]) for x in runs)))
+    return text + (
+        "\nbench_cuda_tier --read-ahead on %d layers x %d KV heads, G = %d, d = %d, k = %d, %s, one session at the "
+        "context: graphs of 2 x %d layer steps, the first %d with the bench's queries A, the next with B = "
+        "sqrt(1 - e^2) A + e Z (e the drift, Z other queries), replayed %d times, so every step's previous step of a "
+        "layer planned and selected with the other set; ms is per decode step (half a replay). \"overlap\" is what "
+        "read-ahead without a cache stages and the step reads: the share of a plan's plane bytes (closed blocks) "
+        "and of a union's rows that the other set's step read too. Each trace point's cache has the lines and slots "
+        "of the cache sweep (its row rate is the static replay's; alternating unions lower it), its window noted "
+        "by both sets; \"+ read-ahead\" adds ahead_lines = 48 (a plan's lines) and ahead_rows = 2048 (a union): "
+        "each layer's step copies, beside itself, the next layer's last plan lines and union rows that the cache "
+        "lacks into HBM staging and waits for the copy at its end. At 1M the step is pipelined and only rows are "
+        "read ahead.%s Where it does not hold: the bench's plans overlap more from step to step than the real "
+        "traces' at every drift (its plane overlap is the upper bound here); the layers have nothing between "
+        "them, while in a model the projections and MLP run between two layers' steps (the read-ahead waits at "
+        "the end of its own layer's step, so it does not use that time yet). %s\n" %
+        (r["layers"], r["kv_heads"], r["group"], r["dim"], r["k"], r["method"], r["layers"], r["layers"], r["reps"],
+         ref, link_note(rec)))
+
+
 def lease_note(rec, none_ms):
     """Where a GPU record's uncached 1M step differs from the gpu-tier record's
     (another machine, or a lease whose host reads cost more): say how much."""
@@ -1445,8 +1511,16 @@ def serve_bench_cache(rec):
                      "%.2fx" % ratio(d["tokens_per_s"], p["tokens_per_s"]) if cached else "-",
                      "%.2fx" % ratio(d["tier_step_ms"], p["tier_step_ms"]) if cached else "-", ""])
         if cached and d["context"] == 524288 and b == 1:
-            notes.append("at 512k, batch 1, cache %g: %.1f tokens/s (issue 15's target >= 20; without the cache "
-                         "%.1f)" % (share, d["tokens_per_s"], p["tokens_per_s"]))
+            notes.append("at 512k, batch 1, cache %g%s: %.1f tokens/s (issue 15's target >= 20; without the cache "
+                         "%.1f)" % (share, ", %d-way sets" % d["cache_row_ways"] if d.get("cache_row_ways", 1) > 1
+                                    else "", d["tokens_per_s"], p["tokens_per_s"]))
+        if d.get("vs_parts", 1) > 1.2:
+            notes.append("%s x%d, cache %g%s: the decode step took %.2fx its parts (forward %.2f ms + the tier step "
+                         "timed alone %.2f ms, which repeats one query so its rows stay cached): inside the decode, "
+                         "with a new query every step, the tier costs about %.1f ms more. Not explained yet" %
+                         (c, b, share, ", %d-way sets" % d["cache_row_ways"] if d.get("cache_row_ways", 1) > 1
+                          else "", d["vs_parts"], d["forward_ms"], d["tier_step_ms"],
+                          d["step_ms"] - d["forward_ms"] - d["tier_step_ms"]))
     text = md_table(["context", "batch", "method", "cache share", "row ways", "cache GB / seq", "tok/s", "ms/step",
                      "tier step ms", "tok/s vs no cache", "tier step vs no cache", "note"], rows)
     text += "\n" + "".join("- %s.\n" % n for n in notes)
@@ -2588,6 +2662,9 @@ TABLES = [
           gpu_tier_row_sets, None),
     Table("gpu-hybrid-int8-row-sets", "GPU offload step: associative row slots",
           "The hybrid step (integer mode) with 4-way row sets at their simulated rates", gpu_hybrid, None),
+    Table("gpu-tier-read-ahead", "GPU offload step: reading the next layer ahead",
+          "Read-ahead of the next layer's last plan and union beside each step, against the cache alone",
+          gpu_tier_read_ahead, None),
     Table("serve-bench", "Python and transformers (H200)",
           "Decode tokens/s: transformers with the KV tier against sdpa in HBM and dense host offload",
           serve_bench, "Pending: on the GPU machine, `FATHOM_COMMIT=<commit> SERVE_TABLE=serve-bench "
