@@ -736,14 +736,17 @@ tier_fetch_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t
     if (ahead_bytes && threadIdx.x == 0 && ahead) atomicAdd(ahead_bytes, (unsigned long long)ahead * 4 * D);
 }
 
-/* The direct-mapped row cache's insertion, after the fetch: claim the slot
- * of every missed row (the latest token mapped there wins), then the winners
- * write their rows (K back to bf16: exact) and nobody reads the cache in
- * between. */
+/* Row-cache insertion after the fetch, a warp per missed union row.
+ * INSERT_CLAIM (direct-mapped): claim the row's slot (the latest token
+ * mapped there wins). INSERT_WRITE: the winners write their rows (K back to
+ * bf16: exact); nobody reads the cache in between. INSERT_SET_WRITE (sets,
+ * after tier_set_insert_kernel chose the ways): a row whose set has a way
+ * tagged with it writes it there. */
+enum { INSERT_CLAIM, INSERT_WRITE, INSERT_SET_WRITE };
 template <int D>
 static __global__ void __launch_bounds__(FETCH_WARPS * 32)
 tier_insert_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t cap, uint32_t p0, tier_ws w,
-                   bool write) {
+                   int mode) {
     const uint32_t p = p0 + blockIdx.y, lane = threadIdx.x & 31;
     const uint32_t u = blockIdx.x * FETCH_WARPS + (threadIdx.x >> 5);
     if (u >= w.top.uni_count[p]) return;
@@ -751,13 +754,24 @@ tier_insert_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_
     if (!w.miss[at]) return;
     const uint32_t idx = w.top.uni[at];
     const tier_cache cache = t.caches[sessions[p / t.heads]];
-    if (cache.ways > 1) return; /* tier_set_insert_kernel */
-    const size_t cs = ((size_t)layer * t.heads + p % t.heads) * cache.slots + idx % cache.slots;
-    if (!write) {
+    if ((cache.ways > 1) != (mode == INSERT_SET_WRITE)) return; /* the other rule's launch */
+    const size_t lh = (size_t)layer * t.heads + p % t.heads;
+    size_t cs = lh * cache.slots + idx % cache.slots;
+    if (mode == INSERT_CLAIM) {
         if (lane == 0) atomicMax(&cache.tags[cs], idx + 1);
         return;
     }
-    if (cache.tags[cs] != idx + 1) return;
+    if (mode == INSERT_SET_WRITE) {
+        const size_t set0 = lh * cache.slots + (size_t)(idx % (cache.slots / cache.ways)) * cache.ways;
+        uint32_t tag[8];
+        set_load(tag, cache.tags + set0, cache.ways);
+        cs = ~(size_t)0;
+        for (uint32_t x = 0; x < cache.ways; x++)
+            if (tag[x] == idx + 1) cs = set0 + x;
+        if (cs == ~(size_t)0) return; /* kept out */
+    } else if (cache.tags[cs] != idx + 1) {
+        return;
+    }
     uint16_t *row = cache.rows + cs * 2 * D;
     for (uint32_t e = lane; e < D; e += 32) {
         row[e] = __bfloat16_as_ushort(__float2bfloat16_rn(w.rows_k[at * D + e]));
@@ -768,19 +782,21 @@ tier_insert_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_
 #define SET_THREADS 1024
 
 /* The set rule's insertion (row_ways > 1), after the fetch: one CTA per
- * pair. The pair's missed union rows are compacted in ascending token order;
- * the row of rank r among its set's missed rows takes the set's r-th way not
- * read this step, in (stamp, tag) order with empty ways first (then by way),
- * or stays out where there are fewer: the same as inserting the rows one by
- * one in ascending order. A taken way's tag becomes the token + 1 and its
- * stamp 2 step + 1, and a warp writes the row (K back to bf16: exact); then
- * the pair's step count grows. */
+ * pair. The pair's missed union rows (ascending tokens) are keyed (set,
+ * position) and sorted in shared memory (bitonic), so a set's missed rows
+ * are adjacent and in ascending order: the row of rank r among them (r < W
+ * read off the W keys before it) takes the set's r-th way not read this
+ * step, in (stamp, tag) order with empty ways first (then by way), or stays
+ * out where there are fewer: the same as inserting the rows one by one in
+ * ascending order. A taken way's tag becomes the token + 1 and its stamp
+ * 2 step + 1, and the pair's step count grows; tier_insert_kernel
+ * (INSERT_SET_WRITE) then writes the rows. */
 template <int D>
 static __global__ void __launch_bounds__(SET_THREADS)
 tier_set_insert_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t cap, uint32_t p0, tier_ws w) {
-    __shared__ uint32_t s_set[4096]; /* the missed rows' sets, ascending tokens (cap <= 4096) */
-    __shared__ uint16_t s_u[4096];   /* their union positions */
-    __shared__ uint8_t s_way[4096];  /* the way taken, W: out */
+    __shared__ uint64_t s_key[4096]; /* set << 32 | i for the i-th missed row (cap <= 4096); sorted */
+    __shared__ uint16_t s_u[4096];   /* the i-th missed row's union position */
+    __shared__ uint8_t s_way[4096];  /* the way sorted key q takes, W: out */
     __shared__ uint32_t s_warp[SET_THREADS / 32];
     const uint32_t p = p0 + blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const tier_cache cache = t.caches[sessions[p / t.heads]];
@@ -802,16 +818,30 @@ tier_set_insert_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uin
         }
         if (f) {
             const uint32_t i = M + before + __popc(ballot & ((1u << lane) - 1));
-            s_set[i] = w.top.uni[base + u] % sets;
+            s_key[i] = (uint64_t)(w.top.uni[base + u] % sets) << 32 | i;
             s_u[i] = (uint16_t)u;
         }
         M += total;
         __syncthreads(); /* s_warp is rewritten next pass */
     }
-    for (uint32_t i = tid; i < M; i += SET_THREADS) {
-        const uint32_t set = s_set[i];
-        uint32_t r = 0;
-        for (uint32_t j = 0; j < i && r < W; j++) r += s_set[j] == set;
+    uint32_t Mp = 1;
+    while (Mp < M) Mp <<= 1;
+    for (uint32_t q = M + tid; q < Mp; q += SET_THREADS) s_key[q] = ~0ull;
+    __syncthreads();
+    for (uint32_t k = 2; k <= Mp; k <<= 1) /* bitonic sort, ascending */
+        for (uint32_t j = k >> 1; j > 0; j >>= 1) {
+            for (uint32_t q = tid; q < Mp; q += SET_THREADS) {
+                const uint32_t o = q ^ j;
+                if (o <= q) continue;
+                const uint64_t a = s_key[q], b = s_key[o];
+                if ((a > b) == ((q & k) == 0)) s_key[q] = b, s_key[o] = a;
+            }
+            __syncthreads();
+        }
+    for (uint32_t q = tid; q < M; q += SET_THREADS) {
+        const uint32_t set = (uint32_t)(s_key[q] >> 32);
+        uint32_t r = 0; /* the set's missed rows before this one, up to W */
+        while (r < W && r < q && (uint32_t)(s_key[q - 1 - r] >> 32) == set) r++;
         uint32_t way = W;
         if (r < W) { /* the way of position r among the eligible ones */
             uint32_t tag[8], st[8];
@@ -830,24 +860,15 @@ tier_set_insert_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uin
                 if (pos == r) way = x;
             }
         }
-        s_way[i] = (uint8_t)way;
+        s_way[q] = (uint8_t)way;
     }
     __syncthreads(); /* every set's state read before any is written */
-    for (uint32_t i = tid; i < M; i += SET_THREADS)
-        if (s_way[i] < W) {
-            const size_t at = (size_t)s_set[i] * W + s_way[i];
-            tags[at] = w.top.uni[base + s_u[i]] + 1;
+    for (uint32_t q = tid; q < M; q += SET_THREADS)
+        if (s_way[q] < W) {
+            const size_t at = (size_t)(s_key[q] >> 32) * W + s_way[q];
+            tags[at] = w.top.uni[base + s_u[(uint32_t)s_key[q]]] + 1;
             stamps[at] = 2 * step + 1;
         }
-    for (uint32_t i = warp; i < M; i += SET_THREADS / 32) {
-        if (s_way[i] >= W) continue;
-        uint16_t *row = cache.rows + (lh * cache.slots + (size_t)s_set[i] * W + s_way[i]) * 2 * D;
-        const size_t at = base + s_u[i];
-        for (uint32_t e = lane; e < D; e += 32) {
-            row[e] = __bfloat16_as_ushort(__float2bfloat16_rn(w.rows_k[at * D + e]));
-            row[D + e] = w.rows_v[at * D + e];
-        }
-    }
     if (tid == 0) cache.steps[lh] = step + 1;
 }
 
@@ -1113,9 +1134,9 @@ static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, 
                                                                     a->cache_bytes ? a->cache_bytes + 1 : NULL,
                                                                     a->ahead_bytes ? a->ahead_bytes + 1 : NULL);
     FATHOM_CUDA_LAUNCHED();
-    for (int write = 0; (insert & INSERT_DIRECT) && write < 2; write++) {
+    for (int mode = INSERT_CLAIM; (insert & INSERT_DIRECT) && mode <= INSERT_WRITE; mode++) {
         tier_insert_kernel<D><<<rows_grid, FETCH_WARPS * 32, 0, stream>>>(*t, a->layer, a->sessions, cap, c.p0,
-                                                                         *w, write != 0);
+                                                                         *w, mode);
         FATHOM_CUDA_LAUNCHED();
     }
     const dim3 logit_grid(c.count * G, (a->k + ATT_LROWS - 1) / ATT_LROWS);
@@ -1135,6 +1156,9 @@ static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, 
     FATHOM_CUDA_LAUNCHED();
     if (insert & INSERT_SETS) { /* off the chunk's path to its output: attention reads the workspace rows */
         tier_set_insert_kernel<D><<<c.count, SET_THREADS, 0, stream>>>(*t, a->layer, a->sessions, cap, c.p0, *w);
+        FATHOM_CUDA_LAUNCHED();
+        tier_insert_kernel<D><<<rows_grid, FETCH_WARPS * 32, 0, stream>>>(*t, a->layer, a->sessions, cap, c.p0, *w,
+                                                                         INSERT_SET_WRITE);
         FATHOM_CUDA_LAUNCHED();
     }
     return FATHOM_OK;
