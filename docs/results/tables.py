@@ -1026,6 +1026,23 @@ def gpu_tier_read_ahead(rec):
                  (near[0], 100 * near[1]["row_staged"]) +
                  md_table(["trace point", "hit: planes / rows", "staged: planes / rows", "cache ms", "+ read-ahead ms",
                            "cache vs none", "+ read-ahead vs none", "read-ahead / cache"], detail))
+    stage = []
+    for d in r["decode"]:
+        for a in d.get("ahead", [])[:1]:
+            pts = {p["point"]: p for p in a["points"]}
+            for p in a["points"]:
+                q = pts.get(p["point"] + "+ahead")
+                if not p["read_ahead"] and q and p["hbm_GB"] > 0:
+                    stage.append((d["context"], q["hbm_GB"] - p["hbm_GB"], p["hbm_GB"]))
+    staging = ""
+    if stage:
+        at = [x for x in stage if x[0] == 131072] or stage
+        k = max(x[1] / x[2] for x in at)
+        staging = (" The staging is HBM beside the cache's budget: %.3f GB at %s (two layers of plans and unions of "
+                   "the session's %d KV heads), %.1fx the cache at these points in this %d-layer bench; it grows "
+                   "with layers only by each one's last plan and union, so in a model of 36 layers with the cache at the same share of its index it "
+                   "would be about %.2fx." % (at[0][1], ctx(at[0][0]), r["kv_heads"], k, r["layers"],
+                                              k * r["layers"] / 36))
     ref = ""
     if sim:
         runs = [x for t in sim["result"]["traces"] for x in t["runs"] if x.get("as_context") == 131072]
@@ -1048,12 +1065,52 @@ def gpu_tier_read_ahead(rec):
         "by both sets; \"+ read-ahead\" adds ahead_lines = 48 (a plan's lines) and ahead_rows = 2048 (a union): "
         "each layer's step copies, beside itself, the next layer's last plan lines and union rows that the cache "
         "lacks into HBM staging and waits for the copy at its end. At 1M the step is pipelined and only rows are "
-        "read ahead.%s Where it does not hold: the bench's plans overlap more from step to step than the real "
+        "read ahead.%s%s Where it does not hold: the bench's plans overlap more from step to step than the real "
         "traces' at every drift (its plane overlap is the upper bound here); the layers have nothing between "
         "them, while in a model the projections and MLP run between two layers' steps (the read-ahead waits at "
         "the end of its own layer's step, so it does not use that time yet). %s\n" %
         (r["layers"], r["kv_heads"], r["group"], r["dim"], r["k"], r["method"], r["layers"], r["layers"], r["reps"],
-         ref, link_note(rec)))
+         staging, ref, link_note(rec)))
+
+
+def gpu_tier_row_sets_churn(rec):
+    """bench_cuda_tier --read-ahead with each trace point direct-mapped
+    (TRACE/S%) and in W-way sets (TRACE-wW/S%): the cache-only points of the
+    alternating graphs (drift 0: the same queries every step)."""
+    r = rec["result"]
+    rows, by_drift = [], {}
+    for d in r["decode"]:
+        for a in d.get("ahead", []):
+            pts = {p["point"]: p for p in a["points"] if not p["read_ahead"]}
+            for name, c in pts.items():
+                w = c.get("row_ways", 1)
+                if w <= 1:
+                    continue
+                trace, _, share = name.rpartition("/")
+                base = trace[:-len("-w%d" % w)] if trace.endswith("-w%d" % w) else trace
+                b = pts.get(base + "/" + share)
+                if not b:
+                    continue
+                by_drift.setdefault((d["context"], a["drift"]), []).append(c["ms"] / b["ms"])
+                rows.append([ctx(d["context"]), "%.2f" % a["drift"], base, share,
+                             "%.0f%% / %.0f%%" % (100 * b["row_hit"], 100 * c["row_hit"]),
+                             "%.3f" % b["ms"], "%.3f" % c["ms"], "%.3fx" % (c["ms"] / b["ms"]),
+                             "%.2fx / %.2fx" % (b["vs_none"], c["vs_none"])])
+    text = md_table(["context", "drift", "trace", "to planes", "row hit: direct / %d-way" % max(
+                         (p.get("row_ways", 1) for d in r["decode"] for a in d.get("ahead", []) for p in a["points"]),
+                         default=1),
+                     "direct ms", "sets ms", "sets / direct", "vs none"], rows)
+    summary = "".join(" At drift %.2f (%s) the sets' step is %.3f-%.3fx the direct-mapped one." %
+                      (e, ctx(c), min(v), max(v)) for (c, e), v in sorted(by_drift.items()))
+    return text + (
+        "\nThe cache-only points of bench_cuda_tier --read-ahead (graphs alternating the queries with a set drifted "
+        "by e; drift 0 repeats one query set) on %d layers x %d KV heads, G = %d, d = %d, k = %d, %s: each trace "
+        "point's row cache direct-mapped and in 4-way sets, with the slots that give, in a static replay, the rates "
+        "bench/cache_sim.py measured for each rule on that real trace (record cache-sim-row-rules), the plane lines "
+        "the same. With changing unions a set's missed rows are many each step and its insertion (sort, way "
+        "choice, row writes) runs after each layer's attention.%s Where it does not hold: the drifted queries are "
+        "synthetic and the measured hit rates are those of the alternating graphs, not of a decode. %s\n" %
+        (r["layers"], r["kv_heads"], r["group"], r["dim"], r["k"], r["method"], summary, link_note(rec)))
 
 
 def lease_note(rec, none_ms):
@@ -2662,6 +2719,8 @@ TABLES = [
           gpu_tier_row_sets, None),
     Table("gpu-hybrid-int8-row-sets", "GPU offload step: associative row slots",
           "The hybrid step (integer mode) with 4-way row sets at their simulated rates", gpu_hybrid, None),
+    Table("gpu-tier-row-sets-churn", "GPU offload step: associative row slots",
+          "The same under changing unions: queries that drift from step to step", gpu_tier_row_sets_churn, None),
     Table("gpu-tier-read-ahead", "GPU offload step: reading the next layer ahead",
           "Read-ahead of the next layer's last plan and union beside each step, against the cache alone",
           gpu_tier_read_ahead, None),

@@ -505,6 +505,45 @@ def test_hbm_cache_keeps_the_step_bits(gpu, row_ways):
             tier.cache_set(a, plane_bytes=L * H * 10 * blocks - 1)  # less than one line per (layer, head)
 
 
+def test_read_ahead_keeps_the_step_bits(gpu):
+    """A session with read-ahead (and a partial plane cache) steps every
+    layer of 10 growing decode steps to the same bits as an identical session
+    without, the queries changing every other step."""
+    dev = torch.device("cuda")
+    L, H, G, D, n, k, budget, cap = 3, 2, 2, 128, 6000, 64, 48, 8192
+    with T.KVTier(L, H, G, D, max_sessions=2, max_tokens=cap) as tier:
+        a, b = tier.session(), tier.session()
+        for s in (a, b):
+            tier.reserve(s, n + 16)
+        kv = keys_like(n, H, D, seed=41)
+        append_all(tier, [a, b], [[kv], [kv]], dev)
+        blocks = -(-cap // 64)
+        tier.cache_set(a, plane_bytes=L * H * 10 * blocks * 20, tokens=cap, window=4, ahead_lines=budget,
+                       ahead_rows=G * k)
+        assert tier.cache_bytes(a) > 2 * H * G * k * 4 * D and tier.cache_bytes(b) == 0
+        g = torch.Generator(device=dev).manual_seed(42)
+        sa, sb = tier.sessions_tensor([a]), tier.sessions_tensor([b])
+        for i in range(10):
+            kn = torch.randn((1, H, D), device=dev, generator=g).to(torch.bfloat16)
+            vn = torch.randn((1, H, D), device=dev, generator=g).to(torch.bfloat16)
+            if i % 2 == 0:
+                qs = [torch.randn((1, H, G, D), device=dev, generator=g).to(torch.bfloat16) for _ in range(L)]
+            for layer in range(L):
+                for s in (sa, sb):
+                    tier.append(layer, s, kn, vn)
+            for layer in range(L):
+                oa, la = tier.step(layer, sa, qs[layer], capacity=cap, k=k, budget=budget)
+                ob, lb = tier.step(layer, sb, qs[layer], capacity=cap, k=k, budget=budget)
+                assert torch.equal(oa, ob) and torch.equal(la, lb), f"step {i}, layer {layer}: read-ahead changed it"
+        tier.check()
+        with pytest.raises(ValueError, match="ahead_lines 513 not in"):
+            tier.cache_set(a, ahead_lines=4 * D + 1)
+        with pytest.raises(ValueError, match="ahead_rows 4097"):
+            tier.cache_set(a, ahead_rows=4097)
+        tier.cache_set(a)
+        assert tier.cache_bytes(a) == 0
+
+
 def test_backend_with_an_hbm_cache_decodes_the_same_bits(gpu):
     """TierBackend with cache_bytes (filled at the first step and every 3)
     gives the same outputs as without, step by step, and holds device memory
