@@ -1573,8 +1573,10 @@ def serve_bench_cache(rec):
                                     else "", d["tokens_per_s"], p["tokens_per_s"]))
         if d.get("vs_parts", 1) > 1.2:
             notes.append("%s x%d, cache %g%s: the decode step took %.2fx its parts (forward %.2f ms + the tier step "
-                         "timed alone %.2f ms, which repeats one query so its rows stay cached): inside the decode, "
-                         "with a new query every step, the tier costs about %.1f ms more. Not explained yet" %
+                         "timed alone %.2f ms, which repeats one query, so the sets keep its rows): inside the decode, "
+                         "with a new query every step, more rows miss and enter the sets, and the tier costs about "
+                         "%.1f ms more (record gpu-tier-row-sets-churn: under changing unions the sets' step is "
+                         "slower than direct-mapped)" %
                          (c, b, share, ", %d-way sets" % d["cache_row_ways"] if d.get("cache_row_ways", 1) > 1
                           else "", d["vs_parts"], d["forward_ms"], d["tier_step_ms"],
                           d["step_ms"] - d["forward_ms"] - d["tier_step_ms"]))
