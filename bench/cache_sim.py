@@ -78,7 +78,10 @@ plane and row bytes, those the cache lacks that the previous step of the
 same (layer, KV head) read (its plan's lines, in the step's closed blocks;
 its union's rows): what a step reading each layer's lines and rows ahead by
 that step's plan and union, into staging beside the cache, would add to
-plane_hit and row_hit.
+plane_hit and row_hit; plane_ahead_waste and row_ahead_waste: what that
+read-ahead would also move that the step does not read (the previous plan's
+lines it drops, the previous union's rows it does not select), against the
+step's plane and row bytes.
 Also printed: the fraction of a step's rows selected by the previous step and
 by one of the last 8 steps (union over the group), to compare with captures,
 and of its plane bytes that the previous step's plan of the same (layer, KV
@@ -338,6 +341,14 @@ def row_slots_missed(rule, held, sel, slots, step):
     return missed
 
 
+def row_held(rule, held, r, slots):
+    """Whether row_slots_missed's state `held` holds token r (before a step)."""
+    if rule in ("later", "replace"):
+        return held.get(r % slots) == r + 1
+    ways = min(ASSOC_ROWS.get(rule, LATEST_ROWS.get(rule)) or slots, slots)
+    return r in held.get(r % max(1, slots // ways), ())
+
+
 def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GPU_FILL, row_rule=GPU_ROWS,
                  lines_slots=None, window=GPU_WINDOW):
     """lines_slots: (plane lines, row slots) per (layer, KV head) instead of
@@ -355,7 +366,8 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GP
         lines, slots = min(lines_slots[0], PLANES * dim), lines_slots[1]
     kept, valid, tags = {}, {}, {}  # per (layer, kv head): lines, blocks they hold, row slots (row_slots_step)
     plans, last_plan, last_sel = {}, {}, {}  # per (layer, kv head): PlanWindow, the previous step's depths, union
-    tot = {"plane": 0, "plane_hit": 0, "row": 0, "row_hit": 0, "plane_ahead": 0, "row_ahead": 0}
+    tot = {"plane": 0, "plane_hit": 0, "row": 0, "row_hit": 0, "plane_ahead": 0, "row_ahead": 0,
+           "plane_ahead_waste": 0, "row_ahead_waste": 0}
     row_bytes, max_row_hits = 4 * dim, 0
     for s, step in enumerate(steps):
         n = step["_pos"] + 1
@@ -374,6 +386,15 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GP
                     tot["plane_hit"] += cached * per_block
                     if prev is not None and p < prev[j]:  # read ahead: the closed blocks the cache lacks
                         tot["plane_ahead"] += max(n // BLOCK - cached, 0) * per_block
+            if prev is not None:  # read ahead and not read: the previous plan's lines this plan drops
+                cur = depths or [0] * len(prev)
+                for j, t0 in enumerate(prev):
+                    for p in range(cur[j], t0):
+                        cached = nvalid if (j, p) in held else 0
+                        tot["plane_ahead_waste"] += max(n // BLOCK - cached, 0) * (8 + (2 if p == 0 else 0))
+            last = last_sel.get(key, set())
+            staged = {r for r in last if not (slots and row_held(row_rule, tags.get(key, {}), r, slots))}
+            tot["row_ahead_waste"] += row_bytes * len(staged - set(sel))
             missed = set(sel)
             if slots:
                 missed = set(row_slots_missed(row_rule, tags.setdefault(key, {}), sel, slots, s))
@@ -402,6 +423,9 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GP
         # closed blocks; its union's rows): what reading each layer's lines and rows ahead by that step would add
         "plane_ahead_hit": tot["plane_ahead"] / tot["plane"] if tot["plane"] else None,
         "row_ahead_hit": tot["row_ahead"] / tot["row"] if tot["row"] else None,
+        # what that read-ahead would also move and the step not read, against the step's bytes
+        "plane_ahead_waste": tot["plane_ahead_waste"] / tot["plane"] if tot["plane"] else None,
+        "row_ahead_waste": tot["row_ahead_waste"] / tot["row"] if tot["row"] else None,
         "lines": lines,
         "slots": slots,
         "max_row_hits": max_row_hits,  # most resident rows one step of one pair read

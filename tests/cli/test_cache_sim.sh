@@ -76,6 +76,13 @@ EOF
 #    step's union holds): no slots, 127: 0, 10, 126; 128: 0, 127: 5 / 12; the
 #    5 slots below: 127: 0 (127 missed, new); 128: 0 (5, 128 not in 127's
 #    union): 2 / 12.
+#  Read ahead and not read (plane_ahead_waste: the previous plan's lines the
+#    step's plan drops, closed blocks less the cache): 127 drops (0,1), held
+#    1 block by both fills: 8; 128 drops (1,2), not held: 16; 24 / 244; no
+#    lines: 16 + 16 = 32 / 244. row_ahead_waste (the previous union's rows
+#    not held before the step and not selected): no slots, 127: 5; 128: 10,
+#    126: 3 / 12; the 5 slots: 127: 5 (0 and 5 not held, 0 selected); 128:
+#    none (only 0 not held, selected): 1 / 12.
 #  The same for every --window (here the default): the fill after 127 ranks
 #    by plans 126 (2, 3) and 127 (1, 3), whose counts 2 are (0,0), (1,0),
 #    (1,1), (1,2) and keys 1, 4, 1, 1/4: (1,0), (0,0) as from plan 127 alone.
@@ -91,16 +98,19 @@ python3 - "$tmp/hand.json" <<'PY' || fails=$((fails + 1))
 import json, sys
 runs = [r for r in json.load(open(sys.argv[1]))["traces"][0]["runs"] if r["policy"] == "gpu"]
 got = {(r["fill_every"], r["plane_share"]): r for r in runs}
-want = {(1, 1.0): (50 / 244, 0.0, 2, 0, 78 / 244, 5 / 12), (2, 1.0): (20 / 244, 0.0, 2, 0, 108 / 244, 5 / 12),
-        (1, 0.0): (0.0, 3 / 12, 0, 5, 128 / 244, 2 / 12), (2, 0.0): (0.0, 3 / 12, 0, 5, 128 / 244, 2 / 12)}
+want = {(1, 1.0): (50 / 244, 0.0, 2, 0, 78 / 244, 5 / 12, 24 / 244, 3 / 12),
+        (2, 1.0): (20 / 244, 0.0, 2, 0, 108 / 244, 5 / 12, 24 / 244, 3 / 12),
+        (1, 0.0): (0.0, 3 / 12, 0, 5, 128 / 244, 2 / 12, 32 / 244, 1 / 12),
+        (2, 0.0): (0.0, 3 / 12, 0, 5, 128 / 244, 2 / 12, 32 / 244, 1 / 12)}
 bad = 0
 if sorted(got) != sorted(want):
     print("FAIL: gpu runs", sorted(got)); sys.exit(1)
-for key, (plane, row, lines, slots, ahead, row_ahead) in want.items():
+for key, (plane, row, lines, slots, ahead, row_ahead, waste, row_waste) in want.items():
     r = got[key]
     if (abs(r["plane_hit"] - plane) > 1e-12 or abs(r["row_hit"] - row) > 1e-12 or r["lines"] != lines
             or r["slots"] != slots or r["plane_bytes"] != 244 or r["row_bytes"] != 12 * 8
-            or abs(r["plane_ahead_hit"] - ahead) > 1e-12 or abs(r["row_ahead_hit"] - row_ahead) > 1e-12):
+            or abs(r["plane_ahead_hit"] - ahead) > 1e-12 or abs(r["row_ahead_hit"] - row_ahead) > 1e-12
+            or abs(r["plane_ahead_waste"] - waste) > 1e-12 or abs(r["row_ahead_waste"] - row_waste) > 1e-12):
         print("FAIL: hand trace", key, r); bad += 1
 print("hand trace: %d gpu runs checked" % len(want))
 sys.exit(1 if bad else 0)
