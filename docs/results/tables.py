@@ -626,32 +626,42 @@ def cache_sim_read_ahead(rec):
     rows, by_ctx = [], {}
     for t in r["traces"]:
         for x in (x for x in t["runs"] if x["policy"] == "as"):
+            waste = "waste" if "plane_ahead_waste" in x else None
             rows.append([trace_label(t["trace"]), ctx(x["as_context"]), "%.0f%%" % (100 * x["plane_share"]),
                          "%.3f" % x["plane_hit"], "%.3f" % x["plane_ahead_hit"],
+                         "%.3f" % x["plane_ahead_waste"] if waste else "-",
                          "%.3f" % (x["plane_hit"] + x["plane_ahead_hit"]), "%.3f" % x["row_hit"],
-                         "%.3f" % x["row_ahead_hit"], "%.3f" % (x["row_hit"] + x["row_ahead_hit"])])
+                         "%.3f" % x["row_ahead_hit"], "%.3f" % x["row_ahead_waste"] if waste else "-",
+                         "%.3f" % (x["row_hit"] + x["row_ahead_hit"])])
             by_ctx.setdefault(x["as_context"], []).append(x)
-    text = md_table(["trace", "as context", "to planes", "plane hit", "+ read ahead", "planes in HBM",
-                     "row hit", "+ read ahead", "rows in HBM"], rows)
+    text = md_table(["trace", "as context", "to planes", "plane hit", "+ read ahead", "moved, not read",
+                     "planes in HBM", "row hit", "+ read ahead", "moved, not read", "rows in HBM"], rows)
     notes = "".join(
-        "- at %s: planes in HBM %.2f-%.2f (cache alone %.2f-%.2f), rows %.2f-%.2f (cache alone %.2f-%.2f).\n" %
+        "- at %s: planes in HBM %.2f-%.2f (cache alone %.2f-%.2f), rows %.2f-%.2f (cache alone %.2f-%.2f)%s.\n" %
         (ctx(n), min(x["plane_hit"] + x["plane_ahead_hit"] for x in xs),
          max(x["plane_hit"] + x["plane_ahead_hit"] for x in xs), min(x["plane_hit"] for x in xs),
          max(x["plane_hit"] for x in xs), min(x["row_hit"] + x["row_ahead_hit"] for x in xs),
          max(x["row_hit"] + x["row_ahead_hit"] for x in xs), min(x["row_hit"] for x in xs),
-         max(x["row_hit"] for x in xs)) for n, xs in sorted(by_ctx.items()))
+         max(x["row_hit"] for x in xs),
+         "; for every byte it keeps off the step's path the read-ahead moves %.2f-%.2f plane and %.2f-%.2f row "
+         "bytes in all" % (min(1 + x["plane_ahead_waste"] / x["plane_ahead_hit"] for x in xs),
+                           max(1 + x["plane_ahead_waste"] / x["plane_ahead_hit"] for x in xs),
+                           min(1 + x["row_ahead_waste"] / x["row_ahead_hit"] for x in xs),
+                           max(1 + x["row_ahead_waste"] / x["row_ahead_hit"] for x in xs))
+         if all("plane_ahead_waste" in x and x["plane_ahead_hit"] and x["row_ahead_hit"] for x in xs) else "")
+        for n, xs in sorted(by_ctx.items()))
     return (text + "\n" + notes +
-            "\nThe cache-sim-at-scale runs (the GPU tier's cache policy with what 10% of the index of a session of "
+            "\nThe cache-sim-at-scale runs (the GPU tier's cache policy with what 10%% of the index of a session of "
             "the 'as context' length buys, window 16) with one more source of bytes: a read-ahead that, before "
             "each layer's step, brings into staging beside the cache the plane lines the previous step's plan of "
             "that (layer, KV head) read (their closed blocks) and the rows of the previous step's union, where "
-            "the cache lacks them. '+ read ahead' is the share of the step's plane (row) bytes it would add "
-            "(bench/cache_sim.py plane_ahead_hit, row_ahead_hit). Nothing on the GPU reads ahead yet: this "
-            "sizes what it could keep off the step's critical path. Where it does not hold: the read-ahead's own "
-            "bytes cross the link too (the previous plan's lines and union rows the step does not read are "
-            "wasted), so it pays only where the link is idle while a layer's kernels run (at 128k on one stream "
-            "the step is those kernels, about 0.5 ms of 4 layers on the H200, then the link-bound phases); the "
-            "caveats of cache-sim-at-scale hold.\n")
+            "the cache lacks them (the GPU's read-ahead, fathom_cuda_tier_cache_config.ahead_lines and "
+            "ahead_rows, does this). '+ read ahead' is the share of the step's plane (row) bytes it would add "
+            "(bench/cache_sim.py plane_ahead_hit, row_ahead_hit); 'moved, not read' what it would also bring "
+            "that the step does not read, as a share of the step's bytes (the previous plan's lines this plan "
+            "drops, the previous union's rows this step does not select: plane_ahead_waste, row_ahead_waste). "
+            "Those cross the link too, so the read-ahead pays only where the link would idle while a layer's "
+            "kernels run (record gpu-tier-read-ahead times it); the caveats of cache-sim-at-scale hold.\n")
 
 
 CACHE_SIM_TRACES = {
@@ -1045,15 +1055,21 @@ def gpu_tier_read_ahead(rec):
                                               k * r["layers"] / 36))
     ref = ""
     if sim:
-        runs = [x for t in sim["result"]["traces"] for x in t["runs"] if x.get("as_context") == 131072]
+        runs = [x for t in sim["result"]["traces"] for x in t["runs"] if x.get("as_context") == 131072
+                and "plane_ahead_waste" in x and x["plane_ahead_hit"] and x["row_ahead_hit"]]
         if runs:
-            ref = (" On the real traces (record cache-sim-read-ahead) a step's union shares %.0f-%.0f%% of its rows "
-                   "with the previous step's (no row cache) and its plan %.0f-%.0f%% of the plane bytes the cache lacks "
-                   "with the previous plan's." %
+            ref = (" On the real traces (record cache-sim-read-ahead, 128k) a step's union shares %.0f-%.0f%% of its "
+                   "rows with the previous step's, and reading ahead would move %.1f-%.1f plane bytes and %.1f-%.1f "
+                   "row bytes for every byte the step then reads from the staging%s." %
                    (100 * min(x["row_ahead_hit"] for x in runs if x["slots"] == 0),
                     100 * max(x["row_ahead_hit"] for x in runs if x["slots"] == 0),
-                    100 * min(x["plane_ahead_hit"] / max(1e-9, 1 - x["plane_hit"]) for x in runs),
-                    100 * max(x["plane_ahead_hit"] / max(1e-9, 1 - x["plane_hit"]) for x in runs)))
+                    min(1 + x["plane_ahead_waste"] / x["plane_ahead_hit"] for x in runs),
+                    max(1 + x["plane_ahead_waste"] / x["plane_ahead_hit"] for x in runs),
+                    min(1 + x["row_ahead_waste"] / x["row_ahead_hit"] for x in runs),
+                    max(1 + x["row_ahead_waste"] / x["row_ahead_hit"] for x in runs),
+                    "; here, without a cache, %.2f and %.2f at drift %.2f" % (1 / near[1]["plane_staged"],
+                                                                           1 / near[1]["row_staged"], near[0])
+                    if near else ""))
     return text + (
         "\nbench_cuda_tier --read-ahead on %d layers x %d KV heads, G = %d, d = %d, k = %d, %s, one session at the "
         "context: graphs of 2 x %d layer steps, the first %d with the bench's queries A, the next with B = "
