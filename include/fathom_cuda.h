@@ -476,13 +476,21 @@ int fathom_cuda_tier_workspace_size(const fathom_cuda_tier *tier,
  * ahead_rows): beside the whole step, the tier's read-ahead stream copies
  * into each such session's staging what its last step of the next layer
  * (layer 0 after the last) read and its caches lack (the plane lines only
- * when this step scans in place), and `stream` waits for it at the end of
- * this step; that next step reads those bytes from the staging. Every
- * layer of a model's step is assumed to run the same sessions; a session
- * stepped otherwise reads host memory as without read-ahead. Same bits with
- * or without it. */
+ * when this step scans in place); that next step reads those bytes from the
+ * staging. `stream` waits for the read-ahead at the end of this step, except
+ * while capturing a graph, where a step of a layer other than the last
+ * leaves it to the tier's next step in the same capture (so it also runs
+ * beside the caller's work between the two steps, e.g. the model's MLP): a
+ * graph of such steps must end after a step of the last layer, or call
+ * fathom_cuda_tier_ahead_join first. Every layer of a model's step is
+ * assumed to run the same sessions; a session stepped otherwise reads host
+ * memory as without read-ahead. Same bits with or without it. */
 int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *args,
                           cudaStream_t stream);
+
+/* `stream` waits for a read-ahead that a step captured into the graph
+ * `stream` is capturing left to the next step (no-op otherwise). */
+int fathom_cuda_tier_ahead_join(fathom_cuda_tier *tier, cudaStream_t stream);
 
 /* Selections made elsewhere for the LAST `pairs` (entry, KV head) pairs of
  * a step's batch, p in [batch*kv_heads - pairs, batch*kv_heads) with

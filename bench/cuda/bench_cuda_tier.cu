@@ -72,7 +72,10 @@
  * --read-ahead E,..: after the cache sweep, the read-ahead sweep (ahead_sweep:
  *   graphs alternating the queries with a set drifted by E, the trace
  *   points' caches without and with fathom_cuda_tier_cache_config's
- *   read-ahead, "ahead-only" giving the step-to-step overlap).
+ *   read-ahead, "ahead-only" giving the step-to-step overlap); --between-us
+ *   X: one warp busy for X us after each layer's step in those graphs (the
+ *   model's own work between two layers; the steps of a graph leave their
+ *   read-ahead to the next step), "tier_ms" the time less that work.
  * --int8: every tier in the int8 scan mode (fathom_cuda_tier_set_scan_mode
  *   FATHOM_CUDA_SCAN_INT8): the tier and hybrid steps scan with the GPU's
  *   int8 kernel, the hybrid's host side with the CPU's int8 kernels (its
@@ -580,6 +583,15 @@ static __global__ void drift_rows(uint16_t *qb, const uint16_t *qa, const uint16
 }
 
 static std::vector<double> ahead_drifts; /* --read-ahead: drifts of the alternating query sets */
+static double between_us = 0;            /* --between-us: other work after each layer's step */
+
+/* One warp that keeps the stream busy for `cycles` clocks without the link:
+ * the model's work between two layers' steps (its projections and MLP). */
+static __global__ void spin_kernel(long long cycles) {
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+}
 
 /* The read-ahead sweep (--read-ahead E,..) at the session's current length:
  * per drift e, a second query set B = sqrt(1 - e^2) A + e Z, and graphs of
@@ -603,6 +615,9 @@ static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
     CK(cudaMalloc((void **)&d_z, L * R * D * 2));
     unsigned long long *d_cnt = NULL;
     CK(cudaMalloc((void **)&d_cnt, 32));
+    int khz = 0;
+    CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+    const long long spin = (long long)(between_us * khz / 1000.0);
     auto steps = [&](const uint16_t *q, unsigned long long *cnt) { /* L layer steps with query set q */
         for (uint32_t l = 0; l < L; l++) {
             fathom_cuda_tier_step_args a = args_of(st, l);
@@ -610,6 +625,10 @@ static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
             a.cache_bytes = cnt;
             a.ahead_bytes = cnt ? cnt + 2 : NULL;
             FK(fathom_cuda_tier_step(st.tier, &a, s));
+            if (spin > 0) {
+                spin_kernel<<<1, 32, 0, s>>>(spin);
+                CK(cudaGetLastError());
+            }
         }
     };
     std::string js = "[";
@@ -638,7 +657,7 @@ static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
                 pts.push_back({tp.name, tp.plane_frac, tp.slot_mult, tp.ways, false});
                 pts.push_back({tp.name + "+ahead", tp.plane_frac, tp.slot_mult, tp.ways, true});
             }
-        double none_ms = 0;
+        double none_ms = 0, none_tier_ms = 0;
         std::string pj;
         for (size_t i = 0; i < pts.size(); i++) {
             const apoint &pt = pts[i];
@@ -670,20 +689,24 @@ static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
             const double planes = (scan_a + scan_b) * (reps + 1), rows = (row_a + row_b) * (reps + 1);
             const double ms = t.gpu_ms / 2;
             if (i == 0) none_ms = ms;
-            char buf[640];
+            const double tier_ms = ms - L * between_us / 1e3; /* less the work between the steps */
+            if (i == 0) none_tier_ms = tier_ms;
+            char buf[720];
             snprintf(buf, sizeof buf,
                      "%s{\"point\": \"%s\", \"lines\": %llu, \"slots\": %llu, \"row_ways\": %u, \"read_ahead\": %s, "
                      "\"hbm_GB\": %.4f, \"plane_hit\": %.4f, \"row_hit\": %.4f, \"plane_staged\": %.4f, "
-                     "\"row_staged\": %.4f, \"ms\": %.4f, \"vs_none\": %.4f}",
+                     "\"row_staged\": %.4f, \"ms\": %.4f, \"vs_none\": %.4f, \"tier_ms\": %.4f, "
+                     "\"tier_vs_none\": %.4f}",
                      i ? ", " : "", pt.name.c_str(), (unsigned long long)lines, (unsigned long long)slots, pt.ways,
                      pt.ahead ? "true" : "false", hbm / 1e9, c[0] / planes, c[1] / rows, c[2] / planes, c[3] / rows,
-                     ms, ms / none_ms);
+                     ms, ms / none_ms, tier_ms, tier_ms / none_tier_ms);
             fprintf(stderr, "  ahead e=%.3f %s\n", e, buf);
             pj += buf;
         }
         char head[256];
-        snprintf(head, sizeof head, "%s{\"drift\": %.4f, \"plan_GB\": [%.5f, %.5f], \"row_GB\": [%.5f, %.5f], \"points\": [",
-                 di ? ", " : "", e, scan_a / 1e9, scan_b / 1e9, row_a / 1e9, row_b / 1e9);
+        snprintf(head, sizeof head, "%s{\"drift\": %.4f, \"between_us\": %.1f, \"plan_GB\": [%.5f, %.5f], "
+                 "\"row_GB\": [%.5f, %.5f], \"points\": [",
+                 di ? ", " : "", e, between_us, scan_a / 1e9, scan_b / 1e9, row_a / 1e9, row_b / 1e9);
         js += head + pj + "]}";
     }
     const fathom_cuda_tier_cache_config off = {0, 0, 0, 0, 0, 0, 0};
@@ -942,7 +965,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile_point = argv[++i];
         else if (!strcmp(argv[i], "--hybrid")) hybrid = true;
         else if (!strcmp(argv[i], "--int8")) scan_int8 = true;
-        else if (!strcmp(argv[i], "--read-ahead") && i + 1 < argc) {
+        else if (!strcmp(argv[i], "--between-us") && i + 1 < argc) {
+            between_us = strtod(argv[++i], NULL);
+            if (!(between_us >= 0 && between_us <= 1e5)) {
+                fprintf(stderr, "--between-us: microseconds in [0, 100000]\n");
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--read-ahead") && i + 1 < argc) {
             for (char *p = argv[++i]; *p;) {
                 const double e = strtod(p, &p);
                 if (!(e >= 0 && e <= 1)) {
@@ -972,7 +1001,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) list(threads);
         else if (!strcmp(argv[i], "--json")) {
         } else {
-            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--only-cache] [--profile POINT,..] [--trace-point NAME:N:PLANE:ROW[:WAYS] ..] [--hybrid [--threads T,..] [--segment-blocks S]] [--int8] [--read-ahead E,..] [--json]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--only-cache] [--profile POINT,..] [--trace-point NAME:N:PLANE:ROW[:WAYS] ..] [--hybrid [--threads T,..] [--segment-blocks S]] [--int8] [--read-ahead E,.. [--between-us X]] [--json]\n", argv[0]);
             return 2;
         }
     }

@@ -74,6 +74,7 @@ _PROTOTYPES = {
     "fathom_cuda_tier_step": (STATUS, [P, C.POINTER(StepArgs), P]),
     "fathom_cuda_tier_cache_set": (STATUS, [P, u32, C.POINTER(TierCacheConfig)]),
     "fathom_cuda_tier_cache_fill": (STATUS, [P, u32, P, P]),
+    "fathom_cuda_tier_ahead_join": (STATUS, [P, P]),
     "fathom_cuda_tier_cache_bytes": (STATUS, [P, u32, C.POINTER(u64)]),
 }
 
@@ -330,6 +331,13 @@ class KVTier:
         variance) and copy their closed blocks from host memory, for every
         layer and KV head, on the current stream. No-op without plane lines."""
         self._lib.fathom_cuda_tier_cache_fill(self._h(), session, None, _stream())
+
+    def ahead_join(self):
+        """The current stream waits for a read-ahead that a step captured
+        into the graph it is capturing left to the next step: call before
+        ending a capture whose last step is not of the last layer (no-op
+        otherwise)."""
+        self._lib.fathom_cuda_tier_ahead_join(self._h(), _stream())
 
     def cache_bytes(self, session):
         """Device bytes the session's cache holds allocated (0 without one)."""

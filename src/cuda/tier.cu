@@ -48,6 +48,7 @@ struct fathom_cuda_tier {
     uint32_t ahead_sessions; /* sessions with read-ahead */
     cudaStream_t ahead;       /* the read-ahead's stream (non-blocking) */
     cudaEvent_t ahead_fork, ahead_join;
+    unsigned long long ahead_pending; /* capture id whose graph holds a read-ahead not yet joined, 0 none */
     fathom_cuda_lanes *lanes; /* the step's pipeline; NULL: one stream */
     fathom_cuda_scan_mode scan_mode; /* fathom_cuda_tier_set_scan_mode; 0 (exact) from calloc */
 };
@@ -67,6 +68,7 @@ cudaStream_t fc_tier_ahead_stream(const fathom_cuda_tier *t, cudaEvent_t *fork, 
     *join = t->ahead_join;
     return t->ahead;
 }
+unsigned long long *fc_tier_ahead_pending(fathom_cuda_tier *t) { return &t->ahead_pending; }
 fathom_cuda_lanes *fc_tier_lanes(const fathom_cuda_tier *t) { return t->lanes; }
 fathom_cuda_scan_mode fc_tier_scan_mode(const fathom_cuda_tier *t) { return t->scan_mode; }
 int fc_tier_live(const fathom_cuda_tier *t, uint32_t s) {
@@ -103,7 +105,10 @@ extern "C" void fathom_cuda_tier_destroy(fathom_cuda_tier *t) {
     cudaFree(t->d_centers);
     cudaFree(t->d_center_state);
     fathom_cuda_lanes_destroy(t->lanes);
-    if (t->ahead) cudaStreamDestroy(t->ahead);
+    if (t->ahead) {
+        cudaStreamSynchronize(t->ahead);
+        cudaStreamDestroy(t->ahead);
+    }
     if (t->ahead_fork) cudaEventDestroy(t->ahead_fork);
     if (t->ahead_join) cudaEventDestroy(t->ahead_join);
     free(t);

@@ -29,9 +29,15 @@ static __device__ __forceinline__ bool ahead_row_cached(const tier_cache &c, siz
     return false;
 }
 
-/* The staging half a step of `layer` fills: the one not holding layer's own. */
-static __device__ __forceinline__ uint32_t ahead_fill_half(const tier_cache &c, uint32_t layer) {
-    return c.stage_layer[0] == (int32_t)layer ? 1u : 0u;
+/* The staging half a step of `layer` fills (stage_layer[4], claimed once by
+ * tier_ahead_claim_kernel: the step's own layer's half may be emptied
+ * meanwhile): the one not holding layer's own. */
+static __global__ void tier_ahead_claim_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions,
+                                               uint32_t batch) {
+    const uint32_t e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= batch || sessions[e] >= t.max_sessions) return;
+    const tier_cache c = t.caches[sessions[e]];
+    if (c.stage_layer) c.stage_layer[4] = c.stage_layer[0] == (int32_t)layer ? 1 : 0;
 }
 
 /* Every warp of the grid walks the batch's pairs; per pair, the CTA lays
@@ -56,7 +62,7 @@ tier_ahead_kernel(tier_dev t, uint32_t layer, uint32_t next, const uint32_t *ses
         const tier_cache c = t.caches[s];
         if (!c.stage_layer) continue;
         const size_t lh = (size_t)next * t.heads + h;
-        const uint32_t half = ahead_fill_half(c, layer), nb = c.ahead_nb[lh];
+        const uint32_t half = (uint32_t)c.stage_layer[4], nb = c.ahead_nb[lh];
         const uint32_t pieces = (c.blocks + AHEAD_PIECE - 1) / AHEAD_PIECE;
         __syncthreads(); /* the last pair's layout is read */
         if (threadIdx.x < 32) { /* warp 0: prefix counts of the depths */
@@ -162,7 +168,7 @@ static __global__ void tier_ahead_publish_kernel(tier_dev t, uint32_t layer, uin
     if (s >= t.max_sessions) return;
     const tier_cache c = t.caches[s];
     if (!c.stage_layer) return;
-    const uint32_t half = ahead_fill_half(c, layer);
+    const uint32_t half = (uint32_t)c.stage_layer[4];
     if (c.stage_layer[1 - half] == (int32_t)next) c.stage_layer[1 - half] = -1;
     c.stage_layer[half] = (int32_t)next;
     c.stage_layer[2 + half] = planes;
@@ -172,6 +178,8 @@ int fc_tier_ahead_launch(fathom_cuda_tier *tier, uint32_t layer, const uint32_t 
                          bool planes, cudaStream_t stream) {
     const tier_dev *t = fc_tier_dev(tier);
     const uint32_t next = (layer + 1) % t->layers, P = batch * t->heads;
+    tier_ahead_claim_kernel<<<(batch + 255) / 256, 256, 0, stream>>>(*t, layer, sessions, batch);
+    FATHOM_CUDA_LAUNCHED();
     switch (t->dim) {
     case 64: tier_ahead_kernel<64><<<AHEAD_GRID, AHEAD_WARPS * 32, 0, stream>>>(*t, layer, next, sessions, P, planes); break;
     case 128: tier_ahead_kernel<128><<<AHEAD_GRID, AHEAD_WARPS * 32, 0, stream>>>(*t, layer, next, sessions, P, planes); break;
@@ -212,4 +220,50 @@ int fc_tier_ahead_save(fathom_cuda_tier *tier, uint32_t layer, const uint32_t *s
     tier_ahead_save_kernel<<<batch * t->heads, 256, 0, stream>>>(*t, layer, sessions, cap, *w);
     FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
+}
+
+/* The capture `stream` belongs to (0: not capturing). */
+static int capture_id(cudaStream_t stream, unsigned long long *id) {
+    cudaStreamCaptureStatus st;
+    FATHOM_CUDA_TRY(cudaStreamGetCaptureInfo(stream, &st, id));
+    if (st != cudaStreamCaptureStatusActive) *id = 0;
+    return FATHOM_OK;
+}
+
+int fc_tier_ahead_join(fathom_cuda_tier *tier, cudaStream_t stream) {
+    unsigned long long *pending = fc_tier_ahead_pending(tier), id;
+    if (!*pending) return FATHOM_OK;
+    FATHOM_TRY(capture_id(stream, &id));
+    if (id == *pending) {
+        cudaEvent_t fork, join;
+        fc_tier_ahead_stream(tier, &fork, &join);
+        FATHOM_CUDA_TRY(cudaStreamWaitEvent(stream, join, 0));
+    }
+    *pending = 0; /* another capture's: it ended (joined or failed) */
+    return FATHOM_OK;
+}
+
+int fc_tier_ahead_defers(fathom_cuda_tier *tier, uint32_t layer, cudaStream_t stream, bool *defer) {
+    unsigned long long id;
+    FATHOM_TRY(capture_id(stream, &id));
+    *defer = id && layer + 1 < fc_tier_dev(tier)->layers;
+    return FATHOM_OK;
+}
+
+int fc_tier_ahead_leave(fathom_cuda_tier *tier, uint32_t layer, cudaStream_t stream) {
+    unsigned long long id;
+    FATHOM_TRY(capture_id(stream, &id));
+    if (id && layer + 1 < fc_tier_dev(tier)->layers) { /* the next layer's step joins it */
+        *fc_tier_ahead_pending(tier) = id;
+        return FATHOM_OK;
+    }
+    cudaEvent_t fork, join;
+    fc_tier_ahead_stream(tier, &fork, &join);
+    FATHOM_CUDA_TRY(cudaStreamWaitEvent(stream, join, 0));
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_tier_ahead_join(fathom_cuda_tier *tier, cudaStream_t stream) {
+    FATHOM_CHECK_ARG(tier != NULL, "tier_ahead_join: tier is NULL");
+    return fc_tier_ahead_join(tier, stream);
 }

@@ -136,8 +136,8 @@ extern "C" int fathom_cuda_tier_cache_set(fathom_cuda_tier *tier, uint32_t s,
         if (e == cudaSuccess && half_words) e = cudaMalloc((void **)&c.stage_words, 2 * half_words * 8);
         if (e == cudaSuccess && half_scales) e = cudaMalloc((void **)&c.stage_scales, 2 * half_scales * 2);
         if (e == cudaSuccess && half_rows) e = cudaMalloc((void **)&c.stage_rows, 2 * half_rows * 2);
-        if (e == cudaSuccess) e = cudaMalloc((void **)&c.stage_layer, 16);
-        if (e == cudaSuccess) e = cudaMemset(c.stage_layer, 0xff, 16); /* -1: empty */
+        if (e == cudaSuccess) e = cudaMalloc((void **)&c.stage_layer, 20);
+        if (e == cudaSuccess) e = cudaMemset(c.stage_layer, 0xff, 20); /* -1: empty */
     }
     if (e != cudaSuccess) {
         cudaGetLastError();
@@ -173,7 +173,7 @@ extern "C" int fathom_cuda_tier_cache_bytes(const fathom_cuda_tier *tier, uint32
     if (c->slots) *bytes += LH * c->slots * (4ull * t->dim + 4);
     if (c->ways > 1) *bytes += LH * (c->slots * 4ull + 4); /* stamps and the step count */
     if (c->stage_layer) /* the last plans and unions, and the staging's two halves */
-        *bytes += LH * (t->dim + 8ull + 4ull * c->ahead_rows) + 16 +
+        *bytes += LH * (t->dim + 8ull + 4ull * c->ahead_rows) + 20 +
                   2ull * t->heads * (8ull * c->ahead_lines * c->blocks + 2ull * c->ahead_chans * c->blocks +
                                      4ull * t->dim * c->ahead_rows);
     return FATHOM_OK;
@@ -243,8 +243,10 @@ extern "C" int fathom_cuda_tier_cache_fill(fathom_cuda_tier *tier, uint32_t s, c
     const tier_cache c = fc_tier_caches(tier, &dev)[s];
     FATHOM_CHECK_ARG(!c.window || !depths, "tier_cache_fill: session %u ranks by its plan window: depths must "
                      "be NULL", s);
-    if (c.stage_layer) /* the staging skipped the lines the old map kept */
+    if (c.stage_layer) { /* the staging skipped the lines the old map kept */
+        FATHOM_TRY(fc_tier_ahead_join(tier, stream));
         FATHOM_CUDA_TRY(cudaMemsetAsync(c.stage_layer, 0xff, 8, stream));
+    }
     if (!c.lines) return FATHOM_OK;
     const tier_dev *t = fc_tier_dev(tier);
     const uint32_t LH = t->layers * t->heads;

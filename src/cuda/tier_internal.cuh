@@ -50,8 +50,9 @@ typedef struct tier_cache {
     uint64_t *stage_words;  /* [2][heads][ahead_lines][blocks] line x: the plan's x-th line in (j, p) order */
     uint16_t *stage_scales; /* [2][heads][ahead_chans][blocks] channel r: the plan's r-th channel */
     uint16_t *stage_rows;   /* [2][heads][ahead_rows][2][dim] row u of ahead_uni */
-    int32_t *stage_layer;   /* [4] the layer each half of the staging holds (-1 none), then whether
-                               it holds that layer's plane lines (else its rows only) */
+    int32_t *stage_layer;   /* [5] the layer each half of the staging holds (-1 none), then whether
+                               it holds that layer's plane lines (else its rows only), then the half
+                               the running read-ahead fills */
     uint32_t ahead_lines, ahead_chans, ahead_rows;
 } tier_cache;
 
@@ -179,8 +180,21 @@ uint32_t *fc_tier_row_caches(fathom_cuda_tier *tier); /* sessions with a direct-
 uint32_t *fc_tier_set_caches(fathom_cuda_tier *tier); /* sessions with a row cache of ways > 1 */
 uint32_t *fc_tier_plan_windows(fathom_cuda_tier *tier); /* sessions whose plane cache notes plans */
 uint32_t *fc_tier_ahead_sessions(fathom_cuda_tier *tier); /* sessions with read-ahead */
-/* The read-ahead stream and its fork and join events (created with the tier). */
+/* The read-ahead stream and its fork and join events (created with the tier);
+ * the capture id of the graph whose last step left its read-ahead to the
+ * next step (fc_tier_ahead_join), 0 none. */
 cudaStream_t fc_tier_ahead_stream(const fathom_cuda_tier *tier, cudaEvent_t *fork, cudaEvent_t *join);
+unsigned long long *fc_tier_ahead_pending(fathom_cuda_tier *tier);
+/* tier_ahead.cu: `stream` waits for a read-ahead left pending in the graph
+ * it is capturing (none pending, or another capture's: nothing to do). */
+int fc_tier_ahead_join(fathom_cuda_tier *tier, cudaStream_t stream);
+/* At the end of a step of `layer` that forked a read-ahead: in a capture, and
+ * unless layer is the last, leave it to the next step (pending); else
+ * `stream` waits for it now. */
+int fc_tier_ahead_leave(fathom_cuda_tier *tier, uint32_t layer, cudaStream_t stream);
+/* Whether a step of `layer` on `stream` leaves its read-ahead to the next
+ * step (fc_tier_ahead_leave's test). */
+int fc_tier_ahead_defers(fathom_cuda_tier *tier, uint32_t layer, cudaStream_t stream, bool *defer);
 /* The step's pipeline (NULL: one stream); a tier starts with TIER_LANES
  * lanes and chunks by context (fathom_cuda_tier_set_lanes). */
 #define TIER_LANES 3

@@ -1159,6 +1159,70 @@ static void test_read_ahead(void) {
     printf("read-ahead: %llu step pairs compared, %llu differ\n", (unsigned long long)compared,
            (unsigned long long)differ);
     CHECK(compared == 4 + steps && differ == 0);
+    /* captured: a graph of the L layers' appends and steps, where each step but
+       the last layer's leaves its read-ahead to the next step, replayed beside
+       tu's eager steps; then a graph of layer 0's step alone, closed by
+       fathom_cuda_tier_ahead_join */
+    {
+        cudaStream_t gs;
+        CK(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking));
+        auto enqueue = [&](fathom_cuda_tier *t, step_bufs &b, uint32_t layers, bool count) {
+            for (uint32_t l = 0; l < layers; l++) {
+                CHECK_OK(fathom_cuda_tier_append(t, l, d_ids, B, d_ones, 1, d_k, d_v, gs));
+                fathom_cuda_tier_step_args a = layer_args(l, B, H, G, D, capacity, b);
+                if (count) a.ahead_bytes = d_cnt + 2;
+                CHECK_OK(fathom_cuda_tier_step(t, &a, gs));
+            }
+        };
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CK(cudaStreamBeginCapture(gs, cudaStreamCaptureModeThreadLocal));
+        enqueue(ta, ba, L, true);
+        CK(cudaStreamEndCapture(gs, &graph));
+        CK(cudaGraphInstantiate(&exec, graph, 0));
+        const uint32_t replays = quick ? 6 : 20;
+        uint64_t gdiff = 0;
+        unsigned long long staged_rows = 0;
+        for (uint32_t r = 0; r < replays; r++) {
+            std::vector<uint16_t> hk(B * row);
+            for (uint32_t i = 0; i < B; i++) memcpy(&hk[i * row], &fresh[i][(300 + r) * row], row * 2);
+            CK(cudaMemcpy(d_k, hk.data(), hk.size() * 2, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(d_v, hk.data(), hk.size() * 2, cudaMemcpyHostToDevice));
+            if (r % 2 == 0) new_queries();
+            CK(cudaMemset(d_cnt, 0, 32));
+            CK(cudaGraphLaunch(exec, gs));
+            enqueue(tu, bu, L, false);
+            CK(cudaStreamSynchronize(gs));
+            CK(cudaMemcpy(cnt, d_cnt, 32, cudaMemcpyDeviceToHost));
+            staged_rows += cnt[3];
+            step_out oa = read_out(ba, R, D, B * H, L), ou = read_out(bu, R, D, B * H, L);
+            gdiff += oa.out != ou.out || oa.sel != ou.sel || oa.sel_count != ou.sel_count ||
+                     memcmp(oa.lse.data(), ou.lse.data(), oa.lse.size() * 4) != 0;
+        }
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        /* one layer's step alone: its read-ahead is joined before the capture ends */
+        CK(cudaStreamBeginCapture(gs, cudaStreamCaptureModeThreadLocal));
+        fathom_cuda_tier_step_args a0 = layer_args(0, B, H, G, D, capacity, ba);
+        CHECK_OK(fathom_cuda_tier_step(ta, &a0, gs));
+        CHECK_OK(fathom_cuda_tier_ahead_join(ta, gs));
+        CHECK(cudaStreamEndCapture(gs, &graph) == cudaSuccess);
+        CK(cudaGraphInstantiate(&exec, graph, 0));
+        CK(cudaGraphLaunch(exec, gs));
+        fathom_cuda_tier_step_args u0 = layer_args(0, B, H, G, D, capacity, bu);
+        CHECK_OK(fathom_cuda_tier_step(tu, &u0, gs));
+        CK(cudaStreamSynchronize(gs));
+        step_out oa = read_out(ba, R, D, B * H, L), ou = read_out(bu, R, D, B * H, L);
+        gdiff += oa.out != ou.out || oa.sel != ou.sel;
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        cudaStreamDestroy(gs);
+        printf("read-ahead: %u graph replays of %u layers (the steps leave their read-ahead to the next): %llu "
+               "differ, staged row bytes %llu\n", replays, L, (unsigned long long)gdiff, staged_rows);
+        CHECK(gdiff == 0 && staged_rows > 0);
+    }
+    CHECK_OK(fathom_cuda_tier_ahead_join(ta, 0)); /* nothing pending: a no-op */
+    CHECK_STATUS(fathom_cuda_tier_ahead_join(NULL, 0), FATHOM_ERR_INVALID_ARG);
     /* argument checks */
     fathom_cuda_tier_cache_config bad = {0, 0, 0, 0, 0, 8, 0}; /* lines need tokens */
     CHECK_STATUS(fathom_cuda_tier_cache_set(ta, ids[0], &bad), FATHOM_ERR_INVALID_ARG);
