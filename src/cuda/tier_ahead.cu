@@ -243,13 +243,6 @@ int fc_tier_ahead_join(fathom_cuda_tier *tier, cudaStream_t stream) {
     return FATHOM_OK;
 }
 
-int fc_tier_ahead_defers(fathom_cuda_tier *tier, uint32_t layer, cudaStream_t stream, bool *defer) {
-    unsigned long long id;
-    FATHOM_TRY(capture_id(stream, &id));
-    *defer = id && layer + 1 < fc_tier_dev(tier)->layers;
-    return FATHOM_OK;
-}
-
 int fc_tier_ahead_leave(fathom_cuda_tier *tier, uint32_t layer, cudaStream_t stream) {
     unsigned long long id;
     FATHOM_TRY(capture_id(stream, &id));

@@ -192,9 +192,6 @@ int fc_tier_ahead_join(fathom_cuda_tier *tier, cudaStream_t stream);
  * unless layer is the last, leave it to the next step (pending); else
  * `stream` waits for it now. */
 int fc_tier_ahead_leave(fathom_cuda_tier *tier, uint32_t layer, cudaStream_t stream);
-/* Whether a step of `layer` on `stream` leaves its read-ahead to the next
- * step (fc_tier_ahead_leave's test). */
-int fc_tier_ahead_defers(fathom_cuda_tier *tier, uint32_t layer, cudaStream_t stream, bool *defer);
 /* The step's pipeline (NULL: one stream); a tier starts with TIER_LANES
  * lanes and chunks by context (fathom_cuda_tier_set_lanes). */
 #define TIER_LANES 3
