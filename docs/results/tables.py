@@ -1080,11 +1080,12 @@ def gpu_tier_read_ahead(rec):
         "of the cache sweep (its row rate is the static replay's; alternating unions lower it), its window noted "
         "by both sets; \"+ read-ahead\" adds ahead_lines = 48 (a plan's lines) and ahead_rows = 2048 (a union): "
         "each layer's step copies, beside itself, the next layer's last plan lines and union rows that the cache "
-        "lacks into HBM staging and waits for the copy at its end. At 1M the step is pipelined and only rows are "
-        "read ahead.%s%s Where it does not hold: the bench's plans overlap more from step to step than the real "
+        "lacks into HBM staging and, at this record's commit, waits for the copy at its end (since 3605576 a "
+        "step captured in a graph leaves it to the next step, so it also runs beside the work between two "
+        "layers; bench_cuda_tier --between-us times that; not recorded yet). At 1M the step is pipelined and only "
+        "rows are read ahead.%s%s Where it does not hold: the bench's plans overlap more from step to step than the real "
         "traces' at every drift (its plane overlap is the upper bound here); the layers have nothing between "
-        "them, while in a model the projections and MLP run between two layers' steps (the read-ahead waits at "
-        "the end of its own layer's step, so it does not use that time yet). %s\n" %
+        "them, while in a model the projections and MLP run between two layers' steps. %s\n" %
         (r["layers"], r["kv_heads"], r["group"], r["dim"], r["k"], r["method"], r["layers"], r["layers"], r["reps"],
          staging, ref, link_note(rec)))
 
