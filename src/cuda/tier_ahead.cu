@@ -65,22 +65,14 @@ tier_ahead_kernel(tier_dev t, uint32_t layer, uint32_t next, const uint32_t *ses
         const uint32_t half = (uint32_t)c.stage_layer[4], nb = c.ahead_nb[lh];
         const uint32_t pieces = (c.blocks + AHEAD_PIECE - 1) / AHEAD_PIECE;
         __syncthreads(); /* the last pair's layout is read */
-        if (threadIdx.x < 32) { /* warp 0: prefix counts of the depths */
-            uint32_t run_l = 0, run_c = 0;
-            for (uint32_t j0 = 0; j0 < D; j0 += 32) {
-                const uint32_t j = j0 + lane, d = c.ahead_dep[lh * D + j];
-                uint32_t il = d, ic = d > 0;
-                for (int o = 1; o < 32; o <<= 1) {
-                    const uint32_t a = __shfl_up_sync(0xffffffffu, il, o), b = __shfl_up_sync(0xffffffffu, ic, o);
-                    if (lane >= (uint32_t)o) il += a, ic += b;
-                }
-                const uint32_t x0 = run_l + il - d, r = run_c + ic - (d > 0);
-                for (uint32_t q = 0; q < d; q++)
-                    if (x0 + q < c.ahead_lines) s_line[x0 + q] = (uint16_t)(j * FATHOM_PLANES + q);
-                if (d && r < c.ahead_chans) s_chan[r] = (uint16_t)j;
-                run_l += __shfl_sync(0xffffffffu, il, 31);
-                run_c += __shfl_sync(0xffffffffu, ic, 31);
-            }
+        if (threadIdx.x < 32) { /* warp 0: the plan's lines and channels in order */
+            uint32_t run_l, run_c;
+            tier_plan_walk<D>(c.ahead_dep + lh * D, lane, &run_l, &run_c,
+                              [&](uint32_t j, uint32_t d, uint32_t x0, uint32_t r) {
+                                  for (uint32_t q = 0; q < d; q++)
+                                      if (x0 + q < c.ahead_lines) s_line[x0 + q] = (uint16_t)(j * FATHOM_PLANES + q);
+                                  if (d && r < c.ahead_chans) s_chan[r] = (uint16_t)j;
+                              });
             if (lane == 0) {
                 s_lines = planes ? min(run_l, c.ahead_lines) : 0;
                 s_chans = planes ? min(run_c, c.ahead_chans) : 0;

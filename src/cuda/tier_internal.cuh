@@ -56,6 +56,29 @@ typedef struct tier_cache {
     uint32_t ahead_lines, ahead_chans, ahead_rows;
 } tier_cache;
 
+/* One warp walks a plan's depths dep[0, D) in channel order: f(j, d, x, r)
+ * for channel j of depth d, x the plan's lines (j', p) before it in (j, p)
+ * order, r its planned channels (d > 0) before it. Returns the plan's lines
+ * and channels in *lines and *chans (every lane). */
+template <int D, typename F>
+static __device__ __forceinline__ void tier_plan_walk(const uint8_t *dep, uint32_t lane, uint32_t *lines,
+                                                      uint32_t *chans, F f) {
+    uint32_t run_l = 0, run_c = 0;
+    for (uint32_t j0 = 0; j0 < D; j0 += 32) {
+        const uint32_t j = j0 + lane, d = dep[j];
+        uint32_t il = d, ic = d > 0;
+        for (int o = 1; o < 32; o <<= 1) {
+            const uint32_t a = __shfl_up_sync(0xffffffffu, il, o), b = __shfl_up_sync(0xffffffffu, ic, o);
+            if (lane >= (uint32_t)o) il += a, ic += b;
+        }
+        f(j, d, run_l + il - d, run_c + ic - (d > 0));
+        run_l += __shfl_sync(0xffffffffu, il, 31);
+        run_c += __shfl_sync(0xffffffffu, ic, 31);
+    }
+    *lines = run_l;
+    *chans = run_c;
+}
+
 /* The half of a session's staging that holds layer's read-ahead, -1 none. */
 static __device__ __forceinline__ int tier_stage_half(const tier_cache &c, uint32_t layer) {
     if (!c.stage_layer) return -1;

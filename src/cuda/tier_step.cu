@@ -332,21 +332,14 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
     const uint32_t snb = ahead ? cache.ahead_nb[lh] : 0; /* staged blocks: [0, snb) */
     const uint64_t *swords = ahead ? cache.stage_words + ((size_t)half * t.heads + h) * cache.ahead_lines * cache.blocks : NULL;
     const uint16_t *sscales = ahead ? cache.stage_scales + ((size_t)half * t.heads + h) * cache.ahead_chans * cache.blocks : NULL;
-    if (ahead && tid < 32) { /* warp 0: prefix counts of the staged plan's depths */
-        uint32_t run_l = 0, run_c = 0;
-        for (uint32_t j0 = 0; j0 < D; j0 += 32) {
-            const uint32_t j = j0 + lane, d = cache.ahead_dep[lh * D + j];
-            uint32_t il = d, ic = d > 0;
-            for (int o = 1; o < 32; o <<= 1) {
-                const uint32_t a = __shfl_up_sync(0xffffffffu, il, o), b = __shfl_up_sync(0xffffffffu, ic, o);
-                if (lane >= (uint32_t)o) il += a, ic += b;
-            }
-            s_adep[j] = (uint8_t)d;
-            s_apref[j] = (uint16_t)(run_l + il - d);
-            s_arank[j] = (uint16_t)(run_c + ic - (d > 0));
-            run_l += __shfl_sync(0xffffffffu, il, 31);
-            run_c += __shfl_sync(0xffffffffu, ic, 31);
-        }
+    if (ahead && tid < 32) { /* warp 0: the staged plan's line and channel ranks */
+        uint32_t lines, chans;
+        tier_plan_walk<D>(cache.ahead_dep + lh * D, lane, &lines, &chans,
+                          [&](uint32_t j, uint32_t d, uint32_t x0, uint32_t r) {
+                              s_adep[j] = (uint8_t)d;
+                              s_apref[j] = (uint16_t)x0;
+                              s_arank[j] = (uint16_t)r;
+                          });
     } /* read after the passes' barriers */
     const uint8_t *slice = w.stage ? w.stage + ((size_t)p * w.nseg + b0 / S) * t.kv_off /* the gather's copy */
                                    : tier_slice(t, s, (uint32_t)(b0 / S), layer, h);
