@@ -81,7 +81,9 @@ that step's plan and union, into staging beside the cache, would add to
 plane_hit and row_hit; plane_ahead_waste and row_ahead_waste: what that
 read-ahead would also move that the step does not read (the previous plan's
 lines it drops, the previous union's rows it does not select), against the
-step's plane and row bytes.
+step's plane and row bytes. The *_ahead2_* fields: the same read-ahead
+staging only what the last two steps both read (per channel the lower of
+the two depths; rows in both unions).
 Also printed: the fraction of a step's rows selected by the previous step and
 by one of the last 8 steps (union over the group), to compare with captures,
 and of its plane bytes that the previous step's plan of the same (layer, KV
@@ -367,7 +369,9 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GP
     kept, valid, tags = {}, {}, {}  # per (layer, kv head): lines, blocks they hold, row slots (row_slots_step)
     plans, last_plan, last_sel = {}, {}, {}  # per (layer, kv head): PlanWindow, the previous step's depths, union
     tot = {"plane": 0, "plane_hit": 0, "row": 0, "row_hit": 0, "plane_ahead": 0, "row_ahead": 0,
-           "plane_ahead_waste": 0, "row_ahead_waste": 0}
+           "plane_ahead_waste": 0, "row_ahead_waste": 0, "plane_ahead2": 0, "row_ahead2": 0,
+           "plane_ahead2_waste": 0, "row_ahead2_waste": 0}
+    last2_plan, last2_sel = {}, {}  # per (layer, kv head): the step before the previous one's depths, union
     row_bytes, max_row_hits = 4 * dim, 0
     for s, step in enumerate(steps):
         n = step["_pos"] + 1
@@ -378,6 +382,8 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GP
             depths, sel = value
             held, nvalid = kept.get(key, ()), valid.get(key, 0)
             prev = last_plan.get(key)
+            prev2 = last2_plan.get(key)
+            both = [min(a, b) for a, b in zip(prev, prev2)] if prev is not None and prev2 is not None else None
             for j, t in enumerate(depths or []):
                 for p in range(t):
                     per_block = 8 + (2 if p == 0 else 0)
@@ -386,6 +392,14 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GP
                     tot["plane_hit"] += cached * per_block
                     if prev is not None and p < prev[j]:  # read ahead: the closed blocks the cache lacks
                         tot["plane_ahead"] += max(n // BLOCK - cached, 0) * per_block
+                    if both is not None and p < both[j]:  # only what the last two plans both read
+                        tot["plane_ahead2"] += max(n // BLOCK - cached, 0) * per_block
+            if both is not None:
+                cur = depths or [0] * len(both)
+                for j, t0 in enumerate(both):
+                    for p in range(cur[j], t0):
+                        cached = nvalid if (j, p) in held else 0
+                        tot["plane_ahead2_waste"] += max(n // BLOCK - cached, 0) * (8 + (2 if p == 0 else 0))
             if prev is not None:  # read ahead and not read: the previous plan's lines this plan drops
                 cur = depths or [0] * len(prev)
                 for j, t0 in enumerate(prev):
@@ -395,6 +409,8 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GP
             last = last_sel.get(key, set())
             staged = {r for r in last if not (slots and row_held(row_rule, tags.get(key, {}), r, slots))}
             tot["row_ahead_waste"] += row_bytes * len(staged - set(sel))
+            last2 = last & last2_sel[key] if key in last2_sel else set()
+            tot["row_ahead2_waste"] += row_bytes * len((staged & last2) - set(sel))
             missed = set(sel)
             if slots:
                 missed = set(row_slots_missed(row_rule, tags.setdefault(key, {}), sel, slots, s))
@@ -403,9 +419,14 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GP
                 max_row_hits = max(max_row_hits, hits)
             tot["row"] += row_bytes * len(sel)
             tot["row_ahead"] += row_bytes * len(missed & last_sel.get(key, set()))  # read ahead: the last union
+            tot["row_ahead2"] += row_bytes * len(missed & last2)
+            if key in last_sel:
+                last2_sel[key] = last_sel[key]
             last_sel[key] = set(sel)
             if depths is not None:  # the step notes its plan (fathom_cuda_tier_step)
                 plans.setdefault(key, PlanWindow(window, dim)).note(depths)
+                if key in last_plan:
+                    last2_plan[key] = last_plan[key]
                 last_plan[key] = depths
         if lines and s % fill_every == 0:
             for key, value in step.items():
@@ -426,6 +447,11 @@ def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GP
         # what that read-ahead would also move and the step not read, against the step's bytes
         "plane_ahead_waste": tot["plane_ahead_waste"] / tot["plane"] if tot["plane"] else None,
         "row_ahead_waste": tot["row_ahead_waste"] / tot["row"] if tot["row"] else None,
+        # the same reading ahead only what the last two steps both read (lines in both plans, rows in both unions)
+        "plane_ahead2_hit": tot["plane_ahead2"] / tot["plane"] if tot["plane"] else None,
+        "row_ahead2_hit": tot["row_ahead2"] / tot["row"] if tot["row"] else None,
+        "plane_ahead2_waste": tot["plane_ahead2_waste"] / tot["plane"] if tot["plane"] else None,
+        "row_ahead2_waste": tot["row_ahead2_waste"] / tot["row"] if tot["row"] else None,
         "lines": lines,
         "slots": slots,
         "max_row_hits": max_row_hits,  # most resident rows one step of one pair read

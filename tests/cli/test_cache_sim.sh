@@ -83,6 +83,13 @@ EOF
 #    not held before the step and not selected): no slots, 127: 5; 128: 10,
 #    126: 3 / 12; the 5 slots: 127: 5 (0 and 5 not held, 0 selected); 128:
 #    none (only 0 not held, selected): 1 / 12.
+#  Reading ahead only what the last two steps read (*_ahead2_*): only 128 has
+#    two steps before it: lines min((1, 3), (2, 3)) = (1, 3); of its plan
+#    (1, 2) over 2 closed blocks: fill every step holds (0,0), (1,0): (1,1)
+#    16; every 2 steps holds (0,0) 1 block: 10 + 20 + 16 = 46; no lines:
+#    20 + 20 + 16 = 56. Dropped: (1,2) 16. Rows in both unions {0, 10,
+#    126}: no slots, 0 read, 10 and 126 not: 1 / 12 and 2 / 12; 5 slots hold
+#    10, 126: 0 read: 1 / 12, none wasted.
 #  The same for every --window (here the default): the fill after 127 ranks
 #    by plans 126 (2, 3) and 127 (1, 3), whose counts 2 are (0,0), (1,0),
 #    (1,1), (1,2) and keys 1, 4, 1, 1/4: (1,0), (0,0) as from plan 127 alone.
@@ -98,19 +105,21 @@ python3 - "$tmp/hand.json" <<'PY' || fails=$((fails + 1))
 import json, sys
 runs = [r for r in json.load(open(sys.argv[1]))["traces"][0]["runs"] if r["policy"] == "gpu"]
 got = {(r["fill_every"], r["plane_share"]): r for r in runs}
-want = {(1, 1.0): (50 / 244, 0.0, 2, 0, 78 / 244, 5 / 12, 24 / 244, 3 / 12),
-        (2, 1.0): (20 / 244, 0.0, 2, 0, 108 / 244, 5 / 12, 24 / 244, 3 / 12),
-        (1, 0.0): (0.0, 3 / 12, 0, 5, 128 / 244, 2 / 12, 32 / 244, 1 / 12),
-        (2, 0.0): (0.0, 3 / 12, 0, 5, 128 / 244, 2 / 12, 32 / 244, 1 / 12)}
+want = {(1, 1.0): (50 / 244, 0.0, 2, 0, 78 / 244, 5 / 12, 24 / 244, 3 / 12, 16 / 244, 1 / 12, 16 / 244, 2 / 12),
+        (2, 1.0): (20 / 244, 0.0, 2, 0, 108 / 244, 5 / 12, 24 / 244, 3 / 12, 46 / 244, 1 / 12, 16 / 244, 2 / 12),
+        (1, 0.0): (0.0, 3 / 12, 0, 5, 128 / 244, 2 / 12, 32 / 244, 1 / 12, 56 / 244, 1 / 12, 16 / 244, 0.0),
+        (2, 0.0): (0.0, 3 / 12, 0, 5, 128 / 244, 2 / 12, 32 / 244, 1 / 12, 56 / 244, 1 / 12, 16 / 244, 0.0)}
 bad = 0
 if sorted(got) != sorted(want):
     print("FAIL: gpu runs", sorted(got)); sys.exit(1)
-for key, (plane, row, lines, slots, ahead, row_ahead, waste, row_waste) in want.items():
+for key, (plane, row, lines, slots, ahead, row_ahead, waste, row_waste, *two) in want.items():
     r = got[key]
     if (abs(r["plane_hit"] - plane) > 1e-12 or abs(r["row_hit"] - row) > 1e-12 or r["lines"] != lines
             or r["slots"] != slots or r["plane_bytes"] != 244 or r["row_bytes"] != 12 * 8
             or abs(r["plane_ahead_hit"] - ahead) > 1e-12 or abs(r["row_ahead_hit"] - row_ahead) > 1e-12
-            or abs(r["plane_ahead_waste"] - waste) > 1e-12 or abs(r["row_ahead_waste"] - row_waste) > 1e-12):
+            or abs(r["plane_ahead_waste"] - waste) > 1e-12 or abs(r["row_ahead_waste"] - row_waste) > 1e-12
+            or any(abs(r[f] - v) > 1e-12 for f, v in zip(("plane_ahead2_hit", "row_ahead2_hit",
+                                                          "plane_ahead2_waste", "row_ahead2_waste"), two))):
         print("FAIL: hand trace", key, r); bad += 1
 print("hand trace: %d gpu runs checked" % len(want))
 sys.exit(1 if bad else 0)
