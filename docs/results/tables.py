@@ -650,6 +650,22 @@ def cache_sim_read_ahead(rec):
                            max(1 + x["row_ahead_waste"] / x["row_ahead_hit"] for x in xs))
          if all("plane_ahead_waste" in x and x["plane_ahead_hit"] and x["row_ahead_hit"] for x in xs) else "")
         for n, xs in sorted(by_ctx.items()))
+    two = [x for xs in by_ctx.values() for x in xs if "row_ahead2_hit" in x]
+    if two:
+        def moved(x, kind, sfx):
+            hit, waste = x[kind + "_ahead" + sfx + "_hit"], x[kind + "_ahead" + sfx + "_waste"]
+            return (hit + waste) / hit if hit else float("inf")
+        keep_p = [x["plane_ahead2_hit"] / x["plane_ahead_hit"] for x in two if x["plane_ahead_hit"]]
+        keep_r = [x["row_ahead2_hit"] / x["row_ahead_hit"] for x in two if x["row_ahead_hit"]]
+        notes += ("- staging only what the last two steps both read (plane_ahead2_*, row_ahead2_*) keeps %.0f-%.0f%% "
+                  "of the plane and %.0f-%.0f%% of the row bytes the read-ahead of the last step saves, and moves "
+                  "%.2f-%.2f plane and %.2f-%.2f row bytes per byte saved (the last step's: %.2f-%.2f and "
+                  "%.2f-%.2f).\n" %
+                  (100 * min(keep_p), 100 * max(keep_p), 100 * min(keep_r), 100 * max(keep_r),
+                   min(moved(x, "plane", "2") for x in two), max(moved(x, "plane", "2") for x in two),
+                   min(moved(x, "row", "2") for x in two), max(moved(x, "row", "2") for x in two),
+                   min(moved(x, "plane", "") for x in two), max(moved(x, "plane", "") for x in two),
+                   min(moved(x, "row", "") for x in two), max(moved(x, "row", "") for x in two)))
     return (text + "\n" + notes +
             "\nThe cache-sim-at-scale runs (the GPU tier's cache policy with what 10%% of the index of a session of "
             "the 'as context' length buys, window 16) with one more source of bytes: a read-ahead that, before "
