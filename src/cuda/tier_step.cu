@@ -8,16 +8,19 @@
  *           into HBM staging, laid out as the host slices;
  *   scan    approximate scores of every token, plane words from the
  *           session's HBM plane cache where it holds them, else from
- *           staging (pipelined) or read in place from the host segments
+ *           staging (pipelined), from the read-ahead's staging
+ *           (tier_ahead.cu) or read in place from the host segments
  *           through the segment table;
  *   top-k   topk.cu's radix select, each row at its own length;
- *   fetch   the union of the group's winners, K and V rows from the host or
- *           from the session's HBM row cache;
+ *   fetch   the union of the group's winners, K and V rows from the
+ *           session's HBM row cache, the read-ahead's staging or the host;
  *   attend  softmax(scale q.k) v over each head's own winners, in double
  *           (logits, then max, sum and value sums: two launches); bf16
  *           output and optional log-sum-exp;
  *   insert  (sessions with a row cache) the missed rows into their slots;
- *   note    (sessions with a plan window) the plan into the window.
+ *   note    (sessions with a plan window) the plan into the window;
+ *   save    (sessions with read-ahead) the plan and union as the layer's
+ *           last, for the read-ahead of the previous layer's next step.
  * Given pairs (fathom_cuda_tier_step_given: the last pairs of the batch,
  * selected on the host) are planned (or take the given depths), then skip
  * gather, scan and top-k: once their event fires, their selections' middle
