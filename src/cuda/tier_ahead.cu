@@ -4,8 +4,9 @@
  * of the session's staging, and that layer's step reads those bytes from it
  * (tier_step.cu's scan and fetch). Plans and unions of consecutive decode
  * steps overlap (bench/cache_sim.py: plane_ahead_hit, row_ahead_hit), so
- * the bytes move while the link would otherwise idle under layer l's top-k
- * and attention.
+ * the bytes move while the link would otherwise idle under layer l's
+ * kernels and, in a captured graph (the next step joins the read-ahead:
+ * fc_tier_ahead_leave), the caller's work before layer l + 1's step.
  *
  * Only closed blocks are staged (an append rewrites only the open block and
  * adds rows past the length), up to the blocks closed when the plan was
