@@ -20,16 +20,6 @@
 #define AHEAD_PIECE (32 * AHEAD_LOADS) /* blocks of a line or a channel's scales per warp item */
 #define AHEAD_ROWS 8    /* K/V rows per warp item */
 
-/* The row cache's hit test of tier_step.cu's fetch, without stamping. */
-static __device__ __forceinline__ bool ahead_row_cached(const tier_cache &c, size_t lh, uint32_t idx) {
-    if (!c.slots) return false;
-    if (c.ways <= 1) return c.tags[lh * c.slots + idx % c.slots] == idx + 1;
-    const uint32_t *tags = c.tags + lh * c.slots + (size_t)(idx % (c.slots / c.ways)) * c.ways;
-    for (uint32_t x = 0; x < c.ways; x++)
-        if (tags[x] == idx + 1) return true;
-    return false;
-}
-
 /* The staging half a step of `layer` fills (stage_layer[4], claimed once by
  * tier_ahead_claim_kernel: the step's own layer's half may be emptied
  * meanwhile): the one not holding layer's own. */
@@ -132,7 +122,7 @@ tier_ahead_kernel(tier_dev t, uint32_t layer, uint32_t next, const uint32_t *ses
                     take[k] = false;
                     if (u >= rows) continue;
                     const uint32_t idx = c.ahead_uni[lh * c.ahead_rows + u];
-                    if (ahead_row_cached(c, lh, idx)) continue;
+                    if (tier_row_slot(c, lh, idx) != TIER_NO_SLOT) continue; /* the fetch's hit */
                     take[k] = true;
                     const uint16_t *src = (const uint16_t *)(tier_slice(t, s, (uint32_t)(idx / seg_tokens), next, h) +
                                                              t.kv_off) + (idx % seg_tokens) * 2 * D;

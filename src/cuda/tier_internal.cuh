@@ -79,6 +79,42 @@ static __device__ __forceinline__ void tier_plan_walk(const uint8_t *dep, uint32
     *chans = run_c;
 }
 
+/* The words of a set of W = 2, 4 or 8 ways at once (the set's first word
+ * is W-word aligned: slots are a multiple of W). */
+static __device__ __forceinline__ void set_load(uint32_t (&v)[8], const uint32_t *at, uint32_t W) {
+    if (W == 2) {
+        const uint2 a = *(const uint2 *)at;
+        v[0] = a.x, v[1] = a.y;
+        return;
+    }
+    const uint4 a = *(const uint4 *)at;
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+    if (W == 8) {
+        const uint4 b = *((const uint4 *)at + 1);
+        v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    }
+}
+
+/* The row-cache slot (index into rows, tags) of (layer, head) lh holding
+ * token idx: its slot (direct-mapped) or the way of its set tagged with it;
+ * TIER_NO_SLOT where the cache does not hold it or has no rows. The fetch,
+ * the insertion's row writes and the read-ahead all ask this. */
+#define TIER_NO_SLOT (~(size_t)0)
+static __device__ __forceinline__ size_t tier_row_slot(const tier_cache &c, size_t lh, uint32_t idx) {
+    if (!c.slots) return TIER_NO_SLOT;
+    if (c.ways <= 1) {
+        const size_t cs = lh * c.slots + idx % c.slots;
+        return c.tags[cs] == idx + 1 ? cs : TIER_NO_SLOT;
+    }
+    const size_t set0 = lh * c.slots + (size_t)(idx % (c.slots / c.ways)) * c.ways;
+    uint32_t tag[8];
+    set_load(tag, c.tags + set0, c.ways);
+    size_t cs = TIER_NO_SLOT;
+    for (uint32_t x = 0; x < c.ways; x++)
+        if (tag[x] == idx + 1) cs = set0 + x;
+    return cs;
+}
+
 /* The half of a session's staging that holds layer's read-ahead, -1 none. */
 static __device__ __forceinline__ int tier_stage_half(const tier_cache &c, uint32_t layer) {
     if (!c.stage_layer) return -1;

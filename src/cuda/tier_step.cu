@@ -652,22 +652,6 @@ tier_gather_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_
 #define INSERT_DIRECT 1u
 #define INSERT_SETS 2u
 
-/* The words of a set of W = 2, 4 or 8 ways at once (the set's first word
- * is W-word aligned: slots are a multiple of W). */
-static __device__ __forceinline__ void set_load(uint32_t (&v)[8], const uint32_t *at, uint32_t W) {
-    if (W == 2) {
-        const uint2 a = *(const uint2 *)at;
-        v[0] = a.x, v[1] = a.y;
-        return;
-    }
-    const uint4 a = *(const uint4 *)at;
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
-    if (W == 8) {
-        const uint4 b = *((const uint4 *)at + 1);
-        v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-    }
-}
-
 /* One warp per union row: from the session's row cache when its slot (or
  * a way of its set, which the hit stamps with the step) holds the token,
  * else from host (16 bytes a lane). */
@@ -685,24 +669,14 @@ tier_fetch_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t
         const uint32_t s = sessions[p / t.heads], h = p % t.heads;
         const tier_cache cache = t.caches[s];
         const uint16_t *row = NULL;
-        if (cache.slots) {
-            const size_t lh = (size_t)layer * t.heads + h;
-            size_t cs = lh * cache.slots + idx % cache.slots;
-            if (cache.ways > 1) {
-                const size_t set0 = lh * cache.slots + (size_t)(idx % (cache.slots / cache.ways)) * cache.ways;
-                uint32_t tag[8];
-                set_load(tag, cache.tags + set0, cache.ways);
-                for (uint32_t x = 0; x < cache.ways; x++)
-                    if (tag[x] == idx + 1) cs = set0 + x, hit = true;
-                if (hit && lane == 0) cache.stamps[cs] = 2 * cache.steps[lh];
-            } else {
-                hit = cache.tags[cs] == idx + 1;
-            }
+        const size_t lh = (size_t)layer * t.heads + h, cs = tier_row_slot(cache, lh, idx);
+        if (cs != TIER_NO_SLOT) {
+            hit = true;
             row = cache.rows + cs * 2 * D;
+            if (cache.ways > 1 && lane == 0) cache.stamps[cs] = 2 * cache.steps[lh];
         }
         const int half = !hit && cache.ahead_rows ? tier_stage_half(cache, layer) : -1;
         if (half >= 0) { /* the read-ahead staged the rows of the last union the row cache lacked */
-            const size_t lh = (size_t)layer * t.heads + h;
             const uint32_t *last = cache.ahead_uni + lh * cache.ahead_rows;
             uint32_t lo = 0, hi = cache.ahead_cnt[lh]; /* first position >= idx */
             while (lo < hi) {
@@ -752,22 +726,12 @@ tier_insert_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_
     const tier_cache cache = t.caches[sessions[p / t.heads]];
     if ((cache.ways > 1) != (mode == INSERT_SET_WRITE)) return; /* the other rule's launch */
     const size_t lh = (size_t)layer * t.heads + p % t.heads;
-    size_t cs = lh * cache.slots + idx % cache.slots;
     if (mode == INSERT_CLAIM) {
-        if (lane == 0) atomicMax(&cache.tags[cs], idx + 1);
+        if (lane == 0) atomicMax(&cache.tags[lh * cache.slots + idx % cache.slots], idx + 1);
         return;
     }
-    if (mode == INSERT_SET_WRITE) {
-        const size_t set0 = lh * cache.slots + (size_t)(idx % (cache.slots / cache.ways)) * cache.ways;
-        uint32_t tag[8];
-        set_load(tag, cache.tags + set0, cache.ways);
-        cs = ~(size_t)0;
-        for (uint32_t x = 0; x < cache.ways; x++)
-            if (tag[x] == idx + 1) cs = set0 + x;
-        if (cs == ~(size_t)0) return; /* kept out */
-    } else if (cache.tags[cs] != idx + 1) {
-        return;
-    }
+    const size_t cs = tier_row_slot(cache, lh, idx);
+    if (cs == TIER_NO_SLOT) return; /* kept out: another token won the slot, or no way */
     uint16_t *row = cache.rows + cs * 2 * D;
     for (uint32_t e = lane; e < D; e += 32) {
         row[e] = __bfloat16_as_ushort(__float2bfloat16_rn(w.rows_k[at * D + e]));
