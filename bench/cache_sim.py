@@ -302,10 +302,18 @@ def row_slots_step(rule, held, sel, slots, step):
     return len(sel) - len(row_slots_missed(rule, held, sel, slots, step))
 
 
+def row_held(rule, held, r, slots):
+    """Whether row_slots_missed's state `held` holds token r (before a step)."""
+    if rule in ("later", "replace"):
+        return held.get(r % slots) == r + 1
+    ways = min(ASSOC_ROWS.get(rule, LATEST_ROWS.get(rule)) or slots, slots)
+    return r in held.get(r % max(1, slots // ways), ())
+
+
 def row_slots_missed(rule, held, sel, slots, step):
     """row_slots_step's rows of sel that missed."""
     if rule in ("later", "replace"):  # held: slot -> token + 1
-        missed = [r for r in sel if held.get(r % slots) != r + 1]
+        missed = [r for r in sel if not row_held(rule, held, r, slots)]
         if rule == "replace":  # the latest missed token of each slot replaces what it held
             claim = {}
             for r in missed:
@@ -318,7 +326,7 @@ def row_slots_missed(rule, held, sel, slots, step):
     ways = min(ASSOC_ROWS.get(rule, LATEST_ROWS.get(rule)) or slots, slots)
     nsets = max(1, slots // ways)  # held: set -> its tokens
     if rule in LATEST_ROWS:  # each set keeps its W latest tokens, held or missed
-        missed = [r for r in sel if r not in held.get(r % nsets, ())]
+        missed = [r for r in sel if not row_held(rule, held, r, slots)]
         for r in missed:
             held.setdefault(r % nsets, set()).add(r)
         for k in {r % nsets for r in missed}:
@@ -341,14 +349,6 @@ def row_slots_missed(rule, held, sel, slots, step):
             ways_of.popitem(last=False)
         ways_of[r] = step
     return missed
-
-
-def row_held(rule, held, r, slots):
-    """Whether row_slots_missed's state `held` holds token r (before a step)."""
-    if rule in ("later", "replace"):
-        return held.get(r % slots) == r + 1
-    ways = min(ASSOC_ROWS.get(rule, LATEST_ROWS.get(rule)) or slots, slots)
-    return r in held.get(r % max(1, slots // ways), ())
 
 
 def simulate_gpu(meta, steps, var, budget_frac, plane_share, fill_every, fill=GPU_FILL, row_rule=GPU_ROWS,
