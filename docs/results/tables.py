@@ -953,6 +953,17 @@ def gpu_tier(rec):
     return text
 
 
+def direct_point(name, ways):
+    """A W-way trace point's name (TRACE-wW/S%) -> its direct-mapped twin's
+    (TRACE/S%), and its trace and share: (twin, TRACE, S%); twin None where
+    the name has no -wW."""
+    trace, _, share = name.rpartition("/")
+    tag = "-w%d" % ways
+    if not trace.endswith(tag):
+        return None, trace, share
+    return trace[:-len(tag)] + "/" + share, trace[:-len(tag)], share
+
+
 def gpu_tier_row_sets(rec):
     """bench_cuda_tier --only-cache with each trace point twice: the
     direct-mapped row cache at its simulated rate (TRACE/S%) and W-way sets
@@ -967,9 +978,8 @@ def gpu_tier_row_sets(rec):
             w = c.get("row_ways", 1)
             if w <= 1 or "trace_row_hit" not in c:
                 continue
-            name, _, share = c["point"].rpartition("/")
-            base = name[:-len("-w%d" % w)] if name.endswith("-w%d" % w) else name
-            a = direct.get(base + "/" + share)
+            twin, base, share = direct_point(c["point"], w)
+            a = direct.get(twin)
             if not a:
                 continue
             ratios.append((d["context"], c["ms"] / a["ms"], c["ms"] / none["ms"] if none else None,
@@ -1119,9 +1129,8 @@ def gpu_tier_row_sets_churn(rec):
                 w = c.get("row_ways", 1)
                 if w <= 1:
                     continue
-                trace, _, share = name.rpartition("/")
-                base = trace[:-len("-w%d" % w)] if trace.endswith("-w%d" % w) else trace
-                b = pts.get(base + "/" + share)
+                twin, base, share = direct_point(name, w)
+                b = pts.get(twin)
                 if not b:
                     continue
                 by_drift.setdefault((d["context"], a["drift"]), []).append(c["ms"] / b["ms"])
@@ -1352,8 +1361,7 @@ def rule_verdict(points, ways, gpu_ms):
         direct = {c["point"]: c for c in points if c.get("row_ways", 1) == 1}
         pairs = []
         for c in got:
-            name, _, share = c["point"].rpartition("/")
-            a = direct.get(name[:-len("-w%d" % ways)] + "/" + share) if name.endswith("-w%d" % ways) else None
+            a = direct.get(direct_point(c["point"], ways)[0])
             if a:
                 pairs.append((c["hybrid"]["ms"] / a["hybrid"]["ms"], c["gpu_only_ms"] / a["gpu_only_ms"]))
         if pairs:
