@@ -473,15 +473,18 @@ int fathom_cuda_tier_workspace_size(const fathom_cuda_tier *tier,
  * one host thread at a time. Same bits with or without the pipeline; the
  * workspace holds the staging (workspace_size depends on the lanes).
  * Sessions with read-ahead (fathom_cuda_tier_cache_config.ahead_lines or
- * ahead_rows): beside the whole step, the tier's read-ahead stream copies
- * into each such session's staging what its last step of the next layer
- * (layer 0 after the last) read and its caches lack (the plane lines only
- * when this step scans in place); that next step reads those bytes from the
- * staging. `stream` waits for the read-ahead at the end of this step, except
- * while capturing a graph, where a step of a layer other than the last
- * leaves it to the tier's next step in the same capture (so it also runs
- * beside the caller's work between the two steps, e.g. the model's MLP): a
- * graph of such steps must end after a step of the last layer, or call
+ * ahead_rows): the tier's read-ahead stream copies into each such session's
+ * staging what its last step of the next layer (layer 0 after the last)
+ * read and its caches lack (the plane lines only when this step scans in
+ * place); that next step reads those bytes from the staging. It starts
+ * with the step, beside it, except while capturing a graph with
+ * FATHOM_CUDA_AHEAD_BETWEEN (fathom_cuda_tier_set_ahead_start), where a
+ * step of a layer other than the last starts it after its own work.
+ * `stream` waits for the read-ahead at the end of this step, except while
+ * capturing a graph, where a step of a layer other than the last leaves it
+ * to the tier's next step in the same capture (so it also runs beside the
+ * caller's work between the two steps, e.g. the model's MLP): a graph of
+ * such steps must end after a step of the last layer, or call
  * fathom_cuda_tier_ahead_join first. Every layer of a model's step is
  * assumed to run the same sessions; a session stepped otherwise reads host
  * memory as without read-ahead. Same bits with or without it. */
@@ -491,6 +494,25 @@ int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_ar
 /* `stream` waits for a read-ahead that a step captured into the graph
  * `stream` is capturing left to the next step (no-op otherwise). */
 int fathom_cuda_tier_ahead_join(fathom_cuda_tier *tier, cudaStream_t stream);
+
+/* When a captured step starts its read-ahead of the next layer. */
+typedef enum fathom_cuda_ahead_start {
+    FATHOM_CUDA_AHEAD_BESIDE = 0, /* with the step (the default): the copy shares the link with the
+                                     step's own reads of host memory, then runs beside the caller's
+                                     work until the next step */
+    FATHOM_CUDA_AHEAD_BETWEEN = 1 /* in a capture, a step of a layer other than the last starts it
+                                     after its own work: the copy has the link to itself while the
+                                     caller's work between two layers' steps runs; for callers whose
+                                     work there takes longer than the copy (bench_cuda_tier
+                                     --read-ahead E --between-us X times both). Eager steps and the
+                                     last layer's step start it with the step */
+} fathom_cuda_ahead_start;
+
+/* The tier's read-ahead start (a new tier: FATHOM_CUDA_AHEAD_BESIDE) for
+ * the steps enqueued or captured after the call; not while a step of this
+ * tier is being captured. Same bits either way. FATHOM_ERR_INVALID_ARG for
+ * a NULL tier or another value. */
+int fathom_cuda_tier_set_ahead_start(fathom_cuda_tier *tier, fathom_cuda_ahead_start start);
 
 /* Selections made elsewhere for the LAST `pairs` (entry, KV head) pairs of
  * a step's batch, p in [batch*kv_heads - pairs, batch*kv_heads) with

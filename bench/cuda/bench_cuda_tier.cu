@@ -72,10 +72,15 @@
  * --read-ahead E,..: after the cache sweep, the read-ahead sweep (ahead_sweep:
  *   graphs alternating the queries with a set drifted by E, the trace
  *   points' caches without and with fathom_cuda_tier_cache_config's
- *   read-ahead, "ahead-only" giving the step-to-step overlap); --between-us
- *   X: one warp busy for X us after each layer's step in those graphs (the
- *   model's own work between two layers; the steps of a graph leave their
- *   read-ahead to the next step), "tier_ms" the time less that work.
+ *   read-ahead, started beside each step and after it (+ahead-between),
+ *   "ahead-only" giving the step-to-step overlap; a trace point's
+ *   :PLANE_AHEAD:ROW_AHEAD, the trace's read-ahead rates, caps its
+ *   read-ahead at them); --ahead-cycle M: the graphs cycle through M query
+ *   sets, each drifted by E from the one before (2: A, B; more, so that the
+ *   step two back differs too); --between-us X: one warp busy for X us after
+ *   each layer's step in those graphs (the model's own work between two
+ *   layers; the steps of a graph leave their read-ahead to the next step),
+ *   "tier_ms" the time less that work.
  * --int8: every tier in the int8 scan mode (fathom_cuda_tier_set_scan_mode
  *   FATHOM_CUDA_SCAN_INT8): the tier and hybrid steps scan with the GPU's
  *   int8 kernel, the hybrid's host side with the CPU's int8 kernels (its
@@ -110,6 +115,7 @@ struct trace_point {
     uint64_t context;
     double plane, row;       /* the trace's hit rates */
     uint32_t ways;           /* the row cache's row_ways (1: direct-mapped) */
+    double plane_ahead, row_ahead; /* the trace's read-ahead hit rates beyond the cache (-1: not given) */
     double plane_frac, slot_mult;
 };
 
@@ -158,10 +164,19 @@ static bool parse_trace_point(const char *arg, trace_point *tp) {
     if (*end != ':') return false;
     tp->row = strtod(end + 1, &end);
     tp->ways = 1;
+    tp->plane_ahead = tp->row_ahead = -1;
     if (*end == ':') {
         const unsigned long w = strtoul(end + 1, &end, 10);
         if (w != 1 && w != 2 && w != 4 && w != 8) return false;
         tp->ways = (uint32_t)w;
+        if (*end == ':') {
+            tp->plane_ahead = strtod(end + 1, &end);
+            if (*end != ':') return false;
+            tp->row_ahead = strtod(end + 1, &end);
+            if (!(tp->plane_ahead >= 0 && tp->plane + tp->plane_ahead <= 1) ||
+                !(tp->row_ahead >= 0 && tp->row + tp->row_ahead <= 1))
+                return false;
+        }
     }
     if (*end || !(tp->plane >= 0 && tp->plane <= 1) || !(tp->row >= 0 && tp->row < 1)) return false;
     tp->plane_frac = tp->plane > 0.015 ? tp->plane - 0.015 : 0;
@@ -584,6 +599,7 @@ static __global__ void drift_rows(uint16_t *qb, const uint16_t *qa, const uint16
 
 static std::vector<double> ahead_drifts; /* --read-ahead: drifts of the alternating query sets */
 static double between_us = 0;            /* --between-us: other work after each layer's step */
+static uint32_t ahead_cycle = 2;         /* --ahead-cycle: query sets the read-ahead graphs cycle through */
 
 /* One warp that keeps the stream busy for `cycles` clocks without the link:
  * the model's work between two layers' steps (its projections and MLP). */
@@ -594,30 +610,38 @@ static __global__ void spin_kernel(long long cycles) {
 }
 
 /* The read-ahead sweep (--read-ahead E,..) at the session's current length:
- * per drift e, a second query set B = sqrt(1 - e^2) A + e Z, and graphs of
- * 2 L layer steps (L with A, L with B) replayed R times, so each step's
- * last step of a layer planned and selected with the other set, as
+ * per drift e, M - 1 more query sets (--ahead-cycle M, default 2), set m =
+ * sqrt(1 - e^2) set m-1 + e Z_m (set 0 the bench's queries), and graphs of
+ * M L layer steps (L with each set in turn) replayed R times, so each step's
+ * last step of a layer planned and selected with another set, as
  * consecutive decode steps differ. Points: "none" (no cache), "ahead-only"
  * (read-ahead of whole plans and unions, no cache: its staged fractions are
  * the plans' and unions' overlap from step to step), and per trace point of
  * this context its cache (lines and slots as in the cache sweep, its window
- * noted by both sets) without and with read-ahead. Hit and staged fractions
- * are measured over the replays' planned plane bytes and union rows; ms is
- * per decode step (half a replay). */
+ * noted by every set) without read-ahead, with it started beside each step
+ * ("+ahead") and started after each step's own work ("+ahead-between",
+ * FATHOM_CUDA_AHEAD_BETWEEN). A trace point that gives the trace's
+ * read-ahead rates (:PLANE_AHEAD:ROW_AHEAD) caps its read-ahead (ahead_lines,
+ * ahead_rows; bisection on measured replays) so that cache + staging serve
+ * at most the trace's hit + read-ahead shares of plane bytes and rows: the
+ * bench's plans overlap more from step to step than real traces' do. Hit
+ * and staged fractions are measured over the replays' planned plane bytes
+ * and union rows; ms is per decode step (a replay / M). */
 static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStream_t s, int reps) {
-    const uint32_t L = st.L, sid = st.ids[0];
+    const uint32_t L = st.L, sid = st.ids[0], M = ahead_cycle;
     const size_t R = (size_t)st.batch * H * G;
     double lines_mean, union_mean;
     plan_means(st, &lines_mean, &union_mean);
     const uint64_t blocks = (n + 63) / 64, LH = (uint64_t)L * H;
-    uint16_t *d_qb = NULL, *d_z = NULL;
-    CK(cudaMalloc((void **)&d_qb, L * R * D * 2));
+    uint16_t *d_qb = NULL, *d_z = NULL; /* sets 1 .. M - 1 ([M - 1][L][R][D]); set 0 is st.d_q */
+    CK(cudaMalloc((void **)&d_qb, (M - 1) * L * R * D * 2));
     CK(cudaMalloc((void **)&d_z, L * R * D * 2));
     unsigned long long *d_cnt = NULL;
     CK(cudaMalloc((void **)&d_cnt, 32));
     int khz = 0;
     CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
     const long long spin = (long long)(between_us * khz / 1000.0);
+    auto set_of = [&](uint32_t m) { return m ? d_qb + (size_t)(m - 1) * L * R * D : (uint16_t *)st.d_q; };
     auto steps = [&](const uint16_t *q, unsigned long long *cnt) { /* L layer steps with query set q */
         for (uint32_t l = 0; l < L; l++) {
             fathom_cuda_tier_step_args a = args_of(st, l);
@@ -631,82 +655,129 @@ static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
             }
         }
     };
+    struct measured {
+        double ms, plane_hit, row_hit, plane_staged, row_staged;
+        uint64_t hbm;
+    };
     std::string js = "[";
     for (size_t di = 0; di < ahead_drifts.size(); di++) {
         const double e = ahead_drifts[di];
-        for (uint32_t l = 0; l < L; l++) fill_rows<<<64, 256>>>(d_z + l * R * D, 0, R / H, 9000 + l);
-        drift_rows<<<256, 256>>>(d_qb, st.d_q, d_z, (uint64_t)L * R * D, (float)e);
-        CK(cudaGetLastError());
-        /* each set's planned bytes */
-        double scan_a, row_a, scan_b, row_b;
-        steps(st.d_q, NULL);
-        CK(cudaStreamSynchronize(s));
-        bytes_of(st, {n}, &scan_a, &row_a);
-        steps(d_qb, NULL);
-        CK(cudaStreamSynchronize(s));
-        bytes_of(st, {n}, &scan_b, &row_b);
-        struct apoint {
-            std::string name;
-            double plane_frac, slot_mult;
-            uint32_t ways;
-            bool ahead;
-        };
-        std::vector<apoint> pts = {{"none", 0, 0, 1, false}, {"ahead-only", 0, 0, 1, true}};
-        for (const trace_point &tp : trace_points)
-            if (tp.context == context) {
-                pts.push_back({tp.name, tp.plane_frac, tp.slot_mult, tp.ways, false});
-                pts.push_back({tp.name + "+ahead", tp.plane_frac, tp.slot_mult, tp.ways, true});
-            }
-        double none_ms = 0, none_tier_ms = 0;
-        std::string pj;
-        for (size_t i = 0; i < pts.size(); i++) {
-            const apoint &pt = pts[i];
-            const uint64_t lines = (uint64_t)llround(pt.plane_frac * lines_mean);
-            const uint64_t slots = (uint64_t)llround(pt.slot_mult * union_mean);
-            fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, row_bytes_for(LH, D, slots, pt.ways),
-                                                lines ? (uint32_t)FATHOM_CUDA_TIER_CACHE_WINDOW : 0u, pt.ways,
-                                                pt.ahead ? BUDGET : 0u, pt.ahead ? G * K : 0u};
+        for (uint32_t m = 1; m < M; m++) { /* set m drifts from set m - 1 */
+            for (uint32_t l = 0; l < L; l++) fill_rows<<<64, 256>>>(d_z + l * R * D, 0, R / H, 9000 + 100 * m + l);
+            drift_rows<<<256, 256>>>(set_of(m), set_of(m - 1), d_z, (uint64_t)L * R * D, (float)e);
+            CK(cudaGetLastError());
+        }
+        double scan_all = 0, row_all = 0; /* the sets' planned bytes */
+        for (uint32_t m = 0; m < M; m++) {
+            double scan_m, row_m;
+            steps(set_of(m), NULL);
+            CK(cudaStreamSynchronize(s));
+            bytes_of(st, {n}, &scan_m, &row_m);
+            scan_all += scan_m;
+            row_all += row_m;
+        }
+        /* one point: the cache config, the read-ahead's start, reps replays of the M sets' graph */
+        auto measure = [&](const fathom_cuda_tier_cache_config &cc, bool between, int r) -> measured {
             FK(fathom_cuda_tier_cache_set(st.tier, sid, &cc));
-            steps(st.d_q, NULL); /* the window notes both sets' plans */
-            steps(d_qb, NULL);
+            FK(fathom_cuda_tier_set_ahead_start(st.tier, between ? FATHOM_CUDA_AHEAD_BETWEEN : FATHOM_CUDA_AHEAD_BESIDE));
+            for (uint32_t m = 0; m < M; m++) steps(set_of(m), NULL); /* the window notes every set's plans */
             FK(fathom_cuda_tier_cache_fill(st.tier, sid, NULL, s));
-            uint64_t hbm = 0;
-            FK(fathom_cuda_tier_cache_bytes(st.tier, sid, &hbm));
+            measured x;
+            FK(fathom_cuda_tier_cache_bytes(st.tier, sid, &x.hbm));
             cudaGraph_t g;
             cudaGraphExec_t exec;
             CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-            steps(st.d_q, d_cnt);
-            steps(d_qb, d_cnt);
+            for (uint32_t m = 0; m < M; m++) steps(set_of(m), d_cnt);
             CK(cudaStreamEndCapture(s, &g));
             CK(cudaGraphInstantiate(&exec, g, 0));
             CK(cudaGraphDestroy(g));
             CK(cudaGraphLaunch(exec, s)); /* warm: the row cache fills, the staging follows the sets */
             CK(cudaMemsetAsync(d_cnt, 0, 32, s));
-            const timing t = replay(exec, s, reps); /* reps + 1 replays counted */
+            const timing t = replay(exec, s, r); /* r + 1 replays counted */
             unsigned long long c[4];
             CK(cudaMemcpy(c, d_cnt, 32, cudaMemcpyDeviceToHost));
             CK(cudaGraphExecDestroy(exec));
-            const double planes = (scan_a + scan_b) * (reps + 1), rows = (row_a + row_b) * (reps + 1);
-            const double ms = t.gpu_ms / 2;
-            if (i == 0) none_ms = ms;
-            const double tier_ms = ms - L * between_us / 1e3; /* less the work between the steps */
+            FK(fathom_cuda_tier_set_ahead_start(st.tier, FATHOM_CUDA_AHEAD_BESIDE));
+            const double planes = scan_all * (r + 1), rows = row_all * (r + 1);
+            x.ms = t.gpu_ms / M;
+            x.plane_hit = c[0] / planes, x.row_hit = c[1] / rows;
+            x.plane_staged = c[2] / planes, x.row_staged = c[3] / rows;
+            return x;
+        };
+        struct apoint {
+            std::string name;
+            const trace_point *tp; /* NULL: no cache */
+            bool ahead, between;
+        };
+        std::vector<apoint> pts = {{"none", NULL, false, false}, {"ahead-only", NULL, true, false}};
+        for (const trace_point &tp : trace_points)
+            if (tp.context == context) {
+                pts.push_back({tp.name, &tp, false, false});
+                pts.push_back({tp.name + "+ahead", &tp, true, false});
+                pts.push_back({tp.name + "+ahead-between", &tp, true, true});
+            }
+        double none_ms = 0, none_tier_ms = 0;
+        std::string pj;
+        for (size_t i = 0; i < pts.size(); i++) {
+            const apoint &pt = pts[i];
+            const uint64_t lines = pt.tp ? (uint64_t)llround(pt.tp->plane_frac * lines_mean) : 0;
+            const uint64_t slots = pt.tp ? (uint64_t)llround(pt.tp->slot_mult * union_mean) : 0;
+            const uint32_t ways = pt.tp ? pt.tp->ways : 1;
+            fathom_cuda_tier_cache_config cc = {LH * 10 * blocks * lines, n, row_bytes_for(LH, D, slots, ways),
+                                                lines ? (uint32_t)FATHOM_CUDA_TIER_CACHE_WINDOW : 0u, ways,
+                                                pt.ahead ? BUDGET : 0u, pt.ahead ? G * K : 0u};
+            const bool capped = pt.ahead && pt.tp && pt.tp->plane_ahead >= 0;
+            if (capped) { /* the largest ahead_lines, ahead_rows whose cache + staging stay within the trace's */
+                const double plane_to = pt.tp->plane + pt.tp->plane_ahead, row_to = pt.tp->row + pt.tp->row_ahead;
+                uint32_t lo_l = 0, hi_l = BUDGET, lo_r = 0, hi_r = G * K; /* lo fits (or is 0), the answer <= hi */
+                measured x = measure(cc, pt.between, 3);
+                if (x.plane_hit + x.plane_staged <= plane_to) lo_l = hi_l;
+                if (x.row_hit + x.row_staged <= row_to) lo_r = hi_r;
+                while (lo_l < hi_l || lo_r < hi_r) {
+                    const uint32_t mid_l = lo_l < hi_l ? (lo_l + hi_l + 1) / 2 : lo_l;
+                    const uint32_t mid_r = lo_r < hi_r ? (lo_r + hi_r + 1) / 2 : lo_r;
+                    cc.ahead_lines = mid_l, cc.ahead_rows = mid_r;
+                    x = measure(cc, pt.between, 3);
+                    if (lo_l < hi_l) {
+                        if (x.plane_hit + x.plane_staged <= plane_to) lo_l = mid_l;
+                        else hi_l = mid_l - 1;
+                    }
+                    if (lo_r < hi_r) {
+                        if (x.row_hit + x.row_staged <= row_to) lo_r = mid_r;
+                        else hi_r = mid_r - 1;
+                    }
+                }
+                cc.ahead_lines = lo_l, cc.ahead_rows = lo_r;
+            }
+            const measured x = measure(cc, pt.between, reps);
+            if (i == 0) none_ms = x.ms;
+            const double tier_ms = x.ms - L * between_us / 1e3; /* less the work between the steps */
             if (i == 0) none_tier_ms = tier_ms;
-            char buf[720];
+            char buf[900];
             snprintf(buf, sizeof buf,
                      "%s{\"point\": \"%s\", \"lines\": %llu, \"slots\": %llu, \"row_ways\": %u, \"read_ahead\": %s, "
+                     "\"ahead_start\": \"%s\", \"ahead_lines\": %u, \"ahead_rows\": %u, \"capped\": %s, "
                      "\"hbm_GB\": %.4f, \"plane_hit\": %.4f, \"row_hit\": %.4f, \"plane_staged\": %.4f, "
                      "\"row_staged\": %.4f, \"ms\": %.4f, \"vs_none\": %.4f, \"tier_ms\": %.4f, "
-                     "\"tier_vs_none\": %.4f}",
-                     i ? ", " : "", pt.name.c_str(), (unsigned long long)lines, (unsigned long long)slots, pt.ways,
-                     pt.ahead ? "true" : "false", hbm / 1e9, c[0] / planes, c[1] / rows, c[2] / planes, c[3] / rows,
-                     ms, ms / none_ms, tier_ms, tier_ms / none_tier_ms);
-            fprintf(stderr, "  ahead e=%.3f %s\n", e, buf);
-            pj += buf;
+                     "\"tier_vs_none\": %.4f",
+                     i ? ", " : "", pt.name.c_str(), (unsigned long long)lines, (unsigned long long)slots, ways,
+                     pt.ahead ? "true" : "false", pt.between ? "between" : "beside", cc.ahead_lines, cc.ahead_rows,
+                     capped ? "true" : "false", x.hbm / 1e9, x.plane_hit, x.row_hit, x.plane_staged, x.row_staged,
+                     x.ms, x.ms / none_ms, tier_ms, tier_ms / none_tier_ms);
+            std::string one = buf;
+            if (pt.tp && pt.tp->plane_ahead >= 0) {
+                snprintf(buf, sizeof buf, ", \"trace_plane_ahead\": %.4f, \"trace_row_ahead\": %.4f",
+                         pt.tp->plane_ahead, pt.tp->row_ahead);
+                one += buf;
+            }
+            one += "}";
+            fprintf(stderr, "  ahead e=%.3f %s\n", e, one.c_str());
+            pj += one;
         }
         char head[256];
-        snprintf(head, sizeof head, "%s{\"drift\": %.4f, \"between_us\": %.1f, \"plan_GB\": [%.5f, %.5f], "
-                 "\"row_GB\": [%.5f, %.5f], \"points\": [",
-                 di ? ", " : "", e, between_us, scan_a / 1e9, scan_b / 1e9, row_a / 1e9, row_b / 1e9);
+        snprintf(head, sizeof head, "%s{\"drift\": %.4f, \"cycle\": %u, \"between_us\": %.1f, \"plan_GB\": %.5f, "
+                 "\"row_GB\": %.5f, \"points\": [",
+                 di ? ", " : "", e, M, between_us, scan_all / M / 1e9, row_all / M / 1e9);
         js += head + pj + "]}";
     }
     const fathom_cuda_tier_cache_config off = {0, 0, 0, 0, 0, 0, 0};
@@ -965,7 +1036,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile_point = argv[++i];
         else if (!strcmp(argv[i], "--hybrid")) hybrid = true;
         else if (!strcmp(argv[i], "--int8")) scan_int8 = true;
-        else if (!strcmp(argv[i], "--between-us") && i + 1 < argc) {
+        else if (!strcmp(argv[i], "--ahead-cycle") && i + 1 < argc) {
+            ahead_cycle = (uint32_t)atoi(argv[++i]);
+            if (ahead_cycle < 2 || ahead_cycle > 16) {
+                fprintf(stderr, "--ahead-cycle: 2..16 query sets\n");
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--between-us") && i + 1 < argc) {
             between_us = strtod(argv[++i], NULL);
             if (!(between_us >= 0 && between_us <= 1e5)) {
                 fprintf(stderr, "--between-us: microseconds in [0, 100000]\n");
@@ -991,8 +1068,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--trace-point") && i + 1 < argc) {
             trace_point tp;
             if (!parse_trace_point(argv[++i], &tp)) {
-                fprintf(stderr, "--trace-point: want NAME:CONTEXT:PLANE:ROW[:WAYS] (NAME of letters, digits and "
-                        "._%%/-, at most 64; context >= 4096; rates in [0, 1], row < 1; WAYS 1, 2, 4 or 8), got "
+                fprintf(stderr, "--trace-point: want NAME:CONTEXT:PLANE:ROW[:WAYS[:PLANE_AHEAD:ROW_AHEAD]] (NAME of letters, "
+                        "digits and ._%%/-, at most 64; context >= 4096; rates in [0, 1], row < 1, rate + its "
+                        "read-ahead rate <= 1; WAYS 1, 2, 4 or 8), got "
                         "'%s'\n", argv[i]);
                 return 2;
             }
@@ -1001,7 +1079,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) list(threads);
         else if (!strcmp(argv[i], "--json")) {
         } else {
-            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--only-cache] [--profile POINT,..] [--trace-point NAME:N:PLANE:ROW[:WAYS] ..] [--hybrid [--threads T,..] [--segment-blocks S]] [--int8] [--read-ahead E,.. [--between-us X]] [--json]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--only-cache] [--profile POINT,..] [--trace-point NAME:N:PLANE:ROW[:WAYS[:PA:RA]] ..] [--hybrid [--threads T,..] [--segment-blocks S]] [--int8] [--read-ahead E,.. [--between-us X] [--ahead-cycle M]] [--json]\n", argv[0]);
             return 2;
         }
     }

@@ -75,6 +75,7 @@ _PROTOTYPES = {
     "fathom_cuda_tier_cache_set": (STATUS, [P, u32, C.POINTER(TierCacheConfig)]),
     "fathom_cuda_tier_cache_fill": (STATUS, [P, u32, P, P]),
     "fathom_cuda_tier_ahead_join": (STATUS, [P, P]),
+    "fathom_cuda_tier_set_ahead_start": (STATUS, [P, C.c_int]),
     "fathom_cuda_tier_cache_bytes": (STATUS, [P, u32, C.POINTER(u64)]),
 }
 
@@ -338,6 +339,18 @@ class KVTier:
         ending a capture whose last step is not of the last layer (no-op
         otherwise)."""
         self._lib.fathom_cuda_tier_ahead_join(self._h(), _stream())
+
+    def set_ahead_start(self, start):
+        """When a captured step starts its read-ahead of the next layer:
+        "beside" (with the step; the default) or "between" (a step of a layer
+        other than the last starts it after its own work, so that the copy
+        has the link while the model's work between two layers runs: for
+        models whose work there takes longer than the copy). Eager steps and
+        the last layer's start it with the step. Same bits either way."""
+        code = {"beside": 0, "between": 1}.get(start)
+        if code is None:
+            raise ValueError(f"ahead start {start!r} is neither 'beside' nor 'between'")
+        self._lib.fathom_cuda_tier_set_ahead_start(self._h(), code)
 
     def cache_bytes(self, session):
         """Device bytes the session's cache holds allocated (0 without one)."""

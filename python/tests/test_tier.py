@@ -535,6 +535,27 @@ def test_read_ahead_keeps_the_step_bits(gpu):
                 oa, la = tier.step(layer, sa, qs[layer], capacity=cap, k=k, budget=budget)
                 ob, lb = tier.step(layer, sb, qs[layer], capacity=cap, k=k, budget=budget)
                 assert torch.equal(oa, ob) and torch.equal(la, lb), f"step {i}, layer {layer}: read-ahead changed it"
+        # a graph of the L layers' steps, each but the last starting its read-ahead after its own work
+        tier.set_ahead_start("between")
+        qin = [q.clone() for q in qs]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for layer in range(L):
+                tier.step(layer, sa, qin[layer], capacity=cap, k=k, budget=budget)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            gout = [tier.step(layer, sa, qin[layer], capacity=cap, k=k, budget=budget) for layer in range(L)]
+        for i in range(4):
+            for q in qin:
+                q.copy_(torch.randn(q.shape, device=dev, generator=g).to(torch.bfloat16))
+            graph.replay()
+            for layer in range(L):
+                ob, lb = tier.step(layer, sb, qin[layer], capacity=cap, k=k, budget=budget)
+                assert torch.equal(gout[layer][0], ob) and torch.equal(gout[layer][1], lb), f"replay {i}, layer {layer}"
+        with pytest.raises(ValueError, match="neither 'beside' nor 'between'"):
+            tier.set_ahead_start("after")
         tier.check()
         with pytest.raises(ValueError, match="ahead_lines 513 not in"):
             tier.cache_set(a, ahead_lines=4 * D + 1)

@@ -51,6 +51,7 @@ struct fathom_cuda_tier {
     unsigned long long ahead_pending; /* capture id whose graph holds a read-ahead not yet joined, 0 none */
     fathom_cuda_lanes *lanes; /* the step's pipeline; NULL: one stream */
     fathom_cuda_scan_mode scan_mode; /* fathom_cuda_tier_set_scan_mode; 0 (exact) from calloc */
+    fathom_cuda_ahead_start ahead_start; /* fathom_cuda_tier_set_ahead_start; 0 (beside) from calloc */
 };
 
 const tier_dev *fc_tier_dev(const fathom_cuda_tier *t) { return &t->dev; }
@@ -71,6 +72,7 @@ cudaStream_t fc_tier_ahead_stream(const fathom_cuda_tier *t, cudaEvent_t *fork, 
 unsigned long long *fc_tier_ahead_pending(fathom_cuda_tier *t) { return &t->ahead_pending; }
 fathom_cuda_lanes *fc_tier_lanes(const fathom_cuda_tier *t) { return t->lanes; }
 fathom_cuda_scan_mode fc_tier_scan_mode(const fathom_cuda_tier *t) { return t->scan_mode; }
+fathom_cuda_ahead_start fc_tier_ahead_start(const fathom_cuda_tier *t) { return t->ahead_start; }
 int fc_tier_live(const fathom_cuda_tier *t, uint32_t s) {
     return t && s < t->shape.max_sessions && t->sessions[s].live;
 }
@@ -219,6 +221,15 @@ extern "C" int fathom_cuda_tier_set_scan_mode(fathom_cuda_tier *t, fathom_cuda_s
                      "tier_set_scan_mode: mode %d is neither FATHOM_CUDA_SCAN_EXACT nor FATHOM_CUDA_SCAN_INT8",
                      (int)mode);
     t->scan_mode = mode;
+    return FATHOM_OK;
+}
+
+extern "C" int fathom_cuda_tier_set_ahead_start(fathom_cuda_tier *t, fathom_cuda_ahead_start start) {
+    FATHOM_CHECK_ARG(t != NULL, "tier_set_ahead_start: tier is NULL");
+    FATHOM_CHECK_ARG(start == FATHOM_CUDA_AHEAD_BESIDE || start == FATHOM_CUDA_AHEAD_BETWEEN,
+                     "tier_set_ahead_start: %d is neither FATHOM_CUDA_AHEAD_BESIDE nor FATHOM_CUDA_AHEAD_BETWEEN",
+                     (int)start);
+    t->ahead_start = start;
     return FATHOM_OK;
 }
 

@@ -226,6 +226,16 @@ int fc_tier_ahead_join(fathom_cuda_tier *tier, cudaStream_t stream) {
     return FATHOM_OK;
 }
 
+int fc_tier_ahead_after(fathom_cuda_tier *tier, uint32_t layer, cudaStream_t stream, bool *after) {
+    *after = false;
+    if (fc_tier_ahead_start(tier) != FATHOM_CUDA_AHEAD_BETWEEN || layer + 1 >= fc_tier_dev(tier)->layers)
+        return FATHOM_OK;
+    unsigned long long id;
+    FATHOM_TRY(capture_id(stream, &id));
+    *after = id != 0;
+    return FATHOM_OK;
+}
+
 int fc_tier_ahead_leave(fathom_cuda_tier *tier, uint32_t layer, cudaStream_t stream) {
     unsigned long long id;
     FATHOM_TRY(capture_id(stream, &id));

@@ -251,12 +251,17 @@ int fc_tier_ahead_join(fathom_cuda_tier *tier, cudaStream_t stream);
  * unless layer is the last, leave it to the next step (pending); else
  * `stream` waits for it now. */
 int fc_tier_ahead_leave(fathom_cuda_tier *tier, uint32_t layer, cudaStream_t stream);
+/* Whether a step of `layer` on `stream` starts its read-ahead after its own
+ * work (FATHOM_CUDA_AHEAD_BETWEEN, in a capture, not the last layer). */
+int fc_tier_ahead_after(fathom_cuda_tier *tier, uint32_t layer, cudaStream_t stream, bool *after);
 /* The step's pipeline (NULL: one stream); a tier starts with TIER_LANES
  * lanes and chunks by context (fathom_cuda_tier_set_lanes). */
 #define TIER_LANES 3
 fathom_cuda_lanes *fc_tier_lanes(const fathom_cuda_tier *tier);
 /* The tier's scan mode (fathom_cuda_tier_set_scan_mode). */
 fathom_cuda_scan_mode fc_tier_scan_mode(const fathom_cuda_tier *tier);
+/* The tier's read-ahead start (fathom_cuda_tier_set_ahead_start). */
+fathom_cuda_ahead_start fc_tier_ahead_start(const fathom_cuda_tier *tier);
 /* tier_cache.cu: free a description's device memory (and zero it); drop a
  * session's cache (its device description zeroed first); after a
  * truncation to n tokens, forget what the cache holds beyond n. */

@@ -1286,26 +1286,32 @@ int fc_tier_step_launch(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args
     FATHOM_CUDA_TRY(cudaMemsetAsync(w->top.hist, 0, w->top.zero_bytes, stream));
     const uint32_t insert = (*fc_tier_row_caches(tier) > 0 ? INSERT_DIRECT : 0u) |
                             (*fc_tier_set_caches(tier) > 0 ? INSERT_SETS : 0u);
-    /* the read-ahead of the next layer, beside the whole step (the plane lines
-       when this step, and so the next layer's, scans in place); in a capture
-       the next step joins it (fc_tier_ahead_leave), so it also runs beside the
-       caller's work between the two steps */
+    /* the read-ahead of the next layer (the plane lines when this step, and
+       so the next layer's, scans in place): beside the whole step, or after
+       its own work (fc_tier_ahead_after); in a capture the next step joins it
+       (fc_tier_ahead_leave), so it also runs beside the caller's work between
+       the two steps */
     const bool ahead = *fc_tier_ahead_sessions(tier) > 0, fork = ahead && t->layers > 1;
+    bool after = false;
+    if (fork) FATHOM_TRY(fc_tier_ahead_after(tier, a->layer, stream, &after));
     FATHOM_TRY(fc_tier_ahead_join(tier, stream)); /* the last step's read-ahead, if it left it */
     cudaEvent_t forked, joined;
     cudaStream_t aside = fc_tier_ahead_stream(tier, &forked, &joined);
-    if (fork) {
+    auto read_ahead = [&]() -> int {
         FATHOM_CUDA_TRY(cudaEventRecord(forked, stream));
         FATHOM_CUDA_TRY(cudaStreamWaitEvent(aside, forked, 0));
         FATHOM_TRY(fc_tier_ahead_launch(tier, a->layer, a->sessions, a->batch, per >= P, aside));
         FATHOM_CUDA_TRY(cudaEventRecord(joined, aside));
-    }
+        return FATHOM_OK;
+    };
+    if (fork && !after) FATHOM_TRY(read_ahead());
     switch (t->dim) {
     case 64: FATHOM_TRY(launch_all<64>(t, L, per, a, G, w, sel, sel_count, insert, given, lane, stream)); break;
     case 128: FATHOM_TRY(launch_all<128>(t, L, per, a, G, w, sel, sel_count, insert, given, lane, stream)); break;
     case 256: FATHOM_TRY(launch_all<256>(t, L, per, a, G, w, sel, sel_count, insert, given, lane, stream)); break;
     default: return fathom_fail(FATHOM_ERR_UNSUPPORTED, "%s: dim %u not supported", who, t->dim);
     }
+    if (fork && after) FATHOM_TRY(read_ahead());
     if (fork) FATHOM_TRY(fc_tier_ahead_leave(tier, a->layer, stream));
     if (ahead) /* this layer's staging is read (the next layer's read-ahead reads only its own layer's plans) */
         FATHOM_TRY(fc_tier_ahead_save(tier, a->layer, a->sessions, a->batch, G * a->k, w, stream));

@@ -1162,8 +1162,10 @@ static void test_read_ahead(void) {
     /* captured: a graph of the L layers' appends and steps, where each step but
        the last layer's leaves its read-ahead to the next step, replayed beside
        tu's eager steps; then a graph of layer 0's step alone, closed by
-       fathom_cuda_tier_ahead_join */
-    {
+       fathom_cuda_tier_ahead_join; the read-ahead started with each step, then
+       after each step's own work (FATHOM_CUDA_AHEAD_BETWEEN) */
+    for (int between = 0; between < 2; between++) {
+        CHECK_OK(fathom_cuda_tier_set_ahead_start(ta, between ? FATHOM_CUDA_AHEAD_BETWEEN : FATHOM_CUDA_AHEAD_BESIDE));
         cudaStream_t gs;
         CK(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking));
         auto enqueue = [&](fathom_cuda_tier *t, step_bufs &b, uint32_t layers, bool count) {
@@ -1185,7 +1187,7 @@ static void test_read_ahead(void) {
         unsigned long long staged_rows = 0;
         for (uint32_t r = 0; r < replays; r++) {
             std::vector<uint16_t> hk(B * row);
-            for (uint32_t i = 0; i < B; i++) memcpy(&hk[i * row], &fresh[i][(300 + r) * row], row * 2);
+            for (uint32_t i = 0; i < B; i++) memcpy(&hk[i * row], &fresh[i][(300 + between * 100 + r) * row], row * 2);
             CK(cudaMemcpy(d_k, hk.data(), hk.size() * 2, cudaMemcpyHostToDevice));
             CK(cudaMemcpy(d_v, hk.data(), hk.size() * 2, cudaMemcpyHostToDevice));
             if (r % 2 == 0) new_queries();
@@ -1217,10 +1219,13 @@ static void test_read_ahead(void) {
         cudaGraphExecDestroy(exec);
         cudaGraphDestroy(graph);
         cudaStreamDestroy(gs);
-        printf("read-ahead: %u graph replays of %u layers (the steps leave their read-ahead to the next): %llu "
-               "differ, staged row bytes %llu\n", replays, L, (unsigned long long)gdiff, staged_rows);
+        printf("read-ahead %s: %u graph replays of %u layers (the steps leave their read-ahead to the next): %llu "
+               "differ, staged row bytes %llu\n", between ? "between" : "beside", replays, L,
+               (unsigned long long)gdiff, staged_rows);
         CHECK(gdiff == 0 && staged_rows > 0);
     }
+    CHECK_STATUS(fathom_cuda_tier_set_ahead_start(ta, (fathom_cuda_ahead_start)2), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_cuda_tier_set_ahead_start(NULL, FATHOM_CUDA_AHEAD_BESIDE), FATHOM_ERR_INVALID_ARG);
     CHECK_OK(fathom_cuda_tier_ahead_join(ta, 0)); /* nothing pending: a no-op */
     CHECK_STATUS(fathom_cuda_tier_ahead_join(NULL, 0), FATHOM_ERR_INVALID_ARG);
     /* argument checks */
