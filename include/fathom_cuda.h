@@ -784,7 +784,8 @@ typedef struct fathom_cuda_tier_cache_config {
                              sets per (layer, head) (a step stamp per way; 4 more bytes per
                              (layer, head) for its step count) */
     uint32_t ahead_lines; /* read-ahead (0: none): each step of layer l copies into HBM staging,
-                             beside its own work, the plane lines of layer l + 1 (the last layer:
+                             beside its own work or after it (fathom_cuda_tier_set_ahead_start),
+                             the plane lines of layer l + 1 (the last layer:
                              layer 0) that the session's last step of that layer planned and its
                              plane cache lacks, up to ahead_lines lines per KV head in channel
                              order, over the blocks closed at that step (< tokens), with their

@@ -1028,40 +1028,56 @@ def gpu_tier_row_sets(rec):
 
 def gpu_tier_read_ahead(rec):
     """bench_cuda_tier --read-ahead: per context and drift, the step-to-step
-    overlap ("ahead-only") and each trace point's cache without and with
-    read-ahead against the same alternating graph without a cache."""
+    overlap ("ahead-only") and each trace point's cache alone, with
+    read-ahead started beside each step (+ahead) and after it
+    (+ahead-between), against the same cycling graph without a cache."""
     r = rec["result"]
     rows, detail, near = [], [], None
     sim = sibling("cache-sim-read-ahead")
+    between, cycle = 0, 2
     for d in r["decode"]:
         for a in d.get("ahead", []):
+            between, cycle = a.get("between_us", 0), a.get("cycle", 2)
             pts = {p["point"]: p for p in a["points"]}
             only = pts.get("ahead-only")
-            pairs = [(p, pts[p["point"] + "+ahead"]) for p in a["points"]
-                     if not p["read_ahead"] and p["point"] != "none" and p["point"] + "+ahead" in pts]
-            if not pairs:
+            trios = [(p, pts[p["point"] + "+ahead"], pts[p["point"] + "+ahead-between"]) for p in a["points"]
+                     if not p["read_ahead"] and p["point"] != "none" and p["point"] + "+ahead" in pts
+                     and p["point"] + "+ahead-between" in pts]
+            if not trios:
                 continue
-            c = [x["vs_none"] for x, _ in pairs]
-            w = [y["vs_none"] for _, y in pairs]
-            g = [y["ms"] / x["ms"] for x, y in pairs]
+            span = lambda v: "%.2f-%.2fx" % (min(v), max(v))
+            c = [x["tier_vs_none"] for x, _, _ in trios]
+            w = [y["tier_vs_none"] for _, y, _ in trios]
+            b = [z["tier_vs_none"] for _, _, z in trios]
             rows.append([ctx(d["context"]), "%.2f" % a["drift"],
                          "%.0f%% / %.0f%%" % (100 * only["plane_staged"], 100 * only["row_staged"]) if only else "-",
-                         "%d" % len(pairs), "%.2f-%.2fx" % (min(c), max(c)), "%.2f-%.2fx" % (min(w), max(w)),
-                         "%.3f-%.3fx" % (min(g), max(g)), "%d" % sum(v <= 0.6 for v in w)])
+                         "%d" % len(trios), span(c), span(w), span(b),
+                         "%d / %d / %d" % (sum(v <= 0.6 for v in c), sum(v <= 0.6 for v in w),
+                                           sum(v <= 0.6 for v in b))])
             if d["context"] == 131072 and only and abs(a["drift"] - 0.2) < 1e-6:
                 near = (a["drift"], only)
-                for x, y in pairs:
+                for x, y, z in trios:
+                    given = "trace_plane_ahead" in z
                     detail.append([x["point"], "%.0f%% / %.0f%%" % (100 * x["plane_hit"], 100 * x["row_hit"]),
-                                   "%.0f%% / %.0f%%" % (100 * y["plane_staged"], 100 * y["row_staged"]),
-                                   "%.3f" % x["ms"], "%.3f" % y["ms"], "%.2fx" % x["vs_none"], "%.2fx" % y["vs_none"],
-                                   "%.3fx" % (y["ms"] / x["ms"])])
+                                   "%.0f%% / %.0f%%" % (100 * (z["plane_hit"] + z["plane_staged"]),
+                                                        100 * (z["row_hit"] + z["row_staged"])),
+                                   "%.0f%% / %.0f%%" % (100 * (z["plane_hit"] + z["trace_plane_ahead"]),
+                                                        100 * (z["row_hit"] + z["trace_row_ahead"]))
+                                   if given else "-",
+                                   "%d / %d" % (z["ahead_lines"], z["ahead_rows"]),
+                                   "%.3f" % x["tier_ms"], "%.3f" % y["tier_ms"], "%.3f" % z["tier_ms"],
+                                   "%.2fx" % x["tier_vs_none"], "%.2fx" % y["tier_vs_none"],
+                                   "%.2fx" % z["tier_vs_none"]])
     text = md_table(["context", "drift", "overlap: planes / rows", "trace points", "cache vs none",
-                     "cache + read-ahead vs none", "read-ahead / cache", "points <= 0.6x"], rows)
+                     "+ read-ahead beside", "+ read-ahead between", "points <= 0.6x (cache / beside / between)"],
+                    rows)
     if detail:
-        text += ("\nAt 128k with drift %.2f (the unions overlap %.0f%% from step to step, as on the real traces):\n\n" %
+        text += ("\nAt 128k with drift %.2f (the unions overlap %.0f%% from step to step without a cache; the real "
+                 "traces' 57-70%%), ms per decode step less the work between layers:\n\n" %
                  (near[0], 100 * near[1]["row_staged"]) +
-                 md_table(["trace point", "hit: planes / rows", "staged: planes / rows", "cache ms", "+ read-ahead ms",
-                           "cache vs none", "+ read-ahead vs none", "read-ahead / cache"], detail))
+                 md_table(["trace point", "cache hit: planes / rows", "in HBM with read-ahead (between)",
+                           "trace: cache + read-ahead", "ahead lines / rows", "cache ms", "beside ms", "between ms",
+                           "cache vs none", "beside vs none", "between vs none"], detail))
     stage = []
     for d in r["decode"]:
         for a in d.get("ahead", [])[:1]:
@@ -1074,46 +1090,44 @@ def gpu_tier_read_ahead(rec):
     if stage:
         at = [x for x in stage if x[0] == 131072] or stage
         k = max(x[1] / x[2] for x in at)
-        staging = (" The staging is HBM beside the cache's budget: %.3f GB at %s (two layers of plans and unions of "
-                   "the session's %d KV heads), %.1fx the cache at these points in this %d-layer bench; it grows "
-                   "with layers only by each one's last plan and union, so in a model of 36 layers with the cache at the same share of its index it "
-                   "would be about %.2fx." % (at[0][1], ctx(at[0][0]), r["kv_heads"], k, r["layers"],
-                                              k * r["layers"] / 36))
+        staging = (" The staging is HBM beside the cache's budget: up to %.3f GB at %s (two layers of plans and "
+                   "unions of the session's %d KV heads), %.1fx the cache at these points in this %d-layer bench; "
+                   "it grows with layers only by each one's last plan and union, so in a model of 36 layers with the "
+                   "cache at the same share of its index it would be about %.2fx." %
+                   (max(x[1] for x in at), ctx(at[0][0]), r["kv_heads"], k, r["layers"], k * r["layers"] / 36))
     ref = ""
     if sim:
         runs = [x for t in sim["result"]["traces"] for x in t["runs"] if x.get("as_context") == 131072
                 and "plane_ahead_waste" in x and x["plane_ahead_hit"] and x["row_ahead_hit"]]
         if runs:
-            ref = (" On the real traces (record cache-sim-read-ahead, 128k) a step's union shares %.0f-%.0f%% of its "
-                   "rows with the previous step's, and reading ahead would move %.1f-%.1f plane bytes and %.1f-%.1f "
-                   "row bytes for every byte the step then reads from the staging%s." %
-                   (100 * min(x["row_ahead_hit"] for x in runs if x["slots"] == 0),
-                    100 * max(x["row_ahead_hit"] for x in runs if x["slots"] == 0),
-                    min(1 + x["plane_ahead_waste"] / x["plane_ahead_hit"] for x in runs),
+            ref = (" On the real traces (record cache-sim-read-ahead, 128k) reading ahead would move %.1f-%.1f plane "
+                   "bytes and %.1f-%.1f row bytes for every byte the step then reads from the staging." %
+                   (min(1 + x["plane_ahead_waste"] / x["plane_ahead_hit"] for x in runs),
                     max(1 + x["plane_ahead_waste"] / x["plane_ahead_hit"] for x in runs),
                     min(1 + x["row_ahead_waste"] / x["row_ahead_hit"] for x in runs),
-                    max(1 + x["row_ahead_waste"] / x["row_ahead_hit"] for x in runs),
-                    "; here, without a cache, %.2f and %.2f at drift %.2f" % (1 / near[1]["plane_staged"],
-                                                                           1 / near[1]["row_staged"], near[0])
-                    if near else ""))
+                    max(1 + x["row_ahead_waste"] / x["row_ahead_hit"] for x in runs)))
     return text + (
         "\nbench_cuda_tier --read-ahead on %d layers x %d KV heads, G = %d, d = %d, k = %d, %s, one session at the "
-        "context: graphs of 2 x %d layer steps, the first %d with the bench's queries A, the next with B = "
-        "sqrt(1 - e^2) A + e Z (e the drift, Z other queries), replayed %d times, so every step's previous step of a "
-        "layer planned and selected with the other set; ms is per decode step (half a replay). \"overlap\" is what "
-        "read-ahead without a cache stages and the step reads: the share of a plan's plane bytes (closed blocks) "
-        "and of a union's rows that the other set's step read too. Each trace point's cache has the lines and slots "
-        "of the cache sweep (its row rate is the static replay's; alternating unions lower it), its window noted "
-        "by both sets; \"+ read-ahead\" adds ahead_lines = 48 (a plan's lines) and ahead_rows = 2048 (a union): "
-        "each layer's step copies, beside itself, the next layer's last plan lines and union rows that the cache "
-        "lacks into HBM staging and, at this record's commit, waits for the copy at its end (since 3605576 a "
-        "step captured in a graph leaves it to the next step, so it also runs beside the work between two "
-        "layers; bench_cuda_tier --between-us times that; not recorded yet). At 1M the step is pipelined and only "
-        "rows are read ahead.%s%s Where it does not hold: the bench's plans overlap more from step to step than the real "
-        "traces' at every drift (its plane overlap is the upper bound here); the layers have nothing between "
-        "them, while in a model the projections and MLP run between two layers' steps. %s\n" %
-        (r["layers"], r["kv_heads"], r["group"], r["dim"], r["k"], r["method"], r["layers"], r["layers"], r["reps"],
-         staging, ref, link_note(rec)))
+        "context: graphs of %d x %d layer steps, each %d with one of %d query sets, set m = sqrt(1 - e^2) set m-1 + "
+        "e Z (e the drift, Z other queries), replayed %d times, so every step's previous step of a layer planned "
+        "and selected with another set; after each layer's step one warp spins %.0f us, the model's projections "
+        "and MLP between two layers (Qwen3-8B's take about 230-270 us a layer at batch 1: serve-bench); ms is per "
+        "decode step less that work. \"overlap\" is what read-ahead without a cache stages and the step reads: "
+        "the share of a plan's plane bytes (closed blocks) and of a union's rows that the previous set's step "
+        "read too. Each trace point's cache has the lines and slots of the cache sweep, its window noted by every "
+        "set; read-ahead (ahead_lines <= 48, a plan's lines; ahead_rows <= 2048, a union) copies the next layer's "
+        "last plan lines and union rows that the cache lacks into HBM staging, started with each step (beside: "
+        "it shares the link with the step's own reads) or after each step's own work "
+        "(FATHOM_CUDA_AHEAD_BETWEEN: it has the link while the work between layers runs); the next step "
+        "joins it. The bench's plans overlap more from step to step than the real traces' (its plane overlap "
+        "is the upper bound), so each trace point's read-ahead is capped (ahead lines / rows, by bisection on "
+        "measured replays) where the cache and staging together would serve more of the plane bytes or rows "
+        "than the cache and read-ahead did on its real trace (bench/cache_sim.py plane_ahead_hit, "
+        "row_ahead_hit); the capped copy moves fewer bytes than an uncapped one would.%s%s Where it does not "
+        "hold: the spin warp leaves the SMs and HBM to the read-ahead, while a model's MLP keeps them busy; "
+        "alternating synthetic query sets stand in for a decode's. %s\n" %
+        (r["layers"], r["kv_heads"], r["group"], r["dim"], r["k"], r["method"], cycle, r["layers"], r["layers"],
+         cycle, r["reps"], between, staging, ref, link_note(rec)))
 
 
 def gpu_tier_row_sets_churn(rec):
@@ -2765,8 +2779,8 @@ TABLES = [
     Table("gpu-tier-row-sets-churn", "GPU offload step: associative row slots",
           "The same under changing unions: queries that drift from step to step", gpu_tier_row_sets_churn, None),
     Table("gpu-tier-read-ahead", "GPU offload step: reading the next layer ahead",
-          "Read-ahead of the next layer's last plan and union beside each step, against the cache alone",
-          gpu_tier_read_ahead, None),
+          "Read-ahead of the next layer's last plan and union, beside each step or after it, with the work "
+          "between layers", gpu_tier_read_ahead, None),
     Table("serve-bench", "Python and transformers (H200)",
           "Decode tokens/s: transformers with the KV tier against sdpa in HBM and dense host offload",
           serve_bench, "Pending: on the GPU machine, `FATHOM_COMMIT=<commit> SERVE_TABLE=serve-bench "

@@ -17,6 +17,13 @@ direct-mapped); every cache_fill_every decode steps
 (an eager step of the last layer, or replayed()) the lines are chosen again
 from the last cache_window plans and copied (KVTier.cache_fill, on the
 current stream). Outputs are the same bits with or without it.
+
+Read-ahead (read_ahead "beside" or "between", with or without a cache):
+each layer's step copies into HBM staging the plane lines and union rows
+the session's last step of the next layer read and its cache lacks
+(KVTier.cache_set's ahead_lines = the plan's lines, ahead_rows = group x k);
+"between" starts each copy after its step's own work in the captured decode
+graph (KVTier.set_ahead_start), beside the model's work between two layers.
 """
 import numpy as np
 import torch
@@ -39,7 +46,7 @@ def capacity_class(tokens):
 class TierBackend:
     def __init__(self, *, layers, kv_heads, group, dim, batch, method, k, sink=SINK_TOKENS, local=LOCAL_TOKENS,
                  max_tokens=None, device=None, segment_blocks=0, cache_bytes=0, cache_plane_share=0.7,
-                 cache_window=CACHE_WINDOW, cache_fill_every=16, cache_row_ways=1):
+                 cache_window=CACHE_WINDOW, cache_fill_every=16, cache_row_ways=1, read_ahead=None):
         self.kind, param = parse_method(method)
         self.budget = param if self.kind in ("fathom", "fathom-centered") else 0
         self.ds_channels = param if self.kind == "ds" else 0
@@ -58,6 +65,9 @@ class TierBackend:
         if self.cache_bytes < 0 or not 0.0 <= self.cache_plane_share <= 1.0 or self.cache_fill_every < 1:
             raise ValueError(f"TierBackend: cache_bytes {cache_bytes} must be >= 0, cache_plane_share "
                              f"{cache_plane_share} in [0, 1] and cache_fill_every {cache_fill_every} >= 1")
+        if read_ahead not in (None, "none", "beside", "between"):
+            raise ValueError(f"TierBackend: read_ahead {read_ahead!r} is not None, 'none', 'beside' or 'between'")
+        self.read_ahead = None if read_ahead == "none" else read_ahead
         self._steps = 0  # decode steps run (eager steps of the last layer and replayed tokens)
         self.batch, self.k, self.sink, self.local = batch, int(k), int(sink), int(local)
         # sizes the device segment table only (host memory comes with reserve)
@@ -69,6 +79,8 @@ class TierBackend:
             for s in self.sessions:
                 self.tier.set_center(s)
         self.sessions_t = self.tier.sessions_tensor(self.sessions)
+        if self.read_ahead:
+            self.tier.set_ahead_start(self.read_ahead)
         self._counts = {}
         self._len = [0] * layers
         self.capacity = 0  # the step's capacity class; every session holds at least this many tokens
@@ -91,14 +103,23 @@ class TierBackend:
         for s in self.sessions:
             self.tier.reserve(s, capacity)
         self.capacity = capacity
-        if self.cache_bytes:
+        if self.cache_bytes or self.read_ahead:
             self._cache_set(capacity)
         return True
 
     def _cache_set(self, capacity):
-        """Every session's HBM cache for a capacity class (emptied: the next
-        fill copies what it keeps). A share that buys no plane line or no row
-        slot per (layer, KV head) at this capacity goes to the other part."""
+        """Every session's HBM cache and read-ahead for a capacity class
+        (emptied: the next fill copies what it keeps). A share that buys no
+        plane line or no row slot per (layer, KV head) at this capacity goes
+        to the other part."""
+        ahead = {}
+        if self.read_ahead:  # a plan's lines (fathom:B plans B; ds:c reads c channels' 4 planes) and a union
+            lines = self.budget if self.budget else 4 * self.ds_channels
+            ahead = dict(ahead_lines=min(lines, 4 * self.dim), ahead_rows=self.group * self.k)
+        if not self.cache_bytes:
+            for s in self.sessions:
+                self.tier.cache_set(s, tokens=capacity, **ahead)
+            return
         pairs = self.layers * self.kv_heads
         line = pairs * 10 * -(-capacity // 64)  # a plane line: 8 bytes of words + 2 of scales per block
         slot = pairs * row_set_bytes(self.dim, self.cache_row_ways)  # a set of K/V rows (a slot: direct-mapped)
@@ -115,7 +136,7 @@ class TierBackend:
                              f"(layer, KV head)")
         for s in self.sessions:
             self.tier.cache_set(s, plane_bytes=plane, row_bytes=row, tokens=capacity, window=self.cache_window,
-                                row_ways=self.cache_row_ways)
+                                row_ways=self.cache_row_ways, **ahead)
         self._steps = 0  # the empty caches are filled at the next step
 
     def fill_cache(self):

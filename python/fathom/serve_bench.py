@@ -298,7 +298,7 @@ def shape_of(config):
                 group=config.num_attention_heads // config.num_key_value_heads, dim=config.head_dim)
 
 
-def run_fathom(model, config, method, context, batch, args, cache=0.0, row_ways=1):
+def run_fathom(model, config, method, context, batch, args, cache=0.0, row_ways=1, read_ahead=None):
     from ._hf_tier import TierBackend
 
     sh = shape_of(config)
@@ -307,7 +307,7 @@ def run_fathom(model, config, method, context, batch, args, cache=0.0, row_ways=
     cache_bytes = int(cache * sh["layers"] * sh["kv_heads"] * -(-context // 64) * sh["dim"] * 34)
     backend = TierBackend(**sh, batch=batch, method=method, k=args.k, max_tokens=total + 4096,
                           cache_bytes=cache_bytes, cache_fill_every=args.cache_fill_every,
-                          cache_row_ways=row_ways)
+                          cache_row_ways=row_ways, read_ahead=read_ahead)
     try:
         t0 = time.perf_counter()
         backend.prepare(total)
@@ -467,6 +467,10 @@ def main(argv=None):
     ap.add_argument("--cache-row-ways", default="1",
                     help="the row cache's ways (1: direct-mapped; 2, 4, 8: sets kept by recency of use), or a "
                          "list (1,4): every cached fathom run once per value")
+    ap.add_argument("--read-ahead", default="none",
+                    help="fathom runs: the KV tier's read-ahead of the next layer (none; beside: started with "
+                         "each step; between: after each step's own work, beside the model's work between two "
+                         "layers), or a list (none,between): every fathom run once per value")
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ap.add_argument("--partial", help="rewrite this file with the JSON so far after every run")
     args = ap.parse_args(argv)
@@ -482,6 +486,9 @@ def main(argv=None):
         row_ways = [-1]
     if not row_ways or not all(w in (1, 2, 4, 8) for w in row_ways):
         ap.error(f"--cache-row-ways {args.cache_row_ways}: values of 1, 2, 4, 8")
+    aheads = [x.strip() for x in args.read_ahead.split(",")]
+    if not aheads or not all(x in ("none", "beside", "between") for x in aheads):
+        ap.error(f"--read-ahead {args.read_ahead}: values of none, beside, between")
     if not torch.cuda.is_available():
         ap.error("needs a CUDA device (torch.cuda.is_available() is False)")
     from . import tier
@@ -500,12 +507,14 @@ def main(argv=None):
         f"{time.perf_counter() - t0:.1f} s")
     results = []
     torch.set_grad_enabled(False)  # no autograd graph: it would keep every layer's activations
-    plan = [(c, b, m, share, ways) for c, b, ms in runs for m in ms
+    plan = [(c, b, m, share, ways, ahead) for c, b, ms in runs for m in ms
             for share in (caches if m not in ("sdpa", "offload") else [0.0])
-            for ways in (row_ways if share > 0 else [1])]
-    for context, batch, method, share, ways in plan:
+            for ways in (row_ways if share > 0 else [1])
+            for ahead in (aheads if m not in ("sdpa", "offload") else ["none"])]
+    for context, batch, method, share, ways, ahead in plan:
         log(f"== {method} at {context // 1024}k, batch {batch}" +
-            (f", cache {share:g}, row ways {ways}" if share else ""))
+            (f", cache {share:g}, row ways {ways}" if share else "") +
+            (f", read-ahead {ahead}" if ahead != "none" else ""))
         try:
             if method == "sdpa":
                 r = run_sdpa(model, config, context, batch, args)
@@ -513,7 +522,8 @@ def main(argv=None):
                 r = run_offload(model, config, context, batch, args)
             else:
                 tier.parse_method(method)  # UnsupportedError for methods the tier step lacks
-                r = run_fathom(model, config, method, context, batch, args, cache=share, row_ways=ways)
+                r = run_fathom(model, config, method, context, batch, args, cache=share, row_ways=ways,
+                               read_ahead=ahead)
         except tier.UnsupportedError as e:
             r = {"skipped": str(e)}
         except Exception as e:  # noqa: BLE001 - one failed run must not lose the others
@@ -522,7 +532,7 @@ def main(argv=None):
         torch.cuda.empty_cache()
         r.update(method=method, context=context, batch=batch)
         if method not in ("sdpa", "offload"):
-            r.update(cache=share, cache_row_ways=ways)
+            r.update(cache=share, cache_row_ways=ways, read_ahead=ahead)
         log("   " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in r.items()))
         results.append(r)
         out = {
@@ -531,6 +541,7 @@ def main(argv=None):
             "k": args.k, "sink": tier.SINK_TOKENS, "local": tier.LOCAL_TOKENS, "steps": args.steps,
             "offload_steps": args.offload_steps, "reps": args.reps,
             "cache": caches, "cache_fill_every": args.cache_fill_every, "cache_row_ways": row_ways,
+            "read_ahead": aheads,
             "graph": "transformers forward + argmax captured in one torch.cuda.graph per method",
             "torch": torch.__version__, "transformers": __import__("transformers").__version__,
             "runs": results,
@@ -555,7 +566,8 @@ def main(argv=None):
                 parts = (f"{r['forward_ms']:>6.2f} {r['append_ms']:>7.2f} {r['tier_step_ms']:>6.2f} "
                          f"{100 * r['python_share']:>6.1f}%")
             name = r["method"] + (f"+{r['cache']:g}" if r.get("cache") else "") + (
-                f"w{r['cache_row_ways']}" if r.get("cache") and r.get("cache_row_ways", 1) > 1 else "")
+                f"w{r['cache_row_ways']}" if r.get("cache") and r.get("cache_row_ways", 1) > 1 else "") + (
+                f"+{r['read_ahead']}" if r.get("read_ahead", "none") != "none" else "")
             print(f"{r['context'] // 1024:>7}k {r['batch']:>5} {name:>10} {r['tokens_per_s']:>8.2f} "
                   f"{r['step_ms']:>8.2f} {parts}")
     return 0

@@ -302,7 +302,8 @@ class KVTier:
         the steps noted (0..255; 0: by variance alone); row_ways 1: direct-
         mapped row slots, 2, 4 or 8: sets of that many ways kept by recency of
         use; ahead_lines and ahead_rows > 0: read-ahead, each layer's step
-        copies into HBM staging, beside its own work, up to that many plane
+        copies into HBM staging, beside its own work or after it
+        (set_ahead_start), up to that many plane
         lines per KV head and union rows of the next layer's last step that
         the cache lacks (lines only for steps that scan in place). All sizes 0
         frees it. The steps' results are the same bits with or without a cache

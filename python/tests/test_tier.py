@@ -566,14 +566,15 @@ def test_read_ahead_keeps_the_step_bits(gpu):
 
 
 def test_backend_with_an_hbm_cache_decodes_the_same_bits(gpu):
-    """TierBackend with cache_bytes (filled at the first step and every 3)
-    gives the same outputs as without, step by step, and holds device memory
-    for it."""
+    """TierBackend with cache_bytes (filled at the first step and every 3,
+    with read-ahead) and with read-ahead alone gives the same outputs as
+    without, step by step, and holds device memory for them."""
     from fathom._hf_tier import TierBackend
 
     dev = torch.device("cuda")
     sh = dict(layers=2, kv_heads=2, group=2, dim=64, batch=2, method="fathom:32", k=64, max_tokens=8192)
-    backends = [TierBackend(**sh, cache_bytes=4 << 20, cache_fill_every=3), TierBackend(**sh)]
+    backends = [TierBackend(**sh, cache_bytes=4 << 20, cache_fill_every=3, read_ahead="beside"),
+                TierBackend(**sh, read_ahead="between"), TierBackend(**sh)]
     try:
         g = torch.Generator(device=dev).manual_seed(33)
         prompt = torch.randn((2, 2, 3000, 64), device=dev, generator=g).to(torch.bfloat16)
@@ -581,7 +582,7 @@ def test_backend_with_an_hbm_cache_decodes_the_same_bits(gpu):
             be.prepare(3000 + 16)
             for layer in range(2):
                 be.append(layer, prompt, prompt * 0.5)
-        assert all(backends[0].tier.cache_bytes(s) > 0 for s in backends[0].sessions)
+        assert all(be.tier.cache_bytes(s) > 0 for be in backends[:2] for s in be.sessions)
         for i in range(10):
             kn = torch.randn((2, 2, 1, 64), device=dev, generator=g).to(torch.bfloat16)
             q = torch.randn((2, 4, 1, 64), device=dev, generator=g).to(torch.bfloat16)
@@ -592,10 +593,13 @@ def test_backend_with_an_hbm_cache_decodes_the_same_bits(gpu):
                     be.append(layer, kn, -kn)
                     o.append(be.attend(layer, q, 0.125))
                 outs.append(torch.stack(o))
-            assert torch.equal(outs[0], outs[1]), f"step {i}: the cache changed the output"
+            assert torch.equal(outs[0], outs[2]), f"step {i}: the cache changed the output"
+            assert torch.equal(outs[1], outs[2]), f"step {i}: the read-ahead changed the output"
         for be in backends:
             be.check()
         assert backends[0]._steps == 10
+        with pytest.raises(ValueError, match="read_ahead 'after'"):
+            TierBackend(**sh, read_ahead="after")
     finally:
         for be in backends:
             be.close()

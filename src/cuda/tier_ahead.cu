@@ -1,12 +1,13 @@
 /* The KV tier's read-ahead (fathom_cuda_tier_cache_config.ahead_lines and
- * ahead_rows): each step of layer l copies, beside its own work, what the
- * session's last step of layer l + 1 read and its caches lack into one half
- * of the session's staging, and that layer's step reads those bytes from it
- * (tier_step.cu's scan and fetch). Plans and unions of consecutive decode
- * steps overlap (bench/cache_sim.py: plane_ahead_hit, row_ahead_hit), so
- * the bytes move while the link would otherwise idle under layer l's
- * kernels and, in a captured graph (the next step joins the read-ahead:
- * fc_tier_ahead_leave), the caller's work before layer l + 1's step.
+ * ahead_rows): each step of layer l copies, beside its own work or after it
+ * (fathom_cuda_tier_set_ahead_start), what the session's last step of layer
+ * l + 1 read and its caches lack into one half of the session's staging,
+ * and that layer's step reads those bytes from it (tier_step.cu's scan and
+ * fetch). Plans and unions of consecutive decode steps overlap
+ * (bench/cache_sim.py: plane_ahead_hit, row_ahead_hit), so the bytes move
+ * while the link would otherwise idle under layer l's kernels and, in a
+ * captured graph (the next step joins the read-ahead: fc_tier_ahead_leave),
+ * the caller's work before layer l + 1's step.
  *
  * Only closed blocks are staged (an append rewrites only the open block and
  * adds rows past the length), up to the blocks closed when the plan was
