@@ -1607,17 +1607,18 @@ def serve_bench_ds(rec):
 def serve_bench_cache(rec):
     r = rec["result"]
     rows, notes = [], []
+    ahead = lambda d: d.get("read_ahead", "none")
     plain = {(d["context"], d["batch"], d["method"]): d for d in r["runs"]
-             if "tokens_per_s" in d and not d.get("cache")}
+             if "tokens_per_s" in d and not d.get("cache") and ahead(d) == "none"}
     for d in r["runs"]:
         c, b, m, share = ctx(d["context"]), d["batch"], d["method"], d.get("cache", 0)
         if "tokens_per_s" not in d:
             why = d.get("skipped") or d.get("error", "")
-            rows.append([c, b, m, "%g" % share, "-"] + ["-"] * 6 + [why.split(":")[0][:40]])
+            rows.append([c, b, m, "%g" % share, "-", ahead(d)] + ["-"] * 6 + [why.split(":")[0][:40]])
             continue
         p = plain.get((d["context"], d["batch"], m))
-        cached = share and p is not None
-        rows.append([c, b, m, "%g" % share, "%d" % d.get("cache_row_ways", 1) if share else "-",
+        cached = (share or ahead(d) != "none") and p is not None
+        rows.append([c, b, m, "%g" % share, "%d" % d.get("cache_row_ways", 1) if share else "-", ahead(d),
                      "%.2f" % (d.get("cache_bytes_per_session", 0) / 1e9),
                      "%.2f" % d["tokens_per_s"], "%.2f" % d["step_ms"], "%.2f" % d["tier_step_ms"],
                      "%.2fx" % ratio(d["tokens_per_s"], p["tokens_per_s"]) if cached else "-",
@@ -1635,14 +1636,17 @@ def serve_bench_cache(rec):
                          (c, b, share, ", %d-way sets" % d["cache_row_ways"] if d.get("cache_row_ways", 1) > 1
                           else "", d["vs_parts"], d["forward_ms"], d["tier_step_ms"],
                           d["step_ms"] - d["forward_ms"] - d["tier_step_ms"]))
-    text = md_table(["context", "batch", "method", "cache share", "row ways", "cache GB / seq", "tok/s", "ms/step",
-                     "tier step ms", "tok/s vs no cache", "tier step vs no cache", "note"], rows)
+    text = md_table(["context", "batch", "method", "cache share", "row ways", "read-ahead", "cache GB / seq", "tok/s",
+                     "ms/step", "tier step ms", "tok/s vs no cache", "tier step vs no cache", "note"], rows)
     text += "\n" + "".join("- %s.\n" % n for n in notes)
     return (text + "\nThe same decode with each sequence's HBM cache (serve_bench --cache: TierBackend cache_bytes "
             "= the share of the sequence's index at the context, 70%% of it plane lines ranked by the last 16 "
             "plans, the rest K/V row slots, direct-mapped or (row ways > 1, serve_bench --cache-row-ways) in sets "
             "kept by recency of use; set with the capacity, filled at the first decode step and every %d "
-            "steps, the fills inside the timed steps), each share run after the other in the same process. Where "
+            "steps, the fills inside the timed steps), each share run after the other in the same process; "
+            "read-ahead (serve_bench --read-ahead: TierBackend read_ahead, the tier's read-ahead of each next "
+            "layer's last plan lines and union rows, started with each step or, 'between', after its own work "
+            "in the decode graph, beside the model's work between two layers), where a row names it. Where "
             "it does not hold: the hit rates are those of the synthetic context (random keys with per-channel "
             "scales) and the random model's queries, not a real decode's (the GPU tables above use the rates "
             "of real traces). " % r.get("cache_fill_every", 16) + link_note(rec) + serve_text(r))
@@ -2781,6 +2785,10 @@ TABLES = [
     Table("gpu-tier-read-ahead", "GPU offload step: reading the next layer ahead",
           "Read-ahead of the next layer's last plan and union, beside each step or after it, with the work "
           "between layers", gpu_tier_read_ahead, None),
+    Table("gpu-tier-read-ahead-no-gap", "GPU offload step: reading the next layer ahead",
+          "The same with nothing between the layers' steps", gpu_tier_read_ahead, None),
+    Table("serve-bench-read-ahead", "Python and transformers: the HBM cache (H100)",
+          "fathom:48 with the HBM cache and read-ahead, from transformers", serve_bench_cache, None),
     Table("serve-bench", "Python and transformers (H200)",
           "Decode tokens/s: transformers with the KV tier against sdpa in HBM and dense host offload",
           serve_bench, "Pending: on the GPU machine, `FATHOM_COMMIT=<commit> SERVE_TABLE=serve-bench "
