@@ -1069,8 +1069,49 @@ static __global__ void tier_given_kernel(tier_dev t, uint32_t G, uint32_t k, uin
     for (uint32_t i = threadIdx.x; i < m; i += blockDim.x) w.top.mid[(size_t)r * k + i] = bad ? sink + i : src[i];
 }
 
+/* The direct-mapped row caches' insertion of chunk c's missed union rows
+ * (the fetch's w.miss): slots claimed, then written. */
+template <int D>
+static int insert_direct(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G, const tier_ws *w,
+                         tier_chunk c, cudaStream_t stream) {
+    const uint32_t cap = G * a->k;
+    const dim3 rows_grid((cap + FETCH_WARPS - 1) / FETCH_WARPS, c.count);
+    for (int mode = INSERT_CLAIM; mode <= INSERT_WRITE; mode++) {
+        tier_insert_kernel<D><<<rows_grid, FETCH_WARPS * 32, 0, stream>>>(*t, a->layer, a->sessions, cap, c.p0,
+                                                                         *w, mode);
+        FATHOM_CUDA_LAUNCHED();
+    }
+    return FATHOM_OK;
+}
+
+/* The row sets' insertion of chunk c's missed union rows: ways chosen,
+ * then rows written. */
+template <int D>
+static int insert_sets(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G, const tier_ws *w,
+                       tier_chunk c, cudaStream_t stream) {
+    const uint32_t cap = G * a->k;
+    const dim3 rows_grid((cap + FETCH_WARPS - 1) / FETCH_WARPS, c.count);
+    tier_set_insert_kernel<D><<<c.count, SET_THREADS, 0, stream>>>(*t, a->layer, a->sessions, cap, c.p0, *w);
+    FATHOM_CUDA_LAUNCHED();
+    tier_insert_kernel<D><<<rows_grid, FETCH_WARPS * 32, 0, stream>>>(*t, a->layer, a->sessions, cap, c.p0, *w,
+                                                                     INSERT_SET_WRITE);
+    FATHOM_CUDA_LAUNCHED();
+    return FATHOM_OK;
+}
+
+/* Both row caches' insertion of chunk c (`insert`: INSERT_DIRECT,
+ * INSERT_SETS), in the order a chunk runs them. */
+template <int D>
+static int insert_rows(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G, const tier_ws *w,
+                       tier_chunk c, uint32_t insert, cudaStream_t stream) {
+    if (insert & INSERT_DIRECT) FATHOM_TRY(insert_direct<D>(t, a, G, w, c, stream));
+    if (insert & INSERT_SETS) FATHOM_TRY(insert_sets<D>(t, a, G, w, c, stream));
+    return FATHOM_OK;
+}
+
 /* Top-k (or, given, the union of the given selections), row fetch,
- * row-cache insertion and attention of one chunk. */
+ * row-cache insertion (`insert`: INSERT_DIRECT, INSERT_SETS; 0: none) and
+ * attention of one chunk. */
 template <int D>
 static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G, const tier_ws *w,
                         tier_chunk c, uint32_t *sel, uint32_t *sel_count, uint32_t insert, cudaStream_t stream,
@@ -1094,11 +1135,7 @@ static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, 
                                                                     a->cache_bytes ? a->cache_bytes + 1 : NULL,
                                                                     a->ahead_bytes ? a->ahead_bytes + 1 : NULL);
     FATHOM_CUDA_LAUNCHED();
-    for (int mode = INSERT_CLAIM; (insert & INSERT_DIRECT) && mode <= INSERT_WRITE; mode++) {
-        tier_insert_kernel<D><<<rows_grid, FETCH_WARPS * 32, 0, stream>>>(*t, a->layer, a->sessions, cap, c.p0,
-                                                                         *w, mode);
-        FATHOM_CUDA_LAUNCHED();
-    }
+    if (insert & INSERT_DIRECT) FATHOM_TRY(insert_direct<D>(t, a, G, w, c, stream));
     const dim3 logit_grid(c.count * G, (a->k + ATT_LROWS - 1) / ATT_LROWS);
     const size_t lsmem = (size_t)ATT_LROWS * ATT_KSTRIDE(D); /* the CTA's K rows */
     if (lsmem > 48 * 1024)
@@ -1114,13 +1151,8 @@ static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, 
     tier_value_kernel<D><<<dim3(c.count * G, ATT_VCTAS), ATT_VTHREADS, vsmem, stream>>>(
         G, a->k, sel_count, (uint32_t)rows0, *w, a->out, a->lse);
     FATHOM_CUDA_LAUNCHED();
-    if (insert & INSERT_SETS) { /* off the chunk's path to its output: attention reads the workspace rows */
-        tier_set_insert_kernel<D><<<c.count, SET_THREADS, 0, stream>>>(*t, a->layer, a->sessions, cap, c.p0, *w);
-        FATHOM_CUDA_LAUNCHED();
-        tier_insert_kernel<D><<<rows_grid, FETCH_WARPS * 32, 0, stream>>>(*t, a->layer, a->sessions, cap, c.p0, *w,
-                                                                         INSERT_SET_WRITE);
-        FATHOM_CUDA_LAUNCHED();
-    }
+    if (insert & INSERT_SETS) /* off the chunk's path to its output: attention reads the workspace rows */
+        FATHOM_TRY(insert_sets<D>(t, a, G, w, c, stream));
     return FATHOM_OK;
 }
 
@@ -1283,40 +1315,57 @@ int fc_tier_step_launch(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args
         per = P;
         w->stage = NULL; /* reserved by the layout, unused: the scan reads what the cache lacks in place */
     }
+    /* the last step's read-ahead (and bookkeeping), if it left it: before
+       this step touches the workspace */
+    FATHOM_TRY(fc_tier_ahead_join(tier, stream));
     FATHOM_CUDA_TRY(cudaMemsetAsync(w->top.hist, 0, w->top.zero_bytes, stream));
     const uint32_t insert = (*fc_tier_row_caches(tier) > 0 ? INSERT_DIRECT : 0u) |
                             (*fc_tier_set_caches(tier) > 0 ? INSERT_SETS : 0u);
     /* the read-ahead of the next layer (the plane lines when this step, and
        so the next layer's, scans in place): beside the whole step, or after
-       its own work (fc_tier_ahead_after); in a capture the next step joins it
-       (fc_tier_ahead_leave), so it also runs beside the caller's work between
-       the two steps */
+       its own work (fc_tier_ahead_after), where the step's bookkeeping (the
+       row caches' insertion, the read-ahead's save, the plan window's note:
+       nothing its output waits for) goes with it; in a capture the next step
+       joins it (fc_tier_ahead_leave), so it also runs beside the caller's work
+       between the two steps, and the next step reuses the workspace only then */
     const bool ahead = *fc_tier_ahead_sessions(tier) > 0, fork = ahead && t->layers > 1;
     bool after = false;
     if (fork) FATHOM_TRY(fc_tier_ahead_after(tier, a->layer, stream, &after));
-    FATHOM_TRY(fc_tier_ahead_join(tier, stream)); /* the last step's read-ahead, if it left it */
     cudaEvent_t forked, joined;
     cudaStream_t aside = fc_tier_ahead_stream(tier, &forked, &joined);
-    auto read_ahead = [&]() -> int {
+    cudaStream_t books = after ? aside : stream; /* where the bookkeeping runs */
+    if (fork && !after) {
         FATHOM_CUDA_TRY(cudaEventRecord(forked, stream));
         FATHOM_CUDA_TRY(cudaStreamWaitEvent(aside, forked, 0));
         FATHOM_TRY(fc_tier_ahead_launch(tier, a->layer, a->sessions, a->batch, per >= P, aside));
         FATHOM_CUDA_TRY(cudaEventRecord(joined, aside));
-        return FATHOM_OK;
-    };
-    if (fork && !after) FATHOM_TRY(read_ahead());
+    }
+    const uint32_t insert_now = after ? 0u : insert;
     switch (t->dim) {
-    case 64: FATHOM_TRY(launch_all<64>(t, L, per, a, G, w, sel, sel_count, insert, given, lane, stream)); break;
-    case 128: FATHOM_TRY(launch_all<128>(t, L, per, a, G, w, sel, sel_count, insert, given, lane, stream)); break;
-    case 256: FATHOM_TRY(launch_all<256>(t, L, per, a, G, w, sel, sel_count, insert, given, lane, stream)); break;
+    case 64: FATHOM_TRY(launch_all<64>(t, L, per, a, G, w, sel, sel_count, insert_now, given, lane, stream)); break;
+    case 128: FATHOM_TRY(launch_all<128>(t, L, per, a, G, w, sel, sel_count, insert_now, given, lane, stream)); break;
+    case 256: FATHOM_TRY(launch_all<256>(t, L, per, a, G, w, sel, sel_count, insert_now, given, lane, stream)); break;
     default: return fathom_fail(FATHOM_ERR_UNSUPPORTED, "%s: dim %u not supported", who, t->dim);
     }
-    if (fork && after) FATHOM_TRY(read_ahead());
-    if (fork) FATHOM_TRY(fc_tier_ahead_leave(tier, a->layer, stream));
+    if (after) {
+        FATHOM_CUDA_TRY(cudaEventRecord(forked, stream));
+        FATHOM_CUDA_TRY(cudaStreamWaitEvent(aside, forked, 0));
+        const tier_chunk all = {0, P};
+        switch (t->dim) {
+        case 64: FATHOM_TRY(insert_rows<64>(t, a, G, w, all, insert, aside)); break;
+        case 128: FATHOM_TRY(insert_rows<128>(t, a, G, w, all, insert, aside)); break;
+        default: FATHOM_TRY(insert_rows<256>(t, a, G, w, all, insert, aside)); break;
+        }
+    }
     if (ahead) /* this layer's staging is read (the next layer's read-ahead reads only its own layer's plans) */
-        FATHOM_TRY(fc_tier_ahead_save(tier, a->layer, a->sessions, a->batch, G * a->k, w, stream));
+        FATHOM_TRY(fc_tier_ahead_save(tier, a->layer, a->sessions, a->batch, G * a->k, w, books));
     if (*fc_tier_plan_windows(tier) > 0) /* every pair's depths are in w->depths here, the given ones too */
-        FATHOM_TRY(fc_tier_cache_note(tier, a->layer, a->sessions, a->batch, w->depths, stream));
+        FATHOM_TRY(fc_tier_cache_note(tier, a->layer, a->sessions, a->batch, w->depths, books));
+    if (after) {
+        FATHOM_TRY(fc_tier_ahead_launch(tier, a->layer, a->sessions, a->batch, per >= P, aside));
+        FATHOM_CUDA_TRY(cudaEventRecord(joined, aside));
+    }
+    if (fork) FATHOM_TRY(fc_tier_ahead_leave(tier, a->layer, stream));
     if (a->depths)
         FATHOM_CUDA_TRY(cudaMemcpyAsync(a->depths, w->depths, (size_t)P * t->dim, cudaMemcpyDeviceToDevice, stream));
     if (a->union_count)
