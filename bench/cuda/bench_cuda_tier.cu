@@ -80,7 +80,10 @@
  *   step two back differs too); --between-us X: one warp busy for X us after
  *   each layer's step in those graphs (the model's own work between two
  *   layers; the steps of a graph leave their read-ahead to the next step),
- *   "tier_ms" the time less that work.
+ *   "tier_ms" the time less that work; with --between-copy that work copies
+ *   HBM instead, in short CTAs on every SM, for about X us (timed alone at
+ *   the start), as a decode's weight-streaming kernels keep the SMs and HBM
+ *   busy there.
  * --int8: every tier in the int8 scan mode (fathom_cuda_tier_set_scan_mode
  *   FATHOM_CUDA_SCAN_INT8): the tier and hybrid steps scan with the GPU's
  *   int8 kernel, the hybrid's host side with the CPU's int8 kernels (its
@@ -600,6 +603,16 @@ static __global__ void drift_rows(uint16_t *qb, const uint16_t *qa, const uint16
 static std::vector<double> ahead_drifts; /* --read-ahead: drifts of the alternating query sets */
 static double between_us = 0;            /* --between-us: other work after each layer's step */
 static uint32_t ahead_cycle = 2;         /* --ahead-cycle: query sets the read-ahead graphs cycle through */
+static bool between_copy = false;        /* --between-copy: the work between layers copies HBM on every SM */
+
+/* The work between two layers' steps (a model's projections and MLP)
+ * copies HBM: CTAs of BETWEEN_CHUNK bytes each, many short ones, as a
+ * decode's weight-streaming matrix-vector kernels run. */
+#define BETWEEN_CHUNK (64 << 10)
+static __global__ void between_copy_kernel(const uint4 *src, uint4 *dst) {
+    const size_t base = (size_t)blockIdx.x * (BETWEEN_CHUNK / 16);
+    for (uint32_t i = threadIdx.x; i < BETWEEN_CHUNK / 16; i += blockDim.x) dst[base + i] = src[base + i];
+}
 
 /* One warp that keeps the stream busy for `cycles` clocks without the link:
  * the model's work between two layers' steps (its projections and MLP). */
@@ -640,7 +653,33 @@ static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
     CK(cudaMalloc((void **)&d_cnt, 32));
     int khz = 0;
     CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
-    const long long spin = (long long)(between_us * khz / 1000.0);
+    const long long spin = between_copy ? 0 : (long long)(between_us * khz / 1000.0);
+    uint4 *copy_buf = NULL; /* --between-copy: two halves; chunks copied per layer, sized to between_us */
+    uint32_t copy_chunks = 0;
+    double between_alone = between_us; /* us the work between two layers' steps takes alone */
+    if (between_copy && between_us > 0) {
+        const uint32_t probe = 4096; /* 256 MiB each way */
+        CK(cudaMalloc((void **)&copy_buf, 2 * (size_t)probe * BETWEEN_CHUNK));
+        CK(cudaMemset(copy_buf, 1, 2 * (size_t)probe * BETWEEN_CHUNK));
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        between_copy_kernel<<<probe, 256, 0, s>>>(copy_buf, copy_buf + (size_t)probe * BETWEEN_CHUNK / 16);
+        CK(cudaEventRecord(e0, s));
+        for (int i = 0; i < 5; i++)
+            between_copy_kernel<<<probe, 256, 0, s>>>(copy_buf, copy_buf + (size_t)probe * BETWEEN_CHUNK / 16);
+        CK(cudaEventRecord(e1, s));
+        CK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        const double us_per_chunk = ms * 1e3 / 5 / probe;
+        copy_chunks = (uint32_t)std::min<double>(probe, std::max<double>(1.0, (double)llround(between_us / us_per_chunk)));
+        between_alone = copy_chunks * us_per_chunk;
+        fprintf(stderr, "  between: %u chunks of %d KiB copied per layer (%.1f GB/s alone)\n", copy_chunks,
+                BETWEEN_CHUNK >> 10, 2.0 * BETWEEN_CHUNK / (us_per_chunk * 1e3));
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+    }
     auto set_of = [&](uint32_t m) { return m ? d_qb + (size_t)(m - 1) * L * R * D : (uint16_t *)st.d_q; };
     auto steps = [&](const uint16_t *q, unsigned long long *cnt) { /* L layer steps with query set q */
         for (uint32_t l = 0; l < L; l++) {
@@ -649,6 +688,10 @@ static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
             a.cache_bytes = cnt;
             a.ahead_bytes = cnt ? cnt + 2 : NULL;
             FK(fathom_cuda_tier_step(st.tier, &a, s));
+            if (copy_chunks) {
+                between_copy_kernel<<<copy_chunks, 256, 0, s>>>(copy_buf, copy_buf + 4096ull * BETWEEN_CHUNK / 16);
+                CK(cudaGetLastError());
+            }
             if (spin > 0) {
                 spin_kernel<<<1, 32, 0, s>>>(spin);
                 CK(cudaGetLastError());
@@ -751,7 +794,7 @@ static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
             }
             const measured x = measure(cc, pt.between, reps);
             if (i == 0) none_ms = x.ms;
-            const double tier_ms = x.ms - L * between_us / 1e3; /* less the work between the steps */
+            const double tier_ms = x.ms - L * between_alone / 1e3; /* less the work between the steps, alone */
             if (i == 0) none_tier_ms = tier_ms;
             char buf[900];
             snprintf(buf, sizeof buf,
@@ -774,10 +817,12 @@ static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
             fprintf(stderr, "  ahead e=%.3f %s\n", e, one.c_str());
             pj += one;
         }
-        char head[256];
-        snprintf(head, sizeof head, "%s{\"drift\": %.4f, \"cycle\": %u, \"between_us\": %.1f, \"plan_GB\": %.5f, "
-                 "\"row_GB\": %.5f, \"points\": [",
-                 di ? ", " : "", e, M, between_us, scan_all / M / 1e9, row_all / M / 1e9);
+        char head[384];
+        snprintf(head, sizeof head, "%s{\"drift\": %.4f, \"cycle\": %u, \"between_us\": %.1f, \"between\": \"%s\", "
+                 "\"between_chunks\": %u, \"between_alone_us\": %.1f, \"plan_GB\": %.5f, \"row_GB\": %.5f, "
+                 "\"points\": [",
+                 di ? ", " : "", e, M, between_us, between_copy ? "copy" : "spin", copy_chunks, between_alone,
+                 scan_all / M / 1e9, row_all / M / 1e9);
         js += head + pj + "]}";
     }
     const fathom_cuda_tier_cache_config off = {0, 0, 0, 0, 0, 0, 0};
@@ -785,6 +830,7 @@ static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
     cudaFree(d_qb);
     cudaFree(d_z);
     cudaFree(d_cnt);
+    cudaFree(copy_buf);
     return js + "]";
 }
 
@@ -1042,6 +1088,8 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "--ahead-cycle: 2..16 query sets\n");
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--between-copy")) {
+            between_copy = true;
         } else if (!strcmp(argv[i], "--between-us") && i + 1 < argc) {
             between_us = strtod(argv[++i], NULL);
             if (!(between_us >= 0 && between_us <= 1e5)) {
@@ -1079,7 +1127,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) list(threads);
         else if (!strcmp(argv[i], "--json")) {
         } else {
-            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--only-cache] [--profile POINT,..] [--trace-point NAME:N:PLANE:ROW[:WAYS[:PA:RA]] ..] [--hybrid [--threads T,..] [--segment-blocks S]] [--int8] [--read-ahead E,.. [--between-us X] [--ahead-cycle M]] [--json]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--only-cache] [--profile POINT,..] [--trace-point NAME:N:PLANE:ROW[:WAYS[:PA:RA]] ..] [--hybrid [--threads T,..] [--segment-blocks S]] [--int8] [--read-ahead E,.. [--between-us X [--between-copy]] [--ahead-cycle M]] [--json]\n", argv[0]);
             return 2;
         }
     }

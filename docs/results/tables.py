@@ -1034,11 +1034,12 @@ def gpu_tier_read_ahead(rec):
     r = rec["result"]
     rows, detail, near = [], [], None
     sim = sibling("cache-sim-read-ahead")
-    between, cycle = 0, 2
+    between, cycle, work = 0, 2, "spin"
     for d in r["decode"]:
         for a in d.get("ahead", []):
-            between, cycle = a.get("between_us", 0), a.get("cycle", 2)
+            between, cycle, work = a.get("between_us", 0), a.get("cycle", 2), a.get("between", "spin")
             pts = {p["point"]: p for p in a["points"]}
+            sweep = {p["point"]: p for p in d.get("cache", [])}  # the trace points' own rates
             only = pts.get("ahead-only")
             trios = [(p, pts[p["point"] + "+ahead"], pts[p["point"] + "+ahead-between"]) for p in a["points"]
                      if not p["read_ahead"] and p["point"] != "none" and p["point"] + "+ahead" in pts
@@ -1057,12 +1058,13 @@ def gpu_tier_read_ahead(rec):
             if d["context"] == 131072 and only and abs(a["drift"] - 0.2) < 1e-6:
                 near = (a["drift"], only)
                 for x, y, z in trios:
-                    given = "trace_plane_ahead" in z
+                    tr = sweep.get(x["point"], {})
+                    given = "trace_plane_ahead" in z and "trace_plane_hit" in tr
                     detail.append([x["point"], "%.0f%% / %.0f%%" % (100 * x["plane_hit"], 100 * x["row_hit"]),
                                    "%.0f%% / %.0f%%" % (100 * (z["plane_hit"] + z["plane_staged"]),
                                                         100 * (z["row_hit"] + z["row_staged"])),
-                                   "%.0f%% / %.0f%%" % (100 * (z["plane_hit"] + z["trace_plane_ahead"]),
-                                                        100 * (z["row_hit"] + z["trace_row_ahead"]))
+                                   "%.0f%% / %.0f%%" % (100 * (tr["trace_plane_hit"] + z["trace_plane_ahead"]),
+                                                        100 * (tr["trace_row_hit"] + z["trace_row_ahead"]))
                                    if given else "-",
                                    "%d / %d" % (z["ahead_lines"], z["ahead_rows"]),
                                    "%.3f" % x["tier_ms"], "%.3f" % y["tier_ms"], "%.3f" % z["tier_ms"],
@@ -1110,9 +1112,9 @@ def gpu_tier_read_ahead(rec):
         "\nbench_cuda_tier --read-ahead on %d layers x %d KV heads, G = %d, d = %d, k = %d, %s, one session at the "
         "context: graphs of %d x %d layer steps, each %d with one of %d query sets, set m = sqrt(1 - e^2) set m-1 + "
         "e Z (e the drift, Z other queries), replayed %d times, so every step's previous step of a layer planned "
-        "and selected with another set; after each layer's step one warp spins %.0f us, the model's projections "
-        "and MLP between two layers (Qwen3-8B's take about 230-270 us a layer at batch 1: serve-bench); ms is per "
-        "decode step less that work. \"overlap\" is what read-ahead without a cache stages and the step reads: "
+        "and selected with another set; after each layer's step %s, the model's projections and MLP between two "
+        "layers (Qwen3-8B's take about 230-270 us a layer at batch 1: serve-bench); ms is per decode step less that "
+        "work timed alone. \"overlap\" is what read-ahead without a cache stages and the step reads: "
         "the share of a plan's plane bytes (closed blocks) and of a union's rows that the previous set's step "
         "read too. Each trace point's cache has the lines and slots of the cache sweep, its window noted by every "
         "set; read-ahead (ahead_lines <= 48, a plan's lines; ahead_rows <= 2048, a union) copies the next layer's "
@@ -1124,10 +1126,19 @@ def gpu_tier_read_ahead(rec):
         "measured replays) where the cache and staging together would serve more of the plane bytes or rows "
         "than the cache and read-ahead did on its real trace (bench/cache_sim.py plane_ahead_hit, "
         "row_ahead_hit); the capped copy moves fewer bytes than an uncapped one would.%s%s Where it does not "
-        "hold: the spin warp leaves the SMs and HBM to the read-ahead, while a model's MLP keeps them busy; "
-        "alternating synthetic query sets stand in for a decode's. %s\n" %
+        "hold: %s; alternating synthetic query sets stand in for a decode's. %s\n" %
         (r["layers"], r["kv_heads"], r["group"], r["dim"], r["k"], r["method"], cycle, r["layers"], r["layers"],
-         cycle, r["reps"], between, staging, ref, link_note(rec)))
+         cycle, r["reps"],
+         ("HBM is copied for about %.0f us, in short 64 KiB CTAs on every SM (bench_cuda_tier --between-copy), as "
+          "a decode's weight-streaming kernels keep the SMs and HBM busy" % between) if work == "copy" else
+         "one warp spins %.0f us" % between if between else "nothing runs",
+         staging, ref,
+         "the copy saturates HBM where a decode's kernels stream about half its rate, and a real model's kernels "
+         "are many and differ" if work == "copy" else
+         "the spin warp leaves the SMs and HBM to the read-ahead, while a model's MLP keeps them busy "
+         "(gpu-tier-read-ahead-copy copies HBM instead)" if between else
+         "a model runs its projections and MLP between two layers' steps",
+         link_note(rec)))
 
 
 def gpu_tier_row_sets_churn(rec):
@@ -2785,6 +2796,8 @@ TABLES = [
     Table("gpu-tier-read-ahead", "GPU offload step: reading the next layer ahead",
           "Read-ahead of the next layer's last plan and union, beside each step or after it, with the work "
           "between layers", gpu_tier_read_ahead, None),
+    Table("gpu-tier-read-ahead-copy", "GPU offload step: reading the next layer ahead",
+          "The same with HBM copies on every SM between the layers' steps", gpu_tier_read_ahead, None),
     Table("gpu-tier-read-ahead-no-gap", "GPU offload step: reading the next layer ahead",
           "The same with nothing between the layers' steps", gpu_tier_read_ahead, None),
     Table("serve-bench-read-ahead", "Python and transformers: the HBM cache (H100)",
