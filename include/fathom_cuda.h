@@ -501,11 +501,15 @@ typedef enum fathom_cuda_ahead_start {
                                      step's own reads of host memory, then runs beside the caller's
                                      work until the next step */
     FATHOM_CUDA_AHEAD_BETWEEN = 1 /* in a capture, a step of a layer other than the last starts it
-                                     after its own work: the copy has the link to itself while the
-                                     caller's work between two layers' steps runs; for callers whose
-                                     work there takes longer than the copy (bench_cuda_tier
-                                     --read-ahead E --between-us X times both). Eager steps and the
-                                     last layer's step start it with the step */
+                                     once its own reads of host memory are issued (after its row
+                                     fetch), and its bookkeeping (row caches' insertion, the
+                                     read-ahead's save, the plan window's note) after its output,
+                                     both on the read-ahead's stream: the copy has the link to
+                                     itself while the step's attention and the caller's work
+                                     between two layers' steps run; for callers whose work there
+                                     takes longer than the copy (bench_cuda_tier --read-ahead E
+                                     --between-us X [--between-copy] times both). Eager steps and
+                                     the last layer's step start it with the step */
 } fathom_cuda_ahead_start;
 
 /* The tier's read-ahead start (a new tier: FATHOM_CUDA_AHEAD_BESIDE) for

@@ -654,7 +654,7 @@ static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
     int khz = 0;
     CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
     const long long spin = between_copy ? 0 : (long long)(between_us * khz / 1000.0);
-    uint4 *copy_buf = NULL; /* --between-copy: two halves; chunks copied per layer, sized to between_us */
+    uint4 *copy_buf = NULL; /* --between-copy: source and destination; chunks per layer, sized to between_us */
     uint32_t copy_chunks = 0;
     double between_alone = between_us; /* us the work between two layers' steps takes alone */
     if (between_copy && between_us > 0) {
@@ -673,8 +673,13 @@ static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
         float ms = 0;
         CK(cudaEventElapsedTime(&ms, e0, e1));
         const double us_per_chunk = ms * 1e3 / 5 / probe;
-        copy_chunks = (uint32_t)std::min<double>(probe, std::max<double>(1.0, (double)llround(between_us / us_per_chunk)));
+        copy_chunks = (uint32_t)std::max<double>(1.0, (double)llround(between_us / us_per_chunk));
         between_alone = copy_chunks * us_per_chunk;
+        if (copy_chunks > probe) { /* a larger buffer */
+            CK(cudaFree(copy_buf));
+            CK(cudaMalloc((void **)&copy_buf, 2 * (size_t)copy_chunks * BETWEEN_CHUNK));
+            CK(cudaMemset(copy_buf, 1, 2 * (size_t)copy_chunks * BETWEEN_CHUNK));
+        }
         fprintf(stderr, "  between: %u chunks of %d KiB copied per layer (%.1f GB/s alone)\n", copy_chunks,
                 BETWEEN_CHUNK >> 10, 2.0 * BETWEEN_CHUNK / (us_per_chunk * 1e3));
         cudaEventDestroy(e0);
@@ -689,7 +694,8 @@ static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
             a.ahead_bytes = cnt ? cnt + 2 : NULL;
             FK(fathom_cuda_tier_step(st.tier, &a, s));
             if (copy_chunks) {
-                between_copy_kernel<<<copy_chunks, 256, 0, s>>>(copy_buf, copy_buf + 4096ull * BETWEEN_CHUNK / 16);
+                between_copy_kernel<<<copy_chunks, 256, 0, s>>>(copy_buf,
+                                                                copy_buf + (size_t)copy_chunks * BETWEEN_CHUNK / 16);
                 CK(cudaGetLastError());
             }
             if (spin > 0) {

@@ -1099,6 +1099,30 @@ static int insert_sets(const tier_dev *t, const fathom_cuda_tier_step_args *a, u
     return FATHOM_OK;
 }
 
+/* The read-ahead of the next layer (fc_tier_ahead_launch) on the tier's
+ * read-ahead stream, forked from `stream` where a step that starts it after
+ * its own work (FATHOM_CUDA_AHEAD_BETWEEN) has issued its reads of host
+ * memory: after the row fetch of its last chunk. Its CTAs take SMs while the
+ * step's attention leaves them free, and keep them beside the caller's work
+ * that follows (a model's kernels fill every SM). */
+typedef struct tier_fork {
+    fathom_cuda_tier *tier;
+    const fathom_cuda_tier_step_args *a;
+    bool planes; /* plane lines too (the step scans in place) */
+    bool done;
+} tier_fork;
+
+static int fork_ahead(tier_fork *f, cudaStream_t stream) {
+    if (!f || f->done) return FATHOM_OK;
+    cudaEvent_t forked, joined;
+    cudaStream_t aside = fc_tier_ahead_stream(f->tier, &forked, &joined);
+    FATHOM_CUDA_TRY(cudaEventRecord(forked, stream));
+    FATHOM_CUDA_TRY(cudaStreamWaitEvent(aside, forked, 0));
+    FATHOM_TRY(fc_tier_ahead_launch(f->tier, f->a->layer, f->a->sessions, f->a->batch, f->planes, aside));
+    f->done = true;
+    return FATHOM_OK;
+}
+
 /* Both row caches' insertion of chunk c (`insert`: INSERT_DIRECT,
  * INSERT_SETS), in the order a chunk runs them. */
 template <int D>
@@ -1111,11 +1135,12 @@ static int insert_rows(const tier_dev *t, const fathom_cuda_tier_step_args *a, u
 
 /* Top-k (or, given, the union of the given selections), row fetch,
  * row-cache insertion (`insert`: INSERT_DIRECT, INSERT_SETS; 0: none) and
- * attention of one chunk. */
+ * attention of one chunk; after the fetch, the read-ahead `fork` (NULL:
+ * none). */
 template <int D>
 static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, uint32_t G, const tier_ws *w,
                         tier_chunk c, uint32_t *sel, uint32_t *sel_count, uint32_t insert, cudaStream_t stream,
-                        const fathom_cuda_tier_given *given = NULL) {
+                        tier_fork *fork, const fathom_cuda_tier_given *given = NULL) {
     const uint64_t rows0 = (uint64_t)c.p0 * G;
     fc_workspace top = w->top;
     fc_topk_view(&top, c.p0, G, a->k);
@@ -1135,6 +1160,7 @@ static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, 
                                                                     a->cache_bytes ? a->cache_bytes + 1 : NULL,
                                                                     a->ahead_bytes ? a->ahead_bytes + 1 : NULL);
     FATHOM_CUDA_LAUNCHED();
+    FATHOM_TRY(fork_ahead(fork, stream));
     if (insert & INSERT_DIRECT) FATHOM_TRY(insert_direct<D>(t, a, G, w, c, stream));
     const dim3 logit_grid(c.count * G, (a->k + ATT_LROWS - 1) / ATT_LROWS);
     const size_t lsmem = (size_t)ATT_LROWS * ATT_KSTRIDE(D); /* the CTA's K rows */
@@ -1159,7 +1185,7 @@ static int finish_chunk(const tier_dev *t, const fathom_cuda_tier_step_args *a, 
 template <int D>
 static int launch_gpu(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, const fathom_cuda_tier_step_args *a,
                       uint32_t G, const tier_ws *w, uint32_t *sel, uint32_t *sel_count, uint32_t insert,
-                      uint32_t P, cudaStream_t stream);
+                      uint32_t P, tier_fork *fork, cudaStream_t stream);
 
 /* The plan of every problem (of the given pairs too, unless their depths
  * are given), then the problems [0, P - given pairs) on the GPU
@@ -1170,7 +1196,8 @@ static int launch_gpu(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, con
 template <int D>
 static int launch_all(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, const fathom_cuda_tier_step_args *a,
                       uint32_t G, const tier_ws *w, uint32_t *sel, uint32_t *sel_count, uint32_t insert,
-                      const fathom_cuda_tier_given *given, const tier_given_lane *lane, cudaStream_t stream) {
+                      const fathom_cuda_tier_given *given, const tier_given_lane *lane, tier_fork *fork,
+                      cudaStream_t stream) {
     const uint32_t P = a->batch * t->heads, Pg = P - (given ? given->pairs : 0);
     const uint32_t plan_to = given && given->depths ? Pg : P;
     tier_prep_kernel<D><<<P, D, 0, stream>>>(*t, a->layer, a->sessions, G, a->budget, a->fixed_depths,
@@ -1181,17 +1208,17 @@ static int launch_all(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, con
         FATHOM_CUDA_TRY(cudaEventRecord(lane->start, stream));
         FATHOM_CUDA_TRY(cudaStreamWaitEvent(lane->stream, lane->start, 0));
         if (given->ready) FATHOM_CUDA_TRY(cudaStreamWaitEvent(lane->stream, given->ready, 0));
-        FATHOM_TRY(finish_chunk<D>(t, a, G, w, host, sel, sel_count, insert, lane->stream, given));
+        FATHOM_TRY(finish_chunk<D>(t, a, G, w, host, sel, sel_count, insert, lane->stream, NULL, given));
         FATHOM_CUDA_TRY(cudaEventRecord(lane->done, lane->stream));
     }
-    if (Pg > 0) FATHOM_TRY(launch_gpu<D>(t, L, per, a, G, w, sel, sel_count, insert, Pg, stream));
+    if (Pg > 0) FATHOM_TRY(launch_gpu<D>(t, L, per, a, G, w, sel, sel_count, insert, Pg, fork, stream));
     if (Pg == P) return FATHOM_OK;
     if (lane) {
         FATHOM_CUDA_TRY(cudaStreamWaitEvent(stream, lane->done, 0));
         return FATHOM_OK;
     }
     if (given->ready) FATHOM_CUDA_TRY(cudaStreamWaitEvent(stream, given->ready, 0));
-    return finish_chunk<D>(t, a, G, w, host, sel, sel_count, insert, stream, given);
+    return finish_chunk<D>(t, a, G, w, host, sel, sel_count, insert, stream, NULL, given);
 }
 
 /* Problems [0, P) after the plan. Not pipelined (per >= P, chunk_of): every
@@ -1203,11 +1230,11 @@ static int launch_all(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, con
 template <int D>
 static int launch_gpu(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, const fathom_cuda_tier_step_args *a,
                       uint32_t G, const tier_ws *w, uint32_t *sel, uint32_t *sel_count, uint32_t insert,
-                      uint32_t P, cudaStream_t stream) {
+                      uint32_t P, tier_fork *fork, cudaStream_t stream) {
     if (per >= P) {
         const tier_chunk all = {0, P};
         FATHOM_TRY(scan_chunk<D>(t, a, G, w, all, stream));
-        return finish_chunk<D>(t, a, G, w, all, sel, sel_count, insert, stream);
+        return finish_chunk<D>(t, a, G, w, all, sel, sel_count, insert, stream, fork);
     }
     const uint32_t chunks = (P + per - 1) / per;
     FATHOM_CUDA_TRY(cudaEventRecord(L->fork, stream));
@@ -1223,7 +1250,7 @@ static int launch_gpu(const tier_dev *t, fathom_cuda_lanes *L, uint32_t per, con
         cudaStream_t s = L->stream[i % L->count];
         FATHOM_CUDA_TRY(cudaStreamWaitEvent(s, L->moved[i], 0));
         FATHOM_TRY(scan_chunk<D>(t, a, G, w, c, s));
-        FATHOM_TRY(finish_chunk<D>(t, a, G, w, c, sel, sel_count, insert, s));
+        FATHOM_TRY(finish_chunk<D>(t, a, G, w, c, sel, sel_count, insert, s, i + 1 == chunks ? fork : NULL));
     }
     FATHOM_CUDA_TRY(cudaStreamWaitEvent(stream, L->link_done, 0));
     const uint32_t used = chunks < L->count ? chunks : L->count;
@@ -1322,12 +1349,14 @@ int fc_tier_step_launch(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args
     const uint32_t insert = (*fc_tier_row_caches(tier) > 0 ? INSERT_DIRECT : 0u) |
                             (*fc_tier_set_caches(tier) > 0 ? INSERT_SETS : 0u);
     /* the read-ahead of the next layer (the plane lines when this step, and
-       so the next layer's, scans in place): beside the whole step, or after
-       its own work (fc_tier_ahead_after), where the step's bookkeeping (the
-       row caches' insertion, the read-ahead's save, the plan window's note:
-       nothing its output waits for) goes with it; in a capture the next step
-       joins it (fc_tier_ahead_leave), so it also runs beside the caller's work
-       between the two steps, and the next step reuses the workspace only then */
+       so the next layer's, scans in place): beside the whole step, or once
+       the step's reads of host memory are issued (fc_tier_ahead_after: after
+       its last row fetch), where the step's bookkeeping (the row caches'
+       insertion, the read-ahead's save, the plan window's note: nothing its
+       output waits for) follows it after the step; in a capture the next step
+       joins them (fc_tier_ahead_leave), so they also run beside the caller's
+       work between the two steps, and the next step reuses the workspace only
+       then */
     const bool ahead = *fc_tier_ahead_sessions(tier) > 0, fork = ahead && t->layers > 1;
     bool after = false;
     if (fork) FATHOM_TRY(fc_tier_ahead_after(tier, a->layer, stream, &after));
@@ -1340,14 +1369,16 @@ int fc_tier_step_launch(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args
         FATHOM_TRY(fc_tier_ahead_launch(tier, a->layer, a->sessions, a->batch, per >= P, aside));
         FATHOM_CUDA_TRY(cudaEventRecord(joined, aside));
     }
-    const uint32_t insert_now = after ? 0u : insert;
+    const uint32_t ins = after ? 0u : insert;
+    tier_fork fork_at = {tier, a, per >= P, false}, *fk = after ? &fork_at : NULL;
     switch (t->dim) {
-    case 64: FATHOM_TRY(launch_all<64>(t, L, per, a, G, w, sel, sel_count, insert_now, given, lane, stream)); break;
-    case 128: FATHOM_TRY(launch_all<128>(t, L, per, a, G, w, sel, sel_count, insert_now, given, lane, stream)); break;
-    case 256: FATHOM_TRY(launch_all<256>(t, L, per, a, G, w, sel, sel_count, insert_now, given, lane, stream)); break;
+    case 64: FATHOM_TRY(launch_all<64>(t, L, per, a, G, w, sel, sel_count, ins, given, lane, fk, stream)); break;
+    case 128: FATHOM_TRY(launch_all<128>(t, L, per, a, G, w, sel, sel_count, ins, given, lane, fk, stream)); break;
+    case 256: FATHOM_TRY(launch_all<256>(t, L, per, a, G, w, sel, sel_count, ins, given, lane, fk, stream)); break;
     default: return fathom_fail(FATHOM_ERR_UNSUPPORTED, "%s: dim %u not supported", who, t->dim);
     }
-    if (after) {
+    if (after) { /* the read-ahead started after the last row fetch; the bookkeeping waits for the whole step */
+        FATHOM_TRY(fork_ahead(fk, stream)); /* unless no chunk of the GPU's started it (every pair given) */
         FATHOM_CUDA_TRY(cudaEventRecord(forked, stream));
         FATHOM_CUDA_TRY(cudaStreamWaitEvent(aside, forked, 0));
         const tier_chunk all = {0, P};
@@ -1361,10 +1392,7 @@ int fc_tier_step_launch(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args
         FATHOM_TRY(fc_tier_ahead_save(tier, a->layer, a->sessions, a->batch, G * a->k, w, books));
     if (*fc_tier_plan_windows(tier) > 0) /* every pair's depths are in w->depths here, the given ones too */
         FATHOM_TRY(fc_tier_cache_note(tier, a->layer, a->sessions, a->batch, w->depths, books));
-    if (after) {
-        FATHOM_TRY(fc_tier_ahead_launch(tier, a->layer, a->sessions, a->batch, per >= P, aside));
-        FATHOM_CUDA_TRY(cudaEventRecord(joined, aside));
-    }
+    if (after) FATHOM_CUDA_TRY(cudaEventRecord(joined, aside));
     if (fork) FATHOM_TRY(fc_tier_ahead_leave(tier, a->layer, stream));
     if (a->depths)
         FATHOM_CUDA_TRY(cudaMemcpyAsync(a->depths, w->depths, (size_t)P * t->dim, cudaMemcpyDeviceToDevice, stream));
