@@ -1638,7 +1638,14 @@ def serve_bench_cache(rec):
             notes.append("at 512k, batch 1, cache %g%s: %.1f tokens/s (issue 15's target >= 20; without the cache "
                          "%.1f)" % (share, ", %d-way sets" % d["cache_row_ways"] if d.get("cache_row_ways", 1) > 1
                                     else "", d["tokens_per_s"], p["tokens_per_s"]))
-        if d.get("vs_parts", 1) > 1.2:
+        if d.get("vs_parts", 1) > 1.2 and ahead(d) != "none":
+            notes.append("%s x%d, cache %g, read-ahead %s: the decode step took %.2fx its parts (forward %.2f ms + "
+                         "the tier step timed alone %.2f ms, which repeats one query, so the read-ahead stages what "
+                         "the next step reads, and has no model kernels beside it): inside the decode the queries "
+                         "change every step and the copy runs beside the model's kernels, and the tier costs about "
+                         "%.1f ms more" % (c, b, share, ahead(d), d["vs_parts"], d["forward_ms"], d["tier_step_ms"],
+                                           d["step_ms"] - d["forward_ms"] - d["tier_step_ms"]))
+        elif d.get("vs_parts", 1) > 1.2:
             notes.append("%s x%d, cache %g%s: the decode step took %.2fx its parts (forward %.2f ms + the tier step "
                          "timed alone %.2f ms, which repeats one query, so the sets keep its rows): inside the decode, "
                          "with a new query every step, more rows miss and enter the sets, and the tier costs about "
@@ -1657,7 +1664,8 @@ def serve_bench_cache(rec):
             "steps, the fills inside the timed steps), each share run after the other in the same process; "
             "read-ahead (serve_bench --read-ahead: TierBackend read_ahead, the tier's read-ahead of each next "
             "layer's last plan lines and union rows, started with each step or, 'between', after its own work "
-            "in the decode graph, beside the model's work between two layers), where a row names it. Where "
+            "in the decode graph, beside the model's work between two layers; what it saves depends on how much "
+            "consecutive steps' plans and unions overlap, here the random model's), where a row names it. Where "
             "it does not hold: the hit rates are those of the synthetic context (random keys with per-channel "
             "scales) and the random model's queries, not a real decode's (the GPU tables above use the rates "
             "of real traces). " % r.get("cache_fill_every", 16) + link_note(rec) + serve_text(r))
