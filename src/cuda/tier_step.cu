@@ -1388,12 +1388,15 @@ int fc_tier_step_launch(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args
         default: FATHOM_TRY(insert_rows<256>(t, a, G, w, all, insert, aside)); break;
         }
     }
+    if (fork && !after) FATHOM_TRY(fc_tier_ahead_leave(tier, a->layer, stream));
     if (ahead) /* this layer's staging is read (the next layer's read-ahead reads only its own layer's plans) */
         FATHOM_TRY(fc_tier_ahead_save(tier, a->layer, a->sessions, a->batch, G * a->k, w, books));
     if (*fc_tier_plan_windows(tier) > 0) /* every pair's depths are in w->depths here, the given ones too */
         FATHOM_TRY(fc_tier_cache_note(tier, a->layer, a->sessions, a->batch, w->depths, books));
-    if (after) FATHOM_CUDA_TRY(cudaEventRecord(joined, aside));
-    if (fork) FATHOM_TRY(fc_tier_ahead_leave(tier, a->layer, stream));
+    if (after) {
+        FATHOM_CUDA_TRY(cudaEventRecord(joined, aside));
+        FATHOM_TRY(fc_tier_ahead_leave(tier, a->layer, stream));
+    }
     if (a->depths)
         FATHOM_CUDA_TRY(cudaMemcpyAsync(a->depths, w->depths, (size_t)P * t->dim, cudaMemcpyDeviceToDevice, stream));
     if (a->union_count)
