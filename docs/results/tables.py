@@ -1092,8 +1092,9 @@ def gpu_tier_read_ahead(rec):
     if stage:
         at = [x for x in stage if x[0] == 131072] or stage
         k = max(x[1] / x[2] for x in at)
-        staging = (" The staging is HBM beside the cache's budget: up to %.3f GB at %s (two layers of plans and "
-                   "unions of the session's %d KV heads), %.1fx the cache at these points in this %d-layer bench; "
+        staging = (" The staging is HBM beside the cache's budget: up to %.3f GB at %s with these caps (two "
+                   "layers of plans and unions of the session's %d KV heads), %.1fx the cache at these points in this "
+                   "%d-layer bench; "
                    "it grows with layers only by each one's last plan and union, so in a model of 36 layers with the "
                    "cache at the same share of its index it would be about %.2fx." %
                    (max(x[1] for x in at), ctx(at[0][0]), r["kv_heads"], k, r["layers"], k * r["layers"] / 36))
@@ -1119,9 +1120,10 @@ def gpu_tier_read_ahead(rec):
         "read too. Each trace point's cache has the lines and slots of the cache sweep, its window noted by every "
         "set; read-ahead (ahead_lines <= 48, a plan's lines; ahead_rows <= 2048, a union) copies the next layer's "
         "last plan lines and union rows that the cache lacks into HBM staging, started with each step (beside: "
-        "it shares the link with the step's own reads) or after each step's own work "
-        "(FATHOM_CUDA_AHEAD_BETWEEN: it has the link while the work between layers runs); the next step "
-        "joins it. The bench's plans overlap more from step to step than the real traces' (its plane overlap "
+        "it shares the link with the step's own reads) or after each step's last row fetch "
+        "(FATHOM_CUDA_AHEAD_BETWEEN: it has the link while the step's attention and the work between layers run, "
+        "and the step's row-cache insertion and notes follow it off the step's path; the last layer's starts "
+        "with its step); the next step joins it. The bench's plans overlap more from step to step than the real traces' (its plane overlap "
         "is the upper bound), so each trace point's read-ahead is capped (ahead lines / rows, by bisection on "
         "measured replays) where the cache and staging together would serve more of the plane bytes or rows "
         "than the cache and read-ahead did on its real trace (bench/cache_sim.py plane_ahead_hit, "
