@@ -40,7 +40,7 @@ static __global__ void tier_ahead_claim_kernel(tier_dev t, uint32_t layer, const
  * loads of an item in flight before it stores. */
 template <int D>
 static __global__ void __launch_bounds__(AHEAD_WARPS * 32)
-tier_ahead_kernel(tier_dev t, uint32_t layer, uint32_t next, const uint32_t *sessions, uint32_t P, bool planes) {
+tier_ahead_kernel(tier_dev t, uint32_t next, const uint32_t *sessions, uint32_t P, bool planes) {
     __shared__ uint16_t s_line[FATHOM_PLANES * D]; /* x -> 4 j + p */
     __shared__ uint16_t s_chan[D];                 /* r -> j */
     __shared__ uint32_t s_lines, s_chans;
@@ -144,8 +144,8 @@ tier_ahead_kernel(tier_dev t, uint32_t layer, uint32_t next, const uint32_t *ses
 
 /* The half the copy filled now holds `next` (with its planes or not); no
  * other half does. */
-static __global__ void tier_ahead_publish_kernel(tier_dev t, uint32_t layer, uint32_t next,
-                                                 const uint32_t *sessions, uint32_t batch, bool planes) {
+static __global__ void tier_ahead_publish_kernel(tier_dev t, uint32_t next, const uint32_t *sessions, uint32_t batch,
+                                                 bool planes) {
     const uint32_t e = blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= batch) return;
     const uint32_t s = sessions[e];
@@ -165,12 +165,12 @@ int fc_tier_ahead_launch(fathom_cuda_tier *tier, uint32_t layer, const uint32_t 
     tier_ahead_claim_kernel<<<(batch + 255) / 256, 256, 0, stream>>>(*t, layer, sessions, batch);
     FATHOM_CUDA_LAUNCHED();
     switch (t->dim) {
-    case 64: tier_ahead_kernel<64><<<AHEAD_GRID, AHEAD_WARPS * 32, 0, stream>>>(*t, layer, next, sessions, P, planes); break;
-    case 128: tier_ahead_kernel<128><<<AHEAD_GRID, AHEAD_WARPS * 32, 0, stream>>>(*t, layer, next, sessions, P, planes); break;
-    default: tier_ahead_kernel<256><<<AHEAD_GRID, AHEAD_WARPS * 32, 0, stream>>>(*t, layer, next, sessions, P, planes); break;
+    case 64: tier_ahead_kernel<64><<<AHEAD_GRID, AHEAD_WARPS * 32, 0, stream>>>(*t, next, sessions, P, planes); break;
+    case 128: tier_ahead_kernel<128><<<AHEAD_GRID, AHEAD_WARPS * 32, 0, stream>>>(*t, next, sessions, P, planes); break;
+    default: tier_ahead_kernel<256><<<AHEAD_GRID, AHEAD_WARPS * 32, 0, stream>>>(*t, next, sessions, P, planes); break;
     }
     FATHOM_CUDA_LAUNCHED();
-    tier_ahead_publish_kernel<<<(batch + 255) / 256, 256, 0, stream>>>(*t, layer, next, sessions, batch, planes);
+    tier_ahead_publish_kernel<<<(batch + 255) / 256, 256, 0, stream>>>(*t, next, sessions, batch, planes);
     FATHOM_CUDA_LAUNCHED();
     return FATHOM_OK;
 }

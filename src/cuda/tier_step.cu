@@ -654,7 +654,9 @@ tier_gather_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_
 
 /* One warp per union row: from the session's row cache when its slot (or
  * a way of its set, which the hit stamps with the step) holds the token,
- * else from host (16 bytes a lane). */
+ * else from the read-ahead's staging when the last union of this (layer,
+ * head) holds it and the staging holds this layer, else from host (16 bytes
+ * a lane). */
 template <int D>
 static __global__ void __launch_bounds__(FETCH_WARPS * 32)
 tier_fetch_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t cap, uint32_t p0, tier_ws w,
@@ -1100,11 +1102,11 @@ static int insert_sets(const tier_dev *t, const fathom_cuda_tier_step_args *a, u
 }
 
 /* The read-ahead of the next layer (fc_tier_ahead_launch) on the tier's
- * read-ahead stream, forked from `stream` where a step that starts it after
- * its own work (FATHOM_CUDA_AHEAD_BETWEEN) has issued its reads of host
- * memory: after the row fetch of its last chunk. Its CTAs take SMs while the
- * step's attention leaves them free, and keep them beside the caller's work
- * that follows (a model's kernels fill every SM). */
+ * read-ahead stream, forked from `stream` once (done): at the step's start
+ * (FATHOM_CUDA_AHEAD_BESIDE) or, where the step starts it after its own work
+ * (FATHOM_CUDA_AHEAD_BETWEEN), once it has issued its reads of host memory:
+ * after the row fetch of its last chunk, so that its CTAs take SMs while the
+ * step's attention leaves them free. */
 typedef struct tier_fork {
     fathom_cuda_tier *tier;
     const fathom_cuda_tier_step_args *a;
@@ -1363,14 +1365,13 @@ int fc_tier_step_launch(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args
     cudaEvent_t forked, joined;
     cudaStream_t aside = fc_tier_ahead_stream(tier, &forked, &joined);
     cudaStream_t books = after ? aside : stream; /* where the bookkeeping runs */
+    tier_fork fork_at = {tier, a, per >= P, false};
     if (fork && !after) {
-        FATHOM_CUDA_TRY(cudaEventRecord(forked, stream));
-        FATHOM_CUDA_TRY(cudaStreamWaitEvent(aside, forked, 0));
-        FATHOM_TRY(fc_tier_ahead_launch(tier, a->layer, a->sessions, a->batch, per >= P, aside));
+        FATHOM_TRY(fork_ahead(&fork_at, stream));
         FATHOM_CUDA_TRY(cudaEventRecord(joined, aside));
     }
     const uint32_t ins = after ? 0u : insert;
-    tier_fork fork_at = {tier, a, per >= P, false}, *fk = after ? &fork_at : NULL;
+    tier_fork *fk = after ? &fork_at : NULL;
     switch (t->dim) {
     case 64: FATHOM_TRY(launch_all<64>(t, L, per, a, G, w, sel, sel_count, ins, given, lane, fk, stream)); break;
     case 128: FATHOM_TRY(launch_all<128>(t, L, per, a, G, w, sel, sel_count, ins, given, lane, fk, stream)); break;

@@ -1166,6 +1166,9 @@ static void test_read_ahead(void) {
        after each step's own work (FATHOM_CUDA_AHEAD_BETWEEN) */
     for (int between = 0; between < 2; between++) {
         CHECK_OK(fathom_cuda_tier_set_ahead_start(ta, between ? FATHOM_CUDA_AHEAD_BETWEEN : FATHOM_CUDA_AHEAD_BESIDE));
+        /* session 1's caches anew: the rows these replays hit, their own steps inserted */
+        CHECK_OK(fathom_cuda_tier_cache_set(ta, ids[1], &part));
+        CHECK_OK(fathom_cuda_tier_cache_fill(ta, ids[1], NULL, 0));
         cudaStream_t gs;
         CK(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking));
         auto enqueue = [&](fathom_cuda_tier *t, step_bufs &b, uint32_t layers, bool count) {
@@ -1223,8 +1226,8 @@ static void test_read_ahead(void) {
         printf("read-ahead %s: %u graph replays of %u layers (the steps leave their read-ahead to the next): %llu "
                "differ, staged row bytes %llu, cached row bytes %llu\n", between ? "between" : "beside", replays, L,
                (unsigned long long)gdiff, staged_rows, cached_rows);
-        /* between: the row cache's insertion runs beside the read-ahead; the replays that repeat the queries
-           hit the rows the one before inserted */
+        /* the row cache starts empty, so its hits are rows this pass's steps inserted (between: on the
+           read-ahead's stream, after each step's output) */
         CHECK(gdiff == 0 && staged_rows > 0 && cached_rows > 0);
     }
     CHECK_STATUS(fathom_cuda_tier_set_ahead_start(ta, (fathom_cuda_ahead_start)2), FATHOM_ERR_INVALID_ARG);
