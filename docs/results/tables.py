@@ -1080,10 +1080,12 @@ def gpu_tier_read_ahead(rec):
                  md_table(["trace point", "cache hit: planes / rows", "in HBM with read-ahead (between)",
                            "trace: cache + read-ahead", "ahead lines / rows", "cache ms", "beside ms", "between ms",
                            "cache vs none", "beside vs none", "between vs none"], detail))
-    stage = []
+    stage, whole = [], {}
     for d in r["decode"]:
         for a in d.get("ahead", [])[:1]:
             pts = {p["point"]: p for p in a["points"]}
+            if "ahead-only" in pts:  # no cache: its HBM is the staging of a whole plan and union
+                whole[d["context"]] = pts["ahead-only"]["hbm_GB"]
             for p in a["points"]:
                 q = pts.get(p["point"] + "+ahead")
                 if not p["read_ahead"] and q and p["hbm_GB"] > 0:
@@ -1092,12 +1094,13 @@ def gpu_tier_read_ahead(rec):
     if stage:
         at = [x for x in stage if x[0] == 131072] or stage
         k = max(x[1] / x[2] for x in at)
-        staging = (" The staging is HBM beside the cache's budget: up to %.3f GB at %s with these caps (two "
-                   "layers of plans and unions of the session's %d KV heads), %.1fx the cache at these points in this "
-                   "%d-layer bench; "
-                   "it grows with layers only by each one's last plan and union, so in a model of 36 layers with the "
-                   "cache at the same share of its index it would be about %.2fx." %
-                   (max(x[1] for x in at), ctx(at[0][0]), r["kv_heads"], k, r["layers"], k * r["layers"] / 36))
+        staging = (" The staging is HBM beside the cache's budget (two layers of plans and unions of the "
+                   "session's %d KV heads): %s up to %.3f GB at %s with these caps, %.1fx the cache at these points "
+                   "in this %d-layer bench; it grows with layers only by each one's last plan and union, so in a "
+                   "model of 36 layers with the cache at the same share of its index it would be about %.2fx." %
+                   (r["kv_heads"], "%.3f GB for a whole plan and union (ahead-only)," % whole[at[0][0]]
+                    if at[0][0] in whole else "", max(x[1] for x in at), ctx(at[0][0]), k, r["layers"],
+                    k * r["layers"] / 36))
     ref = ""
     if sim:
         runs = [x for t in sim["result"]["traces"] for x in t["runs"] if x.get("as_context") == 131072
