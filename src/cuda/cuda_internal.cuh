@@ -60,32 +60,53 @@ static __host__ __device__ __forceinline__ uint32_t fc_spread8(uint32_t x) {
 template <int WORDS>
 static __device__ __forceinline__ void fc_codes_add_plane(uint32_t (&nib)[WORDS], uint32_t bits,
                                                           const uint32_t *spread) {
+    /* a code has at most 3 bits before its last plane, so bit 4m of nib << 1
+       is 0 and + is | (one multiply-add instead of a shift and an or) */
 #pragma unroll
-    for (int k = 0; k < WORDS; k++) nib[k] = (nib[k] << 1) | spread[(bits >> (8 * k)) & 0xffu];
+    for (int k = 0; k < WORDS; k++) nib[k] = (nib[k] << 1) + spread[(bits >> (8 * k)) & 0xffu];
+}
+
+/* (a & mask) | bits in one lop3 (the compiler's two immediates take two) */
+template <uint32_t MASK>
+static __device__ __forceinline__ uint32_t fc_and_or(uint32_t a, uint32_t bits) {
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "n"(MASK), "r"(bits));
+    return d;
+}
+
+/* What fc_codes_accumulate needs of a depth t in 1..4: 2^-(t-1) and the
+ * offsets -(2^11 + 2^(t-1) - 1/2), -(2^7 + 2^(t-1) - 1/2) (exact in float). */
+typedef struct fc_depth_consts {
+    float unit, off12, off16, pad;
+} fc_depth_consts;
+
+static __device__ __forceinline__ fc_depth_consts fc_depth_consts_of(uint32_t t) {
+    const float half_t = (float)(1u << (t - 1)) - 0.5f;
+    const fc_depth_consts c = {__int_as_float((127 + 1 - (int)t) << 23), -(2048.0f + half_t), -(128.0f + half_t),
+                               0.0f};
+    return c;
 }
 
 /* acc[i][h] = fmaf(q(h), khat_i, acc[i][h]) for the lane's TOK tokens of a
- * channel read to depth t >= 1 with fp16 scale `scale`, codes in nib as
+ * channel read to depth t >= 1 (dc = fc_depth_consts_of(t)) with fp16 scale `scale`, codes in nib as
  * fc_codes_add_plane leaves them (TOK even). khat in one fma from a float
  * whose mantissa holds the code: (2^(23-r) + c) * a - (2^(23-r) + 2^(t-1) -
  * 1/2) * a, for a code at bits [r, r+4) with r = 12 or 16. Both constants
  * have at most 13 significant bits, so their products with a (11) are exact
  * in float, and so is the fma's result. */
 template <int G, int TOK, typename Q>
-static __device__ __forceinline__ void fc_codes_accumulate(float (&acc)[TOK][G], Q q, uint32_t t, uint16_t scale,
-                                                           const uint32_t (&nib)[(TOK + 7) / 8]) {
-    const float unit = __int_as_float((127 + 1 - (int)t) << 23); /* 2^-(t-1) */
-    const float a = __half2float(__ushort_as_half(scale)) * unit;
-    const float half_t = (float)(1u << (t - 1)) - 0.5f;
-    const float k12 = -(2048.0f + half_t) * a, k16 = -(128.0f + half_t) * a;
+static __device__ __forceinline__ void fc_codes_accumulate(float (&acc)[TOK][G], Q q, fc_depth_consts dc,
+                                                           uint16_t scale, const uint32_t (&nib)[(TOK + 7) / 8]) {
+    const float a = __half2float(__ushort_as_half(scale)) * dc.unit;
+    const float k12 = dc.off12 * a, k16 = dc.off16 * a;
 #pragma unroll
     for (int i = 0; i < TOK; i += 2) {
         /* codes i and i+1 (nibbles 2m and 2m+1 of a word) to bits 12 and 16:
          * one shift per pair, one mask-and-or per code */
         const uint32_t w = nib[i / 8], m = (i % 8) / 2;
         const uint32_t s2 = m == 0 ? w << 12 : m == 1 ? w << 4 : m == 2 ? w >> 4 : w >> 12;
-        const float x0 = __int_as_float(0x45000000u | (s2 & 0x0000f000u)); /* 2^11 + c_i */
-        const float x1 = __int_as_float(0x43000000u | (s2 & 0x000f0000u)); /* 2^7 + c_i+1 */
+        const float x0 = __int_as_float(fc_and_or<0x0000f000u>(s2, 0x45000000u)); /* 2^11 + c_i */
+        const float x1 = __int_as_float(fc_and_or<0x000f0000u>(s2, 0x43000000u)); /* 2^7 + c_i+1 */
         const float khat0 = fmaf(x0, a, k12), khat1 = fmaf(x1, a, k16);
 #pragma unroll
         for (int h = 0; h < G; h++) {

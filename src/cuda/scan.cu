@@ -96,7 +96,7 @@ scan_lane(float (&acc)[TOK][G], uint32_t c0, uint32_t c1, const uint8_t *s_chan,
     };
     /* the multiply-adds of channel c */
     auto accumulate = [&](uint32_t c, uint32_t t, uint16_t scale, const uint32_t (&nib)[WORDS]) {
-        fc_codes_accumulate<G, TOK>(acc, [&](int h) { return s_q[h][c]; }, t, scale, nib);
+        fc_codes_accumulate<G, TOK>(acc, [&](int h) { return s_q[h][c]; }, fc_depth_consts_of(t), scale, nib);
     };
     if (c0 < c1) load(c0, wa, sa);
     if (c0 + 1 < c1) load(c0 + 1, wb, sb);

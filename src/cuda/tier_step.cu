@@ -260,6 +260,15 @@ struct tier_scan_shape {
 template <int WORDS>
 static __device__ __forceinline__ void tier_lane_codes(uint32_t (&nib)[WORDS], const uint64_t *words, uint32_t depth,
                                                        uint32_t shift, const uint32_t *spread) {
+    if (WORDS == 1 && shift % 8 == 0) { /* 8 tokens a lane: byte shift / 8 of each word (little-endian) */
+        const uint8_t *bytes = (const uint8_t *)words + shift / 8;
+#pragma unroll
+        for (int pl = 0; pl < FATHOM_PLANES; pl++) {
+            if (pl >= (int)depth) break;
+            nib[0] = (nib[0] << 1) + spread[bytes[pl * 32 * 8]]; /* + is |: see fc_codes_add_plane */
+        }
+        return;
+    }
 #pragma unroll
     for (int pl = 0; pl < FATHOM_PLANES; pl++) {
         if (pl >= (int)depth) break;
@@ -298,7 +307,8 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
                  unsigned long long *ahead_bytes) {
     typedef tier_scan_shape<GP> SH;
     extern __shared__ uint64_t s_words[]; /* [pass_words][32], then [G][FC_HIST_BINS] counts */
-    __shared__ float s_q[GP][PASS];
+    __shared__ __align__(16) float s_q[PASS][GP]; /* a channel's GP queries in one vector load */
+    __shared__ __align__(16) fc_depth_consts s_dc[FATHOM_PLANES + 1];
     __shared__ uint16_t s_j[PASS], s_off[PASS + 1], s_scale[PASS][32];
     __shared__ uint8_t s_t[PASS];
     __shared__ uint16_t s_row_j[PASS * FATHOM_PLANES];
@@ -316,6 +326,7 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
     const uint64_t n = w.n_of[p], nb = (n + 63) / 64, b0 = (uint64_t)blockIdx.x * 32;
     if (b0 >= nb) return; /* uniform */
     for (uint32_t i = tid; i < 256; i += SH::THREADS) s_spread[i] = fc_spread8(i); /* read after a barrier */
+    if (tid >= 1 && tid <= FATHOM_PLANES) s_dc[tid] = fc_depth_consts_of(tid); /* read after a barrier */
     uint32_t *s_hist = (uint32_t *)(s_words + (size_t)pass_words * 32);
     const bool tally = n > k; /* uniform */
     if (tally)
@@ -384,7 +395,7 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
         }
         for (uint32_t i = tid; i < GP * np; i += SH::THREADS) {
             const uint32_t g = i / np, c = i % np;
-            s_q[g][c] = g < G ? w.qf[((size_t)p * G + g) * D + s_j[c]] : 0.0f;
+            s_q[c][g] = g < G ? w.qf[((size_t)p * G + g) * D + s_j[c]] : 0.0f;
         }
         for (uint32_t i = tid; i < np * 32; i += SH::THREADS) {
             const uint32_t c = i >> 5, l = i & 31;
@@ -405,7 +416,7 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
                 float m = 0.0f;
                 bool finite = true;
                 for (uint32_t c = 0; c < np; c++) {
-                    const float x = fabsf(__fmul_rn(s_q[g][c], __half2float(__ushort_as_half(s_scale[c][l]))));
+                    const float x = fabsf(__fmul_rn(s_q[c][g], __half2float(__ushort_as_half(s_scale[c][l]))));
                     if (!(x <= 3.4028234663852886e38f)) finite = false; /* inf or NaN */
                     else if (x > m) m = x;
                 }
@@ -468,7 +479,7 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
                     d[i] = (int32_t)(((2u * ((nib[i / 8] >> (4 * (i % 8))) & 15u) + 1u) << (4 - depth))) - 16;
 #pragma unroll
                 for (int g = 0; g < GP; g++) {
-                    const float W = __fmul_rn(s_q[g][c], a);
+                    const float W = __fmul_rn(s_q[c][g], a);
                     const int32_t wk =
                         __float2int_rz(__fsub_rn(__fmaf_rn(W, r[g], TIER_INT8_MAGIC), TIER_INT8_MAGIC));
 #pragma unroll
@@ -490,7 +501,7 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
                 const uint32_t depth = s_t[c];
                 uint32_t nib[(SH::TOK + 7) / 8] = {};
                 tier_lane_codes(nib, s_words + (size_t)s_off[c] * 32 + lane, depth, shift, s_spread);
-                fc_codes_accumulate<GP, SH::TOK>(acc, [&](int g) { return s_q[g][c]; }, depth, s_scale[c][lane], nib);
+                fc_codes_accumulate<GP, SH::TOK>(acc, [&](int g) { return s_q[c][g]; }, s_dc[depth], s_scale[c][lane], nib);
             }
         }
 #pragma unroll

@@ -42,7 +42,10 @@ static __device__ __forceinline__ uint32_t key_index(uint64_t key) {
 }
 
 /* f(i, row[i]) for i in [lo, hi), the block's threads striding over it,
- * with 16-byte loads where the row allows. */
+ * with 16-byte loads where the row allows, RANGE_LOADS of them in flight
+ * per thread before f sees any (f's atomics would otherwise wait out each
+ * load's latency in turn). */
+#define RANGE_LOADS 8
 template <typename F>
 static __device__ __forceinline__ void for_range(const float *row, uint64_t lo, uint64_t hi, F f) {
     uint64_t a = (lo + 3) & ~(uint64_t)3;
@@ -50,13 +53,23 @@ static __device__ __forceinline__ void for_range(const float *row, uint64_t lo, 
     for (uint64_t i = lo + threadIdx.x; i < a; i += blockDim.x) f(i, row[i]);
     const uint64_t nv = (hi - a) / 4;
     const float4 *v = (const float4 *)(row + a);
-    for (uint64_t k = threadIdx.x; k < nv; k += blockDim.x) {
-        const float4 x = v[k];
-        const uint64_t i = a + 4 * k;
-        f(i, x.x);
-        f(i + 1, x.y);
-        f(i + 2, x.z);
-        f(i + 3, x.w);
+    for (uint64_t k0 = threadIdx.x; k0 < nv; k0 += (uint64_t)RANGE_LOADS * blockDim.x) {
+        float4 x[RANGE_LOADS];
+#pragma unroll
+        for (int u = 0; u < RANGE_LOADS; u++) {
+            const uint64_t k = k0 + (uint64_t)u * blockDim.x;
+            if (k < nv) x[u] = v[k];
+        }
+#pragma unroll
+        for (int u = 0; u < RANGE_LOADS; u++) {
+            const uint64_t k = k0 + (uint64_t)u * blockDim.x;
+            if (k >= nv) break;
+            const uint64_t i = a + 4 * k;
+            f(i, x[u].x);
+            f(i + 1, x[u].y);
+            f(i + 2, x[u].z);
+            f(i + 3, x[u].w);
+        }
     }
     for (uint64_t i = a + 4 * nv + threadIdx.x; i < hi; i += blockDim.x) f(i, row[i]);
 }
