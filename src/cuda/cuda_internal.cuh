@@ -77,7 +77,7 @@ static __device__ __forceinline__ uint32_t fc_and_or(uint32_t a, uint32_t bits) 
 /* What fc_codes_accumulate needs of a depth t in 1..4: 2^-(t-1) and the
  * offsets -(2^11 + 2^(t-1) - 1/2), -(2^7 + 2^(t-1) - 1/2) (exact in float). */
 typedef struct fc_depth_consts {
-    float unit, off12, off16, pad;
+    float unit, off12, off16, pad; /* pad: 16 bytes, one vector load from a table */
 } fc_depth_consts;
 
 static __device__ __forceinline__ fc_depth_consts fc_depth_consts_of(uint32_t t) {
