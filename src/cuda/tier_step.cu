@@ -254,25 +254,25 @@ struct tier_scan_shape {
     static const int MIN_BLOCKS = WARPS_PER_SM * 32 / THREADS; /* at most 65536 / (32 WARPS_PER_SM) registers */
 };
 
-/* A lane's codes of one channel read to `depth`: its plane words at
+/* A lane's TOK codes of one channel read to `depth`: its plane words at
  * words[0], words[32], ... (one row of 32 blocks per plane), from bit
- * `shift` on, as fc_codes_add_plane leaves them. */
-template <int WORDS>
-static __device__ __forceinline__ void tier_lane_codes(uint32_t (&nib)[WORDS], const uint64_t *words, uint32_t depth,
-                                                       uint32_t shift, const uint32_t *spread) {
-    if (WORDS == 1 && shift % 8 == 0) { /* 8 tokens a lane: byte shift / 8 of each word (little-endian) */
+ * `shift` (a multiple of TOK) on, as fc_codes_add_plane leaves them. */
+template <int TOK>
+static __device__ __forceinline__ void tier_lane_codes(uint32_t (&nib)[(TOK + 7) / 8], const uint64_t *words,
+                                                       uint32_t depth, uint32_t shift, const uint32_t *spread) {
+    if (TOK == 8) { /* the lane's bits are byte shift / 8 of each word (little-endian) */
         const uint8_t *bytes = (const uint8_t *)words + shift / 8;
 #pragma unroll
         for (int pl = 0; pl < FATHOM_PLANES; pl++) {
             if (pl >= (int)depth) break;
             nib[0] = (nib[0] << 1) + spread[bytes[pl * 32 * 8]]; /* + is |: see fc_codes_add_plane */
         }
-        return;
-    }
+    } else {
 #pragma unroll
-    for (int pl = 0; pl < FATHOM_PLANES; pl++) {
-        if (pl >= (int)depth) break;
-        fc_codes_add_plane(nib, (uint32_t)(words[pl * 32] >> shift), spread);
+        for (int pl = 0; pl < FATHOM_PLANES; pl++) {
+            if (pl >= (int)depth) break;
+            fc_codes_add_plane(nib, (uint32_t)(words[pl * 32] >> shift), spread);
+        }
     }
 }
 
@@ -471,7 +471,7 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
             for (uint32_t c = 0; c < np; c++) {
                 const uint32_t depth = s_t[c];
                 uint32_t nib[(SH::TOK + 7) / 8] = {};
-                tier_lane_codes(nib, s_words + (size_t)s_off[c] * 32 + lane, depth, shift, s_spread);
+                tier_lane_codes<SH::TOK>(nib, s_words + (size_t)s_off[c] * 32 + lane, depth, shift, s_spread);
                 const float a = __half2float(__ushort_as_half(s_scale[c][lane]));
                 int32_t d[SH::TOK]; /* (2 c + 1) 2^(4 - t) - 16 */
 #pragma unroll
@@ -500,7 +500,7 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
             for (uint32_t c = 0; c < np; c++) { /* scan.cu's codes and khat: the same exact values */
                 const uint32_t depth = s_t[c];
                 uint32_t nib[(SH::TOK + 7) / 8] = {};
-                tier_lane_codes(nib, s_words + (size_t)s_off[c] * 32 + lane, depth, shift, s_spread);
+                tier_lane_codes<SH::TOK>(nib, s_words + (size_t)s_off[c] * 32 + lane, depth, shift, s_spread);
                 fc_codes_accumulate<GP, SH::TOK>(acc, [&](int g) { return s_q[c][g]; }, s_dc[depth], s_scale[c][lane], nib);
             }
         }
