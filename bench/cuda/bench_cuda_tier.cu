@@ -84,6 +84,8 @@
  *   HBM instead, in short CTAs on every SM, for about X us (timed alone at
  *   the start), as a decode's weight-streaming kernels keep the SMs and HBM
  *   busy there.
+ * Every graph is instantiated with cudaGraphInstantiateFlagUseNodePriority,
+ *   as PyTorch's are; --flat-priority: without it.
  * --int8: every tier in the int8 scan mode (fathom_cuda_tier_set_scan_mode
  *   FATHOM_CUDA_SCAN_INT8): the tier and hybrid steps scan with the GPU's
  *   int8 kernel, the hybrid's host side with the CPU's int8 kernels (its
@@ -296,6 +298,12 @@ static uint32_t chunk_heads = 0; /* --chunk: KV heads per pipeline chunk, 0 by c
 static const char *profile_point = NULL; /* --profile: cache points, comma-separated */
 static bool scan_int8 = false;           /* --int8: the tiers' scan mode */
 static uint32_t hybrid_segment_blocks = 0; /* --segment-blocks: the --hybrid session's S (0: N / 64) */
+/* Graphs are instantiated as PyTorch instantiates its own (torch.cuda.CUDAGraph):
+ * with cudaGraphInstantiateFlagUseNodePriority, so a kernel keeps the priority
+ * of the stream it was captured on (the tier's read-ahead and the pipeline's
+ * link stream: the highest); --flat-priority: without it, every kernel at the
+ * launch stream's priority. */
+static unsigned long long graph_flags = cudaGraphInstantiateFlagUseNodePriority;
 
 /* Whether name is one of list's comma-separated names. */
 static bool listed(const char *list, const char *name) {
@@ -429,7 +437,7 @@ static cudaGraphExec_t capture(setup &st, cudaStream_t s, bool with_append, bool
         }
     }
     CK(cudaStreamEndCapture(s, &g));
-    CK(cudaGraphInstantiate(&exec, g, 0));
+    CK(cudaGraphInstantiate(&exec, g, graph_flags));
     CK(cudaGraphDestroy(g));
     return exec;
 }
@@ -538,7 +546,7 @@ static std::string cache_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
                 FK(fathom_cuda_tier_step(st.tier, &a, s));
             }
             CK(cudaStreamEndCapture(s, &g));
-            CK(cudaGraphInstantiate(&exec, g, 0));
+            CK(cudaGraphInstantiate(&exec, g, graph_flags));
             CK(cudaGraphDestroy(g));
             return exec;
         };
@@ -738,7 +746,7 @@ static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
             CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
             for (uint32_t m = 0; m < M; m++) steps(set_of(m), d_cnt);
             CK(cudaStreamEndCapture(s, &g));
-            CK(cudaGraphInstantiate(&exec, g, 0));
+            CK(cudaGraphInstantiate(&exec, g, graph_flags));
             CK(cudaGraphDestroy(g));
             CK(cudaGraphLaunch(exec, s)); /* warm: the row cache fills, the staging follows the sets */
             CK(cudaMemsetAsync(d_cnt, 0, 32, s));
@@ -904,7 +912,7 @@ static void fixed_steps(setup &st, uint64_t n, cudaStream_t s, int reps, double 
             FK(fathom_cuda_step(&cfg, &a, s));
         }
         CK(cudaStreamEndCapture(s, &g));
-        CK(cudaGraphInstantiate(&exec, g, 0));
+        CK(cudaGraphInstantiate(&exec, g, graph_flags));
         *res[v] = replay(exec, s, reps).gpu_ms;
         CK(cudaGraphExecDestroy(exec));
         CK(cudaGraphDestroy(g));
@@ -935,7 +943,7 @@ static cudaGraphExec_t capture_hybrid(setup &st, fathom_cuda_hybrid *hy, uint32_
         FK(fathom_cuda_hybrid_step(hy, &a, host_pairs, s));
     }
     CK(cudaStreamEndCapture(s, &g));
-    CK(cudaGraphInstantiate(&exec, g, 0));
+    CK(cudaGraphInstantiate(&exec, g, graph_flags));
     CK(cudaGraphDestroy(g));
     return exec;
 }
@@ -1022,7 +1030,7 @@ static std::string hybrid_context(uint32_t L, uint64_t N, const std::vector<uint
             FK(fathom_cuda_tier_step(st.tier, &a, s));
         }
         CK(cudaStreamEndCapture(s, &g));
-        CK(cudaGraphInstantiate(&exec, g, 0));
+        CK(cudaGraphInstantiate(&exec, g, graph_flags));
         CK(cudaGraphDestroy(g));
         CK(cudaGraphLaunch(exec, s)); /* warm: the row cache fills */
         CK(cudaMemsetAsync(d_hits, 0, 16, s));
@@ -1094,6 +1102,8 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "--ahead-cycle: 2..16 query sets\n");
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--flat-priority")) {
+            graph_flags = 0;
         } else if (!strcmp(argv[i], "--between-copy")) {
             between_copy = true;
         } else if (!strcmp(argv[i], "--between-us") && i + 1 < argc) {
@@ -1133,7 +1143,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) list(threads);
         else if (!strcmp(argv[i], "--json")) {
         } else {
-            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--only-cache] [--profile POINT,..] [--trace-point NAME:N:PLANE:ROW[:WAYS[:PA:RA]] ..] [--hybrid [--threads T,..] [--segment-blocks S]] [--int8] [--read-ahead E,.. [--between-us X [--between-copy]] [--ahead-cycle M]] [--json]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--contexts N,..] [--ragged N,N,N,N] [--layers L] [--reps R] [--chunk C] [--only-tier] [--only-cache] [--profile POINT,..] [--trace-point NAME:N:PLANE:ROW[:WAYS[:PA:RA]] ..] [--hybrid [--threads T,..] [--segment-blocks S]] [--int8] [--read-ahead E,.. [--between-us X [--between-copy]] [--ahead-cycle M]] [--flat-priority] [--json]\n", argv[0]);
             return 2;
         }
     }
@@ -1155,9 +1165,9 @@ int main(int argc, char **argv) {
                  "\"kv_heads\": %u, \"group\": %u, \"dim\": %u, \"k\": %u, \"method\": \"fathom:%u\", "
                  "\"scan_mode\": \"%s\", \"calibration\": \"median of 5 replays, a share taken only when it "
                  "gains more than their spread\", \"reps\": %d, \"link_GBps\": %.2f, "
-                 "\"decode\": [",
+                 "\"node_priority\": %s, \"decode\": [",
                  prop.name, prop.name, bench_host_cpu().c_str(), L, H, G, D, K, BUDGET, scan_int8 ? "int8" : "exact",
-                 reps, link);
+                 reps, link, graph_flags ? "true" : "false");
         js += buf;
         for (size_t c = 0; c < contexts.size(); c++) {
             fprintf(stderr, "hybrid at %llu tokens\n", (unsigned long long)contexts[c]);
@@ -1169,9 +1179,9 @@ int main(int argc, char **argv) {
     snprintf(buf, sizeof buf,
              "{\"bench\": \"tier\", \"gpu\": \"%s\", \"machine\": \"%s / %s\", \"layers\": %u, \"kv_heads\": %u, "
              "\"group\": %u, \"dim\": %u, \"k\": %u, \"method\": \"fathom:%u\", \"scan_mode\": \"%s\", "
-             "\"reps\": %d, \"chunk\": %u, \"link_GBps\": %.2f, \"decode\": [",
+             "\"reps\": %d, \"chunk\": %u, \"link_GBps\": %.2f, \"node_priority\": %s, \"decode\": [",
              prop.name, prop.name, bench_host_cpu().c_str(), L, H, G, D, K, BUDGET, scan_int8 ? "int8" : "exact", reps,
-             chunk_heads, link);
+             chunk_heads, link, graph_flags ? "true" : "false");
     js += buf;
     for (size_t c = 0; c < contexts.size(); c++) {
         const uint64_t N = contexts[c];

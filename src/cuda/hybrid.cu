@@ -454,7 +454,9 @@ static int hy_time(cudaStream_t stream, hy_events &ev, double *median, double *s
     const cudaError_t end = cudaStreamEndCapture(stream, &gr.g); /* ends the capture on every path */
     FATHOM_TRY(st);
     FATHOM_CUDA_TRY(end);
-    FATHOM_CUDA_TRY(cudaGraphInstantiate(&gr.exec, gr.g, 0));
+    /* node priorities kept, as PyTorch instantiates its graphs: the pipeline's
+     * link stream keeps its priority */
+    FATHOM_CUDA_TRY(cudaGraphInstantiate(&gr.exec, gr.g, cudaGraphInstantiateFlagUseNodePriority));
     for (int round = 0; round < HY_ROUNDS; round++) {
         for (int rep = 0; rep <= HY_REPS; rep++) {
             FATHOM_CUDA_TRY(cudaEventRecord(ev.e[0], stream));

@@ -203,7 +203,13 @@ extern "C" int fathom_cuda_tier_create(const fathom_cuda_tier_shape *shape, fath
     d->centers = t->d_centers;
     d->center_state = t->d_center_state;
     d->error = t->d_error;
-    TIER_TRY(cudaStreamCreateWithFlags(&t->ahead, cudaStreamNonBlocking));
+    /* the read-ahead's stream has the highest priority: started between two
+     * layers' steps, its few CTAs go before the queued CTAs of the caller's
+     * kernels there (a graph keeps it where instantiated with
+     * cudaGraphInstantiateFlagUseNodePriority, as PyTorch's are) */
+    int least = 0, greatest = 0;
+    TIER_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    TIER_TRY(cudaStreamCreateWithPriority(&t->ahead, cudaStreamNonBlocking, greatest));
     TIER_TRY(cudaEventCreateWithFlags(&t->ahead_fork, cudaEventDisableTiming));
     TIER_TRY(cudaEventCreateWithFlags(&t->ahead_join, cudaEventDisableTiming));
     const int st = fathom_cuda_lanes_create(TIER_LANES, &t->lanes);

@@ -15,7 +15,9 @@
  * staging. */
 #include "tier_internal.cuh"
 
-#define AHEAD_GRID 32   /* CTAs: few, so that layer l's kernels keep the SMs */
+#define AHEAD_GRID_BESIDE 32  /* CTAs beside a step: few, so that its kernels keep the SMs */
+#define AHEAD_GRID_BETWEEN 64 /* CTAs between two steps: more loads in flight where other work
+                                 keeps the SMs and HBM busy */
 #define AHEAD_WARPS 8
 #define AHEAD_LOADS 16  /* loads a lane has in flight */
 #define AHEAD_PIECE (32 * AHEAD_LOADS) /* blocks of a line or a channel's scales per warp item */
@@ -32,22 +34,42 @@ static __global__ void tier_ahead_claim_kernel(tier_dev t, uint32_t layer, const
     if (c.stage_layer) c.stage_layer[4] = c.stage_layer[0] == (int32_t)layer ? 1 : 0;
 }
 
-/* Every warp of the grid walks the batch's pairs; per pair, the CTA lays
- * out the last plan of (next, head) (line x: the x-th planned (j, p) in
- * (j, p) order, channel r: the r-th planned channel) and the items (pieces
- * of AHEAD_PIECE blocks of a line or of a channel's scales, groups of
- * AHEAD_ROWS rows) are dealt round robin to all warps; a lane has all its
- * loads of an item in flight before it stores. */
+/* One warp per pair: the layout of the last plan of (next, head) in
+ * ahead_map (line x: the x-th planned (j, p) in (j, p) order, channel r: the
+ * r-th planned channel; none where the read-ahead takes rows only). */
+template <int D>
+static __global__ void tier_ahead_layout_kernel(tier_dev t, uint32_t next, const uint32_t *sessions, bool planes) {
+    const uint32_t p = blockIdx.x, s = sessions[p / t.heads], h = p % t.heads, lane = threadIdx.x;
+    if (s >= t.max_sessions) return;
+    const tier_cache c = t.caches[s];
+    if (!c.stage_layer) return;
+    uint16_t *map = c.ahead_map + (size_t)h * TIER_AHEAD_MAP(D);
+    uint32_t run_l = 0, run_c = 0;
+    if (planes)
+        tier_plan_walk<D>(c.ahead_dep + ((size_t)next * t.heads + h) * D, lane, &run_l, &run_c,
+                          [&](uint32_t j, uint32_t d, uint32_t x0, uint32_t r) {
+                              for (uint32_t q = 0; q < d; q++)
+                                  if (x0 + q < c.ahead_lines) map[x0 + q] = (uint16_t)(j * FATHOM_PLANES + q);
+                              if (d && r < c.ahead_chans) map[FATHOM_PLANES * D + r] = (uint16_t)j;
+                          });
+    if (lane == 0) {
+        map[5 * D] = (uint16_t)min(run_l, c.ahead_lines);
+        map[5 * D + 1] = (uint16_t)min(run_c, c.ahead_chans);
+    }
+}
+
+/* The items of all the batch's pairs (pieces of AHEAD_PIECE blocks of a
+ * line or of a channel's scales, groups of AHEAD_ROWS rows), numbered pair
+ * after pair, are dealt round robin to every warp of the grid, no barrier
+ * between pairs; a lane has all its loads of an item in flight before it
+ * stores. */
 template <int D>
 static __global__ void __launch_bounds__(AHEAD_WARPS * 32)
-tier_ahead_kernel(tier_dev t, uint32_t next, const uint32_t *sessions, uint32_t P, bool planes) {
-    __shared__ uint16_t s_line[FATHOM_PLANES * D]; /* x -> 4 j + p */
-    __shared__ uint16_t s_chan[D];                 /* r -> j */
-    __shared__ uint32_t s_lines, s_chans;
+tier_ahead_kernel(tier_dev t, uint32_t next, const uint32_t *sessions, uint32_t P) {
     const uint32_t lane = threadIdx.x & 31, W = gridDim.x * AHEAD_WARPS;
     const uint32_t me = blockIdx.x * AHEAD_WARPS + (threadIdx.x >> 5), S = t.segment_blocks;
     const uint64_t seg_tokens = (uint64_t)S * FATHOM_BLOCK_TOKENS;
-    uint64_t g = 0; /* items dealt before this pair */
+    uint64_t g = 0; /* items of the pairs before this one */
     for (uint32_t p = 0; p < P; p++) {
         const uint32_t s = sessions[p / t.heads], h = p % t.heads;
         if (s >= t.max_sessions) continue; /* uniform; the step records the error */
@@ -56,22 +78,8 @@ tier_ahead_kernel(tier_dev t, uint32_t next, const uint32_t *sessions, uint32_t 
         const size_t lh = (size_t)next * t.heads + h;
         const uint32_t half = (uint32_t)c.stage_layer[4], nb = c.ahead_nb[lh];
         const uint32_t pieces = (c.blocks + AHEAD_PIECE - 1) / AHEAD_PIECE;
-        __syncthreads(); /* the last pair's layout is read */
-        if (threadIdx.x < 32) { /* warp 0: the plan's lines and channels in order */
-            uint32_t run_l, run_c;
-            tier_plan_walk<D>(c.ahead_dep + lh * D, lane, &run_l, &run_c,
-                              [&](uint32_t j, uint32_t d, uint32_t x0, uint32_t r) {
-                                  for (uint32_t q = 0; q < d; q++)
-                                      if (x0 + q < c.ahead_lines) s_line[x0 + q] = (uint16_t)(j * FATHOM_PLANES + q);
-                                  if (d && r < c.ahead_chans) s_chan[r] = (uint16_t)j;
-                              });
-            if (lane == 0) {
-                s_lines = planes ? min(run_l, c.ahead_lines) : 0;
-                s_chans = planes ? min(run_c, c.ahead_chans) : 0;
-            }
-        }
-        __syncthreads();
-        const uint32_t lines = s_lines, chans = s_chans;
+        const uint16_t *map = c.ahead_map + (size_t)h * TIER_AHEAD_MAP(D);
+        const uint32_t lines = map[5 * D], chans = map[5 * D + 1];
         const uint32_t rows = c.ahead_rows ? min(c.ahead_cnt[lh], c.ahead_rows) : 0;
         const uint64_t items = (uint64_t)(lines + chans) * pieces + (rows + AHEAD_ROWS - 1) / AHEAD_ROWS;
         const uint32_t cvalid = c.map ? c.valid[next] : 0;
@@ -80,7 +88,7 @@ tier_ahead_kernel(tier_dev t, uint32_t next, const uint32_t *sessions, uint32_t 
             if (i < (uint64_t)(lines + chans) * pieces) { /* blocks of one line or one channel's scales */
                 const uint32_t x = (uint32_t)(i / pieces), q = (uint32_t)(i % pieces);
                 const bool word = x < lines;
-                const uint32_t line = word ? s_line[x] : s_chan[x - lines] * FATHOM_PLANES;
+                const uint32_t line = word ? map[x] : map[FATHOM_PLANES * D + x - lines] * FATHOM_PLANES;
                 const uint32_t lo = cmap && cmap[line] >= 0 ? cvalid : 0;
                 const uint32_t b0 = max(lo, q * AHEAD_PIECE), b1 = min(nb, (q + 1) * AHEAD_PIECE);
                 if (word) {
@@ -164,10 +172,18 @@ int fc_tier_ahead_launch(fathom_cuda_tier *tier, uint32_t layer, const uint32_t 
     const uint32_t next = (layer + 1) % t->layers, P = batch * t->heads;
     tier_ahead_claim_kernel<<<(batch + 255) / 256, 256, 0, stream>>>(*t, layer, sessions, batch);
     FATHOM_CUDA_LAUNCHED();
+    const unsigned grid = fc_tier_ahead_start(tier) == FATHOM_CUDA_AHEAD_BETWEEN ? AHEAD_GRID_BETWEEN
+                                                                                : AHEAD_GRID_BESIDE;
     switch (t->dim) {
-    case 64: tier_ahead_kernel<64><<<AHEAD_GRID, AHEAD_WARPS * 32, 0, stream>>>(*t, next, sessions, P, planes); break;
-    case 128: tier_ahead_kernel<128><<<AHEAD_GRID, AHEAD_WARPS * 32, 0, stream>>>(*t, next, sessions, P, planes); break;
-    default: tier_ahead_kernel<256><<<AHEAD_GRID, AHEAD_WARPS * 32, 0, stream>>>(*t, next, sessions, P, planes); break;
+    case 64: tier_ahead_layout_kernel<64><<<P, 32, 0, stream>>>(*t, next, sessions, planes); break;
+    case 128: tier_ahead_layout_kernel<128><<<P, 32, 0, stream>>>(*t, next, sessions, planes); break;
+    default: tier_ahead_layout_kernel<256><<<P, 32, 0, stream>>>(*t, next, sessions, planes); break;
+    }
+    FATHOM_CUDA_LAUNCHED();
+    switch (t->dim) {
+    case 64: tier_ahead_kernel<64><<<grid, AHEAD_WARPS * 32, 0, stream>>>(*t, next, sessions, P); break;
+    case 128: tier_ahead_kernel<128><<<grid, AHEAD_WARPS * 32, 0, stream>>>(*t, next, sessions, P); break;
+    default: tier_ahead_kernel<256><<<grid, AHEAD_WARPS * 32, 0, stream>>>(*t, next, sessions, P); break;
     }
     FATHOM_CUDA_LAUNCHED();
     tier_ahead_publish_kernel<<<(batch + 255) / 256, 256, 0, stream>>>(*t, next, sessions, batch, planes);

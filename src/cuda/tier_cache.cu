@@ -22,6 +22,7 @@ void fc_tier_cache_release(tier_cache *c) {
     cudaFree(c->ahead_uni);
     cudaFree(c->ahead_cnt);
     cudaFree(c->ahead_nb);
+    cudaFree(c->ahead_map);
     cudaFree(c->stage_words);
     cudaFree(c->stage_scales);
     cudaFree(c->stage_rows);
@@ -132,6 +133,7 @@ extern "C" int fathom_cuda_tier_cache_set(fathom_cuda_tier *tier, uint32_t s,
         if (e == cudaSuccess) e = cudaMemset(c.ahead_cnt, 0, LH * 4);
         if (e == cudaSuccess) e = cudaMalloc((void **)&c.ahead_nb, LH * 4);
         if (e == cudaSuccess) e = cudaMemset(c.ahead_nb, 0, LH * 4);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&c.ahead_map, H * TIER_AHEAD_MAP(D) * 2);
         if (e == cudaSuccess && c.ahead_rows) e = cudaMalloc((void **)&c.ahead_uni, LH * c.ahead_rows * 4);
         if (e == cudaSuccess && half_words) e = cudaMalloc((void **)&c.stage_words, 2 * half_words * 8);
         if (e == cudaSuccess && half_scales) e = cudaMalloc((void **)&c.stage_scales, 2 * half_scales * 2);
@@ -172,8 +174,8 @@ extern "C" int fathom_cuda_tier_cache_bytes(const fathom_cuda_tier *tier, uint32
     if (c->window) *bytes += (uint64_t)c->window * LH * t->dim + LH * 4;
     if (c->slots) *bytes += LH * c->slots * (4ull * t->dim + 4);
     if (c->ways > 1) *bytes += LH * (c->slots * 4ull + 4); /* stamps and the step count */
-    if (c->stage_layer) /* the last plans and unions, and the staging's two halves */
-        *bytes += LH * (t->dim + 8ull + 4ull * c->ahead_rows) + 20 +
+    if (c->stage_layer) /* the last plans and unions, the layouts, and the staging's two halves */
+        *bytes += LH * (t->dim + 8ull + 4ull * c->ahead_rows) + 20 + 2ull * t->heads * TIER_AHEAD_MAP(t->dim) +
                   2ull * t->heads * (8ull * c->ahead_lines * c->blocks + 2ull * c->ahead_chans * c->blocks +
                                      4ull * t->dim * c->ahead_rows);
     return FATHOM_OK;

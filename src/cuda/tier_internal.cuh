@@ -47,6 +47,9 @@ typedef struct tier_cache {
     uint32_t *ahead_uni;    /* [layers][heads][ahead_rows] the first rows of its union, ascending */
     uint32_t *ahead_cnt;    /* [layers][heads] rows of ahead_uni kept */
     uint32_t *ahead_nb;     /* [layers][heads] blocks closed at that step, <= blocks */
+    uint16_t *ahead_map;    /* [heads][TIER_AHEAD_MAP(dim)] the running read-ahead's layout of a head's
+                               plan: its lines (4 j + p) in (j, p) order, at most ahead_lines, then its
+                               channels, at most ahead_chans, then the counts of both */
     uint64_t *stage_words;  /* [2][heads][ahead_lines][blocks] line x: the plan's x-th line in (j, p) order */
     uint16_t *stage_scales; /* [2][heads][ahead_chans][blocks] channel r: the plan's r-th channel */
     uint16_t *stage_rows;   /* [2][heads][ahead_rows][2][dim] row u of ahead_uni */
@@ -55,6 +58,8 @@ typedef struct tier_cache {
                                the running read-ahead fills */
     uint32_t ahead_lines, ahead_chans, ahead_rows;
 } tier_cache;
+
+#define TIER_AHEAD_MAP(dim) (5 * (dim) + 2)
 
 /* One warp walks a plan's depths dep[0, D) in channel order: f(j, d, x, r)
  * for channel j of depth d, x the plan's lines (j', p) before it in (j, p)

@@ -1184,7 +1184,10 @@ static void test_read_ahead(void) {
         CK(cudaStreamBeginCapture(gs, cudaStreamCaptureModeThreadLocal));
         enqueue(ta, ba, L, true);
         CK(cudaStreamEndCapture(gs, &graph));
-        CK(cudaGraphInstantiate(&exec, graph, 0));
+        /* between: with node priorities, as PyTorch instantiates its graphs (the
+           read-ahead's high-priority kernels then run before the next work queued);
+           beside: every node at the launch stream's priority */
+        CK(cudaGraphInstantiate(&exec, graph, between ? cudaGraphInstantiateFlagUseNodePriority : 0));
         const uint32_t replays = quick ? 6 : 20;
         uint64_t gdiff = 0;
         unsigned long long staged_rows = 0, cached_rows = 0;
