@@ -15,7 +15,7 @@
  * staging. */
 #include "tier_internal.cuh"
 
-#define AHEAD_GRID_BESIDE 32  /* CTAs beside a step: few, so that its kernels keep the SMs */
+#define AHEAD_GRID_BESIDE 16  /* CTAs beside a step: few, so that its kernels keep the SMs and most of the link */
 #define AHEAD_GRID_BETWEEN 64 /* CTAs between two steps: more loads in flight where other work
                                  keeps the SMs and HBM busy */
 #define AHEAD_WARPS 8
