@@ -1026,6 +1026,21 @@ def gpu_tier_row_sets(rec):
                                if c["point"] == "none"), None))))
 
 
+def uncached_note(r, tier):
+    """What the ratios against the uncached step depend on: how fast this
+    machine's SMs read host memory in place."""
+    none = [p["tier_ms"] for d in r["decode"] if d["context"] == 131072 for a in d.get("ahead", [])[:1]
+            for p in a["points"] if p["point"] == "none"]
+    ref = [p["ms"] for d in (tier["result"]["decode"] if tier else []) if d.get("context") == 131072
+           for p in d.get("cache") or [] if p.get("point") == "none"]
+    if not none:
+        return ""
+    return ("the uncached step here takes %.2f ms at 128k%s: the link kernels (the scan in place, the row fetch) "
+            "read host memory at different rates on different machines at the same copy rate, and where they "
+            "read faster the fixed kernel time weighs more, so every ratio against the uncached step is higher." %
+            (none[0], " (the H200 of gpu-tier: %.2f ms)" % ref[0] if ref else ""))
+
+
 def gpu_tier_read_ahead(rec):
     """bench_cuda_tier --read-ahead: per context and drift, the step-to-step
     overlap ("ahead-only") and each trace point's cache alone, with
@@ -1126,23 +1141,28 @@ def gpu_tier_read_ahead(rec):
         "it shares the link with the step's own reads) or after each step's last row fetch "
         "(FATHOM_CUDA_AHEAD_BETWEEN: it has the link while the step's attention and the work between layers run, "
         "and the step's row-cache insertion and notes follow it off the step's path; the last layer's starts "
-        "with its step); the next step joins it. The bench's plans overlap more from step to step than the real traces' (its plane overlap "
+        "with its step); the next step joins it. The copy is one kernel whose warps take the items (pieces of "
+        "a line, groups of 8 rows) of every pair in turn, without a barrier between pairs, on %d CTAs beside a "
+        "step and %d between two (more loads in flight while other work keeps the SMs and HBM busy; more beside "
+        "a step take its link); its stream has the highest priority, kept in the graphs (instantiated with node "
+        "priorities, as PyTorch's are). The bench's plans overlap more from step to step than the real traces' (its plane overlap "
         "is the upper bound), so each trace point's read-ahead is capped (ahead lines / rows, by bisection on "
         "measured replays) where the cache and staging together would serve more of the plane bytes or rows "
         "than the cache and read-ahead did on its real trace (bench/cache_sim.py plane_ahead_hit, "
         "row_ahead_hit); the capped copy moves fewer bytes than an uncapped one would.%s%s Where it does not "
-        "hold: %s; alternating synthetic query sets stand in for a decode's. %s\n" %
+        "hold: %s; alternating synthetic query sets stand in for a decode's; %s %s\n" %
         (r["layers"], r["kv_heads"], r["group"], r["dim"], r["k"], r["method"], cycle, r["layers"], r["layers"],
          cycle, r["reps"],
          ("HBM is copied for about %.0f us, in short 64 KiB CTAs on every SM (bench_cuda_tier --between-copy), as "
           "a decode's weight-streaming kernels keep the SMs and HBM busy" % between) if work == "copy" else
-         "one warp spins %.0f us" % between if between else "nothing runs",
+         "one warp spins %.0f us" % between if between else "nothing runs", 16, 64,
          staging, ref,
          "the copy saturates HBM where a decode's kernels stream about half its rate, and a real model's kernels "
          "are many and differ" if work == "copy" else
          "the spin warp leaves the SMs and HBM to the read-ahead, while a model's MLP keeps them busy "
          "(gpu-tier-read-ahead-copy copies HBM instead)" if between else
          "a model runs its projections and MLP between two layers' steps",
+         uncached_note(r, sibling("gpu-tier")),
          link_note(rec)))
 
 
