@@ -2826,8 +2826,6 @@ TABLES = [
           "The hybrid step (integer mode) with 4-way row sets at their simulated rates", gpu_hybrid, None),
     Table("gpu-hybrid-int8-slow-host-row-sets", "GPU offload step: associative row slots",
           "The same on another H100 lease, whose host scans slower, at a later commit", gpu_hybrid, None),
-    Table("gpu-hybrid-int8-row-sets-h200", "GPU offload step: associative row slots",
-          "The same on the H200", gpu_hybrid, None),
     Table("gpu-tier-row-sets-churn", "GPU offload step: associative row slots",
           "The same under changing unions: queries that drift from step to step", gpu_tier_row_sets_churn, None),
     Table("gpu-tier-read-ahead", "GPU offload step: reading the next layer ahead",
