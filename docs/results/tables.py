@@ -1142,9 +1142,9 @@ def gpu_tier_read_ahead(rec):
         "(FATHOM_CUDA_AHEAD_BETWEEN: it has the link while the step's attention and the work between layers run, "
         "and the step's row-cache insertion and notes follow it off the step's path; the last layer's starts "
         "with its step); the next step joins it. The copy is one kernel whose warps take the items (pieces of "
-        "a line, groups of 8 rows) of every pair in turn, without a barrier between pairs, on %d CTAs beside a "
-        "step and %d between two (more loads in flight while other work keeps the SMs and HBM busy; more beside "
-        "a step take its link); its stream has the highest priority, kept in the graphs (instantiated with node "
+        "a line, groups of 8 rows) of every pair in turn, without a barrier between pairs, on few CTAs beside a "
+        "step and more between two (src/cuda/tier_ahead.cu, AHEAD_GRID_BESIDE and AHEAD_GRID_BETWEEN: more loads "
+        "in flight while other work keeps the SMs and HBM busy; more beside a step take its link); its stream has the highest priority, kept in the graphs (instantiated with node "
         "priorities, as PyTorch's are). The bench's plans overlap more from step to step than the real traces' (its plane overlap "
         "is the upper bound), so each trace point's read-ahead is capped (ahead lines / rows, by bisection on "
         "measured replays) where the cache and staging together would serve more of the plane bytes or rows "
@@ -1155,7 +1155,7 @@ def gpu_tier_read_ahead(rec):
          cycle, r["reps"],
          ("HBM is copied for about %.0f us, in short 64 KiB CTAs on every SM (bench_cuda_tier --between-copy), as "
           "a decode's weight-streaming kernels keep the SMs and HBM busy" % between) if work == "copy" else
-         "one warp spins %.0f us" % between if between else "nothing runs", 16, 64,
+         "one warp spins %.0f us" % between if between else "nothing runs",
          staging, ref,
          "the copy saturates HBM where a decode's kernels stream about half its rate, and a real model's kernels "
          "are many and differ" if work == "copy" else

@@ -166,6 +166,14 @@ static __global__ void tier_ahead_publish_kernel(tier_dev t, uint32_t next, cons
     c.stage_layer[2 + half] = planes;
 }
 
+/* The P pairs' layouts, then the copy on `grid` CTAs. */
+template <int D>
+static void tier_ahead_copy(const tier_dev &t, uint32_t next, const uint32_t *sessions, uint32_t P, bool planes,
+                            unsigned grid, cudaStream_t stream) {
+    tier_ahead_layout_kernel<D><<<P, 32, 0, stream>>>(t, next, sessions, planes);
+    tier_ahead_kernel<D><<<grid, AHEAD_WARPS * 32, 0, stream>>>(t, next, sessions, P);
+}
+
 int fc_tier_ahead_launch(fathom_cuda_tier *tier, uint32_t layer, const uint32_t *sessions, uint32_t batch,
                          bool planes, cudaStream_t stream) {
     const tier_dev *t = fc_tier_dev(tier);
@@ -175,15 +183,9 @@ int fc_tier_ahead_launch(fathom_cuda_tier *tier, uint32_t layer, const uint32_t 
     const unsigned grid = fc_tier_ahead_start(tier) == FATHOM_CUDA_AHEAD_BETWEEN ? AHEAD_GRID_BETWEEN
                                                                                 : AHEAD_GRID_BESIDE;
     switch (t->dim) {
-    case 64: tier_ahead_layout_kernel<64><<<P, 32, 0, stream>>>(*t, next, sessions, planes); break;
-    case 128: tier_ahead_layout_kernel<128><<<P, 32, 0, stream>>>(*t, next, sessions, planes); break;
-    default: tier_ahead_layout_kernel<256><<<P, 32, 0, stream>>>(*t, next, sessions, planes); break;
-    }
-    FATHOM_CUDA_LAUNCHED();
-    switch (t->dim) {
-    case 64: tier_ahead_kernel<64><<<grid, AHEAD_WARPS * 32, 0, stream>>>(*t, next, sessions, P); break;
-    case 128: tier_ahead_kernel<128><<<grid, AHEAD_WARPS * 32, 0, stream>>>(*t, next, sessions, P); break;
-    default: tier_ahead_kernel<256><<<grid, AHEAD_WARPS * 32, 0, stream>>>(*t, next, sessions, P); break;
+    case 64: tier_ahead_copy<64>(*t, next, sessions, P, planes, grid, stream); break;
+    case 128: tier_ahead_copy<128>(*t, next, sessions, P, planes, grid, stream); break;
+    default: tier_ahead_copy<256>(*t, next, sessions, P, planes, grid, stream); break;
     }
     FATHOM_CUDA_LAUNCHED();
     tier_ahead_publish_kernel<<<(batch + 255) / 256, 256, 0, stream>>>(*t, next, sessions, batch, planes);

@@ -260,19 +260,12 @@ struct tier_scan_shape {
 template <int TOK>
 static __device__ __forceinline__ void tier_lane_codes(uint32_t (&nib)[(TOK + 7) / 8], const uint64_t *words,
                                                        uint32_t depth, uint32_t shift, const uint32_t *spread) {
-    if (TOK == 8) { /* the lane's bits are byte shift / 8 of each word (little-endian) */
-        const uint8_t *bytes = (const uint8_t *)words + shift / 8;
+    const uint8_t *bytes = (const uint8_t *)words + shift / 8; /* TOK == 8: the lane's bits, little-endian */
 #pragma unroll
-        for (int pl = 0; pl < FATHOM_PLANES; pl++) {
-            if (pl >= (int)depth) break;
-            nib[0] = (nib[0] << 1) + spread[bytes[pl * 32 * 8]]; /* + is |: see fc_codes_add_plane */
-        }
-    } else {
-#pragma unroll
-        for (int pl = 0; pl < FATHOM_PLANES; pl++) {
-            if (pl >= (int)depth) break;
-            fc_codes_add_plane(nib, (uint32_t)(words[pl * 32] >> shift), spread);
-        }
+    for (int pl = 0; pl < FATHOM_PLANES; pl++) {
+        if (pl >= (int)depth) break;
+        fc_codes_add_plane(nib, TOK == 8 ? (uint32_t)bytes[pl * 32 * 8] : (uint32_t)(words[pl * 32] >> shift),
+                           spread);
     }
 }
 
