@@ -269,6 +269,31 @@ static __device__ __forceinline__ void tier_lane_codes(uint32_t (&nib)[(TOK + 7)
     }
 }
 
+/* The int8 scan's: a lane's TOK codes of one channel with all four planes
+ * read, plane p at bit 3 - p of each nibble (tier_lane_codes' at depth 4):
+ * its plane words at words[0], words[32], ... (one row of 32 blocks per
+ * plane), from bit `shift` (a multiple of TOK) on. Masked with
+ * tier_depth_mask(t), the nibbles are the codes read to depth t filled to 4
+ * bits, c' = c 2^(4 - t); the rows past a channel's depth are the next
+ * channels' (or any shared words: the mask clears them). */
+template <int TOK>
+static __device__ __forceinline__ uint32_t tier_lane_filled(const uint64_t *words, uint32_t shift,
+                                                            const uint32_t *spread) {
+    uint32_t nib = 0;
+#pragma unroll
+    for (int pl = 0; pl < FATHOM_PLANES; pl++) {
+        const uint32_t bits = TOK == 8 ? (uint32_t)((const uint8_t *)words)[pl * 32 * 8 + shift / 8] /* little-endian */
+                                       : (uint32_t)(words[pl * 32] >> shift) & 0xffu;
+        nib += spread[bits] << (3 - pl);
+    }
+    return nib;
+}
+
+/* The top t bits of every nibble (t = 0: none). */
+static __device__ __forceinline__ uint32_t tier_depth_mask(uint32_t t) {
+    return ((0xf0u >> t) & 0xfu) * 0x11111111u;
+}
+
 /* The int8 definition's constants (core/scan_internal.h: SCAN_INT8_*). */
 #define TIER_INT8_MAGIC 0x1.8p23f /* 1.5 * 2^23: adding it rounds to an integer */
 #define TIER_INT8_TINY 0x1p-100f  /* below it a block's weights are all 0 */
@@ -280,18 +305,23 @@ static __device__ __forceinline__ void tier_lane_codes(uint32_t (&nib)[(TOK + 7)
  * 256-byte runs of host memory), then decoded by every warp. The last pass
  * also counts the top-k's level-0 histogram (topk.cu) of the final scores of
  * the middle tokens [sink, n - local) of rows with n > k, as hist0_kernel
- * would: G histograms in shared memory after the words, added to the
- * workspace's at the end.
+ * would: G histograms in shared memory after the words (INT8: two 16-bit
+ * counts a word, as a CTA counts at most 2048 tokens a head, to leave room
+ * for the weights), added to the workspace's at the end.
  * INT8: the int8 definition (core/scan_internal.h, scan_int8_weights and
  * int_reference). Per pass, head g and block (lane), the threads first
  * find m = max_k |q_gk a_k| and the block's r = 127 / m and s = m / 2032
  * (s_ir, s_is; NaN s where a product is not finite, r = s = 0 below
- * 2^-100); each warp then forms the weights w_k = fmaf(q_gk a_k, r,
- * 1.5 2^23) - 1.5 2^23 of its lane, sums T = sum_k w_k d_k exactly in
- * int32 per token (d_k = (2 c_k + 1) 2^(4 - t_k) - 16) and writes
- * s * (float)T as the pass's term, combined with the score as the exact
- * passes are. Every float operation is an explicit _rn intrinsic, so no
- * contraction changes a rounding. */
+ * 2^-100), then the weights w_k = fmaf(q_gk a_k, r, 1.5 2^23) - 1.5 2^23,
+ * four channels (a quad of the pass) a word as signed bytes, and K =
+ * sum_k w_k (2^(4 - t_k) - 16) (after the histograms in shared memory).
+ * Each lane then sums T = K + 2 sum_k w_k c'_k exactly in int32 per token
+ * (c'_k = c_k 2^(4 - t_k), the code filled to 4 bits, so that T = sum_k
+ * w_k d_k with d_k = (2 c_k + 1) 2^(4 - t_k) - 16), a quad's four codes of
+ * a token in one word (byte permutes of the nibbles) and one dp4a per head
+ * and token, and writes s * (float)T as the pass's term, combined with the
+ * score as the exact passes are. Every float operation is an explicit _rn
+ * intrinsic, so no contraction changes a rounding. */
 #define SCAN_LOADS 8 /* plane words a thread has in flight */
 template <int D, int GP, bool INT8>
 static __global__ void __launch_bounds__(tier_scan_shape<GP>::THREADS, tier_scan_shape<GP>::MIN_BLOCKS)
@@ -299,7 +329,7 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
                  uint32_t k, uint32_t sink, uint32_t local, uint32_t pass_words, unsigned long long *hit_bytes,
                  unsigned long long *ahead_bytes) {
     typedef tier_scan_shape<GP> SH;
-    extern __shared__ uint64_t s_words[]; /* [pass_words][32], then [G][FC_HIST_BINS] counts */
+    extern __shared__ uint64_t s_words[]; /* [pass_words][32], [G][FC_HIST_BINS / HPW] counts, INT8: s_w4, s_K */
     __shared__ __align__(16) float s_q[PASS][GP]; /* a channel's GP queries in one vector load */
     __shared__ __align__(16) fc_depth_consts s_dc[FATHOM_PLANES + 1];
     __shared__ uint16_t s_j[PASS], s_off[PASS + 1], s_scale[PASS][32];
@@ -315,15 +345,20 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
     __shared__ uint8_t s_adep[D];
     __shared__ uint32_t s_spread[256]; /* fc_spread8 of every byte */
     __shared__ float s_ir[INT8 ? GP : 1][32], s_is[INT8 ? GP : 1][32]; /* int8: r and s of (head, block) */
+    __shared__ uint16_t s_qoff[INT8 ? PASS : 1]; /* int8: the first row of pass channel c, 0 past np */
+    __shared__ uint32_t s_qmask[INT8 ? PASS : 1]; /* int8: its nibbles' read planes (depth t: top t bits) */
     const uint32_t p = p0 + blockIdx.y, tid = threadIdx.x, lane = tid & 31, part = tid >> 5;
     const uint64_t n = w.n_of[p], nb = (n + 63) / 64, b0 = (uint64_t)blockIdx.x * 32;
     if (b0 >= nb) return; /* uniform */
     for (uint32_t i = tid; i < 256; i += SH::THREADS) s_spread[i] = fc_spread8(i); /* read after a barrier */
     if (tid >= 1 && tid <= FATHOM_PLANES) s_dc[tid] = fc_depth_consts_of(tid); /* read after a barrier */
-    uint32_t *s_hist = (uint32_t *)(s_words + (size_t)pass_words * 32);
+    constexpr uint32_t HPW = INT8 ? 2 : 1; /* histogram bins a word */
+    uint32_t *s_hist = (uint32_t *)(s_words + (size_t)pass_words * 32); /* INT8: bins 2i, 2i + 1 in word i */
+    uint32_t *s_w4 = s_hist + G * FC_HIST_BINS / HPW; /* INT8: [GP][PASS / 4][32] weights, four a word */
+    int32_t *s_K = (int32_t *)(s_w4 + GP * (PASS / 4) * 32); /* INT8: [GP][32] */
     const bool tally = n > k; /* uniform */
     if (tally)
-        for (uint32_t i = tid; i < G * FC_HIST_BINS; i += SH::THREADS) s_hist[i] = 0; /* read after a barrier */
+        for (uint32_t i = tid; i < G * FC_HIST_BINS / HPW; i += SH::THREADS) s_hist[i] = 0; /* read after a barrier */
     const uint32_t S = t.segment_blocks, h = p % t.heads;
     const uint32_t s = sessions[p / t.heads];
     const tier_cache cache = t.caches[s];
@@ -421,6 +456,7 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
                 }
                 s_ir[g][l] = r;
                 s_is[g][l] = sc;
+                s_K[g * 32 + l] = 0;
             }
         const uint32_t rows = s_off[np];
         /* SCAN_LOADS words into registers, then into shared memory: __ldcv's memory
@@ -450,40 +486,79 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
             }
         }
         __syncthreads();
+        const uint32_t quads = (np + 3) / 4;
+        if (INT8) { /* the weights of every (head, quad, block), and K */
+            for (uint32_t i = tid; i < GP * quads * 32; i += SH::THREADS) {
+                const uint32_t l = i & 31, qd = (i >> 5) % quads, g = (i >> 5) / quads;
+                const float r = s_ir[g][l];
+                uint32_t packed = 0;
+                int32_t part = 0;
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    const uint32_t c = qd * 4 + u;
+                    if (c >= np) break;
+                    const float W = __fmul_rn(s_q[c][g], __half2float(__ushort_as_half(s_scale[c][l])));
+                    const int32_t wk =
+                        __float2int_rz(__fsub_rn(__fmaf_rn(W, r, TIER_INT8_MAGIC), TIER_INT8_MAGIC));
+                    packed |= ((uint32_t)wk & 0xffu) << (8 * u);
+                    part += wk * ((int32_t)(16u >> s_t[c]) - 16);
+                }
+                s_w4[(g * (PASS / 4) + qd) * 32 + l] = packed;
+                atomicAdd(&s_K[g * 32 + l], part);
+            }
+            /* the quads' rows and depth masks; a channel past np reads row 0 (any bits) under mask 0 */
+            for (uint32_t c = tid; c < quads * 4; c += SH::THREADS) {
+                s_qoff[c] = c < np ? s_off[c] : 0;
+                s_qmask[c] = tier_depth_mask(c < np ? s_t[c] : 0);
+            }
+            __syncthreads();
+        }
         if (lane >= nblk) continue;
         float acc[SH::TOK][GP];
         if (INT8) {
             int32_t T[SH::TOK][GP];
-            float r[GP];
 #pragma unroll
-            for (int g = 0; g < GP; g++) {
-                r[g] = s_ir[g][lane];
+            for (int g = 0; g < GP; g++)
 #pragma unroll
                 for (int i = 0; i < SH::TOK; i++) T[i][g] = 0;
-            }
-            for (uint32_t c = 0; c < np; c++) {
-                const uint32_t depth = s_t[c];
-                uint32_t nib[(SH::TOK + 7) / 8] = {};
-                tier_lane_codes<SH::TOK>(nib, s_words + (size_t)s_off[c] * 32 + lane, depth, shift, s_spread);
-                const float a = __half2float(__ushort_as_half(s_scale[c][lane]));
-                int32_t d[SH::TOK]; /* (2 c + 1) 2^(4 - t) - 16 */
+            for (uint32_t qd = 0; qd < quads; qd++) {
+                uint32_t lo[4], hi[4]; /* channel qd*4+u: codes c' of tokens 0, 2, 4, 6 and 1, 3, 5, 7, a byte each */
 #pragma unroll
-                for (int i = 0; i < SH::TOK; i++)
-                    d[i] = (int32_t)(((2u * ((nib[i / 8] >> (4 * (i % 8))) & 15u) + 1u) << (4 - depth))) - 16;
+                for (int u = 0; u < 4; u++) {
+                    const uint32_t c = qd * 4 + u;
+                    const uint32_t nib = /* c' = c 2^(4 - t) */
+                        tier_lane_filled<SH::TOK>(s_words + (size_t)s_qoff[c] * 32 + lane, shift, s_spread) & s_qmask[c];
+                    lo[u] = nib & 0x0f0f0f0fu;
+                    hi[u] = (nib >> 4) & 0x0f0f0f0fu;
+                }
+                uint32_t x[8]; /* token i's four codes c', channel qd*4+u in byte u */
+                {
+                    const uint32_t a0 = __byte_perm(lo[0], lo[1], 0x5140), a1 = __byte_perm(lo[0], lo[1], 0x7362);
+                    const uint32_t b0 = __byte_perm(lo[2], lo[3], 0x5140), b1 = __byte_perm(lo[2], lo[3], 0x7362);
+                    const uint32_t e0 = __byte_perm(hi[0], hi[1], 0x5140), e1 = __byte_perm(hi[0], hi[1], 0x7362);
+                    const uint32_t f0 = __byte_perm(hi[2], hi[3], 0x5140), f1 = __byte_perm(hi[2], hi[3], 0x7362);
+                    x[0] = __byte_perm(a0, b0, 0x5410);
+                    x[2] = __byte_perm(a0, b0, 0x7632);
+                    x[4] = __byte_perm(a1, b1, 0x5410);
+                    x[6] = __byte_perm(a1, b1, 0x7632);
+                    x[1] = __byte_perm(e0, f0, 0x5410);
+                    x[3] = __byte_perm(e0, f0, 0x7632);
+                    x[5] = __byte_perm(e1, f1, 0x5410);
+                    x[7] = __byte_perm(e1, f1, 0x7632);
+                }
 #pragma unroll
                 for (int g = 0; g < GP; g++) {
-                    const float W = __fmul_rn(s_q[c][g], a);
-                    const int32_t wk =
-                        __float2int_rz(__fsub_rn(__fmaf_rn(W, r[g], TIER_INT8_MAGIC), TIER_INT8_MAGIC));
+                    const int wv = (int)s_w4[(g * (PASS / 4) + qd) * 32 + lane];
 #pragma unroll
-                    for (int i = 0; i < SH::TOK; i++) T[i][g] += wk * d[i];
+                    for (int i = 0; i < SH::TOK; i++) T[i][g] = __dp4a((int)x[i], wv, T[i][g]);
                 }
             }
 #pragma unroll
             for (int g = 0; g < GP; g++) {
                 const float sc = s_is[g][lane];
+                const int32_t K = s_K[g * 32 + lane];
 #pragma unroll
-                for (int i = 0; i < SH::TOK; i++) acc[i][g] = __fmul_rn(sc, __int2float_rn(T[i][g]));
+                for (int i = 0; i < SH::TOK; i++) acc[i][g] = __fmul_rn(sc, __int2float_rn(K + 2 * T[i][g]));
             }
         } else {
 #pragma unroll
@@ -524,15 +599,25 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
             if (tally && c0 + PASS >= active) /* the last pass: final scores */
 #pragma unroll
                 for (int i = 0; i < SH::TOK; i++)
-                    if (first + i >= sink && first + i + local < n)
-                        atomicAdd(&s_hist[g * FC_HIST_BINS + (fc_score_order(f[i]) >> (32 - FC_HIST_BITS))], 1u);
+                    if (first + i >= sink && first + i + local < n) {
+                        const uint32_t b = fc_score_order(f[i]) >> (32 - FC_HIST_BITS);
+                        if (INT8) atomicAdd(&s_hist[g * (FC_HIST_BINS / 2) + b / 2], b & 1 ? 0x10000u : 1u);
+                        else atomicAdd(&s_hist[g * FC_HIST_BINS + b], 1u);
+                    }
         }
     }
     if (tally) { /* every thread is here: the passes' loop is uniform */
         __syncthreads();
         uint32_t *ghist = w.top.hist + (size_t)p * G * 2 * FC_HIST_BINS;
-        for (uint32_t i = tid; i < G * FC_HIST_BINS; i += SH::THREADS)
-            if (s_hist[i]) atomicAdd(&ghist[(i / FC_HIST_BINS) * 2 * FC_HIST_BINS + i % FC_HIST_BINS], s_hist[i]);
+        if (INT8)
+            for (uint32_t i = tid; i < G * FC_HIST_BINS / 2; i += SH::THREADS) {
+                const uint32_t v = s_hist[i], g = i / (FC_HIST_BINS / 2), b = i % (FC_HIST_BINS / 2) * 2;
+                if (v & 0xffffu) atomicAdd(&ghist[g * 2 * FC_HIST_BINS + b], v & 0xffffu);
+                if (v >> 16) atomicAdd(&ghist[g * 2 * FC_HIST_BINS + b + 1], v >> 16);
+            }
+        else
+            for (uint32_t i = tid; i < G * FC_HIST_BINS; i += SH::THREADS)
+                if (s_hist[i]) atomicAdd(&ghist[(i / FC_HIST_BINS) * 2 * FC_HIST_BINS + i % FC_HIST_BINS], s_hist[i]);
     }
     if (hit_bytes) { /* per warp, one atomic */
         for (int off = 16; off > 0; off >>= 1) cached += __shfl_xor_sync(0xffffffffu, cached, off);
@@ -999,7 +1084,9 @@ static int launch_scan(const tier_dev *t, const fathom_cuda_tier_step_args *a, u
        planes), at most 4 per channel */
     const uint32_t pass_words = !a->fixed_depths && a->budget < PASS * FATHOM_PLANES ? a->budget
                                                                                      : PASS * FATHOM_PLANES;
-    const size_t smem = (size_t)pass_words * 32 * 8 + (size_t)G * FC_HIST_BINS * 4;
+    const size_t smem = (size_t)pass_words * 32 * 8 +
+                        (w->scan_int8 ? (size_t)G * FC_HIST_BINS / 2 * 4 + (size_t)GP * (PASS / 4 + 1) * 32 * 4
+                                      : (size_t)G * FC_HIST_BINS * 4); /* histograms; int8: pairs, s_w4, s_K */
     auto kernel = w->scan_int8 ? tier_scan_kernel<D, GP, true> : tier_scan_kernel<D, GP, false>;
     if (smem > 24 * 1024) /* with the static arrays (< 24 KB), past the 48 KB a launch gets without opting in */
         FATHOM_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
