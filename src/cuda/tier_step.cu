@@ -289,6 +289,17 @@ static __device__ __forceinline__ uint32_t tier_lane_filled(const uint64_t *word
     return nib;
 }
 
+/* Four channels' bytes b (byte m of b[u]: channel u's value of token 2m)
+ * to one word per token: x[2m] holds channel u's in byte u. */
+static __device__ __forceinline__ void tier_quad_transpose(const uint32_t (&b)[4], uint32_t *x) {
+    const uint32_t a0 = __byte_perm(b[0], b[1], 0x5140), a1 = __byte_perm(b[0], b[1], 0x7362); /* 0 1 0 1 */
+    const uint32_t c0 = __byte_perm(b[2], b[3], 0x5140), c1 = __byte_perm(b[2], b[3], 0x7362); /* 2 3 2 3 */
+    x[0] = __byte_perm(a0, c0, 0x5410);
+    x[2] = __byte_perm(a0, c0, 0x7632);
+    x[4] = __byte_perm(a1, c1, 0x5410);
+    x[6] = __byte_perm(a1, c1, 0x7632);
+}
+
 /* The top t bits of every nibble (t = 0: none). */
 static __device__ __forceinline__ uint32_t tier_depth_mask(uint32_t t) {
     return ((0xf0u >> t) & 0xfu) * 0x11111111u;
@@ -532,20 +543,8 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
                     hi[u] = (nib >> 4) & 0x0f0f0f0fu;
                 }
                 uint32_t x[8]; /* token i's four codes c', channel qd*4+u in byte u */
-                {
-                    const uint32_t a0 = __byte_perm(lo[0], lo[1], 0x5140), a1 = __byte_perm(lo[0], lo[1], 0x7362);
-                    const uint32_t b0 = __byte_perm(lo[2], lo[3], 0x5140), b1 = __byte_perm(lo[2], lo[3], 0x7362);
-                    const uint32_t e0 = __byte_perm(hi[0], hi[1], 0x5140), e1 = __byte_perm(hi[0], hi[1], 0x7362);
-                    const uint32_t f0 = __byte_perm(hi[2], hi[3], 0x5140), f1 = __byte_perm(hi[2], hi[3], 0x7362);
-                    x[0] = __byte_perm(a0, b0, 0x5410);
-                    x[2] = __byte_perm(a0, b0, 0x7632);
-                    x[4] = __byte_perm(a1, b1, 0x5410);
-                    x[6] = __byte_perm(a1, b1, 0x7632);
-                    x[1] = __byte_perm(e0, f0, 0x5410);
-                    x[3] = __byte_perm(e0, f0, 0x7632);
-                    x[5] = __byte_perm(e1, f1, 0x5410);
-                    x[7] = __byte_perm(e1, f1, 0x7632);
-                }
+                tier_quad_transpose(lo, x);     /* tokens 0, 2, 4, 6 */
+                tier_quad_transpose(hi, x + 1); /* tokens 1, 3, 5, 7 */
 #pragma unroll
                 for (int g = 0; g < GP; g++) {
                     const int wv = (int)s_w4[(g * (PASS / 4) + qd) * 32 + lane];
