@@ -53,8 +53,8 @@ static __global__ void tier_ahead_layout_kernel(tier_dev t, uint32_t next, const
                               if (d && r < c.ahead_chans) map[FATHOM_PLANES * D + r] = (uint16_t)j;
                           });
     if (lane == 0) {
-        map[5 * D] = (uint16_t)min(run_l, c.ahead_lines);
-        map[5 * D + 1] = (uint16_t)min(run_c, c.ahead_chans);
+        map[(FATHOM_PLANES + 1) * D] = (uint16_t)min(run_l, c.ahead_lines);
+        map[(FATHOM_PLANES + 1) * D + 1] = (uint16_t)min(run_c, c.ahead_chans);
     }
 }
 
@@ -79,7 +79,7 @@ tier_ahead_kernel(tier_dev t, uint32_t next, const uint32_t *sessions, uint32_t 
         const uint32_t half = (uint32_t)c.stage_layer[4], nb = c.ahead_nb[lh];
         const uint32_t pieces = (c.blocks + AHEAD_PIECE - 1) / AHEAD_PIECE;
         const uint16_t *map = c.ahead_map + (size_t)h * TIER_AHEAD_MAP(D);
-        const uint32_t lines = map[5 * D], chans = map[5 * D + 1];
+        const uint32_t lines = map[(FATHOM_PLANES + 1) * D], chans = map[(FATHOM_PLANES + 1) * D + 1];
         const uint32_t rows = c.ahead_rows ? min(c.ahead_cnt[lh], c.ahead_rows) : 0;
         const uint64_t items = (uint64_t)(lines + chans) * pieces + (rows + AHEAD_ROWS - 1) / AHEAD_ROWS;
         const uint32_t cvalid = c.map ? c.valid[next] : 0;

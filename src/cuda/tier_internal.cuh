@@ -59,7 +59,7 @@ typedef struct tier_cache {
     uint32_t ahead_lines, ahead_chans, ahead_rows;
 } tier_cache;
 
-#define TIER_AHEAD_MAP(dim) (5 * (dim) + 2)
+#define TIER_AHEAD_MAP(dim) ((FATHOM_PLANES + 1) * (dim) + 2) /* lines, channels, the two counts */
 
 /* One warp walks a plan's depths dep[0, D) in channel order: f(j, d, x, r)
  * for channel j of depth d, x the plan's lines (j', p) before it in (j, p)

@@ -1083,9 +1083,9 @@ static int launch_scan(const tier_dev *t, const fathom_cuda_tier_step_args *a, u
        planes), at most 4 per channel */
     const uint32_t pass_words = !a->fixed_depths && a->budget < PASS * FATHOM_PLANES ? a->budget
                                                                                      : PASS * FATHOM_PLANES;
-    const size_t smem = (size_t)pass_words * 32 * 8 +
+    const size_t smem = (size_t)pass_words * 32 * 8 + /* the words, the histograms (int8: pairs), s_w4 and s_K */
                         (w->scan_int8 ? (size_t)G * FC_HIST_BINS / 2 * 4 + (size_t)GP * (PASS / 4 + 1) * 32 * 4
-                                      : (size_t)G * FC_HIST_BINS * 4); /* histograms; int8: pairs, s_w4, s_K */
+                                      : (size_t)G * FC_HIST_BINS * 4);
     auto kernel = w->scan_int8 ? tier_scan_kernel<D, GP, true> : tier_scan_kernel<D, GP, false>;
     if (smem > 24 * 1024) /* with the static arrays (< 24 KB), past the 48 KB a launch gets without opting in */
         FATHOM_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
