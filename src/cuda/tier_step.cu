@@ -269,40 +269,55 @@ static __device__ __forceinline__ void tier_lane_codes(uint32_t (&nib)[(TOK + 7)
     }
 }
 
-/* The int8 scan's: a lane's TOK codes of one channel with all four planes
- * read, plane p at bit 3 - p of each nibble (tier_lane_codes' at depth 4):
- * its plane words at words[0], words[32], ... (one row of 32 blocks per
- * plane), from bit `shift` (a multiple of TOK) on. Masked with
- * tier_depth_mask(t), the nibbles are the codes read to depth t filled to 4
- * bits, c' = c 2^(4 - t); the rows past a channel's depth are the next
- * channels' (or any shared words: the mask clears them). */
+/* Signed dot product of four unsigned bytes (a) with four signed ones (b),
+ * added to c (dp4a.u32.s32). */
+static __device__ __forceinline__ int32_t tier_dp4a_us(uint32_t a, int32_t b, int32_t c) {
+    int32_t d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+/* The int8 scan's codes of a quad of channels: for every token i of the
+ * lane, the four channels' codes filled to 4 bits, c' = c 2^(4 - t) (the
+ * planes past a channel's depth t cleared), channel u in byte u. `bytes`:
+ * the lane's plane bytes in s_words (row 0, its 8 tokens' bits from bit 0;
+ * TOK == 4: from bit sh4, 0 or 4); off.u: channel u's first row times 256
+ * (one row of 32 words); pm.p: byte u 0xff where plane p < channel u's
+ * depth. Plane p of the four channels in one word (channel u in byte u,
+ * token i at bit i of each byte), then a 4 x 4 bit transpose between the
+ * words and the bits of each nibble: code bit q is plane 3 - q, so word w
+ * holds token w's codes in its low nibbles and token 4 + w's in its high
+ * ones (lo[w], and 16 times hi[w]). */
 template <int TOK>
-static __device__ __forceinline__ uint32_t tier_lane_filled(const uint64_t *words, uint32_t shift,
-                                                            const uint32_t *spread) {
-    uint32_t nib = 0;
+static __device__ __forceinline__ void tier_quad_codes(const uint8_t *bytes, uint4 off, uint4 pm, uint32_t sh4,
+                                                       uint32_t (&lo)[4], uint32_t (&hi)[4]) {
+    const uint32_t offs[4] = {off.x, off.y, off.z, off.w}, masks[4] = {pm.x, pm.y, pm.z, pm.w};
+    uint32_t a[4]; /* a[q]: plane 3 - q */
 #pragma unroll
     for (int pl = 0; pl < FATHOM_PLANES; pl++) {
-        const uint32_t bits = TOK == 8 ? (uint32_t)((const uint8_t *)words)[pl * 32 * 8 + shift / 8] /* little-endian */
-                                       : (uint32_t)(words[pl * 32] >> shift) & 0xffu;
-        nib += spread[bits] << (3 - pl);
+        uint32_t v = (uint32_t)bytes[offs[0] + pl * 256] | (uint32_t)bytes[offs[1] + pl * 256] << 8 |
+                     (uint32_t)bytes[offs[2] + pl * 256] << 16 | (uint32_t)bytes[offs[3] + pl * 256] << 24;
+        if (TOK == 4) v >>= sh4; /* the lane's 4 tokens to the low nibbles (the high ones unused) */
+        a[3 - pl] = v & masks[pl];
     }
-    return nib;
-}
-
-/* Four channels' bytes b (byte m of b[u]: channel u's value of token 2m)
- * to one word per token: x[2m] holds channel u's in byte u. */
-static __device__ __forceinline__ void tier_quad_transpose(const uint32_t (&b)[4], uint32_t *x) {
-    const uint32_t a0 = __byte_perm(b[0], b[1], 0x5140), a1 = __byte_perm(b[0], b[1], 0x7362); /* 0 1 0 1 */
-    const uint32_t c0 = __byte_perm(b[2], b[3], 0x5140), c1 = __byte_perm(b[2], b[3], 0x7362); /* 2 3 2 3 */
-    x[0] = __byte_perm(a0, c0, 0x5410);
-    x[2] = __byte_perm(a0, c0, 0x7632);
-    x[4] = __byte_perm(a1, c1, 0x5410);
-    x[6] = __byte_perm(a1, c1, 0x7632);
-}
-
-/* The top t bits of every nibble (t = 0: none). */
-static __device__ __forceinline__ uint32_t tier_depth_mask(uint32_t t) {
-    return ((0xf0u >> t) & 0xfu) * 0x11111111u;
+    /* swap bit 1 of the word index with bit 1 of the bit index (in every nibble), then bit 0 with bit 0 */
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        const uint32_t t = ((a[q] >> 2) ^ a[q + 2]) & 0x33333333u;
+        a[q + 2] ^= t;
+        a[q] ^= t << 2;
+    }
+#pragma unroll
+    for (int q = 0; q < 4; q += 2) {
+        const uint32_t t = ((a[q] >> 1) ^ a[q + 1]) & 0x55555555u;
+        a[q + 1] ^= t;
+        a[q] ^= t << 1;
+    }
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        lo[w] = a[w] & 0x0f0f0f0fu;
+        hi[w] = a[w] & 0xf0f0f0f0u;
+    }
 }
 
 /* The int8 definition's constants (core/scan_internal.h: SCAN_INT8_*). */
@@ -329,10 +344,10 @@ static __device__ __forceinline__ uint32_t tier_depth_mask(uint32_t t) {
  * Each lane then sums T = K + 2 sum_k w_k c'_k exactly in int32 per token
  * (c'_k = c_k 2^(4 - t_k), the code filled to 4 bits, so that T = sum_k
  * w_k d_k with d_k = (2 c_k + 1) 2^(4 - t_k) - 16), a quad's four codes of
- * a token in one word (byte permutes of the nibbles) and one dp4a per head
- * and token, and writes s * (float)T as the pass's term, combined with the
- * score as the exact passes are. Every float operation is an explicit _rn
- * intrinsic, so no contraction changes a rounding. */
+ * a token in one word (tier_quad_codes: a bit transpose in registers) and
+ * one dp4a per head and token, and writes s * (float)T as the pass's term,
+ * combined with the score as the exact passes are. Every float operation is
+ * an explicit _rn intrinsic, so no contraction changes a rounding. */
 #define SCAN_LOADS 8 /* plane words a thread has in flight */
 template <int D, int GP, bool INT8>
 static __global__ void __launch_bounds__(tier_scan_shape<GP>::THREADS, tier_scan_shape<GP>::MIN_BLOCKS)
@@ -356,8 +371,8 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
     __shared__ uint8_t s_adep[D];
     __shared__ uint32_t s_spread[256]; /* fc_spread8 of every byte */
     __shared__ float s_ir[INT8 ? GP : 1][32], s_is[INT8 ? GP : 1][32]; /* int8: r and s of (head, block) */
-    __shared__ uint16_t s_qoff[INT8 ? PASS : 1]; /* int8: the first row of pass channel c, 0 past np */
-    __shared__ uint32_t s_qmask[INT8 ? PASS : 1]; /* int8: its nibbles' read planes (depth t: top t bits) */
+    __shared__ uint4 s_qoff[INT8 ? PASS / 4 : 1]; /* int8: per quad, its channels' first rows times 256, 0 past np */
+    __shared__ uint4 s_qpm[INT8 ? PASS / 4 : 1];  /* int8: per quad and plane p, byte u 0xff where p < t_u */
     const uint32_t p = p0 + blockIdx.y, tid = threadIdx.x, lane = tid & 31, part = tid >> 5;
     const uint64_t n = w.n_of[p], nb = (n + 63) / 64, b0 = (uint64_t)blockIdx.x * 32;
     if (b0 >= nb) return; /* uniform */
@@ -517,10 +532,17 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
                 s_w4[(g * (PASS / 4) + qd) * 32 + l] = packed;
                 atomicAdd(&s_K[g * 32 + l], part);
             }
-            /* the quads' rows and depth masks; a channel past np reads row 0 (any bits) under mask 0 */
-            for (uint32_t c = tid; c < quads * 4; c += SH::THREADS) {
-                s_qoff[c] = c < np ? s_off[c] : 0;
-                s_qmask[c] = tier_depth_mask(c < np ? s_t[c] : 0);
+            /* the quads' rows and plane masks; a channel past np reads rows 0..3 (any bits) under mask 0 */
+            for (uint32_t i = tid; i < quads * 4; i += SH::THREADS) {
+                const uint32_t qd = i / 4, x = i % 4;
+                uint32_t m = 0;
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    const uint32_t c = qd * 4 + u;
+                    if (c < np && x < s_t[c]) m |= 0xffu << (8 * u);
+                }
+                ((uint32_t *)&s_qoff[qd])[x] = qd * 4 + x < np ? (uint32_t)s_off[qd * 4 + x] * 256 : 0;
+                ((uint32_t *)&s_qpm[qd])[x] = m;
             }
             __syncthreads();
         }
@@ -532,24 +554,18 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
             for (int g = 0; g < GP; g++)
 #pragma unroll
                 for (int i = 0; i < SH::TOK; i++) T[i][g] = 0;
+            const uint8_t *bytes = (const uint8_t *)(s_words + lane) + shift / 8; /* little-endian */
             for (uint32_t qd = 0; qd < quads; qd++) {
-                uint32_t lo[4], hi[4]; /* channel qd*4+u: codes c' of tokens 0, 2, 4, 6 and 1, 3, 5, 7, a byte each */
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    const uint32_t c = qd * 4 + u;
-                    const uint32_t nib = /* c' = c 2^(4 - t) */
-                        tier_lane_filled<SH::TOK>(s_words + (size_t)s_qoff[c] * 32 + lane, shift, s_spread) & s_qmask[c];
-                    lo[u] = nib & 0x0f0f0f0fu;
-                    hi[u] = (nib >> 4) & 0x0f0f0f0fu;
-                }
-                uint32_t x[8]; /* token i's four codes c', channel qd*4+u in byte u */
-                tier_quad_transpose(lo, x);     /* tokens 0, 2, 4, 6 */
-                tier_quad_transpose(hi, x + 1); /* tokens 1, 3, 5, 7 */
+                uint32_t lo[4], hi[4]; /* tokens w and 4 + w (16 c'): channel qd*4+u's code c' in byte u */
+                tier_quad_codes<SH::TOK>(bytes, s_qoff[qd], s_qpm[qd], shift & 4, lo, hi);
 #pragma unroll
                 for (int g = 0; g < GP; g++) {
                     const int wv = (int)s_w4[(g * (PASS / 4) + qd) * 32 + lane];
 #pragma unroll
-                    for (int i = 0; i < SH::TOK; i++) T[i][g] = __dp4a((int)x[i], wv, T[i][g]);
+                    for (int w = 0; w < 4; w++) {
+                        T[w][g] = __dp4a((int)lo[w], wv, T[w][g]);
+                        if (SH::TOK == 8) T[4 + w][g] = tier_dp4a_us(hi[w], wv, T[4 + w][g]);
+                    }
                 }
             }
 #pragma unroll
@@ -557,7 +573,8 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
                 const float sc = s_is[g][lane];
                 const int32_t K = s_K[g * 32 + lane];
 #pragma unroll
-                for (int i = 0; i < SH::TOK; i++) acc[i][g] = __fmul_rn(sc, __int2float_rn(K + 2 * T[i][g]));
+                for (int i = 0; i < SH::TOK; i++) /* tokens 4..7 summed 16 c': exact multiples of 16 */
+                    acc[i][g] = __fmul_rn(sc, __int2float_rn(K + 2 * (i < 4 ? T[i][g] : T[i][g] >> 4)));
             }
         } else {
 #pragma unroll
