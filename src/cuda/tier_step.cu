@@ -287,14 +287,17 @@ static __device__ __forceinline__ int32_t tier_dp4a_us(uint32_t a, int32_t b, in
  * token i at bit i of each byte), then a 4 x 4 bit transpose between the
  * words and the bits of each nibble: code bit q is plane 3 - q, so word w
  * holds token w's codes in its low nibbles and token 4 + w's in its high
- * ones (lo[w], and 16 times hi[w]). */
-template <int TOK>
+ * ones (lo[w], and 16 times hi[w]). NPL: the planes read, the quad's
+ * largest depth (pm.p is 0 from p = NPL on). */
+template <int TOK, int NPL>
 static __device__ __forceinline__ void tier_quad_codes(const uint8_t *bytes, uint4 off, uint4 pm, uint32_t sh4,
                                                        uint32_t (&lo)[4], uint32_t (&hi)[4]) {
     const uint32_t offs[4] = {off.x, off.y, off.z, off.w}, masks[4] = {pm.x, pm.y, pm.z, pm.w};
     uint32_t a[4]; /* a[q]: plane 3 - q */
 #pragma unroll
     for (int pl = 0; pl < FATHOM_PLANES; pl++) {
+        a[3 - pl] = 0;
+        if (pl >= NPL) continue;
         uint32_t v = (uint32_t)bytes[offs[0] + pl * 256] | (uint32_t)bytes[offs[1] + pl * 256] << 8 |
                      (uint32_t)bytes[offs[2] + pl * 256] << 16 | (uint32_t)bytes[offs[3] + pl * 256] << 24;
         if (TOK == 4) v >>= sh4; /* the lane's 4 tokens to the low nibbles (the high ones unused) */
@@ -557,7 +560,12 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
             const uint8_t *bytes = (const uint8_t *)(s_words + lane) + shift / 8; /* little-endian */
             for (uint32_t qd = 0; qd < quads; qd++) {
                 uint32_t lo[4], hi[4]; /* tokens w and 4 + w (16 c'): channel qd*4+u's code c' in byte u */
-                tier_quad_codes<SH::TOK>(bytes, s_qoff[qd], s_qpm[qd], shift & 4, lo, hi);
+                const uint4 off = s_qoff[qd], pm = s_qpm[qd];
+                /* the quad's largest depth, uniform: a pass is in depth order, so most quads read fewer planes */
+                if (pm.w) tier_quad_codes<SH::TOK, 4>(bytes, off, pm, shift & 4, lo, hi);
+                else if (pm.z) tier_quad_codes<SH::TOK, 3>(bytes, off, pm, shift & 4, lo, hi);
+                else if (pm.y) tier_quad_codes<SH::TOK, 2>(bytes, off, pm, shift & 4, lo, hi);
+                else tier_quad_codes<SH::TOK, 1>(bytes, off, pm, shift & 4, lo, hi);
 #pragma unroll
                 for (int g = 0; g < GP; g++) {
                     const int wv = (int)s_w4[(g * (PASS / 4) + qd) * 32 + lane];
