@@ -372,14 +372,15 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
     __shared__ int16_t s_sscale[PASS];                /* staged scales of pass channel c */
     __shared__ uint16_t s_apref[D], s_arank[D];       /* the staged plan: line of (j, 0), channel rank */
     __shared__ uint8_t s_adep[D];
-    __shared__ uint32_t s_spread[256]; /* fc_spread8 of every byte */
+    __shared__ uint32_t s_spread[INT8 ? 1 : 256]; /* exact: fc_spread8 of every byte (int8: tier_quad_codes) */
     __shared__ float s_ir[INT8 ? GP : 1][32], s_is[INT8 ? GP : 1][32]; /* int8: r and s of (head, block) */
     __shared__ uint4 s_qoff[INT8 ? PASS / 4 : 1]; /* int8: per quad, its channels' first rows times 256, 0 past np */
     __shared__ uint4 s_qpm[INT8 ? PASS / 4 : 1];  /* int8: per quad and plane p, byte u 0xff where p < t_u */
     const uint32_t p = p0 + blockIdx.y, tid = threadIdx.x, lane = tid & 31, part = tid >> 5;
     const uint64_t n = w.n_of[p], nb = (n + 63) / 64, b0 = (uint64_t)blockIdx.x * 32;
     if (b0 >= nb) return; /* uniform */
-    for (uint32_t i = tid; i < 256; i += SH::THREADS) s_spread[i] = fc_spread8(i); /* read after a barrier */
+    if (!INT8)
+        for (uint32_t i = tid; i < 256; i += SH::THREADS) s_spread[i] = fc_spread8(i); /* read after a barrier */
     if (tid >= 1 && tid <= FATHOM_PLANES) s_dc[tid] = fc_depth_consts_of(tid); /* read after a barrier */
     constexpr uint32_t HPW = INT8 ? 2 : 1; /* histogram bins a word */
     uint32_t *s_hist = (uint32_t *)(s_words + (size_t)pass_words * 32); /* INT8: bins 2i, 2i + 1 in word i */
@@ -551,7 +552,7 @@ tier_scan_kernel(tier_dev t, uint32_t layer, const uint32_t *sessions, uint32_t 
         }
         if (lane >= nblk) continue;
         float acc[SH::TOK][GP];
-        if (INT8) {
+        if constexpr (INT8) { /* (the exact branch reads s_spread, which int8 kernels do not fill) */
             int32_t T[SH::TOK][GP];
 #pragma unroll
             for (int g = 0; g < GP; g++)
