@@ -1354,6 +1354,17 @@ def gpu_hybrid(rec):
                ("met" if chosen and max(ratios) <= 0.55 else "NOT met", under, len(ratios), min(ratios),
                 max(ratios), len(chosen), " (best %.2fx)" % min(chosen) if chosen else "", gpu_best, len(paid),
                 100 * gain, sum(1 for x in best_host if x <= 0.55)))
+    # the rule of the cache table's verdict: each trace at the plane share of
+    # the budget that gives it its fastest step (here: at the scheduler's share)
+    by_trace = {}
+    for c, x in zip(at_last, ratios):
+        name, _, share = c.get("point", "").rpartition("/")
+        if name and share.endswith("%"):
+            by_trace[name] = min(x, by_trace.get(name, x))
+    if by_trace and gpu_best is not None:
+        slow = max(by_trace, key=by_trace.get)
+        verdict += ("; at each trace's fastest plane share (at the scheduler's host share) the slowest trace, %s, "
+                    "is %.2fx: %s" % (slow, by_trace[slow], "met" if by_trace[slow] <= 0.55 else "NOT met"))
     ways = sorted({c.get("row_ways", 1) for c in at_last})
     if len(ways) > 1 or ways and ways[0] > 1:
         verdict += "; by row rule: " + "; ".join(rule_verdict(at_last, w, last["gpu_only_ms"]) for w in ways)
