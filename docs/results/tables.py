@@ -1035,10 +1035,14 @@ def uncached_note(r, tier):
            for p in d.get("cache") or [] if p.get("point") == "none"]
     if not none:
         return ""
+    if ref and abs(none[0] / ref[0] - 1) <= 0.05:
+        return ("the uncached step here takes %.2f ms at 128k, as on the H200 of gpu-tier (%.2f ms)." %
+                (none[0], ref[0]))
     return ("the uncached step here takes %.2f ms at 128k%s: the link kernels (the scan in place, the row fetch) "
             "read host memory at different rates on different machines at the same copy rate, and where they "
-            "read faster the fixed kernel time weighs more, so every ratio against the uncached step is higher." %
-            (none[0], " (the H200 of gpu-tier: %.2f ms)" % ref[0] if ref else ""))
+            "read faster the fixed kernel time weighs more, so every ratio against the uncached step is %s." %
+            (none[0], " (the H200 of gpu-tier: %.2f ms)" % ref[0] if ref else "",
+             "higher" if ref and none[0] < ref[0] else "lower" if ref else "different"))
 
 
 def gpu_tier_read_ahead(rec):
@@ -1232,6 +1236,14 @@ def trace_points(d):
     return [c for c in d.get("cache", []) if "trace_plane_hit" in c]
 
 
+def trace_share(point):
+    """A trace point's name TRACE/S% -> (TRACE, S); None for other names."""
+    name, _, share = point.rpartition("/")
+    if name and share.endswith("%") and share[:-1].isdigit():
+        return name, int(share[:-1])
+    return None
+
+
 def gpu_trace_verdict(r):
     """Per context: the trace points at each trace's bytes-best share (the
     first cache-sim-at-scale pick) and the fastest share per trace, against
@@ -1251,9 +1263,9 @@ def gpu_trace_verdict(r):
             continue
         by = {}
         for c in pts:  # TRACE/S% (bench/trace_points.py); other names are listed in the table only
-            name, _, share = c["point"].rpartition("/")
-            if name and share.endswith("%") and share[:-1].isdigit():
-                by.setdefault(name, []).append((int(share[:-1]), c))
+            ts = trace_share(c["point"])
+            if ts:
+                by.setdefault(ts[0], []).append((ts[1], c))
         if not by:
             continue
         target = 0.65 if d["context"] >= 1 << 20 else 0.6  # issue 16's
@@ -1358,9 +1370,9 @@ def gpu_hybrid(rec):
     # the budget that gives it its fastest step (here: at the scheduler's share)
     by_trace = {}
     for c, x in zip(at_last, ratios):
-        name, _, share = c.get("point", "").rpartition("/")
-        if name and share.endswith("%"):
-            by_trace[name] = min(x, by_trace.get(name, x))
+        ts = trace_share(c.get("point", ""))
+        if ts:
+            by_trace[ts[0]] = min(x, by_trace.get(ts[0], x))
     if by_trace and gpu_best is not None:
         slow = max(by_trace, key=by_trace.get)
         verdict += ("; at each trace's fastest plane share (at the scheduler's host share) the slowest trace, %s, "
