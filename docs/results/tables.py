@@ -1038,11 +1038,15 @@ def uncached_note(r, tier):
     if ref and abs(none[0] / ref[0] - 1) <= 0.05:
         return ("the uncached step here takes %.2f ms at 128k, as on the H200 of gpu-tier (%.2f ms)." %
                 (none[0], ref[0]))
-    return ("the uncached step here takes %.2f ms at 128k%s: the link kernels (the scan in place, the row fetch) "
-            "read host memory at different rates on different machines at the same copy rate, and where they "
-            "read faster the fixed kernel time weighs more, so every ratio against the uncached step is %s." %
-            (none[0], " (the H200 of gpu-tier: %.2f ms)" % ref[0] if ref else "",
-             "higher" if ref and none[0] < ref[0] else "lower" if ref else "different"))
+    why = ("the link kernels (the scan in place, the row fetch) read host memory at different rates on different "
+           "machines at the same copy rate, and where they read faster the fixed kernel time weighs more")
+    if not ref:
+        return "the uncached step here takes %.2f ms at 128k: %s, so ratios against it differ by machine." % (
+            none[0], why)
+    faster = none[0] < ref[0]
+    return ("the uncached step here takes %.2f ms at 128k (the H200 of gpu-tier: %.2f ms): %s; here it is %s, so "
+            "every ratio against the uncached step is %s." %
+            (none[0], ref[0], why, "faster" if faster else "slower", "higher" if faster else "lower"))
 
 
 def gpu_tier_read_ahead(rec):
@@ -1373,7 +1377,7 @@ def gpu_hybrid(rec):
         ts = trace_share(c.get("point", ""))
         if ts:
             by_trace[ts[0]] = min(x, by_trace.get(ts[0], x))
-    if by_trace and gpu_best is not None:
+    if by_trace:
         slow = max(by_trace, key=by_trace.get)
         verdict += ("; at each trace's fastest plane share (at the scheduler's host share) the slowest trace, %s, "
                     "is %.2fx: %s" % (slow, by_trace[slow], "met" if by_trace[slow] <= 0.55 else "NOT met"))
