@@ -31,7 +31,7 @@ extern "C" {
 #define FC_HIST_BITS 11 /* first radix digit: sign + exponent + 2 mantissa bits */
 #define FC_HIST_BINS (1u << FC_HIST_BITS)
 #define FC_CAND_CAP 4096 /* candidates the final select holds in shared memory */
-#define FC_COUNTERS 2    /* per query head: blocks done in histogram level 1 and in compact */
+#define FC_COUNTERS 3    /* per query head: blocks done in histogram level 1, in compact; rows of its KV head done */
 
 /* A score's place in unsigned order (NaN lowest, -0 as +0): the top-k's
  * radix digits, shared with the plane scans that count its first level. */
@@ -220,7 +220,7 @@ typedef struct fc_workspace {
     uint64_t stage_words;  /* per problem, in uint64 */
     float *scores;         /* [P][G][n] */
     uint32_t *hist;        /* [P*G][2][FC_HIST_BINS]: the select's two histogram levels */
-    uint32_t *counters;    /* [P*G][FC_COUNTERS] blocks finished: histogram level 1, compact */
+    uint32_t *counters;    /* [P*G][FC_COUNTERS] blocks finished: histogram level 1, compact; rows finished */
     size_t zero_bytes;     /* hist .. cand_fill, zeroed at the start of a step */
     fc_select_state *state;/* [P*G] */
     uint32_t *mid;         /* [P*G][k] middle winners, unsorted */

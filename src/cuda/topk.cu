@@ -16,16 +16,23 @@
  *                keys with the prefix to a candidate buffer; the row's last
  *                block selects the rest from the candidates (in shared
  *                memory; if they overflow the buffer, only with massive
- *                exact ties, the same select over the scores row: slow, exact).
+ *                exact ties, the same select over the scores row: slow,
+ *                exact), sorts the row's winners into its selection, and
+ *                the last row of each KV head to finish builds the union
+ *                the row fetch moves (rows of at most 163840 tokens: the
+ *                rank of a position among the set bits of a bitmap of
+ *                positions; longer rows: CUB's block radix sort and a
+ *                merge by rank).
  * The scores are read twice after the scan, by many blocks each (a single 11-bit
  * level leaves 5-20k candidates at 1M tokens and sends rows down the slow path).
  * A histogram that cannot hold the m-th key (a workspace shared by two steps
  * in flight, corrupted memory) makes find_bin trap: see there.
- * Then every head's winners are sorted into its selection (each winner's
- * place counted, on many blocks a row) and one block per KV head builds
- * the union the row fetch moves. */
+ * Selections made elsewhere (fc_topk_union) are sorted by select_sort_kernel
+ * (each winner's place counted, on many blocks a row) and united by
+ * union_kernel, one block per KV head. */
 #include "cuda_internal.cuh"
 
+#include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_scan.cuh>
 
 #define TOPK_THREADS 512
@@ -264,62 +271,6 @@ static __device__ void select_tail(const Source &src, uint32_t digit, uint32_t n
     }
 }
 
-/* Winners above the 22-bit prefix go straight to the output list, keys with
- * the prefix to the candidate buffer; then the row's last block selects the
- * rest: an in-shared-memory radix select (8-bit digits) over the candidates,
- * or, if they overflowed the buffer (only with massive exact ties), the same
- * select over the scores row (one block, slow, exact). */
-static __global__ void __launch_bounds__(TOPK_THREADS)
-compact_final_kernel(fc_rows rows, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
-                     fc_select_state *state, uint32_t *cand_fill, uint32_t *mid, uint64_t *cand,
-                     uint32_t *counters) {
-    __shared__ uint64_t s_cand[FC_CAND_CAP];
-    __shared__ uint32_t bins[256], choice[3], fill;
-    const uint32_t r = blockIdx.y;
-    const uint64_t n = fc_row_len(rows, r);
-    bool work = n > k;
-    uint32_t digit = NO_DIGIT;
-    if (work) {
-        digit = state[r].digit;
-        work = digit != NO_DIGIT;
-    }
-    const float *row = scores + (size_t)r * rows.stride;
-    const uint64_t lo = sink + (uint64_t)blockIdx.x * TOPK_CHUNK;
-    const uint64_t end = n - local, hi = lo + TOPK_CHUNK < end ? lo + TOPK_CHUNK : end;
-    if (work && lo < hi)
-        for_range(row, lo, hi, [&](uint64_t i, float s) {
-            const uint64_t key = select_key(s, i);
-            const uint32_t d = (uint32_t)(key >> (64 - 2 * FC_HIST_BITS));
-            if (d > digit) {
-                mid[(size_t)r * k + atomicAdd(&state[r].nsel, 1u)] = (uint32_t)i;
-            } else if (d == digit) {
-                const uint32_t pos = atomicAdd(&cand_fill[r], 1u);
-                if (pos < FC_CAND_CAP) cand[(size_t)r * FC_CAND_CAP + pos] = key;
-            }
-        });
-    if (!last_block_of_row(&counters[(size_t)r * FC_COUNTERS + 1], gridDim.x)) return;
-    if (!work) return;
-    fc_select_state st;
-    st.digit = __ldcg(&state[r].digit);
-    st.need = __ldcg(&state[r].need);
-    st.nsel = __ldcg(&state[r].nsel);
-    st.ncand = __ldcg(&state[r].ncand);
-    if (st.need == 0) return;
-    if (threadIdx.x == 0) fill = st.nsel;
-    uint32_t *out = mid + (size_t)r * k;
-    if (st.ncand <= FC_CAND_CAP) {
-        for (uint32_t i = threadIdx.x; i < st.ncand; i += blockDim.x)
-            s_cand[i] = __ldcg(&cand[(size_t)r * FC_CAND_CAP + i]);
-        __syncthreads();
-        cand_source src = {s_cand, st.ncand};
-        select_tail(src, st.digit, st.need, out, &fill, bins, choice);
-    } else {
-        __syncthreads();
-        row_source src = {row, sink, n - local, st.digit};
-        select_tail(src, st.digit, st.need, out, &fill, bins, choice);
-    }
-}
-
 #define SORT_THREADS 64
 #define UNION_CAP 4096
 
@@ -384,37 +335,37 @@ select_sort_kernel(fc_rows rows, uint32_t k, uint32_t sink, uint32_t local, cons
     out[sink + c[0] + c[1] + c[2] + c[3]] = x;
 }
 
-/* One block per KV head: the group's sorted union of the G selections
- * select_sort_kernel wrote into sel (each strictly ascending), and each
+/* A block (THREADS threads) per KV head p: the group's sorted union of the
+ * G selections in sel (each strictly ascending), and each
  * winner's slot in it. The union comes from a merge by rank: an element's
  * place among all G lists is its index in its own list plus, for every
  * other list, the count of elements below it (at or below it for the lists
  * before its own, so equal positions keep head order). A scan of the first
  * of every run of equal values compacts the merged list, and gives every
  * place the index of its run: the slot of the element merged there, the
- * count of distinct positions below it. Thread t holds the elements
- * t + 1024 q and their places, the scan places 4t .. 4t + 3. */
-static __global__ void __launch_bounds__(1024)
-union_kernel(fc_rows rows, uint32_t group, uint32_t k, const uint32_t *sel, uint32_t *uni,
-             uint32_t *uni_count, uint16_t *slot) {
-    typedef cub::BlockScan<uint32_t, 1024> scan_t;
-    constexpr int PER = UNION_CAP / 1024;
+ * count of distinct positions below it. Thread t of THREADS holds the
+ * elements t + THREADS q and their places, the scan places PER t ..
+ * PER t + PER - 1. all and merged hold UNION_CAP entries each. */
+template <int THREADS>
+static __device__ void group_union(fc_rows rows, uint32_t p, uint32_t group, uint32_t k, const uint32_t *sel,
+                                   uint32_t *all, uint32_t *merged, uint32_t *uni, uint32_t *uni_count,
+                                   uint16_t *slot) {
+    typedef cub::BlockScan<uint32_t, THREADS> scan_t;
+    constexpr int PER = UNION_CAP / THREADS;
     __shared__ typename scan_t::TempStorage tmp;
-    __shared__ uint32_t all[UNION_CAP], merged[UNION_CAP];
     __shared__ uint32_t s_ucount;
-    const uint32_t p = blockIdx.x;
     const uint64_t n = fc_row_len(rows, p * group);
     const uint32_t count = n <= k ? (uint32_t)n : k, total = group * count;
     const size_t r0 = (size_t)p * group;
-    for (uint32_t i = threadIdx.x; i < total; i += blockDim.x) {
+    for (uint32_t i = threadIdx.x; i < total; i += THREADS) {
         const uint32_t h = i / count, j = i % count;
-        all[h * k + j] = sel[(r0 + h) * k + j];
+        all[h * k + j] = __ldcg(&sel[(r0 + h) * k + j]);
     }
     __syncthreads();
     uint32_t place[PER];
 #pragma unroll
     for (int q = 0; q < PER; q++) {
-        const uint32_t i = q * 1024 + threadIdx.x;
+        const uint32_t i = q * THREADS + threadIdx.x;
         if (i >= total) continue;
         const uint32_t h = i / count, j = i % count;
         const uint32_t x = all[h * k + j];
@@ -453,13 +404,207 @@ union_kernel(fc_rows rows, uint32_t group, uint32_t k, const uint32_t *sel, uint
     if (threadIdx.x == 0) s_ucount = agg;
     __syncthreads();
     const uint32_t ucount = s_ucount;
-    for (uint32_t i = threadIdx.x; i < ucount; i += blockDim.x) uni[(size_t)p * group * k + i] = merged[i];
+    for (uint32_t i = threadIdx.x; i < ucount; i += THREADS) uni[(size_t)p * group * k + i] = merged[i];
     if (threadIdx.x == 0) uni_count[p] = ucount;
 #pragma unroll
     for (int q = 0; q < PER; q++) {
-        const uint32_t i = q * 1024 + threadIdx.x;
+        const uint32_t i = q * THREADS + threadIdx.x;
         if (i < total) slot[(r0 + i / count) * k + i % count] = (uint16_t)all[place[q]];
     }
+}
+
+static __global__ void __launch_bounds__(1024)
+    union_kernel(fc_rows rows, uint32_t group, uint32_t k, const uint32_t *sel, uint32_t *uni, uint32_t *uni_count,
+                 uint16_t *slot) {
+    __shared__ uint32_t all[UNION_CAP], merged[UNION_CAP];
+    group_union<1024>(rows, blockIdx.x, group, k, sel, all, merged, uni, uni_count, slot);
+}
+
+#define SORT_ITEMS (FATHOM_CUDA_MAX_K / TOPK_THREADS)
+typedef cub::BlockRadixSort<uint32_t, TOPK_THREADS, SORT_ITEMS> sort_t;
+
+/* Rows of at most BITMAP_WORDS * 32 tokens sort and unite through a bitmap
+ * of positions (shared memory): a position's rank among the distinct ones
+ * is the count of bits below it. */
+#define BITMAP_WORDS 5120u
+
+/* The shared memory compact_final_kernel's phases use in turn. */
+typedef union final_smem {
+    uint64_t cand[FC_CAND_CAP]; /* the candidates of the final select */
+    sort_t::TempStorage sort;   /* the sort of the row's winners */
+    struct {
+        uint32_t all[UNION_CAP], merged[UNION_CAP];
+    } u; /* group_union's lists */
+    struct {
+        uint32_t bits[BITMAP_WORDS];
+        uint16_t below[BITMAP_WORDS]; /* set bits in the words before */
+    } bm;
+} final_smem;
+
+/* For the positions x[q] < nbits (PAD_INDEX: none) a block of TOPK_THREADS
+ * holds, rank[q] = the number of distinct positions of the block's below
+ * x[q]; returns the number of distinct positions. nbits <= BITMAP_WORDS * 32. */
+template <int PER>
+static __device__ uint32_t rank_by_bitmap(const uint32_t (&x)[PER], uint32_t (&rank)[PER], uint64_t nbits,
+                                          uint32_t *bits, uint16_t *below) {
+    typedef cub::BlockScan<uint32_t, TOPK_THREADS> scan_t;
+    __shared__ typename scan_t::TempStorage tmp;
+    const uint32_t words = (uint32_t)((nbits + 31) / 32);
+    for (uint32_t w = threadIdx.x; w < words; w += TOPK_THREADS) bits[w] = 0;
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < PER; q++)
+        if (x[q] != PAD_INDEX) atomicOr(&bits[x[q] >> 5], 1u << (x[q] & 31));
+    __syncthreads();
+    const uint32_t per = (words + TOPK_THREADS - 1) / TOPK_THREADS, w0 = threadIdx.x * per;
+    const uint32_t w1 = w0 + per < words ? w0 + per : words;
+    uint32_t c = 0;
+    for (uint32_t w = w0; w < w1; w++) c += __popc(bits[w]);
+    uint32_t base, total;
+    scan_t(tmp).ExclusiveSum(c, base, total);
+    for (uint32_t w = w0; w < w1; w++) {
+        below[w] = (uint16_t)base;
+        base += __popc(bits[w]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < PER; q++)
+        if (x[q] != PAD_INDEX)
+            rank[q] = below[x[q] >> 5] + __popc(bits[x[q] >> 5] & ((1u << (x[q] & 31)) - 1));
+    return total;
+}
+
+/* group_union for rows of at most BITMAP_WORDS * 32 tokens: the slot of a
+ * winner is its position's rank among the group's. */
+static __device__ void group_union_bitmap(fc_rows rows, uint32_t p, uint32_t group, uint32_t k, const uint32_t *sel,
+                                          uint32_t *bits, uint16_t *below, uint32_t *uni, uint32_t *uni_count,
+                                          uint16_t *slot) {
+    constexpr int PER = UNION_CAP / TOPK_THREADS;
+    const uint64_t n = fc_row_len(rows, p * group);
+    const uint32_t count = n <= k ? (uint32_t)n : k, total = group * count;
+    const size_t r0 = (size_t)p * group;
+    uint32_t x[PER], rank[PER];
+#pragma unroll
+    for (int q = 0; q < PER; q++) {
+        const uint32_t i = q * TOPK_THREADS + threadIdx.x;
+        x[q] = i < total ? __ldcg(&sel[(r0 + i / count) * k + i % count]) : PAD_INDEX;
+    }
+    const uint32_t ucount = rank_by_bitmap(x, rank, n, bits, below);
+    uint32_t *out = uni + (size_t)p * group * k;
+#pragma unroll
+    for (int q = 0; q < PER; q++) {
+        const uint32_t i = q * TOPK_THREADS + threadIdx.x;
+        if (i >= total) continue;
+        out[rank[q]] = x[q]; /* every copy of a position writes the same */
+        slot[(r0 + i / count) * k + i % count] = (uint16_t)rank[q];
+    }
+    if (threadIdx.x == 0) uni_count[p] = ucount;
+}
+
+/* Winners above the 22-bit prefix go straight to the output list, keys with
+ * the prefix to the candidate buffer; then the row's last block selects the
+ * rest (an in-shared-memory radix select with 8-bit digits over the
+ * candidates or, if they overflowed the buffer, only with massive exact
+ * ties, the same select over the scores row: one block, slow, exact), sorts
+ * the row's winners into its selection (sink, the sorted middle winners,
+ * local; every token where n <= k) and, the last row of its KV head to get
+ * there, builds the group's union and slots. */
+static __global__ void __launch_bounds__(TOPK_THREADS)
+    compact_final_kernel(fc_rows rows, uint32_t group, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
+                         fc_select_state *state, uint32_t *cand_fill, uint32_t *mid, uint64_t *cand, uint32_t *counters,
+                         uint32_t *sel, uint32_t *sel_count, uint32_t *uni, uint32_t *uni_count, uint16_t *slot) {
+    __shared__ final_smem sm;
+    __shared__ uint32_t bins[256], choice[3], fill;
+    const uint32_t r = blockIdx.y;
+    const uint64_t n = fc_row_len(rows, r);
+    bool work = n > k;
+    uint32_t digit = NO_DIGIT;
+    if (work) {
+        digit = state[r].digit;
+        work = digit != NO_DIGIT;
+    }
+    const float *row = scores + (size_t)r * rows.stride;
+    const uint64_t lo = sink + (uint64_t)blockIdx.x * TOPK_CHUNK;
+    const uint64_t end = n - local, hi = lo + TOPK_CHUNK < end ? lo + TOPK_CHUNK : end;
+    if (work && lo < hi)
+        for_range(row, lo, hi, [&](uint64_t i, float s) {
+            const uint64_t key = select_key(s, i);
+            const uint32_t d = (uint32_t)(key >> (64 - 2 * FC_HIST_BITS));
+            if (d > digit) {
+                mid[(size_t)r * k + atomicAdd(&state[r].nsel, 1u)] = (uint32_t)i;
+            } else if (d == digit) {
+                const uint32_t pos = atomicAdd(&cand_fill[r], 1u);
+                if (pos < FC_CAND_CAP) cand[(size_t)r * FC_CAND_CAP + pos] = key;
+            }
+        });
+    if (!last_block_of_row(&counters[(size_t)r * FC_COUNTERS + 1], gridDim.x)) return;
+    const uint32_t m = k - sink - local;
+    uint32_t *out = sel + (size_t)r * k;
+    if (work) { /* uniform in the block */
+        fc_select_state st;
+        st.digit = __ldcg(&state[r].digit);
+        st.need = __ldcg(&state[r].need);
+        st.nsel = __ldcg(&state[r].nsel);
+        st.ncand = __ldcg(&state[r].ncand);
+        uint32_t *winners = mid + (size_t)r * k;
+        if (st.need > 0) {
+            if (threadIdx.x == 0) fill = st.nsel;
+            if (st.ncand <= FC_CAND_CAP) {
+                for (uint32_t i = threadIdx.x; i < st.ncand; i += blockDim.x)
+                    sm.cand[i] = __ldcg(&cand[(size_t)r * FC_CAND_CAP + i]);
+                __syncthreads();
+                cand_source src = {sm.cand, st.ncand};
+                select_tail(src, st.digit, st.need, winners, &fill, bins, choice);
+            } else {
+                __syncthreads();
+                row_source src = {row, sink, n - local, st.digit};
+                select_tail(src, st.digit, st.need, winners, &fill, bins, choice);
+            }
+        }
+        __syncthreads();
+        if (n <= (uint64_t)BITMAP_WORDS * 32) { /* uniform in the block */
+            /* a winner's place among the m (distinct positions) is its rank */
+            uint32_t x[SORT_ITEMS], rank[SORT_ITEMS];
+#pragma unroll
+            for (int q = 0; q < SORT_ITEMS; q++) {
+                const uint32_t g = q * TOPK_THREADS + threadIdx.x;
+                x[q] = g < m ? __ldcg(&winners[g]) : PAD_INDEX;
+            }
+            rank_by_bitmap(x, rank, n, sm.bm.bits, sm.bm.below);
+#pragma unroll
+            for (int q = 0; q < SORT_ITEMS; q++)
+                if (x[q] != PAD_INDEX) out[sink + rank[q]] = x[q];
+        } else {
+            /* the m winners (any order) sorted over the bits of n; places
+             * past m hold n, above every winner */
+            uint32_t keys[SORT_ITEMS];
+#pragma unroll
+            for (int q = 0; q < SORT_ITEMS; q++) {
+                const uint32_t g = threadIdx.x * SORT_ITEMS + q;
+                keys[q] = g < m ? __ldcg(&winners[g]) : (uint32_t)n;
+            }
+            sort_t(sm.sort).Sort(keys, 0, 32 - __clz((uint32_t)n));
+#pragma unroll
+            for (int q = 0; q < SORT_ITEMS; q++) {
+                const uint32_t g = threadIdx.x * SORT_ITEMS + q;
+                if (g < m) out[sink + g] = keys[q];
+            }
+        }
+    }
+    if (n <= k) {
+        for (uint32_t g = threadIdx.x; g < n; g += blockDim.x) out[g] = g;
+    } else {
+        for (uint32_t g = threadIdx.x; g < sink; g += blockDim.x) out[g] = g;
+        for (uint32_t g = threadIdx.x; g < local; g += blockDim.x) out[sink + m + g] = (uint32_t)(n - local + g);
+    }
+    if (threadIdx.x == 0) sel_count[r] = n <= k ? (uint32_t)n : k;
+    /* counter 2 of the group's first row counts the group's rows done */
+    const uint32_t p = r / group;
+    if (!last_block_of_row(&counters[(size_t)p * group * FC_COUNTERS + 2], group)) return;
+    if (fc_row_len(rows, p * group) <= (uint64_t)BITMAP_WORDS * 32)
+        group_union_bitmap(rows, p, group, k, sel, sm.bm.bits, sm.bm.below, uni, uni_count, slot);
+    else
+        group_union<TOPK_THREADS>(rows, p, group, k, sel, sm.u.all, sm.u.merged, uni, uni_count, slot);
 }
 
 int fc_topk_rows(uint32_t problems, uint32_t group, uint32_t k, uint32_t sink, uint32_t local,
@@ -480,10 +625,10 @@ int fc_topk_rows(uint32_t problems, uint32_t group, uint32_t k, uint32_t sink, u
         rows_n, k, sink, local, scores, ws->state, ws->hist, ws->counters);
     FATHOM_CUDA_LAUNCHED();
     compact_final_kernel<<<dim3(chunks, rows), TOPK_THREADS, 0, stream>>>(
-        rows_n, k, sink, local, scores, ws->state, ws->cand_fill, ws->mid, ws->cand,
-        ws->counters);
+        rows_n, group, k, sink, local, scores, ws->state, ws->cand_fill, ws->mid, ws->cand, ws->counters, sel,
+        sel_count, ws->uni, ws->uni_count, ws->slot);
     FATHOM_CUDA_LAUNCHED();
-    return fc_topk_union(problems, group, k, sink, local, rows_n, ws, sel, sel_count, stream);
+    return FATHOM_OK;
 }
 
 int fc_topk_union(uint32_t problems, uint32_t group, uint32_t k, uint32_t sink, uint32_t local,
