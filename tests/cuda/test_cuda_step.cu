@@ -694,6 +694,14 @@ int main(void) {
          FATHOM_CUDA_RESIDENT, FATHOM_CUDA_KEYS_BF16, 0, 0, 2, 1, 0},
         {"water-fill B=64, g=8 (8-token lanes)", 2100, 1, 8, 256, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 64,
          FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
+        /* rows of at most 163840 tokens sort and unite by a bitmap of positions, longer ones by CUB's radix
+         * sort and a merge by rank */
+        {"n=163840: the largest bitmap", 163840, 1, 4, 512, 4, 32, FATHOM_CUDA_SCAN_TOP_CHANNELS, 16,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
+        {"n=170000: past the bitmap (radix sort, merge)", 170000, 1, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
+        {"all scores tie past the bitmap (overflow path)", 170000, 1, 2, 512, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 1, 0, 0, 0, 0},
         {"all scores tie (overflow path)", 9000, 1, 4, 512, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
          FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 1, 0, 0, 0, 0},
         {"all scores tie, fits the buffer", 3000, 1, 2, 512, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
