@@ -423,10 +423,13 @@ static __global__ void __launch_bounds__(1024)
 #define SORT_ITEMS (FATHOM_CUDA_MAX_K / TOPK_THREADS)
 typedef cub::BlockRadixSort<uint32_t, TOPK_THREADS, SORT_ITEMS> sort_t;
 
-/* Rows of at most BITMAP_WORDS * 32 tokens sort and unite through a bitmap
- * of positions (shared memory): a position's rank among the distinct ones
- * is the count of bits below it. */
+/* Rows of at most BITMAP_TOKENS tokens sort and unite through a bitmap of
+ * positions (shared memory): a position's rank among the distinct ones is
+ * the count of bits below it. */
 #define BITMAP_WORDS 5120u
+#define BITMAP_TOKENS ((uint64_t)BITMAP_WORDS * 32)
+static_assert(FATHOM_CUDA_MAX_K % TOPK_THREADS == 0 && UNION_CAP % TOPK_THREADS == 0,
+              "a row's winners and a group's union spread evenly over a block's threads");
 
 /* The shared memory compact_final_kernel's phases use in turn. */
 typedef union final_smem {
@@ -443,7 +446,7 @@ typedef union final_smem {
 
 /* For the positions x[q] < nbits (PAD_INDEX: none) a block of TOPK_THREADS
  * holds, rank[q] = the number of distinct positions of the block's below
- * x[q]; returns the number of distinct positions. nbits <= BITMAP_WORDS * 32. */
+ * x[q]; returns the number of distinct positions. nbits <= BITMAP_TOKENS. */
 template <int PER>
 static __device__ uint32_t rank_by_bitmap(const uint32_t (&x)[PER], uint32_t (&rank)[PER], uint64_t nbits,
                                           uint32_t *bits, uint16_t *below) {
@@ -474,7 +477,7 @@ static __device__ uint32_t rank_by_bitmap(const uint32_t (&x)[PER], uint32_t (&r
     return total;
 }
 
-/* group_union for rows of at most BITMAP_WORDS * 32 tokens: the slot of a
+/* group_union for rows of at most BITMAP_TOKENS tokens: the slot of a
  * winner is its position's rank among the group's. */
 static __device__ void group_union_bitmap(fc_rows rows, uint32_t p, uint32_t group, uint32_t k, const uint32_t *sel,
                                           uint32_t *bits, uint16_t *below, uint32_t *uni, uint32_t *uni_count,
@@ -562,7 +565,7 @@ static __global__ void __launch_bounds__(TOPK_THREADS)
             }
         }
         __syncthreads();
-        if (n <= (uint64_t)BITMAP_WORDS * 32) { /* uniform in the block */
+        if (n <= BITMAP_TOKENS) { /* uniform in the block */
             /* a winner's place among the m (distinct positions) is its rank */
             uint32_t x[SORT_ITEMS], rank[SORT_ITEMS];
 #pragma unroll
@@ -598,10 +601,11 @@ static __global__ void __launch_bounds__(TOPK_THREADS)
         for (uint32_t g = threadIdx.x; g < local; g += blockDim.x) out[sink + m + g] = (uint32_t)(n - local + g);
     }
     if (threadIdx.x == 0) sel_count[r] = n <= k ? (uint32_t)n : k;
-    /* counter 2 of the group's first row counts the group's rows done */
+    /* counter 2 of the group's first row counts the group's rows done (the
+     * group's rows share n) */
     const uint32_t p = r / group;
     if (!last_block_of_row(&counters[(size_t)p * group * FC_COUNTERS + 2], group)) return;
-    if (fc_row_len(rows, p * group) <= (uint64_t)BITMAP_WORDS * 32)
+    if (n <= BITMAP_TOKENS)
         group_union_bitmap(rows, p, group, k, sel, sm.bm.bits, sm.bm.below, uni, uni_count, slot);
     else
         group_union<TOPK_THREADS>(rows, p, group, k, sel, sm.u.all, sm.u.merged, uni, uni_count, slot);
