@@ -413,9 +413,10 @@ static __device__ void group_union(fc_rows rows, uint32_t p, uint32_t group, uin
     }
 }
 
+/* group_union for fc_topk_union's selections, one block per KV head. */
 static __global__ void __launch_bounds__(1024)
-    union_kernel(fc_rows rows, uint32_t group, uint32_t k, const uint32_t *sel, uint32_t *uni, uint32_t *uni_count,
-                 uint16_t *slot) {
+union_kernel(fc_rows rows, uint32_t group, uint32_t k, const uint32_t *sel, uint32_t *uni, uint32_t *uni_count,
+             uint16_t *slot) {
     __shared__ uint32_t all[UNION_CAP], merged[UNION_CAP];
     group_union<1024>(rows, blockIdx.x, group, k, sel, all, merged, uni, uni_count, slot);
 }
@@ -513,9 +514,9 @@ static __device__ void group_union_bitmap(fc_rows rows, uint32_t p, uint32_t gro
  * local; every token where n <= k) and, the last row of its KV head to get
  * there, builds the group's union and slots. */
 static __global__ void __launch_bounds__(TOPK_THREADS)
-    compact_final_kernel(fc_rows rows, uint32_t group, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
-                         fc_select_state *state, uint32_t *cand_fill, uint32_t *mid, uint64_t *cand, uint32_t *counters,
-                         uint32_t *sel, uint32_t *sel_count, uint32_t *uni, uint32_t *uni_count, uint16_t *slot) {
+compact_final_kernel(fc_rows rows, uint32_t group, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
+                     fc_select_state *state, uint32_t *cand_fill, uint32_t *mid, uint64_t *cand, uint32_t *counters,
+                     uint32_t *sel, uint32_t *sel_count, uint32_t *uni, uint32_t *uni_count, uint16_t *slot) {
     __shared__ final_smem sm;
     __shared__ uint32_t bins[256], choice[3], fill;
     const uint32_t r = blockIdx.y;
