@@ -206,10 +206,11 @@ static __device__ __forceinline__ void fc_bf16x8_to_float(uint4 v, float *dst) {
 
 /* Per query-head state of the radix select. */
 typedef struct fc_select_state {
-    uint32_t digit;   /* first digit (top 11 bits of the key) holding the boundary */
+    uint32_t digit;   /* the key's top `bits` bits holding the boundary */
     uint32_t need;    /* winners still to take from that digit's bin */
     uint32_t nsel;    /* middle winners written so far */
     uint32_t ncand;   /* elements in the boundary bin */
+    uint32_t bits;    /* FC_HIST_BITS (level 0's bin fits the candidate buffer) or 2 FC_HIST_BITS */
 } fc_select_state;
 
 /* Carved out of the caller's workspace; sizes follow from the config only. */

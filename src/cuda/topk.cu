@@ -10,8 +10,12 @@
  *                count it as they write the scores (a launch of its own,
  *                hist0, for the landmark and oracle scans);
  *   hist1+find   every block finds the level-0 digit holding the m-th
- *                largest key, counts the next 11 bits inside it, and the
- *                row's last block finds the 22-bit prefix;
+ *                largest key; where that digit's bin holds at most
+ *                FC_CAND_CAP keys (128k-token rows of real scores: a few
+ *                hundred to a few thousand) the 11-bit digit is the prefix
+ *                and the launch ends there; otherwise every block counts
+ *                the next 11 bits inside it, and the row's last block finds
+ *                the 22-bit prefix;
  *   compact+final winners above the prefix go straight to the output list,
  *                keys with the prefix to a candidate buffer; the row's last
  *                block selects the rest from the candidates (in shared
@@ -23,8 +27,9 @@
  *                rank of a position among the set bits of a bitmap of
  *                positions; longer rows: CUB's block radix sort and a
  *                merge by rank).
- * The scores are read twice after the scan, by many blocks each (a single 11-bit
- * level leaves 5-20k candidates at 1M tokens and sends rows down the slow path).
+ * The scores are read once or twice after the scan, by many blocks each (a
+ * single 11-bit level leaves 5-20k candidates at 1M tokens: too many for
+ * shared memory).
  * A histogram that cannot hold the m-th key (a workspace shared by two steps
  * in flight, corrupted memory) makes find_bin trap: see there.
  * Selections made elsewhere (fc_topk_union) are sorted by select_sort_kernel
@@ -158,9 +163,11 @@ hist0_kernel(fc_rows rows, uint32_t k, uint32_t sink, uint32_t local, const floa
 }
 
 /* Level 1: every block finds the level-0 digit from the complete level-0
- * histogram (2048 counters from L2: cheaper than a launch of its own),
- * counts the next 11 bits of the keys inside that digit, and the row's last
- * block finds the 22-bit prefix holding the m-th largest key. */
+ * histogram (2048 counters from L2: cheaper than a launch of its own). If
+ * its bin fits the candidate buffer, that digit is the prefix (block 0
+ * writes the state; the same for every block of the row); otherwise every
+ * block counts the next 11 bits of the keys inside that digit, and the
+ * row's last block finds the 22-bit prefix holding the m-th largest key. */
 static __global__ void __launch_bounds__(TOPK_THREADS)
 hist1_find_kernel(fc_rows rows, uint32_t k, uint32_t sink, uint32_t local, const float *scores,
                   fc_select_state *state, uint32_t *hist, uint32_t *counters) {
@@ -171,13 +178,20 @@ hist1_find_kernel(fc_rows rows, uint32_t k, uint32_t sink, uint32_t local, const
      * middle is (k = sink + local; find_bin needs need >= 1) */
     if (n <= k || k == sink + local) {
         if (blockIdx.x == 0 && threadIdx.x == 0) {
-            const fc_select_state none = {NO_DIGIT, 0, 0, 0};
+            const fc_select_state none = {NO_DIGIT, 0, 0, 0, 0};
             state[r] = none;
         }
         return;
     }
     uint32_t *ghist0 = hist + (size_t)r * 2 * FC_HIST_BINS, *ghist1 = ghist0 + FC_HIST_BINS;
     const found_bin f0 = find_bin(ghist0, k - sink - local);
+    if (f0.count <= FC_CAND_CAP) { /* uniform in the row's blocks */
+        if (blockIdx.x == 0 && threadIdx.x == 0) {
+            const fc_select_state s = {f0.bin, f0.need, 0, f0.count, FC_HIST_BITS};
+            state[r] = s;
+        }
+        return;
+    }
     const uint64_t lo = sink + (uint64_t)blockIdx.x * TOPK_CHUNK;
     const uint64_t end = n - local, hi = lo + TOPK_CHUNK < end ? lo + TOPK_CHUNK : end;
     if (lo < hi) { /* uniform in the block */
@@ -195,13 +209,13 @@ hist1_find_kernel(fc_rows rows, uint32_t k, uint32_t sink, uint32_t local, const
     if (!last_block_of_row(&counters[(size_t)r * FC_COUNTERS + 0], gridDim.x)) return;
     const found_bin f1 = find_bin(ghist1, f0.need);
     if (threadIdx.x == 0) {
-        const fc_select_state s = {(f0.bin << FC_HIST_BITS) | f1.bin, f1.need, 0, f1.count};
+        const fc_select_state s = {(f0.bin << FC_HIST_BITS) | f1.bin, f1.need, 0, f1.count, 2 * FC_HIST_BITS};
         state[r] = s;
     }
 }
 
-/* Select `need` largest keys among those whose top 22 bits equal digit; the
- * source is either the candidate list in shared memory or the whole row.
+/* Select `need` largest keys among those whose top `bits` bits equal digit;
+ * the source is either the candidate list in shared memory or the whole row.
  * Every thread of a block of TOPK_THREADS calls it. */
 struct cand_source {
     const uint64_t *keys;
@@ -212,23 +226,22 @@ struct cand_source {
 struct row_source {
     const float *row;
     uint64_t first, end;
-    uint32_t digit;
+    uint32_t digit, bits;
     __device__ uint64_t size() const { return end - first; }
     __device__ bool get(uint64_t i, uint64_t *key) const {
         *key = select_key(row[first + i], first + i);
-        return (uint32_t)(*key >> (64 - 2 * FC_HIST_BITS)) == digit;
+        return (uint32_t)(*key >> (64 - bits)) == digit;
     }
 };
 
 template <typename Source>
-static __device__ void select_tail(const Source &src, uint32_t digit, uint32_t need,
-                                   uint32_t *out, uint32_t *out_fill, uint32_t *bins,
-                                   uint32_t *choice) {
+static __device__ void select_tail(const Source &src, uint32_t digit, uint32_t bits, uint32_t need, uint32_t *out,
+                                   uint32_t *out_fill, uint32_t *bins, uint32_t *choice) {
     typedef cub::BlockScan<uint32_t, TOPK_THREADS, cub::BLOCK_SCAN_WARP_SCANS> scan_t;
     __shared__ typename scan_t::TempStorage tmp;
-    uint64_t prefix = (uint64_t)digit << (64 - 2 * FC_HIST_BITS);
-    uint64_t mask = ((1ull << (2 * FC_HIST_BITS)) - 1) << (64 - 2 * FC_HIST_BITS);
-    int shift = 64 - 2 * FC_HIST_BITS;
+    uint64_t prefix = (uint64_t)digit << (64 - bits);
+    uint64_t mask = ((1ull << bits) - 1) << (64 - bits);
+    int shift = 64 - (int)bits;
     const uint64_t size = src.size();
     while (need > 0 && shift > 0) {
         const int width = shift < 8 ? shift : 8;
@@ -505,8 +518,8 @@ static __device__ void group_union_bitmap(fc_rows rows, uint32_t p, uint32_t gro
     if (threadIdx.x == 0) uni_count[p] = ucount;
 }
 
-/* Winners above the 22-bit prefix go straight to the output list, keys with
- * the prefix to the candidate buffer; then the row's last block selects the
+/* Winners above the prefix (11 or 22 bits) go straight to the output list,
+ * keys with the prefix to the candidate buffer; then the row's last block selects the
  * rest (an in-shared-memory radix select with 8-bit digits over the
  * candidates or, if they overflowed the buffer, only with massive exact
  * ties, the same select over the scores row: one block, slow, exact), sorts
@@ -522,9 +535,10 @@ compact_final_kernel(fc_rows rows, uint32_t group, uint32_t k, uint32_t sink, ui
     const uint32_t r = blockIdx.y;
     const uint64_t n = fc_row_len(rows, r);
     bool work = n > k;
-    uint32_t digit = NO_DIGIT;
+    uint32_t digit = NO_DIGIT, bits = 0;
     if (work) {
         digit = state[r].digit;
+        bits = state[r].bits;
         work = digit != NO_DIGIT;
     }
     const float *row = scores + (size_t)r * rows.stride;
@@ -533,7 +547,7 @@ compact_final_kernel(fc_rows rows, uint32_t group, uint32_t k, uint32_t sink, ui
     if (work && lo < hi)
         for_range(row, lo, hi, [&](uint64_t i, float s) {
             const uint64_t key = select_key(s, i);
-            const uint32_t d = (uint32_t)(key >> (64 - 2 * FC_HIST_BITS));
+            const uint32_t d = (uint32_t)(key >> (64 - bits));
             if (d > digit) {
                 mid[(size_t)r * k + atomicAdd(&state[r].nsel, 1u)] = (uint32_t)i;
             } else if (d == digit) {
@@ -550,6 +564,7 @@ compact_final_kernel(fc_rows rows, uint32_t group, uint32_t k, uint32_t sink, ui
         st.need = __ldcg(&state[r].need);
         st.nsel = __ldcg(&state[r].nsel);
         st.ncand = __ldcg(&state[r].ncand);
+        st.bits = __ldcg(&state[r].bits);
         uint32_t *winners = mid + (size_t)r * k;
         if (st.need > 0) {
             if (threadIdx.x == 0) fill = st.nsel;
@@ -558,11 +573,11 @@ compact_final_kernel(fc_rows rows, uint32_t group, uint32_t k, uint32_t sink, ui
                     sm.cand[i] = __ldcg(&cand[(size_t)r * FC_CAND_CAP + i]);
                 __syncthreads();
                 cand_source src = {sm.cand, st.ncand};
-                select_tail(src, st.digit, st.need, winners, &fill, bins, choice);
+                select_tail(src, st.digit, st.bits, st.need, winners, &fill, bins, choice);
             } else {
                 __syncthreads();
-                row_source src = {row, sink, n - local, st.digit};
-                select_tail(src, st.digit, st.need, winners, &fill, bins, choice);
+                row_source src = {row, sink, n - local, st.digit, st.bits};
+                select_tail(src, st.digit, st.bits, st.need, winners, &fill, bins, choice);
             }
         }
         __syncthreads();

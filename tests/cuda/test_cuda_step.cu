@@ -98,6 +98,38 @@ static float ref_landmark_score(const uint16_t *mean, const float *q) {
 
 static float bf16_to_f32(uint16_t h) { return fathom_bf16_to_f32(h); }
 
+/* zero_queries = SCORES_NARROW: channel 0 of every key is about 50 and of
+ * every query 66, so all scores lie near 3300, in one bin of the top-k's
+ * first 11-bit digit (2048 wide there): the select needs its second digit. */
+#define SCORES_NARROW 2
+/* topk.cu's FC_CAND_CAP: a boundary bin of at most this many keys ends the
+ * radix select after its first digit */
+#define TOPK_CAND_CAP 4096
+static uint64_t top_paths[2]; /* rows whose boundary bin fits / overflows TOPK_CAND_CAP */
+
+/* The number of middle scores [sink, n - local) in the bin of the first
+ * 11-bit digit (of topk.cu's score order) that holds the m-th largest. */
+static uint64_t boundary_bin_count(const float *row, uint64_t n, uint32_t sink, uint32_t local, uint32_t m) {
+    static uint64_t hist[2048];
+    memset(hist, 0, sizeof hist);
+    for (uint64_t i = sink; i < n - local; i++) {
+        float s = row[i];
+        uint32_t b, key = 0;
+        if (s == s) {
+            if (s == 0.0f) s = 0.0f;
+            memcpy(&b, &s, 4);
+            key = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+        }
+        hist[key >> 21]++;
+    }
+    uint64_t above = 0;
+    for (int d = 2047; d >= 0; d--) {
+        if (above + hist[d] >= m) return hist[d];
+        above += hist[d];
+    }
+    return 0;
+}
+
 typedef struct test_case {
     const char *name;
     uint64_t n;
@@ -106,7 +138,7 @@ typedef struct test_case {
     uint32_t param;
     fathom_cuda_transport transport;
     fathom_cuda_key_rows key_rows;
-    int zero_queries; /* every score ties: the tie rule and the overflow path */
+    int zero_queries;    /* 1: every score ties (the tie rule, the overflow path); 2: SCORES_NARROW */
     uint32_t row_stride; /* 2*DIM: K and V interleaved per token */
     uint32_t lanes;      /* >= 1: a pipelined step over that many streams */
     uint32_t chunk;      /* problems per pipeline chunk (fathom_cuda_lanes_set_chunk) */
@@ -175,8 +207,11 @@ static void run_case(const test_case *tc) {
         host_problem *h = &hp[p];
         float chan_scale[DIM];
         for (uint32_t j = 0; j < DIM; j++) chan_scale[j] = expf(rng_normal());
+        if (tc->zero_queries == SCORES_NARROW) chan_scale[0] = 50.0f; /* the water-fill reads channel 0 in full */
         h->keys_f = (float *)malloc(n * DIM * sizeof(float));
         for (uint64_t i = 0; i < n * DIM; i++) h->keys_f[i] = rng_normal() * chan_scale[i % DIM];
+        if (tc->zero_queries == SCORES_NARROW)
+            for (uint64_t i = 0; i < n; i++) h->keys_f[i * DIM] = 50.0f + 0.01f * rng_normal();
         h->planes = (uint64_t *)pinned(nb * DIM * 4 * 8);
         h->scales = (uint16_t *)pinned(nb * DIM * 2);
         encode_planes(h->keys_f, n, h->planes, h->scales);
@@ -210,7 +245,9 @@ static void run_case(const test_case *tc) {
             fixed[p * DIM + j] = (uint8_t)(rng_u64() % 5);
         }
         for (uint32_t i = 0; i < G * DIM; i++)
-            queries[(size_t)p * G * DIM + i] = tc->zero_queries ? 0.0f : rng_normal();
+            queries[(size_t)p * G * DIM + i] = tc->zero_queries == 1 ? 0.0f
+                                               : tc->zero_queries == SCORES_NARROW && i % DIM == 0 ? 66.0f
+                                                                                                   : rng_normal();
         fathom_cuda_problem *pr = &probs[p];
         uint64_t *index = tc->scan == FATHOM_CUDA_SCAN_NIBBLE4 ? h->nibbles : h->planes;
         if (tc->transport == FATHOM_CUDA_RESIDENT) {
@@ -445,6 +482,16 @@ static void run_case(const test_case *tc) {
             union_bad += uni[p] != want_union;
             union_n++;
         }
+        if (n > tc->k && tc->k > tc->sink + tc->local)
+            for (uint32_t hh = 0; hh < G; hh++) {
+                const uint64_t c = boundary_bin_count(scores + (size_t)(p * G + hh) * n, n, tc->sink, tc->local,
+                                                      tc->k - tc->sink - tc->local);
+                top_paths[c > TOPK_CAND_CAP]++;
+                if (tc->zero_queries == SCORES_NARROW) {
+                    if (hh == 0) printf("%-34s boundary bin of head 0: %llu keys\n", tc->name, (unsigned long long)c);
+                    CHECK(c > TOPK_CAND_CAP); /* the case is there for the second digit */
+                }
+            }
         for (uint32_t hh = 0; hh < G; hh++) {
             const uint32_t r = p * G + hh;
             const float *q = qg + hh * DIM;
@@ -702,6 +749,9 @@ int main(void) {
          FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 0, 0, 0, 0, 0},
         {"all scores tie past the bitmap (overflow path)", 170000, 1, 2, 512, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
          FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 1, 0, 0, 0, 0},
+        /* one first digit holds every score: the select's second digit, in quick mode too */
+        {"scores in one first-digit bin", 20000, 1, 4, 512, 4, 32, FATHOM_CUDA_SCAN_WATER_FILL, 48,
+         FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, SCORES_NARROW, 0, 0, 0, 0},
         {"all scores tie (overflow path)", 9000, 1, 4, 512, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
          FATHOM_CUDA_GATHER_KERNEL, FATHOM_CUDA_KEYS_BF16, 1, 0, 0, 0, 0},
         {"all scores tie, fits the buffer", 3000, 1, 2, 512, 4, 32, FATHOM_CUDA_SCAN_FIXED, 0,
@@ -744,7 +794,10 @@ int main(void) {
         run_case(&cases[i]);
         ran++;
     }
-    printf("test_cuda_step: %zu of %zu cases%s\n", ran, total, quick ? " (FATHOM_TEST_QUICK)" : "");
+    printf("test_cuda_step: %zu of %zu cases%s; rows selected after the first digit %llu, the second %llu\n", ran,
+           total, quick ? " (FATHOM_TEST_QUICK)" : "", (unsigned long long)top_paths[0],
+           (unsigned long long)top_paths[1]);
     CHECK(ran > 0);
+    CHECK(top_paths[0] > 0 && top_paths[1] > 0); /* both ends of the radix select ran */
     return check_summary("test_cuda_step");
 }
