@@ -54,26 +54,26 @@ static __device__ __forceinline__ uint32_t key_index(uint64_t key) {
 }
 
 /* f(i, row[i]) for i in [lo, hi), the block's threads striding over it,
- * with 16-byte loads where the row allows, RANGE_LOADS of them in flight
- * per thread before f sees any (f's atomics would otherwise wait out each
- * load's latency in turn). */
+ * with 16-byte loads where the row allows, LOADS of them in flight per
+ * thread before f sees any (f's atomics would otherwise wait out each
+ * load's latency in turn); fewer where f needs the registers. */
 #define RANGE_LOADS 8
-template <typename F>
+template <int LOADS = RANGE_LOADS, typename F>
 static __device__ __forceinline__ void for_range(const float *row, uint64_t lo, uint64_t hi, F f) {
     uint64_t a = (lo + 3) & ~(uint64_t)3;
     if (a > hi || ((uintptr_t)row & 15) != 0) a = hi;
     for (uint64_t i = lo + threadIdx.x; i < a; i += blockDim.x) f(i, row[i]);
     const uint64_t nv = (hi - a) / 4;
     const float4 *v = (const float4 *)(row + a);
-    for (uint64_t k0 = threadIdx.x; k0 < nv; k0 += (uint64_t)RANGE_LOADS * blockDim.x) {
-        float4 x[RANGE_LOADS];
+    for (uint64_t k0 = threadIdx.x; k0 < nv; k0 += (uint64_t)LOADS * blockDim.x) {
+        float4 x[LOADS];
 #pragma unroll
-        for (int u = 0; u < RANGE_LOADS; u++) {
+        for (int u = 0; u < LOADS; u++) {
             const uint64_t k = k0 + (uint64_t)u * blockDim.x;
             if (k < nv) x[u] = v[k];
         }
 #pragma unroll
-        for (int u = 0; u < RANGE_LOADS; u++) {
+        for (int u = 0; u < LOADS; u++) {
             const uint64_t k = k0 + (uint64_t)u * blockDim.x;
             if (k >= nv) break;
             const uint64_t i = a + 4 * k;
@@ -84,6 +84,18 @@ static __device__ __forceinline__ void for_range(const float *row, uint64_t lo, 
         }
     }
     for (uint64_t i = a + 4 * nv + threadIdx.x; i < hi; i += blockDim.x) f(i, row[i]);
+}
+
+/* Places in a list for the lanes of `want` (a ballot over the lanes `act`
+ * that call it together, want != 0): one atomicAdd on *fill for the warp,
+ * the lanes in lane order after its old value. Every lane of act calls it
+ * and gets its place (meaningless outside want). */
+static __device__ __forceinline__ uint32_t warp_append(uint32_t act, uint32_t want, uint32_t *fill) {
+    const uint32_t lane = threadIdx.x & 31, leader = __ffs(want) - 1;
+    uint32_t base = 0;
+    if (lane == leader) base = atomicAdd(fill, __popc(want));
+    base = __shfl_sync(act, base, leader);
+    return base + __popc(want & ((1u << lane) - 1u));
 }
 
 /* True in the last of a row's blocks to get here: each block adds one to
@@ -544,15 +556,19 @@ compact_final_kernel(fc_rows rows, uint32_t group, uint32_t k, uint32_t sink, ui
     const float *row = scores + (size_t)r * rows.stride;
     const uint64_t lo = sink + (uint64_t)blockIdx.x * TOPK_CHUNK;
     const uint64_t end = n - local, hi = lo + TOPK_CHUNK < end ? lo + TOPK_CHUNK : end;
+    /* 4 loads in flight (2 blocks an SM by registers); one atomic a warp for
+     * each list, as a row's blocks add to the same two counters */
     if (work && lo < hi)
-        for_range(row, lo, hi, [&](uint64_t i, float s) {
-            const uint64_t key = select_key(s, i);
-            const uint32_t d = (uint32_t)(key >> (64 - bits));
-            if (d > digit) {
-                mid[(size_t)r * k + atomicAdd(&state[r].nsel, 1u)] = (uint32_t)i;
-            } else if (d == digit) {
-                const uint32_t pos = atomicAdd(&cand_fill[r], 1u);
-                if (pos < FC_CAND_CAP) cand[(size_t)r * FC_CAND_CAP + pos] = key;
+        for_range<4>(row, lo, hi, [&](uint64_t i, float s) {
+            const uint32_t d = fc_score_order(s) >> (32 - bits), act = __activemask(); /* the key's top bits */
+            const uint32_t up = __ballot_sync(act, d > digit), at = __ballot_sync(act, d == digit);
+            if (up) {
+                const uint32_t pos = warp_append(act, up, &state[r].nsel);
+                if (d > digit) mid[(size_t)r * k + pos] = (uint32_t)i;
+            }
+            if (at) {
+                const uint32_t pos = warp_append(act, at, &cand_fill[r]);
+                if (d == digit && pos < FC_CAND_CAP) cand[(size_t)r * FC_CAND_CAP + pos] = select_key(s, i);
             }
         });
     if (!last_block_of_row(&counters[(size_t)r * FC_COUNTERS + 1], gridDim.x)) return;
