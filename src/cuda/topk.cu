@@ -11,9 +11,9 @@
  *                hist0, for the landmark and oracle scans);
  *   hist1+find   every block finds the level-0 digit holding the m-th
  *                largest key; where that digit's bin holds at most
- *                FC_CAND_CAP keys (128k-token rows of real scores: a few
- *                hundred to a few thousand) the 11-bit digit is the prefix
- *                and the launch ends there; otherwise every block counts
+ *                FC_CAND_CAP keys (in rows of spread scores up to some
+ *                10^5 tokens) the 11-bit digit is the prefix and the
+ *                launch ends there; otherwise every block counts
  *                the next 11 bits inside it, and the row's last block finds
  *                the 22-bit prefix;
  *   compact+final winners above the prefix go straight to the output list,
