@@ -54,26 +54,26 @@ static __device__ __forceinline__ uint32_t key_index(uint64_t key) {
 }
 
 /* f(i, row[i]) for i in [lo, hi), the block's threads striding over it,
- * with 16-byte loads where the row allows, LOADS of them in flight per
- * thread before f sees any (f's atomics would otherwise wait out each
- * load's latency in turn); fewer where f needs the registers. */
+ * with 16-byte loads where the row allows, RANGE_LOADS of them in flight
+ * per thread before f sees any (f's atomics would otherwise wait out each
+ * load's latency in turn). */
 #define RANGE_LOADS 8
-template <int LOADS = RANGE_LOADS, typename F>
+template <typename F>
 static __device__ __forceinline__ void for_range(const float *row, uint64_t lo, uint64_t hi, F f) {
     uint64_t a = (lo + 3) & ~(uint64_t)3;
     if (a > hi || ((uintptr_t)row & 15) != 0) a = hi;
     for (uint64_t i = lo + threadIdx.x; i < a; i += blockDim.x) f(i, row[i]);
     const uint64_t nv = (hi - a) / 4;
     const float4 *v = (const float4 *)(row + a);
-    for (uint64_t k0 = threadIdx.x; k0 < nv; k0 += (uint64_t)LOADS * blockDim.x) {
-        float4 x[LOADS];
+    for (uint64_t k0 = threadIdx.x; k0 < nv; k0 += (uint64_t)RANGE_LOADS * blockDim.x) {
+        float4 x[RANGE_LOADS];
 #pragma unroll
-        for (int u = 0; u < LOADS; u++) {
+        for (int u = 0; u < RANGE_LOADS; u++) {
             const uint64_t k = k0 + (uint64_t)u * blockDim.x;
             if (k < nv) x[u] = v[k];
         }
 #pragma unroll
-        for (int u = 0; u < LOADS; u++) {
+        for (int u = 0; u < RANGE_LOADS; u++) {
             const uint64_t k = k0 + (uint64_t)u * blockDim.x;
             if (k >= nv) break;
             const uint64_t i = a + 4 * k;
@@ -84,18 +84,6 @@ static __device__ __forceinline__ void for_range(const float *row, uint64_t lo, 
         }
     }
     for (uint64_t i = a + 4 * nv + threadIdx.x; i < hi; i += blockDim.x) f(i, row[i]);
-}
-
-/* Places in a list for the lanes of `want` (a ballot over the lanes `act`
- * that call it together, want != 0): one atomicAdd on *fill for the warp,
- * the lanes in lane order after its old value. Every lane of act calls it
- * and gets its place (meaningless outside want). */
-static __device__ __forceinline__ uint32_t warp_append(uint32_t act, uint32_t want, uint32_t *fill) {
-    const uint32_t lane = threadIdx.x & 31, leader = __ffs(want) - 1;
-    uint32_t base = 0;
-    if (lane == leader) base = atomicAdd(fill, __popc(want));
-    base = __shfl_sync(act, base, leader);
-    return base + __popc(want & ((1u << lane) - 1u));
 }
 
 /* True in the last of a row's blocks to get here: each block adds one to
@@ -457,6 +445,8 @@ typedef cub::BlockRadixSort<uint32_t, TOPK_THREADS, SORT_ITEMS> sort_t;
 static_assert(FATHOM_CUDA_MAX_K % TOPK_THREADS == 0 && UNION_CAP % TOPK_THREADS == 0,
               "a row's winners and a group's union spread evenly over a block's threads");
 
+#define BLOCK_CANDS 2048u
+
 /* The shared memory compact_final_kernel's phases use in turn. */
 typedef union final_smem {
     uint64_t cand[FC_CAND_CAP]; /* the candidates of the final select */
@@ -468,6 +458,10 @@ typedef union final_smem {
         uint32_t bits[BITMAP_WORDS];
         uint16_t below[BITMAP_WORDS]; /* set bits in the words before */
     } bm;
+    struct {
+        uint64_t cand[BLOCK_CANDS];      /* this block's candidates (more go to the row's list one by one) */
+        uint32_t mid[FATHOM_CUDA_MAX_K]; /* this block's winners above the prefix (a row has at most m) */
+    } blk;                               /* the compaction's lists, before the block claims places in the row's */
 } final_smem;
 
 /* For the positions x[q] < nbits (PAD_INDEX: none) a block of TOPK_THREADS
@@ -530,11 +524,12 @@ static __device__ void group_union_bitmap(fc_rows rows, uint32_t p, uint32_t gro
     if (threadIdx.x == 0) uni_count[p] = ucount;
 }
 
-/* Winners above the prefix (11 or 22 bits) go straight to the output list,
- * keys with the prefix to the candidate buffer; then the row's last block selects the
- * rest (an in-shared-memory radix select with 8-bit digits over the
- * candidates or, if they overflowed the buffer, only with massive exact
- * ties, the same select over the scores row: one block, slow, exact), sorts
+/* Winners above the prefix (11 or 22 bits) go to the output list, keys
+ * with the prefix to the candidate buffer (each block's through lists in
+ * shared memory); then the row's last block selects the rest (an
+ * in-shared-memory radix select with 8-bit digits over the candidates or,
+ * if they overflowed the buffer, only with massive exact ties, the same
+ * select over the scores row: one block, slow, exact), sorts
  * the row's winners into its selection (sink, the sorted middle winners,
  * local; every token where n <= k) and, the last row of its KV head to get
  * there, builds the group's union and slots. */
@@ -556,21 +551,37 @@ compact_final_kernel(fc_rows rows, uint32_t group, uint32_t k, uint32_t sink, ui
     const float *row = scores + (size_t)r * rows.stride;
     const uint64_t lo = sink + (uint64_t)blockIdx.x * TOPK_CHUNK;
     const uint64_t end = n - local, hi = lo + TOPK_CHUNK < end ? lo + TOPK_CHUNK : end;
-    /* 4 loads in flight (2 blocks an SM by registers); one atomic a warp for
-     * each list, as a row's blocks add to the same two counters */
+    /* the block lists its winners and candidates in shared memory, then
+     * claims their places in the row's lists with one atomicAdd each (a
+     * row's blocks add to the same two counters) */
+    __shared__ uint32_t s_nm, s_nc, s_base[2];
+    if (threadIdx.x == 0) s_nm = s_nc = 0;
+    __syncthreads();
     if (work && lo < hi)
-        for_range<4>(row, lo, hi, [&](uint64_t i, float s) {
-            const uint32_t d = fc_score_order(s) >> (32 - bits), act = __activemask(); /* the key's top bits */
-            const uint32_t up = __ballot_sync(act, d > digit), at = __ballot_sync(act, d == digit);
-            if (up) {
-                const uint32_t pos = warp_append(act, up, &state[r].nsel);
-                if (d > digit) mid[(size_t)r * k + pos] = (uint32_t)i;
-            }
-            if (at) {
-                const uint32_t pos = warp_append(act, at, &cand_fill[r]);
-                if (d == digit && pos < FC_CAND_CAP) cand[(size_t)r * FC_CAND_CAP + pos] = select_key(s, i);
+        for_range(row, lo, hi, [&](uint64_t i, float s) {
+            const uint32_t d = fc_score_order(s) >> (32 - bits); /* the key's top bits */
+            if (d > digit) {
+                sm.blk.mid[atomicAdd(&s_nm, 1u)] = (uint32_t)i;
+            } else if (d == digit) {
+                const uint32_t q = atomicAdd(&s_nc, 1u);
+                if (q < BLOCK_CANDS) {
+                    sm.blk.cand[q] = select_key(s, i);
+                } else {
+                    const uint32_t pos = atomicAdd(&cand_fill[r], 1u);
+                    if (pos < FC_CAND_CAP) cand[(size_t)r * FC_CAND_CAP + pos] = select_key(s, i);
+                }
             }
         });
+    __syncthreads();
+    const uint32_t nm = s_nm, nc = s_nc < BLOCK_CANDS ? s_nc : BLOCK_CANDS;
+    if (threadIdx.x == 0) {
+        s_base[0] = nm ? atomicAdd(&state[r].nsel, nm) : 0;
+        s_base[1] = nc ? atomicAdd(&cand_fill[r], nc) : 0;
+    }
+    __syncthreads();
+    for (uint32_t j = threadIdx.x; j < nm; j += blockDim.x) mid[(size_t)r * k + s_base[0] + j] = sm.blk.mid[j];
+    for (uint32_t j = threadIdx.x; j < nc; j += blockDim.x)
+        if (s_base[1] + j < FC_CAND_CAP) cand[(size_t)r * FC_CAND_CAP + s_base[1] + j] = sm.blk.cand[j];
     if (!last_block_of_row(&counters[(size_t)r * FC_COUNTERS + 1], gridDim.x)) return;
     const uint32_t m = k - sink - local;
     uint32_t *out = sel + (size_t)r * k;
