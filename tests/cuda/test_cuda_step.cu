@@ -23,6 +23,7 @@ extern "C" {
 #include <string.h>
 
 #include "cuda/cuda_check.cuh"
+#include "cuda/cuda_internal.cuh" /* FC_HIST_BITS, FC_CAND_CAP: where the radix select ends */
 
 #define DIM 128
 
@@ -100,17 +101,14 @@ static float bf16_to_f32(uint16_t h) { return fathom_bf16_to_f32(h); }
 
 /* zero_queries = SCORES_NARROW: channel 0 of every key is about 50 and of
  * every query 66, so all scores lie near 3300, in one bin of the top-k's
- * first 11-bit digit (2048 wide there): the select needs its second digit. */
+ * first 11-bit digit ([3072, 3584) there): the select needs its second digit. */
 #define SCORES_NARROW 2
-/* topk.cu's FC_CAND_CAP: a boundary bin of at most this many keys ends the
- * radix select after its first digit */
-#define TOPK_CAND_CAP 4096
-static uint64_t top_paths[2]; /* rows whose boundary bin fits / overflows TOPK_CAND_CAP */
+static uint64_t top_paths[2]; /* rows whose boundary bin fits / overflows FC_CAND_CAP */
 
 /* The number of middle scores [sink, n - local) in the bin of the first
  * 11-bit digit (of topk.cu's score order) that holds the m-th largest. */
 static uint64_t boundary_bin_count(const float *row, uint64_t n, uint32_t sink, uint32_t local, uint32_t m) {
-    static uint64_t hist[2048];
+    static uint64_t hist[FC_HIST_BINS];
     memset(hist, 0, sizeof hist);
     for (uint64_t i = sink; i < n - local; i++) {
         float s = row[i];
@@ -120,10 +118,10 @@ static uint64_t boundary_bin_count(const float *row, uint64_t n, uint32_t sink, 
             memcpy(&b, &s, 4);
             key = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
         }
-        hist[key >> 21]++;
+        hist[key >> (32 - FC_HIST_BITS)]++;
     }
     uint64_t above = 0;
-    for (int d = 2047; d >= 0; d--) {
+    for (int d = FC_HIST_BINS - 1; d >= 0; d--) {
         if (above + hist[d] >= m) return hist[d];
         above += hist[d];
     }
@@ -486,10 +484,10 @@ static void run_case(const test_case *tc) {
             for (uint32_t hh = 0; hh < G; hh++) {
                 const uint64_t c = boundary_bin_count(scores + (size_t)(p * G + hh) * n, n, tc->sink, tc->local,
                                                       tc->k - tc->sink - tc->local);
-                top_paths[c > TOPK_CAND_CAP]++;
+                top_paths[c > FC_CAND_CAP]++;
                 if (tc->zero_queries == SCORES_NARROW) {
                     if (hh == 0) printf("%-34s boundary bin of head 0: %llu keys\n", tc->name, (unsigned long long)c);
-                    CHECK(c > TOPK_CAND_CAP); /* the case is there for the second digit */
+                    CHECK(c > FC_CAND_CAP); /* the case is there for the second digit */
                 }
             }
         for (uint32_t hh = 0; hh < G; hh++) {
