@@ -479,13 +479,15 @@ int fathom_cuda_tier_workspace_size(const fathom_cuda_tier *tier,
  * place); that next step reads those bytes from the staging. It starts
  * with the step, beside it, except while capturing a graph with
  * FATHOM_CUDA_AHEAD_BETWEEN (fathom_cuda_tier_set_ahead_start), where a
- * step of a layer other than the last starts it after its own work.
- * `stream` waits for the read-ahead at the end of this step, except while
- * capturing a graph, where a step of a layer other than the last leaves it
- * to the tier's next step in the same capture (so it also runs beside the
- * caller's work between the two steps, e.g. the model's MLP): a graph of
- * such steps must end after a step of the last layer, or call
- * fathom_cuda_tier_ahead_join first. Every layer of a model's step is
+ * step of a layer other than the last starts it after its own work, or
+ * FATHOM_CUDA_AHEAD_ACROSS, where every layer's step does. `stream` waits
+ * for the read-ahead at the end of this step, except while capturing a
+ * graph, where a step of a layer other than the last (with
+ * FATHOM_CUDA_AHEAD_ACROSS: any step) leaves it to the tier's next step in
+ * the same capture (so it also runs beside the caller's work between the
+ * two steps, e.g. the model's MLP): a graph of such steps must end after a
+ * step that joined it (without FATHOM_CUDA_AHEAD_ACROSS: one of the last
+ * layer), or call fathom_cuda_tier_ahead_join first. Every layer of a model's step is
  * assumed to run the same sessions; a session stepped otherwise reads host
  * memory as without read-ahead. Same bits with or without it. The
  * read-ahead's stream has the device's highest priority; a graph keeps it
@@ -495,7 +497,10 @@ int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_ar
                           cudaStream_t stream);
 
 /* `stream` waits for a read-ahead that a step captured into the graph
- * `stream` is capturing left to the next step (no-op otherwise). */
+ * `stream` is capturing left to the next step (no-op otherwise): call it
+ * before ending a capture whose last step left one (with
+ * FATHOM_CUDA_AHEAD_ACROSS, every capture of a step), else
+ * cudaStreamEndCapture fails with cudaErrorStreamCaptureUnjoined. */
 int fathom_cuda_tier_ahead_join(fathom_cuda_tier *tier, cudaStream_t stream);
 
 /* When a captured step starts its read-ahead of the next layer. */
@@ -503,16 +508,23 @@ typedef enum fathom_cuda_ahead_start {
     FATHOM_CUDA_AHEAD_BESIDE = 0, /* with the step (the default): the copy shares the link with the
                                      step's own reads of host memory, then runs beside the caller's
                                      work until the next step */
-    FATHOM_CUDA_AHEAD_BETWEEN = 1 /* in a capture, a step of a layer other than the last starts it
-                                     once its own reads of host memory are issued (after its row
-                                     fetch), and its bookkeeping (row caches' insertion, the
-                                     read-ahead's save, the plan window's note) after its output,
-                                     both on the read-ahead's stream: the copy has the link to
-                                     itself while the step's attention and the caller's work
-                                     between two layers' steps run; for callers whose work there
-                                     takes longer than the copy (bench_cuda_tier --read-ahead E
-                                     --between-us X [--between-copy] times both). Eager steps and
-                                     the last layer's step start it with the step */
+    FATHOM_CUDA_AHEAD_BETWEEN = 1, /* in a capture, a step of a layer other than the last starts it
+                                      once its own reads of host memory are issued (after its row
+                                      fetch), and its bookkeeping (row caches' insertion, the
+                                      read-ahead's save, the plan window's note) after its output,
+                                      both on the read-ahead's stream: the copy has the link to
+                                      itself while the step's attention and the caller's work
+                                      between two layers' steps run; for callers whose work there
+                                      takes longer than the copy (bench_cuda_tier --read-ahead E
+                                      --between-us X [--between-copy] times both). Eager steps and
+                                      the last layer's step start it with the step */
+    FATHOM_CUDA_AHEAD_ACROSS = 2 /* as FATHOM_CUDA_AHEAD_BETWEEN, and the last layer's step too: its
+                                    copy (of layer 0, for the next decode step) runs beside the
+                                    caller's work from the last layer's attention to the next decode
+                                    step's first layer (the model's last MLP, its head, sampling); the
+                                    next step in the same capture joins it, so a capture must end with
+                                    fathom_cuda_tier_ahead_join (e.g. a graph per decode step, after
+                                    the head). Eager steps start it with the step */
 } fathom_cuda_ahead_start;
 
 /* The tier's read-ahead start (a new tier: FATHOM_CUDA_AHEAD_BESIDE) for

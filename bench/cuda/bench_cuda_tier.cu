@@ -72,7 +72,8 @@
  * --read-ahead E,..: after the cache sweep, the read-ahead sweep (ahead_sweep:
  *   graphs alternating the queries with a set drifted by E, the trace
  *   points' caches without and with fathom_cuda_tier_cache_config's
- *   read-ahead, started beside each step and after it (+ahead-between),
+ *   read-ahead, started beside each step, after it but for the last layer
+ *   (+ahead-between) and after every layer's step (+ahead-across),
  *   "ahead-only" giving the step-to-step overlap; a trace point's
  *   :PLANE_AHEAD:ROW_AHEAD, the trace's read-ahead rates, caps its
  *   read-ahead at them); --ahead-cycle M: the graphs cycle through M query
@@ -640,8 +641,11 @@ static __global__ void spin_kernel(long long cycles) {
  * the plans' and unions' overlap from step to step), and per trace point of
  * this context its cache (lines and slots as in the cache sweep, its window
  * noted by every set) without read-ahead, with it started beside each step
- * ("+ahead") and started after each step's own work ("+ahead-between",
- * FATHOM_CUDA_AHEAD_BETWEEN). A trace point that gives the trace's
+ * ("+ahead"), started after each step's own work but the last layer's
+ * ("+ahead-between", FATHOM_CUDA_AHEAD_BETWEEN) and after every step's own
+ * work ("+ahead-across", FATHOM_CUDA_AHEAD_ACROSS: the last layer's copy of
+ * layer 0 runs beside the work after it, before the next decode step's
+ * layer 0; the capture ends with fathom_cuda_tier_ahead_join). A trace point that gives the trace's
  * read-ahead rates (:PLANE_AHEAD:ROW_AHEAD) caps its read-ahead (ahead_lines,
  * ahead_rows; bisection on measured replays) so that cache + staging serve
  * at most the trace's hit + read-ahead shares of plane bytes and rows: the
@@ -734,9 +738,9 @@ static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
             row_all += row_m;
         }
         /* one point: the cache config, the read-ahead's start, reps replays of the M sets' graph */
-        auto measure = [&](const fathom_cuda_tier_cache_config &cc, bool between, int r) -> measured {
+        auto measure = [&](const fathom_cuda_tier_cache_config &cc, fathom_cuda_ahead_start start, int r) -> measured {
             FK(fathom_cuda_tier_cache_set(st.tier, sid, &cc));
-            FK(fathom_cuda_tier_set_ahead_start(st.tier, between ? FATHOM_CUDA_AHEAD_BETWEEN : FATHOM_CUDA_AHEAD_BESIDE));
+            FK(fathom_cuda_tier_set_ahead_start(st.tier, start));
             for (uint32_t m = 0; m < M; m++) steps(set_of(m), NULL); /* the window notes every set's plans */
             FK(fathom_cuda_tier_cache_fill(st.tier, sid, NULL, s));
             measured x;
@@ -745,6 +749,7 @@ static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
             cudaGraphExec_t exec;
             CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
             for (uint32_t m = 0; m < M; m++) steps(set_of(m), d_cnt);
+            FK(fathom_cuda_tier_ahead_join(st.tier, s)); /* across: the last layer's read-ahead */
             CK(cudaStreamEndCapture(s, &g));
             CK(cudaGraphInstantiate(&exec, g, graph_flags));
             CK(cudaGraphDestroy(g));
@@ -764,14 +769,18 @@ static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
         struct apoint {
             std::string name;
             const trace_point *tp; /* NULL: no cache */
-            bool ahead, between;
+            bool ahead;
+            fathom_cuda_ahead_start start;
         };
-        std::vector<apoint> pts = {{"none", NULL, false, false}, {"ahead-only", NULL, true, false}};
+        const fathom_cuda_ahead_start beside = FATHOM_CUDA_AHEAD_BESIDE;
+        const char *start_names[3] = {"beside", "between", "across"};
+        std::vector<apoint> pts = {{"none", NULL, false, beside}, {"ahead-only", NULL, true, beside}};
         for (const trace_point &tp : trace_points)
             if (tp.context == context) {
-                pts.push_back({tp.name, &tp, false, false});
-                pts.push_back({tp.name + "+ahead", &tp, true, false});
-                pts.push_back({tp.name + "+ahead-between", &tp, true, true});
+                pts.push_back({tp.name, &tp, false, beside});
+                pts.push_back({tp.name + "+ahead", &tp, true, beside});
+                pts.push_back({tp.name + "+ahead-between", &tp, true, FATHOM_CUDA_AHEAD_BETWEEN});
+                pts.push_back({tp.name + "+ahead-across", &tp, true, FATHOM_CUDA_AHEAD_ACROSS});
             }
         double none_ms = 0, none_tier_ms = 0;
         std::string pj;
@@ -787,14 +796,14 @@ static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
             if (capped) { /* the largest ahead_lines, ahead_rows whose cache + staging stay within the trace's */
                 const double plane_to = pt.tp->plane + pt.tp->plane_ahead, row_to = pt.tp->row + pt.tp->row_ahead;
                 uint32_t lo_l = 0, hi_l = BUDGET, lo_r = 0, hi_r = G * K; /* lo fits (or is 0), the answer <= hi */
-                measured x = measure(cc, pt.between, 3);
+                measured x = measure(cc, pt.start, 3);
                 if (x.plane_hit + x.plane_staged <= plane_to) lo_l = hi_l;
                 if (x.row_hit + x.row_staged <= row_to) lo_r = hi_r;
                 while (lo_l < hi_l || lo_r < hi_r) {
                     const uint32_t mid_l = lo_l < hi_l ? (lo_l + hi_l + 1) / 2 : lo_l;
                     const uint32_t mid_r = lo_r < hi_r ? (lo_r + hi_r + 1) / 2 : lo_r;
                     cc.ahead_lines = mid_l, cc.ahead_rows = mid_r;
-                    x = measure(cc, pt.between, 3);
+                    x = measure(cc, pt.start, 3);
                     if (lo_l < hi_l) {
                         if (x.plane_hit + x.plane_staged <= plane_to) lo_l = mid_l;
                         else hi_l = mid_l - 1;
@@ -806,7 +815,7 @@ static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
                 }
                 cc.ahead_lines = lo_l, cc.ahead_rows = lo_r;
             }
-            const measured x = measure(cc, pt.between, reps);
+            const measured x = measure(cc, pt.start, reps);
             if (i == 0) none_ms = x.ms;
             const double tier_ms = x.ms - L * between_alone / 1e3; /* less the work between the steps, alone */
             if (i == 0) none_tier_ms = tier_ms;
@@ -818,9 +827,9 @@ static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStre
                      "\"row_staged\": %.4f, \"ms\": %.4f, \"vs_none\": %.4f, \"tier_ms\": %.4f, "
                      "\"tier_vs_none\": %.4f",
                      i ? ", " : "", pt.name.c_str(), (unsigned long long)lines, (unsigned long long)slots, ways,
-                     pt.ahead ? "true" : "false", pt.between ? "between" : "beside", cc.ahead_lines, cc.ahead_rows,
-                     capped ? "true" : "false", x.hbm / 1e9, x.plane_hit, x.row_hit, x.plane_staged, x.row_staged,
-                     x.ms, x.ms / none_ms, tier_ms, tier_ms / none_tier_ms);
+                     pt.ahead ? "true" : "false", start_names[pt.start], cc.ahead_lines, cc.ahead_rows,
+                     capped ? "true" : "false", x.hbm / 1e9, x.plane_hit, x.row_hit, x.plane_staged, x.row_staged, x.ms,
+                     x.ms / none_ms, tier_ms, tier_ms / none_tier_ms);
             std::string one = buf;
             if (pt.tp && pt.tp->plane_ahead >= 0) {
                 snprintf(buf, sizeof buf, ", \"trace_plane_ahead\": %.4f, \"trace_row_ahead\": %.4f",

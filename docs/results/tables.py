@@ -1052,57 +1052,60 @@ def uncached_note(r, tier):
 def gpu_tier_read_ahead(rec):
     """bench_cuda_tier --read-ahead: per context and drift, the step-to-step
     overlap ("ahead-only") and each trace point's cache alone, with
-    read-ahead started beside each step (+ahead) and after it
-    (+ahead-between), against the same cycling graph without a cache."""
+    read-ahead started beside each step (+ahead), after it but for the last
+    layer (+ahead-between) and, where recorded, after every layer's step
+    (+ahead-across), against the same cycling graph without a cache."""
     r = rec["result"]
     rows, detail, near = [], [], None
     sim = sibling("cache-sim-read-ahead")
     between, cycle, work = 0, 2, "spin"
+    kinds = ["+ahead", "+ahead-between"]
+    names = ["beside", "between"]
+    if any(p["point"].endswith("+ahead-across") for d in r["decode"] for a in d.get("ahead", [])
+           for p in a["points"]):
+        kinds.append("+ahead-across")
+        names.append("across")
     for d in r["decode"]:
         for a in d.get("ahead", []):
             between, cycle, work = a.get("between_us", 0), a.get("cycle", 2), a.get("between", "spin")
             pts = {p["point"]: p for p in a["points"]}
             sweep = {p["point"]: p for p in d.get("cache", [])}  # the trace points' own rates
             only = pts.get("ahead-only")
-            trios = [(p, pts[p["point"] + "+ahead"], pts[p["point"] + "+ahead-between"]) for p in a["points"]
-                     if not p["read_ahead"] and p["point"] != "none" and p["point"] + "+ahead" in pts
-                     and p["point"] + "+ahead-between" in pts]
-            if not trios:
+            sets = [[p] + [pts[p["point"] + x] for x in kinds] for p in a["points"]
+                    if not p["read_ahead"] and p["point"] != "none" and all(p["point"] + x in pts for x in kinds)]
+            if not sets:
                 continue
             span = lambda v: "%.2f-%.2fx" % (min(v), max(v))
-            c = [x["tier_vs_none"] for x, _, _ in trios]
-            w = [y["tier_vs_none"] for _, y, _ in trios]
-            b = [z["tier_vs_none"] for _, _, z in trios]
+            cols = [[x[i]["tier_vs_none"] for x in sets] for i in range(len(kinds) + 1)]
             rows.append([ctx(d["context"]), "%.2f" % a["drift"],
                          "%.0f%% / %.0f%%" % (100 * only["plane_staged"], 100 * only["row_staged"]) if only else "-",
-                         "%d" % len(trios), span(c), span(w), span(b),
-                         "%d / %d / %d" % (sum(v <= 0.6 for v in c), sum(v <= 0.6 for v in w),
-                                           sum(v <= 0.6 for v in b))])
+                         "%d" % len(sets)] + [span(c) for c in cols] +
+                        [" / ".join("%d" % sum(v <= 0.6 for v in c) for c in cols)])
             if d["context"] == 131072 and only and abs(a["drift"] - 0.2) < 1e-6:
                 near = (a["drift"], only)
-                for x, y, z in trios:
-                    tr = sweep.get(x["point"], {})
+                for x in sets:
+                    z = x[2]  # between: the staging the detail's HBM column shows
+                    tr = sweep.get(x[0]["point"], {})
                     given = "trace_plane_ahead" in z and "trace_plane_hit" in tr
-                    detail.append([x["point"], "%.0f%% / %.0f%%" % (100 * x["plane_hit"], 100 * x["row_hit"]),
+                    detail.append([x[0]["point"], "%.0f%% / %.0f%%" % (100 * x[0]["plane_hit"], 100 * x[0]["row_hit"]),
                                    "%.0f%% / %.0f%%" % (100 * (z["plane_hit"] + z["plane_staged"]),
                                                         100 * (z["row_hit"] + z["row_staged"])),
                                    "%.0f%% / %.0f%%" % (100 * (tr["trace_plane_hit"] + z["trace_plane_ahead"]),
                                                         100 * (tr["trace_row_hit"] + z["trace_row_ahead"]))
                                    if given else "-",
-                                   "%d / %d" % (z["ahead_lines"], z["ahead_rows"]),
-                                   "%.3f" % x["tier_ms"], "%.3f" % y["tier_ms"], "%.3f" % z["tier_ms"],
-                                   "%.2fx" % x["tier_vs_none"], "%.2fx" % y["tier_vs_none"],
-                                   "%.2fx" % z["tier_vs_none"]])
-    text = md_table(["context", "drift", "overlap: planes / rows", "trace points", "cache vs none",
-                     "+ read-ahead beside", "+ read-ahead between", "points <= 0.6x (cache / beside / between)"],
-                    rows)
+                                   "%d / %d" % (z["ahead_lines"], z["ahead_rows"])] +
+                                  ["%.3f" % y["tier_ms"] for y in x] + ["%.2fx" % y["tier_vs_none"] for y in x])
+    text = md_table(["context", "drift", "overlap: planes / rows", "trace points", "cache vs none"] +
+                    ["+ read-ahead %s" % n for n in names] +
+                    ["points <= 0.6x (cache / %s)" % " / ".join(names)], rows)
     if detail:
         text += ("\nAt 128k with drift %.2f (the unions overlap %.0f%% from step to step without a cache; the real "
                  "traces' 57-70%%), ms per decode step less the work between layers:\n\n" %
                  (near[0], 100 * near[1]["row_staged"]) +
                  md_table(["trace point", "cache hit: planes / rows", "in HBM with read-ahead (between)",
-                           "trace: cache + read-ahead", "ahead lines / rows", "cache ms", "beside ms", "between ms",
-                           "cache vs none", "beside vs none", "between vs none"], detail))
+                           "trace: cache + read-ahead", "ahead lines / rows", "cache ms"] +
+                          ["%s ms" % n for n in names] + ["cache vs none"] + ["%s vs none" % n for n in names],
+                          detail))
     stage, whole = [], {}
     for d in r["decode"]:
         for a in d.get("ahead", [])[:1]:
@@ -1149,7 +1152,7 @@ def gpu_tier_read_ahead(rec):
         "it shares the link with the step's own reads) or after each step's last row fetch "
         "(FATHOM_CUDA_AHEAD_BETWEEN: it has the link while the step's attention and the work between layers run, "
         "and the step's row-cache insertion and notes follow it off the step's path; the last layer's starts "
-        "with its step); the next step joins it. The copy is one kernel whose warps take the items (pieces of "
+        "with its step%s); the next step joins it. The copy is one kernel whose warps take the items (pieces of "
         "a line, groups of 8 rows) of every pair in turn, without a barrier between pairs, on few CTAs beside a "
         "step and more between two (src/cuda/tier_ahead.cu, AHEAD_GRID_BESIDE and AHEAD_GRID_BETWEEN: more loads "
         "in flight while other work keeps the SMs and HBM busy; more beside a step take its link); its stream has the highest priority, kept in the graphs (instantiated with node "
@@ -1164,6 +1167,9 @@ def gpu_tier_read_ahead(rec):
          ("HBM is copied for about %.0f us, in short 64 KiB CTAs on every SM (bench_cuda_tier --between-copy), as "
           "a decode's weight-streaming kernels keep the SMs and HBM busy" % between) if work == "copy" else
          "one warp spins %.0f us" % between if between else "nothing runs",
+         "; across: FATHOM_CUDA_AHEAD_ACROSS, the last layer's too, so its copy of layer 0 runs beside the work "
+         "after the last layer, as a model's head and sampling would, and the capture ends with "
+         "fathom_cuda_tier_ahead_join" if "across" in names else "",
          staging, ref,
          "the copy saturates HBM where a decode's kernels stream about half its rate, and a real model's kernels "
          "are many and differ" if work == "copy" else

@@ -18,12 +18,15 @@ direct-mapped); every cache_fill_every decode steps
 from the last cache_window plans and copied (KVTier.cache_fill, on the
 current stream). Outputs are the same bits with or without it.
 
-Read-ahead (read_ahead "beside" or "between", with or without a cache):
+Read-ahead (read_ahead "beside", "between" or "across", with or without a
+cache):
 each layer's step copies into HBM staging the plane lines and union rows
 the session's last step of the next layer read and its cache lacks
 (KVTier.cache_set's ahead_lines = the plan's lines, ahead_rows = group x k);
 "between" starts each copy after its step's own work in the captured decode
-graph (KVTier.set_ahead_start), beside the model's work between two layers.
+graph (KVTier.set_ahead_start), beside the model's work between two layers;
+"across" the last layer's too, beside the model's work up to the next decode
+step's first layer: a captured decode step then ends with ahead_join().
 """
 import numpy as np
 import torch
@@ -65,8 +68,9 @@ class TierBackend:
         if self.cache_bytes < 0 or not 0.0 <= self.cache_plane_share <= 1.0 or self.cache_fill_every < 1:
             raise ValueError(f"TierBackend: cache_bytes {cache_bytes} must be >= 0, cache_plane_share "
                              f"{cache_plane_share} in [0, 1] and cache_fill_every {cache_fill_every} >= 1")
-        if read_ahead not in (None, "none", "beside", "between"):
-            raise ValueError(f"TierBackend: read_ahead {read_ahead!r} is not None, 'none', 'beside' or 'between'")
+        if read_ahead not in (None, "none", "beside", "between", "across"):
+            raise ValueError(f"TierBackend: read_ahead {read_ahead!r} is not None, 'none', 'beside', 'between' "
+                             "or 'across'")
         self.read_ahead = None if read_ahead == "none" else read_ahead
         self._steps = 0  # decode steps run (eager steps of the last layer and replayed tokens)
         self.batch, self.k, self.sink, self.local = batch, int(k), int(sink), int(local)
@@ -205,6 +209,12 @@ class TierBackend:
         if layer == self.layers - 1 and not capturing:
             self._step_done()
         return out.reshape(query.shape).to(query.dtype)
+
+    def ahead_join(self):
+        """The current stream waits for the read-ahead a captured step left to
+        the next one (read_ahead "across": the last layer's): call at the end
+        of a captured decode step, after the model's head. No-op otherwise."""
+        self.tier.ahead_join()
 
     def _fixed(self, layer):
         """ds:c's depths of one layer (None for fathom:B). They are chosen

@@ -213,6 +213,9 @@ class Decoder:
                          past_key_values=self.cache, use_cache=True, logits_to_keep=1)
         self.ids.copy_(out.logits[:, -1:].argmax(-1))
         self.pos.add_(1)
+        backend = getattr(self.cache, "backend", None)
+        if backend is not None:  # read-ahead "across": the last layer's copy ran beside the head
+            backend.ahead_join()
 
 
 def capture(fn, warmup=1):
@@ -360,6 +363,7 @@ def run_fathom(model, config, method, context, batch, args, cache=0.0, row_ways=
         def steps():
             for layer in range(sh["layers"]):
                 backend.attend(layer, q, scale)
+            backend.ahead_join()
 
         g_app = capture(appends)
         append = gpu_ms(g_app, args.reps)
@@ -469,8 +473,9 @@ def main(argv=None):
                          "list (1,4): every cached fathom run once per value")
     ap.add_argument("--read-ahead", default="none",
                     help="fathom runs: the KV tier's read-ahead of the next layer (none; beside: started with "
-                         "each step; between: after each step's own work, beside the model's work between two "
-                         "layers), or a list (none,between): every fathom run once per value")
+                         "each step; between: after each step's own work but the last layer's, beside the "
+                         "model's work between two layers; across: the last layer's too), or a list "
+                         "(none,between): every fathom run once per value")
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ap.add_argument("--partial", help="rewrite this file with the JSON so far after every run")
     args = ap.parse_args(argv)
@@ -487,8 +492,8 @@ def main(argv=None):
     if not row_ways or not all(w in (1, 2, 4, 8) for w in row_ways):
         ap.error(f"--cache-row-ways {args.cache_row_ways}: values of 1, 2, 4, 8")
     aheads = [x.strip() for x in args.read_ahead.split(",")]
-    if not aheads or not all(x in ("none", "beside", "between") for x in aheads):
-        ap.error(f"--read-ahead {args.read_ahead}: values of none, beside, between")
+    if not aheads or not all(x in ("none", "beside", "between", "across") for x in aheads):
+        ap.error(f"--read-ahead {args.read_ahead}: values of none, beside, between, across")
     if not torch.cuda.is_available():
         ap.error("needs a CUDA device (torch.cuda.is_available() is False)")
     from . import tier

@@ -337,20 +337,24 @@ class KVTier:
     def ahead_join(self):
         """The current stream waits for a read-ahead that a step captured
         into the graph it is capturing left to the next step: call before
-        ending a capture whose last step is not of the last layer (no-op
+        ending a capture whose last step is not of the last layer, or with
+        set_ahead_start("across") before ending any capture of a step (no-op
         otherwise)."""
         self._lib.fathom_cuda_tier_ahead_join(self._h(), _stream())
 
     def set_ahead_start(self, start):
         """When a captured step starts its read-ahead of the next layer:
-        "beside" (with the step; the default) or "between" (a step of a layer
+        "beside" (with the step; the default), "between" (a step of a layer
         other than the last starts it after its own work, so that the copy
         has the link while the model's work between two layers runs: for
-        models whose work there takes longer than the copy). Eager steps and
-        the last layer's start it with the step. Same bits either way."""
-        code = {"beside": 0, "between": 1}.get(start)
+        models whose work there takes longer than the copy; the last layer's
+        starts it with the step) or "across" (every layer's step, the last
+        too: its copy of layer 0 runs beside the model's work up to the next
+        decode step's first layer; a capture then ends with ahead_join).
+        Eager steps start it with the step. Same bits either way."""
+        code = {"beside": 0, "between": 1, "across": 2}.get(start)
         if code is None:
-            raise ValueError(f"ahead start {start!r} is neither 'beside' nor 'between'")
+            raise ValueError(f"ahead start {start!r} is not 'beside', 'between' or 'across'")
         self._lib.fathom_cuda_tier_set_ahead_start(self._h(), code)
 
     def cache_bytes(self, session):

@@ -554,7 +554,21 @@ def test_read_ahead_keeps_the_step_bits(gpu):
             for layer in range(L):
                 ob, lb = tier.step(layer, sb, qin[layer], capacity=cap, k=k, budget=budget)
                 assert torch.equal(gout[layer][0], ob) and torch.equal(gout[layer][1], lb), f"replay {i}, layer {layer}"
-        with pytest.raises(ValueError, match="neither 'beside' nor 'between'"):
+        # a graph of two decode steps whose every step starts its read-ahead after its own work: the second's
+        # layer 0 joins the first's last layer's, and ahead_join the second's before the capture ends
+        tier.set_ahead_start("across")
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            gout = [tier.step(i % L, sa, qin[i % L], capacity=cap, k=k, budget=budget) for i in range(2 * L)]
+            tier.ahead_join()
+        for i in range(4):
+            for q in qin:
+                q.copy_(torch.randn(q.shape, device=dev, generator=g).to(torch.bfloat16))
+            graph.replay()
+            for j in range(2 * L):
+                ob, lb = tier.step(j % L, sb, qin[j % L], capacity=cap, k=k, budget=budget)
+                assert torch.equal(gout[j][0], ob) and torch.equal(gout[j][1], lb), f"across replay {i}, step {j}"
+        with pytest.raises(ValueError, match="not 'beside', 'between' or 'across'"):
             tier.set_ahead_start("after")
         tier.check()
         with pytest.raises(ValueError, match="ahead_lines 513 not in"):
@@ -574,7 +588,7 @@ def test_backend_with_an_hbm_cache_decodes_the_same_bits(gpu):
     dev = torch.device("cuda")
     sh = dict(layers=2, kv_heads=2, group=2, dim=64, batch=2, method="fathom:32", k=64, max_tokens=8192)
     backends = [TierBackend(**sh, cache_bytes=4 << 20, cache_fill_every=3, read_ahead="beside"),
-                TierBackend(**sh, read_ahead="between"), TierBackend(**sh)]
+                TierBackend(**sh, read_ahead="across"), TierBackend(**sh)]
     try:
         g = torch.Generator(device=dev).manual_seed(33)
         prompt = torch.randn((2, 2, 3000, 64), device=dev, generator=g).to(torch.bfloat16)

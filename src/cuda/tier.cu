@@ -232,9 +232,9 @@ extern "C" int fathom_cuda_tier_set_scan_mode(fathom_cuda_tier *t, fathom_cuda_s
 
 extern "C" int fathom_cuda_tier_set_ahead_start(fathom_cuda_tier *t, fathom_cuda_ahead_start start) {
     FATHOM_CHECK_ARG(t != NULL, "tier_set_ahead_start: tier is NULL");
-    FATHOM_CHECK_ARG(start == FATHOM_CUDA_AHEAD_BESIDE || start == FATHOM_CUDA_AHEAD_BETWEEN,
-                     "tier_set_ahead_start: %d is neither FATHOM_CUDA_AHEAD_BESIDE nor FATHOM_CUDA_AHEAD_BETWEEN",
-                     (int)start);
+    FATHOM_CHECK_ARG(start == FATHOM_CUDA_AHEAD_BESIDE || start == FATHOM_CUDA_AHEAD_BETWEEN ||
+                         start == FATHOM_CUDA_AHEAD_ACROSS,
+                     "tier_set_ahead_start: %d is not FATHOM_CUDA_AHEAD_BESIDE, _BETWEEN or _ACROSS", (int)start);
     t->ahead_start = start;
     return FATHOM_OK;
 }

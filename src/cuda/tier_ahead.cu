@@ -7,7 +7,9 @@
  * (bench/cache_sim.py: plane_ahead_hit, row_ahead_hit), so the bytes move
  * while the link would otherwise idle under layer l's kernels and, in a
  * captured graph (the next step joins the read-ahead: fc_tier_ahead_leave),
- * the caller's work before layer l + 1's step.
+ * the caller's work before layer l + 1's step (with
+ * FATHOM_CUDA_AHEAD_ACROSS, the last layer's too: before the next decode
+ * step's layer 0).
  *
  * Only closed blocks are staged (an append rewrites only the open block and
  * adds rows past the length), up to the blocks closed when the plan was
@@ -180,8 +182,8 @@ int fc_tier_ahead_launch(fathom_cuda_tier *tier, uint32_t layer, const uint32_t 
     const uint32_t next = (layer + 1) % t->layers, P = batch * t->heads;
     tier_ahead_claim_kernel<<<(batch + 255) / 256, 256, 0, stream>>>(*t, layer, sessions, batch);
     FATHOM_CUDA_LAUNCHED();
-    const unsigned grid = fc_tier_ahead_start(tier) == FATHOM_CUDA_AHEAD_BETWEEN ? AHEAD_GRID_BETWEEN
-                                                                                : AHEAD_GRID_BESIDE;
+    const unsigned grid =
+        fc_tier_ahead_start(tier) != FATHOM_CUDA_AHEAD_BESIDE ? AHEAD_GRID_BETWEEN : AHEAD_GRID_BESIDE;
     switch (t->dim) {
     case 64: tier_ahead_copy<64>(*t, next, sessions, P, planes, grid, stream); break;
     case 128: tier_ahead_copy<128>(*t, next, sessions, P, planes, grid, stream); break;
@@ -247,7 +249,9 @@ int fc_tier_ahead_join(fathom_cuda_tier *tier, cudaStream_t stream) {
 
 int fc_tier_ahead_after(fathom_cuda_tier *tier, uint32_t layer, cudaStream_t stream, bool *after) {
     *after = false;
-    if (fc_tier_ahead_start(tier) != FATHOM_CUDA_AHEAD_BETWEEN || layer + 1 >= fc_tier_dev(tier)->layers)
+    const fathom_cuda_ahead_start start = fc_tier_ahead_start(tier);
+    if (start == FATHOM_CUDA_AHEAD_BESIDE ||
+        (start == FATHOM_CUDA_AHEAD_BETWEEN && layer + 1 >= fc_tier_dev(tier)->layers))
         return FATHOM_OK;
     unsigned long long id;
     FATHOM_TRY(capture_id(stream, &id));
@@ -258,7 +262,8 @@ int fc_tier_ahead_after(fathom_cuda_tier *tier, uint32_t layer, cudaStream_t str
 int fc_tier_ahead_leave(fathom_cuda_tier *tier, uint32_t layer, cudaStream_t stream) {
     unsigned long long id;
     FATHOM_TRY(capture_id(stream, &id));
-    if (id && layer + 1 < fc_tier_dev(tier)->layers) { /* the next layer's step joins it */
+    if (id && (layer + 1 < fc_tier_dev(tier)->layers || fc_tier_ahead_start(tier) == FATHOM_CUDA_AHEAD_ACROSS)) {
+        /* the next step in the capture (or fathom_cuda_tier_ahead_join) joins it */
         *fc_tier_ahead_pending(tier) = id;
         return FATHOM_OK;
     }

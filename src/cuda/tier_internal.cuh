@@ -253,11 +253,12 @@ unsigned long long *fc_tier_ahead_pending(fathom_cuda_tier *tier);
  * it is capturing (none pending, or another capture's: nothing to do). */
 int fc_tier_ahead_join(fathom_cuda_tier *tier, cudaStream_t stream);
 /* At the end of a step of `layer` that forked a read-ahead: in a capture, and
- * unless layer is the last, leave it to the next step (pending); else
- * `stream` waits for it now. */
+ * unless layer is the last (FATHOM_CUDA_AHEAD_ACROSS: any layer), leave it
+ * to the next step (pending); else `stream` waits for it now. */
 int fc_tier_ahead_leave(fathom_cuda_tier *tier, uint32_t layer, cudaStream_t stream);
 /* Whether a step of `layer` on `stream` starts its read-ahead after its own
- * work (FATHOM_CUDA_AHEAD_BETWEEN, in a capture, not the last layer). */
+ * work (in a capture: FATHOM_CUDA_AHEAD_BETWEEN but for the last layer,
+ * FATHOM_CUDA_AHEAD_ACROSS). */
 int fc_tier_ahead_after(fathom_cuda_tier *tier, uint32_t layer, cudaStream_t stream, bool *after);
 /* The step's pipeline (NULL: one stream); a tier starts with TIER_LANES
  * lanes and chunks by context (fathom_cuda_tier_set_lanes). */

@@ -1163,16 +1163,22 @@ static void test_read_ahead(void) {
        the last layer's leaves its read-ahead to the next step, replayed beside
        tu's eager steps; then a graph of layer 0's step alone, closed by
        fathom_cuda_tier_ahead_join; the read-ahead started with each step, then
-       after each step's own work (FATHOM_CUDA_AHEAD_BETWEEN) */
-    for (int between = 0; between < 2; between++) {
-        CHECK_OK(fathom_cuda_tier_set_ahead_start(ta, between ? FATHOM_CUDA_AHEAD_BETWEEN : FATHOM_CUDA_AHEAD_BESIDE));
+       after each step's own work (FATHOM_CUDA_AHEAD_BETWEEN), then after every
+       step's own work (FATHOM_CUDA_AHEAD_ACROSS: the graph holds two decode
+       steps, the second's layer 0 joins the first's last layer's read-ahead,
+       and fathom_cuda_tier_ahead_join closes it) */
+    const char *start_name[3] = {"beside", "between", "across"};
+    for (int start = 0; start < 3; start++) {
+        const bool between = start > 0, across = start == 2;
+        CHECK_OK(fathom_cuda_tier_set_ahead_start(ta, (fathom_cuda_ahead_start)start));
         /* session 1's caches anew: the rows these replays hit, their own steps inserted */
         CHECK_OK(fathom_cuda_tier_cache_set(ta, ids[1], &part));
         CHECK_OK(fathom_cuda_tier_cache_fill(ta, ids[1], NULL, 0));
         cudaStream_t gs;
         CK(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking));
         auto enqueue = [&](fathom_cuda_tier *t, step_bufs &b, uint32_t layers, bool count) {
-            for (uint32_t l = 0; l < layers; l++) {
+            for (uint32_t i = 0; i < layers; i++) {
+                const uint32_t l = i % L;
                 CHECK_OK(fathom_cuda_tier_append(t, l, d_ids, B, d_ones, 1, d_k, d_v, gs));
                 fathom_cuda_tier_step_args a = layer_args(l, B, H, G, D, capacity, b);
                 if (count) a.cache_bytes = d_cnt, a.ahead_bytes = d_cnt + 2;
@@ -1181,8 +1187,16 @@ static void test_read_ahead(void) {
         };
         cudaGraph_t graph;
         cudaGraphExec_t exec;
+        const uint32_t layer_steps = across ? 2 * L : L;
+        if (across) { /* the last layer's step leaves its read-ahead: a capture that does not join it fails */
+            CK(cudaStreamBeginCapture(gs, cudaStreamCaptureModeThreadLocal));
+            enqueue(ta, ba, L, false);
+            CHECK(cudaStreamEndCapture(gs, &graph) == cudaErrorStreamCaptureUnjoined);
+            (void)cudaGetLastError();
+        }
         CK(cudaStreamBeginCapture(gs, cudaStreamCaptureModeThreadLocal));
-        enqueue(ta, ba, L, true);
+        enqueue(ta, ba, layer_steps, true);
+        CHECK_OK(fathom_cuda_tier_ahead_join(ta, gs)); /* a no-op but across */
         CK(cudaStreamEndCapture(gs, &graph));
         /* between: with node priorities, as PyTorch instantiates its graphs (the
            read-ahead's high-priority kernels then run before the next work queued);
@@ -1193,13 +1207,13 @@ static void test_read_ahead(void) {
         unsigned long long staged_rows = 0, cached_rows = 0;
         for (uint32_t r = 0; r < replays; r++) {
             std::vector<uint16_t> hk(B * row);
-            for (uint32_t i = 0; i < B; i++) memcpy(&hk[i * row], &fresh[i][(300 + between * 100 + r) * row], row * 2);
+            for (uint32_t i = 0; i < B; i++) memcpy(&hk[i * row], &fresh[i][(300 + start * 100 + r) * row], row * 2);
             CK(cudaMemcpy(d_k, hk.data(), hk.size() * 2, cudaMemcpyHostToDevice));
             CK(cudaMemcpy(d_v, hk.data(), hk.size() * 2, cudaMemcpyHostToDevice));
             if (r % 2 == 0) new_queries();
             CK(cudaMemset(d_cnt, 0, 32));
             CK(cudaGraphLaunch(exec, gs));
-            enqueue(tu, bu, L, false);
+            enqueue(tu, bu, layer_steps, false);
             CK(cudaStreamSynchronize(gs));
             CK(cudaMemcpy(cnt, d_cnt, 32, cudaMemcpyDeviceToHost));
             staged_rows += cnt[3];
@@ -1226,14 +1240,14 @@ static void test_read_ahead(void) {
         cudaGraphExecDestroy(exec);
         cudaGraphDestroy(graph);
         cudaStreamDestroy(gs);
-        printf("read-ahead %s: %u graph replays of %u layers (the steps leave their read-ahead to the next): %llu "
-               "differ, staged row bytes %llu, cached row bytes %llu\n", between ? "between" : "beside", replays, L,
-               (unsigned long long)gdiff, staged_rows, cached_rows);
+        printf("read-ahead %s: %u graph replays of %u layer steps (the steps leave their read-ahead to the next): "
+               "%llu differ, staged row bytes %llu, cached row bytes %llu\n",
+               start_name[start], replays, layer_steps, (unsigned long long)gdiff, staged_rows, cached_rows);
         /* the row cache starts empty, so its hits are rows this pass's steps inserted (between: on the
            read-ahead's stream, after each step's output) */
         CHECK(gdiff == 0 && staged_rows > 0 && cached_rows > 0);
     }
-    CHECK_STATUS(fathom_cuda_tier_set_ahead_start(ta, (fathom_cuda_ahead_start)2), FATHOM_ERR_INVALID_ARG);
+    CHECK_STATUS(fathom_cuda_tier_set_ahead_start(ta, (fathom_cuda_ahead_start)3), FATHOM_ERR_INVALID_ARG);
     CHECK_STATUS(fathom_cuda_tier_set_ahead_start(NULL, FATHOM_CUDA_AHEAD_BESIDE), FATHOM_ERR_INVALID_ARG);
     CHECK_OK(fathom_cuda_tier_ahead_join(ta, 0)); /* nothing pending: a no-op */
     CHECK_STATUS(fathom_cuda_tier_ahead_join(NULL, 0), FATHOM_ERR_INVALID_ARG);
