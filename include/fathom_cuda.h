@@ -487,12 +487,13 @@ int fathom_cuda_tier_workspace_size(const fathom_cuda_tier *tier,
  * the same capture (so it also runs beside the caller's work between the
  * two steps, e.g. the model's MLP): a graph of such steps must end after a
  * step that joined it (without FATHOM_CUDA_AHEAD_ACROSS: one of the last
- * layer), or call fathom_cuda_tier_ahead_join first. Every layer of a model's step is
- * assumed to run the same sessions; a session stepped otherwise reads host
- * memory as without read-ahead. Same bits with or without it. The
- * read-ahead's stream has the device's highest priority; a graph keeps it
- * where instantiated with cudaGraphInstantiateFlagUseNodePriority (as
- * PyTorch's are), else its kernels run at the launch stream's. */
+ * layer), or call fathom_cuda_tier_ahead_join first. Every layer of a
+ * model's step is assumed to run the same sessions; a session stepped
+ * otherwise reads host memory as without read-ahead. Same bits with or
+ * without it. The read-ahead's stream has the device's highest priority; a
+ * graph keeps it where instantiated with
+ * cudaGraphInstantiateFlagUseNodePriority (as PyTorch's are), else its
+ * kernels run at the launch stream's. */
 int fathom_cuda_tier_step(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *args,
                           cudaStream_t stream);
 

@@ -645,13 +645,14 @@ static __global__ void spin_kernel(long long cycles) {
  * ("+ahead-between", FATHOM_CUDA_AHEAD_BETWEEN) and after every step's own
  * work ("+ahead-across", FATHOM_CUDA_AHEAD_ACROSS: the last layer's copy of
  * layer 0 runs beside the work after it, before the next decode step's
- * layer 0; the capture ends with fathom_cuda_tier_ahead_join). A trace point that gives the trace's
- * read-ahead rates (:PLANE_AHEAD:ROW_AHEAD) caps its read-ahead (ahead_lines,
- * ahead_rows; bisection on measured replays) so that cache + staging serve
- * at most the trace's hit + read-ahead shares of plane bytes and rows: the
- * bench's plans overlap more from step to step than real traces' do. Hit
- * and staged fractions are measured over the replays' planned plane bytes
- * and union rows; ms is per decode step (a replay / M). */
+ * layer 0; the capture ends with fathom_cuda_tier_ahead_join). A trace point
+ * that gives the trace's read-ahead rates (:PLANE_AHEAD:ROW_AHEAD) caps its
+ * read-ahead (ahead_lines, ahead_rows; bisection on measured replays) so
+ * that cache + staging serve at most the trace's hit + read-ahead shares of
+ * plane bytes and rows: the bench's plans overlap more from step to step
+ * than real traces' do. Hit and staged fractions are measured over the
+ * replays' planned plane bytes and union rows; ms is per decode step (a
+ * replay / M). */
 static std::string ahead_sweep(setup &st, uint64_t context, uint64_t n, cudaStream_t s, int reps) {
     const uint32_t L = st.L, sid = st.ids[0], M = ahead_cycle;
     const size_t R = (size_t)st.batch * H * G;

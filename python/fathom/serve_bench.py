@@ -213,9 +213,9 @@ class Decoder:
                          past_key_values=self.cache, use_cache=True, logits_to_keep=1)
         self.ids.copy_(out.logits[:, -1:].argmax(-1))
         self.pos.add_(1)
-        backend = getattr(self.cache, "backend", None)
-        if backend is not None:  # read-ahead "across": the last layer's copy ran beside the head
-            backend.ahead_join()
+        join = getattr(getattr(self.cache, "backend", None), "ahead_join", None)
+        if join is not None:  # the tier's read-ahead "across": the last layer's copy ran beside the head
+            join()
 
 
 def capture(fn, warmup=1):
