@@ -247,12 +247,15 @@ int fc_tier_ahead_join(fathom_cuda_tier *tier, cudaStream_t stream) {
     return FATHOM_OK;
 }
 
+/* Whether a captured step of `layer` waits for its read-ahead at its own
+ * end: the last layer's, but with FATHOM_CUDA_AHEAD_ACROSS. */
+static bool joined_by_step(const fathom_cuda_tier *tier, uint32_t layer) {
+    return layer + 1 >= fc_tier_dev(tier)->layers && fc_tier_ahead_start(tier) != FATHOM_CUDA_AHEAD_ACROSS;
+}
+
 int fc_tier_ahead_after(fathom_cuda_tier *tier, uint32_t layer, cudaStream_t stream, bool *after) {
     *after = false;
-    const fathom_cuda_ahead_start start = fc_tier_ahead_start(tier);
-    if (start == FATHOM_CUDA_AHEAD_BESIDE ||
-        (start == FATHOM_CUDA_AHEAD_BETWEEN && layer + 1 >= fc_tier_dev(tier)->layers))
-        return FATHOM_OK;
+    if (fc_tier_ahead_start(tier) == FATHOM_CUDA_AHEAD_BESIDE || joined_by_step(tier, layer)) return FATHOM_OK;
     unsigned long long id;
     FATHOM_TRY(capture_id(stream, &id));
     *after = id != 0;
@@ -262,8 +265,7 @@ int fc_tier_ahead_after(fathom_cuda_tier *tier, uint32_t layer, cudaStream_t str
 int fc_tier_ahead_leave(fathom_cuda_tier *tier, uint32_t layer, cudaStream_t stream) {
     unsigned long long id;
     FATHOM_TRY(capture_id(stream, &id));
-    if (id && (layer + 1 < fc_tier_dev(tier)->layers || fc_tier_ahead_start(tier) == FATHOM_CUDA_AHEAD_ACROSS)) {
-        /* the next step in the capture (or fathom_cuda_tier_ahead_join) joins it */
+    if (id && !joined_by_step(tier, layer)) { /* the next step in the capture, or fathom_cuda_tier_ahead_join */
         *fc_tier_ahead_pending(tier) = id;
         return FATHOM_OK;
     }

@@ -1220,9 +1220,9 @@ static int insert_sets(const tier_dev *t, const fathom_cuda_tier_step_args *a, u
 /* The read-ahead of the next layer (fc_tier_ahead_launch) on the tier's
  * read-ahead stream, forked from `stream` once (done): at the step's start
  * (FATHOM_CUDA_AHEAD_BESIDE) or, where the step starts it after its own work
- * (FATHOM_CUDA_AHEAD_BETWEEN, _ACROSS), once it has issued its reads of host memory:
- * after the row fetch of its last chunk, so that its CTAs take SMs while the
- * step's attention leaves them free. */
+ * (FATHOM_CUDA_AHEAD_BETWEEN, _ACROSS), once it has issued its reads of host
+ * memory: after the row fetch of its last chunk, so that its CTAs take SMs
+ * while the step's attention leaves them free. */
 typedef struct tier_fork {
     fathom_cuda_tier *tier;
     const fathom_cuda_tier_step_args *a;
