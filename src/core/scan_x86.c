@@ -1382,14 +1382,14 @@ INT8_TARGET void fathom_scan2_block_avx512_int16(const scan2_pass *ps, const sca
     int8_block(ps, tile, b, out, ld, valid, 1);
 }
 
-/* ---- the candidate filter (scan_internal.h), 16 scores per step ---- */
+/* ---- the candidate filter (scan_internal.h), 16 or 64 scores per step ---- */
 
-/* Appends the candidates of scores s[i + j], j < 16, whose bit is set in hits. */
-SCAN_INLINE uint32_t filter_hits(const float *s, uint32_t i, uint32_t hits, uint64_t pos0,
+/* Appends the candidates of scores s[i + j], j < 64, whose bit is set in hits. */
+SCAN_INLINE uint32_t filter_hits(const float *s, uint32_t i, uint64_t hits, uint64_t pos0,
                                  uint64_t *out) {
     uint32_t c = 0;
     for (; hits; hits &= hits - 1) {
-        const uint32_t j = i + (uint32_t)__builtin_ctz(hits);
+        const uint32_t j = i + (uint32_t)__builtin_ctzll(hits);
         out[c++] = scan_candidate(s[j], pos0 + j);
     }
     return c;
@@ -1410,10 +1410,29 @@ AVX2_TARGET uint32_t fathom_scan_filter_avx2(const float *s, uint32_t n, float t
     return c + scan_filter_tail(s, i, n, thr, strict, pos0, out + c);
 }
 
+/* 64 scores an iteration and one branch on their four compare masks: most
+ * scores are below the floor, and a branch per 16 costs more than the
+ * compares. */
+#define FILTER64_LOOP(PRED)                                                                        \
+    for (; i + 64 <= n; i += 64) {                                                                 \
+        const __mmask16 m0 = _mm512_cmp_ps_mask(_mm512_loadu_ps(s + i), t, PRED);                  \
+        const __mmask16 m1 = _mm512_cmp_ps_mask(_mm512_loadu_ps(s + i + 16), t, PRED);             \
+        const __mmask16 m2 = _mm512_cmp_ps_mask(_mm512_loadu_ps(s + i + 32), t, PRED);             \
+        const __mmask16 m3 = _mm512_cmp_ps_mask(_mm512_loadu_ps(s + i + 48), t, PRED);             \
+        const uint64_t hits = (uint64_t)m0 | (uint64_t)m1 << 16 | (uint64_t)m2 << 32 |             \
+                              (uint64_t)m3 << 48;                                                  \
+        if (hits) c += filter_hits(s, i, hits, pos0, out + c);                                     \
+    }
+
 AVX512_TARGET uint32_t fathom_scan_filter_avx512(const float *s, uint32_t n, float thr,
                                                  int strict, uint64_t pos0, uint64_t *out) {
     const __m512 t = _mm512_set1_ps(thr);
     uint32_t c = 0, i = 0;
+    if (strict) {
+        FILTER64_LOOP(_CMP_NLE_UQ)
+    } else {
+        FILTER64_LOOP(_CMP_NLT_UQ)
+    }
     for (; i + 16 <= n; i += 16) {
         const __m512 a = _mm512_loadu_ps(s + i);
         const uint32_t hits = strict ? _mm512_cmp_ps_mask(a, t, _CMP_NLE_UQ)
