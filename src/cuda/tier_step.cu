@@ -1444,6 +1444,18 @@ int fc_tier_step_prepare(const fathom_cuda_tier *tier, const fathom_cuda_tier_st
     return FATHOM_OK;
 }
 
+/* The step's optional outputs, one CTA per pair p: its planned depths and
+ * its union's row count (either destination may be NULL). */
+static __global__ void __launch_bounds__(128)
+tier_outputs_kernel(const uint8_t *depths, const uint32_t *uni_count, uint32_t dim, uint8_t *depths_out,
+                    uint32_t *union_count_out) {
+    const uint32_t p = blockIdx.x;
+    if (depths_out)
+        for (uint32_t j = threadIdx.x; j < dim; j += blockDim.x)
+            depths_out[(size_t)p * dim + j] = depths[(size_t)p * dim + j];
+    if (union_count_out && threadIdx.x == 0) union_count_out[p] = uni_count[p];
+}
+
 int fc_tier_step_launch(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args *a,
                         const fathom_cuda_tier_given *given, const tier_given_lane *lane, const tier_ws *layout_ws,
                         cudaStream_t stream) {
@@ -1514,11 +1526,10 @@ int fc_tier_step_launch(fathom_cuda_tier *tier, const fathom_cuda_tier_step_args
         FATHOM_CUDA_TRY(cudaEventRecord(joined, aside));
         FATHOM_TRY(fc_tier_ahead_leave(tier, a->layer, stream));
     }
-    if (a->depths)
-        FATHOM_CUDA_TRY(cudaMemcpyAsync(a->depths, w->depths, (size_t)P * t->dim, cudaMemcpyDeviceToDevice, stream));
-    if (a->union_count)
-        FATHOM_CUDA_TRY(cudaMemcpyAsync(a->union_count, w->top.uni_count, (size_t)P * 4,
-                                        cudaMemcpyDeviceToDevice, stream));
+    if (a->depths || a->union_count) { /* one kernel: copy nodes wait long beside a read-ahead's host reads */
+        tier_outputs_kernel<<<P, 128, 0, stream>>>(w->depths, w->top.uni_count, t->dim, a->depths, a->union_count);
+        FATHOM_CUDA_LAUNCHED();
+    }
     return FATHOM_OK;
 }
 
