@@ -1411,8 +1411,7 @@ AVX2_TARGET uint32_t fathom_scan_filter_avx2(const float *s, uint32_t n, float t
 }
 
 /* 64 scores an iteration and one branch on their four compare masks: most
- * scores are below the floor, and a branch per 16 costs more than the
- * compares. */
+ * scores are below the floor, so the branch is rarely taken. */
 #define FILTER64_LOOP(PRED)                                                                        \
     for (; i + 64 <= n; i += 64) {                                                                 \
         const __mmask16 m0 = _mm512_cmp_ps_mask(_mm512_loadu_ps(s + i), t, PRED);                  \

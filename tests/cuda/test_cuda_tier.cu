@@ -179,12 +179,13 @@ typedef struct step_out {
     std::vector<float> lse;
     std::vector<uint32_t> sel, sel_count;
     std::vector<uint8_t> depths;
+    std::vector<uint32_t> uni; /* union_count: rows in each pair's union */
 } step_out;
 
 typedef struct step_bufs {
     uint16_t *q, *out;
     float *lse;
-    uint32_t *sel, *sel_count, *sessions;
+    uint32_t *sel, *sel_count, *sessions, *uni;
     uint8_t *depths;
     void *ws;
     size_t ws_bytes;
@@ -209,6 +210,7 @@ static fathom_cuda_tier_step_args step_args(uint32_t layer, uint32_t batch, uint
     a.selected = b.sel;
     a.selected_count = b.sel_count;
     a.depths = b.depths;
+    a.union_count = b.uni;
     a.workspace = b.ws;
     a.workspace_bytes = b.ws_bytes;
     return a;
@@ -224,6 +226,7 @@ static step_bufs alloc_bufs(fathom_cuda_tier *tier, uint32_t batch, uint32_t H, 
     CK(cudaMalloc((void **)&b.sel, R * test_k * 4 * layers));
     CK(cudaMalloc((void **)&b.sel_count, R * 4 * layers));
     CK(cudaMalloc((void **)&b.depths, (size_t)batch * H * D * layers));
+    CK(cudaMalloc((void **)&b.uni, (size_t)batch * H * 4 * layers));
     CK(cudaMalloc((void **)&b.sessions, batch * 4));
     fathom_cuda_tier_step_args a = step_args(0, batch, capacity, b);
     a.workspace = NULL;
@@ -239,6 +242,7 @@ static void free_bufs(step_bufs &b) {
     cudaFree(b.sel);
     cudaFree(b.sel_count);
     cudaFree(b.depths);
+    cudaFree(b.uni);
     cudaFree(b.sessions);
     cudaFree(b.ws);
 }
@@ -254,6 +258,7 @@ static fathom_cuda_tier_step_args layer_args(uint32_t l, uint32_t batch, uint32_
     v.sel += l * R * test_k;
     v.sel_count += l * R;
     v.depths += (size_t)l * batch * H * D;
+    v.uni += (size_t)l * batch * H;
     return step_args(l, batch, capacity, v);
 }
 
@@ -264,11 +269,13 @@ static step_out read_out(const step_bufs &b, size_t R, uint32_t D, uint32_t P, u
     o.sel.resize(R * test_k * layers);
     o.sel_count.resize(R * layers);
     o.depths.resize((size_t)P * D * layers);
+    o.uni.resize((size_t)P * layers);
     CK(cudaMemcpy(o.out.data(), b.out, o.out.size() * 2, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(o.lse.data(), b.lse, o.lse.size() * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(o.sel.data(), b.sel, o.sel.size() * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(o.sel_count.data(), b.sel_count, o.sel_count.size() * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(o.depths.data(), b.depths, o.depths.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(o.uni.data(), b.uni, o.uni.size() * 4, cudaMemcpyDeviceToHost));
     return o;
 }
 
@@ -280,7 +287,7 @@ static void cpu_check(const char *what, const std::vector<std::vector<uint16_t>>
                       uint32_t B, uint32_t H, uint32_t G, uint32_t D, uint32_t S, const std::vector<uint16_t> &q,
                       const step_out &all) {
     const double scale = 1.0 / sqrt((double)D);
-    uint64_t dep_bad = 0, sel_bad = 0, out_bad = 0, lse_bad = 0, outs = 0;
+    uint64_t dep_bad = 0, sel_bad = 0, uni_bad = 0, out_bad = 0, lse_bad = 0, outs = 0;
     double worst = 0.0;
     for (uint32_t i = 0; i < B; i++)
         for (uint32_t h = 0; h < H; h++) {
@@ -303,6 +310,7 @@ static void cpu_check(const char *what, const std::vector<std::vector<uint16_t>>
             std::vector<float> scores(G * n);
             CHECK_OK(fathom_store_scan(st, dep.data(), qf.data(), G, n, scores.data(), NULL));
             std::vector<uint64_t> work(n);
+            std::vector<uint32_t> uni; /* the G query heads' selections together */
             for (uint32_t hh = 0; hh < G; hh++) {
                 const size_t r = (size_t)p * G + hh;
                 std::vector<uint32_t> idx(test_k);
@@ -310,6 +318,7 @@ static void cpu_check(const char *what, const std::vector<std::vector<uint16_t>>
                 CHECK_OK(fathom_select(scores.data() + hh * n, n, test_k, FATHOM_SINK_TOKENS, FATHOM_LOCAL_TOKENS,
                                        work.data(), idx.data(), &count));
                 sel_bad += count != all.sel_count[r] || memcmp(idx.data(), all.sel.data() + r * test_k, count * 4) != 0;
+                uni.insert(uni.end(), idx.begin(), idx.begin() + count);
                 std::vector<float> ref(D);
                 CHECK_OK(fathom_attend(D, qf.data() + hh * D, keys.data(), vals.data(), idx.data(), count, ref.data()));
                 for (uint32_t c = 0; c < D; c++) {
@@ -330,12 +339,15 @@ static void cpu_check(const char *what, const std::vector<std::vector<uint16_t>>
                 for (uint32_t x = 0; x < count; x++) sum += exp(l[x] - mx);
                 lse_bad += fabs(all.lse[r] - (mx + log(sum))) > 1e-4 * (1.0 + fabs(mx));
             }
+            std::sort(uni.begin(), uni.end());
+            uni_bad += (size_t)(std::unique(uni.begin(), uni.end()) - uni.begin()) != all.uni[p];
             fathom_store_free(st);
         }
     printf("%s: %llu outputs compared, worst |gpu - cpu| %.3g\n", what, (unsigned long long)outs, worst);
     CHECK(outs == (uint64_t)B * H * G * D);
     CHECK(dep_bad == 0);
     CHECK(sel_bad == 0);
+    CHECK(uni_bad == 0);
     CHECK(out_bad == 0);
     CHECK(lse_bad == 0);
 }
@@ -1534,7 +1546,7 @@ static void test_cache_by_context(void) {
         return read_out(b, (size_t)H * G, D, H, 1);
     };
     auto same = [](const step_out &x, const step_out &y) {
-        return x.out == y.out && x.sel == y.sel && x.sel_count == y.sel_count && x.depths == y.depths &&
+        return x.out == y.out && x.sel == y.sel && x.sel_count == y.sel_count && x.depths == y.depths && x.uni == y.uni &&
                memcmp(x.lse.data(), y.lse.data(), x.lse.size() * 4) == 0;
     };
     const step_out none = step();
