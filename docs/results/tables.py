@@ -1045,8 +1045,8 @@ def uncached_note(r, tier):
             none[0], why)
     faster = none[0] < ref[0]
     return ("the uncached step here takes %.2f ms at 128k (the H200 of gpu-tier: %.2f ms): %s; here it is %s, so "
-            "every ratio against the uncached step is %s." %
-            (none[0], ref[0], why, "faster" if faster else "slower", "higher" if faster else "lower"))
+            "that time weighs %s in the ratios against the uncached step." %
+            (none[0], ref[0], why, "faster" if faster else "slower", "more" if faster else "less"))
 
 
 def gpu_tier_read_ahead(rec):
@@ -2869,6 +2869,9 @@ TABLES = [
           "The same with HBM copies on every SM between the layers' steps", gpu_tier_read_ahead, None),
     Table("gpu-tier-read-ahead-no-gap", "GPU offload step: reading the next layer ahead",
           "The same with nothing between the layers' steps", gpu_tier_read_ahead, None),
+    Table("gpu-tier-read-ahead-slow-link", "GPU offload step: reading the next layer ahead",
+          "The first of these on another H100 lease, whose link kernels read host memory slower, at a later commit",
+          gpu_tier_read_ahead, None),
     Table("serve-bench-read-ahead", "Python and transformers: the HBM cache (H100)",
           "fathom:48 with the HBM cache and read-ahead, from transformers", serve_bench_cache, None),
     Table("serve-bench", "Python and transformers (H200)",
