@@ -1546,8 +1546,8 @@ static void test_cache_by_context(void) {
         return read_out(b, (size_t)H * G, D, H, 1);
     };
     auto same = [](const step_out &x, const step_out &y) {
-        return x.out == y.out && x.sel == y.sel && x.sel_count == y.sel_count && x.depths == y.depths && x.uni == y.uni &&
-               memcmp(x.lse.data(), y.lse.data(), x.lse.size() * 4) == 0;
+        return x.out == y.out && x.sel == y.sel && x.sel_count == y.sel_count && x.depths == y.depths &&
+               x.uni == y.uni && memcmp(x.lse.data(), y.lse.data(), x.lse.size() * 4) == 0;
     };
     const step_out none = step();
     CHECK(hits[0] == 0);
