@@ -17,7 +17,8 @@ machine, on which date and at which commit it was measured, the exact command, a
 and where it does not hold. This file is generated: `scripts/record-result TABLE -- COMMAND`
 keeps a command's JSON in `docs/results/data/TABLE.json`, `scripts/render-results` renders this
 file from those files and `docs/results/tables.py`; `tests/cli/test_results_doc.sh` fails when
-the two disagree, so do not edit it by hand.
+the two disagree, so do not edit it by hand. `scripts/record-result NEW --again TABLE` runs a
+table's command again from the repository root (on another machine, say) and keeps it as NEW.
 
 The run-by-run lab notebook (every variant measured, raw logs) is kept out of the tree at tag
 `notebook-2026-11-29` (`git show notebook-2026-11-29:bench/RESULTS.md`).
@@ -2860,6 +2861,11 @@ TABLES = [
           "The hybrid step (integer mode) with 4-way row sets at their simulated rates", gpu_hybrid, None),
     Table("gpu-hybrid-int8-slow-host-row-sets", "GPU offload step: associative row slots",
           "The same on another H100 lease, whose host scans slower, at a later commit", gpu_hybrid, None),
+    Table("gpu-hybrid-int8-row-sets-h200", "GPU offload step: associative row slots",
+          "The hybrid step (integer mode) with 4-way row sets on the H200", gpu_hybrid,
+          "Pending: not yet measured on an H200 (the tables above in this section are H100 leases). On an H200, "
+          "after `GPU_CHECK_STAGES=build scripts/gpu-check`: `FATHOM_COMMIT=<commit> scripts/record-result "
+          "gpu-hybrid-int8-row-sets-h200 --again gpu-hybrid-int8-row-sets`."),
     Table("gpu-tier-row-sets-churn", "GPU offload step: associative row slots",
           "The same under changing unions: queries that drift from step to step", gpu_tier_row_sets_churn, None),
     Table("gpu-tier-read-ahead", "GPU offload step: reading the next layer ahead",
@@ -2872,6 +2878,11 @@ TABLES = [
     Table("gpu-tier-read-ahead-slow-link", "GPU offload step: reading the next layer ahead",
           "The first of these on another H100 lease, whose link kernels read host memory slower, at a later commit",
           gpu_tier_read_ahead, None),
+    Table("gpu-tier-read-ahead-h200", "GPU offload step: reading the next layer ahead",
+          "The first of these on the H200", gpu_tier_read_ahead,
+          "Pending: not yet measured on an H200 (every table of this section is an H100 lease; issue 16 states "
+          "its 128k target for the H200). On an H200, after `GPU_CHECK_STAGES=build scripts/gpu-check`: "
+          "`FATHOM_COMMIT=<commit> scripts/record-result gpu-tier-read-ahead-h200 --again gpu-tier-read-ahead`."),
     Table("serve-bench-read-ahead", "Python and transformers: the HBM cache (H100)",
           "fathom:48 with the HBM cache and read-ahead, from transformers", serve_bench_cache, None),
     Table("serve-bench", "Python and transformers (H200)",
